@@ -1,0 +1,89 @@
+import type { Environment } from '@marcbachmann/cel-js';
+import { EvaluationError, ParseError, TypeError as CelTypeError } from '@marcbachmann/cel-js';
+import type { Clock } from '../clock.js';
+import { EngineError, quote } from '../errors.js';
+import { createCelEnvironment } from './environment.js';
+
+type Compiled = (context?: Record<string, unknown>) => unknown;
+
+export interface CelLimits {
+  celExpressionLengthMax: number;
+  celCacheMax: number;
+}
+
+/**
+ * Compile-once, evaluate-many CEL. Compiled expressions are cached by their text (bounded, oldest
+ * evicted first); every failure becomes a CEL_ERROR naming the expression and the position.
+ */
+export class Cel {
+  readonly env: Environment;
+  private readonly cache = new Map<string, Compiled>();
+
+  constructor(
+    clock: Clock,
+    private readonly limits: CelLimits,
+  ) {
+    this.env = createCelEnvironment(clock, { maxAstNodes: 10_000 });
+  }
+
+  /** Parse and type-check; throws CEL_ERROR. Cached. */
+  compile(expression: string): Compiled {
+    const cached = this.cache.get(expression);
+    if (cached) return cached;
+    if (typeof expression !== 'string') {
+      throw new EngineError('CEL_ERROR', `a CEL expression must be a string, got ${quote(expression)}`);
+    }
+    if (expression.length > this.limits.celExpressionLengthMax) {
+      throw new EngineError(
+        'LIMIT_EXCEEDED',
+        `CEL expression of ${expression.length} characters is longer than celExpressionLengthMax (${this.limits.celExpressionLengthMax})`,
+        { hint: 'Split the logic into vars, or shorten the expression.' },
+      );
+    }
+    let compiled: Compiled;
+    try {
+      compiled = this.env.parse(expression) as unknown as Compiled;
+      const checked = (compiled as unknown as { check(): { valid: boolean; error?: Error } }).check();
+      if (!checked.valid && checked.error) throw checked.error;
+    } catch (error) {
+      throw celError(expression, error);
+    }
+    if (this.cache.size >= this.limits.celCacheMax) {
+      const oldest = this.cache.keys().next();
+      if (!oldest.done) this.cache.delete(oldest.value);
+    }
+    this.cache.set(expression, compiled);
+    return compiled;
+  }
+
+  evaluate(expression: string, context: Record<string, unknown> = {}): unknown {
+    const compiled = this.compile(expression);
+    try {
+      return compiled(context);
+    } catch (error) {
+      throw celError(expression, error);
+    }
+  }
+}
+
+/** A CEL_ERROR that quotes the expression, says what went wrong and where. */
+export function celError(expression: string, error: unknown): EngineError {
+  if (error instanceof EngineError) {
+    if (error.code !== 'CEL_ERROR') return error;
+    return new EngineError('CEL_ERROR', `CEL ${quote(expression)}: ${error.message}`, {
+      hint: error.hint,
+      details: { expression },
+    });
+  }
+  if (error instanceof ParseError || error instanceof EvaluationError || error instanceof CelTypeError) {
+    const summary = (error as { summary?: string }).summary ?? error.message.split('\n')[0];
+    const range = (error as { range?: { start: number; end: number } }).range;
+    const at = range ? ` at position ${range.start + 1}` : '';
+    return new EngineError('CEL_ERROR', `CEL ${quote(expression)}: ${summary}${at}`, {
+      hint: error instanceof ParseError ? 'Fix the syntax at the position shown.' : 'Check the names and types used.',
+      details: { expression, position: range ? range.start + 1 : undefined, source: error.message },
+    });
+  }
+  const message = error instanceof Error ? error.message : String(error);
+  return new EngineError('CEL_ERROR', `CEL ${quote(expression)}: ${message}`, { details: { expression } });
+}

@@ -1,0 +1,86 @@
+import { Dec, formatDecimal, minorUnits } from '../decimal.js';
+
+/** CEL's `Decimal` type: an exact decimal. */
+export class CelDecimal {
+  constructor(readonly value: Dec) {}
+  toString(): string {
+    return formatDecimal(this.value);
+  }
+}
+
+/** CEL's `Money` type: an exact decimal amount in one currency. */
+export class CelMoney {
+  constructor(
+    readonly units: Dec,
+    readonly currency: string,
+  ) {}
+  toString(): string {
+    return `${formatDecimal(this.units, minorUnits(this.currency))} ${this.currency}`;
+  }
+}
+
+/**
+ * Namespaces such as `decimal.Round(...)` and `uuid.New()` are, to the CEL parser, method calls on
+ * an identifier. Each namespace is a constant of its own type, and its functions are receiver
+ * methods of that type. Each needs its own class: the library picks a value's CEL type by its class.
+ */
+export class DecimalNamespace {}
+export class MoneyNamespace {}
+export class UuidNamespace {}
+export class DateNamespace {}
+export class TimeNamespace {}
+export class StringsNamespace {}
+
+/**
+ * Convert a CEL result to plain JSON data: ints and decimals become strings or safe numbers, never
+ * lossy floats for money; timestamps become RFC 3339 strings; maps become objects.
+ */
+export function celToJson(value: unknown): unknown {
+  if (value === null || value === undefined) return null;
+  switch (typeof value) {
+    case 'string':
+    case 'boolean':
+      return value;
+    case 'number':
+      return Number.isFinite(value) ? value : String(value);
+    case 'bigint':
+      return value >= BigInt(Number.MIN_SAFE_INTEGER) && value <= BigInt(Number.MAX_SAFE_INTEGER)
+        ? Number(value)
+        : value.toString();
+    default:
+      break;
+  }
+  if (value instanceof CelDecimal) return formatDecimal(value.value);
+  if (value instanceof CelMoney) return { units: formatDecimal(value.units, minorUnits(value.currency)), currency: value.currency };
+  if (value instanceof Date) return value.toISOString();
+  if (value instanceof Uint8Array) return Buffer.from(value).toString('base64');
+  if (Array.isArray(value)) return value.map(celToJson);
+  if (value instanceof Map) {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of value) out[String(k)] = celToJson(v);
+    return out;
+  }
+  if (typeof value === 'object') {
+    const inner = (value as { valueOf(): unknown }).valueOf();
+    if (typeof inner === 'bigint') return celToJson(inner); // UnsignedInt
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value)) out[k] = celToJson(v);
+    return out;
+  }
+  return String(value);
+}
+
+/**
+ * Convert JSON data to CEL values: integral numbers become CEL ints (so `document.count + 1` works),
+ * other numbers stay doubles.
+ */
+export function jsonToCel(value: unknown): unknown {
+  if (typeof value === 'number') return Number.isSafeInteger(value) ? BigInt(value) : value;
+  if (Array.isArray(value)) return value.map(jsonToCel);
+  if (value !== null && typeof value === 'object' && !(value instanceof Date) && !(value instanceof CelDecimal) && !(value instanceof CelMoney)) {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value)) out[k] = jsonToCel(v);
+    return out;
+  }
+  return value;
+}

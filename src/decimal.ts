@@ -1,0 +1,104 @@
+import { Decimal } from 'decimal.js';
+import { EngineError, quote } from './errors.js';
+
+/**
+ * Exact decimal arithmetic for money. Precision 80 is far above the largest amount the limits let in
+ * (30 integer + 18 fraction digits), so additions and subtractions of amounts and balances are exact;
+ * division and multiplication in CEL round explicitly (decimal.Round / decimal.Quo).
+ */
+export const Dec = Decimal.clone({ precision: 80, rounding: Decimal.ROUND_HALF_EVEN, toExpNeg: -100, toExpPos: 100 });
+export type Dec = InstanceType<typeof Dec>;
+
+export const ZERO: Dec = new Dec(0);
+
+const DECIMAL_PATTERN = /^[+-]?(\d+)(?:\.(\d+))?$/;
+
+export interface DecimalBounds {
+  decimalIntegerDigitsMax: number;
+  decimalFractionDigitsMax: number;
+}
+
+/**
+ * Parse an amount from the wire. Only strings (and safe integers, which are exact) are accepted: a JS
+ * number with a fraction has already lost exactness before it reached us.
+ */
+export function parseDecimal(value: unknown, what: string, bounds: DecimalBounds): Dec {
+  let text: string;
+  if (typeof value === 'string') text = value.trim();
+  else if (typeof value === 'number' && Number.isSafeInteger(value)) text = String(value);
+  else if (typeof value === 'bigint') text = value.toString();
+  else if (typeof value === 'number') {
+    throw new EngineError('BAD_REQUEST', `${what} ${quote(value)} is a floating-point number`, {
+      hint: `Send decimals as strings, e.g. "${value}".`,
+    });
+  } else {
+    throw new EngineError('BAD_REQUEST', `${what} must be a decimal string, got ${quote(value)}`, {
+      hint: 'Send decimals as strings, e.g. "10.25".',
+    });
+  }
+  const match = DECIMAL_PATTERN.exec(text);
+  if (!match) {
+    throw new EngineError('BAD_REQUEST', `${what} ${quote(value)} is not a decimal number`, {
+      hint: 'Use digits with an optional sign and decimal point, e.g. "-10.25".',
+    });
+  }
+  checkDigits(text, (match[1] ?? '').replace(/^0+(?=\d)/, '').length, (match[2] ?? '').length, what, bounds);
+  return new Dec(text);
+}
+
+/** Check a computed decimal against the same bounds as a parsed one. */
+export function checkDecimalBounds(value: Dec, what: string, bounds: DecimalBounds): Dec {
+  if (!value.isFinite()) {
+    throw new EngineError('BAD_REQUEST', `${what} is ${value.toString()}, not a finite decimal`);
+  }
+  const text = value.toFixed();
+  const [int = '', frac = ''] = text.replace(/^-/, '').split('.');
+  checkDigits(text, int.replace(/^0+(?=\d)/, '').length, frac.length, what, bounds);
+  return value;
+}
+
+function checkDigits(text: string, intDigits: number, fracDigits: number, what: string, bounds: DecimalBounds): void {
+  if (fracDigits > bounds.decimalFractionDigitsMax) {
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `${what} ${quote(text)} has ${fracDigits} fractional digits; decimalFractionDigitsMax is ${bounds.decimalFractionDigitsMax}`,
+      { hint: 'Round the amount first, e.g. decimal.Round(x, "half_even", 2) in CEL.' },
+    );
+  }
+  if (intDigits > bounds.decimalIntegerDigitsMax) {
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `${what} ${quote(text)} has ${intDigits} integer digits; decimalIntegerDigitsMax is ${bounds.decimalIntegerDigitsMax}`,
+    );
+  }
+}
+
+/** Plain notation, never an exponent, with at least `minFractionDigits` digits after the point. */
+export function formatDecimal(value: Dec, minFractionDigits = 0): string {
+  const dp = value.decimalPlaces();
+  return dp < minFractionDigits ? value.toFixed(minFractionDigits) : value.toFixed();
+}
+
+/** Minor-unit digits of the currencies we know; others render with the digits they have. */
+const MINOR_UNITS: Record<string, number> = {
+  USD: 2, EUR: 2, GBP: 2, CHF: 2, CAD: 2, AUD: 2, NZD: 2, SEK: 2, NOK: 2, DKK: 2, PLN: 2, CZK: 2, MXN: 2,
+  BRL: 2, INR: 2, CNY: 2, HKD: 2, SGD: 2, ZAR: 2, TRY: 2, ILS: 2, AED: 2, SAR: 2,
+  JPY: 0, KRW: 0, VND: 0, CLP: 0, ISK: 0, HUF: 2,
+  KWD: 3, BHD: 3, JOD: 3, OMR: 3, TND: 3,
+  BTC: 8, ETH: 18, USDC: 6, USDT: 6,
+};
+
+export function minorUnits(currency: string): number {
+  return MINOR_UNITS[currency] ?? 0;
+}
+
+const CURRENCY_PATTERN = /^[A-Z][A-Z0-9]{2,9}$/;
+
+export function parseCurrency(value: unknown, what = 'currency'): string {
+  if (typeof value !== 'string' || !CURRENCY_PATTERN.test(value)) {
+    throw new EngineError('BAD_REQUEST', `${what} ${quote(value)} is not a currency code`, {
+      hint: 'Use an upper-case ISO-4217 code such as "USD", or an asset code of 3-10 letters and digits such as "USDC".',
+    });
+  }
+  return value;
+}

@@ -1,0 +1,38 @@
+import type { Cel } from '../cel/cel.js';
+import { celToJson, jsonToCel } from '../cel/values.js';
+import { EngineError, quote } from '../errors.js';
+
+/**
+ * The CEL REPL behind `Mutation.evaluate`: one expression, or a map of them evaluated in order where
+ * each key can use the earlier ones as `this.<key>`. `document` is bound as `document`.
+ */
+export function evaluateCel(cel: Cel, args: { expression?: string | null; expressions?: unknown; document?: unknown }): unknown {
+  const hasOne = args.expression != null;
+  const hasMap = args.expressions != null;
+  if (hasOne === hasMap) {
+    throw new EngineError('BAD_REQUEST', 'evaluate needs exactly one of expression or expressions', {
+      hint: 'evaluate(expression: "1 + 1") or evaluate(expressions: {a: "1", b: "this.a + 1"}).',
+    });
+  }
+  const document = jsonToCel(args.document ?? null);
+  if (hasOne) return celToJson(cel.evaluate(args.expression as string, { document }));
+  const self: Record<string, unknown> = {};
+  evaluateMap(cel, args.expressions, self, document, 'expressions');
+  return celToJson(self);
+}
+
+function evaluateMap(cel: Cel, node: unknown, target: Record<string, unknown>, document: unknown, path: string): void {
+  if (node === null || typeof node !== 'object' || Array.isArray(node)) {
+    throw new EngineError('BAD_REQUEST', `${path} must be a map of CEL expressions, got ${quote(node)}`);
+  }
+  const root = path === 'expressions' ? target : undefined;
+  for (const [key, value] of Object.entries(node)) {
+    if (typeof value === 'string') {
+      target[key] = cel.evaluate(value, { document, this: root ?? target });
+    } else {
+      const child: Record<string, unknown> = {};
+      target[key] = child;
+      evaluateMap(cel, value, child, document, `${path}.${key}`);
+    }
+  }
+}

@@ -1,0 +1,121 @@
+import { Dec, formatDecimal, minorUnits } from '../../decimal.js';
+import { EngineError } from '../../errors.js';
+import { type Balance, layerTotals, normalBalance } from '../../ledger/balances.js';
+import { DEFAULT_JOURNAL_ID } from '../../ledger/journals.js';
+import type { Account, Direction, Entry, Layer, Transaction } from '../../ledger/records.js';
+import type { TranCode } from '../../ledger/tran-codes.js';
+import { evaluateCel } from '../evaluate.js';
+import type { RequestContext } from '../context.js';
+
+type Args = Record<string, any>;
+type Resolver<P = unknown> = (parent: P, args: Args, ctx: RequestContext) => unknown;
+
+/** A balance together with the normal side of its account, which normalBalance needs. */
+interface BalanceView {
+  balance: Balance;
+  normalBalanceType: Direction;
+}
+
+function money(units: Dec, currency: string) {
+  return { units: formatDecimal(units, minorUnits(currency)), currency };
+}
+
+function amounts(view: BalanceView, layer: Layer, cumulative: boolean) {
+  const totals = layerTotals(view.balance, layer, cumulative);
+  const currency = view.balance.currency;
+  return {
+    drBalance: money(totals.dr, currency),
+    crBalance: money(totals.cr, currency),
+    normalBalance: money(normalBalance(totals, view.normalBalanceType), currency),
+  };
+}
+
+function balanceOf(ctx: RequestContext, account: Account, journalId: string | null | undefined, currency: string): BalanceView {
+  const journal = journalId ?? DEFAULT_JOURNAL_ID;
+  if (journalId) ctx.ledger.getJournal(journalId);
+  return { balance: ctx.ledger.readBalance(account.accountId, journal, currency), normalBalanceType: account.normalBalanceType };
+}
+
+const query: Record<string, Resolver> = {
+  journal: (_, { id }, ctx) => ctx.ledger.getJournal(id ?? DEFAULT_JOURNAL_ID),
+  journals: (_, { first, after }, ctx) => ctx.ledger.listJournals(first, after),
+  account: (_, { id, code }, ctx) => ctx.ledger.getAccount({ id, code }),
+  accounts: (_, { first, after, where }, ctx) => ctx.ledger.listAccounts({ first, after, status: where?.status }),
+  tranCode: (_, { id, code, version }, ctx) => ctx.ledger.getTranCode({ id, code, version }),
+  tranCodes: (_, { first, after }, ctx) => ctx.ledger.listTranCodes(first, after),
+  transaction: (_, { id }, ctx) => ctx.ledger.getTransaction(id),
+  transactions: (_, { first, after, where }, ctx) =>
+    ctx.ledger.listTransactions({ first, after, correlationId: where?.correlationId, journalId: where?.journalId }),
+  entry: (_, { id }, ctx) => ctx.ledger.getEntry(id),
+  entries: (_, { first, after, where }, ctx) => {
+    if (where.accountId) {
+      return ctx.ledger.entriesOfAccount({ accountId: where.accountId, first, after, journalId: where.journalId, currency: where.currency });
+    }
+    if (where.transactionId) return ctx.ledger.entriesOfTransaction(where.transactionId, first, after);
+    throw new EngineError('BAD_REQUEST', 'entries needs where.accountId or where.transactionId', {
+      hint: 'Entries are read through an account or a transaction index.',
+    });
+  },
+  balance: (_, { accountId, journalId, currency }, ctx) => balanceOf(ctx, ctx.ledger.getAccount({ id: accountId }), journalId, currency),
+};
+
+const mutation: Record<string, Resolver> = {
+  queries: () => ({}),
+  createJournal: (_, { input }, ctx) => ctx.ledger.createJournal(input),
+  updateJournal: (_, { id, input }, ctx) => ctx.ledger.updateJournal(id, input),
+  createAccount: (_, { input }, ctx) => ctx.ledger.createAccount(input),
+  updateAccount: (_, { id, input }, ctx) => ctx.ledger.updateAccount(id, input),
+  createTranCode: (_, { input }, ctx) => ctx.ledger.createTranCode(input),
+  updateTranCode: (_, { id, input }, ctx) => ctx.ledger.updateTranCode(id, input),
+  lockTranCode: (_, { id }, ctx) => ctx.ledger.lockTranCode(id),
+  postTransaction: (_, { input }, ctx) => ctx.ledger.postTransaction(input),
+  voidTransaction: (_, { id }, ctx) => ctx.ledger.voidTransaction(id),
+  evaluate: (_, args, ctx) => evaluateCel(ctx.cel, args as Parameters<typeof evaluateCel>[1]),
+};
+
+export const ledgerResolvers = {
+  Query: query,
+  Mutation: mutation,
+  Account: {
+    balance: (a: Account, { journalId, currency }: Args, ctx: RequestContext) => balanceOf(ctx, a, journalId, currency),
+    balances: (a: Account, { first, after }: Args, ctx: RequestContext) => {
+      const page = ctx.ledger.listBalances(a.accountId, first, after);
+      const view = (balance: Balance): BalanceView => ({ balance, normalBalanceType: a.normalBalanceType });
+      return { ...page, nodes: page.nodes.map(view), edges: page.edges.map((e) => ({ cursor: e.cursor, node: view(e.node) })) };
+    },
+    entries: (a: Account, { first, after, where }: Args, ctx: RequestContext) =>
+      ctx.ledger.entriesOfAccount({ accountId: a.accountId, first, after, journalId: where?.journalId, currency: where?.currency }),
+    history: (a: Account, { first, after }: Args, ctx: RequestContext) => ctx.ledger.accountHistory(a.accountId, first, after),
+  },
+  TranCode: {
+    history: (t: TranCode, { first, after }: Args, ctx: RequestContext) => ctx.ledger.tranCodeHistory(t.tranCodeId, first, after),
+  },
+  Transaction: {
+    tranCode: (t: Transaction, _: Args, ctx: RequestContext) => ctx.ledger.getTranCode({ id: t.tranCodeId, version: t.tranCodeVersion }),
+    journal: (t: Transaction, _: Args, ctx: RequestContext) => ctx.ledger.getJournal(t.journalId),
+    entries: (t: Transaction, { first, after }: Args, ctx: RequestContext) => ctx.ledger.entriesOfTransaction(t.transactionId, first, after),
+    correlated: (t: Transaction, { first, after }: Args, ctx: RequestContext) =>
+      ctx.ledger.listTransactions({ first, after, correlationId: t.correlationId }),
+  },
+  Entry: {
+    units: (e: Entry) => formatDecimal(new Dec(e.units), minorUnits(e.currency)),
+    amount: (e: Entry) => money(new Dec(e.units), e.currency),
+    transaction: (e: Entry, _: Args, ctx: RequestContext) => ctx.ledger.getTransaction(e.transactionId),
+    account: (e: Entry, _: Args, ctx: RequestContext) => ctx.ledger.getAccount({ id: e.accountId }),
+  },
+  Balance: {
+    accountId: (v: BalanceView) => v.balance.accountId,
+    journalId: (v: BalanceView) => v.balance.journalId,
+    currency: (v: BalanceView) => v.balance.currency,
+    entryId: (v: BalanceView) => v.balance.entryId,
+    version: (v: BalanceView) => v.balance.version,
+    created: (v: BalanceView) => v.balance.created,
+    modified: (v: BalanceView) => v.balance.modified,
+    account: (v: BalanceView, _: Args, ctx: RequestContext) => ctx.ledger.getAccount({ id: v.balance.accountId }),
+    journal: (v: BalanceView, _: Args, ctx: RequestContext) => ctx.ledger.getJournal(v.balance.journalId),
+    settled: (v: BalanceView) => amounts(v, 'SETTLED', false),
+    pending: (v: BalanceView) => amounts(v, 'PENDING', false),
+    encumbrance: (v: BalanceView) => amounts(v, 'ENCUMBRANCE', false),
+    available: (v: BalanceView, { layer }: Args) => amounts(v, layer as Layer, true),
+  },
+};

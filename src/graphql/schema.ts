@@ -1,0 +1,17 @@
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { makeExecutableSchema } from '@graphql-tools/schema';
+import type { GraphQLSchema } from 'graphql';
+import { ledgerResolvers } from './resolvers/ledger.js';
+import { scalars } from './scalars.js';
+
+export const SCHEMA_PATH = fileURLToPath(new URL('../../schema.graphql', import.meta.url));
+
+/** The executable schema: schema.graphql (the public contract) plus the resolvers of each area. */
+export function buildSchema(): GraphQLSchema {
+  return makeExecutableSchema({
+    typeDefs: readFileSync(SCHEMA_PATH, 'utf8'),
+    resolvers: [scalars, ledgerResolvers],
+    resolverValidationOptions: { requireResolversToMatchSchema: 'error' },
+  });
+}

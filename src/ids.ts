@@ -1,0 +1,52 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { EngineError, quote } from './errors.js';
+
+const UUID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export function isUuid(value: unknown): value is string {
+  return typeof value === 'string' && UUID_PATTERN.test(value);
+}
+
+/** Validate and canonicalise (lower-case) a UUID from the wire. */
+export function parseUuid(value: unknown, what = 'id'): string {
+  if (!isUuid(value)) {
+    throw new EngineError('BAD_REQUEST', `${what} ${quote(value)} is not a UUID`, {
+      hint: 'Use the 8-4-4-4-12 hex form, e.g. "70eec1a6-eac1-47aa-a507-e18f2d486425".',
+    });
+  }
+  return value.toLowerCase();
+}
+
+export function newId(): string {
+  return randomUUID();
+}
+
+/**
+ * A UUID derived from names, so that the same inputs always give the same id (the reversal of a
+ * transaction, an execution started by a trigger for a record version). Shaped as a version-8 UUID.
+ */
+export function derivedId(...parts: string[]): string {
+  const hex = createHash('sha256').update(parts.join('\u0000')).digest('hex');
+  const variant = ((parseInt(hex[16] ?? '0', 16) & 0x3) | 0x8).toString(16);
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-8${hex.slice(13, 16)}-${variant}${hex.slice(17, 20)}-${hex.slice(20, 32)}`;
+}
+
+/** sha256 of a string, hex; used to fingerprint idempotent inputs. */
+export function fingerprint(text: string): string {
+  return createHash('sha256').update(text).digest('hex');
+}
+
+/** JSON with object keys sorted, so equal values always give equal text. */
+export function canonicalJson(value: unknown): string {
+  return JSON.stringify(sortKeys(value));
+}
+
+function sortKeys(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(sortKeys);
+  if (value !== null && typeof value === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const key of Object.keys(value).sort()) out[key] = sortKeys((value as Record<string, unknown>)[key]);
+    return out;
+  }
+  return value;
+}

@@ -1,0 +1,127 @@
+import { EngineError, quote } from '../errors.js';
+import { type Connection, pageRequest, toConnection } from '../paging.js';
+import type { AccountRow } from '../storage/statements/ledger.js';
+import type { LedgerDeps } from './deps.js';
+import { insertUnique } from './journals.js';
+import {
+  type Account,
+  type AccountStatus,
+  type Direction,
+  jsonObjectText,
+  optionalText,
+  readJson,
+  requiredText,
+} from './records.js';
+
+export interface AccountInput {
+  accountId: string;
+  code: string;
+  name: string;
+  externalId?: string | null;
+  description?: string | null;
+  status?: AccountStatus | null;
+  normalBalanceType?: Direction | null;
+  metadata?: unknown;
+}
+
+export type AccountUpdate = Partial<Omit<AccountInput, 'accountId'>>;
+
+export function toAccount(row: AccountRow): Account {
+  return {
+    accountId: row.account_id,
+    code: row.code,
+    name: row.name,
+    externalId: row.external_id,
+    description: row.description,
+    status: row.status as AccountStatus,
+    normalBalanceType: row.normal_balance_type as Direction,
+    metadata: readJson(row.metadata),
+    version: row.version,
+    created: row.created,
+    modified: row.modified,
+  };
+}
+
+export function findAccountRow(deps: LedgerDeps, accountId: string): AccountRow {
+  const row = deps.st.accountById.get(accountId);
+  if (!row) {
+    throw new EngineError('NOT_FOUND', `account ${quote(accountId)} does not exist`, {
+      hint: 'Create it with createAccount, or check the id.',
+    });
+  }
+  return row;
+}
+
+export function getAccount(deps: LedgerDeps, ref: { id?: string | null; code?: string | null }): Account {
+  if (ref.id) return toAccount(findAccountRow(deps, ref.id));
+  if (ref.code) {
+    const row = deps.st.accountByCode.get(ref.code);
+    if (!row) throw new EngineError('NOT_FOUND', `no account has code ${quote(ref.code)}`);
+    return toAccount(row);
+  }
+  throw new EngineError('BAD_REQUEST', 'account needs an id or a code', { hint: 'Pass account(id: ...) or account(code: ...).' });
+}
+
+export function createAccount(deps: LedgerDeps, input: AccountInput): Account {
+  if (deps.st.accountById.get(input.accountId)) {
+    throw new EngineError('ALREADY_EXISTS', `account ${quote(input.accountId)} already exists`, {
+      hint: 'Use updateAccount to change it.',
+    });
+  }
+  const now = deps.clock.now().toISOString();
+  const row: AccountRow = {
+    account_id: input.accountId,
+    code: requiredText(input.code, 'code', 128),
+    name: requiredText(input.name, 'name'),
+    external_id: optionalText(input.externalId, 'externalId', 256),
+    description: optionalText(input.description, 'description'),
+    status: input.status ?? 'ACTIVE',
+    normal_balance_type: input.normalBalanceType ?? 'CREDIT',
+    metadata: jsonObjectText(input.metadata, 'metadata', deps.limits.jsonBytesMax),
+    version: 1,
+    created: now,
+    modified: now,
+  };
+  insertUnique(() => deps.st.insertAccount.run(row), `account code ${quote(row.code)} or externalId ${quote(row.external_id)}`);
+  const account = toAccount(row);
+  deps.st.insertAccountVersion.run(row.account_id, 1, JSON.stringify(account));
+  return account;
+}
+
+export function updateAccount(deps: LedgerDeps, accountId: string, input: AccountUpdate): Account {
+  const current = findAccountRow(deps, accountId);
+  const row: AccountRow = {
+    ...current,
+    code: input.code == null ? current.code : requiredText(input.code, 'code', 128),
+    name: input.name == null ? current.name : requiredText(input.name, 'name'),
+    external_id: input.externalId === undefined ? current.external_id : optionalText(input.externalId, 'externalId', 256),
+    description: input.description === undefined ? current.description : optionalText(input.description, 'description'),
+    status: input.status ?? current.status,
+    normal_balance_type: input.normalBalanceType ?? current.normal_balance_type,
+    metadata: input.metadata === undefined ? current.metadata : jsonObjectText(input.metadata, 'metadata', deps.limits.jsonBytesMax),
+    version: current.version + 1,
+    modified: deps.clock.now().toISOString(),
+  };
+  insertUnique(() => deps.st.updateAccount.run(row), `account code ${quote(row.code)} or externalId ${quote(row.external_id)}`);
+  const account = toAccount(row);
+  deps.st.insertAccountVersion.run(row.account_id, row.version, JSON.stringify(account));
+  return account;
+}
+
+export function listAccounts(
+  deps: LedgerDeps,
+  args: { first: number; after?: string | null; status?: AccountStatus | null },
+): Connection<Account> {
+  const req = pageRequest<number>(args.first, args.after, deps.limits.pageSizeMax, 'number');
+  const rows = args.status
+    ? deps.st.accountsByStatusPage.all(args.status, req.after ?? 0, req.fetch)
+    : deps.st.accountsPage.all(req.after ?? 0, req.fetch);
+  return toConnection(rows, req, (r) => r.rowid, toAccount);
+}
+
+/** Every version of an account, newest first. */
+export function accountHistory(deps: LedgerDeps, accountId: string, first: number, after?: string | null): Connection<Account> {
+  const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number');
+  const rows = deps.st.accountVersionsPage.all(accountId, req.after ?? Number.MAX_SAFE_INTEGER, req.fetch);
+  return toConnection(rows, req, (r) => r.version, (r) => JSON.parse(r.document) as Account);
+}

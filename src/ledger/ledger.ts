@@ -1,0 +1,46 @@
+import * as accounts from './accounts.js';
+import * as balances from './balances.js';
+import type { LedgerDeps } from './deps.js';
+import * as journals from './journals.js';
+import * as posting from './post-transaction.js';
+import * as reads from './reads.js';
+import * as tranCodes from './tran-codes.js';
+
+/**
+ * The ledger's public surface: one object per engine, every method synchronous and run inside the
+ * caller's SQLite transaction. Posting and voiding are the only writers of entries and balances.
+ */
+export class Ledger {
+  private readonly tranCodeCache = new tranCodes.TranCodeCache();
+
+  constructor(readonly deps: LedgerDeps) {}
+
+  getJournal = (id: string) => journals.getJournal(this.deps, id);
+  listJournals = (first: number, after?: string | null) => journals.listJournals(this.deps, first, after);
+  createJournal = (input: journals.JournalInput) => journals.createJournal(this.deps, input);
+  updateJournal = (id: string, input: Parameters<typeof journals.updateJournal>[2]) => journals.updateJournal(this.deps, id, input);
+
+  getAccount = (ref: { id?: string | null; code?: string | null }) => accounts.getAccount(this.deps, ref);
+  listAccounts = (args: Parameters<typeof accounts.listAccounts>[1]) => accounts.listAccounts(this.deps, args);
+  createAccount = (input: accounts.AccountInput) => accounts.createAccount(this.deps, input);
+  updateAccount = (id: string, input: accounts.AccountUpdate) => accounts.updateAccount(this.deps, id, input);
+  accountHistory = (id: string, first: number, after?: string | null) => accounts.accountHistory(this.deps, id, first, after);
+
+  getTranCode = (ref: Parameters<typeof tranCodes.getTranCode>[1]) => tranCodes.getTranCode(this.deps, ref);
+  listTranCodes = (first: number, after?: string | null) => tranCodes.listTranCodes(this.deps, first, after);
+  tranCodeHistory = (id: string, first: number, after?: string | null) => tranCodes.tranCodeHistory(this.deps, id, first, after);
+  createTranCode = (input: tranCodes.TranCodeInput) => tranCodes.createTranCode(this.deps, input, this.tranCodeCache);
+  updateTranCode = (id: string, input: tranCodes.TranCodeUpdate) => tranCodes.updateTranCode(this.deps, id, input, this.tranCodeCache);
+  lockTranCode = (id: string) => tranCodes.lockTranCode(this.deps, id, this.tranCodeCache);
+
+  postTransaction = (input: posting.PostTransactionInput) => posting.postTransaction(this.deps, this.tranCodeCache, input);
+  voidTransaction = (id: string) => posting.voidTransaction(this.deps, id);
+  getTransaction = (id: string) => reads.getTransaction(this.deps, id);
+  listTransactions = (args: Parameters<typeof reads.listTransactions>[1]) => reads.listTransactions(this.deps, args);
+  entriesOfTransaction = (id: string, first: number, after?: string | null) => reads.entriesOfTransaction(this.deps, id, first, after);
+  entriesOfAccount = (args: Parameters<typeof reads.entriesOfAccount>[1]) => reads.entriesOfAccount(this.deps, args);
+  getEntry = (id: string) => reads.getEntry(this.deps, id);
+
+  readBalance = (accountId: string, journalId: string, currency: string) => balances.readBalance(this.deps, accountId, journalId, currency);
+  listBalances = (accountId: string, first: number, after?: string | null) => balances.listBalances(this.deps, accountId, first, after);
+}

@@ -1,0 +1,395 @@
+import { CelDecimal, CelMoney, celToJson } from '../cel/values.js';
+import { utcDate } from '../clock.js';
+import { checkDecimalBounds, Dec, parseCurrency, parseDecimal } from '../decimal.js';
+import { EngineError, quote } from '../errors.js';
+import { canonicalJson, derivedId, fingerprint, isUuid, newId } from '../ids.js';
+import type { AccountRow, EntryRow, TransactionRow } from '../storage/statements/ledger.js';
+import { applyToBalances, type BalanceDelta } from './balances.js';
+import type { LedgerDeps } from './deps.js';
+import { DEFAULT_JOURNAL_ID } from './journals.js';
+import { bindParams, isDate } from './params.js';
+import { type Direction, type Entry, type JsonObject, jsonObjectText, type Layer, readJson, type Transaction } from './records.js';
+import { type CompiledField, type CompiledTranCode, findTranCodeRow, type TranCodeCache } from './tran-codes.js';
+
+export interface PostTransactionInput {
+  transactionId: string;
+  tranCode: string;
+  tranCodeVersion?: number | null;
+  params?: unknown;
+}
+
+export function toTransaction(row: TransactionRow): Transaction {
+  return {
+    transactionId: row.transaction_id,
+    tranCodeId: row.tran_code_id,
+    tranCodeVersion: row.tran_code_version,
+    journalId: row.journal_id,
+    correlationId: row.correlation_id,
+    externalId: row.external_id,
+    effective: row.effective,
+    description: row.description,
+    metadata: readJson(row.metadata),
+    voidOf: row.void_of,
+    voidedBy: row.voided_by,
+    version: row.version,
+    created: row.created,
+    modified: row.modified,
+  };
+}
+
+export function toEntry(row: EntryRow): Entry {
+  return {
+    entryId: row.entry_id,
+    transactionId: row.transaction_id,
+    accountId: row.account_id,
+    journalId: row.journal_id,
+    sequence: row.sequence,
+    entryType: row.entry_type,
+    layer: row.layer as Layer,
+    direction: row.direction as Direction,
+    units: row.units,
+    currency: row.currency,
+    description: row.description,
+    metadata: readJson(row.metadata),
+    created: row.created,
+  };
+}
+
+/** An entry computed from a template, before it is written. */
+interface PlannedEntry {
+  accountId: string;
+  units: Dec;
+  currency: string;
+  direction: Direction;
+  layer: Layer;
+  entryType: string;
+  description: string | null;
+  metadata: string | null;
+}
+
+/**
+ * The only writer of transactions, entries and balances. Expands the tran code, checks that every
+ * currency and layer balances and that every account and the journal accept postings, then writes
+ * it all. Nothing is written before every check has passed. `transactionId` is the idempotency key.
+ */
+export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: PostTransactionInput): Transaction {
+  const params = input.params ?? {};
+  if (typeof params !== 'object' || params === null || Array.isArray(params)) {
+    throw new EngineError('BAD_REQUEST', `params must be a JSON object, got ${quote(params)}`, {
+      hint: 'Send params as an object keyed by param name, e.g. {"amount": "10.00"}.',
+    });
+  }
+  const paramsText = jsonObjectText(params, 'params', deps.limits.jsonBytesMax);
+  const inputFingerprint = fingerprint(
+    canonicalJson({ tranCode: input.tranCode, tranCodeVersion: input.tranCodeVersion ?? null, params: JSON.parse(paramsText ?? '{}') }),
+  );
+
+  const existing = deps.st.transactionById.get(input.transactionId);
+  if (existing) {
+    if (existing.input_fingerprint === inputFingerprint) return toTransaction(existing);
+    throw new EngineError(
+      'TRANSACTION_ID_CONFLICT',
+      `transaction ${input.transactionId} was already posted with a different input`,
+      { details: { transactionId: input.transactionId } },
+    );
+  }
+
+  const tranCodeRow = findTranCodeRow(deps, { code: input.tranCode });
+  if (tranCodeRow.status !== 'ACTIVE') {
+    throw new EngineError('TRAN_CODE_LOCKED', `tran code ${tranCodeRow.code} is ${tranCodeRow.status}`);
+  }
+  const version = input.tranCodeVersion ?? tranCodeRow.version;
+  if (!Number.isInteger(version) || version < 1 || version > tranCodeRow.version) {
+    throw new EngineError('NOT_FOUND', `tran code ${tranCodeRow.code} has no version ${quote(version)}; its latest is ${tranCodeRow.version}`, {
+      hint: 'Leave tranCodeVersion out to use the latest version.',
+    });
+  }
+  const compiled = cache.get(deps, tranCodeRow.tran_code_id, version);
+  const expanded = expand(deps, compiled, input.transactionId, params as Record<string, unknown>);
+  checkBalanced(compiled.document.code, expanded.entries);
+
+  const journal = deps.st.journalById.get(expanded.journalId);
+  if (!journal) throw new EngineError('NOT_FOUND', `journal ${quote(expanded.journalId)} does not exist`);
+  if (journal.status !== 'ACTIVE') {
+    throw new EngineError('JOURNAL_LOCKED', `journal ${journal.name} (${journal.journal_id}) is ${journal.status}`);
+  }
+  checkPostable(deps, expanded.entries.map((e) => e.accountId));
+
+  const now = deps.clock.now().toISOString();
+  const row: Omit<TransactionRow, 'seq'> = {
+    transaction_id: input.transactionId,
+    tran_code_id: tranCodeRow.tran_code_id,
+    tran_code_version: version,
+    journal_id: expanded.journalId,
+    correlation_id: expanded.correlationId,
+    external_id: expanded.externalId,
+    effective: expanded.effective,
+    description: expanded.description,
+    metadata: expanded.metadata,
+    void_of: null,
+    voided_by: null,
+    input_fingerprint: inputFingerprint,
+    version: 1,
+    created: now,
+    modified: now,
+  };
+  writeTransaction(deps, row, expanded.entries);
+  return toTransaction({ ...row, seq: 0 });
+}
+
+/** Write the reversal of a transaction: every entry on its layer with the opposite direction. */
+export function voidTransaction(deps: LedgerDeps, transactionId: string): Transaction {
+  const original = deps.st.transactionById.get(transactionId);
+  if (!original) throw new EngineError('NOT_FOUND', `transaction ${quote(transactionId)} does not exist`);
+  if (original.voided_by) {
+    throw new EngineError('ALREADY_VOIDED', `transaction ${transactionId} was already voided by ${original.voided_by}`, {
+      details: { voidedBy: original.voided_by },
+    });
+  }
+  if (original.void_of) {
+    throw new EngineError('BAD_REQUEST', `transaction ${transactionId} is itself the void of ${original.void_of}`, {
+      hint: 'Post the original again with a new transactionId instead.',
+    });
+  }
+  const journal = deps.st.journalById.get(original.journal_id);
+  if (journal && journal.status !== 'ACTIVE') {
+    throw new EngineError('JOURNAL_LOCKED', `journal ${journal.name} (${journal.journal_id}) is ${journal.status}`);
+  }
+  const entries = deps.st.entriesByTransaction.all(transactionId, 0, deps.limits.entriesPerTransactionMax + 1);
+  checkPostable(deps, entries.map((e) => e.account_id));
+
+  const now = deps.clock.now();
+  const reversal: Omit<TransactionRow, 'seq'> = {
+    ...original,
+    transaction_id: derivedId('void', transactionId),
+    effective: utcDate(now),
+    void_of: transactionId,
+    voided_by: null,
+    input_fingerprint: null,
+    version: 1,
+    created: now.toISOString(),
+    modified: now.toISOString(),
+  };
+  const planned: PlannedEntry[] = entries.map((e) => ({
+    accountId: e.account_id,
+    units: new Dec(e.units),
+    currency: e.currency,
+    direction: e.direction === 'DEBIT' ? 'CREDIT' : 'DEBIT',
+    layer: e.layer as Layer,
+    entryType: e.entry_type,
+    description: e.description,
+    metadata: e.metadata,
+  }));
+  writeTransaction(deps, reversal, planned);
+  deps.st.markVoided.run(reversal.transaction_id, now.toISOString(), transactionId);
+  return toTransaction({ ...reversal, seq: 0 });
+}
+
+function writeTransaction(deps: LedgerDeps, row: Omit<TransactionRow, 'seq'>, entries: readonly PlannedEntry[]): void {
+  deps.st.insertTransaction.run(row);
+  const deltas: BalanceDelta[] = [];
+  entries.forEach((e, i) => {
+    const entryId = newId();
+    deps.st.insertEntry.run({
+      entry_id: entryId,
+      transaction_id: row.transaction_id,
+      account_id: e.accountId,
+      journal_id: row.journal_id,
+      sequence: i + 1,
+      entry_type: e.entryType,
+      layer: e.layer,
+      direction: e.direction,
+      units: e.units.toFixed(),
+      currency: e.currency,
+      description: e.description,
+      metadata: e.metadata,
+      created: row.created,
+    });
+    deltas.push({ accountId: e.accountId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId });
+  });
+  applyToBalances(deps, deltas, row.modified);
+}
+
+function checkPostable(deps: LedgerDeps, accountIds: readonly string[]): void {
+  const checked = new Set<string>();
+  for (const accountId of accountIds) {
+    if (checked.has(accountId)) continue;
+    checked.add(accountId);
+    const account: AccountRow | undefined = deps.st.accountById.get(accountId);
+    if (!account) {
+      throw new EngineError('NOT_FOUND', `account ${quote(accountId)} does not exist`, { hint: 'Create the account before posting to it.' });
+    }
+    if (account.status === 'LOCKED') {
+      throw new EngineError('ACCOUNT_LOCKED', `account ${account.code} (${accountId}) is LOCKED and accepts no postings`, {
+        details: { accountId },
+      });
+    }
+  }
+}
+
+/** Debits equal credits for every currency and every layer; an engine assertion before any write. */
+function checkBalanced(code: string, entries: readonly PlannedEntry[]): void {
+  const sums = new Map<string, Dec>();
+  for (const e of entries) {
+    const key = `${e.currency} ${e.layer}`;
+    const signed = e.direction === 'DEBIT' ? e.units : e.units.neg();
+    sums.set(key, (sums.get(key) ?? new Dec(0)).plus(signed));
+  }
+  const off = [...sums].filter(([, sum]) => !sum.isZero());
+  if (off.length > 0) {
+    const details = off.map(([key, sum]) => {
+      const [currency, layer] = key.split(' ');
+      return { currency, layer, debitsMinusCredits: sum.toFixed() };
+    });
+    throw new EngineError(
+      'UNBALANCED',
+      `tran code ${code} produced unbalanced entries: ${details.map((d) => `${d.currency} ${d.layer} debits − credits = ${d.debitsMinusCredits}`).join('; ')}`,
+      { details },
+    );
+  }
+}
+
+interface Expanded {
+  journalId: string;
+  correlationId: string;
+  externalId: string | null;
+  effective: string;
+  description: string | null;
+  metadata: string | null;
+  entries: PlannedEntry[];
+}
+
+/** Evaluate params, vars, the transaction template and every entry template. */
+function expand(deps: LedgerDeps, compiled: CompiledTranCode, transactionId: string, input: Record<string, unknown>): Expanded {
+  const code = compiled.document.code;
+  const params = bindParams(deps, compiled, input);
+  const vars: Record<string, unknown> = {};
+  const context = { params, vars };
+  for (const { path, field } of compiled.vars) {
+    let target = vars;
+    for (const key of path.slice(0, -1)) target = (target[key] ??= {}) as Record<string, unknown>;
+    target[path.at(-1) as string] = run(code, field, context);
+  }
+
+  const t = compiled.transaction;
+  const effectiveValue = t.effective ? run(code, t.effective, context) : utcDate(deps.clock.now());
+  const effective = effectiveValue instanceof Date ? utcDate(effectiveValue) : effectiveValue;
+  if (!isDate(effective)) throw fieldError(code, t.effective, `evaluated to ${quote(celToJson(effective))}, not a date YYYY-MM-DD`);
+  const journalId = t.journalId ? uuidOf(code, t.journalId, run(code, t.journalId, context)) : DEFAULT_JOURNAL_ID;
+  const correlationId = t.correlationId ? textOf(code, t.correlationId, run(code, t.correlationId, context)) : transactionId;
+  const externalId = t.externalId ? textOf(code, t.externalId, run(code, t.externalId, context)) : null;
+  const description = t.description ? textOf(code, t.description, run(code, t.description, context)) : null;
+  const metadata = t.metadata ? metadataOf(deps, code, t.metadata, run(code, t.metadata, context)) : null;
+
+  const entries: PlannedEntry[] = [];
+  for (const template of compiled.entries) {
+    if (template.condition) {
+      const condition = run(code, template.condition, context);
+      if (typeof condition !== 'boolean') throw fieldError(code, template.condition, `evaluated to ${quote(celToJson(condition))}, not a bool`);
+      if (!condition) continue;
+    }
+    const direction = directionOf(code, template.direction!, run(code, template.direction!, context));
+    const units = unitsOf(deps, code, template.units!, run(code, template.units!, context));
+    entries.push({
+      accountId: uuidOf(code, template.accountId!, run(code, template.accountId!, context)),
+      units,
+      currency: currencyOf(code, template.currency!, run(code, template.currency!, context)),
+      direction,
+      layer: template.layer ? layerOf(code, template.layer, run(code, template.layer, context)) : 'SETTLED',
+      entryType: template.entryType
+        ? textOf(code, template.entryType, run(code, template.entryType, context))
+        : `${code}_${direction === 'DEBIT' ? 'DR' : 'CR'}`,
+      description: template.description ? textOf(code, template.description, run(code, template.description, context)) : null,
+      metadata: template.metadata ? metadataOf(deps, code, template.metadata, run(code, template.metadata, context)) : null,
+    });
+  }
+  if (entries.length < 2) {
+    throw new EngineError('TRAN_CODE_ERROR', `tran code ${code} produced ${entries.length} entr${entries.length === 1 ? 'y' : 'ies'}; a transaction needs at least 2`, {
+      hint: 'Check the entry conditions against the params sent.',
+    });
+  }
+  if (entries.length > deps.limits.entriesPerTransactionMax) {
+    throw new EngineError('LIMIT_EXCEEDED', `tran code ${code} produced ${entries.length} entries; entriesPerTransactionMax is ${deps.limits.entriesPerTransactionMax}`);
+  }
+  return { journalId, correlationId, externalId, effective, description, metadata, entries };
+}
+
+function run(code: string, field: CompiledField, context: Record<string, unknown>): unknown {
+  try {
+    return field.evaluate(context);
+  } catch (error) {
+    const message = error instanceof Error ? (error as { summary?: string }).summary ?? error.message.split('\n')[0] : String(error);
+    throw new EngineError('TRAN_CODE_ERROR', `tran code ${code}: ${field.path} = ${quote(field.source)} failed: ${message}`, {
+      hint: (error as EngineError).hint ?? 'Check the expression against the params sent.',
+      details: { field: field.path, expression: field.source },
+    });
+  }
+}
+
+function fieldError(code: string, field: CompiledField | undefined, problem: string, hint?: string): EngineError {
+  const where = field ? `${field.path} = ${quote(field.source)}` : 'a default';
+  return new EngineError('TRAN_CODE_ERROR', `tran code ${code}: ${where} ${problem}`, {
+    ...(hint === undefined ? {} : { hint }),
+    details: field ? { field: field.path, expression: field.source } : undefined,
+  });
+}
+
+function textOf(code: string, field: CompiledField, value: unknown): string {
+  if (typeof value === 'string') return value;
+  if (typeof value === 'bigint' || value instanceof CelDecimal) return value.toString();
+  throw fieldError(code, field, `evaluated to ${quote(celToJson(value))}, not a string`);
+}
+
+function uuidOf(code: string, field: CompiledField, value: unknown): string {
+  if (isUuid(value)) return value.toLowerCase();
+  throw fieldError(code, field, `evaluated to ${quote(celToJson(value))}, not a UUID`, 'Pass the id as a UUID param.');
+}
+
+function currencyOf(code: string, field: CompiledField, value: unknown): string {
+  try {
+    return parseCurrency(value);
+  } catch {
+    throw fieldError(code, field, `evaluated to ${quote(celToJson(value))}, not a currency code`, 'Quote literal codes in CEL: "\'USD\'".');
+  }
+}
+
+function directionOf(code: string, field: CompiledField, value: unknown): Direction {
+  if (value === 'DEBIT' || value === 0n) return 'DEBIT';
+  if (value === 'CREDIT' || value === 1n) return 'CREDIT';
+  throw fieldError(code, field, `evaluated to ${quote(celToJson(value))}, not a direction`, 'Use DEBIT or CREDIT (or 0 / 1).');
+}
+
+function layerOf(code: string, field: CompiledField, value: unknown): Layer {
+  if (value === 'SETTLED' || value === 0n) return 'SETTLED';
+  if (value === 'PENDING' || value === 1n) return 'PENDING';
+  if (value === 'ENCUMBRANCE' || value === 2n) return 'ENCUMBRANCE';
+  throw fieldError(code, field, `evaluated to ${quote(celToJson(value))}, not a layer`, 'Use SETTLED, PENDING or ENCUMBRANCE (or 0 / 1 / 2).');
+}
+
+function unitsOf(deps: LedgerDeps, code: string, field: CompiledField, value: unknown): Dec {
+  let units: Dec;
+  try {
+    if (value instanceof CelDecimal) units = checkDecimalBounds(value.value, `${field.path}`, deps.limits);
+    else if (value instanceof CelMoney) units = checkDecimalBounds(value.units, `${field.path}`, deps.limits);
+    else if (typeof value === 'bigint' || typeof value === 'string') units = parseDecimal(value, field.path, deps.limits);
+    else if (typeof value === 'number') {
+      throw fieldError(code, field, `evaluated to the double ${value}`, `Amounts must be exact: use decimal("${value}") or a DECIMAL param.`);
+    } else throw fieldError(code, field, `evaluated to ${quote(celToJson(value))}, not a decimal`);
+  } catch (error) {
+    if (error instanceof EngineError && error.code === 'TRAN_CODE_ERROR') throw error;
+    const e = error as EngineError;
+    throw new EngineError(e.code === 'LIMIT_EXCEEDED' ? 'LIMIT_EXCEEDED' : 'TRAN_CODE_ERROR', `tran code ${code}: ${e.message}`, { hint: e.hint });
+  }
+  if (units.isNegative()) {
+    throw fieldError(code, field, `evaluated to ${units.toFixed()}, a negative amount`, 'Entry units are never negative: flip the direction instead.');
+  }
+  return units;
+}
+
+function metadataOf(deps: LedgerDeps, code: string, field: CompiledField, value: unknown): string | null {
+  const json = celToJson(value) as JsonObject;
+  if (json === null || typeof json !== 'object' || Array.isArray(json)) {
+    throw fieldError(code, field, `evaluated to ${quote(json)}, not a map`);
+  }
+  return jsonObjectText(json, field.path, deps.limits.jsonBytesMax);
+}

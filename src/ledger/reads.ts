@@ -1,0 +1,65 @@
+import { EngineError, quote } from '../errors.js';
+import { type Connection, pageRequest, toConnection } from '../paging.js';
+import type { LedgerDeps } from './deps.js';
+import { toEntry, toTransaction } from './post-transaction.js';
+import type { Entry, Transaction } from './records.js';
+
+export function getTransaction(deps: LedgerDeps, transactionId: string): Transaction {
+  const row = deps.st.transactionById.get(transactionId);
+  if (!row) throw new EngineError('NOT_FOUND', `transaction ${quote(transactionId)} does not exist`);
+  return toTransaction(row);
+}
+
+export function findTransaction(deps: LedgerDeps, transactionId: string): Transaction | null {
+  const row = deps.st.transactionById.get(transactionId);
+  return row ? toTransaction(row) : null;
+}
+
+/** Transactions in posting order, all of them, or those of one correlation id or one journal. */
+export function listTransactions(
+  deps: LedgerDeps,
+  args: { first: number; after?: string | null; correlationId?: string | null; journalId?: string | null },
+): Connection<Transaction> {
+  const req = pageRequest<number>(args.first, args.after, deps.limits.pageSizeMax, 'number');
+  const after = req.after ?? 0;
+  const rows = args.correlationId
+    ? deps.st.transactionsByCorrelationPage.all(args.correlationId, after, req.fetch)
+    : args.journalId
+      ? deps.st.transactionsByJournalPage.all(args.journalId, after, req.fetch)
+      : deps.st.transactionsPage.all(after, req.fetch);
+  return toConnection(rows, req, (r) => r.seq, toTransaction);
+}
+
+export function entriesOfTransaction(deps: LedgerDeps, transactionId: string, first: number, after?: string | null): Connection<Entry> {
+  const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number');
+  const rows = deps.st.entriesByTransaction.all(transactionId, req.after ?? 0, req.fetch);
+  return toConnection(rows, req, (r) => r.sequence, toEntry);
+}
+
+/** An account's entries in posting order, optionally of one journal and currency. */
+export function entriesOfAccount(
+  deps: LedgerDeps,
+  args: { accountId: string; first: number; after?: string | null; journalId?: string | null; currency?: string | null },
+): Connection<Entry> {
+  const req = pageRequest<number>(args.first, args.after, deps.limits.pageSizeMax, 'number');
+  const nodes: ReturnType<typeof deps.st.entriesByAccountPage.all> = [];
+  let after = req.after ?? 0;
+  // Filters apply after the index range scan; keep scanning until the page is full.
+  for (;;) {
+    const rows = deps.st.entriesByAccountPage.all(args.accountId, after, req.fetch);
+    for (const row of rows) {
+      if ((args.journalId && row.journal_id !== args.journalId) || (args.currency && row.currency !== args.currency)) continue;
+      nodes.push(row);
+      if (nodes.length === req.fetch) break;
+    }
+    if (nodes.length === req.fetch || rows.length < req.fetch) break;
+    after = rows.at(-1)!.seq;
+  }
+  return toConnection(nodes, req, (r) => r.seq, toEntry);
+}
+
+export function getEntry(deps: LedgerDeps, entryId: string): Entry {
+  const row = deps.st.entryById.get(entryId);
+  if (!row) throw new EngineError('NOT_FOUND', `entry ${quote(entryId)} does not exist`);
+  return toEntry(row);
+}

@@ -1,0 +1,111 @@
+import { EngineError, quote } from '../errors.js';
+
+export type Status = 'ACTIVE' | 'LOCKED';
+export type AccountStatus = 'ACTIVE' | 'LOCKED' | 'INACTIVE';
+export type Direction = 'DEBIT' | 'CREDIT';
+export type Layer = 'SETTLED' | 'PENDING' | 'ENCUMBRANCE';
+export const LAYERS: readonly Layer[] = ['SETTLED', 'PENDING', 'ENCUMBRANCE'];
+export type JsonObject = Record<string, unknown>;
+
+export interface Journal {
+  journalId: string;
+  name: string;
+  description: string | null;
+  status: Status;
+  code: string | null;
+  version: number;
+  created: string;
+  modified: string;
+}
+
+export interface Account {
+  accountId: string;
+  code: string;
+  name: string;
+  externalId: string | null;
+  description: string | null;
+  status: AccountStatus;
+  normalBalanceType: Direction;
+  metadata: JsonObject | null;
+  version: number;
+  created: string;
+  modified: string;
+}
+
+export interface Transaction {
+  transactionId: string;
+  tranCodeId: string;
+  tranCodeVersion: number;
+  journalId: string;
+  correlationId: string;
+  externalId: string | null;
+  effective: string;
+  description: string | null;
+  metadata: JsonObject | null;
+  voidOf: string | null;
+  voidedBy: string | null;
+  version: number;
+  created: string;
+  modified: string;
+}
+
+export interface Entry {
+  entryId: string;
+  transactionId: string;
+  accountId: string;
+  journalId: string;
+  sequence: number;
+  entryType: string;
+  layer: Layer;
+  direction: Direction;
+  units: string;
+  currency: string;
+  description: string | null;
+  metadata: JsonObject | null;
+  created: string;
+}
+
+/** Parse a JSON column written by the engine itself. */
+export function readJson(text: string | null): JsonObject | null {
+  return text === null ? null : (JSON.parse(text) as JsonObject);
+}
+
+/**
+ * Validate a metadata-like value from the wire: a JSON object (or null), within jsonBytesMax.
+ * Returns the text to store.
+ */
+export function jsonObjectText(value: unknown, what: string, jsonBytesMax: number): string | null {
+  if (value === undefined || value === null) return null;
+  if (typeof value !== 'object' || Array.isArray(value)) {
+    throw new EngineError('BAD_REQUEST', `${what} must be a JSON object, got ${quote(value)}`, {
+      hint: 'Send an object such as {"tier": "gold"}.',
+    });
+  }
+  const text = JSON.stringify(value);
+  if (Buffer.byteLength(text) > jsonBytesMax) {
+    throw new EngineError('LIMIT_EXCEEDED', `${what} is ${Buffer.byteLength(text)} bytes; jsonBytesMax is ${jsonBytesMax}`, {
+      hint: 'Keep metadata small; store large documents elsewhere and reference them.',
+    });
+  }
+  return text;
+}
+
+/** A required, trimmed, non-empty string of bounded length. */
+export function requiredText(value: unknown, what: string, max = 256): string {
+  if (typeof value !== 'string' || value.trim() === '') {
+    throw new EngineError('BAD_REQUEST', `${what} must be a non-empty string, got ${quote(value)}`);
+  }
+  if (value.length > max) {
+    throw new EngineError('LIMIT_EXCEEDED', `${what} is ${value.length} characters; the most is ${max}`);
+  }
+  return value.trim();
+}
+
+export function optionalText(value: unknown, what: string, max = 4096): string | null {
+  if (value === undefined || value === null) return null;
+  if (typeof value !== 'string') throw new EngineError('BAD_REQUEST', `${what} must be a string, got ${quote(value)}`);
+  if (value.length > max) {
+    throw new EngineError('LIMIT_EXCEEDED', `${what} is ${value.length} characters; the most is ${max}`);
+  }
+  return value;
+}

@@ -1,0 +1,64 @@
+/**
+ * Every bound the engine enforces, with its default and the reason for it. Each one can be
+ * overridden through `createEngine({ limits })`, and each has a test that crosses it.
+ */
+export interface Limits {
+  /** Largest `first` a connection accepts. Pages must stay small enough to answer in one request. */
+  pageSizeMax: number;
+  /** Largest GraphQL document (query text) in bytes; parsing is linear but validation is not cheap. */
+  documentBytesMax: number;
+  /** Deepest selection nesting in a GraphQL document; stops exponential fan-out through relations. */
+  queryDepthMax: number;
+  /** Parsed and validated documents kept in the cache (keyed by source text). */
+  documentCacheMax: number;
+  /** Largest HTTP request body in bytes. */
+  requestBodyBytesMax: number;
+  /** HTTP request timeout: a client that does not finish sending its body in time is cut off. */
+  requestTimeoutMs: number;
+  /** Longest CEL expression in characters. */
+  celExpressionLengthMax: number;
+  /** Compiled CEL expressions kept in the cache. */
+  celCacheMax: number;
+  /** Entries one transaction may write (tran code entry templates, and entries after conditions). */
+  entriesPerTransactionMax: number;
+  /** Params one tran code may declare. */
+  tranCodeParamsMax: number;
+  /** Largest metadata or params JSON in bytes. */
+  jsonBytesMax: number;
+  /** Digits before the decimal point of any amount. 30 covers every fiat and crypto supply with room. */
+  decimalIntegerDigitsMax: number;
+  /** Digits after the decimal point of any amount. 18 is what ETH-style tokens need. */
+  decimalFractionDigitsMax: number;
+  /** How long a writer waits for SQLite's write lock before failing with BUSY. */
+  busyTimeoutMs: number;
+}
+
+export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
+  pageSizeMax: 1000,
+  documentBytesMax: 100_000,
+  queryDepthMax: 12,
+  documentCacheMax: 1000,
+  requestBodyBytesMax: 1_048_576,
+  requestTimeoutMs: 30_000,
+  celExpressionLengthMax: 4096,
+  celCacheMax: 10_000,
+  entriesPerTransactionMax: 500,
+  tranCodeParamsMax: 64,
+  jsonBytesMax: 65_536,
+  decimalIntegerDigitsMax: 30,
+  decimalFractionDigitsMax: 18,
+  busyTimeoutMs: 5000,
+});
+
+export function resolveLimits(overrides: Partial<Limits> = {}): Readonly<Limits> {
+  const limits = { ...DEFAULT_LIMITS };
+  for (const [name, value] of Object.entries(overrides)) {
+    if (!Object.hasOwn(DEFAULT_LIMITS, name)) throw new Error(`unknown limit ${JSON.stringify(name)}`);
+    if (value === undefined) continue;
+    if (typeof value !== 'number' || !Number.isInteger(value) || value < 0) {
+      throw new Error(`limit ${name} must be a non-negative integer, got ${JSON.stringify(value)}`);
+    }
+    (limits as Record<string, number>)[name] = value;
+  }
+  return Object.freeze(limits);
+}

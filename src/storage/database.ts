@@ -1,0 +1,57 @@
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import Database from 'better-sqlite3';
+import { EngineError } from '../errors.js';
+import { MIGRATIONS, type Migration } from './migrations.js';
+
+export type Db = Database.Database;
+
+export interface OpenOptions {
+  /** File path, or ':memory:'. Parent folders are created. */
+  path: string;
+  busyTimeoutMs: number;
+}
+
+/** Open SQLite with explicit pragmas and bring its schema up to date. */
+export function openDatabase(options: OpenOptions): Db {
+  if (options.path !== ':memory:') mkdirSync(dirname(options.path), { recursive: true });
+  const db = new Database(options.path);
+  try {
+    // WAL: readers never block the writer. NORMAL: a commit is durable once the WAL is synced at a
+    // checkpoint; a power cut can lose the last commits but never corrupts the database.
+    db.pragma('journal_mode = WAL');
+    db.pragma('synchronous = NORMAL');
+    db.pragma('foreign_keys = ON');
+    db.pragma(`busy_timeout = ${Math.trunc(options.busyTimeoutMs)}`);
+    migrate(db, MIGRATIONS);
+  } catch (error) {
+    db.close();
+    throw error;
+  }
+  return db;
+}
+
+export function schemaVersion(db: Db): number {
+  return db.pragma('user_version', { simple: true }) as number;
+}
+
+/** Apply, in order and each in its own transaction, the migrations newer than `user_version`. */
+export function migrate(db: Db, migrations: readonly Migration[]): number[] {
+  const applied: number[] = [];
+  const current = schemaVersion(db);
+  const latest = migrations.at(-1)?.version ?? 0;
+  if (current > latest) {
+    throw new EngineError('INTERNAL', `database schema version ${current} is newer than this Tally (${latest})`, {
+      hint: 'Run a newer Tally against this database.',
+    });
+  }
+  for (const migration of migrations) {
+    if (migration.version <= current) continue;
+    db.transaction(() => {
+      db.exec(migration.sql);
+      db.pragma(`user_version = ${migration.version}`);
+    }).immediate();
+    applied.push(migration.version);
+  }
+  return applied;
+}

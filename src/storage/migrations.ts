@@ -1,0 +1,128 @@
+/**
+ * Numbered, forward-only migrations. A migration is never edited once it has shipped: change the
+ * schema by appending the next one. `user_version` records the last one applied.
+ *
+ * Amounts are TEXT holding exact decimal strings (see src/decimal.ts); SQLite never does arithmetic
+ * on them. Every table has `version`, `created`, `modified` like the records it stores.
+ */
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+export const DEFAULT_JOURNAL_ID = '00000000-0000-0000-0000-000000000000';
+
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'ledger',
+    sql: `
+      CREATE TABLE journals (
+        journal_id  TEXT PRIMARY KEY,
+        name        TEXT NOT NULL,
+        description TEXT,
+        status      TEXT NOT NULL CHECK (status IN ('ACTIVE','LOCKED')),
+        code        TEXT UNIQUE,
+        version     INTEGER NOT NULL,
+        created     TEXT NOT NULL,
+        modified    TEXT NOT NULL
+      );
+      INSERT INTO journals VALUES ('${DEFAULT_JOURNAL_ID}', 'Default', 'The default journal', 'ACTIVE', 'DEFAULT', 1,
+        strftime('%Y-%m-%dT%H:%M:%fZ','now'), strftime('%Y-%m-%dT%H:%M:%fZ','now'));
+
+      CREATE TABLE accounts (
+        account_id          TEXT PRIMARY KEY,
+        code                TEXT NOT NULL UNIQUE,
+        name                TEXT NOT NULL,
+        external_id         TEXT UNIQUE,
+        description         TEXT,
+        status              TEXT NOT NULL CHECK (status IN ('ACTIVE','LOCKED','INACTIVE')),
+        normal_balance_type TEXT NOT NULL CHECK (normal_balance_type IN ('DEBIT','CREDIT')),
+        metadata            TEXT,
+        version             INTEGER NOT NULL,
+        created             TEXT NOT NULL,
+        modified            TEXT NOT NULL
+      );
+      CREATE TABLE account_versions (
+        account_id TEXT NOT NULL REFERENCES accounts(account_id),
+        version    INTEGER NOT NULL,
+        document   TEXT NOT NULL,
+        PRIMARY KEY (account_id, version)
+      ) WITHOUT ROWID;
+
+      CREATE TABLE tran_codes (
+        tran_code_id TEXT PRIMARY KEY,
+        code         TEXT NOT NULL UNIQUE,
+        status       TEXT NOT NULL CHECK (status IN ('ACTIVE','LOCKED')),
+        version      INTEGER NOT NULL,
+        created      TEXT NOT NULL,
+        modified     TEXT NOT NULL
+      );
+      CREATE TABLE tran_code_versions (
+        tran_code_id TEXT NOT NULL REFERENCES tran_codes(tran_code_id),
+        version      INTEGER NOT NULL,
+        document     TEXT NOT NULL,
+        created      TEXT NOT NULL,
+        PRIMARY KEY (tran_code_id, version)
+      ) WITHOUT ROWID;
+
+      CREATE TABLE transactions (
+        seq               INTEGER PRIMARY KEY,
+        transaction_id    TEXT NOT NULL UNIQUE,
+        tran_code_id      TEXT NOT NULL REFERENCES tran_codes(tran_code_id),
+        tran_code_version INTEGER NOT NULL,
+        journal_id        TEXT NOT NULL REFERENCES journals(journal_id),
+        correlation_id    TEXT NOT NULL,
+        external_id       TEXT,
+        effective         TEXT NOT NULL,
+        description       TEXT,
+        metadata          TEXT,
+        void_of           TEXT UNIQUE,
+        voided_by         TEXT,
+        input_fingerprint TEXT,
+        version           INTEGER NOT NULL,
+        created           TEXT NOT NULL,
+        modified          TEXT NOT NULL
+      );
+      CREATE INDEX transactions_by_correlation ON transactions (correlation_id, seq);
+      CREATE INDEX transactions_by_journal ON transactions (journal_id, seq);
+
+      CREATE TABLE entries (
+        seq            INTEGER PRIMARY KEY,
+        entry_id       TEXT NOT NULL UNIQUE,
+        transaction_id TEXT NOT NULL REFERENCES transactions(transaction_id),
+        account_id     TEXT NOT NULL REFERENCES accounts(account_id),
+        journal_id     TEXT NOT NULL REFERENCES journals(journal_id),
+        sequence       INTEGER NOT NULL,
+        entry_type     TEXT NOT NULL,
+        layer          TEXT NOT NULL CHECK (layer IN ('SETTLED','PENDING','ENCUMBRANCE')),
+        direction      TEXT NOT NULL CHECK (direction IN ('DEBIT','CREDIT')),
+        units          TEXT NOT NULL,
+        currency       TEXT NOT NULL,
+        description    TEXT,
+        metadata       TEXT,
+        created        TEXT NOT NULL
+      );
+      CREATE INDEX entries_by_transaction ON entries (transaction_id, sequence);
+      CREATE INDEX entries_by_account ON entries (account_id, seq);
+
+      CREATE TABLE balances (
+        account_id     TEXT NOT NULL REFERENCES accounts(account_id),
+        journal_id     TEXT NOT NULL REFERENCES journals(journal_id),
+        currency       TEXT NOT NULL,
+        settled_dr     TEXT NOT NULL,
+        settled_cr     TEXT NOT NULL,
+        pending_dr     TEXT NOT NULL,
+        pending_cr     TEXT NOT NULL,
+        encumbrance_dr TEXT NOT NULL,
+        encumbrance_cr TEXT NOT NULL,
+        entry_id       TEXT NOT NULL,
+        version        INTEGER NOT NULL,
+        created        TEXT NOT NULL,
+        modified       TEXT NOT NULL,
+        PRIMARY KEY (account_id, journal_id, currency)
+      ) WITHOUT ROWID;
+    `,
+  },
+];

@@ -1,0 +1,222 @@
+import type { Db } from '../database.js';
+
+/** Rows exactly as stored. Amount columns are decimal strings. */
+export interface JournalRow {
+  journal_id: string;
+  name: string;
+  description: string | null;
+  status: string;
+  code: string | null;
+  version: number;
+  created: string;
+  modified: string;
+}
+
+export interface AccountRow {
+  account_id: string;
+  code: string;
+  name: string;
+  external_id: string | null;
+  description: string | null;
+  status: string;
+  normal_balance_type: string;
+  metadata: string | null;
+  version: number;
+  created: string;
+  modified: string;
+}
+
+export interface TranCodeRow {
+  tran_code_id: string;
+  code: string;
+  status: string;
+  version: number;
+  created: string;
+  modified: string;
+}
+
+export interface TranCodeVersionRow {
+  tran_code_id: string;
+  version: number;
+  document: string;
+  created: string;
+}
+
+export interface TransactionRow {
+  seq: number;
+  transaction_id: string;
+  tran_code_id: string;
+  tran_code_version: number;
+  journal_id: string;
+  correlation_id: string;
+  external_id: string | null;
+  effective: string;
+  description: string | null;
+  metadata: string | null;
+  void_of: string | null;
+  voided_by: string | null;
+  input_fingerprint: string | null;
+  version: number;
+  created: string;
+  modified: string;
+}
+
+export interface EntryRow {
+  seq: number;
+  entry_id: string;
+  transaction_id: string;
+  account_id: string;
+  journal_id: string;
+  sequence: number;
+  entry_type: string;
+  layer: string;
+  direction: string;
+  units: string;
+  currency: string;
+  description: string | null;
+  metadata: string | null;
+  created: string;
+}
+
+export interface BalanceRow {
+  account_id: string;
+  journal_id: string;
+  currency: string;
+  settled_dr: string;
+  settled_cr: string;
+  pending_dr: string;
+  pending_cr: string;
+  encumbrance_dr: string;
+  encumbrance_cr: string;
+  entry_id: string;
+  version: number;
+  created: string;
+  modified: string;
+}
+
+/**
+ * Every SQL statement of the ledger, prepared once per engine. Paging reads fetch `limit` rows after
+ * the cursor key; callers ask for one more than the page to learn whether another page exists.
+ */
+export function ledgerStatements(db: Db) {
+  const s = {
+    journalById: db.prepare<[string], JournalRow>('SELECT * FROM journals WHERE journal_id = ?'),
+    journalsPage: db.prepare<[number, number], JournalRow & { rowid: number }>(
+      'SELECT rowid, * FROM journals WHERE rowid > ? ORDER BY rowid LIMIT ?',
+    ),
+    insertJournal: db.prepare(
+      `INSERT INTO journals (journal_id, name, description, status, code, version, created, modified)
+       VALUES (@journal_id, @name, @description, @status, @code, @version, @created, @modified)`,
+    ),
+    updateJournal: db.prepare(
+      `UPDATE journals SET name = @name, description = @description, status = @status, code = @code,
+         version = @version, modified = @modified WHERE journal_id = @journal_id`,
+    ),
+
+    accountById: db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE account_id = ?'),
+    accountByCode: db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE code = ?'),
+    accountsPage: db.prepare<[number, number], AccountRow & { rowid: number }>(
+      'SELECT rowid, * FROM accounts WHERE rowid > ? ORDER BY rowid LIMIT ?',
+    ),
+    accountsByStatusPage: db.prepare<[string, number, number], AccountRow & { rowid: number }>(
+      'SELECT rowid, * FROM accounts WHERE status = ? AND rowid > ? ORDER BY rowid LIMIT ?',
+    ),
+    insertAccount: db.prepare(
+      `INSERT INTO accounts (account_id, code, name, external_id, description, status, normal_balance_type,
+         metadata, version, created, modified)
+       VALUES (@account_id, @code, @name, @external_id, @description, @status, @normal_balance_type,
+         @metadata, @version, @created, @modified)`,
+    ),
+    updateAccount: db.prepare(
+      `UPDATE accounts SET code = @code, name = @name, external_id = @external_id, description = @description,
+         status = @status, normal_balance_type = @normal_balance_type, metadata = @metadata,
+         version = @version, modified = @modified WHERE account_id = @account_id`,
+    ),
+    insertAccountVersion: db.prepare<[string, number, string]>(
+      'INSERT INTO account_versions (account_id, version, document) VALUES (?, ?, ?)',
+    ),
+    accountVersionsPage: db.prepare<[string, number, number], { version: number; document: string }>(
+      'SELECT version, document FROM account_versions WHERE account_id = ? AND version < ? ORDER BY version DESC LIMIT ?',
+    ),
+
+    tranCodeById: db.prepare<[string], TranCodeRow>('SELECT * FROM tran_codes WHERE tran_code_id = ?'),
+    tranCodeByCode: db.prepare<[string], TranCodeRow>('SELECT * FROM tran_codes WHERE code = ?'),
+    tranCodesPage: db.prepare<[number, number], TranCodeRow & { rowid: number }>(
+      'SELECT rowid, * FROM tran_codes WHERE rowid > ? ORDER BY rowid LIMIT ?',
+    ),
+    insertTranCode: db.prepare(
+      `INSERT INTO tran_codes (tran_code_id, code, status, version, created, modified)
+       VALUES (@tran_code_id, @code, @status, @version, @created, @modified)`,
+    ),
+    updateTranCode: db.prepare(
+      `UPDATE tran_codes SET status = @status, version = @version, modified = @modified
+       WHERE tran_code_id = @tran_code_id`,
+    ),
+    tranCodeVersion: db.prepare<[string, number], TranCodeVersionRow>(
+      'SELECT * FROM tran_code_versions WHERE tran_code_id = ? AND version = ?',
+    ),
+    tranCodeVersionsPage: db.prepare<[string, number, number], TranCodeVersionRow>(
+      'SELECT * FROM tran_code_versions WHERE tran_code_id = ? AND version < ? ORDER BY version DESC LIMIT ?',
+    ),
+    insertTranCodeVersion: db.prepare<[string, number, string, string]>(
+      'INSERT INTO tran_code_versions (tran_code_id, version, document, created) VALUES (?, ?, ?, ?)',
+    ),
+
+    transactionById: db.prepare<[string], TransactionRow>('SELECT * FROM transactions WHERE transaction_id = ?'),
+    transactionsPage: db.prepare<[number, number], TransactionRow>(
+      'SELECT * FROM transactions WHERE seq > ? ORDER BY seq LIMIT ?',
+    ),
+    transactionsByCorrelationPage: db.prepare<[string, number, number], TransactionRow>(
+      'SELECT * FROM transactions WHERE correlation_id = ? AND seq > ? ORDER BY seq LIMIT ?',
+    ),
+    transactionsByJournalPage: db.prepare<[string, number, number], TransactionRow>(
+      'SELECT * FROM transactions WHERE journal_id = ? AND seq > ? ORDER BY seq LIMIT ?',
+    ),
+    insertTransaction: db.prepare(
+      `INSERT INTO transactions (transaction_id, tran_code_id, tran_code_version, journal_id, correlation_id,
+         external_id, effective, description, metadata, void_of, voided_by, input_fingerprint, version, created, modified)
+       VALUES (@transaction_id, @tran_code_id, @tran_code_version, @journal_id, @correlation_id,
+         @external_id, @effective, @description, @metadata, @void_of, NULL, @input_fingerprint, 1, @created, @modified)`,
+    ),
+    markVoided: db.prepare<[string, string, string]>(
+      `UPDATE transactions SET voided_by = ?, version = version + 1, modified = ?
+       WHERE transaction_id = ? AND voided_by IS NULL`,
+    ),
+
+    insertEntry: db.prepare(
+      `INSERT INTO entries (entry_id, transaction_id, account_id, journal_id, sequence, entry_type, layer,
+         direction, units, currency, description, metadata, created)
+       VALUES (@entry_id, @transaction_id, @account_id, @journal_id, @sequence, @entry_type, @layer,
+         @direction, @units, @currency, @description, @metadata, @created)`,
+    ),
+    entryById: db.prepare<[string], EntryRow>('SELECT * FROM entries WHERE entry_id = ?'),
+    entriesByTransaction: db.prepare<[string, number, number], EntryRow>(
+      'SELECT * FROM entries WHERE transaction_id = ? AND sequence > ? ORDER BY sequence LIMIT ?',
+    ),
+    entriesByAccountPage: db.prepare<[string, number, number], EntryRow>(
+      'SELECT * FROM entries WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?',
+    ),
+
+    balance: db.prepare<[string, string, string], BalanceRow>(
+      'SELECT * FROM balances WHERE account_id = ? AND journal_id = ? AND currency = ?',
+    ),
+    balancesByAccountPage: db.prepare<[string, string, number], BalanceRow>(
+      `SELECT * FROM balances WHERE account_id = ? AND (journal_id || ' ' || currency) > ?
+       ORDER BY journal_id, currency LIMIT ?`,
+    ),
+    upsertBalance: db.prepare(
+      `INSERT INTO balances (account_id, journal_id, currency, settled_dr, settled_cr, pending_dr, pending_cr,
+         encumbrance_dr, encumbrance_cr, entry_id, version, created, modified)
+       VALUES (@account_id, @journal_id, @currency, @settled_dr, @settled_cr, @pending_dr, @pending_cr,
+         @encumbrance_dr, @encumbrance_cr, @entry_id, 1, @modified, @modified)
+       ON CONFLICT (account_id, journal_id, currency) DO UPDATE SET
+         settled_dr = excluded.settled_dr, settled_cr = excluded.settled_cr,
+         pending_dr = excluded.pending_dr, pending_cr = excluded.pending_cr,
+         encumbrance_dr = excluded.encumbrance_dr, encumbrance_cr = excluded.encumbrance_cr,
+         entry_id = excluded.entry_id, version = balances.version + 1, modified = excluded.modified`,
+    ),
+  };
+  return s;
+}
+
+export type LedgerStatements = ReturnType<typeof ledgerStatements>;

@@ -1,0 +1,86 @@
+import type { Db } from './database.js';
+import { mapDriverError } from './driver-errors.js';
+
+/**
+ * One physical SQLite transaction at a time per connection, with savepoints nested inside it.
+ * Everything is synchronous: a transaction opens, runs `fn` and closes within one turn of the
+ * event loop, so no other request can interleave with it.
+ */
+export class TransactionManager {
+  private readonly begin;
+  private readonly beginImmediate;
+  private readonly commit;
+  private readonly rollback;
+  private savepointDepth = 0;
+
+  constructor(private readonly db: Db) {
+    this.begin = db.prepare('BEGIN');
+    this.beginImmediate = db.prepare('BEGIN IMMEDIATE');
+    this.commit = db.prepare('COMMIT');
+    this.rollback = db.prepare('ROLLBACK');
+  }
+
+  get inTransaction(): boolean {
+    return this.db.inTransaction;
+  }
+
+  /**
+   * Run `fn` in a transaction. Writes take the write lock up front (BEGIN IMMEDIATE): a deferred
+   * transaction that reads and then writes gets SQLITE_BUSY without waiting for the busy timeout.
+   * `fn` returns whether to commit; throwing rolls back.
+   */
+  run<T>(mode: 'read' | 'write', fn: () => { value: T; commit: boolean }): T {
+    if (this.db.inTransaction) throw new Error('bug: a transaction is already open on this connection');
+    try {
+      (mode === 'write' ? this.beginImmediate : this.begin).run();
+    } catch (error) {
+      throw mapDriverError(error);
+    }
+    let outcome: { value: T; commit: boolean };
+    try {
+      outcome = fn();
+    } catch (error) {
+      this.rollbackQuietly();
+      throw mapDriverError(error);
+    }
+    if (!outcome.commit) {
+      this.rollbackQuietly();
+      return outcome.value;
+    }
+    try {
+      this.commit.run();
+    } catch (error) {
+      this.rollbackQuietly();
+      throw mapDriverError(error);
+    }
+    return outcome.value;
+  }
+
+  /**
+   * Run `fn` under a SAVEPOINT inside the open transaction: released when it returns, rolled back
+   * to (and released) when it throws, so a failed call leaves no writes behind.
+   */
+  savepoint<T>(fn: () => T): T {
+    if (!this.db.inTransaction) throw new Error('bug: savepoint outside a transaction');
+    const name = `sp${++this.savepointDepth}`;
+    this.db.exec(`SAVEPOINT ${name}`);
+    try {
+      const value = fn();
+      this.db.exec(`RELEASE ${name}`);
+      return value;
+    } catch (error) {
+      if (this.db.inTransaction) {
+        this.db.exec(`ROLLBACK TO ${name}`);
+        this.db.exec(`RELEASE ${name}`);
+      }
+      throw error;
+    } finally {
+      this.savepointDepth--;
+    }
+  }
+
+  private rollbackQuietly(): void {
+    this.savepointDepth = 0;
+    if (this.db.inTransaction) this.rollback.run();
+  }
+}
