@@ -36,7 +36,11 @@ export interface Engine {
   /** Run one GraphQL request as one SQLite transaction. */
   graphql(query: string, variables?: Record<string, unknown> | null, options?: { operationName?: string | null }): FormattedResult;
   execute(request: GraphqlRequest): FormattedResult;
+  /** 'query' or 'mutation' for a document that validates; undefined otherwise. */
+  operationType(request: GraphqlRequest): 'query' | 'mutation' | undefined;
   close(): void;
+  /** Cache sizes, so tests can check that caches stay within their limits. */
+  stats(): { documentCacheSize: number; celCacheSize: number };
   /** The raw connection, for tests and benchmarks that check the database directly. */
   readonly db: Db;
 }
@@ -85,12 +89,21 @@ export function createEngine(options: EngineOptions = {}): Engine {
     return formatted;
   }
 
+  function operationType(request: GraphqlRequest): 'query' | 'mutation' | undefined {
+    const prepared = documents.prepare(request.query);
+    if ('errors' in prepared) return undefined;
+    const plan = planOperation(prepared.document, request.operationName);
+    return 'mode' in plan ? (plan.mode === 'write' ? 'mutation' : 'query') : undefined;
+  }
+
   return {
     limits,
+    operationType,
     ledger,
     db,
     execute,
     graphql: (query, variables, opts) => execute({ query, variables: variables ?? null, operationName: opts?.operationName ?? null }),
     close: () => db.close(),
+    stats: () => ({ documentCacheSize: documents.size, celCacheSize: cel.size }),
   };
 }

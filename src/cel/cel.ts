@@ -26,6 +26,10 @@ export class Cel {
     this.env = createCelEnvironment(clock, { maxAstNodes: 10_000 });
   }
 
+  get size(): number {
+    return this.cache.size;
+  }
+
   /** Parse and type-check; throws CEL_ERROR. Cached. */
   compile(expression: string): Compiled {
     const cached = this.cache.get(expression);

@@ -17,22 +17,21 @@ export function evaluateCel(cel: Cel, args: { expression?: string | null; expres
   const document = jsonToCel(args.document ?? null);
   if (hasOne) return celToJson(cel.evaluate(args.expression as string, { document }));
   const self: Record<string, unknown> = {};
-  evaluateMap(cel, args.expressions, self, document, 'expressions');
+  evaluateMap(cel, args.expressions, self, self, document, 'expressions');
   return celToJson(self);
 }
 
-function evaluateMap(cel: Cel, node: unknown, target: Record<string, unknown>, document: unknown, path: string): void {
+function evaluateMap(cel: Cel, node: unknown, root: Record<string, unknown>, target: Record<string, unknown>, document: unknown, path: string): void {
   if (node === null || typeof node !== 'object' || Array.isArray(node)) {
     throw new EngineError('BAD_REQUEST', `${path} must be a map of CEL expressions, got ${quote(node)}`);
   }
-  const root = path === 'expressions' ? target : undefined;
   for (const [key, value] of Object.entries(node)) {
     if (typeof value === 'string') {
-      target[key] = cel.evaluate(value, { document, this: root ?? target });
+      target[key] = cel.evaluate(value, { document, this: root });
     } else {
       const child: Record<string, unknown> = {};
       target[key] = child;
-      evaluateMap(cel, value, child, document, `${path}.${key}`);
+      evaluateMap(cel, value, root, child, document, `${path}.${key}`);
     }
   }
 }

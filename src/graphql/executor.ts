@@ -51,6 +51,10 @@ export class DocumentCache {
     this.rules = [...specifiedRules, depthLimitRule(limits.queryDepthMax)];
   }
 
+  get size(): number {
+    return this.cache.size;
+  }
+
   /** The prepared document, or the errors that stop it from running. */
   prepare(source: unknown): PreparedDocument | { errors: GraphQLError[] } {
     if (typeof source !== 'string' || source.trim() === '') {

@@ -1,0 +1,76 @@
+import { parseArgs } from 'node:util';
+import { createEngine } from '../engine.js';
+import { createServer } from '../server/http.js';
+import { schemaVersion } from '../storage/database.js';
+
+const USAGE = `usage: tally <command> [options]
+
+commands:
+  serve    [--db PATH] [--port N] [--host H]   serve GraphQL over HTTP at /graphql
+  migrate  [--db PATH]                         create or upgrade the database, then exit
+
+defaults: --db ./data/tally.db (or $TALLY_DB), --port 4000 (or $PORT), --host 127.0.0.1 (or $HOST)`;
+
+function fail(message: string): never {
+  process.stderr.write(`tally: ${message}\n${USAGE}\n`);
+  process.exit(2);
+}
+
+export async function main(argv: string[]): Promise<void> {
+  const [command, ...rest] = argv;
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: rest,
+      options: { db: { type: 'string' }, port: { type: 'string' }, host: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+      strict: true,
+    });
+  } catch (error) {
+    fail((error as Error).message);
+  }
+  const { values } = parsed;
+  if (values.help || command === undefined || command === 'help') {
+    process.stdout.write(`${USAGE}\n`);
+    return;
+  }
+  const db = values.db ?? process.env.TALLY_DB ?? './data/tally.db';
+
+  if (command === 'migrate') {
+    const engine = createEngine({ path: db });
+    process.stdout.write(`tally: ${db} is at schema version ${schemaVersion(engine.db)}\n`);
+    engine.close();
+    return;
+  }
+  if (command !== 'serve') fail(`unknown command ${JSON.stringify(command)}`);
+
+  const port = Number(values.port ?? process.env.PORT ?? 4000);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) fail(`--port ${JSON.stringify(values.port)} is not a port number`);
+  const host = values.host ?? process.env.HOST ?? '127.0.0.1';
+  const engine = createEngine({ path: db });
+  const server = createServer(engine, { log: (line) => process.stderr.write(`${line}\n`) });
+  server.listen(port, host, () => {
+    const address = server.address();
+    const actual = typeof address === 'object' && address ? address.port : port;
+    process.stdout.write(`tally: serving ${db} at http://${host}:${actual}/graphql\n`);
+    process.stdout.write('tally: authentication is not enabled yet: anyone who can reach this port can read and write\n');
+  });
+
+  // Requests run synchronously, so none is ever cut mid-transaction: stop accepting, let the
+  // in-flight responses finish, then close the database.
+  const shutdown = (signal: string) => {
+    process.stdout.write(`tally: ${signal}, shutting down\n`);
+    server.close(() => {
+      engine.close();
+      process.exit(0);
+    });
+    server.closeIdleConnections();
+    setTimeout(() => server.closeAllConnections(), 5000).unref();
+  };
+  process.once('SIGTERM', () => shutdown('SIGTERM'));
+  process.once('SIGINT', () => shutdown('SIGINT'));
+}
+
+main(process.argv.slice(2)).catch((error: unknown) => {
+  process.stderr.write(`tally: ${(error as Error).message ?? String(error)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,70 @@
+import { expect } from 'vitest';
+import { createEngine, type Engine, type EngineOptions } from '../src/engine.js';
+
+/** A deterministic UUID for test fixtures: id(1) = 00000000-0000-4000-8000-000000000001. */
+export function id(n: number | string): string {
+  return `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
+}
+
+export function newEngine(options: EngineOptions = {}): Engine {
+  return createEngine({ logError: () => {}, ...options });
+}
+
+/** Run a request that must succeed; returns its data. */
+export function ok<T = any>(engine: Engine, query: string, variables?: Record<string, unknown>): T {
+  const result = engine.graphql(query, variables);
+  if (result.errors) throw new Error(`unexpected errors: ${JSON.stringify(result.errors, null, 2)}`);
+  return result.data as T;
+}
+
+/** Run a request that must fail; returns its first error (message and extensions). */
+export function fails(engine: Engine, query: string, variables?: Record<string, unknown>) {
+  const result = engine.graphql(query, variables);
+  expect(result.errors, `expected errors, got ${JSON.stringify(result.data)}`).toBeDefined();
+  const error = result.errors![0]!;
+  return { message: error.message, code: error.extensions?.code as string, hint: error.extensions?.hint as string | undefined, result };
+}
+
+export const CREATE_ACCOUNT = `mutation($input: AccountInput!) { createAccount(input: $input) { accountId code status version } }`;
+export const POST = `mutation($input: TransactionInput!) { postTransaction(input: $input) { transactionId correlationId effective voidedBy } }`;
+export const BALANCE = `query($a: UUID!, $c: CurrencyCode) { balance(accountId: $a, currency: $c) {
+  settled { drBalance { units } crBalance { units } normalBalance { units currency } }
+  pending { normalBalance { units } }
+  encumbrance { normalBalance { units } }
+  available(layer: ENCUMBRANCE) { normalBalance { units } } } }`;
+
+export function createAccount(engine: Engine, n: number, extra: Record<string, unknown> = {}): string {
+  ok(engine, CREATE_ACCOUNT, { input: { accountId: id(n), code: `ACC-${n}`, name: `Account ${n}`, ...extra } });
+  return id(n);
+}
+
+/** A TRANSFER tran code: debit `from`, credit `to`, `amount` in `currency` (default USD) on `layer`. */
+export function createTransferCode(engine: Engine, code = 'TRANSFER', tranCodeId = id(9000)): string {
+  ok(engine, `mutation($input: TranCodeInput!) { createTranCode(input: $input) { version } }`, {
+    input: {
+      tranCodeId,
+      code,
+      params: [
+        { name: 'from', type: 'UUID' },
+        { name: 'to', type: 'UUID' },
+        { name: 'amount', type: 'DECIMAL' },
+        { name: 'currency', type: 'STRING', default: "'USD'" },
+        { name: 'layer', type: 'STRING', default: "'SETTLED'" },
+      ],
+      transaction: { effective: 'date.Today()', description: "'transfer ' + string(params.amount)" },
+      entries: [
+        { accountId: 'params.from', units: 'params.amount', currency: 'params.currency', direction: 'DEBIT', layer: 'params.layer' },
+        { accountId: 'params.to', units: 'params.amount', currency: 'params.currency', direction: 'CREDIT', layer: 'params.layer' },
+      ],
+    },
+  });
+  return tranCodeId;
+}
+
+export function balanceOf(engine: Engine, accountId: string, currency = 'USD') {
+  return ok(engine, BALANCE, { a: accountId, c: currency }).balance;
+}
+
+export function count(engine: Engine, table: string): number {
+  return (engine.db.prepare(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n;
+}
