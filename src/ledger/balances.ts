@@ -93,35 +93,35 @@ export interface BalanceDelta {
 }
 
 /**
- * Apply a transaction's entries to the running balances: each balance record is read once,
- * updated in memory with all of its entries, and written once.
+ * Apply a transaction's entries to the running balances: the entries are summed per balance record
+ * and layer here, and each record gets one upsert that adds those sums to its stored totals.
  */
 export function applyToBalances(deps: LedgerDeps, deltas: readonly BalanceDelta[], modified: string): void {
-  const touched = new Map<string, Balance>();
+  const sums = new Map<string, { delta: BalanceDelta; totals: Record<string, Dec> }>();
   for (const delta of deltas) {
     const key = `${delta.accountId} ${delta.journalId} ${delta.currency}`;
-    let balance = touched.get(key);
-    if (!balance) {
-      balance = readBalance(deps, delta.accountId, delta.journalId, delta.currency);
-      touched.set(key, balance);
+    let sum = sums.get(key);
+    if (!sum) {
+      sum = { delta, totals: {} };
+      sums.set(key, sum);
     }
-    const totals = balance.layers[delta.layer];
-    balance.layers[delta.layer] =
-      delta.direction === 'DEBIT' ? { dr: totals.dr.plus(delta.units), cr: totals.cr } : { dr: totals.dr, cr: totals.cr.plus(delta.units) };
-    balance.entryId = delta.entryId;
+    const column = `${delta.layer.toLowerCase()}_${delta.direction === 'DEBIT' ? 'dr' : 'cr'}`;
+    sum.totals[column] = (sum.totals[column] ?? ZERO).plus(delta.units);
+    sum.delta = delta;
   }
-  for (const b of touched.values()) {
-    deps.st.upsertBalance.run({
-      account_id: b.accountId,
-      journal_id: b.journalId,
-      currency: b.currency,
-      settled_dr: b.layers.SETTLED.dr.toFixed(),
-      settled_cr: b.layers.SETTLED.cr.toFixed(),
-      pending_dr: b.layers.PENDING.dr.toFixed(),
-      pending_cr: b.layers.PENDING.cr.toFixed(),
-      encumbrance_dr: b.layers.ENCUMBRANCE.dr.toFixed(),
-      encumbrance_cr: b.layers.ENCUMBRANCE.cr.toFixed(),
-      entry_id: b.entryId,
+  for (const { delta, totals } of sums.values()) {
+    const text = (column: string) => totals[column]?.toFixed() ?? '0';
+    deps.st.addToBalance.run({
+      account_id: delta.accountId,
+      journal_id: delta.journalId,
+      currency: delta.currency,
+      settled_dr: text('settled_dr'),
+      settled_cr: text('settled_cr'),
+      pending_dr: text('pending_dr'),
+      pending_cr: text('pending_cr'),
+      encumbrance_dr: text('encumbrance_dr'),
+      encumbrance_cr: text('encumbrance_cr'),
+      entry_id: delta.entryId,
       modified,
     });
   }

@@ -2,7 +2,7 @@ import { CelDecimal, CelMoney, celToJson } from '../cel/values.js';
 import { utcDate } from '../clock.js';
 import { checkDecimalBounds, Dec, parseCurrency, parseDecimal } from '../decimal.js';
 import { EngineError, quote } from '../errors.js';
-import { canonicalJson, derivedId, fingerprint, isUuid, newId } from '../ids.js';
+import { canonicalJson, derivedId, fingerprint, isUuid, newOrderedId } from '../ids.js';
 import type { AccountRow, EntryRow, TransactionRow } from '../storage/statements/ledger.js';
 import { applyToBalances, type BalanceDelta } from './balances.js';
 import type { LedgerDeps } from './deps.js';
@@ -24,7 +24,7 @@ export function toTransaction(row: TransactionRow): Transaction {
     tranCodeId: row.tran_code_id,
     tranCodeVersion: row.tran_code_version,
     journalId: row.journal_id,
-    correlationId: row.correlation_id,
+    correlationId: row.correlation_id ?? row.transaction_id,
     externalId: row.external_id,
     effective: row.effective,
     description: row.description,
@@ -116,12 +116,12 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
   checkPostable(deps, expanded.entries.map((e) => e.accountId));
 
   const now = deps.clock.now().toISOString();
-  const row: Omit<TransactionRow, 'seq'> = {
+  const row: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count'> = {
     transaction_id: input.transactionId,
     tran_code_id: tranCodeRow.tran_code_id,
     tran_code_version: version,
     journal_id: expanded.journalId,
-    correlation_id: expanded.correlationId,
+    correlation_id: expanded.correlationId === input.transactionId ? null : expanded.correlationId,
     external_id: expanded.externalId,
     effective: expanded.effective,
     description: expanded.description,
@@ -133,8 +133,7 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
     created: now,
     modified: now,
   };
-  writeTransaction(deps, row, expanded.entries);
-  return toTransaction({ ...row, seq: 0 });
+  return toTransaction(writeTransaction(deps, row, expanded.entries));
 }
 
 /** Write the reversal of a transaction: every entry on its layer with the opposite direction. */
@@ -155,13 +154,15 @@ export function voidTransaction(deps: LedgerDeps, transactionId: string): Transa
   if (journal && journal.status !== 'ACTIVE') {
     throw new EngineError('JOURNAL_LOCKED', `journal ${journal.name} (${journal.journal_id}) is ${journal.status}`);
   }
-  const entries = deps.st.entriesByTransaction.all(transactionId, 0, deps.limits.entriesPerTransactionMax + 1);
+  const entries = deps.st.entriesBySeqRange.all(original.first_entry_seq, original.first_entry_seq + original.entry_count, original.entry_count);
   checkPostable(deps, entries.map((e) => e.account_id));
 
   const now = deps.clock.now();
-  const reversal: Omit<TransactionRow, 'seq'> = {
-    ...original,
+  const { seq: _seq, first_entry_seq: _first, entry_count: _count, ...kept } = original;
+  const reversal: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count'> = {
+    ...kept,
     transaction_id: derivedId('void', transactionId),
+    correlation_id: original.correlation_id ?? original.transaction_id,
     effective: utcDate(now),
     void_of: transactionId,
     voided_by: null,
@@ -180,17 +181,28 @@ export function voidTransaction(deps: LedgerDeps, transactionId: string): Transa
     description: e.description,
     metadata: e.metadata,
   }));
-  writeTransaction(deps, reversal, planned);
+  const written = writeTransaction(deps, reversal, planned);
   deps.st.markVoided.run(reversal.transaction_id, now.toISOString(), transactionId);
-  return toTransaction({ ...reversal, seq: 0 });
+  return toTransaction(written);
 }
 
-function writeTransaction(deps: LedgerDeps, row: Omit<TransactionRow, 'seq'>, entries: readonly PlannedEntry[]): void {
-  deps.st.insertTransaction.run(row);
+/**
+ * Insert the transaction, then its entries with consecutive seq numbers (so the transaction can
+ * find them by range), then apply them to the balances.
+ */
+function writeTransaction(
+  deps: LedgerDeps,
+  partial: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count'>,
+  entries: readonly PlannedEntry[],
+): TransactionRow {
+  const firstEntrySeq = (deps.st.lastEntrySeq.get()?.seq ?? 0) + 1;
+  const row = { ...partial, first_entry_seq: firstEntrySeq, entry_count: entries.length };
+  const info = deps.st.insertTransaction.run(row);
   const deltas: BalanceDelta[] = [];
   entries.forEach((e, i) => {
-    const entryId = newId();
+    const entryId = newOrderedId();
     deps.st.insertEntry.run({
+      seq: firstEntrySeq + i,
       entry_id: entryId,
       transaction_id: row.transaction_id,
       account_id: e.accountId,
@@ -208,6 +220,7 @@ function writeTransaction(deps: LedgerDeps, row: Omit<TransactionRow, 'seq'>, en
     deltas.push({ accountId: e.accountId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId });
   });
   applyToBalances(deps, deltas, row.modified);
+  return { ...row, seq: Number(info.lastInsertRowid) };
 }
 
 function checkPostable(deps: LedgerDeps, accountIds: readonly string[]): void {

@@ -23,7 +23,7 @@ export function listTransactions(
   const req = pageRequest<number>(args.first, args.after, deps.limits.pageSizeMax, 'number');
   const after = req.after ?? 0;
   const rows = args.correlationId
-    ? deps.st.transactionsByCorrelationPage.all(args.correlationId, after, req.fetch)
+    ? deps.st.transactionsByCorrelationPage.all(args.correlationId, args.correlationId, after, req.fetch)
     : args.journalId
       ? deps.st.transactionsByJournalPage.all(args.journalId, after, req.fetch)
       : deps.st.transactionsPage.all(after, req.fetch);
@@ -32,7 +32,10 @@ export function listTransactions(
 
 export function entriesOfTransaction(deps: LedgerDeps, transactionId: string, first: number, after?: string | null): Connection<Entry> {
   const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number');
-  const rows = deps.st.entriesByTransaction.all(transactionId, req.after ?? 0, req.fetch);
+  const txn = deps.st.transactionById.get(transactionId);
+  if (!txn) throw new EngineError('NOT_FOUND', `transaction ${quote(transactionId)} does not exist`);
+  const end = txn.first_entry_seq + txn.entry_count;
+  const rows = deps.st.entriesBySeqRange.all(txn.first_entry_seq + (req.after ?? 0), end, req.fetch);
   return toConnection(rows, req, (r) => r.sequence, toEntry);
 }
 

@@ -17,7 +17,9 @@ export interface ServerOptions {
  */
 export function createServer(engine: Engine, options: ServerOptions = {}): Server {
   const limits = engine.limits;
-  const server = createHttpServer((req, res) => {
+  // Node checks request timeouts on an interval (30 s by default); check often enough to honour ours.
+  const connectionsCheckingInterval = Math.max(50, Math.min(1000, Math.floor(limits.requestTimeoutMs / 4)));
+  const server = createHttpServer({ connectionsCheckingInterval }, (req, res) => {
     handle(engine, req, res).catch((error: unknown) => {
       options.log?.(`tally: request failed: ${String(error)}`);
       if (!res.headersSent) sendErrors(res, 500, 'application/json', [new EngineError('INTERNAL', 'the request failed')]);

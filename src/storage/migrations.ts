@@ -73,19 +73,23 @@ export const MIGRATIONS: readonly Migration[] = [
         tran_code_id      TEXT NOT NULL REFERENCES tran_codes(tran_code_id),
         tran_code_version INTEGER NOT NULL,
         journal_id        TEXT NOT NULL REFERENCES journals(journal_id),
-        correlation_id    TEXT NOT NULL,
+        correlation_id    TEXT,
         external_id       TEXT,
         effective         TEXT NOT NULL,
         description       TEXT,
         metadata          TEXT,
-        void_of           TEXT UNIQUE,
+        void_of           TEXT,
         voided_by         TEXT,
         input_fingerprint TEXT,
+        first_entry_seq   INTEGER NOT NULL,
+        entry_count       INTEGER NOT NULL,
         version           INTEGER NOT NULL,
         created           TEXT NOT NULL,
         modified          TEXT NOT NULL
       );
-      CREATE INDEX transactions_by_correlation ON transactions (correlation_id, seq);
+      -- correlation_id is stored only when it differs from transaction_id (the default), so a
+      -- default post does not touch this index; reads match either column.
+      CREATE INDEX transactions_by_correlation ON transactions (correlation_id, seq) WHERE correlation_id IS NOT NULL;
       CREATE INDEX transactions_by_journal ON transactions (journal_id, seq);
 
       CREATE TABLE entries (
@@ -104,7 +108,8 @@ export const MIGRATIONS: readonly Migration[] = [
         metadata       TEXT,
         created        TEXT NOT NULL
       );
-      CREATE INDEX entries_by_transaction ON entries (transaction_id, sequence);
+      -- A transaction's entries are contiguous in seq (transactions.first_entry_seq, entry_count),
+      -- so no index by transaction_id is needed. entry_id is time-ordered, so its index appends.
       CREATE INDEX entries_by_account ON entries (account_id, seq);
 
       CREATE TABLE balances (

@@ -48,7 +48,8 @@ export interface TransactionRow {
   tran_code_id: string;
   tran_code_version: number;
   journal_id: string;
-  correlation_id: string;
+  /** null when equal to transaction_id */
+  correlation_id: string | null;
   external_id: string | null;
   effective: string;
   description: string | null;
@@ -56,6 +57,8 @@ export interface TransactionRow {
   void_of: string | null;
   voided_by: string | null;
   input_fingerprint: string | null;
+  first_entry_seq: number;
+  entry_count: number;
   version: number;
   created: string;
   modified: string;
@@ -166,17 +169,20 @@ export function ledgerStatements(db: Db) {
     transactionsPage: db.prepare<[number, number], TransactionRow>(
       'SELECT * FROM transactions WHERE seq > ? ORDER BY seq LIMIT ?',
     ),
-    transactionsByCorrelationPage: db.prepare<[string, number, number], TransactionRow>(
-      'SELECT * FROM transactions WHERE correlation_id = ? AND seq > ? ORDER BY seq LIMIT ?',
+    transactionsByCorrelationPage: db.prepare<[string, string, number, number], TransactionRow>(
+      `SELECT * FROM transactions WHERE (correlation_id = ? OR (transaction_id = ? AND correlation_id IS NULL))
+       AND seq > ? ORDER BY seq LIMIT ?`,
     ),
     transactionsByJournalPage: db.prepare<[string, number, number], TransactionRow>(
       'SELECT * FROM transactions WHERE journal_id = ? AND seq > ? ORDER BY seq LIMIT ?',
     ),
     insertTransaction: db.prepare(
       `INSERT INTO transactions (transaction_id, tran_code_id, tran_code_version, journal_id, correlation_id,
-         external_id, effective, description, metadata, void_of, voided_by, input_fingerprint, version, created, modified)
+         external_id, effective, description, metadata, void_of, voided_by, input_fingerprint, first_entry_seq, entry_count,
+         version, created, modified)
        VALUES (@transaction_id, @tran_code_id, @tran_code_version, @journal_id, @correlation_id,
-         @external_id, @effective, @description, @metadata, @void_of, NULL, @input_fingerprint, 1, @created, @modified)`,
+         @external_id, @effective, @description, @metadata, @void_of, NULL, @input_fingerprint, @first_entry_seq, @entry_count,
+         1, @created, @modified)`,
     ),
     markVoided: db.prepare<[string, string, string]>(
       `UPDATE transactions SET voided_by = ?, version = version + 1, modified = ?
@@ -184,15 +190,17 @@ export function ledgerStatements(db: Db) {
     ),
 
     insertEntry: db.prepare(
-      `INSERT INTO entries (entry_id, transaction_id, account_id, journal_id, sequence, entry_type, layer,
+      `INSERT INTO entries (seq, entry_id, transaction_id, account_id, journal_id, sequence, entry_type, layer,
          direction, units, currency, description, metadata, created)
-       VALUES (@entry_id, @transaction_id, @account_id, @journal_id, @sequence, @entry_type, @layer,
+       VALUES (@seq, @entry_id, @transaction_id, @account_id, @journal_id, @sequence, @entry_type, @layer,
          @direction, @units, @currency, @description, @metadata, @created)`,
     ),
     entryById: db.prepare<[string], EntryRow>('SELECT * FROM entries WHERE entry_id = ?'),
-    entriesByTransaction: db.prepare<[string, number, number], EntryRow>(
-      'SELECT * FROM entries WHERE transaction_id = ? AND sequence > ? ORDER BY sequence LIMIT ?',
+    /** A transaction's entries: seq from first_entry_seq to first_entry_seq + entry_count - 1. */
+    entriesBySeqRange: db.prepare<[number, number, number], EntryRow>(
+      'SELECT * FROM entries WHERE seq >= ? AND seq < ? ORDER BY seq LIMIT ?',
     ),
+    lastEntrySeq: db.prepare<[], { seq: number | null }>('SELECT max(seq) AS seq FROM entries'),
     entriesByAccountPage: db.prepare<[string, number, number], EntryRow>(
       'SELECT * FROM entries WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?',
     ),
@@ -204,15 +212,20 @@ export function ledgerStatements(db: Db) {
       `SELECT * FROM balances WHERE account_id = ? AND (journal_id || ' ' || currency) > ?
        ORDER BY journal_id, currency LIMIT ?`,
     ),
-    upsertBalance: db.prepare(
+    /**
+     * Add a transaction's totals to one balance record in one statement. Amounts are decimal
+     * strings, so the addition is `dec_add` (registered by openDatabase), not SQL `+`.
+     */
+    addToBalance: db.prepare(
       `INSERT INTO balances (account_id, journal_id, currency, settled_dr, settled_cr, pending_dr, pending_cr,
          encumbrance_dr, encumbrance_cr, entry_id, version, created, modified)
        VALUES (@account_id, @journal_id, @currency, @settled_dr, @settled_cr, @pending_dr, @pending_cr,
          @encumbrance_dr, @encumbrance_cr, @entry_id, 1, @modified, @modified)
        ON CONFLICT (account_id, journal_id, currency) DO UPDATE SET
-         settled_dr = excluded.settled_dr, settled_cr = excluded.settled_cr,
-         pending_dr = excluded.pending_dr, pending_cr = excluded.pending_cr,
-         encumbrance_dr = excluded.encumbrance_dr, encumbrance_cr = excluded.encumbrance_cr,
+         settled_dr = dec_add(settled_dr, excluded.settled_dr), settled_cr = dec_add(settled_cr, excluded.settled_cr),
+         pending_dr = dec_add(pending_dr, excluded.pending_dr), pending_cr = dec_add(pending_cr, excluded.pending_cr),
+         encumbrance_dr = dec_add(encumbrance_dr, excluded.encumbrance_dr),
+         encumbrance_cr = dec_add(encumbrance_cr, excluded.encumbrance_cr),
          entry_id = excluded.entry_id, version = balances.version + 1, modified = excluded.modified`,
     ),
   };

@@ -1,0 +1,113 @@
+import type { AddressInfo } from 'node:net';
+import { connect } from 'node:net';
+import type { Server } from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Engine } from '../src/engine.js';
+import { createServer } from '../src/server/http.js';
+import { id, newEngine } from './helpers.js';
+
+let engine: Engine;
+let server: Server;
+let url: string;
+
+beforeAll(async () => {
+  engine = newEngine({ limits: { requestBodyBytesMax: 4096, requestTimeoutMs: 500 } });
+  server = createServer(engine);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/graphql`;
+});
+
+afterAll(async () => {
+  server.closeAllConnections();
+  await new Promise((resolve) => server.close(resolve));
+  engine.close();
+});
+
+const postJson = (body: unknown, headers: Record<string, string> = {}) =>
+  fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+
+describe('GraphQL over HTTP', () => {
+  it('walks the ledger over real HTTP: create accounts and a tran code, post, read the balance', async () => {
+    const setup = await postJson({
+      query: `mutation($a: UUID!, $b: UUID!) {
+        a: createAccount(input: {accountId: $a, code: "cash", name: "Cash", normalBalanceType: DEBIT}) { accountId }
+        b: createAccount(input: {accountId: $b, code: "alice", name: "Alice"}) { accountId }
+        createTranCode(input: {tranCodeId: "${id(50)}", code: "DEPOSIT", params: [{name: "account", type: UUID}, {name: "amount", type: DECIMAL}],
+          transaction: {effective: "date.Today()"},
+          entries: [{accountId: "'${id(1)}'", units: "params.amount", currency: "'USD'", direction: "DEBIT", layer: "SETTLED"},
+                    {accountId: "params.account", units: "params.amount", currency: "'USD'", direction: "CREDIT", layer: "SETTLED"}]}) { version } }`,
+      variables: { a: id(1), b: id(2) },
+    });
+    expect(setup.status).toBe(200);
+    expect((await setup.json() as any).errors).toBeUndefined();
+    const posted = await postJson({
+      query: `mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }`,
+      variables: { i: { transactionId: id(100), tranCode: 'DEPOSIT', params: { account: id(2), amount: '50' } } },
+    });
+    expect((await posted.json() as any).data.postTransaction.transactionId).toBe(id(100));
+    const balance = await fetch(`${url}?query=${encodeURIComponent(`{ balance(accountId: "${id(2)}", currency: "USD") { settled { normalBalance { units currency } } } }`)}`);
+    expect(balance.headers.get('content-type')).toContain('application/json');
+    expect(await balance.json() as any).toEqual({ data: { balance: { settled: { normalBalance: { units: '50.00', currency: 'USD' } } } } });
+  });
+
+  it('answers malformed JSON, a non-object body, a missing query and wrong variable types with 400 and a code', async () => {
+    for (const body of ['{"query":', '[1,2]', '{"variables": {}}', '{"query": "{ journal { name } }", "variables": [1]}']) {
+      const res = await postJson(body);
+      expect(res.status, body).toBe(400);
+      const json: any = await res.json();
+      expect(json.errors[0].extensions.code).toBe('BAD_REQUEST');
+      expect(json.errors[0].extensions.hint).toBeTruthy();
+    }
+  });
+
+  it('uses application/graphql-response+json when asked: 400 for a document that does not parse or validate', async () => {
+    const accept = { accept: 'application/graphql-response+json' };
+    const parseError = await postJson({ query: '{ journal {' }, accept);
+    expect(parseError.status).toBe(400);
+    expect(parseError.headers.get('content-type')).toContain('application/graphql-response+json');
+    expect((await parseError.json() as any).errors[0].extensions.code).toBe('GRAPHQL_PARSE_FAILED');
+    const unknownField = await postJson({ query: '{ journal { colour } }' }, accept);
+    expect(unknownField.status).toBe(400);
+    expect((await unknownField.json() as any).errors[0].message).toContain('colour');
+    const executionError = await postJson({ query: `{ account(id: "${id(404)}") { code } }` }, accept);
+    expect(executionError.status).toBe(200);
+    // With plain application/json the same validation failure is a 200, as the spec allows.
+    expect((await postJson({ query: '{ journal { colour } }' })).status).toBe(200);
+  });
+
+  it('refuses mutations over GET (405), other methods (405), other content types (415) and unknown paths (404)', async () => {
+    const get = await fetch(`${url}?query=${encodeURIComponent('mutation { evaluate(expression: "1") }')}`);
+    expect(get.status).toBe(405);
+    expect(get.headers.get('allow')).toBe('POST');
+    expect((await fetch(url, { method: 'PUT' })).status).toBe(405);
+    expect((await fetch(url, { method: 'POST', headers: { 'content-type': 'text/plain' }, body: '{}' })).status).toBe(415);
+    expect((await fetch(url.replace('/graphql', '/nope'))).status).toBe(404);
+  });
+
+  it('refuses a body over requestBodyBytesMax with 413 LIMIT_EXCEEDED, and keeps serving', async () => {
+    const res = await postJson({ query: `{ journal { name } }`, variables: { pad: 'x'.repeat(5000) } });
+    expect(res.status).toBe(413);
+    expect((await res.json() as any).errors[0].extensions.code).toBe('LIMIT_EXCEEDED');
+    expect((await postJson({ query: '{ journal { name } }' })).status).toBe(200);
+  });
+
+  it('cuts off a client that does not finish its body within requestTimeoutMs', async () => {
+    const { port } = server.address() as AddressInfo;
+    const socket = connect(port, '127.0.0.1');
+    let response = '';
+    socket.on('data', (chunk) => (response += chunk.toString()));
+    socket.write('POST /graphql HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"query":');
+    const closed = await new Promise<boolean>((resolve) => {
+      socket.on('close', () => resolve(true));
+      setTimeout(() => resolve(false), 5000);
+    });
+    expect(closed).toBe(true);
+    expect(response).toMatch(/^HTTP\/1.1 408|^$/);
+  });
+
+  it('serves the query console to a browser GET', async () => {
+    const res = await fetch(url, { headers: { accept: 'text/html' } });
+    expect(res.status).toBe(200);
+    expect(await res.text()).toContain('<title>Tally GraphQL</title>');
+  });
+});
