@@ -53,8 +53,8 @@ function rawPoster() {
 // --- the engine, through GraphQL ----------------------------------------------------------------
 const POST = `mutation Post($input: TransactionInput!) { postTransaction(input: $input) { transactionId } }`;
 
-function setupEngine(path: string): Engine {
-  const engine = createEngine({ path });
+async function setupEngine(path: string): Promise<Engine> {
+  const engine = await createEngine({ path });
   const accounts = Array.from({ length: ACCOUNTS }, (_, i) => ({ accountId: uuid(i + 1), code: `A${i + 1}`, name: `Account ${i + 1}` }));
   for (const input of accounts) engine.graphql('mutation($i: AccountInput!) { createAccount(input: $i) { code } }', { i: input });
   const result = engine.graphql(
@@ -105,10 +105,10 @@ function balanceReadMicros(engine: Engine, accountId: string, reads = 3000): num
   return median(samples);
 }
 
-function main(): void {
+async function main(): Promise<void> {
   console.log(`node ${process.version}, ${POSTS_PER_ROUND} posts x ${ROUNDS} rounds per side, ${ACCOUNTS} accounts, files in ${dir}`);
   const raw = rawPoster();
-  const engine = setupEngine(join(dir, 'engine.db'));
+  const engine = await setupEngine(join(dir, 'engine.db'));
   // warm-up
   timeRaw(raw, 10_000_000);
   timeEngine(engine, 10_000_000);
@@ -153,4 +153,4 @@ function main(): void {
   rmSync(dir, { recursive: true, force: true });
 }
 
-main();
+await main();

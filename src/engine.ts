@@ -1,8 +1,13 @@
 import type { ExecutionResult, GraphQLSchema } from 'graphql';
-import { EngineError } from './errors.js';
-import { mapDriverError } from './storage/driver-errors.js';
+import { loadQuickJS } from '../sandbox/module.js';
+import { Sandbox } from '../sandbox/sandbox.js';
+import type { ActionDeps } from './actions/actions.js';
+import { SchemaCache } from './actions/schemas.js';
 import { Cel } from './cel/cel.js';
 import { type Clock, systemClock } from './clock.js';
+import { EngineError, type ErrorData, isErrorCode } from './errors.js';
+import type { CallFrame } from './execution/call-tree.js';
+import type { ExecutionServices, NestedGraphqlResult } from './execution/services.js';
 import type { RequestContext } from './graphql/context.js';
 import {
   DocumentCache,
@@ -18,6 +23,8 @@ import type { LedgerDeps } from './ledger/deps.js';
 import { Ledger } from './ledger/ledger.js';
 import { type Limits, resolveLimits } from './limits.js';
 import { type Db, openDatabase } from './storage/database.js';
+import { mapDriverError } from './storage/driver-errors.js';
+import { actionStatements } from './storage/statements/actions.js';
 import { ledgerStatements } from './storage/statements/ledger.js';
 import { TransactionManager } from './storage/transaction.js';
 
@@ -30,43 +37,96 @@ export interface EngineOptions {
   logError?: (error: unknown) => void;
 }
 
+export interface RequestOptions {
+  operationName?: string | null;
+  /** Who is asking; until clients and policies land, every request is "anonymous". */
+  principal?: string;
+}
+
 export interface Engine {
   readonly limits: Readonly<Limits>;
   readonly ledger: Ledger;
   /** Run one GraphQL request as one SQLite transaction. */
-  graphql(query: string, variables?: Record<string, unknown> | null, options?: { operationName?: string | null }): FormattedResult;
-  execute(request: GraphqlRequest): FormattedResult;
+  graphql(query: string, variables?: Record<string, unknown> | null, options?: RequestOptions): FormattedResult;
+  execute(request: GraphqlRequest, options?: RequestOptions): FormattedResult;
   /** 'query' or 'mutation' for a document that validates; undefined otherwise. */
   operationType(request: GraphqlRequest): 'query' | 'mutation' | undefined;
   close(): void;
-  /** Cache sizes, so tests can check that caches stay within their limits. */
-  stats(): { documentCacheSize: number; celCacheSize: number };
+  /** Cache and pool sizes, so tests can check they stay within their limits. */
+  stats(): { documentCacheSize: number; celCacheSize: number; idleSandboxContexts: number };
   /** The raw connection, for tests and benchmarks that check the database directly. */
   readonly db: Db;
 }
 
 /**
- * The composition root: opens the database, builds every part and wires them together. Usable
- * in-process without HTTP; the server and the CLI are thin layers over it.
+ * The composition root: opens the database, loads the sandbox, builds every part and wires the
+ * sandbox's graphql() to the GraphQL executor. Usable in-process without HTTP; the server and the
+ * CLI are thin layers over it. Async only because loading the WASM module is.
  */
-export function createEngine(options: EngineOptions = {}): Engine {
+export async function createEngine(options: EngineOptions = {}): Promise<Engine> {
   const limits = resolveLimits(options.limits);
   const clock = options.clock ?? systemClock;
   const logError = options.logError ?? ((error: unknown) => console.error('tally: internal error', error));
+  // The WASM memory is capped above the QuickJS heap limit, for the allocator's own overhead.
+  const quickjs = await loadQuickJS(limits.sandboxMemoryBytesMax + 32 * 1024 * 1024);
+  const sandbox = new Sandbox(quickjs, {
+    memoryBytesMax: limits.sandboxMemoryBytesMax,
+    stackBytesMax: limits.sandboxStackBytesMax,
+    contextUsesMax: limits.contextUsesMax,
+    contextPoolMax: limits.contextPoolMax,
+    programsPerContextMax: 256,
+  });
+
   const db = openDatabase({ path: options.path ?? ':memory:', busyTimeoutMs: limits.busyTimeoutMs });
   const transactions = new TransactionManager(db);
   const cel = new Cel(clock, limits);
-  const deps: LedgerDeps = { st: ledgerStatements(db), cel, clock, limits };
-  const ledger = new Ledger(deps);
+  const ledgerDeps: LedgerDeps = { st: ledgerStatements(db), cel, clock, limits };
+  const ledger = new Ledger(ledgerDeps);
+  const st = actionStatements(db);
+  const actionDeps: ActionDeps = {
+    st,
+    schemas: new SchemaCache(),
+    cel,
+    clock,
+    limits,
+    checkProgram: (fileName, source) => sandbox.checkSyntax({ fileName, source }),
+  };
   const schema: GraphQLSchema = buildSchema();
   const documents = new DocumentCache(schema, limits);
-  const context: RequestContext = { ledger, cel, limits };
 
-  function execute(request: GraphqlRequest): FormattedResult {
+  const services: ExecutionServices = {
+    transactions,
+    sandbox,
+    actions: actionDeps,
+    st,
+    cel,
+    clock,
+    limits,
+    runGraphql: (request, frame) => runNested(request, frame),
+  };
+
+  const contextFor = (principal: string, frame: CallFrame | null): RequestContext => ({ ledger, cel, limits, services, principal, frame });
+
+  /** A GraphQL operation a call makes: same transaction, its own savepoint (taken by the caller). */
+  function runNested(request: GraphqlRequest, frame: CallFrame): NestedGraphqlResult {
+    const prepared = documents.prepare(request.query);
+    if ('errors' in prepared) return { data: null, errors: prepared.errors.map((e) => toErrorData(formatError(e, logError))), dryRun: false };
+    const plan = planOperation(prepared.document, request.operationName);
+    if (!('mode' in plan)) return { data: null, errors: [toErrorData(formatError(plan, logError))], dryRun: false };
+    const executed = executePrepared(schema, prepared, request, contextFor(frame.root.principal, frame));
+    return {
+      data: (executed.data as Record<string, unknown> | null | undefined) ?? null,
+      errors: (executed.errors ?? []).map((e) => toErrorData(formatError(e, logError))),
+      dryRun: plan.dryRun,
+    };
+  }
+
+  function execute(request: GraphqlRequest, requestOptions: RequestOptions = {}): FormattedResult {
     const prepared = documents.prepare(request.query);
     if ('errors' in prepared) return { errors: prepared.errors.map((e) => formatError(e, logError)) };
     const plan = planOperation(prepared.document, request.operationName);
     if (!('mode' in plan)) return { errors: [formatError(plan, logError)] };
+    const context = contextFor(requestOptions.principal ?? 'anonymous', null);
 
     // A mutation with any error rolls back whole (data: null); @dryRun always rolls back.
     let result: ExecutionResult;
@@ -98,12 +158,24 @@ export function createEngine(options: EngineOptions = {}): Engine {
 
   return {
     limits,
-    operationType,
     ledger,
     db,
     execute,
-    graphql: (query, variables, opts) => execute({ query, variables: variables ?? null, operationName: opts?.operationName ?? null }),
-    close: () => db.close(),
-    stats: () => ({ documentCacheSize: documents.size, celCacheSize: cel.size }),
+    operationType,
+    graphql: (query, variables, opts) =>
+      execute({ query, variables: variables ?? null, operationName: opts?.operationName ?? null }, opts?.principal === undefined ? {} : { principal: opts.principal }),
+    close: () => {
+      db.close();
+      sandbox.dispose();
+    },
+    stats: () => ({ documentCacheSize: documents.size, celCacheSize: cel.size, idleSandboxContexts: sandbox.idleContexts }),
   };
+}
+
+function toErrorData(formatted: { message: string; extensions?: Record<string, unknown> }): ErrorData {
+  const ext = formatted.extensions ?? {};
+  const data: ErrorData = { code: isErrorCode(ext.code) ? ext.code : 'INTERNAL', message: formatted.message };
+  if (typeof ext.hint === 'string') data.hint = ext.hint;
+  if (ext.details !== undefined) data.details = ext.details;
+  return data;
 }

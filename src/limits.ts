@@ -31,6 +31,35 @@ export interface Limits {
   decimalFractionDigitsMax: number;
   /** How long a writer waits for SQLite's write lock before failing with BUSY. */
   busyTimeoutMs: number;
+
+  /** Largest tool program (config.src) in bytes. */
+  programBytesMax: number;
+  /** Tool references one action version may declare. */
+  toolReferencesMax: number;
+  /** Largest execution.maxAttempts a version may ask for. */
+  maxAttemptsMax: number;
+  /** Wall-clock deadline of a top-level call when its version sets no timeoutMs; nested calls share it. */
+  toolTimeoutMs: number;
+  /** Largest execution.timeoutMs a version may ask for. Keep it well below busyTimeoutMs of other writers' patience. */
+  toolTimeoutMsMax: number;
+  /** QuickJS heap per sandbox; the WASM memory is capped a little above it, which bounds typed arrays too. */
+  sandboxMemoryBytesMax: number;
+  /** QuickJS stack: deep recursion fails with LIMIT_EXCEEDED before it can threaten the host stack. */
+  sandboxStackBytesMax: number;
+  /** Largest tool input (JSON) in bytes. */
+  inputBytesMax: number;
+  /** Largest tool output (JSON) in bytes. */
+  outputBytesMax: number;
+  /** console.log output kept per call, in bytes; the rest is cut with a marker. */
+  logBytesMax: number;
+  /** Tool levels below the first call. */
+  toolDepthMax: number;
+  /** Calls (tool, graphql, cel) beneath one top-level call. */
+  callsPerExecutionMax: number;
+  /** A sandbox context is replaced after this many calls. */
+  contextUsesMax: number;
+  /** Idle sandbox contexts kept warm. */
+  contextPoolMax: number;
 }
 
 export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
@@ -48,6 +77,21 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   decimalIntegerDigitsMax: 30,
   decimalFractionDigitsMax: 18,
   busyTimeoutMs: 5000,
+
+  programBytesMax: 262_144,
+  toolReferencesMax: 64,
+  maxAttemptsMax: 100,
+  toolTimeoutMs: 2000,
+  toolTimeoutMsMax: 30_000,
+  sandboxMemoryBytesMax: 64 * 1024 * 1024,
+  sandboxStackBytesMax: 256 * 1024,
+  inputBytesMax: 262_144,
+  outputBytesMax: 1_048_576,
+  logBytesMax: 16_384,
+  toolDepthMax: 8,
+  callsPerExecutionMax: 1024,
+  contextUsesMax: 10_000,
+  contextPoolMax: 16,
 });
 
 export function resolveLimits(overrides: Partial<Limits> = {}): Readonly<Limits> {

@@ -6,7 +6,7 @@ export function id(n: number | string): string {
   return `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
 }
 
-export function newEngine(options: EngineOptions = {}): Engine {
+export function newEngine(options: EngineOptions = {}): Promise<Engine> {
   return createEngine({ logError: () => {}, ...options });
 }
 

@@ -11,7 +11,7 @@ let server: Server;
 let url: string;
 
 beforeAll(async () => {
-  engine = newEngine({ limits: { requestBodyBytesMax: 4096, requestTimeoutMs: 500 } });
+  engine = await newEngine({ limits: { requestBodyBytesMax: 4096, requestTimeoutMs: 500 } });
   server = createServer(engine);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/graphql`;

@@ -7,8 +7,8 @@ let alice: string;
 let bob: string;
 let transferCode: string;
 
-beforeEach(() => {
-  engine = newEngine();
+beforeEach(async () => {
+  engine = await newEngine();
   alice = createAccount(engine, 1, { normalBalanceType: 'DEBIT' });
   bob = createAccount(engine, 2);
   transferCode = createTransferCode(engine);
@@ -19,7 +19,7 @@ const post = (n: number, amount: string, extra: Record<string, unknown> = {}) =>
     .postTransaction;
 
 describe('postTransaction', () => {
-  it('writes a transaction with two entries and updates both balances', () => {
+  it('writes a transaction with two entries and updates both balances', async () => {
     const t = post(1, '50');
     expect(t).toMatchObject({ transactionId: id(1001), correlationId: id(1001), voidedBy: null });
     expect(balanceOf(engine, bob).settled.normalBalance).toEqual({ units: '50.00', currency: 'USD' });
@@ -27,7 +27,7 @@ describe('postTransaction', () => {
     expect(count(engine, 'entries')).toBe(2);
   });
 
-  it('adds 0.1 + 0.2 exactly, and keeps 18 fractional digits and 30 integer digits', () => {
+  it('adds 0.1 + 0.2 exactly, and keeps 18 fractional digits and 30 integer digits', async () => {
     post(1, '0.1');
     post(2, '0.2');
     expect(balanceOf(engine, bob).settled.normalBalance.units).toBe('0.30');
@@ -36,7 +36,7 @@ describe('postTransaction', () => {
     expect(balanceOf(engine, bob, 'ETH').settled.normalBalance.units).toBe('123456789012345678901234567890.123456789012345679');
   });
 
-  it('is idempotent by transactionId: same input returns the same transaction, different input conflicts', () => {
+  it('is idempotent by transactionId: same input returns the same transaction, different input conflicts', async () => {
     const first = post(1, '10');
     const again = post(1, '10');
     expect(again).toEqual(first);
@@ -48,7 +48,7 @@ describe('postTransaction', () => {
     expect(count(engine, 'transactions')).toBe(1);
   });
 
-  it('refuses an unbalanced tran code with UNBALANCED and writes nothing', () => {
+  it('refuses an unbalanced tran code with UNBALANCED and writes nothing', async () => {
     ok(engine, `mutation($i: TranCodeInput!) { createTranCode(input: $i) { code } }`, {
       i: {
         tranCodeId: id(501),
@@ -69,7 +69,7 @@ describe('postTransaction', () => {
     expect(count(engine, 'transactions')).toBe(0);
   });
 
-  it('checks balance per layer: a debit on SETTLED cannot be matched by a credit on PENDING', () => {
+  it('checks balance per layer: a debit on SETTLED cannot be matched by a credit on PENDING', async () => {
     ok(engine, `mutation($i: TranCodeInput!) { createTranCode(input: $i) { code } }`, {
       i: {
         tranCodeId: id(502),
@@ -85,7 +85,7 @@ describe('postTransaction', () => {
     expect(fails(engine, POST, { input: { transactionId: id(1), tranCode: 'CROSS_LAYER', params: { a: alice, b: bob } } }).code).toBe('UNBALANCED');
   });
 
-  it('refuses to post to a LOCKED account and writes nothing; INACTIVE still posts', () => {
+  it('refuses to post to a LOCKED account and writes nothing; INACTIVE still posts', async () => {
     ok(engine, `mutation { updateAccount(id: "${bob}", input: {status: LOCKED}) { status } }`);
     const error = fails(engine, POST, { input: { transactionId: id(1), tranCode: 'TRANSFER', params: { from: alice, to: bob, amount: '5' } } });
     expect(error.code).toBe('ACCOUNT_LOCKED');
@@ -97,14 +97,14 @@ describe('postTransaction', () => {
     expect(balanceOf(engine, bob).settled.normalBalance.units).toBe('5.00');
   });
 
-  it('names a missing required param', () => {
+  it('names a missing required param', async () => {
     const error = fails(engine, POST, { input: { transactionId: id(1), tranCode: 'TRANSFER', params: { from: alice, to: bob } } });
     expect(error.code).toBe('TRAN_CODE_ERROR');
     expect(error.message).toContain('"amount"');
     expect(error.message).toContain('required');
   });
 
-  it('refuses unknown params, floats for decimals, bad UUIDs in params and unknown tran codes', () => {
+  it('refuses unknown params, floats for decimals, bad UUIDs in params and unknown tran codes', async () => {
     const bad = (params: Record<string, unknown>, tranCode = 'TRANSFER') =>
       fails(engine, POST, { input: { transactionId: id(1), tranCode, params } });
     expect(bad({ from: alice, to: bob, amount: '1', colour: 'red' }).message).toContain('no param "colour"');
@@ -119,7 +119,7 @@ describe('postTransaction', () => {
     expect(count(engine, 'transactions')).toBe(0);
   });
 
-  it('a multi-mutation document whose last mutation fails leaves no trace of the first', () => {
+  it('a multi-mutation document whose last mutation fails leaves no trace of the first', async () => {
     const result = engine.graphql(`mutation {
       a: createAccount(input: {accountId: "${id(77)}", code: "NEW", name: "New"}) { accountId }
       p: postTransaction(input: {transactionId: "${id(1)}", tranCode: "TRANSFER", params: {from: "${alice}", to: "${bob}", amount: "5"}}) { transactionId }
@@ -131,7 +131,7 @@ describe('postTransaction', () => {
     expect(balanceOf(engine, bob).settled.normalBalance.units).toBe('0.00');
   });
 
-  it('Mutation.queries reads the request’s own uncommitted writes', () => {
+  it('Mutation.queries reads the request’s own uncommitted writes', async () => {
     const data = ok(engine, `mutation {
       p1: postTransaction(input: {transactionId: "${id(1)}", tranCode: "TRANSFER", params: {from: "${alice}", to: "${bob}", amount: "30"}}) { transactionId }
       p2: postTransaction(input: {transactionId: "${id(2)}", tranCode: "TRANSFER", params: {from: "${alice}", to: "${bob}", amount: "12.5"}}) { transactionId }
@@ -142,7 +142,7 @@ describe('postTransaction', () => {
     expect(data.queries.entries.nodes[1].transaction.description).toBe('transfer 12.5');
   });
 
-  it('@dryRun runs the mutation, returns results that saw its writes, and leaves no trace; the same ids then post for real', () => {
+  it('@dryRun runs the mutation, returns results that saw its writes, and leaves no trace; the same ids then post for real', async () => {
     const dry = ok(engine, `mutation Try @dryRun {
       postTransaction(input: {transactionId: "${id(1)}", tranCode: "TRANSFER", params: {from: "${alice}", to: "${bob}", amount: "7"}}) { transactionId }
       queries { balance(accountId: "${bob}") { settled { normalBalance { units } } } } }`);
@@ -153,7 +153,7 @@ describe('postTransaction', () => {
     expect(count(engine, 'transactions')).toBe(1);
   });
 
-  it('pins a tran code version, and refuses a LOCKED tran code', () => {
+  it('pins a tran code version, and refuses a LOCKED tran code', async () => {
     ok(engine, `mutation($id: UUID!) { updateTranCode(id: $id, input: {transaction: {description: "'v2'"}}) { version } }`, { id: transferCode });
     const v1 = ok(engine, `mutation { postTransaction(input: {transactionId: "${id(1)}", tranCode: "TRANSFER", tranCodeVersion: 1, params: {from: "${alice}", to: "${bob}", amount: "1"}}) { description tranCodeVersion } }`);
     expect(v1.postTransaction).toEqual({ description: 'transfer 1', tranCodeVersion: 1 });
@@ -166,7 +166,7 @@ describe('postTransaction', () => {
 });
 
 describe('voidTransaction', () => {
-  it('reverses every entry, restores balances exactly, links voidOf/voidedBy, keeps the correlationId', () => {
+  it('reverses every entry, restores balances exactly, links voidOf/voidedBy, keeps the correlationId', async () => {
     post(1, '10.10');
     post(2, '0.01', { layer: 'PENDING' });
     const before = balanceOf(engine, bob);
@@ -182,7 +182,7 @@ describe('voidTransaction', () => {
     expect(ok(engine, `{ transactions(first: 10, where: {correlationId: "${id(1003)}"}) { nodes { transactionId } } }`).transactions.nodes).toHaveLength(2);
   });
 
-  it('refuses to void twice, to void a void, and to void an unknown id', () => {
+  it('refuses to void twice, to void a void, and to void an unknown id', async () => {
     post(1, '1');
     const reversal = ok(engine, `mutation { voidTransaction(id: "${id(1001)}") { transactionId } }`).voidTransaction;
     expect(fails(engine, `mutation { voidTransaction(id: "${id(1001)}") { transactionId } }`).code).toBe('ALREADY_VOIDED');
@@ -192,7 +192,7 @@ describe('voidTransaction', () => {
 });
 
 describe('balances', () => {
-  it('keeps layers apart and makes available() cumulative', () => {
+  it('keeps layers apart and makes available() cumulative', async () => {
     post(1, '100');
     post(2, '20', { layer: 'PENDING' });
     post(3, '3', { layer: 'ENCUMBRANCE' });
@@ -206,7 +206,7 @@ describe('balances', () => {
     expect(data.version).toBe(3);
   });
 
-  it('computes normal balances by the account’s side: credit-normal CR − DR, debit-normal DR − CR', () => {
+  it('computes normal balances by the account’s side: credit-normal CR − DR, debit-normal DR − CR', async () => {
     post(1, '5');
     expect(balanceOf(engine, alice).settled.normalBalance.units).toBe('5.00'); // debit-normal, debited
     expect(balanceOf(engine, bob).settled.normalBalance.units).toBe('5.00'); // credit-normal, credited
@@ -214,12 +214,12 @@ describe('balances', () => {
     expect(balanceOf(engine, bob).settled.normalBalance.units).toBe('-3.00');
   });
 
-  it('reads a zero balance for an account with no entries, and NOT_FOUND for an unknown account', () => {
+  it('reads a zero balance for an account with no entries, and NOT_FOUND for an unknown account', async () => {
     expect(balanceOf(engine, bob).settled.normalBalance).toEqual({ units: '0.00', currency: 'USD' });
     expect(fails(engine, `{ balance(accountId: "${id(999)}") { version } }`).code).toBe('NOT_FOUND');
   });
 
-  it('renders units with the currency’s minor-unit digits', () => {
+  it('renders units with the currency’s minor-unit digits', async () => {
     post(1, '5', { currency: 'JPY' });
     post(2, '5', { currency: 'BTC' });
     post(3, '5.5', { currency: 'KWD' });
@@ -228,7 +228,7 @@ describe('balances', () => {
     expect(balanceOf(engine, bob, 'KWD').settled.normalBalance.units).toBe('5.500');
   });
 
-  it('reads through the primary key only: the balance statement never touches entries (O(1) in the number of entries)', () => {
+  it('reads through the primary key only: the balance statement never touches entries (O(1) in the number of entries)', async () => {
     const plan = engine.db
       .prepare(`EXPLAIN QUERY PLAN SELECT * FROM balances WHERE account_id = ? AND journal_id = ? AND currency = ?`)
       .all(bob, id(0), 'USD') as Array<{ detail: string }>;

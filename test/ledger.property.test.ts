@@ -29,8 +29,8 @@ const command: fc.Arbitrary<Command> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('lock' as const), account: fc.nat(ACCOUNTS - 1), locked: fc.boolean() }) },
 );
 
-function setup(): Engine {
-  const engine = newEngine();
+async function setup(): Promise<Engine> {
+  const engine = await newEngine();
   for (let n = 1; n <= ACCOUNTS; n++) createAccount(engine, n, { normalBalanceType: n % 2 ? 'DEBIT' : 'CREDIT' });
   createTransferCode(engine);
   ok(engine, `mutation($i: TranCodeInput!) { createTranCode(input: $i) { code } }`, {
@@ -116,10 +116,10 @@ function checkInvariants(engine: Engine): void {
 }
 
 describe('ledger invariants (property)', () => {
-  it('after every post and void, debits equal credits per currency and layer, and every balance equals the sum of its entries', () => {
-    fc.assert(
-      fc.property(fc.array(command, { minLength: 1, maxLength: 25 }), (commands) => {
-        const engine = setup();
+  it('after every post and void, debits equal credits per currency and layer, and every balance equals the sum of its entries', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(command, { minLength: 1, maxLength: 25 }), async (commands) => {
+        const engine = await setup();
         const posted: string[] = [];
         commands.forEach((cmd, step) => {
           apply(engine, cmd, posted, step);

@@ -4,14 +4,14 @@ import { DEFAULT_JOURNAL_ID } from '../src/ledger/journals.js';
 import { balanceOf, CREATE_ACCOUNT, createAccount, fails, id, newEngine, ok, POST } from './helpers.js';
 
 let engine: Engine;
-beforeEach(() => {
-  engine = newEngine();
+beforeEach(async () => {
+  engine = await newEngine();
 });
 
 const CREATE_TRAN_CODE = `mutation($i: TranCodeInput!) { createTranCode(input: $i) { tranCodeId code version status params { name type default } } }`;
 
 describe('journals', () => {
-  it('has a default journal, creates others, pages them, and refuses posting into a LOCKED one', () => {
+  it('has a default journal, creates others, pages them, and refuses posting into a LOCKED one', async () => {
     expect(ok(engine, '{ journal { journalId code status } }').journal).toEqual({ journalId: DEFAULT_JOURNAL_ID, code: 'DEFAULT', status: 'ACTIVE' });
     ok(engine, `mutation { createJournal(input: {journalId: "${id(5)}", name: "EUR book", code: "EUR"}) { journalId } }`);
     const page1 = ok(engine, '{ journals(first: 1) { nodes { code } pageInfo { hasNextPage endCursor } } }').journals;
@@ -46,7 +46,7 @@ describe('journals', () => {
 });
 
 describe('accounts', () => {
-  it('creates, updates (new version each time), keeps history, finds by code, and pages', () => {
+  it('creates, updates (new version each time), keeps history, finds by code, and pages', async () => {
     ok(engine, CREATE_ACCOUNT, { input: { accountId: id(1), code: 'CASH', name: 'Cash', metadata: { tier: 'gold' }, externalId: 'ext-1' } });
     const updated = ok(engine, `mutation { updateAccount(id: "${id(1)}", input: {name: "Cash at bank", status: LOCKED}) { name status version metadata } }`);
     expect(updated.updateAccount).toEqual({ name: 'Cash at bank', status: 'LOCKED', version: 2, metadata: { tier: 'gold' } });
@@ -69,7 +69,7 @@ describe('accounts', () => {
     expect(codes).toEqual(['CASH', 'ACC-2', 'ACC-3', 'ACC-4', 'ACC-5']);
   });
 
-  it('refuses duplicates, bad ids, bad enums, unknown fields and non-object metadata, naming the value', () => {
+  it('refuses duplicates, bad ids, bad enums, unknown fields and non-object metadata, naming the value', async () => {
     createAccount(engine, 1);
     expect(fails(engine, CREATE_ACCOUNT, { input: { accountId: id(1), code: 'X', name: 'X' } }).code).toBe('ALREADY_EXISTS');
     const dupCode = fails(engine, CREATE_ACCOUNT, { input: { accountId: id(2), code: 'ACC-1', name: 'X' } });
@@ -90,7 +90,7 @@ describe('accounts', () => {
 });
 
 describe('tran codes', () => {
-  it('creates version 1, makes a new version on each template change, keeps history, and locks', () => {
+  it('creates version 1, makes a new version on each template change, keeps history, and locks', async () => {
     const created = ok(engine, CREATE_TRAN_CODE, {
       i: {
         tranCodeId: id(1),
@@ -114,7 +114,7 @@ describe('tran codes', () => {
     expect(ok(engine, '{ tranCodes(first: 5) { nodes { code } } }').tranCodes.nodes).toEqual([{ code: 'DEPOSIT' }]);
   });
 
-  it('refuses a template with a CEL syntax error, naming the field and the position', () => {
+  it('refuses a template with a CEL syntax error, naming the field and the position', async () => {
     const error = fails(engine, CREATE_TRAN_CODE, {
       i: {
         tranCodeId: id(1),
@@ -132,7 +132,7 @@ describe('tran codes', () => {
     expect(ok(engine, '{ tranCodes(first: 5) { nodes { code } } }').tranCodes.nodes).toEqual([]);
   });
 
-  it('refuses bad definitions: duplicate params, bad names, missing entry fields, unknown fields, bad code', () => {
+  it('refuses bad definitions: duplicate params, bad names, missing entry fields, unknown fields, bad code', async () => {
     const base = { tranCodeId: id(1), code: 'X', transaction: {}, entries: [{ accountId: "'a'", units: '1', currency: "'USD'", direction: 'DEBIT' }] };
     expect(fails(engine, CREATE_TRAN_CODE, { i: { ...base, params: [{ name: 'a' }, { name: 'a' }] } }).message).toContain('declared twice');
     expect(fails(engine, CREATE_TRAN_CODE, { i: { ...base, params: [{ name: 'a b' }] } }).message).toContain('not an identifier');
@@ -142,7 +142,7 @@ describe('tran codes', () => {
     expect(fails(engine, CREATE_TRAN_CODE, { i: { ...base, vars: { x: 5 } } }).message).toContain('vars.x');
   });
 
-  it('accepts params of every ParamDataType with defaults, vars (nested, in order), conditions and integer enum forms', () => {
+  it('accepts params of every ParamDataType with defaults, vars (nested, in order), conditions and integer enum forms', async () => {
     const a = createAccount(engine, 1);
     const b = createAccount(engine, 2);
     const fees = createAccount(engine, 3);
@@ -191,7 +191,7 @@ describe('tran codes', () => {
     expect(fails(engine, `mutation { postTransaction(input: {transactionId: "${id(3)}", tranCode: "EVERYTHING", params: {from: "${a}", to: "${b}", amount: "5", day: "2026-02-30"}}) { effective } }`).message).toContain('date');
   });
 
-  it('reports a template that evaluates to the wrong type, naming the field and the value', () => {
+  it('reports a template that evaluates to the wrong type, naming the field and the value', async () => {
     const a = createAccount(engine, 1);
     ok(engine, CREATE_TRAN_CODE, {
       i: {
@@ -215,7 +215,7 @@ describe('tran codes', () => {
 });
 
 describe('evaluate (CEL REPL)', () => {
-  it('evaluates one expression or a map where later keys see earlier ones, with a document', () => {
+  it('evaluates one expression or a map where later keys see earlier ones, with a document', async () => {
     expect(ok(engine, `mutation { evaluate(expression: "decimal('0.1') + decimal('0.2') == decimal('0.3')") }`).evaluate).toBe(true);
     const map = ok(engine, `mutation($d: JSON) { evaluate(expressions: {a: "decimal(document.amount) * 2", b: {c: "this.a + decimal('1')"}}, document: $d) }`, { d: { amount: '2.50' } });
     expect(map.evaluate).toEqual({ a: '5', b: { c: '6' } });
@@ -224,7 +224,7 @@ describe('evaluate (CEL REPL)', () => {
     expect(ok(engine, `mutation { evaluate(expression: "document.n + 1", document: {n: 41}) }`).evaluate).toBe(42);
   });
 
-  it('reports a CEL error with the expression and position', () => {
+  it('reports a CEL error with the expression and position', async () => {
     const error = fails(engine, `mutation { evaluate(expression: "1 + + ") }`);
     expect(error.code).toBe('CEL_ERROR');
     expect(error.message).toContain('"1 + + "');

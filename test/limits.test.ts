@@ -9,29 +9,29 @@ import { createAccount, createTransferCode, fails, id, newEngine, ok, POST } fro
 const TRAN_CODE = `mutation($i: TranCodeInput!) { createTranCode(input: $i) { code } }`;
 
 describe('limits: each is named, defaulted, configurable and enforced', () => {
-  it('refuses unknown or invalid limit overrides', () => {
+  it('refuses unknown or invalid limit overrides', async () => {
     expect(() => resolveLimits({ nope: 1 } as never)).toThrow(/unknown limit "nope"/);
     expect(() => resolveLimits({ pageSizeMax: -1 })).toThrow(/non-negative integer/);
     expect(resolveLimits({}).pageSizeMax).toBe(DEFAULT_LIMITS.pageSizeMax);
   });
 
-  it('pageSizeMax', () => {
-    const engine = newEngine({ limits: { pageSizeMax: 10 } });
+  it('pageSizeMax', async () => {
+    const engine = await newEngine({ limits: { pageSizeMax: 10 } });
     ok(engine, '{ accounts(first: 10) { nodes { code } } }');
     const error = fails(engine, '{ accounts(first: 11) { nodes { code } } }');
     expect(error.code).toBe('LIMIT_EXCEEDED');
     expect(error.message).toContain('pageSizeMax (10)');
   });
 
-  it('documentBytesMax', () => {
-    const engine = newEngine({ limits: { documentBytesMax: 200 } });
+  it('documentBytesMax', async () => {
+    const engine = await newEngine({ limits: { documentBytesMax: 200 } });
     const error = fails(engine, `{ journal { name } } # ${'x'.repeat(300)}`);
     expect(error.code).toBe('LIMIT_EXCEEDED');
     expect(error.message).toContain('documentBytesMax is 200');
   });
 
-  it('queryDepthMax, through fragments too', () => {
-    const engine = newEngine({ limits: { queryDepthMax: 3 } });
+  it('queryDepthMax, through fragments too', async () => {
+    const engine = await newEngine({ limits: { queryDepthMax: 3 } });
     ok(engine, '{ journals(first: 1) { nodes { name } } }');
     const deep = `{ transactions(first: 1) { nodes { entries(first: 1) { nodes { account { code } } } } } }`;
     expect(fails(engine, deep).code).toBe('LIMIT_EXCEEDED');
@@ -39,38 +39,38 @@ describe('limits: each is named, defaulted, configurable and enforced', () => {
     expect(fails(engine, viaFragment).message).toContain('queryDepthMax is 3');
   });
 
-  it('documentCacheMax and celCacheMax bound their caches', () => {
-    const engine = newEngine({ limits: { documentCacheMax: 3, celCacheMax: 3 } });
+  it('documentCacheMax and celCacheMax bound their caches', async () => {
+    const engine = await newEngine({ limits: { documentCacheMax: 3, celCacheMax: 3 } });
     for (let i = 0; i < 10; i++) ok(engine, `mutation { evaluate(expression: "${i} + 1") }`);
     expect(engine.stats().documentCacheSize).toBe(3);
     expect(engine.stats().celCacheSize).toBe(3);
   });
 
-  it('celExpressionLengthMax', () => {
-    const engine = newEngine({ limits: { celExpressionLengthMax: 20 } });
+  it('celExpressionLengthMax', async () => {
+    const engine = await newEngine({ limits: { celExpressionLengthMax: 20 } });
     ok(engine, 'mutation { evaluate(expression: "1 + 2") }');
     const error = fails(engine, `mutation { evaluate(expression: "${'1 + '.repeat(10)}1") }`);
     expect(error.code).toBe('LIMIT_EXCEEDED');
     expect(error.message).toContain('celExpressionLengthMax (20)');
   });
 
-  it('entriesPerTransactionMax, at definition and at posting', () => {
-    const engine = newEngine({ limits: { entriesPerTransactionMax: 2 } });
+  it('entriesPerTransactionMax, at definition and at posting', async () => {
+    const engine = await newEngine({ limits: { entriesPerTransactionMax: 2 } });
     const entry = { accountId: `'${id(1)}'`, units: '1', currency: "'USD'", direction: 'DEBIT' };
     const error = fails(engine, TRAN_CODE, { i: { tranCodeId: id(1), code: 'BIG', transaction: {}, entries: [entry, entry, entry] } });
     expect(error.code).toBe('LIMIT_EXCEEDED');
     expect(error.message).toContain('entriesPerTransactionMax is 2');
   });
 
-  it('tranCodeParamsMax', () => {
-    const engine = newEngine({ limits: { tranCodeParamsMax: 2 } });
+  it('tranCodeParamsMax', async () => {
+    const engine = await newEngine({ limits: { tranCodeParamsMax: 2 } });
     const entry = { accountId: `'${id(1)}'`, units: '1', currency: "'USD'", direction: 'DEBIT' };
     const params = [{ name: 'a' }, { name: 'b' }, { name: 'c' }];
     expect(fails(engine, TRAN_CODE, { i: { tranCodeId: id(1), code: 'P', params, transaction: {}, entries: [entry] } }).message).toContain('tranCodeParamsMax is 2');
   });
 
-  it('jsonBytesMax, for metadata and for params', () => {
-    const engine = newEngine({ limits: { jsonBytesMax: 100 } });
+  it('jsonBytesMax, for metadata and for params', async () => {
+    const engine = await newEngine({ limits: { jsonBytesMax: 100 } });
     const error = fails(engine, `mutation($m: JSON) { createAccount(input: {accountId: "${id(1)}", code: "A", name: "A", metadata: $m}) { code } }`, {
       m: { note: 'x'.repeat(200) },
     });
@@ -82,8 +82,8 @@ describe('limits: each is named, defaulted, configurable and enforced', () => {
     expect(fails(engine, POST, { input: { transactionId: id(9), tranCode: 'TRANSFER', params: { from: id(2), to: id(3), amount: '1', memo: 'y'.repeat(200) } } }).code).toBe('LIMIT_EXCEEDED');
   });
 
-  it('decimalFractionDigitsMax and decimalIntegerDigitsMax', () => {
-    const engine = newEngine({ limits: { decimalFractionDigitsMax: 4, decimalIntegerDigitsMax: 6 } });
+  it('decimalFractionDigitsMax and decimalIntegerDigitsMax', async () => {
+    const engine = await newEngine({ limits: { decimalFractionDigitsMax: 4, decimalIntegerDigitsMax: 6 } });
     createAccount(engine, 1);
     createAccount(engine, 2);
     createTransferCode(engine);
@@ -93,9 +93,9 @@ describe('limits: each is named, defaulted, configurable and enforced', () => {
     expect(post('123456.1234').errors).toBeUndefined();
   });
 
-  it('busyTimeoutMs: a writer that cannot get the lock in time fails with BUSY (retryable) and writes nothing', () => {
+  it('busyTimeoutMs: a writer that cannot get the lock in time fails with BUSY (retryable) and writes nothing', async () => {
     const path = join(mkdtempSync(join(tmpdir(), 'tally-busy-')), 'busy.db');
-    const engine = newEngine({ path, limits: { busyTimeoutMs: 50 } });
+    const engine = await newEngine({ path, limits: { busyTimeoutMs: 50 } });
     const other = new Database(path);
     other.exec('BEGIN IMMEDIATE');
     const started = Date.now();

@@ -36,7 +36,7 @@ export async function main(argv: string[]): Promise<void> {
   const db = values.db ?? process.env.TALLY_DB ?? './data/tally.db';
 
   if (command === 'migrate') {
-    const engine = createEngine({ path: db });
+    const engine = await createEngine({ path: db });
     process.stdout.write(`tally: ${db} is at schema version ${schemaVersion(engine.db)}\n`);
     engine.close();
     return;
@@ -46,7 +46,7 @@ export async function main(argv: string[]): Promise<void> {
   const port = Number(values.port ?? process.env.PORT ?? 4000);
   if (!Number.isInteger(port) || port < 0 || port > 65535) fail(`--port ${JSON.stringify(values.port)} is not a port number`);
   const host = values.host ?? process.env.HOST ?? '127.0.0.1';
-  const engine = createEngine({ path: db });
+  const engine = await createEngine({ path: db });
   const server = createServer(engine, { log: (line) => process.stderr.write(`${line}\n`) });
   server.listen(port, host, () => {
     const address = server.address();

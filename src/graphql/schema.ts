@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { makeExecutableSchema } from '@graphql-tools/schema';
 import type { GraphQLSchema } from 'graphql';
+import { actionResolvers } from './resolvers/actions.js';
 import { ledgerResolvers } from './resolvers/ledger.js';
 import { scalars } from './scalars.js';
 
@@ -11,7 +12,7 @@ export const SCHEMA_PATH = fileURLToPath(new URL('../../schema.graphql', import.
 export function buildSchema(): GraphQLSchema {
   return makeExecutableSchema({
     typeDefs: readFileSync(SCHEMA_PATH, 'utf8'),
-    resolvers: [scalars, ledgerResolvers],
+    resolvers: [scalars, ledgerResolvers, actionResolvers],
     resolverValidationOptions: { requireResolversToMatchSchema: 'error' },
   });
 }

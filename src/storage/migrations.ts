@@ -130,4 +130,54 @@ export const MIGRATIONS: readonly Migration[] = [
       ) WITHOUT ROWID;
     `,
   },
+  {
+    version: 2,
+    name: 'actions',
+    sql: `
+      CREATE TABLE actions (
+        action_id      TEXT PRIMARY KEY,
+        name           TEXT NOT NULL UNIQUE,
+        latest_version INTEGER NOT NULL,
+        created        TEXT NOT NULL,
+        modified       TEXT NOT NULL
+      );
+      CREATE TABLE action_versions (
+        action_id TEXT NOT NULL REFERENCES actions(action_id),
+        version   INTEGER NOT NULL,
+        status    TEXT NOT NULL CHECK (status IN ('ACTIVE','LOCKED','DRAFT')),
+        document  TEXT NOT NULL,
+        created   TEXT NOT NULL,
+        modified  TEXT NOT NULL,
+        PRIMARY KEY (action_id, version)
+      ) WITHOUT ROWID;
+
+      -- One row per call: top-level invocations and every nested tool, graphql and cel call.
+      CREATE TABLE executions (
+        seq               INTEGER PRIMARY KEY,
+        execution_id      TEXT NOT NULL UNIQUE,
+        action_id         TEXT,
+        action_name       TEXT NOT NULL,
+        action_version    INTEGER,
+        kind              TEXT NOT NULL CHECK (kind IN ('TOOL','GRAPHQL','CEL')),
+        status            TEXT NOT NULL CHECK (status IN ('QUEUED','RUNNING','SUCCEEDED','FAILED','CANCELLED')),
+        input             TEXT NOT NULL,
+        input_fingerprint TEXT,
+        output            TEXT,
+        error             TEXT,
+        principal         TEXT,
+        parent_id         TEXT,
+        root_id           TEXT NOT NULL,
+        depth             INTEGER NOT NULL,
+        attempt           INTEGER NOT NULL,
+        started           TEXT,
+        finished          TEXT,
+        logs              TEXT,
+        created           TEXT NOT NULL,
+        modified          TEXT NOT NULL
+      );
+      CREATE INDEX executions_by_parent ON executions (parent_id, seq) WHERE parent_id IS NOT NULL;
+      CREATE INDEX executions_by_action ON executions (action_id, seq) WHERE action_id IS NOT NULL;
+      CREATE INDEX executions_top_by_status ON executions (status, seq) WHERE parent_id IS NULL;
+    `,
+  },
 ];

@@ -1,0 +1,224 @@
+/**
+ * Guest code evaluated once in every new context, before it is frozen. It builds the whole API a
+ * program sees (graphql, cel, tools, fail, decimal, money, console) on top of one host function,
+ * `__tally_host(op, ...strings) -> envelope JSON`, then removes that function from the global scope
+ * and deep-freezes every object reachable from globalThis, so no call can leave state behind.
+ */
+export const PRELUDE = String.raw`
+(function () {
+  'use strict';
+  const host = globalThis.__tally_host;
+  delete globalThis.__tally_host;
+  const FAIL = Symbol('tally.fail');
+  const stringify = JSON.stringify;
+  const parse = JSON.parse;
+
+  function call(op, a, b, c) {
+    const envelope = parse(host(op, a, b, c));
+    if (envelope.ok) return envelope.value;
+    const error = new Error(envelope.error.message);
+    error.name = 'ToolError';
+    error.code = envelope.error.code;
+    if (envelope.error.hint !== undefined) error.hint = envelope.error.hint;
+    if (envelope.error.details !== undefined) error.details = envelope.error.details;
+    throw error;
+  }
+
+  function graphql(query, variables) {
+    if (typeof query !== 'string') throw new TypeError('graphql(query, variables): query must be a string');
+    return call('graphql', query, stringify(variables === undefined ? {} : variables));
+  }
+
+  function cel(expression, bindings) {
+    if (typeof expression !== 'string') throw new TypeError('cel(expression, bindings): expression must be a string');
+    return call('cel', expression, stringify(bindings === undefined ? {} : bindings));
+  }
+
+  function fail(message, hint) {
+    throw { [FAIL]: true, message: String(message), hint: hint === undefined ? undefined : String(hint) };
+  }
+
+  // tools.<name>(input, {check}) -> the host resolves the name against the declared references.
+  const tools = new Proxy(Object.freeze({}), {
+    get(_, name) {
+      if (typeof name !== 'string') return undefined;
+      return function (input, options) {
+        return call('tool', name, stringify(input === undefined ? {} : input), stringify(options === undefined ? {} : options));
+      };
+    },
+    has() { return false; },
+    set() { return false; },
+    defineProperty() { return false; },
+  });
+
+  function show(value) {
+    if (typeof value === 'string') return value;
+    try { return stringify(value, (k, v) => (typeof v === 'bigint' ? v.toString() : v)); } catch (e) { return String(value); }
+  }
+  const console = { log(...args) { host('log', args.map(show).join(' ')); } };
+  console.info = console.log;
+  console.warn = console.log;
+  console.error = console.log;
+
+  // --- exact decimals: a BigInt coefficient and a scale (value = coefficient / 10^scale) ---------
+  const DECIMAL = /^([+-]?)(\d+)(?:\.(\d+))?$/;
+  const TEN = 10n;
+  function pow10(n) { let r = 1n; for (let i = 0; i < n; i++) r *= TEN; return r; }
+
+  class Decimal {
+    constructor(coefficient, scale) {
+      this.c = coefficient;
+      this.s = scale;
+      Object.freeze(this);
+    }
+    static of(x) {
+      if (x instanceof Decimal) return x;
+      if (typeof x === 'bigint') return new Decimal(x, 0);
+      if (typeof x === 'number') {
+        if (!Number.isFinite(x)) throw new RangeError('decimal(' + x + '): not a finite number');
+        x = String(x);
+        if (x.includes('e')) throw new RangeError('decimal(' + x + '): pass a string for very large or small numbers');
+      }
+      if (typeof x !== 'string') throw new TypeError('decimal(x): x must be a string, number, bigint or decimal');
+      const m = DECIMAL.exec(x.trim());
+      if (!m) throw new RangeError('decimal(' + stringify(x) + '): not a decimal number');
+      const frac = m[3] || '';
+      const c = BigInt(m[2] + frac);
+      return new Decimal(m[1] === '-' ? -c : c, frac.length);
+    }
+    align(other) {
+      const o = Decimal.of(other);
+      const s = this.s > o.s ? this.s : o.s;
+      return [this.c * pow10(s - this.s), o.c * pow10(s - o.s), s];
+    }
+    plus(x) { const [a, b, s] = this.align(x); return new Decimal(a + b, s); }
+    minus(x) { const [a, b, s] = this.align(x); return new Decimal(a - b, s); }
+    times(x) { const o = Decimal.of(x); return new Decimal(this.c * o.c, this.s + o.s); }
+    /** Divide and round to 'places' digits (half-even unless a mode is given). */
+    div(x, places, mode) {
+      const o = Decimal.of(x);
+      if (o.c === 0n) throw new RangeError('division by zero');
+      const p = places === undefined ? 18 : places;
+      // (a / 10^sa) / (b / 10^sb) = a * 10^(sb + p + 1) / (b * 10^sa) at scale p + 1, then round.
+      const num = this.c * pow10(o.s + p + 1);
+      const den = o.c * pow10(this.s);
+      return new Decimal(num / den, p + 1).round(p, mode);
+    }
+    neg() { return new Decimal(-this.c, this.s); }
+    abs() { return this.c < 0n ? this.neg() : this; }
+    cmp(x) { const [a, b] = this.align(x); return a < b ? -1 : a > b ? 1 : 0; }
+    eq(x) { return this.cmp(x) === 0; }
+    lt(x) { return this.cmp(x) < 0; }
+    lte(x) { return this.cmp(x) <= 0; }
+    gt(x) { return this.cmp(x) > 0; }
+    gte(x) { return this.cmp(x) >= 0; }
+    isZero() { return this.c === 0n; }
+    isNegative() { return this.c < 0n; }
+    /** Round to 'places' fractional digits: half_even (default), half_up, half_down, up, down, ceiling, floor. */
+    round(places, mode) {
+      const p = places === undefined ? 0 : places;
+      const m = mode === undefined ? 'half_even' : mode;
+      if (p >= this.s) return new Decimal(this.c * pow10(p - this.s), p);
+      const d = pow10(this.s - p);
+      let q = this.c / d;
+      const r = this.c - q * d;
+      if (r !== 0n) {
+        const neg = this.c < 0n;
+        const twice = (r < 0n ? -r : r) * 2n;
+        let away;
+        if (m === 'down') away = false;
+        else if (m === 'up') away = true;
+        else if (m === 'ceiling') away = !neg;
+        else if (m === 'floor') away = neg;
+        else if (m === 'half_up') away = twice >= d;
+        else if (m === 'half_down') away = twice > d;
+        else if (m === 'half_even') away = twice > d || (twice === d && (q % 2n !== 0n));
+        else throw new RangeError('rounding mode ' + stringify(m) + ' is not known');
+        if (away) q += neg ? -1n : 1n;
+      }
+      return new Decimal(q, p);
+    }
+    toString() {
+      const neg = this.c < 0n;
+      let digits = (neg ? -this.c : this.c).toString();
+      if (this.s > 0) {
+        digits = digits.padStart(this.s + 1, '0');
+        digits = digits.slice(0, digits.length - this.s) + '.' + digits.slice(digits.length - this.s);
+      }
+      return (neg ? '-' : '') + digits;
+    }
+    toFixed(places) { return this.round(places === undefined ? this.s : places).toString(); }
+    toJSON() { return this.toString(); }
+  }
+
+  class Money {
+    constructor(units, currency) {
+      if (typeof currency !== 'string' || !/^[A-Z][A-Z0-9]{2,9}$/.test(currency)) {
+        throw new RangeError('money(units, currency): ' + stringify(currency) + ' is not a currency code');
+      }
+      this.units = Decimal.of(units);
+      this.currency = currency;
+      Object.freeze(this);
+    }
+    same(other) {
+      if (!(other instanceof Money)) throw new TypeError('expected money');
+      if (other.currency !== this.currency) throw new RangeError('cannot combine ' + this.currency + ' and ' + other.currency);
+      return other;
+    }
+    plus(o) { return new Money(this.units.plus(this.same(o).units), this.currency); }
+    minus(o) { return new Money(this.units.minus(this.same(o).units), this.currency); }
+    times(f) { return new Money(this.units.times(f), this.currency); }
+    cmp(o) { return this.units.cmp(this.same(o).units); }
+    toString() { return this.units.toString() + ' ' + this.currency; }
+    toJSON() { return { units: this.units.toString(), currency: this.currency }; }
+  }
+
+  const decimal = (x) => Decimal.of(x);
+  const money = (units, currency) => new Money(units, currency);
+
+  // Runs one call of a compiled program; its output leaves as JSON text.
+  function invoke(fn, eventJson) {
+    let output;
+    try {
+      output = fn(eventJson);
+    } catch (e) {
+      if (e !== null && typeof e === 'object' && e[FAIL] === true) return stringify({ fail: { message: e.message, hint: e.hint } });
+      throw e;
+    }
+    if (output !== null && typeof output === 'object' && typeof output.then === 'function') {
+      throw new TypeError('run(event) returned a Promise; tool programs are synchronous');
+    }
+    return stringify({ output: output === undefined ? null : output });
+  }
+
+  const api = { graphql, cel, tools, fail, decimal, money, console, __tally_invoke: invoke };
+  for (const name of Object.keys(api)) {
+    Object.defineProperty(globalThis, name, { value: api[name], writable: false, enumerable: false, configurable: false });
+  }
+
+  // Deep-freeze everything reachable from the global object, and the intrinsics only reachable
+  // through instances (iterator, generator and async prototypes).
+  const seen = new Set();
+  const stack = [
+    globalThis, Decimal, Money,
+    Object.getPrototypeOf(function* () {}), Object.getPrototypeOf(async function () {}),
+    Object.getPrototypeOf(async function* () {}),
+    Object.getPrototypeOf([][Symbol.iterator]()), Object.getPrototypeOf(''[Symbol.iterator]()),
+    Object.getPrototypeOf(new Map().entries()), Object.getPrototypeOf(new Set().values()),
+    Object.getPrototypeOf(/x/[Symbol.matchAll]('')),
+  ];
+  while (stack.length > 0) {
+    const o = stack.pop();
+    if (o === null || (typeof o !== 'object' && typeof o !== 'function') || seen.has(o)) continue;
+    seen.add(o);
+    for (const key of Reflect.ownKeys(o)) {
+      const d = Object.getOwnPropertyDescriptor(o, key);
+      if (d === undefined) continue;
+      if ('value' in d) stack.push(d.value);
+      else { stack.push(d.get); stack.push(d.set); }
+    }
+    stack.push(Object.getPrototypeOf(o));
+    Object.freeze(o);
+  }
+})();
+`;

@@ -1,0 +1,293 @@
+import type { QuickJSContext, QuickJSHandle, QuickJSRuntime, QuickJSWASMModule } from 'quickjs-emscripten-core';
+import { PRELUDE } from './prelude.js';
+
+/**
+ * The QuickJS runtime as a self-contained component. It knows nothing of ledgers or GraphQL: the
+ * engine hands it a host bridge per call. One runtime per sandbox; a pool of hardened contexts
+ * (deep-frozen intrinsics and globals, API installed) reused across calls, each caching the
+ * compiled wrapper of the programs it ran. A program's top-level code runs inside its wrapper
+ * function on every call, so nothing it declares outlives the call, and nothing global can be
+ * changed, so nothing can leak from one execution into the next.
+ */
+
+export interface SandboxLimits {
+  /** QuickJS heap limit for the runtime (the WASM memory cap bounds it too). */
+  memoryBytesMax: number;
+  /** QuickJS stack limit: deep recursion fails cleanly long before the host stack is at risk. */
+  stackBytesMax: number;
+  /** A context is disposed and replaced after this many calls, as hygiene. */
+  contextUsesMax: number;
+  /** Idle contexts kept warm. */
+  contextPoolMax: number;
+  /** Compiled programs cached per context. */
+  programsPerContextMax: number;
+}
+
+/** The engine's side of a call: every guest capability goes through here. */
+export interface HostBridge {
+  /** op is 'graphql' | 'cel' | 'tool'; returns the envelope JSON {ok, value} | {ok: false, error}. */
+  call(op: string, args: string[]): string;
+  log(line: string): void;
+}
+
+export interface Program {
+  /** Identifies the immutable program text (e.g. actionId@version); compiled once per context. */
+  key: string;
+  /** Shown in stacks: `<action>@<version>`. */
+  fileName: string;
+  source: string;
+}
+
+export type RunFailure = {
+  ok: false;
+  /** fail: the program called fail(); error: an uncaught exception; timeout; memory; stack. */
+  kind: 'fail' | 'error' | 'timeout' | 'memory' | 'stack';
+  message: string;
+  hint?: string;
+  stack?: string;
+  /** The `code` of an uncaught error that carried one (an error a host call threw). */
+  code?: string;
+};
+
+export type RunResult = { ok: true; outputJson: string } | RunFailure;
+
+export interface SyntaxProblem {
+  message: string;
+  line: number | undefined;
+  column: number | undefined;
+}
+
+interface PooledContext {
+  ctx: QuickJSContext;
+  invoke: QuickJSHandle;
+  programs: Map<string, QuickJSHandle>;
+  uses: number;
+  bridge: HostBridge | null;
+}
+
+export class Sandbox {
+  private readonly runtime: QuickJSRuntime;
+  private readonly idle: PooledContext[] = [];
+  private deadline = Number.POSITIVE_INFINITY;
+  private active = 0;
+
+  constructor(
+    module: QuickJSWASMModule,
+    private readonly limits: SandboxLimits,
+  ) {
+    this.runtime = module.newRuntime();
+    this.runtime.setMemoryLimit(limits.memoryBytesMax);
+    this.runtime.setMaxStackSize(limits.stackBytesMax);
+    // One handler for the sandbox's life; the deadline it reads is set per top-level call and
+    // cleared after, so an expired deadline never fires into the next call.
+    this.runtime.setInterruptHandler(() => Date.now() > this.deadline);
+    this.idle.push(this.createContext());
+  }
+
+  /**
+   * Check that `source` is a valid program body without running it. The body must parse as a
+   * function body on its own, so it cannot close the wrapper it runs in.
+   */
+  checkSyntax(program: Pick<Program, 'fileName' | 'source'>): SyntaxProblem | null {
+    const pooled = this.acquire();
+    try {
+      return compileCheck(pooled.ctx, program);
+    } finally {
+      this.release(pooled, true);
+    }
+  }
+
+  /**
+   * Run one call. `deadline` (epoch ms) is honoured by the interrupt handler; a nested call may
+   * only tighten it. Returns the output JSON text or a failure; never throws for guest behaviour.
+   */
+  run(program: Program, eventJson: string, bridge: HostBridge, deadline: number): RunResult {
+    const outerDeadline = this.deadline;
+    this.deadline = Math.min(outerDeadline, deadline);
+    this.active++;
+    const pooled = this.acquire();
+    pooled.bridge = bridge;
+    let healthy = true;
+    try {
+      const fn = this.compiled(pooled, program);
+      if ('ok' in fn) {
+        healthy = fn.kind !== 'memory';
+        return fn;
+      }
+      const { ctx } = pooled;
+      const event = ctx.newString(eventJson);
+      const result = ctx.callFunction(pooled.invoke, ctx.undefined, fn, event);
+      event.dispose();
+      if (result.error) {
+        const failure = this.failure(ctx.dump(result.error));
+        result.error.dispose();
+        healthy = failure.kind === 'fail' || failure.kind === 'error';
+        return failure;
+      }
+      const text = ctx.getString(result.value);
+      result.value.dispose();
+      const parsed = JSON.parse(text) as { output?: unknown; fail?: { message: string; hint?: string } };
+      if (parsed.fail) {
+        const failure: RunFailure = { ok: false, kind: 'fail', message: parsed.fail.message };
+        if (parsed.fail.hint !== undefined) failure.hint = parsed.fail.hint;
+        return failure;
+      }
+      // Re-serialise only the output value, keeping the guest's JSON text as it is.
+      return { ok: true, outputJson: text.slice('{"output":'.length, -1) };
+    } finally {
+      pooled.bridge = null;
+      this.release(pooled, healthy);
+      this.active--;
+      this.deadline = this.active === 0 ? Number.POSITIVE_INFINITY : outerDeadline;
+    }
+  }
+
+  /** Has the deadline of the running call passed? Host functions check it before doing work. */
+  deadlinePassed(): boolean {
+    return Date.now() > this.deadline;
+  }
+
+  get idleContexts(): number {
+    return this.idle.length;
+  }
+
+  dispose(): void {
+    for (const pooled of this.idle.splice(0)) disposeContext(pooled);
+    this.runtime.dispose();
+  }
+
+  private compiled(pooled: PooledContext, program: Program): QuickJSHandle | RunFailure {
+    const cached = pooled.programs.get(program.key);
+    if (cached) return cached;
+    const problem = compileCheck(pooled.ctx, program);
+    if (problem) return { ok: false, kind: 'error', message: problem.message };
+    const result = pooled.ctx.evalCode(wrap(program.source), program.fileName);
+    if (result.error) {
+      const failure = this.failure(pooled.ctx.dump(result.error));
+      result.error.dispose();
+      return failure;
+    }
+    if (pooled.programs.size >= this.limits.programsPerContextMax) {
+      const [oldestKey, oldest] = pooled.programs.entries().next().value as [string, QuickJSHandle];
+      oldest.dispose();
+      pooled.programs.delete(oldestKey);
+    }
+    pooled.programs.set(program.key, result.value);
+    return result.value;
+  }
+
+  private failure(error: unknown): RunFailure {
+    // QuickJS throws null when it runs out of memory while building the error itself.
+    if (error === null || error === undefined) return { ok: false, kind: 'memory', message: 'out of memory' };
+    if (typeof error !== 'object') return { ok: false, kind: 'error', message: `uncaught ${typeof error}: ${String(error)}` };
+    const e = error as { name?: unknown; message?: unknown; stack?: unknown; code?: unknown; hint?: unknown };
+    const message = typeof e.message === 'string' ? e.message : JSON.stringify(error);
+    const name = typeof e.name === 'string' ? e.name : 'Error';
+    const stack = typeof e.stack === 'string' ? e.stack : undefined;
+    if (name === 'InternalError' && message === 'interrupted') return { ok: false, kind: 'timeout', message: 'the call ran past its deadline' };
+    if (message === 'out of memory') return { ok: false, kind: 'memory', message: 'out of memory' };
+    if (name === 'InternalError' && message === 'stack overflow') return { ok: false, kind: 'stack', message: 'stack overflow' };
+    if (this.deadlinePassed()) return { ok: false, kind: 'timeout', message: 'the call ran past its deadline' };
+    const failure: RunFailure = { ok: false, kind: 'error', message: `${name}: ${message}` };
+    if (stack !== undefined) failure.stack = stack;
+    if (typeof e.code === 'string') {
+      failure.code = e.code;
+      failure.message = message;
+    }
+    if (typeof e.hint === 'string') failure.hint = e.hint;
+    return failure;
+  }
+
+  private acquire(): PooledContext {
+    const pooled = this.idle.pop() ?? this.createContext();
+    pooled.uses++;
+    return pooled;
+  }
+
+  private release(pooled: PooledContext, healthy: boolean): void {
+    if (healthy && pooled.uses < this.limits.contextUsesMax && this.idle.length < this.limits.contextPoolMax) {
+      this.idle.push(pooled);
+    } else {
+      disposeContext(pooled);
+    }
+  }
+
+  private createContext(): PooledContext {
+    const ctx = this.runtime.newContext();
+    const pooled: PooledContext = { ctx, invoke: ctx.undefined, programs: new Map(), uses: 0, bridge: null };
+    const hostFn = ctx.newFunction('__tally_host', (opHandle, ...argHandles) => {
+      const op = ctx.getString(opHandle);
+      const args = argHandles.map((h) => (ctx.typeof(h) === 'string' ? ctx.getString(h) : ''));
+      const bridge = pooled.bridge;
+      if (!bridge) throw new Error('no call is running in this context');
+      if (op === 'log') {
+        bridge.log(args[0] ?? '');
+        return ctx.undefined;
+      }
+      return ctx.newString(bridge.call(op, args));
+    });
+    ctx.setProp(ctx.global, '__tally_host', hostFn);
+    hostFn.dispose();
+    const prelude = ctx.evalCode(PRELUDE, 'tally:prelude');
+    if (prelude.error) {
+      const dumped = ctx.dump(prelude.error);
+      prelude.error.dispose();
+      ctx.dispose();
+      throw new Error(`sandbox prelude failed: ${JSON.stringify(dumped)}`);
+    }
+    prelude.value.dispose();
+    pooled.invoke = ctx.getProp(ctx.global, '__tally_invoke');
+    return pooled;
+  }
+}
+
+function disposeContext(pooled: PooledContext): void {
+  for (const handle of pooled.programs.values()) handle.dispose();
+  pooled.programs.clear();
+  pooled.invoke.dispose();
+  pooled.ctx.dispose();
+}
+
+/**
+ * The program text sits on the wrapper's first line, so its line numbers are the file's. Its
+ * top-level declarations are locals of the wrapper: they are created afresh on every call.
+ */
+const WRAPPER_PREFIX = '(function (__tally_event_json) { "use strict"; ';
+
+function wrap(source: string): string {
+  return `${WRAPPER_PREFIX}${source}
+;if (typeof run !== 'function') throw new TypeError('a tool program must define function run(event)');
+return run(JSON.parse(__tally_event_json));
+})`;
+}
+
+/**
+ * The program must compile on its own, as a strict script: its braces then balance, so it cannot
+ * close the wrapper it runs in (text like `}); (function () {` fails here). It must also compile
+ * inside the wrapper. Nothing runs.
+ */
+function compileCheck(ctx: QuickJSContext, program: Pick<Program, 'fileName' | 'source'>): SyntaxProblem | null {
+  for (const code of [`"use strict"; ${program.source}`, wrap(program.source)]) {
+    const result = ctx.evalCode(code, program.fileName, { compileOnly: true });
+    if (result.error) {
+      const problem = syntaxProblem(ctx.dump(result.error), code === program.source ? 0 : code.indexOf(program.source));
+      result.error.dispose();
+      return problem;
+    }
+    result.value.dispose();
+  }
+  return null;
+}
+
+function syntaxProblem(error: unknown, firstLineOffset: number): SyntaxProblem {
+  const e = (error ?? {}) as { name?: string; message?: string; lineNumber?: number; columnNumber?: number; stack?: string };
+  let line = typeof e.lineNumber === 'number' ? e.lineNumber : undefined;
+  let column = typeof e.columnNumber === 'number' ? e.columnNumber : undefined;
+  const m = typeof e.stack === 'string' ? /:(\d+):(\d+)/.exec(e.stack) : null;
+  if (m) {
+    line ??= Number(m[1]);
+    column ??= Number(m[2]);
+  }
+  if (line === 1 && column !== undefined) column = Math.max(1, column - firstLineOffset);
+  return { message: `${e.name ?? 'SyntaxError'}: ${e.message ?? String(error)}`, line, column };
+}

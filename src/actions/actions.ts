@@ -1,0 +1,334 @@
+import type { Cel } from '../cel/cel.js';
+import type { Clock } from '../clock.js';
+import { EngineError, quote } from '../errors.js';
+import type { Limits } from '../limits.js';
+import { type Connection, pageRequest, toConnection } from '../paging.js';
+import type { ActionRow, ActionStatements, ActionVersionRow } from '../storage/statements/actions.js';
+import type { SchemaCache } from './schemas.js';
+
+export type ActionKind = 'tool' | 'graphql';
+export type VersionStatus = 'ACTIVE' | 'LOCKED' | 'DRAFT';
+export type PolicyEffect = 'ALLOW' | 'DENY';
+export type PolicyAction = 'SELECT' | 'INSERT' | 'UPDATE' | 'DELETE';
+
+export interface Policy {
+  effect: PolicyEffect;
+  actions: PolicyAction[];
+  resources: string[];
+  assertions: Record<string, string> | null;
+}
+
+export interface ToolReference {
+  name: string;
+  version: number | null;
+  /** Top-level input properties fixed by CEL over event, tool.input and execution.input. */
+  input: Record<string, string> | null;
+}
+
+export interface ExecutionSettings {
+  maxAttempts: number;
+  backoff: { initialMs: number; multiplier: number; maxMs: number };
+  timeoutMs: number | null;
+}
+
+export interface ToolDefinition {
+  name: string;
+  description: string;
+  inputSchema: Record<string, unknown>;
+  outputSchema: Record<string, unknown> | null;
+}
+
+/** One immutable version of an action, as stored. */
+export interface ActionVersionDocument {
+  actionId: string;
+  name: string;
+  version: number;
+  kind: ActionKind;
+  config: Record<string, unknown>;
+  tool: ToolDefinition;
+  tools: ToolReference[];
+  policies: Policy[];
+  execution: ExecutionSettings;
+  created: string;
+}
+
+export interface ActionVersion extends ActionVersionDocument {
+  status: VersionStatus;
+  modified: string;
+}
+
+export interface ActionInput {
+  name?: string | null;
+  kind?: string | null;
+  config?: unknown;
+  tool?: { name?: string | null; description?: string | null; inputSchema?: unknown; outputSchema?: unknown } | null;
+  tools?: Array<{ name: string; version?: number | null; input?: unknown }> | null;
+  policies?: Array<{ effect: PolicyEffect; actions: PolicyAction[]; resources: string[]; assertions?: unknown }> | null;
+  execution?: { maxAttempts?: number | null; backoff?: { initialMs?: number | null; multiplier?: number | null; maxMs?: number | null } | null; timeoutMs?: number | null } | null;
+  draft?: boolean | null;
+}
+
+/** Names of the native tools every tenant has; no action may take them. */
+export const NATIVE_TOOLS = ['graphql', 'cel'] as const;
+const NAME_PATTERN = /^[a-z][a-z0-9_]{0,63}$/;
+
+export const DEFAULT_EXECUTION: ExecutionSettings = {
+  maxAttempts: 3,
+  backoff: { initialMs: 1000, multiplier: 2, maxMs: 60_000 },
+  timeoutMs: null,
+};
+
+export interface ActionDeps {
+  st: ActionStatements;
+  schemas: SchemaCache;
+  cel: Cel;
+  clock: Clock;
+  limits: Readonly<Limits>;
+  /** Compile-checks a program; returns a problem with line and column, or null. */
+  checkProgram(fileName: string, source: string): { message: string; line?: number; column?: number } | null;
+}
+
+export function versionKey(actionId: string, version: number): string {
+  return `${actionId}@${version}`;
+}
+
+function toVersion(row: ActionVersionRow): ActionVersion {
+  return { ...(JSON.parse(row.document) as ActionVersionDocument), status: row.status as VersionStatus, modified: row.modified };
+}
+
+/** Build, validate and compile a version document; every problem names the field at fault. */
+function buildDocument(deps: ActionDeps, base: { actionId: string; name: string; version: number; created: string }, input: ActionInput, previous: ActionVersionDocument | null): ActionVersionDocument {
+  const kind = (input.kind ?? previous?.kind ?? 'tool') as ActionKind;
+  if (kind !== 'tool' && kind !== 'graphql') {
+    throw new EngineError('BAD_REQUEST', `kind ${quote(kind)} is not supported`, { hint: 'Use "tool" (a JavaScript program) or "graphql" (the native GraphQL tool with narrower policies).' });
+  }
+  if (previous && kind !== previous.kind) {
+    throw new EngineError('BAD_REQUEST', `an action cannot change kind (${previous.kind} → ${kind})`, { hint: 'Create a new action instead.' });
+  }
+  const config = (input.config ?? previous?.config ?? null) as Record<string, unknown> | null;
+  if (config === null || typeof config !== 'object' || Array.isArray(config)) {
+    throw new EngineError('BAD_REQUEST', `config must be an object, got ${quote(config)}`, {
+      hint: kind === 'tool' ? 'Send config: {runtime: "javascript", src: "function run(event) { ... }"}.' : 'Send config: {version: 1}.',
+    });
+  }
+  const fileName = `${base.name}@${base.version}`;
+  if (kind === 'tool') {
+    if (config.runtime !== 'javascript') {
+      throw new EngineError('BAD_REQUEST', `config.runtime ${quote(config.runtime)} is not supported`, { hint: 'Use runtime: "javascript".' });
+    }
+    if (typeof config.src !== 'string' || config.src.trim() === '') {
+      throw new EngineError('BAD_REQUEST', 'config.src must be the program text', { hint: 'Define function run(event) { ... }.' });
+    }
+    const bytes = Buffer.byteLength(config.src);
+    if (bytes > deps.limits.programBytesMax) {
+      throw new EngineError('LIMIT_EXCEEDED', `config.src is ${bytes} bytes; programBytesMax is ${deps.limits.programBytesMax}`);
+    }
+    const problem = deps.checkProgram(fileName, config.src);
+    if (problem) {
+      const at = problem.line === undefined ? '' : ` at line ${problem.line}${problem.column === undefined ? '' : `, column ${problem.column}`}`;
+      throw new EngineError('BAD_REQUEST', `the program of ${fileName} does not compile: ${problem.message}${at}`, {
+        hint: 'Fix the syntax; the program must define function run(event).',
+        details: { file: fileName, line: problem.line, column: problem.column },
+      });
+    }
+  } else if (config.version !== 1) {
+    throw new EngineError('BAD_REQUEST', `config.version ${quote(config.version)} is not a native graphql tool version`, { hint: 'Use config: {version: 1}.' });
+  }
+
+  const toolIn = input.tool ?? null;
+  const tool: ToolDefinition = {
+    name: toolIn?.name ?? previous?.tool.name ?? base.name,
+    description: toolIn?.description ?? previous?.tool.description ?? '',
+    inputSchema: (toolIn?.inputSchema ?? previous?.tool.inputSchema ?? (kind === 'graphql' ? GRAPHQL_INPUT_SCHEMA : { type: 'object' })) as Record<string, unknown>,
+    outputSchema: (toolIn?.outputSchema === undefined ? previous?.tool.outputSchema ?? null : toolIn.outputSchema) as Record<string, unknown> | null,
+  };
+  if (!NAME_PATTERN.test(tool.name)) {
+    throw new EngineError('BAD_REQUEST', `tool.name ${quote(tool.name)} is not a tool name`, { hint: 'Use lower_snake_case: a letter, then letters, digits and _.' });
+  }
+  const key = versionKey(base.actionId, base.version);
+  deps.schemas.compile(`${key}:input`, tool.inputSchema, 'tool.inputSchema');
+  if (tool.outputSchema !== null) deps.schemas.compile(`${key}:output`, tool.outputSchema, 'tool.outputSchema');
+
+  const tools = input.tools === undefined || input.tools === null ? previous?.tools ?? [] : input.tools.map((ref, i) => checkReference(deps, ref, i));
+  if (tools.length > deps.limits.toolReferencesMax) {
+    throw new EngineError('LIMIT_EXCEEDED', `${tools.length} tool references; toolReferencesMax is ${deps.limits.toolReferencesMax}`);
+  }
+  const seen = new Set<string>();
+  for (const ref of tools) {
+    if (seen.has(ref.name)) throw new EngineError('BAD_REQUEST', `tool ${quote(ref.name)} is referenced twice`);
+    seen.add(ref.name);
+  }
+  const policies = input.policies === undefined || input.policies === null ? previous?.policies ?? [] : input.policies.map((p, i) => checkPolicy(deps, p, i));
+  const execution = checkExecution(input.execution, previous?.execution ?? DEFAULT_EXECUTION, deps.limits);
+  return { ...base, kind, config, tool, tools, policies, execution };
+}
+
+const GRAPHQL_INPUT_SCHEMA = {
+  type: 'object',
+  properties: { query: { type: 'string' }, variables: { type: 'object' }, operationName: { type: 'string' } },
+  required: ['query'],
+  additionalProperties: false,
+};
+
+function checkReference(deps: ActionDeps, ref: { name: string; version?: number | null; input?: unknown }, i: number): ToolReference {
+  const what = `tools[${i}]`;
+  if (!(NATIVE_TOOLS as readonly string[]).includes(ref.name)) {
+    const target = deps.st.actionByName.get(ref.name);
+    if (!target) {
+      throw new EngineError('NOT_FOUND', `${what} refers to tool ${quote(ref.name)}, which does not exist`, { hint: 'Create that tool first, or fix the name.' });
+    }
+    if (ref.version != null && !deps.st.version.get(target.action_id, ref.version)) {
+      throw new EngineError('NOT_FOUND', `${what} pins ${ref.name} version ${ref.version}; its latest is ${target.latest_version}`);
+    }
+  }
+  let input: Record<string, string> | null = null;
+  if (ref.input != null) {
+    if (typeof ref.input !== 'object' || Array.isArray(ref.input)) {
+      throw new EngineError('BAD_REQUEST', `${what}.input must map input properties to CEL expressions`);
+    }
+    input = {};
+    for (const [prop, expression] of Object.entries(ref.input as Record<string, unknown>)) {
+      if (typeof expression !== 'string') throw new EngineError('BAD_REQUEST', `${what}.input.${prop} must be a CEL expression string, got ${quote(expression)}`);
+      try {
+        deps.cel.compile(expression);
+      } catch (error) {
+        throw new EngineError('BAD_REQUEST', `${what}.input.${prop}: ${(error as Error).message}`);
+      }
+      input[prop] = expression;
+    }
+  }
+  return { name: ref.name, version: ref.version ?? null, input };
+}
+
+const POLICY_ACTIONS: readonly PolicyAction[] = ['SELECT', 'INSERT', 'UPDATE', 'DELETE'];
+
+function checkPolicy(deps: ActionDeps, p: { effect: PolicyEffect; actions: PolicyAction[]; resources: string[]; assertions?: unknown }, i: number): Policy {
+  const what = `policies[${i}]`;
+  if (p.effect !== 'ALLOW' && p.effect !== 'DENY') throw new EngineError('BAD_REQUEST', `${what}.effect ${quote(p.effect)} must be ALLOW or DENY`);
+  if (!Array.isArray(p.actions) || p.actions.length === 0 || p.actions.some((a) => !POLICY_ACTIONS.includes(a))) {
+    throw new EngineError('BAD_REQUEST', `${what}.actions ${quote(p.actions)} must list SELECT, INSERT, UPDATE or DELETE`);
+  }
+  if (!Array.isArray(p.resources) || p.resources.length === 0 || p.resources.some((r) => typeof r !== 'string' || !/^[A-Za-z*][A-Za-z0-9_.*]*$/.test(r))) {
+    throw new EngineError('BAD_REQUEST', `${what}.resources ${quote(p.resources)} must list dotted resource names`, { hint: 'E.g. "financial.Account", "financial.*" or "*".' });
+  }
+  let assertions: Record<string, string> | null = null;
+  if (p.assertions != null) {
+    if (typeof p.assertions !== 'object' || Array.isArray(p.assertions)) throw new EngineError('BAD_REQUEST', `${what}.assertions must map names to CEL expressions`);
+    assertions = {};
+    for (const [name, expression] of Object.entries(p.assertions as Record<string, unknown>)) {
+      if (typeof expression !== 'string') throw new EngineError('BAD_REQUEST', `${what}.assertions.${name} must be a CEL expression string`);
+      try {
+        deps.cel.compile(expression);
+      } catch (error) {
+        throw new EngineError('BAD_REQUEST', `${what}.assertions.${name}: ${(error as Error).message}`);
+      }
+      assertions[name] = expression;
+    }
+  }
+  return { effect: p.effect, actions: [...p.actions], resources: [...p.resources], assertions };
+}
+
+function checkExecution(input: ActionInput['execution'], previous: ExecutionSettings, limits: Readonly<Limits>): ExecutionSettings {
+  if (!input) return previous;
+  const positiveInt = (value: number | null | undefined, fallback: number, what: string, max: number): number => {
+    if (value == null) return fallback;
+    if (!Number.isInteger(value) || value < 1) throw new EngineError('BAD_REQUEST', `execution.${what} must be a positive integer, got ${quote(value)}`);
+    if (value > max) throw new EngineError('LIMIT_EXCEEDED', `execution.${what} ${value} is over its maximum ${max}`);
+    return value;
+  };
+  const backoff = input.backoff ?? {};
+  const multiplier = backoff.multiplier ?? previous.backoff.multiplier;
+  if (typeof multiplier !== 'number' || !(multiplier >= 1) || multiplier > 10) {
+    throw new EngineError('BAD_REQUEST', `execution.backoff.multiplier must be between 1 and 10, got ${quote(multiplier)}`);
+  }
+  return {
+    maxAttempts: positiveInt(input.maxAttempts, previous.maxAttempts, 'maxAttempts', limits.maxAttemptsMax),
+    backoff: {
+      initialMs: positiveInt(backoff.initialMs, previous.backoff.initialMs, 'backoff.initialMs', 86_400_000),
+      multiplier,
+      maxMs: positiveInt(backoff.maxMs, previous.backoff.maxMs, 'backoff.maxMs', 86_400_000),
+    },
+    timeoutMs: input.timeoutMs === undefined ? previous.timeoutMs : input.timeoutMs === null ? null : positiveInt(input.timeoutMs, 0, 'timeoutMs', limits.toolTimeoutMsMax),
+  };
+}
+
+export function createAction(deps: ActionDeps, actionId: string, input: ActionInput): ActionVersion {
+  if (deps.st.actionById.get(actionId)) {
+    throw new EngineError('ALREADY_EXISTS', `action ${actionId} already exists`, { hint: 'Use updateAction to make its next version.' });
+  }
+  const name = input.name;
+  if (typeof name !== 'string' || !NAME_PATTERN.test(name)) {
+    throw new EngineError('BAD_REQUEST', `action name ${quote(name)} is not a tool name`, { hint: 'Use lower_snake_case: a letter, then letters, digits and _ (at most 64).' });
+  }
+  if ((NATIVE_TOOLS as readonly string[]).includes(name)) {
+    throw new EngineError('ALREADY_EXISTS', `${quote(name)} is a native tool`, { hint: 'Choose another name; a graphql-kind action can narrow the native graphql tool under its own name.' });
+  }
+  if (deps.st.actionByName.get(name)) throw new EngineError('ALREADY_EXISTS', `an action named ${quote(name)} already exists`);
+  const now = deps.clock.now().toISOString();
+  const document = buildDocument(deps, { actionId, name, version: 1, created: now }, input, null);
+  deps.st.insertAction.run({ action_id: actionId, name, latest_version: 1, created: now, modified: now });
+  return insertVersion(deps, document, input.draft ? 'DRAFT' : 'ACTIVE', now);
+}
+
+export function updateAction(deps: ActionDeps, actionId: string, input: ActionInput): ActionVersion {
+  const action = findAction(deps, { id: actionId });
+  if (input.name != null && input.name !== action.name) {
+    throw new EngineError('BAD_REQUEST', `an action cannot be renamed (${action.name} → ${input.name})`, { hint: 'Leave name out, or create a new action.' });
+  }
+  const previous = toVersion(deps.st.version.get(actionId, action.latest_version)!);
+  const now = deps.clock.now().toISOString();
+  const version = action.latest_version + 1;
+  const document = buildDocument(deps, { actionId, name: action.name, version, created: now }, input, previous);
+  deps.st.updateActionLatest.run(version, now, actionId);
+  return insertVersion(deps, document, input.draft ? 'DRAFT' : 'ACTIVE', now);
+}
+
+function insertVersion(deps: ActionDeps, document: ActionVersionDocument, status: VersionStatus, now: string): ActionVersion {
+  deps.st.insertVersion.run({ action_id: document.actionId, version: document.version, status, document: JSON.stringify(document), created: now, modified: now });
+  return { ...document, status, modified: now };
+}
+
+export function setVersionStatus(deps: ActionDeps, actionId: string, version: number, status: VersionStatus): ActionVersion {
+  const current = getVersion(deps, { id: actionId, version });
+  if (status === 'DRAFT') throw new EngineError('BAD_REQUEST', 'a version cannot go back to DRAFT');
+  const now = deps.clock.now().toISOString();
+  deps.st.setVersionStatus.run(status, now, actionId, version);
+  return { ...current, status, modified: now };
+}
+
+export function findAction(deps: ActionDeps, ref: { id?: string | null; name?: string | null }): ActionRow {
+  let row: ActionRow | undefined;
+  if (ref.id) row = deps.st.actionById.get(ref.id);
+  else if (ref.name) row = deps.st.actionByName.get(ref.name);
+  else throw new EngineError('BAD_REQUEST', 'an action needs an id or a name');
+  if (!row) {
+    throw new EngineError('NOT_FOUND', `action ${quote(ref.id ?? ref.name)} does not exist`, { hint: 'Create it with createAction, or check the id or name.' });
+  }
+  return row;
+}
+
+/** A version: the one asked for, or the latest. */
+export function getVersion(deps: ActionDeps, ref: { id?: string | null; name?: string | null; version?: number | null }): ActionVersion {
+  const action = findAction(deps, ref);
+  const version = ref.version ?? action.latest_version;
+  const row = deps.st.version.get(action.action_id, version);
+  if (!row) {
+    throw new EngineError('NOT_FOUND', `action ${action.name} has no version ${quote(version)}; its latest is ${action.latest_version}`);
+  }
+  return toVersion(row);
+}
+
+export function latestActiveVersion(deps: ActionDeps, actionId: string): ActionVersion | null {
+  const row = deps.st.latestActiveVersion.get(actionId);
+  return row ? toVersion(row) : null;
+}
+
+export function listVersions(deps: ActionDeps, actionId: string): ActionVersion[] {
+  return deps.st.versions.all(actionId).map(toVersion);
+}
+
+export function listActions(deps: ActionDeps, first: number, after?: string | null): Connection<ActionVersion> {
+  const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number');
+  const rows = deps.st.actionsPage.all(req.after ?? 0, req.fetch);
+  return toConnection(rows, req, (r) => r.rowid, (r) => toVersion(deps.st.version.get(r.action_id, r.latest_version)!));
+}

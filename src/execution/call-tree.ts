@@ -1,0 +1,119 @@
+import type { ActionVersion } from '../actions/actions.js';
+import type { ErrorData } from '../errors.js';
+import type { ActionStatements, ExecutionRow } from '../storage/statements/actions.js';
+
+export type ExecutionKind = 'TOOL' | 'GRAPHQL' | 'CEL';
+export type ExecutionStatus = 'QUEUED' | 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED';
+
+/**
+ * One call, as it ran. A call tree is built in memory while it runs and written in one go when its
+ * root finishes, after the root's savepoint is released or rolled back: so the records of failed
+ * calls survive their rollback, and the tree is recorded exactly as it ran.
+ */
+export interface CallNode {
+  executionId: string;
+  actionId: string | null;
+  actionName: string;
+  actionVersion: number | null;
+  kind: ExecutionKind;
+  status: ExecutionStatus;
+  input: unknown;
+  inputFingerprint: string | null;
+  output: unknown;
+  error: ErrorData | null;
+  principal: string;
+  parentId: string | null;
+  rootId: string;
+  /** Tool levels below the first call (graphql and cel calls share their caller's level). */
+  depth: number;
+  attempt: number;
+  started: string;
+  finished: string | null;
+  logs: string[];
+  logBytes: number;
+  created: string;
+  children: CallNode[];
+}
+
+/** What every call of one tree shares: one deadline, one call budget, references resolved once. */
+export interface RootState {
+  deadline: number;
+  calls: number;
+  principal: string;
+  /** A failure no caller may catch (deadline, write conflict): set once, fails the whole tree. */
+  fatal: Error | null;
+  /** Unpinned references resolve to the latest ACTIVE version once per execution, then stay. */
+  resolved: Map<string, ActionVersion>;
+  input: unknown;
+}
+
+/** The call a piece of code runs inside: a tool's program, or a GraphQL operation it made. */
+export interface CallFrame {
+  node: CallNode;
+  root: RootState;
+  /** The tool version running at this frame (null for a native call). */
+  version: ActionVersion | null;
+  /** The event this frame's program received. */
+  event: unknown;
+}
+
+export function nodeToRow(node: CallNode): Omit<ExecutionRow, 'seq'> {
+  return {
+    execution_id: node.executionId,
+    action_id: node.actionId,
+    action_name: node.actionName,
+    action_version: node.actionVersion,
+    kind: node.kind,
+    status: node.status,
+    input: JSON.stringify(node.input ?? null),
+    input_fingerprint: node.inputFingerprint,
+    output: node.output === undefined ? null : JSON.stringify(node.output),
+    error: node.error ? JSON.stringify(node.error) : null,
+    principal: node.principal,
+    parent_id: node.parentId,
+    root_id: node.rootId,
+    depth: node.depth,
+    attempt: node.attempt,
+    started: node.started,
+    finished: node.finished,
+    logs: node.logs.length ? JSON.stringify(node.logs) : null,
+    created: node.created,
+    modified: node.finished ?? node.created,
+  };
+}
+
+export function rowToNode(row: ExecutionRow): CallNode {
+  return {
+    executionId: row.execution_id,
+    actionId: row.action_id,
+    actionName: row.action_name,
+    actionVersion: row.action_version,
+    kind: row.kind as ExecutionKind,
+    status: row.status as ExecutionStatus,
+    input: JSON.parse(row.input),
+    inputFingerprint: row.input_fingerprint,
+    output: row.output === null ? null : JSON.parse(row.output),
+    error: row.error === null ? null : (JSON.parse(row.error) as ErrorData),
+    principal: row.principal ?? 'anonymous',
+    parentId: row.parent_id,
+    rootId: row.root_id,
+    depth: row.depth,
+    attempt: row.attempt,
+    started: row.started ?? row.created,
+    finished: row.finished,
+    logs: row.logs === null ? [] : (JSON.parse(row.logs) as string[]),
+    logBytes: 0,
+    created: row.created,
+    children: [],
+  };
+}
+
+/** Write a finished tree, parents before children. */
+export function persistTree(st: ActionStatements, root: CallNode): void {
+  const stack = [root];
+  while (stack.length > 0) {
+    const node = stack.pop()!;
+    st.insertExecution.run(nodeToRow(node));
+    for (let i = node.children.length - 1; i >= 0; i--) stack.push(node.children[i]!);
+  }
+}

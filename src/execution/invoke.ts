@@ -1,0 +1,388 @@
+import type { HostBridge, RunFailure } from '../../sandbox/sandbox.js';
+import { type ActionVersion, getVersion, latestActiveVersion, NATIVE_TOOLS, type ToolReference, versionKey } from '../actions/actions.js';
+import { celToJson, jsonToCel } from '../cel/values.js';
+import { EngineError, type ErrorData, isErrorCode, quote } from '../errors.js';
+import { canonicalJson, fingerprint, newOrderedId } from '../ids.js';
+import { type CallFrame, type CallNode, type ExecutionKind, persistTree, type RootState, rowToNode } from './call-tree.js';
+import type { ExecutionServices } from './services.js';
+
+/** What a call runs: a tool version (program or graphql kind), or a native tool. */
+export type CallTarget = { type: 'version'; version: ActionVersion } | { type: 'native'; name: 'graphql' | 'cel' };
+
+export interface InvokeRequest {
+  id?: string | null;
+  name?: string | null;
+  executionId: string;
+  actionVersion?: number | null;
+  input?: unknown;
+}
+
+/** Thrown inside a savepoint to roll a successful @dryRun operation back while keeping its result. */
+class DryRunRollback extends Error {
+  constructor(readonly output: unknown) {
+    super('dry run');
+  }
+}
+
+/**
+ * invokeAction: the path of one call made by a client, or by a program through graphql().
+ * Resolve the version (required and ACTIVE) → idempotency by executionId → run the call under its
+ * own savepoint (validate input, run, validate output; roll back on any failure) → record the tree.
+ * A failed call is a FAILED execution, not an error; only a failure no caller may catch (the
+ * deadline) escapes, and fails the whole request.
+ */
+export function invokeAction(svc: ExecutionServices, principal: string, parent: CallFrame | null, request: InvokeRequest): CallNode {
+  const target = resolveInvokeTarget(svc, request);
+  const input = request.input ?? {};
+  const inputFingerprint = fingerprint(canonicalJson({ target: targetKey(target), input }));
+  const existing = svc.st.executionById.get(request.executionId);
+  if (existing) {
+    if (existing.input_fingerprint === inputFingerprint) return rowToNode(existing);
+    throw new EngineError('EXECUTION_ID_CONFLICT', `execution ${request.executionId} already exists with a different action or input`, {
+      details: { executionId: request.executionId },
+    });
+  }
+  const root = parent?.root ?? newRoot(svc, principal, target, input);
+  const node = runCall(svc, { target, input, executionId: request.executionId, parent, root, inputFingerprint });
+  if (root.fatal) throw root.fatal;
+  if (!parent) persistTree(svc.st, node);
+  return node;
+}
+
+function resolveInvokeTarget(svc: ExecutionServices, request: InvokeRequest): CallTarget {
+  if (request.id == null && request.name != null && (NATIVE_TOOLS as readonly string[]).includes(request.name)) {
+    return { type: 'native', name: request.name as 'graphql' | 'cel' };
+  }
+  if (request.actionVersion == null) {
+    throw new EngineError('BAD_REQUEST', 'invokeAction needs input.actionVersion', {
+      hint: 'Name the exact version to run (invoke never picks one for you); startAction can default to the current ACTIVE one.',
+    });
+  }
+  const version = getVersion(svc.actions, { id: request.id, name: request.name, version: request.actionVersion });
+  checkRunnable(version);
+  return { type: 'version', version };
+}
+
+function checkRunnable(version: ActionVersion): void {
+  if (version.status === 'LOCKED') {
+    throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is LOCKED`, { hint: 'Invoke an ACTIVE version.' });
+  }
+  if (version.status === 'DRAFT') {
+    throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is a DRAFT`, { hint: 'Activate it first with activateAction.' });
+  }
+}
+
+function targetKey(target: CallTarget): string {
+  return target.type === 'native' ? target.name : versionKey(target.version.actionId, target.version.version);
+}
+
+function newRoot(svc: ExecutionServices, principal: string, target: CallTarget, input: unknown): RootState {
+  const timeoutMs = (target.type === 'version' ? target.version.execution.timeoutMs : null) ?? svc.limits.toolTimeoutMs;
+  return { deadline: Date.now() + timeoutMs, calls: 0, principal, fatal: null, resolved: new Map(), input };
+}
+
+interface Call {
+  target: CallTarget;
+  input: unknown;
+  executionId: string;
+  parent: CallFrame | null;
+  root: RootState;
+  inputFingerprint: string | null;
+}
+
+/** Run one call of any kind under its own savepoint and return its node, FAILED or SUCCEEDED. */
+export function runCall(svc: ExecutionServices, call: Call): CallNode {
+  const { target, parent, root } = call;
+  const now = svc.clock.now().toISOString();
+  const isTool = target.type === 'version' && target.version.kind === 'tool';
+  const depth = parent ? parent.node.depth + (isTool ? 1 : 0) : 0;
+  const node: CallNode = {
+    executionId: call.executionId,
+    actionId: target.type === 'version' ? target.version.actionId : null,
+    actionName: target.type === 'version' ? target.version.name : target.name,
+    actionVersion: target.type === 'version' ? target.version.version : null,
+    kind: kindOf(target),
+    status: 'RUNNING',
+    input: call.input,
+    inputFingerprint: call.inputFingerprint,
+    output: null,
+    error: null,
+    principal: root.principal,
+    parentId: parent?.node.executionId ?? null,
+    rootId: parent?.node.rootId ?? call.executionId,
+    depth,
+    attempt: 1,
+    started: now,
+    finished: null,
+    logs: [],
+    logBytes: 0,
+    created: now,
+    children: [],
+  };
+  parent?.node.children.push(node);
+  const frame: CallFrame = {
+    node,
+    root,
+    version: target.type === 'version' ? target.version : null,
+    event: { data: call.input, execution: { executionId: call.executionId, actionId: node.actionId, actionVersion: node.actionVersion, attempt: 1 }, caller: { principal: root.principal } },
+  };
+  try {
+    checkBounds(svc, node, parent, root);
+    const inputText = JSON.stringify(call.input);
+    if (Buffer.byteLength(inputText) > svc.limits.inputBytesMax) {
+      throw new EngineError('LIMIT_EXCEEDED', `the input of ${node.actionName} is ${Buffer.byteLength(inputText)} bytes; inputBytesMax is ${svc.limits.inputBytesMax}`);
+    }
+    if (target.type === 'version') validate(svc, target.version, 'input', call.input);
+    let output: unknown;
+    try {
+      output = svc.transactions.savepoint(() => {
+        const result = execute(svc, target, frame, inputText);
+        if (target.type === 'version') validate(svc, target.version, 'output', result);
+        if (result instanceof DryRunRollback) throw result;
+        return result;
+      });
+    } catch (error) {
+      if (!(error instanceof DryRunRollback)) throw error;
+      output = error.output;
+    }
+    node.status = 'SUCCEEDED';
+    node.output = output;
+  } catch (error) {
+    const failure = toEngineError(error);
+    node.status = 'FAILED';
+    node.error = failure.toData();
+    if (failure.code === 'TIMEOUT' || failure.code === 'BUSY') root.fatal ??= failure;
+  } finally {
+    node.finished = svc.clock.now().toISOString();
+  }
+  return node;
+}
+
+function kindOf(target: CallTarget): ExecutionKind {
+  if (target.type === 'native') return target.name === 'graphql' ? 'GRAPHQL' : 'CEL';
+  return target.version.kind === 'graphql' ? 'GRAPHQL' : 'TOOL';
+}
+
+function checkBounds(svc: ExecutionServices, node: CallNode, parent: CallFrame | null, root: RootState): void {
+  if (parent) {
+    root.calls++;
+    if (root.calls > svc.limits.callsPerExecutionMax) {
+      throw new EngineError('LIMIT_EXCEEDED', `call ${root.calls} beneath one execution is over callsPerExecutionMax (${svc.limits.callsPerExecutionMax})`, {
+        hint: 'Do the work in fewer calls (batch it in one graphql operation), or start it as separate executions.',
+      });
+    }
+  }
+  if (node.depth > svc.limits.toolDepthMax) {
+    throw new EngineError('LIMIT_EXCEEDED', `${node.actionName} would run at tool depth ${node.depth}; toolDepthMax is ${svc.limits.toolDepthMax}`, {
+      hint: 'Flatten the chain of tools calling tools.',
+    });
+  }
+  if (Date.now() > root.deadline) {
+    throw new EngineError('TIMEOUT', `the execution's deadline passed before ${node.actionName} could run`);
+  }
+}
+
+function validate(svc: ExecutionServices, version: ActionVersion, which: 'input' | 'output', value: unknown): void {
+  const schema = which === 'input' ? version.tool.inputSchema : version.tool.outputSchema;
+  if (schema === null) return;
+  const validator = svc.actions.schemas.compile(`${versionKey(version.actionId, version.version)}:${which}`, schema, `tool.${which}Schema`);
+  const problems = svc.actions.schemas.problems(validator, value);
+  if (problems.length === 0) return;
+  const summary = problems.map((p) => `${p.pointer} ${p.message}`).join('; ');
+  throw new EngineError(
+    which === 'input' ? 'INPUT_INVALID' : 'OUTPUT_INVALID',
+    `${which} of ${version.name}@${version.version} does not match its schema: ${summary}`,
+    { details: { problems } },
+  );
+}
+
+function execute(svc: ExecutionServices, target: CallTarget, frame: CallFrame, inputText: string): unknown {
+  if (target.type === 'native') return target.name === 'cel' ? executeCel(svc, frame.node.input) : executeGraphql(svc, frame, frame.node.input);
+  if (target.version.kind === 'graphql') return executeGraphql(svc, frame, frame.node.input);
+  return executeProgram(svc, target.version, frame, inputText);
+}
+
+function executeProgram(svc: ExecutionServices, version: ActionVersion, frame: CallFrame, inputText: string): unknown {
+  const { node, root } = frame;
+  const deadline = Math.min(root.deadline, version.execution.timeoutMs ? Date.now() + version.execution.timeoutMs : Number.POSITIVE_INFINITY);
+  const eventJson = `{"data":${inputText},"execution":${JSON.stringify((frame.event as { execution: unknown }).execution)},"caller":${JSON.stringify({ principal: root.principal })}}`;
+  const bridge = new CallBridge(svc, frame);
+  const result = svc.sandbox.run({ key: versionKey(version.actionId, version.version), fileName: `${version.name}@${version.version}`, source: String(version.config.src) }, eventJson, bridge, deadline);
+  if (root.fatal) throw root.fatal;
+  if (!result.ok) throw failureToError(svc, node.actionName, result);
+  const bytes = Buffer.byteLength(result.outputJson);
+  if (bytes > svc.limits.outputBytesMax) {
+    throw new EngineError('LIMIT_EXCEEDED', `the output of ${node.actionName} is ${bytes} bytes; outputBytesMax is ${svc.limits.outputBytesMax}`, {
+      hint: 'Return less: ids and totals, not whole documents.',
+    });
+  }
+  return JSON.parse(result.outputJson);
+}
+
+function failureToError(svc: ExecutionServices, name: string, failure: RunFailure): EngineError {
+  switch (failure.kind) {
+    case 'fail':
+      return new EngineError('TOOL_FAILED', failure.message, failure.hint === undefined ? {} : { hint: failure.hint });
+    case 'timeout':
+      return new EngineError('TIMEOUT', `${name} ran past its deadline`);
+    case 'memory':
+      return new EngineError('LIMIT_EXCEEDED', `${name} ran out of memory (sandboxMemoryBytesMax is ${svc.limits.sandboxMemoryBytesMax} bytes)`, {
+        hint: 'Hold less in memory at once.',
+      });
+    case 'stack':
+      return new EngineError('LIMIT_EXCEEDED', `${name} overflowed its stack (sandboxStackBytesMax is ${svc.limits.sandboxStackBytesMax} bytes)`, {
+        hint: 'Look for unbounded recursion.',
+      });
+    case 'error': {
+      // An error a nested call threw (a ToolError) keeps that call's code; anything else is SCRIPT_ERROR.
+      const code = failure.code !== undefined && isErrorCode(failure.code) ? failure.code : 'SCRIPT_ERROR';
+      return new EngineError(code, failure.message, {
+        hint: failure.hint ?? 'Read the stack in details.',
+        details: failure.stack === undefined ? undefined : { stack: failure.stack },
+      });
+    }
+  }
+}
+
+function executeCel(svc: ExecutionServices, input: unknown): unknown {
+  const { expression, bindings } = (input ?? {}) as { expression?: unknown; bindings?: unknown };
+  if (typeof expression !== 'string') {
+    throw new EngineError('INPUT_INVALID', `cel needs {expression: string, bindings?: object}, got ${quote(input)}`);
+  }
+  if (bindings != null && (typeof bindings !== 'object' || Array.isArray(bindings))) {
+    throw new EngineError('INPUT_INVALID', `cel bindings must be an object, got ${quote(bindings)}`);
+  }
+  return celToJson(svc.cel.evaluate(expression, (jsonToCel(bindings ?? {}) as Record<string, unknown>)));
+}
+
+function executeGraphql(svc: ExecutionServices, frame: CallFrame, input: unknown): unknown {
+  const { query, variables, operationName } = (input ?? {}) as { query?: unknown; variables?: unknown; operationName?: unknown };
+  if (typeof query !== 'string') throw new EngineError('INPUT_INVALID', `graphql needs {query: string, variables?: object}, got ${quote(input)}`);
+  if (variables != null && (typeof variables !== 'object' || Array.isArray(variables))) {
+    throw new EngineError('INPUT_INVALID', `graphql variables must be an object, got ${quote(variables)}`);
+  }
+  const result = svc.runGraphql(
+    { query, variables: (variables as Record<string, unknown>) ?? null, operationName: typeof operationName === 'string' ? operationName : null },
+    frame,
+  );
+  const first = result.errors[0];
+  if (first) {
+    throw new EngineError(first.code, first.message, { hint: first.hint, details: result.errors.length > 1 ? { errors: result.errors } : first.details });
+  }
+  return result.dryRun ? new DryRunRollback(result.data) : result.data;
+}
+
+export function toEngineError(error: unknown): EngineError {
+  if (error instanceof EngineError) return error;
+  return new EngineError('INTERNAL', error instanceof Error ? error.message : String(error), { cause: error });
+}
+
+/**
+ * The host side of a running program: graphql(), cel() and tools.<name>() each run as a child call
+ * under its own savepoint, and come back as an envelope the guest turns into a value or a throw.
+ */
+class CallBridge implements HostBridge {
+  constructor(
+    private readonly svc: ExecutionServices,
+    private readonly frame: CallFrame,
+  ) {}
+
+  call(op: string, args: string[]): string {
+    try {
+      if (op === 'graphql') {
+        const variables = parseArg(args[1], 'variables');
+        return envelope(this.child({ type: 'native', name: 'graphql' }, { query: args[0], variables }));
+      }
+      if (op === 'cel') {
+        return envelope(this.child({ type: 'native', name: 'cel' }, { expression: args[0], bindings: parseArg(args[1], 'bindings') }));
+      }
+      if (op === 'tool') return this.tool(args[0] ?? '', parseArg(args[1], 'input'), parseArg(args[2], 'options'));
+      throw new EngineError('BAD_REQUEST', `unknown host operation ${quote(op)}`);
+    } catch (error) {
+      return JSON.stringify({ ok: false, error: toEngineError(error).toData() });
+    }
+  }
+
+  log(line: string): void {
+    const node = this.frame.node;
+    if (node.logBytes >= this.svc.limits.logBytesMax) return;
+    const room = this.svc.limits.logBytesMax - node.logBytes;
+    const bytes = Buffer.byteLength(line);
+    node.logs.push(bytes <= room ? line : `${line.slice(0, room)}… [logs cut at logBytesMax ${this.svc.limits.logBytesMax}]`);
+    node.logBytes += Math.min(bytes, room);
+  }
+
+  private child(target: CallTarget, input: unknown): CallNode {
+    return runCall(this.svc, { target, input, executionId: newOrderedId(), parent: this.frame, root: this.frame.root, inputFingerprint: null });
+  }
+
+  private tool(name: string, input: unknown, options: unknown): string {
+    const version = this.frame.version;
+    const references = version?.tools ?? [];
+    const reference = references.find((r) => r.name === name);
+    if (!reference) {
+      const declared = references.map((r) => r.name);
+      const list = declared.length === 0 ? 'it declares none' : `declared: ${declared.slice(0, 20).join(', ')}${declared.length > 20 ? `, … (${declared.length} in all)` : ''}`;
+      throw new EngineError('NOT_FOUND', `tools.${name} is not declared by ${version?.name ?? 'this call'}; ${list}`, {
+        hint: 'Add it to the action’s tools list (with a version to pin it) and deploy a new version.',
+      });
+    }
+    const check = !(options !== null && typeof options === 'object' && (options as { check?: unknown }).check === false);
+    const target = this.resolveReference(reference);
+    const fixed = this.fixedInput(reference, input);
+    const node = this.child(target, fixed);
+    if (!check) {
+      return JSON.stringify({ ok: true, value: { ok: node.status === 'SUCCEEDED', output: node.output ?? null, error: node.error } });
+    }
+    return envelope(node);
+  }
+
+  /** A pinned version always; otherwise the latest ACTIVE one, resolved once per execution. */
+  private resolveReference(reference: ToolReference): CallTarget {
+    if ((NATIVE_TOOLS as readonly string[]).includes(reference.name)) return { type: 'native', name: reference.name as 'graphql' | 'cel' };
+    const root = this.frame.root;
+    if (reference.version != null) {
+      const version = getVersion(this.svc.actions, { name: reference.name, version: reference.version });
+      checkRunnable(version);
+      return { type: 'version', version };
+    }
+    let version = root.resolved.get(reference.name);
+    if (!version) {
+      const action = getVersion(this.svc.actions, { name: reference.name });
+      const active = latestActiveVersion(this.svc.actions, action.actionId);
+      if (!active) throw new EngineError('VERSION_LOCKED', `${reference.name} has no ACTIVE version`, { hint: 'Activate a version, or pin one.' });
+      version = active;
+      root.resolved.set(reference.name, version);
+    }
+    return { type: 'version', version };
+  }
+
+  /** Fixed input: each reference.input property is CEL over event, tool.input, execution.input, and replaces the caller's value. */
+  private fixedInput(reference: ToolReference, input: unknown): unknown {
+    if (!reference.input) return input;
+    const base = input !== null && typeof input === 'object' && !Array.isArray(input) ? { ...(input as Record<string, unknown>) } : {};
+    const bindings = jsonToCel({
+      event: this.frame.event,
+      tool: { input: this.frame.node.input },
+      execution: { input: this.frame.root.input },
+    }) as Record<string, unknown>;
+    for (const [prop, expression] of Object.entries(reference.input)) {
+      base[prop] = celToJson(this.svc.cel.evaluate(expression, bindings));
+    }
+    return base;
+  }
+}
+
+function parseArg(text: string | undefined, what: string): unknown {
+  if (text === undefined || text === '') return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new EngineError('BAD_REQUEST', `${what} is not JSON-serialisable`);
+  }
+}
+
+function envelope(node: CallNode): string {
+  if (node.status === 'SUCCEEDED') return JSON.stringify({ ok: true, value: node.output ?? null });
+  return JSON.stringify({ ok: false, error: node.error as ErrorData });
+}

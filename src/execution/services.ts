@@ -1,0 +1,30 @@
+import type { Sandbox } from '../../sandbox/sandbox.js';
+import type { ActionDeps } from '../actions/actions.js';
+import type { Cel } from '../cel/cel.js';
+import type { Clock } from '../clock.js';
+import type { ErrorData } from '../errors.js';
+import type { Limits } from '../limits.js';
+import type { ActionStatements } from '../storage/statements/actions.js';
+import type { TransactionManager } from '../storage/transaction.js';
+import type { CallFrame } from './call-tree.js';
+
+/** The outcome of a GraphQL operation run on behalf of a call. */
+export interface NestedGraphqlResult {
+  data: Record<string, unknown> | null;
+  errors: ErrorData[];
+  /** The operation was a `@dryRun` mutation: its writes must be rolled back. */
+  dryRun: boolean;
+}
+
+/** What the execution layer needs from the rest of the engine; built once in engine.ts. */
+export interface ExecutionServices {
+  transactions: TransactionManager;
+  sandbox: Sandbox;
+  actions: ActionDeps;
+  st: ActionStatements;
+  cel: Cel;
+  clock: Clock;
+  limits: Readonly<Limits>;
+  /** Run a GraphQL operation inside the current transaction, as a call of `frame`. */
+  runGraphql(request: { query: string; variables: Record<string, unknown> | null; operationName: string | null }, frame: CallFrame): NestedGraphqlResult;
+}
