@@ -16,11 +16,13 @@ export const PRELUDE = String.raw`
   function call(op, a, b, c) {
     const envelope = parse(host(op, a, b, c));
     if (envelope.ok) return envelope.value;
+    // Error.prototype is frozen, so its inherited 'name' cannot be assigned: define own properties.
     const error = new Error(envelope.error.message);
-    error.name = 'ToolError';
-    error.code = envelope.error.code;
-    if (envelope.error.hint !== undefined) error.hint = envelope.error.hint;
-    if (envelope.error.details !== undefined) error.details = envelope.error.details;
+    const own = (key, value) => Object.defineProperty(error, key, { value, enumerable: true, writable: false, configurable: false });
+    own('name', 'ToolError');
+    own('code', envelope.error.code);
+    if (envelope.error.hint !== undefined) own('hint', envelope.error.hint);
+    if (envelope.error.details !== undefined) own('details', envelope.error.details);
     throw error;
   }
 

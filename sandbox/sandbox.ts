@@ -186,6 +186,7 @@ export class Sandbox {
     const stack = typeof e.stack === 'string' ? e.stack : undefined;
     if (name === 'InternalError' && message === 'interrupted') return { ok: false, kind: 'timeout', message: 'the call ran past its deadline' };
     if (message === 'out of memory') return { ok: false, kind: 'memory', message: 'out of memory' };
+    if (name === 'InternalError' && message === 'string too long') return { ok: false, kind: 'memory', message: 'out of memory (string too long)' };
     if (name === 'InternalError' && message === 'stack overflow') return { ok: false, kind: 'stack', message: 'stack overflow' };
     if (this.deadlinePassed()) return { ok: false, kind: 'timeout', message: 'the call ran past its deadline' };
     const failure: RunFailure = { ok: false, kind: 'error', message: `${name}: ${message}` };
