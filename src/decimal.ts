@@ -24,10 +24,16 @@ export interface DecimalBounds {
  */
 export function parseDecimal(value: unknown, what: string, bounds: DecimalBounds): Dec {
   let text: string;
-  if (typeof value === 'string') text = value.trim();
+  if (typeof value === 'string') text = value;
   else if (typeof value === 'number' && Number.isSafeInteger(value)) text = String(value);
   else if (typeof value === 'bigint') text = value.toString();
-  else if (typeof value === 'number') {
+  else if (typeof value === 'number' && !Number.isFinite(value)) {
+    throw new EngineError('BAD_REQUEST', `${what} ${String(value)} is not a finite decimal`, { hint: 'Send decimals as strings, e.g. "10.25".' });
+  } else if (typeof value === 'number' && Number.isInteger(value)) {
+    throw new EngineError('BAD_REQUEST', `${what} ${value} is an integer too large to be exact as a JSON number`, {
+      hint: `Send it as a string: "${BigInt(value)}".`,
+    });
+  } else if (typeof value === 'number') {
     throw new EngineError('BAD_REQUEST', `${what} ${quote(value)} is a floating-point number`, {
       hint: `Send decimals as strings, e.g. "${value}".`,
     });
@@ -39,7 +45,7 @@ export function parseDecimal(value: unknown, what: string, bounds: DecimalBounds
   const match = DECIMAL_PATTERN.exec(text);
   if (!match) {
     throw new EngineError('BAD_REQUEST', `${what} ${quote(value)} is not a decimal number`, {
-      hint: 'Use digits with an optional sign and decimal point, e.g. "-10.25".',
+      hint: 'Use digits with an optional sign and decimal point and no spaces, e.g. "-10.25".',
     });
   }
   checkDigits(text, (match[1] ?? '').replace(/^0+(?=\d)/, '').length, (match[2] ?? '').length, what, bounds);

@@ -91,7 +91,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     limits,
     checkProgram: (fileName, source) => sandbox.checkSyntax({ fileName, source }),
   };
-  const schema: GraphQLSchema = buildSchema();
+  const schema: GraphQLSchema = buildSchema(limits);
   const documents = new DocumentCache(schema, limits);
 
   const services: ExecutionServices = {

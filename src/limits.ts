@@ -25,6 +25,10 @@ export interface Limits {
   tranCodeParamsMax: number;
   /** Largest metadata or params JSON in bytes. */
   jsonBytesMax: number;
+  /** Deepest nesting of any JSON value sent in (metadata, params, documents, tool input and output). */
+  jsonDepthMax: number;
+  /** Largest value (list elements + string characters + map entries, summed) a CEL evaluation may build. */
+  celValueSizeMax: number;
   /** Digits before the decimal point of any amount. 30 covers every fiat and crypto supply with room. */
   decimalIntegerDigitsMax: number;
   /** Digits after the decimal point of any amount. 18 is what ETH-style tokens need. */
@@ -74,6 +78,8 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   entriesPerTransactionMax: 500,
   tranCodeParamsMax: 64,
   jsonBytesMax: 65_536,
+  jsonDepthMax: 32,
+  celValueSizeMax: 100_000,
   decimalIntegerDigitsMax: 30,
   decimalFractionDigitsMax: 18,
   busyTimeoutMs: 5000,

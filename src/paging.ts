@@ -14,6 +14,8 @@ export interface Connection<T> {
 }
 
 export interface PageRequest<K> {
+  /** Cursors carry the connection they came from, so one cannot be replayed on another. */
+  kind: string;
   /** Rows to fetch: one more than the page, to learn whether there is a next page. */
   fetch: number;
   first: number;
@@ -26,6 +28,7 @@ export function pageRequest<K extends string | number>(
   after: string | null | undefined,
   pageSizeMax: number,
   keyType: 'string' | 'number',
+  kind: string = keyType,
 ): PageRequest<K> {
   if (!Number.isInteger(first) || first < 1) {
     throw new EngineError('BAD_REQUEST', `first must be a positive integer, got ${quote(first)}`, {
@@ -37,22 +40,22 @@ export function pageRequest<K extends string | number>(
       hint: `Ask for at most ${pageSizeMax} records and follow pageInfo.endCursor.`,
     });
   }
-  return { first, fetch: first + 1, after: after == null ? undefined : (decodeCursor(after, keyType) as K) };
+  return { kind, first, fetch: first + 1, after: after == null ? undefined : (decodeCursor(after, keyType, kind) as K) };
 }
 
-export function encodeCursor(key: string | number): string {
-  return Buffer.from(JSON.stringify([key])).toString('base64url');
+export function encodeCursor(kind: string, key: string | number): string {
+  return Buffer.from(JSON.stringify([kind, key])).toString('base64url');
 }
 
-function decodeCursor(cursor: string, keyType: 'string' | 'number'): string | number {
+function decodeCursor(cursor: string, keyType: 'string' | 'number', kind: string): string | number {
   let key: unknown;
   try {
     const parsed: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-    key = Array.isArray(parsed) && parsed.length === 1 ? parsed[0] : undefined;
+    key = Array.isArray(parsed) && parsed.length === 2 && parsed[0] === kind ? parsed[1] : undefined;
   } catch {
     key = undefined;
   }
-  if (typeof key !== keyType || (typeof key === 'number' && !Number.isSafeInteger(key))) {
+  if (typeof key !== keyType || (typeof key === 'number' && (!Number.isSafeInteger(key) || key < 0))) {
     throw new EngineError('BAD_REQUEST', `cursor ${quote(cursor)} is not a cursor this connection gave out`, {
       hint: 'Pass pageInfo.endCursor from the previous page as `after`.',
     });
@@ -63,12 +66,12 @@ function decodeCursor(cursor: string, keyType: 'string' | 'number'): string | nu
 /** Build a connection from up to `fetch` rows. */
 export function toConnection<R, T>(
   rows: R[],
-  request: { first: number; after: unknown },
+  request: { kind: string; first: number; after: unknown },
   cursorOf: (row: R) => string | number,
   toNode: (row: R) => T,
 ): Connection<T> {
   const page = rows.slice(0, request.first);
-  const edges = page.map((row) => ({ cursor: encodeCursor(cursorOf(row)), node: toNode(row) }));
+  const edges = page.map((row) => ({ cursor: encodeCursor(request.kind, cursorOf(row)), node: toNode(row) }));
   return {
     nodes: edges.map((e) => e.node),
     edges,

@@ -328,7 +328,7 @@ export function listVersions(deps: ActionDeps, actionId: string): ActionVersion[
 }
 
 export function listActions(deps: ActionDeps, first: number, after?: string | null): Connection<ActionVersion> {
-  const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number');
+  const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', 'actions');
   const rows = deps.st.actionsPage.all(req.after ?? 0, req.fetch);
   return toConnection(rows, req, (r) => r.rowid, (r) => toVersion(deps.st.version.get(r.action_id, r.latest_version)!));
 }

@@ -70,6 +70,35 @@ export class Cel {
   }
 }
 
+/**
+ * Refuse a CEL result larger than `sizeMax` (list elements, map entries and string characters,
+ * summed), so that values doubling from one var or key to the next are stopped early.
+ */
+export function checkCelValueSize(value: unknown, sizeMax: number, what: string): void {
+  let size = 0;
+  const stack: unknown[] = [value];
+  while (stack.length > 0) {
+    const node = stack.pop();
+    if (typeof node === 'string') size += node.length;
+    else if (Array.isArray(node)) {
+      size += node.length;
+      for (const child of node) stack.push(child);
+    } else if (node instanceof Map) {
+      size += node.size;
+      for (const child of node.values()) stack.push(child);
+    } else if (node !== null && typeof node === 'object' && Object.getPrototypeOf(node) === Object.prototype) {
+      const values = Object.values(node);
+      size += values.length;
+      for (const child of values) stack.push(child);
+    }
+    if (size > sizeMax) {
+      throw new EngineError('LIMIT_EXCEEDED', `${what} evaluated to a value larger than celValueSizeMax (${sizeMax})`, {
+        hint: 'Build smaller values; lists, maps and strings count by their elements and characters.',
+      });
+    }
+  }
+}
+
 /** A CEL_ERROR that quotes the expression, says what went wrong and where. */
 export function celError(expression: string, error: unknown): EngineError {
   if (error instanceof EngineError) {

@@ -44,6 +44,14 @@ function toDec(text: string): Dec {
   return new Dec(text.trim());
 }
 
+function currency(code: string): string {
+  try {
+    return parseCurrency(code);
+  } catch (error) {
+    throw new EngineError('CEL_ERROR', (error as Error).message, { hint: (error as EngineError).hint });
+  }
+}
+
 function places(n: bigint): number {
   if (n < 0n || n > 64n) throw new EngineError('CEL_ERROR', `decimal places ${n} must be between 0 and 64`);
   return Number(n);
@@ -106,9 +114,9 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
     })
     .registerFunction('decimal(Decimal): Decimal', (d: CelDecimal) => d)
     .registerFunction('decimal(Money): Decimal', (m: CelMoney) => dec(m.units))
-    .registerFunction('money(Decimal, string): Money', (d: CelDecimal, c: string) => new CelMoney(d.value, parseCurrency(c)))
-    .registerFunction('money(string, string): Money', (s: string, c: string) => new CelMoney(toDec(s), parseCurrency(c)))
-    .registerFunction('money(int, string): Money', (i: bigint, c: string) => new CelMoney(new Dec(i.toString()), parseCurrency(c)))
+    .registerFunction('money(Decimal, string): Money', (d: CelDecimal, c: string) => new CelMoney(d.value, currency(c)))
+    .registerFunction('money(string, string): Money', (s: string, c: string) => new CelMoney(toDec(s), currency(c)))
+    .registerFunction('money(int, string): Money', (i: bigint, c: string) => new CelMoney(new Dec(i.toString()), currency(c)))
     .registerFunction('string(Decimal): string', (d: CelDecimal) => d.toString())
     .registerFunction('string(Money): string', (m: CelMoney) => m.toString())
     .registerFunction('double(Decimal): double', (d: CelDecimal) => d.value.toNumber());

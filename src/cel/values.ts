@@ -1,4 +1,5 @@
 import { Dec, formatDecimal, minorUnits } from '../decimal.js';
+import { setOwn } from '../json.js';
 
 /** CEL's `Decimal` type: an exact decimal. */
 export class CelDecimal {
@@ -57,14 +58,17 @@ export function celToJson(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(celToJson);
   if (value instanceof Map) {
     const out: Record<string, unknown> = {};
-    for (const [k, v] of value) out[String(k)] = celToJson(v);
+    for (const [k, v] of value) setOwn(out, String(k), celToJson(v));
     return out;
   }
   if (typeof value === 'object') {
     const inner = (value as { valueOf(): unknown }).valueOf();
     if (typeof inner === 'bigint') return celToJson(inner); // UnsignedInt
+    const proto = Object.getPrototypeOf(value);
+    // Values of other CEL types (durations, types, optionals) render as their text.
+    if (proto !== Object.prototype && proto !== null) return String(value);
     const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value)) out[k] = celToJson(v);
+    for (const [k, v] of Object.entries(value)) setOwn(out, k, celToJson(v));
     return out;
   }
   return String(value);
@@ -79,7 +83,7 @@ export function jsonToCel(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(jsonToCel);
   if (value !== null && typeof value === 'object' && !(value instanceof Date) && !(value instanceof CelDecimal) && !(value instanceof CelMoney)) {
     const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value)) out[k] = jsonToCel(v);
+    for (const [k, v] of Object.entries(value)) setOwn(out, k, jsonToCel(v));
     return out;
   }
   return value;

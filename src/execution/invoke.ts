@@ -3,6 +3,7 @@ import { type ActionVersion, getVersion, latestActiveVersion, NATIVE_TOOLS, type
 import { celToJson, jsonToCel } from '../cel/values.js';
 import { EngineError, type ErrorData, isErrorCode, quote } from '../errors.js';
 import { canonicalJson, fingerprint, newOrderedId } from '../ids.js';
+import { checkJsonDepth } from '../json.js';
 import { type CallFrame, type CallNode, type ExecutionKind, persistTree, type RootState, rowToNode } from './call-tree.js';
 import type { ExecutionServices } from './services.js';
 
@@ -216,7 +217,9 @@ function executeProgram(svc: ExecutionServices, version: ActionVersion, frame: C
       hint: 'Return less: ids and totals, not whole documents.',
     });
   }
-  return JSON.parse(result.outputJson);
+  const output: unknown = JSON.parse(result.outputJson);
+  checkJsonDepth(output, svc.limits.jsonDepthMax, `the output of ${node.actionName}`);
+  return output;
 }
 
 function failureToError(svc: ExecutionServices, name: string, failure: RunFailure): EngineError {

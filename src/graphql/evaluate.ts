@@ -1,4 +1,5 @@
-import type { Cel } from '../cel/cel.js';
+import { type Cel, checkCelValueSize } from '../cel/cel.js';
+import { setOwn } from '../json.js';
 import { celToJson, jsonToCel } from '../cel/values.js';
 import { EngineError, quote } from '../errors.js';
 
@@ -6,7 +7,7 @@ import { EngineError, quote } from '../errors.js';
  * The CEL REPL behind `Mutation.evaluate`: one expression, or a map of them evaluated in order where
  * each key can use the earlier ones as `this.<key>`. `document` is bound as `document`.
  */
-export function evaluateCel(cel: Cel, args: { expression?: string | null; expressions?: unknown; document?: unknown }): unknown {
+export function evaluateCel(cel: Cel, args: { expression?: string | null; expressions?: unknown; document?: unknown }, sizeMax: number): unknown {
   const hasOne = args.expression != null;
   const hasMap = args.expressions != null;
   if (hasOne === hasMap) {
@@ -15,23 +16,29 @@ export function evaluateCel(cel: Cel, args: { expression?: string | null; expres
     });
   }
   const document = jsonToCel(args.document ?? null);
-  if (hasOne) return celToJson(cel.evaluate(args.expression as string, { document }));
+  if (hasOne) {
+    const result = cel.evaluate(args.expression as string, { document });
+    checkCelValueSize(result, sizeMax, 'expression');
+    return celToJson(result);
+  }
   const self: Record<string, unknown> = {};
-  evaluateMap(cel, args.expressions, self, self, document, 'expressions');
+  evaluateMap(cel, args.expressions, self, self, document, 'expressions', sizeMax);
   return celToJson(self);
 }
 
-function evaluateMap(cel: Cel, node: unknown, root: Record<string, unknown>, target: Record<string, unknown>, document: unknown, path: string): void {
+function evaluateMap(cel: Cel, node: unknown, root: Record<string, unknown>, target: Record<string, unknown>, document: unknown, path: string, sizeMax: number): void {
   if (node === null || typeof node !== 'object' || Array.isArray(node)) {
     throw new EngineError('BAD_REQUEST', `${path} must be a map of CEL expressions, got ${quote(node)}`);
   }
   for (const [key, value] of Object.entries(node)) {
     if (typeof value === 'string') {
-      target[key] = cel.evaluate(value, { document, this: root });
+      const result = cel.evaluate(value, { document, this: root });
+      checkCelValueSize(result, sizeMax, `${path}.${key}`);
+      setOwn(target, key, result);
     } else {
       const child: Record<string, unknown> = {};
-      target[key] = child;
-      evaluateMap(cel, value, root, child, document, `${path}.${key}`);
+      setOwn(target, key, child);
+      evaluateMap(cel, value, root, child, document, `${path}.${key}`, sizeMax);
     }
   }
 }

@@ -184,6 +184,10 @@ export function formatError(error: GraphQLError, log?: (error: unknown) => void)
   } else if (isErrorCode(error.extensions.code)) {
     const code = error.extensions.code as ErrorCode;
     extensions = { hint: ERROR_CODES[code].hint, retryable: ERROR_CODES[code].retryable, ...error.extensions };
+  } else if (/^Variable "\$/.test(error.message)) {
+    extensions = { code: 'BAD_REQUEST', retryable: false, hint: 'Check the variables against the types the operation declares.' };
+  } else if (error.message.includes('Validation aborted')) {
+    extensions = { code: 'LIMIT_EXCEEDED', retryable: false, hint: 'The document has too many errors to report; fix the first ones.' };
   } else if (original !== undefined && !(original instanceof GraphQLError)) {
     log?.(original);
     extensions = { code: 'INTERNAL', retryable: true, hint: ERROR_CODES.INTERNAL.hint };

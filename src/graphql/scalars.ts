@@ -2,6 +2,7 @@ import { GraphQLScalarType, Kind, type ValueNode } from 'graphql';
 import { parseCurrency } from '../decimal.js';
 import { EngineError, quote } from '../errors.js';
 import { parseUuid } from '../ids.js';
+import { checkJsonDepth, setOwn } from '../json.js';
 import { isDate } from '../ledger/params.js';
 
 function stringScalar(name: string, description: string, parse: (value: unknown) => string): GraphQLScalarType {
@@ -46,14 +47,25 @@ export const scalars = {
     if (typeof v !== 'string') throw new EngineError('BAD_REQUEST', `Expression must be a string, got ${quote(v)}`);
     return v;
   }),
-  JSON: new GraphQLScalarType({
+};
+
+/** The JSON scalar, bounded in depth (a deep value would overflow recursive code further on). */
+export function jsonScalar(depthMax: number): GraphQLScalarType {
+  return new GraphQLScalarType({
     name: 'JSON',
     description: 'Any JSON value',
     serialize: (value) => value,
-    parseValue: (value) => value,
-    parseLiteral: (ast, variables) => literalToJson(ast, variables),
-  }),
-};
+    parseValue: (value) => {
+      checkJsonDepth(value, depthMax, 'a JSON value');
+      return value;
+    },
+    parseLiteral: (ast, variables) => {
+      const value = literalToJson(ast, variables);
+      checkJsonDepth(value, depthMax, 'a JSON value');
+      return value;
+    },
+  });
+}
 
 function literalToJson(ast: ValueNode, variables: Record<string, unknown> | null | undefined): unknown {
   switch (ast.kind) {
@@ -74,7 +86,7 @@ function literalToJson(ast: ValueNode, variables: Record<string, unknown> | null
       return ast.values.map((v) => literalToJson(v, variables));
     case Kind.OBJECT: {
       const out: Record<string, unknown> = {};
-      for (const field of ast.fields) out[field.name.value] = literalToJson(field.value, variables);
+      for (const field of ast.fields) setOwn(out, field.name.value, literalToJson(field.value, variables));
       return out;
     }
     case Kind.VARIABLE:

@@ -68,6 +68,7 @@ export function createAccount(deps: LedgerDeps, input: AccountInput): Account {
       hint: 'Use updateAccount to change it.',
     });
   }
+  checkUnique(deps, input.accountId, input.code, input.externalId);
   const now = deps.clock.now().toISOString();
   const row: AccountRow = {
     account_id: input.accountId,
@@ -90,6 +91,7 @@ export function createAccount(deps: LedgerDeps, input: AccountInput): Account {
 
 export function updateAccount(deps: LedgerDeps, accountId: string, input: AccountUpdate): Account {
   const current = findAccountRow(deps, accountId);
+  checkUnique(deps, accountId, input.code, input.externalId);
   const row: AccountRow = {
     ...current,
     code: input.code == null ? current.code : requiredText(input.code, 'code', 128),
@@ -108,11 +110,27 @@ export function updateAccount(deps: LedgerDeps, accountId: string, input: Accoun
   return account;
 }
 
+/** Name the clashing field: code and externalId are each unique. */
+function checkUnique(deps: LedgerDeps, accountId: string, code: unknown, externalId: unknown): void {
+  if (typeof code === 'string') {
+    const other = deps.st.accountByCode.get(code.trim());
+    if (other && other.account_id !== accountId) {
+      throw new EngineError('ALREADY_EXISTS', `account code ${quote(code)} is already taken by ${other.account_id}`, { hint: 'Choose another code.' });
+    }
+  }
+  if (typeof externalId === 'string') {
+    const other = deps.st.accountByExternalId.get(externalId);
+    if (other && other.account_id !== accountId) {
+      throw new EngineError('ALREADY_EXISTS', `externalId ${quote(externalId)} is already taken by account ${other.account_id}`, { hint: 'Choose another externalId.' });
+    }
+  }
+}
+
 export function listAccounts(
   deps: LedgerDeps,
   args: { first: number; after?: string | null; status?: AccountStatus | null },
 ): Connection<Account> {
-  const req = pageRequest<number>(args.first, args.after, deps.limits.pageSizeMax, 'number');
+  const req = pageRequest<number>(args.first, args.after, deps.limits.pageSizeMax, 'number', 'accounts');
   const rows = args.status
     ? deps.st.accountsByStatusPage.all(args.status, req.after ?? 0, req.fetch)
     : deps.st.accountsPage.all(req.after ?? 0, req.fetch);
@@ -121,7 +139,7 @@ export function listAccounts(
 
 /** Every version of an account, newest first. */
 export function accountHistory(deps: LedgerDeps, accountId: string, first: number, after?: string | null): Connection<Account> {
-  const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number');
+  const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', 'account-history');
   const rows = deps.st.accountVersionsPage.all(accountId, req.after ?? Number.MAX_SAFE_INTEGER, req.fetch);
   return toConnection(rows, req, (r) => r.version, (r) => JSON.parse(r.document) as Account);
 }

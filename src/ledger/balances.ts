@@ -59,7 +59,7 @@ export function readBalance(deps: LedgerDeps, accountId: string, journalId: stri
 }
 
 export function listBalances(deps: LedgerDeps, accountId: string, first: number, after?: string | null): Connection<Balance> {
-  const req = pageRequest<string>(first, after, deps.limits.pageSizeMax, 'string');
+  const req = pageRequest<string>(first, after, deps.limits.pageSizeMax, 'string', 'balances');
   const rows = deps.st.balancesByAccountPage.all(accountId, req.after ?? '', req.fetch);
   return toConnection(rows, req, (r) => `${r.journal_id} ${r.currency}`, toBalance);
 }

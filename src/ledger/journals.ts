@@ -79,7 +79,7 @@ export function updateJournal(deps: LedgerDeps, journalId: string, input: Partia
 }
 
 export function listJournals(deps: LedgerDeps, first: number, after?: string | null): Connection<Journal> {
-  const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number');
+  const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', 'journals');
   const rows = deps.st.journalsPage.all(req.after ?? 0, req.fetch);
   return toConnection(rows, req, (r) => r.rowid, toJournal);
 }

@@ -61,8 +61,11 @@ function coerceParam(deps: LedgerDeps, type: ParamType, value: unknown, what: st
     case 'INTEGER':
       if (typeof value === 'bigint') return value;
       if (typeof value === 'number' && Number.isSafeInteger(value)) return BigInt(value);
-      if (typeof value === 'string' && /^-?\d{1,19}$/.test(value)) return BigInt(value);
-      return fail('an integer');
+      if (typeof value === 'string' && /^-?\d{1,19}$/.test(value)) {
+        const n = BigInt(value);
+        if (n >= -(2n ** 63n) && n < 2n ** 63n) return n;
+      }
+      return fail('a 64-bit integer');
     case 'DECIMAL':
       if (value instanceof CelDecimal) return value;
       if (fromCel && typeof value === 'bigint') return new CelDecimal(new Dec(value.toString()));
@@ -77,11 +80,12 @@ function coerceParam(deps: LedgerDeps, type: ParamType, value: unknown, what: st
       return isDate(value) ? value : fail('a date YYYY-MM-DD');
     case 'TIMESTAMP': {
       if (value instanceof Date) return value;
-      if (typeof value === 'string' && /^\d{4}-\d{2}-\d{2}T/.test(value)) {
+      // An offset is required: a timestamp without one would be read in the server's time zone.
+      if (typeof value === 'string' && /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(value)) {
         const d = new Date(value);
         if (!Number.isNaN(d.getTime())) return d;
       }
-      return fail('an RFC 3339 timestamp');
+      return fail('an RFC 3339 timestamp with an offset (e.g. "2026-01-31T12:00:00Z")');
     }
     case 'JSON':
       return fromCel ? value : jsonToCel(value);

@@ -2,7 +2,9 @@ import { CelDecimal, CelMoney, celToJson } from '../cel/values.js';
 import { utcDate } from '../clock.js';
 import { checkDecimalBounds, Dec, parseCurrency, parseDecimal } from '../decimal.js';
 import { EngineError, quote } from '../errors.js';
-import { canonicalJson, derivedId, fingerprint, isUuid, newOrderedId } from '../ids.js';
+import { checkCelValueSize } from '../cel/cel.js';
+import { canonicalJson, fingerprint, isUuid, newOrderedId } from '../ids.js';
+import { setOwn } from '../json.js';
 import type { AccountRow, EntryRow, TransactionRow } from '../storage/statements/ledger.js';
 import { applyToBalances, type BalanceDelta } from './balances.js';
 import type { LedgerDeps } from './deps.js';
@@ -161,7 +163,8 @@ export function voidTransaction(deps: LedgerDeps, transactionId: string): Transa
   const { seq: _seq, first_entry_seq: _first, entry_count: _count, ...kept } = original;
   const reversal: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count'> = {
     ...kept,
-    transaction_id: derivedId('void', transactionId),
+    // A fresh id: a derived one could be taken by a client first, making the void impossible.
+    transaction_id: newOrderedId(),
     correlation_id: original.correlation_id ?? original.transaction_id,
     effective: utcDate(now),
     void_of: transactionId,
@@ -280,8 +283,13 @@ function expand(deps: LedgerDeps, compiled: CompiledTranCode, transactionId: str
   const context = { params, vars };
   for (const { path, field } of compiled.vars) {
     let target = vars;
-    for (const key of path.slice(0, -1)) target = (target[key] ??= {}) as Record<string, unknown>;
-    target[path.at(-1) as string] = run(code, field, context);
+    for (const key of path.slice(0, -1)) {
+      if (!Object.hasOwn(target, key)) setOwn(target, key, {});
+      target = target[key] as Record<string, unknown>;
+    }
+    const value = run(code, field, context);
+    checkCelValueSize(value, deps.limits.celValueSizeMax, `vars.${path.join('.')}`);
+    setOwn(target, path.at(-1) as string, value);
   }
 
   const t = compiled.transaction;
@@ -302,11 +310,12 @@ function expand(deps: LedgerDeps, compiled: CompiledTranCode, transactionId: str
       if (!condition) continue;
     }
     const direction = directionOf(code, template.direction!, run(code, template.direction!, context));
-    const units = unitsOf(deps, code, template.units!, run(code, template.units!, context));
+    const currency = currencyOf(code, template.currency!, run(code, template.currency!, context));
+    const units = unitsOf(deps, code, template.units!, run(code, template.units!, context), currency);
     entries.push({
       accountId: uuidOf(code, template.accountId!, run(code, template.accountId!, context)),
-      units,
-      currency: currencyOf(code, template.currency!, run(code, template.currency!, context)),
+      units: units.isZero() ? units.abs() : units,
+      currency,
       direction,
       layer: template.layer ? layerOf(code, template.layer, run(code, template.layer, context)) : 'SETTLED',
       entryType: template.entryType
@@ -347,8 +356,13 @@ function fieldError(code: string, field: CompiledField | undefined, problem: str
   });
 }
 
+const TEMPLATE_TEXT_MAX = 4096;
+
 function textOf(code: string, field: CompiledField, value: unknown): string {
-  if (typeof value === 'string') return value;
+  if (typeof value === 'string') {
+    if (value.length > TEMPLATE_TEXT_MAX) throw fieldError(code, field, `evaluated to ${value.length} characters; the most is ${TEMPLATE_TEXT_MAX}`);
+    return value;
+  }
   if (typeof value === 'bigint' || value instanceof CelDecimal) return value.toString();
   throw fieldError(code, field, `evaluated to ${quote(celToJson(value))}, not a string`);
 }
@@ -379,7 +393,7 @@ function layerOf(code: string, field: CompiledField, value: unknown): Layer {
   throw fieldError(code, field, `evaluated to ${quote(celToJson(value))}, not a layer`, 'Use SETTLED, PENDING or ENCUMBRANCE (or 0 / 1 / 2).');
 }
 
-function unitsOf(deps: LedgerDeps, code: string, field: CompiledField, value: unknown): Dec {
+function unitsOf(deps: LedgerDeps, code: string, field: CompiledField, value: unknown, currency: string): Dec {
   let units: Dec;
   try {
     if (value instanceof CelDecimal) units = checkDecimalBounds(value.value, `${field.path}`, deps.limits);
@@ -393,7 +407,10 @@ function unitsOf(deps: LedgerDeps, code: string, field: CompiledField, value: un
     const e = error as EngineError;
     throw new EngineError(e.code === 'LIMIT_EXCEEDED' ? 'LIMIT_EXCEEDED' : 'TRAN_CODE_ERROR', `tran code ${code}: ${e.message}`, { hint: e.hint });
   }
-  if (units.isNegative()) {
+  if (value instanceof CelMoney && value.currency !== currency) {
+    throw fieldError(code, field, `is money in ${value.currency} but the entry's currency is ${currency}`, 'Use the same currency, or pass decimal units.');
+  }
+  if (units.isNegative() && !units.isZero()) {
     throw fieldError(code, field, `evaluated to ${units.toFixed()}, a negative amount`, 'Entry units are never negative: flip the direction instead.');
   }
   return units;

@@ -20,7 +20,7 @@ export function listTransactions(
   deps: LedgerDeps,
   args: { first: number; after?: string | null; correlationId?: string | null; journalId?: string | null },
 ): Connection<Transaction> {
-  const req = pageRequest<number>(args.first, args.after, deps.limits.pageSizeMax, 'number');
+  const req = pageRequest<number>(args.first, args.after, deps.limits.pageSizeMax, 'number', 'transactions');
   const after = req.after ?? 0;
   const rows = args.correlationId
     ? deps.st.transactionsByCorrelationPage.all(args.correlationId, args.correlationId, after, req.fetch)
@@ -31,7 +31,7 @@ export function listTransactions(
 }
 
 export function entriesOfTransaction(deps: LedgerDeps, transactionId: string, first: number, after?: string | null): Connection<Entry> {
-  const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number');
+  const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', 'transaction-entries');
   const txn = deps.st.transactionById.get(transactionId);
   if (!txn) throw new EngineError('NOT_FOUND', `transaction ${quote(transactionId)} does not exist`);
   const end = txn.first_entry_seq + txn.entry_count;
@@ -44,7 +44,7 @@ export function entriesOfAccount(
   deps: LedgerDeps,
   args: { accountId: string; first: number; after?: string | null; journalId?: string | null; currency?: string | null },
 ): Connection<Entry> {
-  const req = pageRequest<number>(args.first, args.after, deps.limits.pageSizeMax, 'number');
+  const req = pageRequest<number>(args.first, args.after, deps.limits.pageSizeMax, 'number', 'account-entries');
   const nodes: ReturnType<typeof deps.st.entriesByAccountPage.all> = [];
   let after = req.after ?? 0;
   // Filters apply after the index range scan; keep scanning until the page is full.

@@ -91,9 +91,15 @@ export function jsonObjectText(value: unknown, what: string, jsonBytesMax: numbe
 }
 
 /** A required, trimmed, non-empty string of bounded length. */
+// eslint-disable-next-line no-control-regex
+const CONTROL = /[\u0000-\u001f\u007f]/;
+
 export function requiredText(value: unknown, what: string, max = 256): string {
   if (typeof value !== 'string' || value.trim() === '') {
     throw new EngineError('BAD_REQUEST', `${what} must be a non-empty string, got ${quote(value)}`);
+  }
+  if (CONTROL.test(value)) {
+    throw new EngineError('BAD_REQUEST', `${what} ${quote(value)} contains a control character`, { hint: 'Use printable characters only.' });
   }
   if (value.length > max) {
     throw new EngineError('LIMIT_EXCEEDED', `${what} is ${value.length} characters; the most is ${max}`);

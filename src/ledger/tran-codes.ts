@@ -1,4 +1,5 @@
 import { EngineError, quote } from '../errors.js';
+import { isReservedKey } from '../json.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { TranCodeRow, TranCodeVersionRow } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
@@ -105,7 +106,7 @@ export function compileTranCode(deps: LedgerDeps, document: TranCodeDocument): C
   }
   const seen = new Set<string>();
   const params = document.params.map((definition, i) => {
-    if (!IDENTIFIER.test(definition.name)) {
+    if (!IDENTIFIER.test(definition.name) || isReservedKey(definition.name)) {
       throw tranCodeError(`params[${i}].name ${quote(definition.name)} is not an identifier`, 'Use letters, digits and _.');
     }
     if (seen.has(definition.name)) throw tranCodeError(`param ${quote(definition.name)} is declared twice`);
@@ -129,7 +130,7 @@ export function compileTranCode(deps: LedgerDeps, document: TranCodeDocument): C
       throw tranCodeError(`vars.${path.join('.')} must be a CEL expression string or a map of them, got ${quote(node)}`);
     }
     for (const [key, value] of Object.entries(node)) {
-      if (!IDENTIFIER.test(key)) throw tranCodeError(`vars key ${quote(key)} is not an identifier`);
+      if (!IDENTIFIER.test(key) || isReservedKey(key)) throw tranCodeError(`vars key ${quote(key)} is not an identifier, or is reserved`);
       walkVars(value, [...path, key]);
     }
   };
@@ -277,13 +278,13 @@ export function getTranCode(deps: LedgerDeps, ref: { id?: string | null; code?: 
 }
 
 export function listTranCodes(deps: LedgerDeps, first: number, after?: string | null): Connection<TranCode> {
-  const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number');
+  const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', 'tran-codes');
   const rows = deps.st.tranCodesPage.all(req.after ?? 0, req.fetch);
   return toConnection(rows, req, (r) => r.rowid, (r) => toTranCode(loadDocument(deps, r.tran_code_id, r.version), r));
 }
 
 export function tranCodeHistory(deps: LedgerDeps, tranCodeId: string, first: number, after?: string | null): Connection<TranCode> {
-  const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number');
+  const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', 'tran-code-history');
   const row = findTranCodeRow(deps, { id: tranCodeId });
   const rows = deps.st.tranCodeVersionsPage.all(tranCodeId, req.after ?? Number.MAX_SAFE_INTEGER, req.fetch);
   return toConnection(rows, req, (r: TranCodeVersionRow) => r.version, (r) => toTranCode(JSON.parse(r.document) as TranCodeDocument, row));

@@ -10,7 +10,7 @@ type Args = Record<string, any>;
 
 function listExecutions(ctx: RequestContext, { first, after, where }: Args) {
   const st = ctx.services.st;
-  const req = pageRequest<number>(first, after, ctx.limits.pageSizeMax, 'number');
+  const req = pageRequest<number>(first, after, ctx.limits.pageSizeMax, 'number', 'executions');
   const from = req.after ?? 0;
   const rows = where?.actionId
     ? st.executionsByActionPage.all(where.actionId, from, req.fetch).filter((r) => !where.status || r.status === where.status)

@@ -39,7 +39,10 @@ function balanceOf(ctx: RequestContext, account: Account, journalId: string | nu
 const query: Record<string, Resolver> = {
   journal: (_, { id }, ctx) => ctx.ledger.getJournal(id ?? DEFAULT_JOURNAL_ID),
   journals: (_, { first, after }, ctx) => ctx.ledger.listJournals(first, after),
-  account: (_, { id, code }, ctx) => ctx.ledger.getAccount({ id, code }),
+  account: (_, { id, code }, ctx) => {
+    if (id && code) throw new EngineError('BAD_REQUEST', 'account takes an id or a code, not both', { hint: 'Pass one of them.' });
+    return ctx.ledger.getAccount({ id, code });
+  },
   accounts: (_, { first, after, where }, ctx) => ctx.ledger.listAccounts({ first, after, status: where?.status }),
   tranCode: (_, { id, code, version }, ctx) => ctx.ledger.getTranCode({ id, code, version }),
   tranCodes: (_, { first, after }, ctx) => ctx.ledger.listTranCodes(first, after),
@@ -70,7 +73,7 @@ const mutation: Record<string, Resolver> = {
   lockTranCode: (_, { id }, ctx) => ctx.ledger.lockTranCode(id),
   postTransaction: (_, { input }, ctx) => ctx.ledger.postTransaction(input),
   voidTransaction: (_, { id }, ctx) => ctx.ledger.voidTransaction(id),
-  evaluate: (_, args, ctx) => evaluateCel(ctx.cel, args as Parameters<typeof evaluateCel>[1]),
+  evaluate: (_, args, ctx) => evaluateCel(ctx.cel, args as Parameters<typeof evaluateCel>[1], ctx.limits.celValueSizeMax),
 };
 
 export const ledgerResolvers = {

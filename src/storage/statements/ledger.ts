@@ -118,6 +118,7 @@ export function ledgerStatements(db: Db) {
 
     accountById: db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE account_id = ?'),
     accountByCode: db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE code = ?'),
+    accountByExternalId: db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE external_id = ?'),
     accountsPage: db.prepare<[number, number], AccountRow & { rowid: number }>(
       'SELECT rowid, * FROM accounts WHERE rowid > ? ORDER BY rowid LIMIT ?',
     ),

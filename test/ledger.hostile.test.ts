@@ -1,0 +1,114 @@
+import { beforeEach, describe, expect, it } from 'vitest';
+import type { Engine } from '../src/engine.js';
+import { count, createAccount, createTransferCode, fails, id, newEngine, ok, POST } from './helpers.js';
+
+let engine: Engine;
+beforeEach(async () => {
+  engine = await newEngine();
+});
+
+const TRAN_CODE = `mutation($i: TranCodeInput!) { createTranCode(input: $i) { code } }`;
+const entry = (direction: string, extra: Record<string, string> = {}) => ({ accountId: `'${id(1)}'`, units: "decimal('1')", currency: "'USD'", direction, ...extra });
+
+describe('hostile input is refused cleanly and writes nothing', () => {
+  it('refuses __proto__ / constructor / prototype as vars keys and param names; evaluate keys cannot pollute prototypes', () => {
+    for (const vars of [{ constructor: "'x'" }, { a: { prototype: "'x'" } }]) {
+      const input = { tranCodeId: id(1), code: 'P', vars, transaction: {}, entries: [entry('DEBIT')] };
+      expect(fails(engine, TRAN_CODE, { i: input }).code).toBe('TRAN_CODE_ERROR');
+    }
+    const raw = JSON.parse('{"__proto__": {"polluted": "\'yes\'"}}');
+    expect(fails(engine, TRAN_CODE, { i: { tranCodeId: id(1), code: 'P', vars: raw, transaction: {}, entries: [entry('DEBIT')] } }).code).toBe('TRAN_CODE_ERROR');
+    expect(fails(engine, TRAN_CODE, { i: { tranCodeId: id(1), code: 'P', params: [{ name: '__proto__' }], transaction: {}, entries: [entry('DEBIT')] } }).code).toBe('TRAN_CODE_ERROR');
+    const result = ok(engine, 'mutation($e: JSON) { evaluate(expressions: $e) }', { e: JSON.parse('{"__proto__": "1", "a": "2"}') });
+    expect(Object.getOwnPropertyNames(result.evaluate)).toEqual(['__proto__', 'a']);
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+    expect(Object.prototype.hasOwnProperty.call(Object.prototype, 'polluted')).toBe(false);
+  });
+
+  it('stops CEL values that double from key to key (celValueSizeMax) before they exhaust the process', () => {
+    const expressions: Record<string, string> = { a: `[${Array.from({ length: 1000 }, (_, i) => i).join(',')}]` };
+    for (let k = 0; k < 30; k++) expressions[`k${k}`] = k === 0 ? 'this.a + this.a' : `this.k${k - 1} + this.k${k - 1}`;
+    const error = fails(engine, 'mutation($e: JSON) { evaluate(expressions: $e) }', { e: expressions });
+    expect(error.code).toBe('LIMIT_EXCEEDED');
+    expect(error.message).toContain('celValueSizeMax');
+    expect(ok(engine, 'mutation { evaluate(expression: "1 + 1") }').evaluate).toBe(2);
+  });
+
+  it('refuses JSON nested deeper than jsonDepthMax in metadata, params and documents with LIMIT_EXCEEDED, not INTERNAL', () => {
+    let deep: unknown = 'leaf';
+    for (let i = 0; i < 10_000; i++) deep = { d: deep };
+    const metadata = fails(engine, `mutation($m: JSON) { createAccount(input: {accountId: "${id(1)}", code: "A", name: "A", metadata: $m}) { code } }`, { m: deep });
+    expect(metadata.code).toBe('LIMIT_EXCEEDED');
+    expect(metadata.message).toContain('jsonDepthMax');
+    expect(fails(engine, 'mutation($d: JSON) { evaluate(expression: "1", document: $d) }', { d: deep }).code).toBe('LIMIT_EXCEEDED');
+    expect(count(engine, 'accounts')).toBe(0);
+  });
+
+  it('cursors cannot be negative or replayed on another connection', () => {
+    const a = createAccount(engine, 1);
+    const b = createAccount(engine, 2);
+    createTransferCode(engine);
+    ok(engine, POST, { input: { transactionId: id(10), tranCode: 'TRANSFER', params: { from: a, to: b, amount: '1' } } });
+    const negative = Buffer.from(JSON.stringify(['transaction-entries', -5])).toString('base64url');
+    expect(fails(engine, `{ transaction(id: "${id(10)}") { entries(first: 5, after: "${negative}") { nodes { units } } } }`).code).toBe('BAD_REQUEST');
+    const accountsCursor = ok(engine, '{ accounts(first: 1) { pageInfo { endCursor } } }').accounts.pageInfo.endCursor;
+    const replay = fails(engine, `{ transactions(first: 5, after: "${accountsCursor}") { nodes { transactionId } } }`);
+    expect(replay.code).toBe('BAD_REQUEST');
+    expect(replay.message).toContain('not a cursor this connection gave out');
+  });
+
+  it('refuses money units in another currency than the entry’s', () => {
+    createAccount(engine, 1);
+    createAccount(engine, 2);
+    ok(engine, TRAN_CODE, {
+      i: {
+        tranCodeId: id(3),
+        code: 'MIXED',
+        transaction: {},
+        entries: [
+          { accountId: `'${id(1)}'`, units: "money('1', 'EUR')", currency: "'USD'", direction: 'DEBIT' },
+          { accountId: `'${id(2)}'`, units: "decimal('1')", currency: "'USD'", direction: 'CREDIT' },
+        ],
+      },
+    });
+    const error = fails(engine, POST, { input: { transactionId: id(4), tranCode: 'MIXED' } });
+    expect(error.code).toBe('TRAN_CODE_ERROR');
+    expect(error.message).toContain('EUR');
+    expect(count(engine, 'transactions')).toBe(0);
+  });
+
+  it('amounts: "-0" is zero, whitespace and non-finite numbers are refused with clear messages', () => {
+    const a = createAccount(engine, 1);
+    const b = createAccount(engine, 2);
+    createTransferCode(engine);
+    ok(engine, POST, { input: { transactionId: id(5), tranCode: 'TRANSFER', params: { from: a, to: b, amount: '-0' } } });
+    for (const amount of [' 5 ', '5\n', '\t5']) {
+      expect(fails(engine, POST, { input: { transactionId: id(6), tranCode: 'TRANSFER', params: { from: a, to: b, amount } } }).message).toContain('not a decimal');
+    }
+    const huge = fails(engine, POST, { input: { transactionId: id(6), tranCode: 'TRANSFER', params: { from: a, to: b, amount: 9007199254740993 } } });
+    expect(huge.message).toContain('too large to be exact');
+  });
+
+  it('params: INTEGER beyond 64 bits and TIMESTAMP without an offset are refused', () => {
+    createAccount(engine, 1);
+    ok(engine, TRAN_CODE, {
+      i: {
+        tranCodeId: id(7),
+        code: 'TYPED',
+        params: [{ name: 'n', type: 'INTEGER' }, { name: 'at', type: 'TIMESTAMP' }],
+        transaction: {},
+        entries: [entry('DEBIT'), entry('CREDIT')],
+      },
+    });
+    expect(fails(engine, POST, { input: { transactionId: id(8), tranCode: 'TYPED', params: { n: '9999999999999999999', at: '2026-01-01T00:00:00Z' } } }).message).toContain('64-bit');
+    expect(fails(engine, POST, { input: { transactionId: id(8), tranCode: 'TYPED', params: { n: 1, at: '2026-01-01T00:00' } } }).message).toContain('offset');
+    ok(engine, POST, { input: { transactionId: id(8), tranCode: 'TYPED', params: { n: 1, at: '2026-01-01T00:00:00+02:00' } } });
+  });
+
+  it('refuses control characters in codes and names; a wrongly typed variable is BAD_REQUEST', () => {
+    expect(fails(engine, `mutation { createAccount(input: {accountId: "${id(1)}", code: "A\\u0000B", name: "A"}) { code } }`).code).toBe('BAD_REQUEST');
+    const wrongType = fails(engine, 'query($n: Int!) { accounts(first: $n) { nodes { code } } }', { n: 'ten' });
+    expect(wrongType.code).toBe('BAD_REQUEST');
+    expect(fails(engine, 'query($n: Int!) { accounts(first: $n) { nodes { code } } }', {}).code).toBe('BAD_REQUEST');
+  });
+});
