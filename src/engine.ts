@@ -85,6 +85,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const st = actionStatements(db);
   const actionDeps: ActionDeps = {
     st,
+    documents: new Map(),
     schemas: new SchemaCache(),
     cel,
     clock,
@@ -102,6 +103,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     cel,
     clock,
     limits,
+    programKeys: new WeakMap(),
     runGraphql: (request, frame) => runNested(request, frame),
   };
 

@@ -176,6 +176,16 @@ describe('input, output and versions', () => {
     expect(invoke(tool, {}, { actionVersion: 3 }).output).toBe(2);
   });
 
+  it('a version created in a request that rolled back leaves nothing behind in the caches', () => {
+    const result = engine.graphql(`mutation($src: String!) { actions {
+      a: createAction(id: "${id(24)}", input: {name: "ephemeral", kind: "tool", config: {runtime: "javascript", src: $src}, tool: {inputSchema: {type: "object", properties: {x: {type: "integer"}}, required: ["x"]}}}) { version }
+      b: invokeAction(id: "${id(24)}", input: {executionId: "${id(901)}", actionVersion: 1, input: {x: 1}}) { output }
+      c: lockAction(id: "${id(404)}", version: 1) { version } } }`, { src: 'function run() { return "old"; }' });
+    expect(result.errors?.[0]?.extensions?.code).toBe("NOT_FOUND");
+    createTool(24, 'ephemeral', 'function run() { return "new"; }');
+    expect(invoke(id(24), {})).toMatchObject({ status: 'SUCCEEDED', output: 'new' });
+  });
+
   it('is idempotent by executionId: the same input returns the recorded execution without running again; another input conflicts', () => {
     createAccount(engine, 1);
     const tool = createTool(23, 'counter', `function run(e) {

@@ -80,6 +80,8 @@ export const DEFAULT_EXECUTION: ExecutionSettings = {
 
 export interface ActionDeps {
   st: ActionStatements;
+  /** Parsed version documents by actionId@version: they are immutable, only their status changes. */
+  documents: Map<string, ActionVersionDocument>;
   schemas: SchemaCache;
   cel: Cel;
   clock: Clock;
@@ -146,8 +148,8 @@ function buildDocument(deps: ActionDeps, base: { actionId: string; name: string;
     throw new EngineError('BAD_REQUEST', `tool.name ${quote(tool.name)} is not a tool name`, { hint: 'Use lower_snake_case: a letter, then letters, digits and _.' });
   }
   const key = versionKey(base.actionId, base.version);
-  deps.schemas.compile(`${key}:input`, tool.inputSchema, 'tool.inputSchema');
-  if (tool.outputSchema !== null) deps.schemas.compile(`${key}:output`, tool.outputSchema, 'tool.outputSchema');
+  deps.schemas.compile(`${key}:input`, tool.inputSchema, 'tool.inputSchema', { replace: true });
+  if (tool.outputSchema !== null) deps.schemas.compile(`${key}:output`, tool.outputSchema, 'tool.outputSchema', { replace: true });
 
   const tools = input.tools === undefined || input.tools === null ? previous?.tools ?? [] : input.tools.map((ref, i) => checkReference(deps, ref, i));
   if (tools.length > deps.limits.toolReferencesMax) {
@@ -285,6 +287,8 @@ export function updateAction(deps: ActionDeps, actionId: string, input: ActionIn
 
 function insertVersion(deps: ActionDeps, document: ActionVersionDocument, status: VersionStatus, now: string): ActionVersion {
   deps.st.insertVersion.run({ action_id: document.actionId, version: document.version, status, document: JSON.stringify(document), created: now, modified: now });
+  // Overwrite: a version created in a request that rolled back may have left another document here.
+  deps.documents.set(versionKey(document.actionId, document.version), document);
   return { ...document, status, modified: now };
 }
 
@@ -309,13 +313,22 @@ export function findAction(deps: ActionDeps, ref: { id?: string | null; name?: s
 
 /** A version: the one asked for, or the latest. */
 export function getVersion(deps: ActionDeps, ref: { id?: string | null; name?: string | null; version?: number | null }): ActionVersion {
+  if (ref.id && ref.version != null) {
+    // The hot path of invoke: the document from the cache, only the status from the database.
+    const cached = deps.documents.get(versionKey(ref.id, ref.version));
+    const status = cached && deps.st.versionStatus.get(ref.id, ref.version);
+    if (cached && status) return { ...cached, status: status.status as VersionStatus, modified: status.modified };
+  }
   const action = findAction(deps, ref);
   const version = ref.version ?? action.latest_version;
   const row = deps.st.version.get(action.action_id, version);
   if (!row) {
     throw new EngineError('NOT_FOUND', `action ${action.name} has no version ${quote(version)}; its latest is ${action.latest_version}`);
   }
-  return toVersion(row);
+  const found = toVersion(row);
+  const { status: _status, modified: _modified, ...document } = found;
+  deps.documents.set(versionKey(found.actionId, found.version), document);
+  return found;
 }
 
 export function latestActiveVersion(deps: ActionDeps, actionId: string): ActionVersion | null {

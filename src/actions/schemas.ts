@@ -24,8 +24,8 @@ export class SchemaCache {
   }
 
   /** Compile a schema, refusing an invalid one with BAD_REQUEST naming `what`. */
-  compile(key: string, schema: unknown, what: string): ValidateFunction {
-    const cached = this.validators.get(key);
+  compile(key: string, schema: unknown, what: string, options: { replace?: boolean } = {}): ValidateFunction {
+    const cached = options.replace ? undefined : this.validators.get(key);
     if (cached) return cached;
     if (schema === null || typeof schema !== 'object' || Array.isArray(schema)) {
       throw new EngineError('BAD_REQUEST', `${what} must be a JSON Schema object`, { hint: 'For example {"type": "object", "properties": {...}}.' });

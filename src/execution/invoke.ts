@@ -208,7 +208,7 @@ function executeProgram(svc: ExecutionServices, version: ActionVersion, frame: C
   const deadline = Math.min(root.deadline, version.execution.timeoutMs ? Date.now() + version.execution.timeoutMs : Number.POSITIVE_INFINITY);
   const eventJson = `{"data":${inputText},"execution":${JSON.stringify((frame.event as { execution: unknown }).execution)},"caller":${JSON.stringify({ principal: root.principal })}}`;
   const bridge = new CallBridge(svc, frame);
-  const result = svc.sandbox.run({ key: versionKey(version.actionId, version.version), fileName: `${version.name}@${version.version}`, source: String(version.config.src) }, eventJson, bridge, deadline);
+  const result = svc.sandbox.run({ key: programKey(svc, version), fileName: `${version.name}@${version.version}`, source: String(version.config.src) }, eventJson, bridge, deadline);
   if (root.fatal) throw root.fatal;
   if (!result.ok) throw failureToError(svc, node.actionName, result);
   const bytes = Buffer.byteLength(result.outputJson);
@@ -220,6 +220,21 @@ function executeProgram(svc: ExecutionServices, version: ActionVersion, frame: C
   const output: unknown = JSON.parse(result.outputJson);
   checkJsonDepth(output, svc.limits.jsonDepthMax, `the output of ${node.actionName}`);
   return output;
+}
+
+/**
+ * Compiled programs are cached per sandbox context by this key: the version plus a digest of the
+ * source, so a version re-created with other text (after a rolled-back request) never hits a stale
+ * compilation. The digest is computed once per document object.
+ */
+function programKey(svc: ExecutionServices, version: ActionVersion): string {
+  const config = version.config;
+  let key = svc.programKeys.get(config);
+  if (!key) {
+    key = `${versionKey(version.actionId, version.version)}:${fingerprint(String(config.src))}`;
+    svc.programKeys.set(config, key);
+  }
+  return key;
 }
 
 function failureToError(svc: ExecutionServices, name: string, failure: RunFailure): EngineError {

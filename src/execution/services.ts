@@ -25,6 +25,8 @@ export interface ExecutionServices {
   cel: Cel;
   clock: Clock;
   limits: Readonly<Limits>;
+  /** Sandbox cache keys of programs, memoised per (immutable) config object. */
+  programKeys: WeakMap<object, string>;
   /** Run a GraphQL operation inside the current transaction, as a call of `frame`. */
   runGraphql(request: { query: string; variables: Record<string, unknown> | null; operationName: string | null }, frame: CallFrame): NestedGraphqlResult;
 }

@@ -1,0 +1,103 @@
+/**
+ * What the benchmarks share: the raw better-sqlite3 baseline (txn + 2 entries + 2 balance upserts,
+ * integer minor units, one posting per commit), an engine set up with accounts and a TRANSFER tran
+ * code, and interleaved timing, so that machine noise hits every side of a comparison alike.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { createEngine, type Engine } from '../src/engine.js';
+
+export const ACCOUNTS = 1000;
+export const uuid = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
+export const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+export function benchDir(): { dir: string; cleanup(): void } {
+  const dir = mkdtempSync(join(tmpdir(), 'tally-bench-'));
+  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** Two distinct accounts for posting number n, spread over ACCOUNTS. */
+export function pair(n: number): [string, string] {
+  const a = (n * 7919) % ACCOUNTS;
+  const b = (a + 1 + (n % (ACCOUNTS - 1))) % ACCOUNTS;
+  return [uuid(a + 1), uuid(b + 1)];
+}
+
+export function rawPoster(path: string) {
+  const db = new Database(path);
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = NORMAL');
+  db.pragma('foreign_keys = ON');
+  db.pragma('busy_timeout = 5000');
+  db.exec(`
+    CREATE TABLE txn (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, created TEXT NOT NULL);
+    CREATE TABLE entry (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, txn_id TEXT NOT NULL, account_id TEXT NOT NULL,
+      direction TEXT NOT NULL, units INTEGER NOT NULL, currency TEXT NOT NULL);
+    CREATE INDEX entry_by_txn ON entry (txn_id);
+    CREATE INDEX entry_by_account ON entry (account_id, seq);
+    CREATE TABLE balance (account_id TEXT NOT NULL, currency TEXT NOT NULL, dr INTEGER NOT NULL, cr INTEGER NOT NULL,
+      version INTEGER NOT NULL, PRIMARY KEY (account_id, currency)) WITHOUT ROWID;`);
+  const insertTxn = db.prepare('INSERT INTO txn (id, created) VALUES (?, ?)');
+  const insertEntry = db.prepare('INSERT INTO entry (id, txn_id, account_id, direction, units, currency) VALUES (?, ?, ?, ?, ?, ?)');
+  const upsert = db.prepare(`INSERT INTO balance VALUES (?, ?, ?, ?, 1) ON CONFLICT (account_id, currency)
+    DO UPDATE SET dr = dr + excluded.dr, cr = cr + excluded.cr, version = version + 1`);
+  const post = db.transaction((n: number, from: string, to: string, units: number) => {
+    const id = uuid(n);
+    insertTxn.run(id, new Date().toISOString());
+    insertEntry.run(`${id}-1`, id, from, 'DEBIT', units, 'USD');
+    insertEntry.run(`${id}-2`, id, to, 'CREDIT', units, 'USD');
+    upsert.run(from, 'USD', units, 0);
+    upsert.run(to, 'USD', 0, units);
+  });
+  return { post: (n: number) => { const [from, to] = pair(n); post.immediate(n, from, to, 1000 + (n % 5000)); }, close: () => db.close() };
+}
+
+export const POST = `mutation Post($input: TransactionInput!) { postTransaction(input: $input) { transactionId } }`;
+
+export async function setupEngine(path: string): Promise<Engine> {
+  const engine = await createEngine({ path });
+  for (let i = 0; i < ACCOUNTS; i++) {
+    ok(engine, 'mutation($i: AccountInput!) { createAccount(input: $i) { code } }', { i: { accountId: uuid(i + 1), code: `A${i + 1}`, name: `Account ${i + 1}` } });
+  }
+  ok(engine, `mutation { createTranCode(input: {tranCodeId: "${uuid(999_999)}", code: "TRANSFER",
+      params: [{name: "from", type: UUID}, {name: "to", type: UUID}, {name: "amount", type: DECIMAL}],
+      transaction: {effective: "date.Today()"},
+      entries: [{accountId: "params.from", units: "params.amount", currency: "'USD'", direction: "DEBIT", layer: "SETTLED"},
+                {accountId: "params.to", units: "params.amount", currency: "'USD'", direction: "CREDIT", layer: "SETTLED"}]}) { code } }`);
+  return engine;
+}
+
+export function ok(engine: Engine, query: string, variables?: Record<string, unknown>): Record<string, any> {
+  const result = engine.graphql(query, variables);
+  if (result.errors) throw new Error(JSON.stringify(result.errors));
+  return result.data as Record<string, any>;
+}
+
+/** Posts per second of `post(n)` over `count` calls starting at `start`. */
+export function rate(count: number, start: number, post: (n: number) => void): number {
+  const t0 = process.hrtime.bigint();
+  for (let i = 0; i < count; i++) post(start + i);
+  return count / (Number(process.hrtime.bigint() - t0) / 1e9);
+}
+
+/**
+ * Interleaved rounds: every side runs once per round, in turn. Returns the median rate of each.
+ * Each side gets its own id range so nothing repeats.
+ */
+export function compare(sides: Record<string, (n: number) => void>, perRound: number, rounds: number): Record<string, { median: number; rounds: number[] }> {
+  const names = Object.keys(sides);
+  const results: Record<string, number[]> = Object.fromEntries(names.map((n) => [n, []]));
+  names.forEach((name, i) => rate(Math.min(500, perRound), 50_000_000 + i * 1_000_000, sides[name]!)); // warm-up
+  for (let round = 0; round < rounds; round++) {
+    names.forEach((name, i) => results[name]!.push(rate(perRound, (i + 1) * 10_000_000 + round * perRound, sides[name]!)));
+  }
+  return Object.fromEntries(names.map((n) => [n, { median: median(results[n]!), rounds: results[n]! }]));
+}
+
+export function table(rows: Array<[string, number]>, baseline: number): string {
+  const lines = ['| path | per second | × raw |', '|---|---:|---:|'];
+  for (const [name, value] of rows) lines.push(`| ${name} | ${value.toFixed(0)} | ${(value / baseline).toFixed(2)} |`);
+  return lines.join('\n');
+}

@@ -1,0 +1,70 @@
+/**
+ * npm run bench:invoke
+ *
+ * invokeAction of a `transfer` tool (its program makes one graphql postTransaction of 2 entries)
+ * through engine.graphql, beside the raw better-sqlite3 posting and the plain postTransaction
+ * mutation, interleaved rounds in one run. Each is one request, one SQLite transaction.
+ */
+import { join } from 'node:path';
+import { benchDir, compare, ok, pair, POST, rawPoster, setupEngine, table, uuid } from './common.js';
+
+const PER_ROUND = Number(process.env.BENCH_POSTS ?? 3000);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+
+const TRANSFER_SRC = `function run(event) {
+  const d = event.data;
+  const t = graphql("mutation Post($input: TransactionInput!) { postTransaction(input: $input) { transactionId } }",
+    { input: { transactionId: d.transaction_id, tranCode: "TRANSFER", params: { from: d.from, to: d.to, amount: d.amount } } });
+  return { transaction_id: t.postTransaction.transactionId };
+}`;
+
+const { dir, cleanup } = benchDir();
+console.log(`node ${process.version}, ${PER_ROUND} calls x ${ROUNDS} interleaved rounds per side, files in ${dir}`);
+const raw = rawPoster(join(dir, 'raw.db'));
+const engine = await setupEngine(join(dir, 'engine.db'));
+ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
+  id: uuid(888_888),
+  input: {
+    name: 'transfer',
+    kind: 'tool',
+    config: { runtime: 'javascript', src: TRANSFER_SRC },
+    tool: {
+      description: 'Move money between two accounts.',
+      inputSchema: {
+        type: 'object',
+        properties: { transaction_id: { type: 'string', format: 'uuid' }, from: { type: 'string', format: 'uuid' }, to: { type: 'string', format: 'uuid' }, amount: { type: 'string' } },
+        required: ['transaction_id', 'from', 'to', 'amount'],
+        additionalProperties: false,
+      },
+    },
+    policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT'], resources: ['financial.*'] }],
+  },
+});
+const INVOKE = `mutation Invoke($e: UUID!, $input: JSON) { actions { invokeAction(id: "${uuid(888_888)}", input: {executionId: $e, actionVersion: 1, input: $input}) { status } } }`;
+
+const results = compare(
+  {
+    raw: raw.post,
+    postTransaction: (n) => {
+      const [from, to] = pair(n);
+      ok(engine, POST, { input: { transactionId: uuid(n), tranCode: 'TRANSFER', params: { from, to, amount: '10.50' } } });
+    },
+    invokeAction: (n) => {
+      const [from, to] = pair(n);
+      const r = ok(engine, INVOKE, { e: uuid(n), input: { transaction_id: uuid(500_000_000 + n), from, to, amount: '10.50' } });
+      if (r.actions.invokeAction.status !== 'SUCCEEDED') throw new Error(JSON.stringify(r));
+    },
+  },
+  PER_ROUND,
+  ROUNDS,
+);
+
+console.log(`\n${table([
+  ['raw better-sqlite3 posting (1 per commit)', results.raw!.median],
+  ['engine.graphql postTransaction', results.postTransaction!.median],
+  ['engine.graphql invokeAction(transfer) → graphql postTransaction', results.invokeAction!.median],
+], results.raw!.median)}`);
+for (const [name, r] of Object.entries(results)) console.log(`rounds ${name}: ${r.rounds.map((x) => x.toFixed(0)).join(', ')}`);
+engine.close();
+raw.close();
+cleanup();
