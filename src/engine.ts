@@ -2,11 +2,14 @@ import type { ExecutionResult, GraphQLSchema } from 'graphql';
 import { loadQuickJS } from '../sandbox/module.js';
 import { Sandbox } from '../sandbox/sandbox.js';
 import type { ActionDeps } from './actions/actions.js';
+import { authenticate, type ClientDeps, ensureAdmin, lookupClient } from './auth/clients.js';
+import { Authority } from './policy/authority.js';
+import { authStatements } from './storage/statements/auth.js';
 import { SchemaCache } from './actions/schemas.js';
 import { Cel } from './cel/cel.js';
 import { type Clock, systemClock } from './clock.js';
 import { EngineError, type ErrorData, isErrorCode } from './errors.js';
-import type { CallFrame } from './execution/call-tree.js';
+import type { CallFrame, Caller } from './execution/call-tree.js';
 import type { ExecutionServices, NestedGraphqlResult } from './execution/services.js';
 import type { RequestContext } from './graphql/context.js';
 import {
@@ -39,7 +42,11 @@ export interface EngineOptions {
 
 export interface RequestOptions {
   operationName?: string | null;
-  /** Who is asking; until clients and policies land, every request is "anonymous". */
+  /**
+   * The client the request acts as: its policies bound everything the request does. Left out, the
+   * request runs with the engine's own authority (an embedding process trusts itself); the HTTP
+   * server always passes the authenticated client.
+   */
   principal?: string;
 }
 
@@ -51,6 +58,10 @@ export interface Engine {
   execute(request: GraphqlRequest, options?: RequestOptions): FormattedResult;
   /** 'query' or 'mutation' for a document that validates; undefined otherwise. */
   operationType(request: GraphqlRequest): 'query' | 'mutation' | undefined;
+  /** The principal an API key belongs to, or null. */
+  authenticate(apiKey: string): string | null;
+  /** Make sure the admin client exists (see ensureAdmin); returns a newly generated key, once. */
+  ensureAdmin(apiKey?: string): string | null;
   close(): void;
   /** Cache and pool sizes, so tests can check they stay within their limits. */
   stats(): { documentCacheSize: number; celCacheSize: number; idleSandboxContexts: number };
@@ -107,7 +118,26 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     runGraphql: (request, frame) => runNested(request, frame),
   };
 
-  const contextFor = (principal: string, frame: CallFrame | null): RequestContext => ({ ledger, cel, limits, services, principal, frame });
+  const clientDeps: ClientDeps = { st: authStatements(db), cel, clock, pageSizeMax: limits.pageSizeMax };
+  const contextFor = (caller: Caller, frame: CallFrame | null): RequestContext => ({
+    ledger,
+    cel,
+    limits,
+    services,
+    clients: clientDeps,
+    principal: caller.principal,
+    caller,
+    frame,
+    authority: new Authority(cel, caller.principal, { principal: caller.principal }, caller.client, frame),
+  });
+
+  /** The caller of a request: a known client, or the engine itself. */
+  function callerOf(principal: string | undefined): Caller | EngineError {
+    if (principal === undefined) return { principal: 'system', client: null };
+    const client = lookupClient(clientDeps, principal);
+    if (!client) return new EngineError('UNAUTHENTICATED', `no client has principal ${JSON.stringify(principal)}`, { hint: 'Create the client first with auth.createClient.' });
+    return { principal, client: { principal, policies: client.policies } };
+  }
 
   /** A GraphQL operation a call makes: same transaction, its own savepoint (taken by the caller). */
   function runNested(request: GraphqlRequest, frame: CallFrame): NestedGraphqlResult {
@@ -115,7 +145,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     if ('errors' in prepared) return { data: null, errors: prepared.errors.map((e) => toErrorData(formatError(e, logError))), dryRun: false };
     const plan = planOperation(prepared.document, request.operationName);
     if (!('mode' in plan)) return { data: null, errors: [toErrorData(formatError(plan, logError))], dryRun: false };
-    const executed = executePrepared(schema, prepared, request, contextFor(frame.root.principal, frame));
+    const executed = executePrepared(schema, prepared, request, contextFor(frame.root.caller, frame));
     return {
       data: (executed.data as Record<string, unknown> | null | undefined) ?? null,
       errors: (executed.errors ?? []).map((e) => toErrorData(formatError(e, logError))),
@@ -128,7 +158,9 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     if ('errors' in prepared) return { errors: prepared.errors.map((e) => formatError(e, logError)) };
     const plan = planOperation(prepared.document, request.operationName);
     if (!('mode' in plan)) return { errors: [formatError(plan, logError)] };
-    const context = contextFor(requestOptions.principal ?? 'anonymous', null);
+    const caller = callerOf(requestOptions.principal);
+    if (caller instanceof EngineError) return { errors: [formatError(engineGraphqlError(caller), logError)] };
+    const context = contextFor(caller, null);
 
     // A mutation with any error rolls back whole (data: null); @dryRun always rolls back.
     let result: ExecutionResult;
@@ -166,6 +198,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     operationType,
     graphql: (query, variables, opts) =>
       execute({ query, variables: variables ?? null, operationName: opts?.operationName ?? null }, opts?.principal === undefined ? {} : { principal: opts.principal }),
+    authenticate: (apiKey) => authenticate(clientDeps, apiKey)?.principal ?? null,
+    ensureAdmin: (apiKey) => transactions.run('write', () => ({ value: ensureAdmin(clientDeps, apiKey), commit: true })),
     close: () => {
       db.close();
       sandbox.dispose();

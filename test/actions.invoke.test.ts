@@ -11,8 +11,11 @@ const INVOKE = `mutation($id: UUID, $name: String, $input: InvokeInput!) { actio
   executionId status kind output error { code message hint details } invocation { output error { code message hint } logs durationMs }
   children { kind status input output error { code message } } } } }`;
 
+/** Tools here may do anything (policies are tested in actions.policy.test.ts). */
+const ALLOW_ALL = [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE', 'DELETE'], resources: ['*'] }];
+
 function createTool(n: number, name: string, src: string, extra: Record<string, unknown> = {}): string {
-  ok(engine, CREATE, { id: id(n), input: { name, kind: 'tool', config: { runtime: 'javascript', src }, ...extra } });
+  ok(engine, CREATE, { id: id(n), input: { name, kind: 'tool', config: { runtime: 'javascript', src }, policies: ALLOW_ALL, ...extra } });
   return id(n);
 }
 

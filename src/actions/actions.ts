@@ -4,19 +4,13 @@ import { EngineError, quote } from '../errors.js';
 import type { Limits } from '../limits.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { ActionRow, ActionStatements, ActionVersionRow } from '../storage/statements/actions.js';
+import { type Policy, type PolicyAction, type PolicyEffect, parsePolicy } from '../policy/policy.js';
+
+export type { Policy, PolicyAction, PolicyEffect };
 import type { SchemaCache } from './schemas.js';
 
 export type ActionKind = 'tool' | 'graphql';
 export type VersionStatus = 'ACTIVE' | 'LOCKED' | 'DRAFT';
-export type PolicyEffect = 'ALLOW' | 'DENY';
-export type PolicyAction = 'SELECT' | 'INSERT' | 'UPDATE' | 'DELETE';
-
-export interface Policy {
-  effect: PolicyEffect;
-  actions: PolicyAction[];
-  resources: string[];
-  assertions: Record<string, string> | null;
-}
 
 export interface ToolReference {
   name: string;
@@ -160,7 +154,7 @@ function buildDocument(deps: ActionDeps, base: { actionId: string; name: string;
     if (seen.has(ref.name)) throw new EngineError('BAD_REQUEST', `tool ${quote(ref.name)} is referenced twice`);
     seen.add(ref.name);
   }
-  const policies = input.policies === undefined || input.policies === null ? previous?.policies ?? [] : input.policies.map((p, i) => checkPolicy(deps, p, i));
+  const policies = input.policies === undefined || input.policies === null ? previous?.policies ?? [] : input.policies.map((p, i) => parsePolicy(deps.cel, p, `policies[${i}]`));
   const execution = checkExecution(input.execution, previous?.execution ?? DEFAULT_EXECUTION, deps.limits);
   return { ...base, kind, config, tool, tools, policies, execution };
 }
@@ -200,34 +194,6 @@ function checkReference(deps: ActionDeps, ref: { name: string; version?: number 
     }
   }
   return { name: ref.name, version: ref.version ?? null, input };
-}
-
-const POLICY_ACTIONS: readonly PolicyAction[] = ['SELECT', 'INSERT', 'UPDATE', 'DELETE'];
-
-function checkPolicy(deps: ActionDeps, p: { effect: PolicyEffect; actions: PolicyAction[]; resources: string[]; assertions?: unknown }, i: number): Policy {
-  const what = `policies[${i}]`;
-  if (p.effect !== 'ALLOW' && p.effect !== 'DENY') throw new EngineError('BAD_REQUEST', `${what}.effect ${quote(p.effect)} must be ALLOW or DENY`);
-  if (!Array.isArray(p.actions) || p.actions.length === 0 || p.actions.some((a) => !POLICY_ACTIONS.includes(a))) {
-    throw new EngineError('BAD_REQUEST', `${what}.actions ${quote(p.actions)} must list SELECT, INSERT, UPDATE or DELETE`);
-  }
-  if (!Array.isArray(p.resources) || p.resources.length === 0 || p.resources.some((r) => typeof r !== 'string' || !/^[A-Za-z*][A-Za-z0-9_.*]*$/.test(r))) {
-    throw new EngineError('BAD_REQUEST', `${what}.resources ${quote(p.resources)} must list dotted resource names`, { hint: 'E.g. "financial.Account", "financial.*" or "*".' });
-  }
-  let assertions: Record<string, string> | null = null;
-  if (p.assertions != null) {
-    if (typeof p.assertions !== 'object' || Array.isArray(p.assertions)) throw new EngineError('BAD_REQUEST', `${what}.assertions must map names to CEL expressions`);
-    assertions = {};
-    for (const [name, expression] of Object.entries(p.assertions as Record<string, unknown>)) {
-      if (typeof expression !== 'string') throw new EngineError('BAD_REQUEST', `${what}.assertions.${name} must be a CEL expression string`);
-      try {
-        deps.cel.compile(expression);
-      } catch (error) {
-        throw new EngineError('BAD_REQUEST', `${what}.assertions.${name}: ${(error as Error).message}`);
-      }
-      assertions[name] = expression;
-    }
-  }
-  return { effect: p.effect, actions: [...p.actions], resources: [...p.resources], assertions };
 }
 
 function checkExecution(input: ActionInput['execution'], previous: ExecutionSettings, limits: Readonly<Limits>): ExecutionSettings {

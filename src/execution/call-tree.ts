@@ -1,5 +1,7 @@
 import type { ActionVersion } from '../actions/actions.js';
 import type { ErrorData } from '../errors.js';
+import type { AuthorityFrame } from '../policy/authority.js';
+import type { AuthorityLayer, Policy } from '../policy/policy.js';
 import type { ActionStatements, ExecutionRow } from '../storage/statements/actions.js';
 
 export type ExecutionKind = 'TOOL' | 'GRAPHQL' | 'CEL';
@@ -35,11 +37,18 @@ export interface CallNode {
   children: CallNode[];
 }
 
+/** The caller at the root of a tree: its principal and (for an API client) its policies. */
+export interface Caller {
+  principal: string;
+  client: { principal: string; policies: readonly Policy[] } | null;
+}
+
 /** What every call of one tree shares: one deadline, one call budget, references resolved once. */
 export interface RootState {
   deadline: number;
   calls: number;
   principal: string;
+  caller: Caller;
   /** A failure no caller may catch (deadline, write conflict): set once, fails the whole tree. */
   fatal: Error | null;
   /** Unpinned references resolve to the latest ACTIVE version once per execution, then stay. */
@@ -48,7 +57,9 @@ export interface RootState {
 }
 
 /** The call a piece of code runs inside: a tool's program, or a GraphQL operation it made. */
-export interface CallFrame {
+export interface CallFrame extends AuthorityFrame {
+  parent: CallFrame | null;
+  layer: AuthorityLayer | null;
   node: CallNode;
   root: RootState;
   /** The tool version running at this frame (null for a native call). */

@@ -4,7 +4,7 @@ import { celToJson, jsonToCel } from '../cel/values.js';
 import { EngineError, type ErrorData, isErrorCode, quote } from '../errors.js';
 import { canonicalJson, fingerprint, newOrderedId } from '../ids.js';
 import { checkJsonDepth } from '../json.js';
-import { type CallFrame, type CallNode, type ExecutionKind, persistTree, type RootState, rowToNode } from './call-tree.js';
+import { type CallFrame, type CallNode, type Caller, type ExecutionKind, persistTree, type RootState, rowToNode } from './call-tree.js';
 import type { ExecutionServices } from './services.js';
 
 /** What a call runs: a tool version (program or graphql kind), or a native tool. */
@@ -32,7 +32,7 @@ class DryRunRollback extends Error {
  * A failed call is a FAILED execution, not an error; only a failure no caller may catch (the
  * deadline) escapes, and fails the whole request.
  */
-export function invokeAction(svc: ExecutionServices, principal: string, parent: CallFrame | null, request: InvokeRequest): CallNode {
+export function invokeAction(svc: ExecutionServices, caller: Caller, parent: CallFrame | null, request: InvokeRequest): CallNode {
   const target = resolveInvokeTarget(svc, request);
   const input = request.input ?? {};
   const inputFingerprint = fingerprint(canonicalJson({ target: targetKey(target), input }));
@@ -43,7 +43,7 @@ export function invokeAction(svc: ExecutionServices, principal: string, parent: 
       details: { executionId: request.executionId },
     });
   }
-  const root = parent?.root ?? newRoot(svc, principal, target, input);
+  const root = parent?.root ?? newRoot(svc, caller, target, input);
   const node = runCall(svc, { target, input, executionId: request.executionId, parent, root, inputFingerprint });
   if (root.fatal) throw root.fatal;
   if (!parent) persistTree(svc.st, node);
@@ -77,9 +77,9 @@ function targetKey(target: CallTarget): string {
   return target.type === 'native' ? target.name : versionKey(target.version.actionId, target.version.version);
 }
 
-function newRoot(svc: ExecutionServices, principal: string, target: CallTarget, input: unknown): RootState {
+function newRoot(svc: ExecutionServices, caller: Caller, target: CallTarget, input: unknown): RootState {
   const timeoutMs = (target.type === 'version' ? target.version.execution.timeoutMs : null) ?? svc.limits.toolTimeoutMs;
-  return { deadline: Date.now() + timeoutMs, calls: 0, principal, fatal: null, resolved: new Map(), input };
+  return { deadline: Date.now() + timeoutMs, calls: 0, principal: caller.principal, caller, fatal: null, resolved: new Map(), input };
 }
 
 interface Call {
@@ -122,6 +122,9 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
   };
   parent?.node.children.push(node);
   const frame: CallFrame = {
+    parent,
+    // A tool or graphql-kind action narrows authority with its own policies; native calls add nothing.
+    layer: target.type === 'version' ? { name: `tool ${target.version.name}@${target.version.version}`, policies: target.version.policies } : null,
     node,
     root,
     version: target.type === 'version' ? target.version : null,

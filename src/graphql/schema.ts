@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { makeExecutableSchema } from '@graphql-tools/schema';
 import type { GraphQLSchema } from 'graphql';
 import { actionResolvers } from './resolvers/actions.js';
+import { authResolvers } from './resolvers/auth.js';
 import { ledgerResolvers } from './resolvers/ledger.js';
 import { jsonScalar, scalars } from './scalars.js';
 
@@ -12,7 +13,7 @@ export const SCHEMA_PATH = fileURLToPath(new URL('../../schema.graphql', import.
 export function buildSchema(limits: { jsonDepthMax: number }): GraphQLSchema {
   return makeExecutableSchema({
     typeDefs: readFileSync(SCHEMA_PATH, 'utf8'),
-    resolvers: [{ ...scalars, JSON: jsonScalar(limits.jsonDepthMax) }, ledgerResolvers, actionResolvers],
+    resolvers: [{ ...scalars, JSON: jsonScalar(limits.jsonDepthMax) }, ledgerResolvers, actionResolvers, authResolvers],
     resolverValidationOptions: { requireResolversToMatchSchema: 'error' },
   });
 }

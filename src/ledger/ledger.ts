@@ -33,8 +33,8 @@ export class Ledger {
   updateTranCode = (id: string, input: tranCodes.TranCodeUpdate) => tranCodes.updateTranCode(this.deps, id, input, this.tranCodeCache);
   lockTranCode = (id: string) => tranCodes.lockTranCode(this.deps, id, this.tranCodeCache);
 
-  postTransaction = (input: posting.PostTransactionInput) => posting.postTransaction(this.deps, this.tranCodeCache, input);
-  voidTransaction = (id: string) => posting.voidTransaction(this.deps, id);
+  postTransaction = (input: posting.PostTransactionInput, guard?: posting.WriteGuard) => posting.postTransaction(this.deps, this.tranCodeCache, input, guard);
+  voidTransaction = (id: string, guard?: posting.WriteGuard) => posting.voidTransaction(this.deps, id, guard);
   getTransaction = (id: string) => reads.getTransaction(this.deps, id);
   listTransactions = (args: Parameters<typeof reads.listTransactions>[1]) => reads.listTransactions(this.deps, args);
   entriesOfTransaction = (id: string, first: number, after?: string | null) => reads.entriesOfTransaction(this.deps, id, first, after);

@@ -13,6 +13,23 @@ import { bindParams, isDate } from './params.js';
 import { type Direction, type Entry, type JsonObject, jsonObjectText, type Layer, readJson, type Transaction } from './records.js';
 import { type CompiledField, type CompiledTranCode, findTranCodeRow, type TranCodeCache } from './tran-codes.js';
 
+/** An entry about to be written, as the authorization hook sees it. */
+export interface EntryToWrite {
+  accountId: string;
+  journalId: string;
+  currency: string;
+  layer: Layer;
+  direction: Direction;
+  units: string;
+}
+
+/** Called with the entries once they are computed and checked, before anything is written. */
+export type WriteGuard = (entries: readonly EntryToWrite[]) => void;
+
+function toWrite(entries: readonly PlannedEntry[], journalId: string): EntryToWrite[] {
+  return entries.map((e) => ({ accountId: e.accountId, journalId, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units.toFixed() }));
+}
+
 export interface PostTransactionInput {
   transactionId: string;
   tranCode: string;
@@ -74,7 +91,7 @@ interface PlannedEntry {
  * currency and layer balances and that every account and the journal accept postings, then writes
  * it all. Nothing is written before every check has passed. `transactionId` is the idempotency key.
  */
-export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: PostTransactionInput): Transaction {
+export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: PostTransactionInput, guard?: WriteGuard): Transaction {
   const params = input.params ?? {};
   if (typeof params !== 'object' || params === null || Array.isArray(params)) {
     throw new EngineError('BAD_REQUEST', `params must be a JSON object, got ${quote(params)}`, {
@@ -116,6 +133,7 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
     throw new EngineError('JOURNAL_LOCKED', `journal ${journal.name} (${journal.journal_id}) is ${journal.status}`);
   }
   checkPostable(deps, expanded.entries.map((e) => e.accountId));
+  guard?.(toWrite(expanded.entries, expanded.journalId));
 
   const now = deps.clock.now().toISOString();
   const row: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count'> = {
@@ -139,7 +157,7 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
 }
 
 /** Write the reversal of a transaction: every entry on its layer with the opposite direction. */
-export function voidTransaction(deps: LedgerDeps, transactionId: string): Transaction {
+export function voidTransaction(deps: LedgerDeps, transactionId: string, guard?: WriteGuard): Transaction {
   const original = deps.st.transactionById.get(transactionId);
   if (!original) throw new EngineError('NOT_FOUND', `transaction ${quote(transactionId)} does not exist`);
   if (original.voided_by) {
@@ -184,6 +202,7 @@ export function voidTransaction(deps: LedgerDeps, transactionId: string): Transa
     description: e.description,
     metadata: e.metadata,
   }));
+  guard?.(toWrite(planned, reversal.journal_id));
   const written = writeTransaction(deps, reversal, planned);
   deps.st.markVoided.run(reversal.transaction_id, now.toISOString(), transactionId);
   return toTransaction(written);

@@ -177,7 +177,25 @@ export const MIGRATIONS: readonly Migration[] = [
       );
       CREATE INDEX executions_by_parent ON executions (parent_id, seq) WHERE parent_id IS NOT NULL;
       CREATE INDEX executions_by_action ON executions (action_id, seq) WHERE action_id IS NOT NULL;
-      CREATE INDEX executions_top_by_status ON executions (status, seq) WHERE parent_id IS NULL;
+      -- Only unfinished executions are indexed by status (the queue reads them); finished ones are
+      -- listed by scanning in seq order, so a finished call pays for no status index.
+      CREATE INDEX executions_active_by_status ON executions (status, seq) WHERE parent_id IS NULL AND status IN ('QUEUED', 'RUNNING');
+    `,
+  },
+  {
+    version: 3,
+    name: 'clients',
+    sql: `
+      -- API clients. Keys are random 256-bit secrets shown once; only their SHA-256 is stored.
+      CREATE TABLE clients (
+        principal TEXT PRIMARY KEY,
+        name      TEXT NOT NULL,
+        policies  TEXT NOT NULL,
+        key_hash  TEXT NOT NULL UNIQUE,
+        version   INTEGER NOT NULL,
+        created   TEXT NOT NULL,
+        modified  TEXT NOT NULL
+      );
     `,
   },
 ];

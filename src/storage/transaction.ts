@@ -1,3 +1,4 @@
+import type { Statement } from 'better-sqlite3';
 import type { Db } from './database.js';
 import { mapDriverError } from './driver-errors.js';
 
@@ -12,6 +13,8 @@ export class TransactionManager {
   private readonly commit;
   private readonly rollback;
   private savepointDepth = 0;
+  /** SAVEPOINT / RELEASE / ROLLBACK TO statements by depth, prepared once. */
+  private readonly savepointStatements: Array<{ open: Statement<[]>; release: Statement<[]>; rollbackTo: Statement<[]> }> = [];
 
   constructor(private readonly db: Db) {
     this.begin = db.prepare('BEGIN');
@@ -62,21 +65,32 @@ export class TransactionManager {
    */
   savepoint<T>(fn: () => T): T {
     if (!this.db.inTransaction) throw new Error('bug: savepoint outside a transaction');
-    const name = `sp${++this.savepointDepth}`;
-    this.db.exec(`SAVEPOINT ${name}`);
+    const depth = ++this.savepointDepth;
+    const sp = this.statementsFor(depth);
+    sp.open.run();
     try {
       const value = fn();
-      this.db.exec(`RELEASE ${name}`);
+      sp.release.run();
       return value;
     } catch (error) {
       if (this.db.inTransaction) {
-        this.db.exec(`ROLLBACK TO ${name}`);
-        this.db.exec(`RELEASE ${name}`);
+        sp.rollbackTo.run();
+        sp.release.run();
       }
       throw error;
     } finally {
       this.savepointDepth--;
     }
+  }
+
+  private statementsFor(depth: number) {
+    let sp = this.savepointStatements[depth];
+    if (!sp) {
+      const name = `sp${depth}`;
+      sp = { open: this.db.prepare<[]>(`SAVEPOINT ${name}`), release: this.db.prepare<[]>(`RELEASE ${name}`), rollbackTo: this.db.prepare<[]>(`ROLLBACK TO ${name}`) };
+      this.savepointStatements[depth] = sp;
+    }
+    return sp;
   }
 
   private rollbackQuietly(): void {

@@ -5,6 +5,10 @@ import { type CallNode, rowToNode } from '../../execution/call-tree.js';
 import { invokeAction } from '../../execution/invoke.js';
 import { pageRequest, toConnection } from '../../paging.js';
 import type { RequestContext } from '../context.js';
+import { guard, visible } from './guard.js';
+
+const AA = 'actions.Action';
+const AE = 'actions.Execution';
 
 type Args = Record<string, any>;
 
@@ -39,26 +43,42 @@ export const actionResolvers = {
   Query: { actions: () => ({}) },
   Mutation: { actions: () => ({}) },
   ActionsQuery: {
-    action: (_: unknown, { id, name, version }: Args, ctx: RequestContext) => actions.getVersion(ctx.services.actions, { id, name, version }),
-    actions: (_: unknown, { first, after }: Args, ctx: RequestContext) => actions.listActions(ctx.services.actions, first, after),
+    action: (_: unknown, { id, name, version }: Args, ctx: RequestContext) => guard(ctx, 'SELECT', AA, actions.getVersion(ctx.services.actions, { id, name, version })),
+    actions: (_: unknown, { first, after }: Args, ctx: RequestContext) => visible(ctx, AA, actions.listActions(ctx.services.actions, first, after)),
     execution: (_: unknown, { executionId }: Args, ctx: RequestContext) => {
       const row = ctx.services.st.executionById.get(executionId);
       if (!row) throw new EngineError('NOT_FOUND', `execution ${executionId} does not exist`, { hint: 'Executions of a request that rolled back are not kept.' });
-      return rowToNode(row);
+      return guard(ctx, 'SELECT', AE, rowToNode(row));
     },
-    executions: (_: unknown, args: Args, ctx: RequestContext) => listExecutions(ctx, args),
+    executions: (_: unknown, args: Args, ctx: RequestContext) => visible(ctx, AE, listExecutions(ctx, args)),
   },
   ActionsMutation: {
-    createAction: (_: unknown, { id, input }: Args, ctx: RequestContext) => actions.createAction(ctx.services.actions, id, input),
-    updateAction: (_: unknown, { id, input }: Args, ctx: RequestContext) => actions.updateAction(ctx.services.actions, id, input),
-    lockAction: (_: unknown, { id, version }: Args, ctx: RequestContext) => actions.setVersionStatus(ctx.services.actions, id, version, 'LOCKED'),
-    activateAction: (_: unknown, { id, version }: Args, ctx: RequestContext) => actions.setVersionStatus(ctx.services.actions, id, version, 'ACTIVE'),
-    invokeAction: (_: unknown, { id, name, input }: Args, ctx: RequestContext) =>
-      invokeAction(ctx.services, ctx.principal, ctx.frame, { id, name, executionId: input.executionId, actionVersion: input.actionVersion, input: input.input }),
+    createAction: (_: unknown, { id, input }: Args, ctx: RequestContext) => {
+      guard(ctx, 'INSERT', AA, { actionId: id, ...input });
+      return actions.createAction(ctx.services.actions, id, input);
+    },
+    updateAction: (_: unknown, { id, input }: Args, ctx: RequestContext) => {
+      guard(ctx, 'UPDATE', AA, actions.getVersion(ctx.services.actions, { id }));
+      return actions.updateAction(ctx.services.actions, id, input);
+    },
+    lockAction: (_: unknown, { id, version }: Args, ctx: RequestContext) => {
+      guard(ctx, 'UPDATE', AA, actions.getVersion(ctx.services.actions, { id, version }));
+      return actions.setVersionStatus(ctx.services.actions, id, version, 'LOCKED');
+    },
+    activateAction: (_: unknown, { id, version }: Args, ctx: RequestContext) => {
+      guard(ctx, 'UPDATE', AA, actions.getVersion(ctx.services.actions, { id, version }));
+      return actions.setVersionStatus(ctx.services.actions, id, version, 'ACTIVE');
+    },
+    invokeAction: (_: unknown, { id, name, input }: Args, ctx: RequestContext) => {
+      // Invoking action X is INSERT on actions.Execution with context.document.action == "X".
+      const actionName = id ? actions.findAction(ctx.services.actions, { id }).name : name;
+      guard(ctx, 'INSERT', AE, { action: actionName, version: input.actionVersion ?? null, input: input.input ?? null });
+      return invokeAction(ctx.services, ctx.caller, ctx.frame, { id, name, executionId: input.executionId, actionVersion: input.actionVersion, input: input.input });
+    },
   },
   Action: {
     pending: (v: ActionVersion) => v.status === 'DRAFT',
-    versions: (v: ActionVersion, _: Args, ctx: RequestContext) => actions.listVersions(ctx.services.actions, v.actionId),
+    versions: (v: ActionVersion, _: Args, ctx: RequestContext) => actions.listVersions(ctx.services.actions, v.actionId).filter((x) => ctx.authority.allows({ action: 'SELECT', resource: AA, document: x })),
   },
   Execution: {
     action: (n: CallNode, _: Args, ctx: RequestContext) =>
@@ -69,7 +89,7 @@ export const actionResolvers = {
     parent: (n: CallNode, _: Args, ctx: RequestContext) => {
       if (!n.parentId) return null;
       const row = ctx.services.st.executionById.get(n.parentId);
-      return row ? rowToNode(row) : null;
+      return row ? guard(ctx, 'SELECT', AE, rowToNode(row)) : null;
     },
     children: (n: CallNode, _: Args, ctx: RequestContext) =>
       n.children.length > 0 ? n.children : ctx.services.st.executionChildren.all(n.executionId).map(rowToNode),

@@ -5,6 +5,7 @@ import { DEFAULT_JOURNAL_ID } from '../../ledger/journals.js';
 import type { Account, Direction, Entry, Layer, Transaction } from '../../ledger/records.js';
 import type { TranCode } from '../../ledger/tran-codes.js';
 import { evaluateCel } from '../evaluate.js';
+import { guard, visible } from './guard.js';
 import type { RequestContext } from '../context.js';
 
 type Args = Record<string, any>;
@@ -33,28 +34,50 @@ function amounts(view: BalanceView, layer: Layer, cumulative: boolean) {
 function balanceOf(ctx: RequestContext, account: Account, journalId: string | null | undefined, currency: string): BalanceView {
   const journal = journalId ?? DEFAULT_JOURNAL_ID;
   if (journalId) ctx.ledger.getJournal(journalId);
+  guard(ctx, 'SELECT', 'financial.Balance', { accountId: account.accountId, journalId: journal, currency, account });
   return { balance: ctx.ledger.readBalance(account.accountId, journal, currency), normalBalanceType: account.normalBalanceType };
 }
 
+const J = 'financial.Journal';
+const A = 'financial.Account';
+const TC = 'financial.TranCode';
+const T = 'financial.Transaction';
+const E = 'financial.Entry';
+
+/** Posting writes entries and balances too: the stack must allow those writes as well. */
+function postingGuard(ctx: RequestContext) {
+  return (entries: ReadonlyArray<{ accountId: string; journalId: string; currency: string; layer: string; direction: string; units: string }>) => {
+    const balances = new Set<string>();
+    for (const entry of entries) {
+      guard(ctx, 'INSERT', E, entry);
+      const key = `${entry.accountId} ${entry.journalId} ${entry.currency}`;
+      if (!balances.has(key)) {
+        balances.add(key);
+        guard(ctx, 'UPDATE', 'financial.Balance', { accountId: entry.accountId, journalId: entry.journalId, currency: entry.currency });
+      }
+    }
+  };
+}
+
 const query: Record<string, Resolver> = {
-  journal: (_, { id }, ctx) => ctx.ledger.getJournal(id ?? DEFAULT_JOURNAL_ID),
-  journals: (_, { first, after }, ctx) => ctx.ledger.listJournals(first, after),
+  journal: (_, { id }, ctx) => guard(ctx, 'SELECT', J, ctx.ledger.getJournal(id ?? DEFAULT_JOURNAL_ID)),
+  journals: (_, { first, after }, ctx) => visible(ctx, J, ctx.ledger.listJournals(first, after)),
   account: (_, { id, code }, ctx) => {
     if (id && code) throw new EngineError('BAD_REQUEST', 'account takes an id or a code, not both', { hint: 'Pass one of them.' });
-    return ctx.ledger.getAccount({ id, code });
+    return guard(ctx, 'SELECT', A, ctx.ledger.getAccount({ id, code }));
   },
-  accounts: (_, { first, after, where }, ctx) => ctx.ledger.listAccounts({ first, after, status: where?.status }),
-  tranCode: (_, { id, code, version }, ctx) => ctx.ledger.getTranCode({ id, code, version }),
-  tranCodes: (_, { first, after }, ctx) => ctx.ledger.listTranCodes(first, after),
-  transaction: (_, { id }, ctx) => ctx.ledger.getTransaction(id),
+  accounts: (_, { first, after, where }, ctx) => visible(ctx, A, ctx.ledger.listAccounts({ first, after, status: where?.status })),
+  tranCode: (_, { id, code, version }, ctx) => guard(ctx, 'SELECT', TC, ctx.ledger.getTranCode({ id, code, version })),
+  tranCodes: (_, { first, after }, ctx) => visible(ctx, TC, ctx.ledger.listTranCodes(first, after)),
+  transaction: (_, { id }, ctx) => guard(ctx, 'SELECT', T, ctx.ledger.getTransaction(id)),
   transactions: (_, { first, after, where }, ctx) =>
-    ctx.ledger.listTransactions({ first, after, correlationId: where?.correlationId, journalId: where?.journalId }),
-  entry: (_, { id }, ctx) => ctx.ledger.getEntry(id),
+    visible(ctx, T, ctx.ledger.listTransactions({ first, after, correlationId: where?.correlationId, journalId: where?.journalId })),
+  entry: (_, { id }, ctx) => guard(ctx, 'SELECT', E, ctx.ledger.getEntry(id)),
   entries: (_, { first, after, where }, ctx) => {
     if (where.accountId) {
-      return ctx.ledger.entriesOfAccount({ accountId: where.accountId, first, after, journalId: where.journalId, currency: where.currency });
+      return visible(ctx, E, ctx.ledger.entriesOfAccount({ accountId: where.accountId, first, after, journalId: where.journalId, currency: where.currency }));
     }
-    if (where.transactionId) return ctx.ledger.entriesOfTransaction(where.transactionId, first, after);
+    if (where.transactionId) return visible(ctx, E, ctx.ledger.entriesOfTransaction(where.transactionId, first, after));
     throw new EngineError('BAD_REQUEST', 'entries needs where.accountId or where.transactionId', {
       hint: 'Entries are read through an account or a transaction index.',
     });
@@ -64,15 +87,33 @@ const query: Record<string, Resolver> = {
 
 const mutation: Record<string, Resolver> = {
   queries: () => ({}),
-  createJournal: (_, { input }, ctx) => ctx.ledger.createJournal(input),
-  updateJournal: (_, { id, input }, ctx) => ctx.ledger.updateJournal(id, input),
-  createAccount: (_, { input }, ctx) => ctx.ledger.createAccount(input),
-  updateAccount: (_, { id, input }, ctx) => ctx.ledger.updateAccount(id, input),
-  createTranCode: (_, { input }, ctx) => ctx.ledger.createTranCode(input),
-  updateTranCode: (_, { id, input }, ctx) => ctx.ledger.updateTranCode(id, input),
-  lockTranCode: (_, { id }, ctx) => ctx.ledger.lockTranCode(id),
-  postTransaction: (_, { input }, ctx) => ctx.ledger.postTransaction(input),
-  voidTransaction: (_, { id }, ctx) => ctx.ledger.voidTransaction(id),
+  createJournal: (_, { input }, ctx) => ctx.ledger.createJournal(guard(ctx, 'INSERT', J, input)),
+  updateJournal: (_, { id, input }, ctx) => {
+    guard(ctx, 'UPDATE', J, ctx.ledger.getJournal(id));
+    return ctx.ledger.updateJournal(id, input);
+  },
+  createAccount: (_, { input }, ctx) => ctx.ledger.createAccount(guard(ctx, 'INSERT', A, input)),
+  updateAccount: (_, { id, input }, ctx) => {
+    // The record as it is decides (an assertion on context.document sees its current metadata).
+    guard(ctx, 'UPDATE', A, ctx.ledger.getAccount({ id }));
+    return ctx.ledger.updateAccount(id, input);
+  },
+  createTranCode: (_, { input }, ctx) => ctx.ledger.createTranCode(guard(ctx, 'INSERT', TC, input)),
+  updateTranCode: (_, { id, input }, ctx) => {
+    guard(ctx, 'UPDATE', TC, ctx.ledger.getTranCode({ id }));
+    return ctx.ledger.updateTranCode(id, input);
+  },
+  lockTranCode: (_, { id }, ctx) => {
+    guard(ctx, 'UPDATE', TC, ctx.ledger.getTranCode({ id }));
+    return ctx.ledger.lockTranCode(id);
+  },
+  postTransaction: (_, { input }, ctx) => ctx.ledger.postTransaction(guard(ctx, 'INSERT', T, input), postingGuard(ctx)),
+  voidTransaction: (_, { id }, ctx) => {
+    const original = ctx.ledger.getTransaction(id);
+    guard(ctx, 'UPDATE', T, original);
+    guard(ctx, 'INSERT', T, original);
+    return ctx.ledger.voidTransaction(id, postingGuard(ctx));
+  },
   evaluate: (_, args, ctx) => evaluateCel(ctx.cel, args as Parameters<typeof evaluateCel>[1], ctx.limits.celValueSizeMax),
 };
 
@@ -82,29 +123,29 @@ export const ledgerResolvers = {
   Account: {
     balance: (a: Account, { journalId, currency }: Args, ctx: RequestContext) => balanceOf(ctx, a, journalId, currency),
     balances: (a: Account, { first, after }: Args, ctx: RequestContext) => {
-      const page = ctx.ledger.listBalances(a.accountId, first, after);
+      const page = visible(ctx, 'financial.Balance', ctx.ledger.listBalances(a.accountId, first, after), (b) => ({ accountId: b.accountId, journalId: b.journalId, currency: b.currency, account: a }));
       const view = (balance: Balance): BalanceView => ({ balance, normalBalanceType: a.normalBalanceType });
       return { ...page, nodes: page.nodes.map(view), edges: page.edges.map((e) => ({ cursor: e.cursor, node: view(e.node) })) };
     },
     entries: (a: Account, { first, after, where }: Args, ctx: RequestContext) =>
-      ctx.ledger.entriesOfAccount({ accountId: a.accountId, first, after, journalId: where?.journalId, currency: where?.currency }),
-    history: (a: Account, { first, after }: Args, ctx: RequestContext) => ctx.ledger.accountHistory(a.accountId, first, after),
+      visible(ctx, E, ctx.ledger.entriesOfAccount({ accountId: a.accountId, first, after, journalId: where?.journalId, currency: where?.currency })),
+    history: (a: Account, { first, after }: Args, ctx: RequestContext) => visible(ctx, A, ctx.ledger.accountHistory(a.accountId, first, after)),
   },
   TranCode: {
-    history: (t: TranCode, { first, after }: Args, ctx: RequestContext) => ctx.ledger.tranCodeHistory(t.tranCodeId, first, after),
+    history: (t: TranCode, { first, after }: Args, ctx: RequestContext) => visible(ctx, TC, ctx.ledger.tranCodeHistory(t.tranCodeId, first, after)),
   },
   Transaction: {
-    tranCode: (t: Transaction, _: Args, ctx: RequestContext) => ctx.ledger.getTranCode({ id: t.tranCodeId, version: t.tranCodeVersion }),
-    journal: (t: Transaction, _: Args, ctx: RequestContext) => ctx.ledger.getJournal(t.journalId),
-    entries: (t: Transaction, { first, after }: Args, ctx: RequestContext) => ctx.ledger.entriesOfTransaction(t.transactionId, first, after),
+    tranCode: (t: Transaction, _: Args, ctx: RequestContext) => guard(ctx, 'SELECT', TC, ctx.ledger.getTranCode({ id: t.tranCodeId, version: t.tranCodeVersion })),
+    journal: (t: Transaction, _: Args, ctx: RequestContext) => guard(ctx, 'SELECT', J, ctx.ledger.getJournal(t.journalId)),
+    entries: (t: Transaction, { first, after }: Args, ctx: RequestContext) => visible(ctx, E, ctx.ledger.entriesOfTransaction(t.transactionId, first, after)),
     correlated: (t: Transaction, { first, after }: Args, ctx: RequestContext) =>
-      ctx.ledger.listTransactions({ first, after, correlationId: t.correlationId }),
+      visible(ctx, T, ctx.ledger.listTransactions({ first, after, correlationId: t.correlationId })),
   },
   Entry: {
     units: (e: Entry) => formatDecimal(new Dec(e.units), minorUnits(e.currency)),
     amount: (e: Entry) => money(new Dec(e.units), e.currency),
-    transaction: (e: Entry, _: Args, ctx: RequestContext) => ctx.ledger.getTransaction(e.transactionId),
-    account: (e: Entry, _: Args, ctx: RequestContext) => ctx.ledger.getAccount({ id: e.accountId }),
+    transaction: (e: Entry, _: Args, ctx: RequestContext) => guard(ctx, 'SELECT', T, ctx.ledger.getTransaction(e.transactionId)),
+    account: (e: Entry, _: Args, ctx: RequestContext) => guard(ctx, 'SELECT', A, ctx.ledger.getAccount({ id: e.accountId })),
   },
   Balance: {
     accountId: (v: BalanceView) => v.balance.accountId,
@@ -114,8 +155,8 @@ export const ledgerResolvers = {
     version: (v: BalanceView) => v.balance.version,
     created: (v: BalanceView) => v.balance.created,
     modified: (v: BalanceView) => v.balance.modified,
-    account: (v: BalanceView, _: Args, ctx: RequestContext) => ctx.ledger.getAccount({ id: v.balance.accountId }),
-    journal: (v: BalanceView, _: Args, ctx: RequestContext) => ctx.ledger.getJournal(v.balance.journalId),
+    account: (v: BalanceView, _: Args, ctx: RequestContext) => guard(ctx, 'SELECT', A, ctx.ledger.getAccount({ id: v.balance.accountId })),
+    journal: (v: BalanceView, _: Args, ctx: RequestContext) => guard(ctx, 'SELECT', J, ctx.ledger.getJournal(v.balance.journalId)),
     settled: (v: BalanceView) => amounts(v, 'SETTLED', false),
     pending: (v: BalanceView) => amounts(v, 'PENDING', false),
     encumbrance: (v: BalanceView) => amounts(v, 'ENCUMBRANCE', false),

@@ -72,6 +72,7 @@ export function actionStatements(db: Db) {
     executionsPage: db.prepare<[number, number], ExecutionRow>(
       'SELECT * FROM executions WHERE parent_id IS NULL AND seq > ? ORDER BY seq LIMIT ?',
     ),
+    /** Uses executions_active_by_status for QUEUED and RUNNING; scans in seq order for the others. */
     executionsByStatusPage: db.prepare<[string, number, number], ExecutionRow>(
       'SELECT * FROM executions WHERE parent_id IS NULL AND status = ? AND seq > ? ORDER BY seq LIMIT ?',
     ),

@@ -1,0 +1,141 @@
+import { createHash, randomBytes } from 'node:crypto';
+import type { Cel } from '../cel/cel.js';
+import type { Clock } from '../clock.js';
+import { EngineError, quote } from '../errors.js';
+import { requiredText } from '../ledger/records.js';
+import { type Connection, pageRequest, toConnection } from '../paging.js';
+import { parsePolicy, type Policy } from '../policy/policy.js';
+import type { AuthStatements, ClientRow } from '../storage/statements/auth.js';
+
+/** An API client: a principal, a name, and the policies that bound everything it does. */
+export interface Client {
+  principal: string;
+  name: string;
+  policies: Policy[];
+  version: number;
+  created: string;
+  modified: string;
+}
+
+export interface ClientDeps {
+  st: AuthStatements;
+  cel: Cel;
+  clock: Clock;
+  pageSizeMax: number;
+}
+
+type PolicyInput = Parameters<typeof parsePolicy>[1];
+
+/** Full authority, for the admin client that `tally serve` creates. */
+export const ADMIN_POLICIES: Policy[] = [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE', 'DELETE'], resources: ['*'], assertions: null }];
+
+const KEY_PREFIX = 'tly_';
+
+export function hashKey(apiKey: string): string {
+  return createHash('sha256').update(apiKey).digest('hex');
+}
+
+function newKey(): string {
+  return KEY_PREFIX + randomBytes(32).toString('base64url');
+}
+
+function toClient(row: ClientRow): Client {
+  return { principal: row.principal, name: row.name, policies: JSON.parse(row.policies) as Policy[], version: row.version, created: row.created, modified: row.modified };
+}
+
+function parsePolicies(deps: ClientDeps, policies: PolicyInput[] | null | undefined): Policy[] {
+  return (policies ?? []).map((p, i) => parsePolicy(deps.cel, p, `policies[${i}]`));
+}
+
+/** Create a client and its key; the key is returned this once and only its hash is kept. */
+export function createClient(
+  deps: ClientDeps,
+  input: { principal: string; name: string; policies?: PolicyInput[] | null },
+  apiKey: string = newKey(),
+): { client: Client; apiKey: string } {
+  const principal = requiredText(input.principal, 'principal', 256);
+  if (deps.st.clientByPrincipal.get(principal)) {
+    throw new EngineError('ALREADY_EXISTS', `client ${quote(principal)} already exists`, { hint: 'Use updateClient to change its policies.' });
+  }
+  const now = deps.clock.now().toISOString();
+  const row = {
+    principal,
+    name: requiredText(input.name, 'name'),
+    policies: JSON.stringify(parsePolicies(deps, input.policies)),
+    key_hash: hashKey(apiKey),
+    created: now,
+    modified: now,
+  };
+  deps.st.insertClient.run(row);
+  return { client: toClient({ ...row, version: 1 }), apiKey };
+}
+
+/** Replace the name and/or policies; `rotateKey` issues a new key and revokes the old one. */
+export function updateClient(
+  deps: ClientDeps,
+  principal: string,
+  input: { name?: string | null; policies?: PolicyInput[] | null; rotateKey?: boolean | null },
+): { client: Client; apiKey: string | null } {
+  const current = findClient(deps, principal);
+  const apiKey = input.rotateKey ? newKey() : null;
+  const row = {
+    principal,
+    name: input.name == null ? current.name : requiredText(input.name, 'name'),
+    policies: input.policies == null ? current.policies : JSON.stringify(parsePolicies(deps, input.policies)),
+    key_hash: apiKey ? hashKey(apiKey) : current.key_hash,
+    modified: deps.clock.now().toISOString(),
+  };
+  deps.st.updateClient.run(row);
+  return { client: toClient({ ...current, ...row, version: current.version + 1 }), apiKey };
+}
+
+export function deleteClient(deps: ClientDeps, principal: string): Client {
+  const current = toClient(findClient(deps, principal));
+  deps.st.deleteClient.run(principal);
+  return current;
+}
+
+function findClient(deps: ClientDeps, principal: string): ClientRow {
+  const row = deps.st.clientByPrincipal.get(principal);
+  if (!row) throw new EngineError('NOT_FOUND', `client ${quote(principal)} does not exist`, { hint: 'Create it with auth.createClient.' });
+  return row;
+}
+
+export function getClient(deps: ClientDeps, principal: string): Client {
+  return toClient(findClient(deps, principal));
+}
+
+export function lookupClient(deps: ClientDeps, principal: string): Client | null {
+  const row = deps.st.clientByPrincipal.get(principal);
+  return row ? toClient(row) : null;
+}
+
+export function listClients(deps: ClientDeps, first: number, after?: string | null): Connection<Client> {
+  const req = pageRequest<number>(first, after, deps.pageSizeMax, 'number', 'clients');
+  return toConnection(deps.st.clientsPage.all(req.after ?? 0, req.fetch), req, (r) => r.rowid, toClient);
+}
+
+/** The client an API key belongs to, or null. */
+export function authenticate(deps: ClientDeps, apiKey: string): Client | null {
+  if (!apiKey.startsWith(KEY_PREFIX)) return null;
+  const row = deps.st.clientByKeyHash.get(hashKey(apiKey));
+  return row ? toClient(row) : null;
+}
+
+/**
+ * Make sure an admin client exists. With `apiKey` (TALLY_ADMIN_KEY), the admin's key is set to it;
+ * without, a key is generated only when no admin exists yet. Returns the new key when one was made.
+ */
+export function ensureAdmin(deps: ClientDeps, apiKey?: string): string | null {
+  const existing = deps.st.clientByPrincipal.get('admin');
+  if (apiKey !== undefined && !apiKey.startsWith(KEY_PREFIX)) {
+    throw new EngineError('BAD_REQUEST', `TALLY_ADMIN_KEY must start with ${KEY_PREFIX}`, { hint: `Generate one, e.g. ${KEY_PREFIX}$(openssl rand -hex 32).` });
+  }
+  if (existing) {
+    if (apiKey !== undefined && existing.key_hash !== hashKey(apiKey)) {
+      deps.st.updateClient.run({ principal: 'admin', name: existing.name, policies: existing.policies, key_hash: hashKey(apiKey), modified: deps.clock.now().toISOString() });
+    }
+    return null;
+  }
+  return createClient(deps, { principal: 'admin', name: 'Administrator', policies: ADMIN_POLICIES }, apiKey).apiKey;
+}

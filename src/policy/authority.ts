@@ -1,0 +1,41 @@
+import type { Cel } from '../cel/cel.js';
+import { type AuthorityLayer, authorize, decide, type Operation, type Policy } from './policy.js';
+
+/** A frame of the call stack, as far as authority is concerned. */
+export interface AuthorityFrame {
+  parent: AuthorityFrame | null;
+  /** The policies of the tool running at this frame; null for a native call (it adds no layer). */
+  layer: AuthorityLayer | null;
+}
+
+/**
+ * Who is asking and under which layers: [client, tool 1, tool 2, …]. Every layer must allow an
+ * operation. The engine itself (in-process, no principal) has no client layer: only the tools
+ * on its stack bound it.
+ */
+export class Authority {
+  readonly stack: readonly AuthorityLayer[];
+
+  constructor(
+    private readonly cel: Cel,
+    readonly principal: string,
+    readonly claims: Record<string, unknown>,
+    client: { principal: string; policies: readonly Policy[] } | null,
+    frame: AuthorityFrame | null,
+  ) {
+    const layers: AuthorityLayer[] = [];
+    for (let f = frame; f; f = f.parent) if (f.layer) layers.push(f.layer);
+    layers.reverse();
+    if (client) layers.unshift({ name: `client ${client.principal}`, policies: client.policies });
+    this.stack = layers;
+  }
+
+  /** Throws ACCESS_DENIED naming the action, the resource and the layer that refused. */
+  check(operation: Operation): void {
+    if (this.stack.length > 0) authorize(this.cel, this.stack, operation, this.claims);
+  }
+
+  allows(operation: Operation): boolean {
+    return this.stack.every((layer) => decide(this.cel, layer, operation, this.claims).allowed);
+  }
+}

@@ -1,0 +1,116 @@
+import type { Cel } from '../cel/cel.js';
+import { jsonToCel } from '../cel/values.js';
+import { EngineError, quote } from '../errors.js';
+
+export type PolicyEffect = 'ALLOW' | 'DENY';
+export type PolicyAction = 'SELECT' | 'INSERT' | 'UPDATE' | 'DELETE';
+
+export interface Policy {
+  effect: PolicyEffect;
+  actions: PolicyAction[];
+  resources: string[];
+  assertions: Record<string, string> | null;
+}
+
+/** One level of authority: a client, or a tool on the call stack. */
+export interface AuthorityLayer {
+  /** Named in denials: `client alice`, `tool lock_account@1`. */
+  name: string;
+  policies: readonly Policy[];
+}
+
+/** An operation a resolver performs: `INSERT` on `financial.Transaction`, with the record. */
+export interface Operation {
+  action: PolicyAction;
+  resource: string;
+  document?: unknown;
+}
+
+export interface Decision {
+  allowed: boolean;
+  reason: string;
+}
+
+/** `*` matches any run of characters; `X.*` also matches `X` itself. */
+export function resourceMatches(pattern: string, resource: string): boolean {
+  if (pattern === '*' || pattern === resource) return true;
+  if (pattern.endsWith('.*') && resource === pattern.slice(0, -2)) return true;
+  if (!pattern.includes('*')) return false;
+  const regex = new RegExp(`^${pattern.split('*').map((part) => part.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('.*')}$`);
+  return regex.test(resource);
+}
+
+/**
+ * The chain rule for one layer: only policies matching the action and resource count; a policy
+ * whose assertions are not all true is skipped (an assertion that fails to evaluate counts as
+ * false); any DENY left blocks; otherwise at least one ALLOW is needed.
+ */
+export function decide(cel: Cel, layer: AuthorityLayer, operation: Operation, claims: Record<string, unknown>): Decision {
+  let allowedBy: number | null = null;
+  let context: Record<string, unknown> | null = null;
+  for (let i = 0; i < layer.policies.length; i++) {
+    const policy = layer.policies[i]!;
+    if (!policy.actions.includes(operation.action)) continue;
+    if (!policy.resources.some((pattern) => resourceMatches(pattern, operation.resource))) continue;
+    if (policy.assertions) {
+      context ??= { context: jsonToCel({ auth: { claims }, document: operation.document ?? null }) };
+      if (!assertionsHold(cel, policy.assertions, context)) continue;
+    }
+    if (policy.effect === 'DENY') return { allowed: false, reason: `policy ${i + 1} denies it` };
+    allowedBy ??= i;
+  }
+  return allowedBy === null ? { allowed: false, reason: 'no policy allows it' } : { allowed: true, reason: `policy ${allowedBy + 1} allows it` };
+}
+
+function assertionsHold(cel: Cel, assertions: Record<string, string>, context: Record<string, unknown>): boolean {
+  for (const expression of Object.values(assertions)) {
+    try {
+      if (cel.evaluate(expression, context) !== true) return false;
+    } catch {
+      return false;
+    }
+  }
+  return true;
+}
+
+/** Every layer of the stack must allow the operation; the first that does not is named. */
+export function authorize(cel: Cel, stack: readonly AuthorityLayer[], operation: Operation, claims: Record<string, unknown>): void {
+  for (const layer of stack) {
+    const decision = decide(cel, layer, operation, claims);
+    if (!decision.allowed) {
+      throw new EngineError('ACCESS_DENIED', `${operation.action} on ${operation.resource} refused by ${layer.name}: ${decision.reason}`, {
+        hint: `Every layer must allow it: the client and each tool on the call stack. Add a policy allowing ${operation.action} on ${operation.resource} to ${layer.name}.`,
+        details: { action: operation.action, resource: operation.resource, layer: layer.name },
+      });
+    }
+  }
+}
+
+const POLICY_ACTIONS: readonly PolicyAction[] = ['SELECT', 'INSERT', 'UPDATE', 'DELETE'];
+
+/** Validate a policy from the wire; assertions must compile. */
+export function parsePolicy(cel: Cel, p: { effect: PolicyEffect; actions: PolicyAction[]; resources: string[]; assertions?: unknown }, what: string): Policy {
+  if (p.effect !== 'ALLOW' && p.effect !== 'DENY') throw new EngineError('BAD_REQUEST', `${what}.effect ${quote(p.effect)} must be ALLOW or DENY`);
+  if (!Array.isArray(p.actions) || p.actions.length === 0 || p.actions.some((a) => !POLICY_ACTIONS.includes(a))) {
+    throw new EngineError('BAD_REQUEST', `${what}.actions ${quote(p.actions)} must list SELECT, INSERT, UPDATE or DELETE`);
+  }
+  if (!Array.isArray(p.resources) || p.resources.length === 0 || p.resources.some((r) => typeof r !== 'string' || !/^[A-Za-z*][A-Za-z0-9_.*]*$/.test(r))) {
+    throw new EngineError('BAD_REQUEST', `${what}.resources ${quote(p.resources)} must list dotted resource names`, { hint: 'E.g. "financial.Account", "financial.*" or "*".' });
+  }
+  let assertions: Record<string, string> | null = null;
+  if (p.assertions != null) {
+    if (typeof p.assertions !== 'object' || Array.isArray(p.assertions)) throw new EngineError('BAD_REQUEST', `${what}.assertions must map names to CEL expressions`);
+    assertions = {};
+    for (const [name, expression] of Object.entries(p.assertions as Record<string, unknown>)) {
+      if (typeof expression !== 'string') throw new EngineError('BAD_REQUEST', `${what}.assertions.${name} must be a CEL expression string`);
+      try {
+        cel.compile(expression);
+      } catch (error) {
+        throw new EngineError('BAD_REQUEST', `${what}.assertions.${name}: ${(error as Error).message}`);
+      }
+      assertions[name] = expression;
+    }
+  }
+  return { effect: p.effect, actions: [...p.actions], resources: [...p.resources], assertions };
+}
+
