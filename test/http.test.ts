@@ -9,9 +9,12 @@ import { id, newEngine } from './helpers.js';
 let engine: Engine;
 let server: Server;
 let url: string;
+const KEY = 'tly_http-test-admin-key';
+const auth = { authorization: `Bearer ${KEY}` };
 
 beforeAll(async () => {
   engine = await newEngine({ limits: { requestBodyBytesMax: 4096, requestTimeoutMs: 500 } });
+  engine.ensureAdmin(KEY);
   server = createServer(engine);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/graphql`;
@@ -24,7 +27,8 @@ afterAll(async () => {
 });
 
 const postJson = (body: unknown, headers: Record<string, string> = {}) =>
-  fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...auth, ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+const get = (query: string, headers: Record<string, string> = {}) => fetch(`${url}?query=${encodeURIComponent(query)}`, { headers: { ...auth, ...headers } });
 
 describe('GraphQL over HTTP', () => {
   it('walks the ledger over real HTTP: create accounts and a tran code, post, read the balance', async () => {
@@ -45,7 +49,7 @@ describe('GraphQL over HTTP', () => {
       variables: { i: { transactionId: id(100), tranCode: 'DEPOSIT', params: { account: id(2), amount: '50' } } },
     });
     expect((await posted.json() as any).data.postTransaction.transactionId).toBe(id(100));
-    const balance = await fetch(`${url}?query=${encodeURIComponent(`{ balance(accountId: "${id(2)}", currency: "USD") { settled { normalBalance { units currency } } } }`)}`);
+    const balance = await get(`{ balance(accountId: "${id(2)}", currency: "USD") { settled { normalBalance { units currency } } } }`);
     expect(balance.headers.get('content-type')).toContain('application/json');
     expect(await balance.json() as any).toEqual({ data: { balance: { settled: { normalBalance: { units: '50.00', currency: 'USD' } } } } });
   });
@@ -76,11 +80,11 @@ describe('GraphQL over HTTP', () => {
   });
 
   it('refuses mutations over GET (405), other methods (405), other content types (415) and unknown paths (404)', async () => {
-    const get = await fetch(`${url}?query=${encodeURIComponent('mutation { evaluate(expression: "1") }')}`);
-    expect(get.status).toBe(405);
-    expect(get.headers.get('allow')).toBe('POST');
-    expect((await fetch(url, { method: 'PUT' })).status).toBe(405);
-    expect((await fetch(url, { method: 'POST', headers: { 'content-type': 'text/plain' }, body: '{}' })).status).toBe(415);
+    const mutation = await get('mutation { evaluate(expression: "1") }');
+    expect(mutation.status).toBe(405);
+    expect(mutation.headers.get('allow')).toBe('POST');
+    expect((await fetch(url, { method: 'PUT', headers: auth })).status).toBe(405);
+    expect((await fetch(url, { method: 'POST', headers: { 'content-type': 'text/plain', ...auth }, body: '{}' })).status).toBe(415);
     expect((await fetch(url.replace('/graphql', '/nope'))).status).toBe(404);
   });
 
@@ -96,13 +100,35 @@ describe('GraphQL over HTTP', () => {
     const socket = connect(port, '127.0.0.1');
     let response = '';
     socket.on('data', (chunk) => (response += chunk.toString()));
-    socket.write('POST /graphql HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"query":');
+    socket.write(`POST /graphql HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${KEY}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"query":`);
     const closed = await new Promise<boolean>((resolve) => {
       socket.on('close', () => resolve(true));
       setTimeout(() => resolve(false), 5000);
     });
     expect(closed).toBe(true);
     expect(response).toMatch(/^HTTP\/1.1 408|^$/);
+  });
+
+  it('refuses a missing, malformed or wrong API key with 401 UNAUTHENTICATED', async () => {
+    for (const headers of [{}, { authorization: 'Basic abc' }, { authorization: 'Bearer tly_wrong' }] as Array<Record<string, string>>) {
+      const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: '{"query": "{ journal { name } }"}' });
+      expect(res.status).toBe(401);
+      expect(res.headers.get('www-authenticate')).toContain('Bearer');
+      expect((await res.json() as any).errors[0].extensions.code).toBe('UNAUTHENTICATED');
+    }
+  });
+
+  it('a client allowed only SELECT can read but not write over HTTP; a deleted client’s key stops working', async () => {
+    const created = await postJson({ query: `mutation { auth { createClient(input: {principal: "auditor", name: "Auditor", policies: [{effect: ALLOW, actions: [SELECT], resources: ["financial.*"]}]}) { apiKey client { principal } } } }` });
+    const key = (await created.json() as any).data.auth.createClient.apiKey as string;
+    expect(key).toMatch(/^tly_/);
+    const asAuditor = { authorization: `Bearer ${key}` };
+    expect((await (await postJson({ query: '{ journal { name } }' }, asAuditor)).json() as any).data.journal.name).toBe('Default');
+    const write = await (await postJson({ query: `mutation { createAccount(input: {accountId: "${id(77)}", code: "x", name: "x"}) { code } }` }, asAuditor)).json() as any;
+    expect(write.errors[0].extensions.code).toBe('ACCESS_DENIED');
+    expect(write.errors[0].message).toBe('INSERT on financial.Account refused by client auditor: no policy allows it');
+    await postJson({ query: 'mutation { auth { deleteClient(principal: "auditor") { principal } } }' });
+    expect((await postJson({ query: '{ journal { name } }' }, asAuditor)).status).toBe(401);
   });
 
   it('serves the query console to a browser GET', async () => {

@@ -47,12 +47,16 @@ export async function main(argv: string[]): Promise<void> {
   if (!Number.isInteger(port) || port < 0 || port > 65535) fail(`--port ${JSON.stringify(values.port)} is not a port number`);
   const host = values.host ?? process.env.HOST ?? '127.0.0.1';
   const engine = await createEngine({ path: db });
+  const generated = engine.ensureAdmin(process.env.TALLY_ADMIN_KEY);
   const server = createServer(engine, { log: (line) => process.stderr.write(`${line}\n`) });
   server.listen(port, host, () => {
     const address = server.address();
     const actual = typeof address === 'object' && address ? address.port : port;
     process.stdout.write(`tally: serving ${db} at http://${host}:${actual}/graphql\n`);
-    process.stdout.write('tally: authentication is not enabled yet: anyone who can reach this port can read and write\n');
+    if (generated) {
+      process.stdout.write(`tally: created the admin client; its API key (shown once): ${generated}\n`);
+      process.stdout.write('tally: set TALLY_ADMIN_KEY to choose the admin key yourself\n');
+    }
   });
 
   // Requests run synchronously, so none is ever cut mid-transaction: stop accepting, let the

@@ -349,13 +349,30 @@ class CallBridge implements HostBridge {
       });
     }
     const check = !(options !== null && typeof options === 'object' && (options as { check?: unknown }).check === false);
-    const target = this.resolveReference(reference);
-    const fixed = this.fixedInput(reference, input);
-    const node = this.child(target, fixed);
+    let node: CallNode;
+    try {
+      node = this.child(this.resolveReference(reference), this.fixedInput(reference, input));
+    } catch (error) {
+      // The call could not start (a locked pinned version, a fixed input that failed): it is
+      // still a call of this tool, recorded as FAILED, and check: false still catches it.
+      node = this.failedChild(reference.name, input, toEngineError(error));
+    }
     if (!check) {
       return JSON.stringify({ ok: true, value: { ok: node.status === 'SUCCEEDED', output: node.output ?? null, error: node.error } });
     }
     return envelope(node);
+  }
+
+  private failedChild(name: string, input: unknown, error: EngineError): CallNode {
+    const now = this.svc.clock.now().toISOString();
+    const parent = this.frame.node;
+    const node: CallNode = {
+      executionId: newOrderedId(), actionId: null, actionName: name, actionVersion: null, kind: 'TOOL', status: 'FAILED',
+      input, inputFingerprint: null, output: null, error: error.toData(), principal: parent.principal, parentId: parent.executionId,
+      rootId: parent.rootId, depth: parent.depth + 1, attempt: 1, started: now, finished: now, logs: [], logBytes: 0, created: now, children: [],
+    };
+    parent.children.push(node);
+    return node;
   }
 
   /** A pinned version always; otherwise the latest ACTIVE one, resolved once per execution. */

@@ -44,18 +44,26 @@ async function handle(engine: Engine, req: IncomingMessage, res: ServerResponse)
   const accept = req.headers.accept ?? '';
   const mediaType = chooseMediaType(accept);
 
+  if (req.method === 'GET' && accept.includes('text/html') && !url.searchParams.has('query')) {
+    // The console page itself holds no data; its requests carry the key like any other.
+    res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end(consolePage());
+    return;
+  }
+  const principal = authenticate(engine, req.headers.authorization);
+  if (principal instanceof EngineError) {
+    res.setHeader('www-authenticate', 'Bearer realm="tally"');
+    if (req.method === 'POST') req.resume();
+    return sendErrors(res, 401, mediaType, [principal]);
+  }
+
   if (req.method === 'GET') {
-    if (accept.includes('text/html') && !url.searchParams.has('query')) {
-      res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end(consolePage());
-      return;
-    }
     const request = requestFromSearchParams(url.searchParams);
     if (request instanceof EngineError) return sendErrors(res, 400, mediaType, [request]);
     if (isMutation(engine, request)) {
       res.setHeader('allow', 'POST');
       return sendErrors(res, 405, mediaType, [new EngineError('BAD_REQUEST', 'mutations must be sent with POST', { hint: 'POST the request as JSON.' })]);
     }
-    return sendResult(res, mediaType, engine.execute(request));
+    return sendResult(res, mediaType, engine.execute(request, { principal }));
   }
 
   if (req.method !== 'POST') {
@@ -75,7 +83,23 @@ async function handle(engine: Engine, req: IncomingMessage, res: ServerResponse)
   }
   const request = requestFromBody(body);
   if (request instanceof EngineError) return sendErrors(res, 400, mediaType, [request]);
-  return sendResult(res, mediaType, engine.execute(request));
+  return sendResult(res, mediaType, engine.execute(request, { principal }));
+}
+
+/** The principal of `Authorization: Bearer <api key>`, or UNAUTHENTICATED. */
+function authenticate(engine: Engine, header: string | undefined): string | EngineError {
+  if (!header) {
+    return new EngineError('UNAUTHENTICATED', 'the request has no Authorization header', { hint: 'Send `Authorization: Bearer <api key>`.' });
+  }
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  if (!match) {
+    return new EngineError('UNAUTHENTICATED', 'the Authorization header is not `Bearer <api key>`', { hint: 'Send `Authorization: Bearer <api key>`.' });
+  }
+  const principal = engine.authenticate(match[1]!);
+  if (!principal) {
+    return new EngineError('UNAUTHENTICATED', 'the API key is not valid', { hint: 'Check the key; a rotated or deleted client’s key no longer works.' });
+  }
+  return principal;
 }
 
 function chooseMediaType(accept: string): string {
