@@ -37,9 +37,21 @@ ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(
         additionalProperties: false,
       },
     },
-    policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT'], resources: ['financial.*'] }],
+    policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
   },
 });
+// The nested variant: an outer tool that checks its input and calls transfer as tools.transfer().
+ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
+  id: uuid(888_889),
+  input: {
+    name: 'pay',
+    kind: 'tool',
+    config: { runtime: 'javascript', src: 'function run(event) { if (decimal(event.data.amount).lte("0")) fail("amount must be positive"); return tools.transfer(event.data); }' },
+    tools: [{ name: 'transfer', version: 1 }],
+    policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
+  },
+});
+const INVOKE_NESTED = `mutation Invoke($e: UUID!, $input: JSON) { actions { invokeAction(id: "${uuid(888_889)}", input: {executionId: $e, actionVersion: 1, input: $input}) { status } } }`;
 const INVOKE = `mutation Invoke($e: UUID!, $input: JSON) { actions { invokeAction(id: "${uuid(888_888)}", input: {executionId: $e, actionVersion: 1, input: $input}) { status } } }`;
 
 const results = compare(
@@ -54,6 +66,11 @@ const results = compare(
       const r = ok(engine, INVOKE, { e: uuid(n), input: { transaction_id: uuid(500_000_000 + n), from, to, amount: '10.50' } });
       if (r.actions.invokeAction.status !== 'SUCCEEDED') throw new Error(JSON.stringify(r));
     },
+    nested: (n) => {
+      const [from, to] = pair(n);
+      const r = ok(engine, INVOKE_NESTED, { e: uuid(n), input: { transaction_id: uuid(600_000_000 + n), from, to, amount: '10.50' } });
+      if (r.actions.invokeAction.status !== 'SUCCEEDED') throw new Error(JSON.stringify(r));
+    },
   },
   PER_ROUND,
   ROUNDS,
@@ -63,6 +80,7 @@ console.log(`\n${table([
   ['raw better-sqlite3 posting (1 per commit)', results.raw!.median],
   ['engine.graphql postTransaction', results.postTransaction!.median],
   ['engine.graphql invokeAction(transfer) → graphql postTransaction', results.invokeAction!.median],
+  ['engine.graphql invokeAction(pay) → tools.transfer → graphql postTransaction', results.nested!.median],
 ], results.raw!.median)}`);
 for (const [name, r] of Object.entries(results)) console.log(`rounds ${name}: ${r.rounds.map((x) => x.toFixed(0)).join(', ')}`);
 engine.close();
