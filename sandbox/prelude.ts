@@ -36,8 +36,9 @@ export const PRELUDE = String.raw`
     return call('cel', expression, stringify(bindings === undefined ? {} : bindings));
   }
 
-  function fail(message, hint) {
-    throw { [FAIL]: true, message: String(message), hint: hint === undefined ? undefined : String(hint) };
+  function fail(message, hint, options) {
+    const retry = options !== null && typeof options === 'object' && options.retry === false ? false : undefined;
+    throw { [FAIL]: true, message: String(message), hint: hint === undefined || hint === null ? undefined : String(hint), retry };
   }
 
   // tools.<name>(input, {check}) -> the host resolves the name against the declared references.
@@ -184,7 +185,7 @@ export const PRELUDE = String.raw`
     try {
       output = fn(eventJson);
     } catch (e) {
-      if (e !== null && typeof e === 'object' && e[FAIL] === true) return stringify({ fail: { message: e.message, hint: e.hint } });
+      if (e !== null && typeof e === 'object' && e[FAIL] === true) return stringify({ fail: { message: e.message, hint: e.hint, retry: e.retry } });
       throw e;
     }
     if (output !== null && typeof output === 'object' && typeof output.then === 'function') {

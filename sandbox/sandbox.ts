@@ -47,6 +47,8 @@ export type RunFailure = {
   stack?: string;
   /** The `code` of an uncaught error that carried one (an error a host call threw). */
   code?: string;
+  /** fail(message, hint, {retry: false}): the tool says retrying cannot help. */
+  retry?: false;
 };
 
 export type RunResult = { ok: true; outputJson: string } | RunFailure;
@@ -126,10 +128,11 @@ export class Sandbox {
       }
       const text = ctx.getString(result.value);
       result.value.dispose();
-      const parsed = JSON.parse(text) as { output?: unknown; fail?: { message: string; hint?: string } };
+      const parsed = JSON.parse(text) as { output?: unknown; fail?: { message: string; hint?: string; retry?: false } };
       if (parsed.fail) {
         const failure: RunFailure = { ok: false, kind: 'fail', message: parsed.fail.message };
         if (parsed.fail.hint !== undefined) failure.hint = parsed.fail.hint;
+        if (parsed.fail.retry === false) failure.retry = false;
         return failure;
       }
       // Re-serialise only the output value, keeping the guest's JSON text as it is.

@@ -2,9 +2,12 @@ import type { ExecutionResult, GraphQLSchema } from 'graphql';
 import { loadQuickJS } from '../sandbox/module.js';
 import { Sandbox } from '../sandbox/sandbox.js';
 import type { ActionDeps } from './actions/actions.js';
-import { authenticate, type ClientDeps, ensureAdmin, lookupClient } from './auth/clients.js';
+import { authenticate, type ClientDeps, ensureAdmin, lookupClient, SYSTEM_PRINCIPAL } from './auth/clients.js';
 import { Authority } from './policy/authority.js';
 import { authStatements } from './storage/statements/auth.js';
+import { queueStatements } from './storage/statements/actions.js';
+import { dispatchChange } from './execution/queue/triggers.js';
+import { Worker, type WorkerOptions } from './execution/queue/worker.js';
 import { SchemaCache } from './actions/schemas.js';
 import { Cel } from './cel/cel.js';
 import { type Clock, systemClock } from './clock.js';
@@ -38,6 +41,8 @@ export interface EngineOptions {
   clock?: Clock;
   /** Where unexpected (INTERNAL) errors are reported. Default: console.error. */
   logError?: (error: unknown) => void;
+  /** Backoff jitter source, in [0, 1). Default Math.random. */
+  random?: () => number;
 }
 
 export interface RequestOptions {
@@ -58,6 +63,10 @@ export interface Engine {
   execute(request: GraphqlRequest, options?: RequestOptions): FormattedResult;
   /** 'query' or 'mutation' for a document that validates; undefined otherwise. */
   operationType(request: GraphqlRequest): 'query' | 'mutation' | undefined;
+  /** A queue worker over this engine's database (see Worker). */
+  createWorker(options?: Partial<WorkerOptions>): Worker;
+  /** Called after a transaction that started executions commits (the in-process worker wakes). */
+  onStarted(listener: () => void): void;
   /** The principal an API key belongs to, or null. */
   authenticate(apiKey: string): string | null;
   /** Make sure the admin client exists (see ensureAdmin); returns a newly generated key, once. */
@@ -106,7 +115,18 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const schema: GraphQLSchema = buildSchema(limits);
   const documents = new DocumentCache(schema, limits);
 
+  let startedInTransaction = false;
+  const startedListeners: Array<() => void> = [];
   const services: ExecutionServices = {
+    queue: queueStatements(db),
+    random: options.random ?? Math.random,
+    notifyStarted: () => {
+      startedInTransaction = true;
+    },
+    callerOf: (principal) => {
+      const caller = callerOf(principal === SYSTEM_PRINCIPAL ? undefined : principal);
+      return caller instanceof EngineError ? null : caller;
+    },
     transactions,
     sandbox,
     actions: actionDeps,
@@ -117,6 +137,18 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     programKeys: new WeakMap(),
     runGraphql: (request, frame) => runNested(request, frame),
   };
+
+  ledgerDeps.onChange = (change) => dispatchChange(services, change);
+  /** Run a write transaction; when it committed and queued executions, tell the listeners. */
+  function afterCommit<T>(run: () => T): T {
+    startedInTransaction = false;
+    const value = run();
+    if (startedInTransaction && !transactions.inTransaction) {
+      startedInTransaction = false;
+      for (const listener of startedListeners) listener();
+    }
+    return value;
+  }
 
   const clientDeps: ClientDeps = { st: authStatements(db), cel, clock, pageSizeMax: limits.pageSizeMax };
   const contextFor = (caller: Caller, frame: CallFrame | null): RequestContext => ({
@@ -133,7 +165,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
 
   /** The caller of a request: a known client, or the engine itself. */
   function callerOf(principal: string | undefined): Caller | EngineError {
-    if (principal === undefined) return { principal: 'system', client: null };
+    if (principal === undefined) return { principal: SYSTEM_PRINCIPAL, client: null };
     const client = lookupClient(clientDeps, principal);
     if (!client) return new EngineError('UNAUTHENTICATED', `no client has principal ${JSON.stringify(principal)}`, { hint: 'Create the client first with auth.createClient.' });
     return { principal, client: { principal, policies: client.policies } };
@@ -165,13 +197,17 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     // A mutation with any error rolls back whole (data: null); @dryRun always rolls back.
     let result: ExecutionResult;
     try {
-      result = transactions.run(plan.mode, () => {
-        const executed = executePrepared(schema, prepared, request, context);
-        const failed = (executed.errors?.length ?? 0) > 0;
-        const commit = plan.mode === 'read' || (!failed && !plan.dryRun);
-        return { value: plan.mode === 'write' && failed ? { errors: executed.errors } : executed, commit };
-      });
+      result = afterCommit(() =>
+        transactions.run(plan.mode, () => {
+          const executed = executePrepared(schema, prepared, request, context);
+          const failed = (executed.errors?.length ?? 0) > 0;
+          const commit = plan.mode === 'read' || (!failed && !plan.dryRun);
+          if (!commit) startedInTransaction = false;
+          return { value: plan.mode === 'write' && failed ? { errors: executed.errors } : executed, commit };
+        }),
+      );
     } catch (error) {
+      startedInTransaction = false;
       const mapped = mapDriverError(error);
       const engineError = mapped instanceof EngineError ? mapped : new EngineError('INTERNAL', String((mapped as Error)?.message ?? mapped), { cause: mapped });
       if (engineError.code === 'INTERNAL') logError(error);
@@ -198,6 +234,16 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     operationType,
     graphql: (query, variables, opts) =>
       execute({ query, variables: variables ?? null, operationName: opts?.operationName ?? null }, opts?.principal === undefined ? {} : { principal: opts.principal }),
+    createWorker: (workerOptions = {}) =>
+      new Worker(services, transactions, {
+        owner: workerOptions.owner ?? `worker-${process.pid}`,
+        pollMs: workerOptions.pollMs ?? 250,
+        ...(workerOptions.onAttempt ? { onAttempt: workerOptions.onAttempt } : {}),
+        onError: workerOptions.onError ?? logError,
+      }),
+    onStarted: (listener) => {
+      startedListeners.push(listener);
+    },
     authenticate: (apiKey) => authenticate(clientDeps, apiKey)?.principal ?? null,
     ensureAdmin: (apiKey) => transactions.run('write', () => ({ value: ensureAdmin(clientDeps, apiKey), commit: true })),
     close: () => {

@@ -31,6 +31,9 @@ export const ADMIN_POLICIES: Policy[] = [{ effect: 'ALLOW', actions: ['SELECT', 
 
 const KEY_PREFIX = 'tly_';
 
+/** The engine itself (in-process calls without a principal); no client may take this name. */
+export const SYSTEM_PRINCIPAL = 'system';
+
 export function hashKey(apiKey: string): string {
   return createHash('sha256').update(apiKey).digest('hex');
 }
@@ -54,6 +57,9 @@ export function createClient(
   apiKey: string = newKey(),
 ): { client: Client; apiKey: string } {
   const principal = requiredText(input.principal, 'principal', 256);
+  if (principal === SYSTEM_PRINCIPAL) {
+    throw new EngineError('BAD_REQUEST', `principal ${quote(SYSTEM_PRINCIPAL)} is reserved for the engine itself`, { hint: 'Choose another principal.' });
+  }
   if (deps.st.clientByPrincipal.get(principal)) {
     throw new EngineError('ALREADY_EXISTS', `client ${quote(principal)} already exists`, { hint: 'Use updateClient to change its policies.' });
   }

@@ -35,6 +35,9 @@ export interface CallNode {
   logBytes: number;
   created: string;
   children: CallNode[];
+  /** For a started execution: when it is due, and the trigger that started it. */
+  runAt?: string | null;
+  triggerId?: string | null;
 }
 
 /** The caller at the root of a tree: its principal and (for an API client) its policies. */
@@ -116,6 +119,8 @@ export function rowToNode(row: ExecutionRow): CallNode {
     logBytes: 0,
     created: row.created,
     children: [],
+    runAt: (row as { run_at?: string | null }).run_at ?? null,
+    triggerId: (row as { trigger_id?: string | null }).trigger_id ?? null,
   };
 }
 

@@ -243,7 +243,10 @@ function programKey(svc: ExecutionServices, version: ActionVersion): string {
 function failureToError(svc: ExecutionServices, name: string, failure: RunFailure): EngineError {
   switch (failure.kind) {
     case 'fail':
-      return new EngineError('TOOL_FAILED', failure.message, failure.hint === undefined ? {} : { hint: failure.hint });
+      return new EngineError('TOOL_FAILED', failure.message, {
+        ...(failure.hint === undefined ? {} : { hint: failure.hint }),
+        ...(failure.retry === false ? { details: { retry: false } } : {}),
+      });
     case 'timeout':
       return new EngineError('TIMEOUT', `${name} ran past its deadline`);
     case 'memory':

@@ -4,9 +4,9 @@ import type { Cel } from '../cel/cel.js';
 import type { Clock } from '../clock.js';
 import type { ErrorData } from '../errors.js';
 import type { Limits } from '../limits.js';
-import type { ActionStatements } from '../storage/statements/actions.js';
+import type { ActionStatements, QueueStatements } from '../storage/statements/actions.js';
 import type { TransactionManager } from '../storage/transaction.js';
-import type { CallFrame } from './call-tree.js';
+import type { CallFrame, Caller } from './call-tree.js';
 
 /** The outcome of a GraphQL operation run on behalf of a call. */
 export interface NestedGraphqlResult {
@@ -25,6 +25,13 @@ export interface ExecutionServices {
   cel: Cel;
   clock: Clock;
   limits: Readonly<Limits>;
+  queue: QueueStatements;
+  /** Jitter for backoff; injectable so tests are repeatable. */
+  random: () => number;
+  /** Called when an execution was queued in the current transaction; the engine wakes workers after commit. */
+  notifyStarted(): void;
+  /** The caller a principal stands for now (its current policies), or null if it no longer exists. */
+  callerOf(principal: string): Caller | null;
   /** Sandbox cache keys of programs, memoised per (immutable) config object. */
   programKeys: WeakMap<object, string>;
   /** Run a GraphQL operation inside the current transaction, as a call of `frame`. */

@@ -3,10 +3,26 @@ import type { Clock } from '../clock.js';
 import type { Limits } from '../limits.js';
 import type { LedgerStatements } from '../storage/statements/ledger.js';
 
+/** The changes a trigger can listen to. */
+export const LEDGER_EVENTS = ['transaction.inserted', 'account.inserted', 'account.updated'] as const;
+export type LedgerEvent = (typeof LEDGER_EVENTS)[number];
+
+/** A change to a ledger record, reported inside the transaction that makes it. */
+export interface LedgerChange {
+  event: LedgerEvent;
+  /** The record's id and version: with a trigger's id they name the execution it starts. */
+  recordId: string;
+  recordVersion: number;
+  document: unknown;
+  previous: unknown;
+}
+
 /** What every ledger operation needs; built once per engine. */
 export interface LedgerDeps {
   st: LedgerStatements;
   cel: Cel;
   clock: Clock;
   limits: Readonly<Limits>;
+  /** Told of every change, in the same transaction (triggers start executions from here). */
+  onChange?: (change: LedgerChange) => void;
 }

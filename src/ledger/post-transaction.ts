@@ -153,7 +153,21 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
     created: now,
     modified: now,
   };
-  return toTransaction(writeTransaction(deps, row, expanded.entries));
+  const written = toTransaction(writeTransaction(deps, row, expanded.entries));
+  announce(deps, written, compiled.document.code, JSON.parse(paramsText ?? '{}'), expanded.entries);
+  return written;
+}
+
+/** Tell triggers: the transaction, its tran code, its params and its entries. */
+function announce(deps: LedgerDeps, transaction: Transaction, tranCode: string, params: unknown, entries: readonly PlannedEntry[]): void {
+  if (!deps.onChange) return;
+  const document = {
+    ...transaction,
+    tranCode,
+    params,
+    entries: entries.map((e) => ({ accountId: e.accountId, units: e.units.toFixed(), currency: e.currency, direction: e.direction, layer: e.layer, entryType: e.entryType })),
+  };
+  deps.onChange({ event: 'transaction.inserted', recordId: transaction.transactionId, recordVersion: 1, document, previous: null });
 }
 
 /** Write the reversal of a transaction: every entry on its layer with the opposite direction. */
@@ -205,7 +219,10 @@ export function voidTransaction(deps: LedgerDeps, transactionId: string, guard?:
   guard?.(toWrite(planned, reversal.journal_id));
   const written = writeTransaction(deps, reversal, planned);
   deps.st.markVoided.run(reversal.transaction_id, now.toISOString(), transactionId);
-  return toTransaction(written);
+  const reversed = toTransaction(written);
+  const code = deps.st.tranCodeById.get(original.tran_code_id)?.code ?? '';
+  announce(deps, reversed, code, null, planned);
+  return reversed;
 }
 
 /**

@@ -198,4 +198,47 @@ export const MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 4,
+    name: 'queue and triggers',
+    sql: `
+      -- Started executions are queue rows: due at run_at, retried up to max_attempts. An attempt runs
+      -- in one SQLite transaction together with its status update, so a crash leaves all or nothing.
+      ALTER TABLE executions ADD COLUMN run_at TEXT;
+      ALTER TABLE executions ADD COLUMN max_attempts INTEGER;
+      ALTER TABLE executions ADD COLUMN lease_owner TEXT;
+      ALTER TABLE executions ADD COLUMN lease_until TEXT;
+      ALTER TABLE executions ADD COLUMN trigger_id TEXT;
+      CREATE INDEX executions_due ON executions (run_at) WHERE status = 'QUEUED';
+      CREATE INDEX executions_by_created ON executions (created) WHERE parent_id IS NULL;
+
+      -- One row per attempt of a started execution (an invoked one has a single attempt, kept on its row).
+      CREATE TABLE invocations (
+        execution_id TEXT NOT NULL,
+        attempt      INTEGER NOT NULL,
+        status       TEXT NOT NULL,
+        output       TEXT,
+        error        TEXT,
+        started      TEXT NOT NULL,
+        finished     TEXT NOT NULL,
+        logs         TEXT,
+        PRIMARY KEY (execution_id, attempt)
+      ) WITHOUT ROWID;
+
+      CREATE TABLE triggers (
+        trigger_id     TEXT PRIMARY KEY,
+        name           TEXT NOT NULL UNIQUE,
+        events         TEXT NOT NULL,
+        filter         TEXT,
+        action_name    TEXT NOT NULL,
+        action_version INTEGER,
+        input          TEXT,
+        principal      TEXT NOT NULL,
+        status         TEXT NOT NULL CHECK (status IN ('ACTIVE','LOCKED')),
+        version        INTEGER NOT NULL,
+        created        TEXT NOT NULL,
+        modified       TEXT NOT NULL
+      );
+    `,
+  },
 ];

@@ -3,12 +3,15 @@ import type { ActionVersion } from '../../actions/actions.js';
 import { EngineError } from '../../errors.js';
 import { type CallNode, rowToNode } from '../../execution/call-tree.js';
 import { invokeAction } from '../../execution/invoke.js';
+import { startAction } from '../../execution/queue/start.js';
+import * as triggers from '../../execution/queue/triggers.js';
 import { pageRequest, toConnection } from '../../paging.js';
 import type { RequestContext } from '../context.js';
 import { guard, visible } from './guard.js';
 
 const AA = 'actions.Action';
 const AE = 'actions.Execution';
+const AT = 'actions.Trigger';
 
 type Args = Record<string, any>;
 
@@ -16,12 +19,33 @@ function listExecutions(ctx: RequestContext, { first, after, where }: Args) {
   const st = ctx.services.st;
   const req = pageRequest<number>(first, after, ctx.limits.pageSizeMax, 'number', 'executions');
   const from = req.after ?? 0;
-  const rows = where?.actionId
-    ? st.executionsByActionPage.all(where.actionId, from, req.fetch).filter((r) => !where.status || r.status === where.status)
-    : where?.status
-      ? st.executionsByStatusPage.all(where.status, from, req.fetch)
-      : st.executionsPage.all(from, req.fetch);
+  let rows = where?.actionId
+    ? st.executionsByActionPage.all(where.actionId, from, req.fetch)
+    : where?.since
+      ? ctx.services.queue.sincePage.all(where.since, from, req.fetch)
+      : where?.status
+        ? st.executionsByStatusPage.all(where.status, from, req.fetch)
+        : st.executionsPage.all(from, req.fetch);
+  // The index picked above narrows the scan; the other conditions filter it.
+  rows = rows.filter((r) => (!where?.status || r.status === where.status) && (!where?.since || r.created >= where.since));
   return toConnection(rows, req, (r) => r.seq, rowToNode);
+}
+
+function invocations(ctx: RequestContext, node: CallNode) {
+  const rows = node.parentId === null ? ctx.services.queue.invocations.all(node.executionId) : [];
+  if (rows.length > 0) {
+    return rows.map((r) => ({
+      attempt: r.attempt,
+      status: r.status,
+      output: r.output === null ? null : JSON.parse(r.output),
+      error: r.error === null ? null : JSON.parse(r.error),
+      started: r.started,
+      finished: r.finished,
+      durationMs: Date.parse(r.finished) - Date.parse(r.started),
+      logs: r.logs === null ? [] : JSON.parse(r.logs),
+    }));
+  }
+  return node.status === 'QUEUED' || node.status === 'CANCELLED' || node.attempt === 0 ? [] : [invocation(node)];
 }
 
 function invocation(node: CallNode) {
@@ -51,6 +75,13 @@ export const actionResolvers = {
       return guard(ctx, 'SELECT', AE, rowToNode(row));
     },
     executions: (_: unknown, args: Args, ctx: RequestContext) => visible(ctx, AE, listExecutions(ctx, args)),
+    queue: (_: unknown, __: Args, ctx: RequestContext) => {
+      guard(ctx, 'SELECT', AE, {});
+      const counts = Object.fromEntries(ctx.services.queue.counts.all().map((r) => [r.status, r.n]));
+      return { queued: counts.QUEUED ?? 0, running: counts.RUNNING ?? 0, failed: ctx.services.queue.failedCount.get()?.n ?? 0 };
+    },
+    trigger: (_: unknown, { id }: Args, ctx: RequestContext) => guard(ctx, 'SELECT', AT, triggers.getTrigger(ctx.services, id)),
+    triggers: (_: unknown, { first, after }: Args, ctx: RequestContext) => visible(ctx, AT, triggers.listTriggers(ctx.services, first, after)),
   },
   ActionsMutation: {
     createAction: (_: unknown, { id, input }: Args, ctx: RequestContext) => {
@@ -75,6 +106,30 @@ export const actionResolvers = {
       guard(ctx, 'INSERT', AE, { action: actionName, version: input.actionVersion ?? null, input: input.input ?? null });
       return invokeAction(ctx.services, ctx.caller, ctx.frame, { id, name, executionId: input.executionId, actionVersion: input.actionVersion, input: input.input });
     },
+    startAction: (_: unknown, { id, name, input }: Args, ctx: RequestContext) => {
+      const actionName = id ? actions.findAction(ctx.services.actions, { id }).name : name;
+      guard(ctx, 'INSERT', AE, { action: actionName, version: input.actionVersion ?? null, input: input.input ?? null });
+      return startAction(ctx.services, ctx.caller, { id, name, executionId: input.executionId, actionVersion: input.actionVersion, input: input.input });
+    },
+    cancelExecution: (_: unknown, { executionId }: Args, ctx: RequestContext) => {
+      const row = ctx.services.st.executionById.get(executionId);
+      if (!row) throw new EngineError('NOT_FOUND', `execution ${executionId} does not exist`);
+      guard(ctx, 'UPDATE', AE, rowToNode(row));
+      if (row.status !== 'QUEUED') {
+        throw new EngineError('BAD_REQUEST', `execution ${executionId} is ${row.status}; only a QUEUED execution can be cancelled`);
+      }
+      ctx.services.queue.cancel.run(ctx.services.clock.now().toISOString(), executionId);
+      return rowToNode(ctx.services.st.executionById.get(executionId)!);
+    },
+    createTrigger: (_: unknown, { input }: Args, ctx: RequestContext) => triggers.createTrigger(ctx.services, ctx.principal, guard(ctx, 'INSERT', AT, input)),
+    updateTrigger: (_: unknown, { id, input }: Args, ctx: RequestContext) => {
+      guard(ctx, 'UPDATE', AT, triggers.getTrigger(ctx.services, id));
+      return triggers.updateTrigger(ctx.services, id, input);
+    },
+    deleteTrigger: (_: unknown, { id }: Args, ctx: RequestContext) => {
+      guard(ctx, 'DELETE', AT, triggers.getTrigger(ctx.services, id));
+      return triggers.deleteTrigger(ctx.services, id);
+    },
   },
   Action: {
     pending: (v: ActionVersion) => v.status === 'DRAFT',
@@ -83,8 +138,8 @@ export const actionResolvers = {
   Execution: {
     action: (n: CallNode, _: Args, ctx: RequestContext) =>
       n.actionId && n.actionVersion ? actions.getVersion(ctx.services.actions, { id: n.actionId, version: n.actionVersion }) : null,
-    invocation: (n: CallNode) => (n.status === 'QUEUED' ? null : invocation(n)),
-    invocations: (n: CallNode) => (n.status === 'QUEUED' ? [] : [invocation(n)]),
+    invocation: (n: CallNode, _: Args, ctx: RequestContext) => invocations(ctx, n).at(-1) ?? null,
+    invocations: (n: CallNode, _: Args, ctx: RequestContext) => invocations(ctx, n),
     caller: (n: CallNode) => ({ principal: n.principal }),
     parent: (n: CallNode, _: Args, ctx: RequestContext) => {
       if (!n.parentId) return null;

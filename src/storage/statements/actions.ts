@@ -89,3 +89,86 @@ export function actionStatements(db: Db) {
 }
 
 export type ActionStatements = ReturnType<typeof actionStatements>;
+
+export interface InvocationRow {
+  execution_id: string;
+  attempt: number;
+  status: string;
+  output: string | null;
+  error: string | null;
+  started: string;
+  finished: string;
+  logs: string | null;
+}
+
+export interface QueueRow extends ExecutionRow {
+  run_at: string | null;
+  max_attempts: number | null;
+  trigger_id: string | null;
+}
+
+export interface TriggerRow {
+  trigger_id: string;
+  name: string;
+  events: string;
+  filter: string | null;
+  action_name: string;
+  action_version: number | null;
+  input: string | null;
+  principal: string;
+  status: string;
+  version: number;
+  created: string;
+  modified: string;
+}
+
+/** The queue: started executions, their attempts, and triggers that start them. */
+export function queueStatements(db: Db) {
+  return {
+    insertQueued: db.prepare(
+      `INSERT INTO executions (execution_id, action_id, action_name, action_version, kind, status, input, input_fingerprint,
+         output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, run_at, max_attempts, trigger_id)
+       VALUES (@execution_id, @action_id, @action_name, @action_version, 'TOOL', 'QUEUED', @input, @input_fingerprint,
+         NULL, NULL, @principal, NULL, @execution_id, 0, 0, NULL, NULL, NULL, @created, @created, @run_at, @max_attempts, @trigger_id)`,
+    ),
+    nextDue: db.prepare<[string], QueueRow>(
+      "SELECT * FROM executions WHERE status = 'QUEUED' AND run_at <= ? ORDER BY run_at, seq LIMIT 1",
+    ),
+    nextRunAt: db.prepare<[], { run_at: string | null }>("SELECT min(run_at) AS run_at FROM executions WHERE status = 'QUEUED'"),
+    queuedById: db.prepare<[string], QueueRow>('SELECT * FROM executions WHERE execution_id = ?'),
+    finishAttempt: db.prepare(
+      `UPDATE executions SET status = @status, attempt = @attempt, output = @output, error = @error, started = @started,
+         finished = @finished, logs = @logs, run_at = @run_at, modified = @finished, lease_owner = @lease_owner, lease_until = NULL
+       WHERE execution_id = @execution_id`,
+    ),
+    cancel: db.prepare<[string, string]>("UPDATE executions SET status = 'CANCELLED', modified = ? WHERE execution_id = ? AND status = 'QUEUED'"),
+    insertInvocation: db.prepare(
+      `INSERT INTO invocations (execution_id, attempt, status, output, error, started, finished, logs)
+       VALUES (@execution_id, @attempt, @status, @output, @error, @started, @finished, @logs)`,
+    ),
+    invocations: db.prepare<[string], InvocationRow>('SELECT * FROM invocations WHERE execution_id = ? ORDER BY attempt'),
+    counts: db.prepare<[], { status: string; n: number }>(
+      "SELECT status, count(*) AS n FROM executions WHERE parent_id IS NULL AND status IN ('QUEUED', 'RUNNING') GROUP BY status",
+    ),
+    failedCount: db.prepare<[], { n: number }>("SELECT count(*) AS n FROM executions WHERE parent_id IS NULL AND status = 'FAILED'"),
+    sincePage: db.prepare<[string, number, number], ExecutionRow>(
+      'SELECT * FROM executions WHERE parent_id IS NULL AND created >= ? AND seq > ? ORDER BY seq LIMIT ?',
+    ),
+
+    activeTriggers: db.prepare<[], TriggerRow>("SELECT * FROM triggers WHERE status = 'ACTIVE'"),
+    triggerById: db.prepare<[string], TriggerRow>('SELECT * FROM triggers WHERE trigger_id = ?'),
+    triggerByName: db.prepare<[string], TriggerRow>('SELECT * FROM triggers WHERE name = ?'),
+    triggersPage: db.prepare<[number, number], TriggerRow & { rowid: number }>('SELECT rowid, * FROM triggers WHERE rowid > ? ORDER BY rowid LIMIT ?'),
+    insertTrigger: db.prepare(
+      `INSERT INTO triggers (trigger_id, name, events, filter, action_name, action_version, input, principal, status, version, created, modified)
+       VALUES (@trigger_id, @name, @events, @filter, @action_name, @action_version, @input, @principal, @status, 1, @created, @modified)`,
+    ),
+    updateTrigger: db.prepare(
+      `UPDATE triggers SET name = @name, events = @events, filter = @filter, action_name = @action_name, action_version = @action_version,
+         input = @input, status = @status, version = version + 1, modified = @modified WHERE trigger_id = @trigger_id`,
+    ),
+    deleteTrigger: db.prepare<[string]>('DELETE FROM triggers WHERE trigger_id = ?'),
+  };
+}
+
+export type QueueStatements = ReturnType<typeof queueStatements>;

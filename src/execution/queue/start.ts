@@ -1,0 +1,96 @@
+import { getVersion, latestActiveVersion, NATIVE_TOOLS, type ActionVersion, findAction } from '../../actions/actions.js';
+import { EngineError, type ErrorData } from '../../errors.js';
+import { canonicalJson, fingerprint } from '../../ids.js';
+import type { QueueStatements } from '../../storage/statements/actions.js';
+import { type CallNode, type Caller, rowToNode } from '../call-tree.js';
+import type { ExecutionServices } from '../services.js';
+
+export interface StartRequest {
+  id?: string | null;
+  name?: string | null;
+  executionId: string;
+  actionVersion?: number | null;
+  input?: unknown;
+}
+
+/**
+ * startAction: validate now, run later. The QUEUED row is written in the caller's transaction (an
+ * outbox): a request that rolls back started nothing. Without actionVersion, the current ACTIVE
+ * version is resolved now and recorded. Same idempotency rule as invoke.
+ */
+export function startAction(svc: ExecutionServices, caller: Caller, request: StartRequest): CallNode {
+  if (request.name && (NATIVE_TOOLS as readonly string[]).includes(request.name) && !request.id) {
+    throw new EngineError('BAD_REQUEST', `the native ${request.name} tool cannot be started`, { hint: 'Invoke it, or start a tool that calls it.' });
+  }
+  const version = resolveStartVersion(svc, request);
+  const input = request.input ?? {};
+  const inputFingerprint = fingerprint(canonicalJson({ target: `${version.actionId}@${request.actionVersion ?? 'active'}`, input }));
+  const existing = svc.st.executionById.get(request.executionId);
+  if (existing) {
+    if (existing.input_fingerprint === inputFingerprint) return rowToNode(existing);
+    throw new EngineError('EXECUTION_ID_CONFLICT', `execution ${request.executionId} already exists with a different action or input`);
+  }
+  validateInput(svc, version, input);
+  enqueue(svc, { executionId: request.executionId, version, input, inputFingerprint, principal: caller.principal, triggerId: null });
+  return rowToNode(svc.st.executionById.get(request.executionId)!);
+}
+
+export function resolveStartVersion(svc: ExecutionServices, ref: { id?: string | null; name?: string | null; actionVersion?: number | null }): ActionVersion {
+  if (ref.actionVersion != null) {
+    const version = getVersion(svc.actions, { id: ref.id, name: ref.name, version: ref.actionVersion });
+    if (version.status !== 'ACTIVE') throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is ${version.status}`);
+    return version;
+  }
+  const action = findAction(svc.actions, { id: ref.id, name: ref.name });
+  const active = latestActiveVersion(svc.actions, action.action_id);
+  if (!active) throw new EngineError('VERSION_LOCKED', `${action.name} has no ACTIVE version`, { hint: 'Activate a version, or name one.' });
+  return active;
+}
+
+function validateInput(svc: ExecutionServices, version: ActionVersion, input: unknown): void {
+  const validator = svc.actions.schemas.compile(`${version.actionId}@${version.version}:input`, version.tool.inputSchema, 'tool.inputSchema');
+  const problems = svc.actions.schemas.problems(validator, input);
+  if (problems.length > 0) {
+    throw new EngineError('INPUT_INVALID', `input of ${version.name}@${version.version} does not match its schema: ${problems.map((p) => `${p.pointer} ${p.message}`).join('; ')}`, {
+      details: { problems },
+      hint: 'A started execution is validated when it is started; fix the input and start it again.',
+    });
+  }
+}
+
+export interface Enqueue {
+  executionId: string;
+  version: ActionVersion;
+  input: unknown;
+  inputFingerprint: string | null;
+  principal: string;
+  triggerId: string | null;
+  /** Record the execution as already FAILED (a trigger whose filter or input could not be evaluated). */
+  failed?: ErrorData;
+}
+
+export function enqueue(svc: ExecutionServices, item: Enqueue): void {
+  const now = svc.clock.now().toISOString();
+  const q: QueueStatements = svc.queue;
+  q.insertQueued.run({
+    execution_id: item.executionId,
+    action_id: item.version.actionId,
+    action_name: item.version.name,
+    action_version: item.version.version,
+    input: JSON.stringify(item.input ?? null),
+    input_fingerprint: item.inputFingerprint,
+    principal: item.principal,
+    created: now,
+    run_at: now,
+    max_attempts: item.version.execution.maxAttempts,
+    trigger_id: item.triggerId,
+  });
+  if (item.failed) {
+    q.finishAttempt.run({
+      execution_id: item.executionId, status: 'FAILED', attempt: 0, output: null, error: JSON.stringify(item.failed),
+      started: now, finished: now, logs: null, run_at: null, lease_owner: null,
+    });
+    return;
+  }
+  svc.notifyStarted();
+}

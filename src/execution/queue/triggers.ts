@@ -1,0 +1,160 @@
+import { findAction } from '../../actions/actions.js';
+import { celToJson, jsonToCel } from '../../cel/values.js';
+import { EngineError, quote } from '../../errors.js';
+import { derivedId } from '../../ids.js';
+import { requiredText } from '../../ledger/records.js';
+import { type Connection, pageRequest, toConnection } from '../../paging.js';
+import type { TriggerRow } from '../../storage/statements/actions.js';
+import type { ExecutionServices } from '../services.js';
+import { enqueue, resolveStartVersion } from './start.js';
+
+import { LEDGER_EVENTS as TRIGGER_EVENTS, type LedgerChange, type LedgerEvent as TriggerEvent } from '../../ledger/deps.js';
+
+export { TRIGGER_EVENTS };
+export type { TriggerEvent };
+
+export interface Trigger {
+  triggerId: string;
+  name: string;
+  on: TriggerEvent[];
+  filter: string | null;
+  action: { name: string; version: number | null };
+  input: Record<string, string> | null;
+  principal: string;
+  status: 'ACTIVE' | 'LOCKED';
+  version: number;
+  created: string;
+  modified: string;
+}
+
+export interface TriggerInput {
+  triggerId?: string;
+  name?: string | null;
+  on?: string[] | null;
+  filter?: string | null;
+  action?: { name: string; version?: number | null } | null;
+  input?: unknown;
+  status?: 'ACTIVE' | 'LOCKED' | null;
+}
+
+function toTrigger(row: TriggerRow): Trigger {
+  return {
+    triggerId: row.trigger_id,
+    name: row.name,
+    on: JSON.parse(row.events) as TriggerEvent[],
+    filter: row.filter,
+    action: { name: row.action_name, version: row.action_version },
+    input: row.input === null ? null : (JSON.parse(row.input) as Record<string, string>),
+    principal: row.principal,
+    status: row.status as Trigger['status'],
+    version: row.version,
+    created: row.created,
+    modified: row.modified,
+  };
+}
+
+function check(svc: ExecutionServices, input: TriggerInput, previous: Trigger | null) {
+  const on = input.on ?? previous?.on;
+  if (!on || on.length === 0 || on.some((e) => !(TRIGGER_EVENTS as readonly string[]).includes(e))) {
+    throw new EngineError('BAD_REQUEST', `on ${quote(on)} must list events among ${TRIGGER_EVENTS.join(', ')}`);
+  }
+  const filter = input.filter === undefined ? previous?.filter ?? null : input.filter;
+  if (filter !== null) compile(svc, filter, 'filter');
+  const action = input.action ?? previous?.action;
+  if (!action) throw new EngineError('BAD_REQUEST', 'a trigger needs action: {name, version?}');
+  findAction(svc.actions, { name: action.name });
+  if (action.version != null) resolveStartVersion(svc, { name: action.name, actionVersion: action.version });
+  let map = previous?.input ?? null;
+  if (input.input !== undefined) {
+    if (input.input !== null && (typeof input.input !== 'object' || Array.isArray(input.input))) {
+      throw new EngineError('BAD_REQUEST', 'input must map input properties to CEL expressions');
+    }
+    map = input.input === null ? null : {};
+    for (const [prop, expression] of Object.entries((input.input ?? {}) as Record<string, unknown>)) {
+      if (typeof expression !== 'string') throw new EngineError('BAD_REQUEST', `input.${prop} must be a CEL expression string`);
+      compile(svc, expression, `input.${prop}`);
+      map![prop] = expression;
+    }
+  }
+  return { on: [...on], filter, action: { name: action.name, version: action.version ?? null }, input: map };
+}
+
+function compile(svc: ExecutionServices, expression: string, what: string): void {
+  try {
+    svc.cel.compile(expression);
+  } catch (error) {
+    throw new EngineError('BAD_REQUEST', `${what}: ${(error as Error).message}`);
+  }
+}
+
+export function createTrigger(svc: ExecutionServices, principal: string, input: TriggerInput & { triggerId: string; name: string }): Trigger {
+  if (svc.queue.triggerById.get(input.triggerId)) throw new EngineError('ALREADY_EXISTS', `trigger ${input.triggerId} already exists`);
+  const name = requiredText(input.name, 'name', 128);
+  if (svc.queue.triggerByName.get(name)) throw new EngineError('ALREADY_EXISTS', `a trigger named ${quote(name)} already exists`);
+  const checked = check(svc, input, null);
+  const now = svc.clock.now().toISOString();
+  svc.queue.insertTrigger.run({
+    trigger_id: input.triggerId, name, events: JSON.stringify(checked.on), filter: checked.filter, action_name: checked.action.name,
+    action_version: checked.action.version, input: checked.input === null ? null : JSON.stringify(checked.input), principal,
+    status: input.status ?? 'ACTIVE', created: now, modified: now,
+  });
+  return getTrigger(svc, input.triggerId);
+}
+
+export function updateTrigger(svc: ExecutionServices, triggerId: string, input: TriggerInput): Trigger {
+  const current = getTrigger(svc, triggerId);
+  const checked = check(svc, input, current);
+  svc.queue.updateTrigger.run({
+    trigger_id: triggerId, name: input.name == null ? current.name : requiredText(input.name, 'name', 128), events: JSON.stringify(checked.on),
+    filter: checked.filter, action_name: checked.action.name, action_version: checked.action.version,
+    input: checked.input === null ? null : JSON.stringify(checked.input), status: input.status ?? current.status, modified: svc.clock.now().toISOString(),
+  });
+  return getTrigger(svc, triggerId);
+}
+
+export function deleteTrigger(svc: ExecutionServices, triggerId: string): Trigger {
+  const current = getTrigger(svc, triggerId);
+  svc.queue.deleteTrigger.run(triggerId);
+  return current;
+}
+
+export function getTrigger(svc: ExecutionServices, triggerId: string): Trigger {
+  const row = svc.queue.triggerById.get(triggerId);
+  if (!row) throw new EngineError('NOT_FOUND', `trigger ${quote(triggerId)} does not exist`);
+  return toTrigger(row);
+}
+
+export function listTriggers(svc: ExecutionServices, first: number, after?: string | null): Connection<Trigger> {
+  const req = pageRequest<number>(first, after, svc.limits.pageSizeMax, 'number', 'triggers');
+  return toConnection(svc.queue.triggersPage.all(req.after ?? 0, req.fetch), req, (r) => r.rowid, toTrigger);
+}
+
+/**
+ * Start the action of every active trigger listening to this change whose filter holds, in the
+ * same transaction as the change. A filter or input that fails to evaluate does not block the
+ * change: the execution is recorded as FAILED with the CEL error, where it can be seen.
+ */
+export function dispatchChange(svc: ExecutionServices, change: LedgerChange): void {
+  const triggers = svc.queue.activeTriggers.all();
+  if (triggers.length === 0) return;
+  let bindings: Record<string, unknown> | null = null;
+  for (const row of triggers) {
+    const trigger = toTrigger(row);
+    if (!trigger.on.includes(change.event)) continue;
+    const executionId = derivedId('trigger', trigger.triggerId, change.recordId, String(change.recordVersion));
+    if (svc.st.executionById.get(executionId)) continue;
+    bindings ??= jsonToCel({ document: change.document, previous: change.previous ?? null }) as Record<string, unknown>;
+    const version = resolveStartVersion(svc, { name: trigger.action.name, actionVersion: trigger.action.version });
+    let input: Record<string, unknown> = {};
+    try {
+      if (trigger.filter !== null && svc.cel.evaluate(trigger.filter, bindings) !== true) continue;
+      for (const [prop, expression] of Object.entries(trigger.input ?? {})) input[prop] = celToJson(svc.cel.evaluate(expression, bindings));
+    } catch (error) {
+      const e = error as EngineError;
+      input = {};
+      enqueue(svc, { executionId, version, input, inputFingerprint: null, principal: trigger.principal, triggerId: trigger.triggerId, failed: { code: e.code ?? 'CEL_ERROR', message: `trigger ${trigger.name}: ${e.message}` } });
+      continue;
+    }
+    enqueue(svc, { executionId, version, input, inputFingerprint: null, principal: trigger.principal, triggerId: trigger.triggerId });
+  }
+}
