@@ -1,54 +1,64 @@
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+
+const require = createRequire(import.meta.url);
+
 /**
- * A small, self-contained query console for browsers (no external assets: this machine and many
- * deployments have no CDN access). Sends the API key, if given, as a Bearer token.
+ * GraphiQL, served from the installed packages (no CDN: this machine and many deployments have no
+ * outside network). The API key comes from `?key=` or a prompt, and is pre-filled in the headers
+ * editor as `Authorization: Bearer <key>`; `?q=` pre-fills the query.
  */
+export const ASSETS: Record<string, { pkg: string; file: string; type: string }> = {
+  'react.js': { pkg: 'react', file: 'umd/react.production.min.js', type: 'text/javascript' },
+  'react-dom.js': { pkg: 'react-dom', file: 'umd/react-dom.production.min.js', type: 'text/javascript' },
+  'graphiql.js': { pkg: 'graphiql', file: 'graphiql.min.js', type: 'text/javascript' },
+  'graphiql.css': { pkg: 'graphiql', file: 'graphiql.min.css', type: 'text/css' },
+};
+
+const cache = new Map<string, Buffer>();
+
+export function asset(name: string): { body: Buffer; type: string } | null {
+  const entry = Object.hasOwn(ASSETS, name) ? ASSETS[name] : undefined;
+  if (!entry) return null;
+  let body = cache.get(name);
+  if (!body) {
+    // Package "exports" maps hide these files from require.resolve; find them from the package root.
+    body = readFileSync(join(dirname(require.resolve(`${entry.pkg}/package.json`)), entry.file));
+    cache.set(name, body);
+  }
+  return { body, type: entry.type };
+}
+
 export function consolePage(): string {
   return `<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <title>Tally GraphQL</title>
-<style>
-  body { font: 14px system-ui, sans-serif; margin: 0; display: grid; grid-template-rows: auto 1fr; height: 100vh; }
-  header { padding: 8px 12px; background: #1d2733; color: #fff; display: flex; gap: 12px; align-items: center; }
-  header input { flex: 1; max-width: 420px; }
-  main { display: grid; grid-template-columns: 1fr 1fr; gap: 8px; padding: 8px; min-height: 0; }
-  textarea, pre { font: 13px ui-monospace, monospace; margin: 0; border: 1px solid #ccd; padding: 8px; overflow: auto; }
-  section { display: grid; grid-template-rows: 2fr 1fr; gap: 8px; min-height: 0; }
-</style>
+<link rel="stylesheet" href="/graphql/assets/graphiql.css">
+<style>html, body, #graphiql { height: 100%; margin: 0; }</style>
 </head>
 <body>
-<header>
-  <strong>Tally</strong>
-  <label>API key <input id="key" type="password" autocomplete="off"></label>
-  <button id="run" type="button">Run (Ctrl+Enter)</button>
-</header>
-<main>
-  <section>
-    <textarea id="query" spellcheck="false" aria-label="query">{
-  journal { journalId name status }
-}</textarea>
-    <textarea id="variables" spellcheck="false" aria-label="variables">{}</textarea>
-  </section>
-  <pre id="result" aria-label="result"></pre>
-</main>
+<div id="graphiql">Loading GraphiQL…</div>
+<script src="/graphql/assets/react.js"></script>
+<script src="/graphql/assets/react-dom.js"></script>
+<script src="/graphql/assets/graphiql.js"></script>
 <script>
   const params = new URLSearchParams(location.search);
-  const keyInput = document.getElementById('key');
-  keyInput.value = params.get('key') || sessionStorage.getItem('tally.key') || '';
-  async function run() {
-    sessionStorage.setItem('tally.key', keyInput.value);
-    const headers = { 'content-type': 'application/json', accept: 'application/graphql-response+json, application/json' };
-    if (keyInput.value) headers.authorization = 'Bearer ' + keyInput.value;
-    let variables = {};
-    try { variables = JSON.parse(document.getElementById('variables').value || '{}'); }
-    catch (e) { document.getElementById('result').textContent = 'variables: ' + e.message; return; }
-    const response = await fetch(location.pathname, { method: 'POST', headers,
-      body: JSON.stringify({ query: document.getElementById('query').value, variables }) });
-    document.getElementById('result').textContent = JSON.stringify(await response.json(), null, 2);
-  }
-  document.getElementById('run').addEventListener('click', run);
-  document.addEventListener('keydown', (e) => { if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) run(); });
+  let key = params.get('key') || sessionStorage.getItem('tally.key');
+  if (!key) key = window.prompt('Tally API key (Authorization: Bearer …)') || '';
+  sessionStorage.setItem('tally.key', key);
+  const fetcher = GraphiQL.createFetcher({ url: location.origin + location.pathname });
+  ReactDOM.createRoot(document.getElementById('graphiql')).render(
+    React.createElement(GraphiQL, {
+      fetcher,
+      headers: JSON.stringify({ Authorization: 'Bearer ' + key }, null, 2),
+      defaultQuery: params.get('q') || '{\\n  journal { journalId name status }\\n}\\n',
+      isHeadersEditorEnabled: true,
+      shouldPersistHeaders: false,
+    }),
+  );
 </script>
 </body>
 </html>`;

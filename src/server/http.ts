@@ -2,7 +2,7 @@ import { createServer as createHttpServer, type IncomingMessage, type Server, ty
 import type { Engine } from '../engine.js';
 import { EngineError, quote } from '../errors.js';
 import type { FormattedResult, GraphqlRequest } from '../graphql/executor.js';
-import { consolePage } from './console-page.js';
+import { asset, consolePage } from './console-page.js';
 
 const GRAPHQL_RESPONSE = 'application/graphql-response+json';
 
@@ -33,6 +33,13 @@ export function createServer(engine: Engine, options: ServerOptions = {}): Serve
 
 async function handle(engine: Engine, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const url = new URL(req.url ?? '/', 'http://localhost');
+  if (req.method === 'GET' && url.pathname.startsWith('/graphql/assets/')) {
+    const found = asset(url.pathname.slice('/graphql/assets/'.length));
+    if (found) {
+      res.writeHead(200, { 'content-type': `${found.type}; charset=utf-8`, 'cache-control': 'public, max-age=86400', 'content-length': found.body.length }).end(found.body);
+      return;
+    }
+  }
   if (url.pathname !== '/graphql') {
     if (url.pathname === '/' && req.method === 'GET') {
       res.writeHead(302, { location: '/graphql' }).end();
@@ -45,7 +52,7 @@ async function handle(engine: Engine, req: IncomingMessage, res: ServerResponse)
   const mediaType = chooseMediaType(accept);
 
   if (req.method === 'GET' && accept.includes('text/html') && !url.searchParams.has('query')) {
-    // The console page itself holds no data; its requests carry the key like any other.
+    // GraphiQL itself holds no data; its requests carry the key like any other.
     res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end(consolePage());
     return;
   }
