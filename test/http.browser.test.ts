@@ -32,7 +32,7 @@ afterAll(async () => {
 
 describe('GraphQL over HTTP conformance', () => {
   it('passes every audit of the graphql-http suite (serverAudits) against the live server', async () => {
-    const fetchFn = (input: RequestInfo | URL, init: RequestInit = {}) =>
+    const fetchFn = (input: string | URL | Request, init: RequestInit = {}) =>
       fetch(input, { ...init, headers: { ...(init.headers as Record<string, string>), authorization: `Bearer ${KEY}` } });
     const results = await auditServer({ url, fetchFn });
     expect(results.length).toBeGreaterThan(50);
@@ -55,11 +55,11 @@ describe('GraphiQL in a real browser', () => {
       await page.waitForSelector('.graphiql-execute-button', { timeout: 20_000 });
       expect(await page.title()).toBe('Tally GraphQL');
       await page.click('.graphiql-execute-button');
-      await page.waitForFunction(() => document.querySelector('.result-window')?.textContent?.includes('DEFAULT'), null, { timeout: 20_000 });
+      await page.waitForFunction('document.querySelector(".result-window")?.textContent?.includes("DEFAULT")', null, { timeout: 20_000 });
       const result = await page.textContent('.result-window');
       expect(result).toContain('"name": "Default"');
       // The key went in the headers editor, and requests without it are refused.
-      const headersTab = await page.evaluate(() => sessionStorage.getItem('tally.key'));
+      const headersTab = await page.evaluate('sessionStorage.getItem("tally.key")');
       expect(headersTab).toBe(KEY);
     } finally {
       await browser.close();

@@ -2,69 +2,130 @@ import { parseArgs } from 'node:util';
 import { createEngine } from '../engine.js';
 import { createServer } from '../server/http.js';
 import { schemaVersion } from '../storage/database.js';
+import {
+  accountsCommand,
+  balanceCommand,
+  deployCommand,
+  executionCommand,
+  executionsCommand,
+  EXIT,
+  importCommand,
+  type Io,
+  OperationError,
+  type Options,
+  runCommand,
+  UsageError,
+} from './commands.js';
 
 const USAGE = `usage: tally <command> [options]
 
-commands:
-  serve    [--db PATH] [--port N] [--host H] [--no-worker]
-                                               serve GraphQL over HTTP at /graphql, and run started
-                                               executions in-process (unless --no-worker)
-  worker   [--db PATH] [--drain]               run started executions (beside a server, or alone);
-                                               --drain: run what is due, then exit
-  migrate  [--db PATH]                         create or upgrade the database, then exit
+  serve      [--db PATH] [--port N] [--host H] [--no-worker]
+             serve GraphQL at /graphql (GraphiQL for browsers) and run started executions in-process
+  worker     [--db PATH] [--drain]       run started executions beside a server (--drain: what is due, then exit)
+  migrate    [--db PATH]                 create or upgrade the database, then exit
+  deploy     [DIR] [--dry-run]           create what a project folder defines, new versions of what changed
+  invoke     <tool> --input JSON|@file [--version N] [--execution-id ID]
+  start      <tool> --input JSON|@file [--version N] [--execution-id ID]
+  executions [--status S] [--action NAME] [--first N]
+  execution  <id>                        the call tree, with status, duration and error code per call
+  accounts   [--first N]
+  balance    <account code or id> [--currency C]
+  import     <file.csv>                  post transactions: header transactionId,tranCode,<params...>
 
-defaults: --db ./data/tally.db (or $TALLY_DB), --port 4000 (or $PORT), --host 127.0.0.1 (or $HOST)`;
+where:     --db PATH (in-process, the engine's own authority) or --server URL with --key KEY
+           (or $TALLY_SERVER, $TALLY_API_KEY; deploy also reads "server" from tally.json)
+output:    --json on every command, for scripts
+exit code: 0 ok, 1 the operation or execution failed, 2 usage
+defaults:  serve/worker/migrate --db ./data/tally.db (or $TALLY_DB), --port 4000 ($PORT), --host 127.0.0.1 ($HOST)`;
 
-function fail(message: string): never {
+const io: Io = {
+  out: (text) => process.stdout.write(text),
+  err: (text) => process.stderr.write(text),
+  tty: process.stderr.isTTY === true,
+  env: process.env,
+};
+
+function usage(message: string): never {
   process.stderr.write(`tally: ${message}\n${USAGE}\n`);
-  process.exit(2);
+  process.exit(EXIT.usage);
 }
 
-export async function main(argv: string[]): Promise<void> {
+export async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   let parsed;
   try {
     parsed = parseArgs({
       args: rest,
+      allowPositionals: true,
+      strict: true,
       options: {
-        db: { type: 'string' },
-        port: { type: 'string' },
-        host: { type: 'string' },
-        'no-worker': { type: 'boolean' },
-        drain: { type: 'boolean' },
+        db: { type: 'string' }, port: { type: 'string' }, host: { type: 'string' }, 'no-worker': { type: 'boolean' }, drain: { type: 'boolean' },
+        server: { type: 'string' }, key: { type: 'string' }, json: { type: 'boolean' }, 'dry-run': { type: 'boolean' },
+        input: { type: 'string' }, version: { type: 'string' }, 'execution-id': { type: 'string' },
+        status: { type: 'string' }, action: { type: 'string' }, first: { type: 'string' }, currency: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
-      strict: true,
     });
   } catch (error) {
-    fail((error as Error).message);
+    usage((error as Error).message);
   }
-  const { values } = parsed;
+  const { values, positionals } = parsed;
   if (values.help || command === undefined || command === 'help') {
     process.stdout.write(`${USAGE}\n`);
-    return;
+    return EXIT.ok;
   }
-  const db = values.db ?? process.env.TALLY_DB ?? './data/tally.db';
+  const options = values as Options;
+  const localDb = values.db ?? process.env.TALLY_DB ?? './data/tally.db';
+  try {
+    switch (command) {
+      case 'serve':
+        await serve(localDb, values.port, values.host, values['no-worker'] === true);
+        return EXIT.ok;
+      case 'worker':
+        await runWorker(localDb, values.drain === true);
+        return EXIT.ok;
+      case 'migrate': {
+        const engine = await createEngine({ path: localDb });
+        process.stdout.write(`tally: ${localDb} is at schema version ${schemaVersion(engine.db)}\n`);
+        engine.close();
+        return EXIT.ok;
+      }
+      case 'deploy':
+        return await deployCommand(positionals, options, io);
+      case 'invoke':
+      case 'start':
+        return await runCommand(command, positionals, options, io);
+      case 'executions':
+        return await executionsCommand(options, io);
+      case 'execution':
+        return await executionCommand(positionals, options, io);
+      case 'accounts':
+        return await accountsCommand(options, io);
+      case 'balance':
+        return await balanceCommand(positionals, options, io);
+      case 'import':
+        return await importCommand(positionals, options, io);
+      default:
+        usage(`unknown command ${JSON.stringify(command)}`);
+    }
+  } catch (error) {
+    if (error instanceof UsageError) usage(error.message);
+    if (error instanceof OperationError) {
+      process.stderr.write(`tally: ${error.message}\n`);
+      return EXIT.failed;
+    }
+    throw error;
+  }
+}
 
-  if (command === 'migrate') {
-    const engine = await createEngine({ path: db });
-    process.stdout.write(`tally: ${db} is at schema version ${schemaVersion(engine.db)}\n`);
-    engine.close();
-    return;
-  }
-  if (command === 'worker') {
-    await runWorker(db, values.drain === true);
-    return;
-  }
-  if (command !== 'serve') fail(`unknown command ${JSON.stringify(command)}`);
-
-  const port = Number(values.port ?? process.env.PORT ?? 4000);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) fail(`--port ${JSON.stringify(values.port)} is not a port number`);
-  const host = values.host ?? process.env.HOST ?? '127.0.0.1';
+async function serve(db: string, portOption: string | undefined, hostOption: string | undefined, noWorker: boolean): Promise<void> {
+  const port = Number(portOption ?? process.env.PORT ?? 4000);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) usage(`--port ${JSON.stringify(portOption)} is not a port number`);
+  const host = hostOption ?? process.env.HOST ?? '127.0.0.1';
   const engine = await createEngine({ path: db });
   const generated = engine.ensureAdmin(process.env.TALLY_ADMIN_KEY);
   const server = createServer(engine, { log: (line) => process.stderr.write(`${line}\n`) });
-  const worker = values['no-worker'] ? null : engine.createWorker({ owner: `serve-${process.pid}` });
+  const worker = noWorker ? null : engine.createWorker({ owner: `serve-${process.pid}` });
   if (worker) {
     engine.onStarted(() => worker.wake());
     worker.start();
@@ -78,9 +139,8 @@ export async function main(argv: string[]): Promise<void> {
       process.stdout.write('tally: set TALLY_ADMIN_KEY to choose the admin key yourself\n');
     }
   });
-
   // Requests run synchronously, so none is ever cut mid-transaction: stop accepting, let the
-  // in-flight responses finish, then close the database.
+  // in-flight responses finish, finish the running attempt, then close the database.
   const shutdown = (signal: string) => {
     process.stdout.write(`tally: ${signal}, shutting down\n`);
     server.close(() => {
@@ -94,6 +154,7 @@ export async function main(argv: string[]): Promise<void> {
   };
   process.once('SIGTERM', () => shutdown('SIGTERM'));
   process.once('SIGINT', () => shutdown('SIGINT'));
+  await new Promise(() => {});
 }
 
 /**
@@ -120,9 +181,13 @@ async function runWorker(db: string, drain: boolean): Promise<void> {
   };
   process.once('SIGTERM', () => stop('SIGTERM'));
   process.once('SIGINT', () => stop('SIGINT'));
+  await new Promise(() => {});
 }
 
-main(process.argv.slice(2)).catch((error: unknown) => {
-  process.stderr.write(`tally: ${(error as Error).message ?? String(error)}\n`);
-  process.exit(1);
-});
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    process.stderr.write(`tally: ${(error as Error).message ?? String(error)}\n`);
+    process.exit(EXIT.failed);
+  },
+);

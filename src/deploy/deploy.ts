@@ -1,0 +1,245 @@
+import { DEFAULT_EXECUTION } from '../actions/actions.js';
+import { canonicalJson } from '../ids.js';
+import { type Project, ProjectError, type ToolFile } from './project.js';
+import type { GraphqlResponse, Target } from './target.js';
+
+export type Change = 'create' | 'update' | 'unchanged';
+
+export interface PlanItem {
+  kind: 'account' | 'tran code' | 'tool' | 'trigger' | 'client';
+  name: string;
+  change: Change;
+  /** For versioned things: the version the deploy makes, or keeps. */
+  version?: number;
+  /** The mutation that applies it (alias-free field text) and its variable. */
+  field?: string;
+  variableType?: string;
+  variable?: unknown;
+  /** Where it comes from, for error messages. */
+  file: string;
+}
+
+export interface DeployResult {
+  plan: PlanItem[];
+  applied: boolean;
+  /** API keys of clients created by this deploy (shown once). */
+  keys: Record<string, string>;
+}
+
+export class DeployError extends Error {
+  constructor(message: string, readonly plan: PlanItem[] = []) {
+    super(message);
+  }
+}
+
+/** Render a plan the way `tally deploy` prints it. */
+export function formatPlan(plan: PlanItem[]): string {
+  return plan
+    .map((item) => {
+      const what = `${item.kind} ${item.name}`;
+      if (item.change === 'create') return `+ create ${what}${item.version ? ` (version ${item.version})` : ''}`;
+      if (item.change === 'update') return item.version ? `~ new version ${item.version} of ${what}` : `~ update ${what}`;
+      return `= ${what}${item.version ? ` (version ${item.version})` : ''} unchanged`;
+    })
+    .join('\n');
+}
+
+async function query(target: Target, text: string, variables: Record<string, unknown>): Promise<GraphqlResponse> {
+  return target.request(text, variables);
+}
+
+/** The current state of one thing on the target, or null when it does not exist. */
+async function current(target: Target, text: string, variables: Record<string, unknown>, pick: (data: any) => any): Promise<any | null> {
+  const result = await query(target, text, variables);
+  if (result.errors?.length) {
+    if (result.errors[0]!.extensions?.code === 'NOT_FOUND') return null;
+    throw new DeployError(`reading the target failed: ${result.errors[0]!.message}`);
+  }
+  return pick(result.data);
+}
+
+const same = (a: unknown, b: unknown) => canonicalJson(a) === canonicalJson(b);
+
+function toolDesired(tool: ToolFile) {
+  const m = tool.manifest;
+  return {
+    config: { runtime: 'javascript', src: tool.src },
+    tool: {
+      name: tool.name,
+      description: m.description ?? '',
+      inputSchema: m.inputSchema ?? { type: 'object' },
+      outputSchema: m.outputSchema ?? null,
+    },
+    tools: (m.tools ?? []).map((r: any) => ({ name: r.name, version: r.version ?? null, input: r.input ?? null })),
+    policies: (m.policies ?? []).map((p: any) => ({ effect: p.effect, actions: p.actions, resources: p.resources, assertions: p.assertions ?? null })),
+    execution: {
+      maxAttempts: m.execution?.maxAttempts ?? DEFAULT_EXECUTION.maxAttempts,
+      backoff: { ...DEFAULT_EXECUTION.backoff, ...(m.execution?.backoff ?? {}) },
+      timeoutMs: m.execution?.timeoutMs ?? null,
+    },
+  };
+}
+
+/** Order tools so that every tool comes after the project tools it references. */
+function byReferences(tools: ToolFile[]): ToolFile[] {
+  const byName = new Map(tools.map((t) => [t.name, t]));
+  const ordered: ToolFile[] = [];
+  const state = new Map<string, 'visiting' | 'done'>();
+  const visit = (tool: ToolFile) => {
+    if (state.get(tool.name) === 'done') return;
+    if (state.get(tool.name) === 'visiting') throw new ProjectError('tools reference each other in a cycle', tool.manifestPath);
+    state.set(tool.name, 'visiting');
+    for (const ref of tool.manifest.tools ?? []) {
+      const dep = byName.get(ref.name);
+      if (dep) visit(dep);
+    }
+    state.set(tool.name, 'done');
+    ordered.push(tool);
+  };
+  tools.forEach(visit);
+  return ordered;
+}
+
+const ACTION_FIELDS = `version config tool { name description inputSchema outputSchema } tools { name version input }
+  policies { effect actions resources assertions } execution { maxAttempts backoff { initialMs multiplier maxMs } timeoutMs }`;
+const TRAN_CODE_FIELDS = `tranCodeId version description params { name type default description } vars metadata
+  transaction { effective journalId correlationId externalId description metadata }
+  entries { accountId units currency direction entryType layer description metadata condition }`;
+
+/** Compare the project with the target and list what a deploy would do. Reads only. */
+export async function planDeploy(project: Project, target: Target, onProgress?: (done: number, total: number) => void): Promise<PlanItem[]> {
+  const plan: PlanItem[] = [];
+  const total = project.accounts.length + project.tranCodes.length + project.tools.length + project.triggers.length + project.clients.length;
+  const tick = () => onProgress?.(plan.length, total);
+
+  for (const account of project.accounts) {
+    const existing = await current(target, 'query($id: UUID!) { account(id: $id) { code name description externalId normalBalanceType metadata } }', { id: account.accountId }, (d) => d.account);
+    const desired = { code: account.code, name: account.name, description: account.description ?? null, externalId: account.externalId ?? null, normalBalanceType: account.normalBalanceType ?? 'CREDIT', metadata: account.metadata ?? null };
+    if (!existing) plan.push({ kind: 'account', name: account.code, change: 'create', field: 'createAccount(input: $VAR) { accountId }', variableType: 'AccountInput!', variable: account, file: 'accounts.json' });
+    else if (same(existing, desired)) plan.push({ kind: 'account', name: account.code, change: 'unchanged', file: 'accounts.json' });
+    else {
+      const { accountId, ...update } = account;
+      plan.push({ kind: 'account', name: account.code, change: 'update', field: `updateAccount(id: "${accountId}", input: $VAR) { accountId }`, variableType: 'AccountUpdateInput!', variable: update, file: 'accounts.json' });
+    }
+    tick();
+  }
+
+  for (const { path, definition } of project.tranCodes) {
+    const existing = await current(target, `query($code: String!) { tranCode(code: $code) { ${TRAN_CODE_FIELDS} } }`, { code: definition.code }, (d) => d.tranCode);
+    if (!existing) {
+      plan.push({ kind: 'tran code', name: definition.code, change: 'create', version: 1, field: 'createTranCode(input: $VAR) { version }', variableType: 'TranCodeInput!', variable: definition, file: path });
+    } else {
+      const normalized = normalizeTranCode(definition);
+      const { tranCodeId, version, ...have } = existing;
+      if (same(have, normalized)) plan.push({ kind: 'tran code', name: definition.code, change: 'unchanged', version, file: path });
+      else {
+        const { tranCodeId: _id, code: _code, status: _status, ...update } = definition;
+        plan.push({ kind: 'tran code', name: definition.code, change: 'update', version: version + 1, field: `updateTranCode(id: "${tranCodeId}", input: $VAR) { version }`, variableType: 'TranCodeUpdateInput!', variable: update, file: path });
+      }
+    }
+    tick();
+  }
+
+  for (const tool of byReferences(project.tools)) {
+    const existing = await current(target, `query($name: String!) { actions { action(name: $name) { actionId ${ACTION_FIELDS} } } }`, { name: tool.name }, (d) => d.actions.action);
+    const desired = toolDesired(tool);
+    if (!tool.manifest.actionId && !existing) throw new ProjectError('needs an "actionId" (a UUID) to create the tool', tool.manifestPath);
+    if (!existing) {
+      plan.push({ kind: 'tool', name: tool.name, change: 'create', version: 1, field: `createAction(id: "${tool.manifest.actionId}", input: $VAR) { version }`, variableType: 'ActionInput!', variable: { name: tool.name, kind: 'tool', ...desired }, file: tool.programPath });
+    } else {
+      const { actionId, version, ...have } = existing;
+      if (same(have, desired)) plan.push({ kind: 'tool', name: tool.name, change: 'unchanged', version, file: tool.programPath });
+      else plan.push({ kind: 'tool', name: tool.name, change: 'update', version: version + 1, field: `updateAction(id: "${actionId}", input: $VAR) { version }`, variableType: 'ActionInput!', variable: desired, file: tool.programPath });
+    }
+    tick();
+  }
+
+  for (const { path, definition } of project.triggers) {
+    const existing = await current(target, 'query($id: UUID!) { actions { trigger(id: $id) { name on filter action { name version } input status } } }', { id: definition.triggerId }, (d) => d.actions.trigger);
+    const desired = { name: definition.name, on: definition.on, filter: definition.filter ?? null, action: { name: definition.action?.name, version: definition.action?.version ?? null }, input: definition.input ?? null, status: definition.status ?? 'ACTIVE' };
+    if (!existing) plan.push({ kind: 'trigger', name: definition.name, change: 'create', field: 'createTrigger(input: $VAR) { triggerId }', variableType: 'TriggerInput!', variable: definition, file: path });
+    else if (same(existing, desired)) plan.push({ kind: 'trigger', name: definition.name, change: 'unchanged', file: path });
+    else {
+      const { triggerId, ...update } = definition;
+      plan.push({ kind: 'trigger', name: definition.name, change: 'update', field: `updateTrigger(id: "${triggerId}", input: $VAR) { triggerId }`, variableType: 'TriggerUpdateInput!', variable: update, file: path });
+    }
+    tick();
+  }
+
+  for (const client of project.clients) {
+    const existing = await current(target, 'query($p: String!) { auth { client(principal: $p) { name policies { effect actions resources assertions } } } }', { p: client.principal }, (d) => d.auth.client);
+    const desired = { name: client.name, policies: (client.policies ?? []).map((p: any) => ({ effect: p.effect, actions: p.actions, resources: p.resources, assertions: p.assertions ?? null })) };
+    if (!existing) plan.push({ kind: 'client', name: client.principal, change: 'create', field: 'createClient(input: $VAR) { apiKey client { principal } }', variableType: 'ClientInput!', variable: client, file: 'clients.json' });
+    else if (same(existing, desired)) plan.push({ kind: 'client', name: client.principal, change: 'unchanged', file: 'clients.json' });
+    else plan.push({ kind: 'client', name: client.principal, change: 'update', field: `updateClient(principal: ${JSON.stringify(client.principal)}, input: $VAR) { client { principal } }`, variableType: 'ClientUpdateInput!', variable: { name: client.name, policies: client.policies ?? [] }, file: 'clients.json' });
+    tick();
+  }
+  return plan;
+}
+
+function normalizeTranCode(d: Record<string, any>) {
+  const tx = d.transaction ?? {};
+  return {
+    description: d.description ?? null,
+    params: (d.params ?? []).map((p: any) => ({ name: p.name, type: p.type ?? 'STRING', default: p.default ?? null, description: p.description ?? null })),
+    vars: d.vars ?? null,
+    metadata: d.metadata ?? null,
+    transaction: Object.fromEntries(['effective', 'journalId', 'correlationId', 'externalId', 'description', 'metadata'].map((k) => [k, tx[k] ?? null])),
+    entries: (d.entries ?? []).map((e: any) =>
+      Object.fromEntries(['accountId', 'units', 'currency', 'direction', 'entryType', 'layer', 'description', 'metadata', 'condition'].map((k) => [k, e[k] ?? null])),
+    ),
+  };
+}
+
+/** Where a mutation lives in the schema's namespaces. */
+function namespaceOf(item: PlanItem): 'root' | 'actions' | 'auth' {
+  if (item.kind === 'tool' || item.kind === 'trigger') return 'actions';
+  if (item.kind === 'client') return 'auth';
+  return 'root';
+}
+
+/**
+ * Plan, then apply every change in one GraphQL request, so one transaction: a deploy that fails
+ * leaves nothing half-done. With dryRun, the request runs with @dryRun: the server checks
+ * everything (programs compile, schemas, references) and rolls it all back.
+ */
+export async function deploy(project: Project, target: Target, options: { dryRun?: boolean; onProgress?: (done: number, total: number) => void } = {}): Promise<DeployResult> {
+  const plan = await planDeploy(project, target, options.onProgress);
+  const changes = plan.filter((item) => item.change !== 'unchanged');
+  if (changes.length === 0) return { plan, applied: false, keys: {} };
+
+  const declarations: string[] = [];
+  const variables: Record<string, unknown> = {};
+  const groups: Record<'root' | 'actions' | 'auth', string[]> = { root: [], actions: [], auth: [] };
+  changes.forEach((item, i) => {
+    declarations.push(`$v${i}: ${item.variableType}`);
+    variables[`v${i}`] = item.variable;
+    groups[namespaceOf(item)].push(`c${i}: ${item.field!.replace('$VAR', `$v${i}`)}`);
+  });
+  // Fields of one mutation run in order: ledger records, then tools and triggers, then clients.
+  const body = [
+    ...groups.root,
+    groups.actions.length ? `actions { ${groups.actions.join('\n')} }` : '',
+    groups.auth.length ? `auth { ${groups.auth.join('\n')} }` : '',
+  ].join('\n');
+  const document = `mutation Deploy(${declarations.join(', ')})${options.dryRun ? ' @dryRun' : ''} {\n${body}\n}`;
+  const result = await target.request(document, variables);
+  if (result.errors?.length) throw new DeployError(describeFailure(result.errors[0]!, changes), plan);
+
+  const keys: Record<string, string> = {};
+  const auth = (result.data as any)?.auth ?? {};
+  changes.forEach((item, i) => {
+    if (item.kind === 'client' && item.change === 'create' && auth[`c${i}`]?.apiKey) keys[item.name] = auth[`c${i}`].apiKey;
+  });
+  return { plan, applied: !options.dryRun, keys };
+}
+
+/** Name the file (and for a program, the line and column) behind a server-side refusal. */
+function describeFailure(error: { message: string; path?: ReadonlyArray<string | number>; extensions?: Record<string, unknown> }, changes: PlanItem[]): string {
+  const alias = [...(error.path ?? [])].reverse().find((p) => typeof p === 'string' && /^c\d+$/.test(p)) as string | undefined;
+  const item = alias ? changes[Number(alias.slice(1))] : undefined;
+  const details = error.extensions?.details as { line?: number; column?: number } | undefined;
+  const where = item ? `${item.file}${details?.line ? `:${details.line}${details.column ? `:${details.column}` : ''}` : ''}` : 'deploy';
+  const code = typeof error.extensions?.code === 'string' ? ` [${error.extensions.code}]` : '';
+  return `${where}: ${error.message}${code}\nnothing was applied`;
+}

@@ -1,0 +1,176 @@
+import { execFileSync } from 'node:child_process';
+import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { deploy, DeployError, formatPlan } from '../src/deploy/deploy.js';
+import { readProject } from '../src/deploy/project.js';
+import type { Target } from '../src/deploy/target.js';
+import type { Engine } from '../src/engine.js';
+import { newEngine } from './helpers.js';
+
+const BANK = join(import.meta.dirname, '..', 'examples', 'bank');
+const BIN = join(import.meta.dirname, '..', 'bin', 'tally.mjs');
+const ALICE = 'b0000000-0000-4000-8000-000000000011';
+const BOB = 'b0000000-0000-4000-8000-000000000012';
+const FEES = 'b0000000-0000-4000-8000-000000000002';
+const MERCHANTS = 'b0000000-0000-4000-8000-000000000004';
+const tx = (n: number) => `c0000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
+
+function engineTarget(engine: Engine): Target {
+  return { describe: 'in-process', request: async (q, v) => engine.graphql(q, v ?? null) as never, close: async () => {} };
+}
+
+function ok(engine: Engine, query: string, variables: Record<string, unknown> = {}, principal?: string): any {
+  const result = engine.graphql(query, variables, principal === undefined ? {} : { principal });
+  if (result.errors) throw new Error(JSON.stringify(result.errors));
+  return result.data;
+}
+
+const INVOKE = `mutation($n: String!, $e: UUID!, $i: JSON) { actions { invokeAction(name: $n, input: {executionId: $e, actionVersion: 1, input: $i}) {
+  executionId status output error { code message } children { kind actionName status } } } }`;
+const invoke = (engine: Engine, name: string, n: number, input: unknown, principal = 'operator') =>
+  ok(engine, INVOKE, { n: name, e: tx(9000 + n), i: input }, principal).actions.invokeAction;
+const available = (engine: Engine, account: string) =>
+  ok(engine, `{ balance(accountId: "${account}") { settled { normalBalance { units } } available(layer: PENDING) { normalBalance { units } } } }`).balance;
+const post = (engine: Engine, n: number, tranCode: string, params: Record<string, unknown>) =>
+  ok(engine, 'mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }', { i: { transactionId: tx(n), tranCode, params } });
+
+describe('examples/bank, deployed into a fresh database, walked through', () => {
+  let engine: Engine;
+  let keys: Record<string, string>;
+
+  beforeAll(async () => {
+    engine = await newEngine({ path: join(mkdtempSync(join(tmpdir(), 'tally-bank-')), 'bank.db') });
+    const result = await deploy(readProject(BANK), engineTarget(engine));
+    expect(result.plan.every((item) => item.change === 'create')).toBe(true);
+    expect(result.plan).toHaveLength(18);
+    keys = result.keys;
+  });
+
+  it('gave the two clients keys, once', () => {
+    expect(Object.keys(keys).sort()).toEqual(['auditor', 'operator']);
+    expect(engine.authenticate(keys.operator!)).toBe('operator');
+  });
+
+  it('deposits, then transfers with a fee behind a condition; transfer checks the available balance', () => {
+    post(engine, 1, 'DEPOSIT', { account: ALICE, amount: '100' });
+    const transfer = invoke(engine, 'transfer', 1, { transaction_id: tx(2), from: ALICE, to: BOB, amount: '30', fee: '1.50' });
+    expect(transfer).toMatchObject({ status: 'SUCCEEDED', output: { transaction_id: tx(2), from_available: '68.50', to_available: '30.00' } });
+    expect(available(engine, FEES).settled.normalBalance.units).toBe('1.50');
+    const noFee = invoke(engine, 'transfer', 2, { transaction_id: tx(3), from: BOB, to: ALICE, amount: '5' });
+    expect(noFee.output).toMatchObject({ from_available: '25.00', to_available: '73.50' });
+    expect(ok(engine, `{ transaction(id: "${tx(3)}") { entries(first: 5) { nodes { entryType } } } }`).transaction.entries.nodes).toHaveLength(2);
+    const tooMuch = invoke(engine, 'transfer', 3, { transaction_id: tx(4), from: BOB, to: ALICE, amount: '1000' });
+    expect(tooMuch).toMatchObject({ status: 'FAILED', error: { code: 'TOOL_FAILED', message: 'insufficient funds: 1000 needed' } });
+  });
+
+  it('a transfer over 10,000 starts notify_large through the trigger; the worker runs it', () => {
+    post(engine, 10, 'DEPOSIT', { account: ALICE, amount: '20000' });
+    invoke(engine, 'transfer', 10, { transaction_id: tx(11), from: ALICE, to: BOB, amount: '15000' });
+    invoke(engine, 'transfer', 11, { transaction_id: tx(12), from: ALICE, to: BOB, amount: '10' });
+    const worker = engine.createWorker();
+    expect(worker.drain()).toBe(1);
+    const runs = ok(engine, '{ actions { executions(first: 10, where: {status: SUCCEEDED}) { nodes { actionName output invocation { logs } } } } }').actions.executions.nodes.filter((n: any) => n.actionName === 'notify_large');
+    expect(runs).toEqual([{ actionName: 'notify_large', output: { notified: true, transaction_id: tx(11), amount: '15000' }, invocation: { logs: [`large transfer ${tx(11)}: 15000 USD`] } }]);
+  });
+
+  it('a card HOLD reserves funds on PENDING; CAPTURE settles it in one request with the void of the hold', () => {
+    const before = available(engine, BOB);
+    post(engine, 20, 'HOLD', { account: BOB, amount: '40', hold_id: 'card-auth-1' });
+    const held = available(engine, BOB);
+    expect(Number(held.available.normalBalance.units)).toBe(Number(before.available.normalBalance.units) - 40);
+    expect(held.settled.normalBalance.units).toBe(before.settled.normalBalance.units);
+    ok(engine, `mutation { voidTransaction(id: "${tx(20)}") { transactionId }
+      postTransaction(input: {transactionId: "${tx(21)}", tranCode: "CAPTURE", params: {account: "${BOB}", amount: "40", hold_id: "card-auth-1"}}) { transactionId } }`);
+    const after = available(engine, BOB);
+    expect(Number(after.settled.normalBalance.units)).toBe(Number(before.settled.normalBalance.units) - 40);
+    expect(after.available.normalBalance.units).toBe(after.settled.normalBalance.units);
+    expect(available(engine, MERCHANTS).settled.normalBalance.units).toBe('40.00');
+    expect(ok(engine, '{ transactions(first: 10, where: {correlationId: "card-auth-1"}) { nodes { transactionId } } }').transactions.nodes).toHaveLength(3);
+  });
+
+  it('refund voids a transfer and restores balances exactly; a second refund fails', () => {
+    const before = available(engine, FEES).settled.normalBalance.units;
+    const refund = invoke(engine, 'refund', 30, { transaction_id: tx(2) });
+    expect(refund).toMatchObject({ status: 'SUCCEEDED', output: { refunded: tx(2) } });
+    expect(Number(available(engine, FEES).settled.normalBalance.units)).toBe(Number(before) - 1.5);
+    expect(invoke(engine, 'refund', 31, { transaction_id: tx(2) }).error.code).toBe('ALREADY_VOIDED');
+  });
+
+  it('lock_account locks and opens a case; when open_case fails, the lock stays and the case is gone', () => {
+    const locked = invoke(engine, 'lock_account', 40, { account_id: ALICE, reason: 'Card reported stolen' });
+    expect(locked).toMatchObject({ status: 'SUCCEEDED', output: { locked: true, case_opened: true } });
+    expect(locked.children.map((c: any) => `${c.kind} ${c.actionName} ${c.status}`)).toEqual(['GRAPHQL graphql SUCCEEDED', 'TOOL open_case SUCCEEDED']);
+    expect(ok(engine, `{ account(id: "${ALICE}") { status metadata } }`).account).toEqual({ status: 'LOCKED', metadata: { tier: 'gold', case: { note: 'Card reported stolen', opened_by: 'operator' } } });
+    expect(invoke(engine, 'transfer', 41, { transaction_id: tx(41), from: ALICE, to: BOB, amount: '1' }).error.code).toBe('ACCOUNT_LOCKED');
+    const outage = invoke(engine, 'lock_account', 42, { account_id: BOB, reason: 'test outage' });
+    expect(outage.output).toEqual({ locked: true, case_opened: false });
+    expect(ok(engine, `{ account(id: "${BOB}") { status metadata } }`).account).toEqual({ status: 'LOCKED', metadata: { tier: 'standard' } });
+  });
+
+  it('the auditor reads everything and can invoke nothing', () => {
+    expect(ok(engine, `{ balance(accountId: "${FEES}") { settled { normalBalance { units } } } }`, {}, 'auditor').balance).toBeDefined();
+    const refused = engine.graphql(INVOKE, { n: 'transfer', e: tx(50), i: {} }, { principal: 'auditor' });
+    expect(refused.errors?.[0]?.message).toBe('INSERT on actions.Execution refused by client auditor: no policy allows it');
+  });
+
+  it('the CLI draws an execution’s call tree', () => {
+    const id = tx(9040);
+    const drawn = execFileSync(process.execPath, [BIN, 'execution', id, '--db', (engine.db as { name: string }).name], { encoding: 'utf8' });
+    expect(drawn.split('\n')[0]).toMatch(/^lock_account@1 SUCCEEDED \d+ ms$/);
+    expect(drawn).toMatch(/├─ graphql SUCCEEDED \d+ ms\n└─ open_case@1 SUCCEEDED \d+ ms\n   ├─ graphql SUCCEEDED/);
+  });
+});
+
+describe('tally deploy', () => {
+  async function fresh() {
+    const dir = join(mkdtempSync(join(tmpdir(), 'tally-project-')), 'bank');
+    cpSync(BANK, dir, { recursive: true });
+    const engine = await newEngine({ path: join(dir, '..', 'bank.db') });
+    return { dir, engine, target: engineTarget(engine) };
+  }
+
+  it('a second deploy changes nothing; editing one tool makes exactly one new version', async () => {
+    const { dir, engine, target } = await fresh();
+    await deploy(readProject(dir), target);
+    const again = await deploy(readProject(dir), target);
+    expect(again.applied).toBe(false);
+    expect(again.plan.every((item) => item.change === 'unchanged')).toBe(true);
+    const src = join(dir, 'tools', 'refund.js');
+    writeFileSync(src, readFileSync(src, 'utf8').replace('every entry reversed', 'every entry reversed (edited)'));
+    const edited = await deploy(readProject(dir), target);
+    expect(edited.plan.filter((item) => item.change !== 'unchanged').map((i) => formatPlan([i]))).toEqual(['~ new version 2 of tool refund']);
+    expect(ok(engine, '{ actions { action(name: "refund") { version } } }').actions.action.version).toBe(2);
+    expect(ok(engine, '{ actions { action(name: "transfer") { version } } }').actions.action.version).toBe(1);
+  });
+
+  it('a broken tool file is refused with its file, line and column, and nothing of that deploy is applied', async () => {
+    const { dir, engine, target } = await fresh();
+    await deploy(readProject(dir), target);
+    const accounts = JSON.parse(readFileSync(join(dir, 'accounts.json'), 'utf8'));
+    accounts.push({ accountId: 'b0000000-0000-4000-8000-000000000099', code: 'carol', name: "Carol's wallet" });
+    writeFileSync(join(dir, 'accounts.json'), JSON.stringify(accounts));
+    const file = join(dir, 'tools', 'transfer.js');
+    writeFileSync(file, readFileSync(file, 'utf8').replace('const needed = decimal(amount).plus(fee);', 'const needed = decimal(amount).plus(fee;'));
+    const error = await deploy(readProject(dir), target).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(DeployError);
+    expect((error as Error).message).toMatch(/^tools\/transfer\.js:13:\d+: the program of transfer@2 does not compile: SyntaxError/);
+    expect((error as Error).message).toContain('nothing was applied');
+    expect(engine.graphql('{ account(code: "carol") { code } }').errors?.[0]?.extensions?.code).toBe('NOT_FOUND');
+    expect(ok(engine, '{ actions { action(name: "transfer") { version } } }').actions.action.version).toBe(1);
+  });
+
+  it('a JSON file that does not parse is named with its line and column; the CLI exits 1 and prints the plan otherwise', async () => {
+    const { dir } = await fresh();
+    writeFileSync(join(dir, 'tran-codes', 'DEPOSIT.json'), '{\n  "code": "DEPOSIT",\n  oops\n}');
+    let failed: { status: number; stderr: string } | null = null;
+    try {
+      execFileSync(process.execPath, [BIN, 'deploy', dir, '--db', join(dir, '..', 'cli.db')], { encoding: 'utf8', stdio: 'pipe' });
+    } catch (e) {
+      failed = e as { status: number; stderr: string };
+    }
+    expect(failed?.status).toBe(1);
+    expect(failed?.stderr).toMatch(/tran-codes\/DEPOSIT\.json:3:3: not valid JSON/);
+  });
+});
