@@ -161,6 +161,31 @@ describe('tally deploy', () => {
     expect(ok(engine, '{ actions { action(name: "transfer") { version } } }').actions.action.version).toBe(1);
   });
 
+  it('tally import posts a CSV of transactions in batches; a bad row is named and its batch is not applied', async () => {
+    const { dir, engine } = await fresh();
+    await deploy(readProject(dir), engineTarget(engine));
+    const db = (engine.db as { name: string }).name;
+    engine.close();
+    const rows = ['transactionId,tranCode,account,amount', ...Array.from({ length: 250 }, (_, i) => `${tx(100_000 + i)},DEPOSIT,${ALICE},"1.${String(i % 100).padStart(2, '0')}"`)];
+    writeFileSync(join(dir, 'deposits.csv'), `${rows.join('\n')}\n`);
+    const out = execFileSync(process.execPath, [BIN, 'import', join(dir, 'deposits.csv'), '--db', db, '--json'], { encoding: 'utf8' });
+    expect(JSON.parse(out)).toEqual({ imported: 250 });
+    const bad = [rows[0], `${tx(200_000)},DEPOSIT,${ALICE},2`, `${tx(200_001)},DEPOSIT,${ALICE},1.5e3`].join('\n');
+    writeFileSync(join(dir, 'bad.csv'), bad);
+    let failed: { status: number; stderr: string } | null = null;
+    try {
+      execFileSync(process.execPath, [BIN, 'import', join(dir, 'bad.csv'), '--db', db], { encoding: 'utf8', stdio: 'pipe' });
+    } catch (e) {
+      failed = e as { status: number; stderr: string };
+    }
+    expect(failed?.status).toBe(1);
+    expect(failed?.stderr).toContain('bad.csv:3: TRAN_CODE_ERROR');
+    const check = await newEngine({ path: db });
+    expect(check.graphql(`{ transaction(id: "${tx(200_000)}") { transactionId } }`).errors?.[0]?.extensions?.code).toBe('NOT_FOUND');
+    expect(ok(check, `{ balance(accountId: "${ALICE}") { settled { normalBalance { units } } } }`).balance.settled.normalBalance.units).toBe(String((250 + [...Array(250).keys()].reduce((a, i) => a + (i % 100), 0) / 100).toFixed(2)));
+    check.close();
+  });
+
   it('a JSON file that does not parse is named with its line and column; the CLI exits 1 and prints the plan otherwise', async () => {
     const { dir } = await fresh();
     writeFileSync(join(dir, 'tran-codes', 'DEPOSIT.json'), '{\n  "code": "DEPOSIT",\n  oops\n}');
