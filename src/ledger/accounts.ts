@@ -86,7 +86,7 @@ export function createAccount(deps: LedgerDeps, input: AccountInput): Account {
   insertUnique(() => deps.st.insertAccount.run(row), `account code ${quote(row.code)} or externalId ${quote(row.external_id)}`);
   const account = toAccount(row);
   deps.st.insertAccountVersion.run(row.account_id, 1, JSON.stringify(account));
-  deps.onChange?.({ event: 'account.inserted', recordId: account.accountId, recordVersion: 1, document: account, previous: null });
+  deps.onChange?.({ event: 'account.inserted', recordId: account.accountId, recordVersion: 1, document: () => account, previous: null });
   return account;
 }
 
@@ -108,7 +108,7 @@ export function updateAccount(deps: LedgerDeps, accountId: string, input: Accoun
   insertUnique(() => deps.st.updateAccount.run(row), `account code ${quote(row.code)} or externalId ${quote(row.external_id)}`);
   const account = toAccount(row);
   deps.st.insertAccountVersion.run(row.account_id, row.version, JSON.stringify(account));
-  deps.onChange?.({ event: 'account.updated', recordId: account.accountId, recordVersion: account.version, document: account, previous: toAccount(current) });
+  deps.onChange?.({ event: 'account.updated', recordId: account.accountId, recordVersion: account.version, document: () => account, previous: toAccount(current) });
   return account;
 }
 

@@ -13,7 +13,8 @@ export interface LedgerChange {
   /** The record's id and version: with a trigger's id they name the execution it starts. */
   recordId: string;
   recordVersion: number;
-  document: unknown;
+  /** The record, built on demand (only when a trigger listens to the event). */
+  document: () => unknown;
   previous: unknown;
 }
 

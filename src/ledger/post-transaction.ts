@@ -161,12 +161,13 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
 /** Tell triggers: the transaction, its tran code, its params and its entries. */
 function announce(deps: LedgerDeps, transaction: Transaction, tranCode: string, params: unknown, entries: readonly PlannedEntry[]): void {
   if (!deps.onChange) return;
-  const document = {
+  // Built only if a trigger listens: most posts have none.
+  const document = () => ({
     ...transaction,
     tranCode,
     params,
     entries: entries.map((e) => ({ accountId: e.accountId, units: e.units.toFixed(), currency: e.currency, direction: e.direction, layer: e.layer, entryType: e.entryType })),
-  };
+  });
   deps.onChange({ event: 'transaction.inserted', recordId: transaction.transactionId, recordVersion: 1, document, previous: null });
 }
 

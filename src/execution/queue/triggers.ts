@@ -143,7 +143,7 @@ export function dispatchChange(svc: ExecutionServices, change: LedgerChange): vo
     if (!trigger.on.includes(change.event)) continue;
     const executionId = derivedId('trigger', trigger.triggerId, change.recordId, String(change.recordVersion));
     if (svc.st.executionById.get(executionId)) continue;
-    bindings ??= jsonToCel({ document: change.document, previous: change.previous ?? null }) as Record<string, unknown>;
+    bindings ??= jsonToCel({ document: change.document(), previous: change.previous ?? null }) as Record<string, unknown>;
     const version = resolveStartVersion(svc, { name: trigger.action.name, actionVersion: trigger.action.version });
     let input: Record<string, unknown> = {};
     try {
