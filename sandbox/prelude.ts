@@ -12,6 +12,9 @@ export const PRELUDE = String.raw`
   const FAIL = Symbol('tally.fail');
   const stringify = JSON.stringify;
   const parse = JSON.parse;
+  // Errors made here from a failed host call: only these may carry a code out of the sandbox
+  // (a program cannot forge TIMEOUT or ACCESS_DENIED by setting error.code).
+  const toolErrors = new WeakSet();
 
   function call(op, a, b, c) {
     const envelope = parse(host(op, a, b, c));
@@ -23,6 +26,7 @@ export const PRELUDE = String.raw`
     own('code', envelope.error.code);
     if (envelope.error.hint !== undefined) own('hint', envelope.error.hint);
     if (envelope.error.details !== undefined) own('details', envelope.error.details);
+    toolErrors.add(error);
     throw error;
   }
 
@@ -179,19 +183,53 @@ export const PRELUDE = String.raw`
   const decimal = (x) => Decimal.of(x);
   const money = (units, currency) => new Money(units, currency);
 
-  // Runs one call of a compiled program; its output leaves as JSON text.
+  function describe(e) {
+    try {
+      if (e instanceof Error) return { message: String(e.name) + ': ' + String(e.message), stack: typeof e.stack === 'string' ? e.stack : undefined };
+      return { message: 'uncaught ' + (e === null ? 'null' : typeof e) + ': ' + String(e), stack: undefined };
+    } catch (inner) {
+      return { message: 'uncaught value that cannot be described', stack: undefined };
+    }
+  }
+
+  // Runs one call of a compiled program; its outcome leaves as JSON text. Only what QuickJS itself
+  // throws past this (interrupts, out of memory, stack overflow) reaches the host as an exception.
   function invoke(fn, eventJson) {
     let output;
     try {
       output = fn(eventJson);
+      if (output !== null && typeof output === 'object' && typeof output.then === 'function') {
+        throw new TypeError('run(event) returned a Promise; tool programs are synchronous');
+      }
+      const json = stringify(output === undefined ? null : output);
+      if (json === undefined) throw new TypeError('run(event) returned a value that is not JSON (a function, a symbol, or a toJSON that returns undefined)');
+      return '{"output":' + json + '}';
     } catch (e) {
       if (e !== null && typeof e === 'object' && e[FAIL] === true) return stringify({ fail: { message: e.message, hint: e.hint, retry: e.retry } });
-      throw e;
+      if (typeof InternalError === 'function' && e instanceof InternalError && (e.message === 'stack overflow' || e.message === 'out of memory' || e.message === 'string too long')) throw e;
+      const d = describe(e);
+      if (toolErrors.has(e)) return stringify({ error: { message: e.message, stack: d.stack, code: e.code, hint: e.hint } });
+      return stringify({ error: { message: d.message, stack: d.stack } });
     }
-    if (output !== null && typeof output === 'object' && typeof output.then === 'function') {
-      throw new TypeError('run(event) returned a Promise; tool programs are synchronous');
-    }
-    return stringify({ output: output === undefined ? null : output });
+  }
+
+  // Generic array methods loop over any length without checking the interrupt: refuse array-likes
+  // that claim a length no real array in this heap could have.
+  const LENGTH_MAX = 1 << 24;
+  const isArray = Array.isArray;
+  for (const name of ['indexOf', 'lastIndexOf', 'includes', 'join', 'reverse', 'copyWithin', 'fill', 'toString', 'toLocaleString', 'every', 'some', 'forEach', 'map', 'filter', 'reduce', 'reduceRight', 'find', 'findIndex', 'findLast', 'findLastIndex', 'sort', 'slice', 'splice', 'toReversed', 'toSorted', 'toSpliced', 'with', 'at', 'flat', 'flatMap', 'keys', 'values', 'entries', 'concat', 'push', 'pop', 'shift', 'unshift']) {
+    const original = Array.prototype[name];
+    if (typeof original !== 'function') continue;
+    const guarded = {
+      [name](...args) {
+        if (!isArray(this) && this !== null && this !== undefined) {
+          const length = Number(Object(this).length);
+          if (length > LENGTH_MAX) throw new RangeError('Array.prototype.' + name + ' on an array-like of length ' + length + ' is refused');
+        }
+        return original.apply(this, args);
+      },
+    }[name];
+    Object.defineProperty(Array.prototype, name, { value: guarded, writable: true, enumerable: false, configurable: true });
   }
 
   const api = { graphql, cel, tools, fail, decimal, money, console, __tally_invoke: invoke };
@@ -202,14 +240,25 @@ export const PRELUDE = String.raw`
   // Deep-freeze everything reachable from the global object, and the intrinsics only reachable
   // through instances (iterator, generator and async prototypes).
   const seen = new Set();
-  const stack = [
-    globalThis, Decimal, Money,
-    Object.getPrototypeOf(function* () {}), Object.getPrototypeOf(async function () {}),
-    Object.getPrototypeOf(async function* () {}),
-    Object.getPrototypeOf([][Symbol.iterator]()), Object.getPrototypeOf(''[Symbol.iterator]()),
-    Object.getPrototypeOf(new Map().entries()), Object.getPrototypeOf(new Set().values()),
-    Object.getPrototypeOf(/x/[Symbol.matchAll]('')),
+  const stack = [globalThis, Decimal, Money];
+  // Intrinsics reachable only through instances: generators, async functions, every kind of iterator.
+  const instances = [
+    () => function* () {}, () => async function () {}, () => async function* () {}, () => (function* () {})(), () => (async function* () {})(),
+    () => [][Symbol.iterator](), () => ''[Symbol.iterator](), () => new Map().entries(), () => new Set().values(),
+    () => /x/[Symbol.matchAll](''), () => [].values().map((x) => x), () => [].values().filter(() => true),
+    () => [].values().take(0), () => [].values().drop(0), () => [].values().flatMap((x) => [x]),
+    () => Iterator.from({ next() { return { done: true }; } }), () => Iterator.concat([]), () => new WeakRef({}),
+    () => new FinalizationRegistry(() => {}), () => Promise.resolve(), () => new Proxy({}, {}), () => new ArrayBuffer(1), () => new DataView(new ArrayBuffer(1)),
+    () => new Uint8Array(1), () => Object.getPrototypeOf(Uint8Array), () => new AggregateError([]), () => Symbol(),
   ];
+  for (const make of instances) {
+    try {
+      const value = make();
+      stack.push(value, Object.getPrototypeOf(value), Object.getPrototypeOf(Object.getPrototypeOf(value)));
+    } catch (e) {
+      // A feature this build lacks has nothing to freeze.
+    }
+  }
   while (stack.length > 0) {
     const o = stack.pop();
     if (o === null || (typeof o !== 'object' && typeof o !== 'function') || seen.has(o)) continue;
@@ -221,7 +270,11 @@ export const PRELUDE = String.raw`
       else { stack.push(d.get); stack.push(d.set); }
     }
     stack.push(Object.getPrototypeOf(o));
-    Object.freeze(o);
+    try {
+      Object.freeze(o);
+    } catch (e) {
+      // A typed array instance made above to reach its prototypes cannot be frozen; it is garbage.
+    }
   }
 })();
 `;

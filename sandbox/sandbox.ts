@@ -40,8 +40,8 @@ export interface Program {
 
 export type RunFailure = {
   ok: false;
-  /** fail: the program called fail(); error: an uncaught exception; timeout; memory; stack. */
-  kind: 'fail' | 'error' | 'timeout' | 'memory' | 'stack';
+  /** fail: the program called fail(); error: an uncaught exception; timeout; memory; stack; crash: the host failed under it. */
+  kind: 'fail' | 'error' | 'timeout' | 'memory' | 'stack' | 'crash';
   message: string;
   hint?: string;
   stack?: string;
@@ -72,6 +72,7 @@ export class Sandbox {
   private readonly idle: PooledContext[] = [];
   private deadline = Number.POSITIVE_INFINITY;
   private active = 0;
+  private poisoned = false;
 
   constructor(
     module: QuickJSWASMModule,
@@ -104,6 +105,7 @@ export class Sandbox {
    * only tighten it. Returns the output JSON text or a failure; never throws for guest behaviour.
    */
   run(program: Program, eventJson: string, bridge: HostBridge, deadline: number): RunResult {
+    if (this.poisoned) return POISONED;
     const outerDeadline = this.deadline;
     this.deadline = Math.min(outerDeadline, deadline);
     this.active++;
@@ -120,29 +122,42 @@ export class Sandbox {
       const event = ctx.newString(eventJson);
       const result = ctx.callFunction(pooled.invoke, ctx.undefined, fn, event);
       event.dispose();
+      // Promise jobs the call queued run now, inside the call (its deadline, its savepoint),
+      // so none is left behind in the shared runtime.
+      const jobs = this.runtime.executePendingJobs(-1);
+      if (jobs.error) jobs.error.dispose();
       if (result.error) {
-        const failure = this.failure(ctx.dump(result.error));
+        const failure = this.escaped(ctx.dump(result.error));
         result.error.dispose();
-        healthy = failure.kind === 'fail' || failure.kind === 'error';
+        healthy = false;
         return failure;
       }
       const text = ctx.getString(result.value);
       result.value.dispose();
-      const parsed = JSON.parse(text) as { output?: unknown; fail?: { message: string; hint?: string; retry?: false } };
-      if (parsed.fail) {
-        const failure: RunFailure = { ok: false, kind: 'fail', message: parsed.fail.message };
-        if (parsed.fail.hint !== undefined) failure.hint = parsed.fail.hint;
-        if (parsed.fail.retry === false) failure.retry = false;
-        return failure;
-      }
-      // Re-serialise only the output value, keeping the guest's JSON text as it is.
-      return { ok: true, outputJson: text.slice('{"output":'.length, -1) };
+      return outcome(text);
+    } catch (error) {
+      // The host itself failed under the guest (its stack overflowed inside WASM, a trap): the
+      // runtime may be corrupt. Poison this sandbox: no call runs in it again.
+      this.poison();
+      healthy = false;
+      return { ...POISONED, message: `${POISONED.message} (${error instanceof Error ? error.message : String(error)})` };
     } finally {
       pooled.bridge = null;
       this.release(pooled, healthy);
       this.active--;
-      this.deadline = this.active === 0 ? Number.POSITIVE_INFINITY : outerDeadline;
+      this.deadline = this.poisoned ? Number.NEGATIVE_INFINITY : this.active === 0 ? Number.POSITIVE_INFINITY : outerDeadline;
     }
+  }
+
+  /** True once the host failed under a guest: the engine replaces this sandbox. */
+  get isPoisoned(): boolean {
+    return this.poisoned;
+  }
+
+  private poison(): void {
+    this.poisoned = true;
+    // Interrupt whatever guest code is still on the stack (an outer call) as soon as it runs.
+    this.deadline = Number.NEGATIVE_INFINITY;
   }
 
   /** Has the deadline of the running call passed? Host functions check it before doing work. */
@@ -155,6 +170,11 @@ export class Sandbox {
   }
 
   dispose(): void {
+    if (this.poisoned) {
+      // Disposing into a corrupt runtime can abort; let the garbage collector take the module.
+      this.idle.length = 0;
+      return;
+    }
     for (const pooled of this.idle.splice(0)) disposeContext(pooled);
     this.runtime.dispose();
   }
@@ -166,7 +186,7 @@ export class Sandbox {
     if (problem) return { ok: false, kind: 'error', message: problem.message };
     const result = pooled.ctx.evalCode(wrap(program.source), program.fileName);
     if (result.error) {
-      const failure = this.failure(pooled.ctx.dump(result.error));
+      const failure = this.compileFailure(pooled.ctx.dump(result.error));
       result.error.dispose();
       return failure;
     }
@@ -179,27 +199,26 @@ export class Sandbox {
     return result.value;
   }
 
-  private failure(error: unknown): RunFailure {
-    // QuickJS throws null when it runs out of memory while building the error itself.
-    if (error === null || error === undefined) return { ok: false, kind: 'memory', message: 'out of memory' };
-    if (typeof error !== 'object') return { ok: false, kind: 'error', message: `uncaught ${typeof error}: ${String(error)}` };
-    const e = error as { name?: unknown; message?: unknown; stack?: unknown; code?: unknown; hint?: unknown };
-    const message = typeof e.message === 'string' ? e.message : JSON.stringify(error);
-    const name = typeof e.name === 'string' ? e.name : 'Error';
-    const stack = typeof e.stack === 'string' ? e.stack : undefined;
-    if (name === 'InternalError' && message === 'interrupted') return { ok: false, kind: 'timeout', message: 'the call ran past its deadline' };
-    if (message === 'out of memory') return { ok: false, kind: 'memory', message: 'out of memory' };
-    if (name === 'InternalError' && message === 'string too long') return { ok: false, kind: 'memory', message: 'out of memory (string too long)' };
-    if (name === 'InternalError' && message === 'stack overflow') return { ok: false, kind: 'stack', message: 'stack overflow' };
+  /**
+   * An exception that got past the prelude's invoke(): only QuickJS's own (interrupt, out of
+   * memory, stack overflow) can. A timeout counts only if the host's deadline really passed.
+   */
+  private escaped(error: unknown): RunFailure {
     if (this.deadlinePassed()) return { ok: false, kind: 'timeout', message: 'the call ran past its deadline' };
-    const failure: RunFailure = { ok: false, kind: 'error', message: `${name}: ${message}` };
-    if (stack !== undefined) failure.stack = stack;
-    if (typeof e.code === 'string') {
-      failure.code = e.code;
-      failure.message = message;
-    }
-    if (typeof e.hint === 'string') failure.hint = e.hint;
+    if (error === null || error === undefined) return { ok: false, kind: 'memory', message: 'out of memory' };
+    const e = (typeof error === 'object' ? error : {}) as { name?: unknown; message?: unknown; stack?: unknown };
+    const message = typeof e.message === 'string' ? e.message : String(error);
+    if (message === 'out of memory') return { ok: false, kind: 'memory', message: 'out of memory' };
+    if (message === 'string too long') return { ok: false, kind: 'memory', message: 'out of memory (string too long)' };
+    if (message === 'stack overflow') return { ok: false, kind: 'stack', message: 'stack overflow' };
+    const failure: RunFailure = { ok: false, kind: 'error', message: `${typeof e.name === 'string' ? e.name : 'Error'}: ${message}` };
+    if (typeof e.stack === 'string') failure.stack = e.stack;
     return failure;
+  }
+
+  private compileFailure(error: unknown): RunFailure {
+    const e = (error ?? {}) as { name?: unknown; message?: unknown };
+    return { ok: false, kind: 'error', message: `${String(e.name ?? 'Error')}: ${String(e.message ?? error)}` };
   }
 
   private acquire(): PooledContext {
@@ -209,6 +228,7 @@ export class Sandbox {
   }
 
   private release(pooled: PooledContext, healthy: boolean): void {
+    if (this.poisoned) return; // its runtime is gone for good; nothing is disposed into it
     if (healthy && pooled.uses < this.limits.contextUsesMax && this.idle.length < this.limits.contextPoolMax) {
       this.idle.push(pooled);
     } else {
@@ -243,6 +263,37 @@ export class Sandbox {
     pooled.invoke = ctx.getProp(ctx.global, '__tally_invoke');
     return pooled;
   }
+}
+
+const POISONED: RunFailure = {
+  ok: false,
+  kind: 'crash',
+  message: 'the sandbox failed under this call and is being replaced',
+  hint: 'Something in the program exhausted the host (very deep recursion inside a built-in such as JSON.stringify); make it shallower.',
+};
+
+/** The text the prelude's invoke() returns: an output, a fail(), or an error it caught. */
+function outcome(text: string): RunResult {
+  const parsed = JSON.parse(text) as {
+    output?: unknown;
+    fail?: { message: string; hint?: string; retry?: false };
+    error?: { message: string; stack?: string; code?: string; hint?: string };
+  };
+  if (parsed.fail) {
+    const failure: RunFailure = { ok: false, kind: 'fail', message: parsed.fail.message };
+    if (parsed.fail.hint !== undefined && parsed.fail.hint !== null) failure.hint = parsed.fail.hint;
+    if (parsed.fail.retry === false) failure.retry = false;
+    return failure;
+  }
+  if (parsed.error) {
+    const failure: RunFailure = { ok: false, kind: 'error', message: parsed.error.message };
+    if (parsed.error.stack) failure.stack = parsed.error.stack;
+    if (parsed.error.code) failure.code = parsed.error.code;
+    if (parsed.error.hint) failure.hint = parsed.error.hint;
+    return failure;
+  }
+  // Keep the guest's JSON text of the output as it is.
+  return { ok: true, outputJson: text.slice('{"output":'.length, -1) };
 }
 
 function disposeContext(pooled: PooledContext): void {

@@ -1,6 +1,6 @@
 import type { ExecutionResult, GraphQLSchema } from 'graphql';
-import { loadQuickJS } from '../sandbox/module.js';
-import { Sandbox } from '../sandbox/sandbox.js';
+import { ReplaceableSandbox } from '../sandbox/replaceable.js';
+import type { Sandbox } from '../sandbox/sandbox.js';
 import type { ActionDeps } from './actions/actions.js';
 import { authenticate, type ClientDeps, ensureAdmin, lookupClient, SYSTEM_PRINCIPAL } from './auth/clients.js';
 import { Authority } from './policy/authority.js';
@@ -72,6 +72,8 @@ export interface Engine {
   /** Make sure the admin client exists (see ensureAdmin); returns a newly generated key, once. */
   ensureAdmin(apiKey?: string): string | null;
   close(): void;
+  /** Resolves when the sandbox is usable (it is replaced after a crash). */
+  sandboxReady(): Promise<void>;
   /** Cache and pool sizes, so tests can check they stay within their limits. */
   stats(): { documentCacheSize: number; celCacheSize: number; idleSandboxContexts: number };
   /** The raw connection, for tests and benchmarks that check the database directly. */
@@ -88,14 +90,24 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const clock = options.clock ?? systemClock;
   const logError = options.logError ?? ((error: unknown) => console.error('tally: internal error', error));
   // The WASM memory is capped above the QuickJS heap limit, for the allocator's own overhead.
-  const quickjs = await loadQuickJS(limits.sandboxMemoryBytesMax + 32 * 1024 * 1024);
-  const sandbox = new Sandbox(quickjs, {
-    memoryBytesMax: limits.sandboxMemoryBytesMax,
-    stackBytesMax: limits.sandboxStackBytesMax,
-    contextUsesMax: limits.contextUsesMax,
-    contextPoolMax: limits.contextPoolMax,
-    programsPerContextMax: 256,
-  });
+  const sandboxes = await ReplaceableSandbox.create(
+    limits.sandboxMemoryBytesMax + 32 * 1024 * 1024,
+    {
+      memoryBytesMax: limits.sandboxMemoryBytesMax,
+      stackBytesMax: limits.sandboxStackBytesMax,
+      contextUsesMax: limits.contextUsesMax,
+      contextPoolMax: limits.contextPoolMax,
+      programsPerContextMax: 256,
+    },
+    logError,
+  );
+  const sandbox = (): Sandbox => {
+    const current = sandboxes.current();
+    if (!current) {
+      throw new EngineError('BUSY', 'the sandbox is being replaced after a crash', { hint: 'Retry in a moment.' });
+    }
+    return current;
+  };
 
   const db = openDatabase({ path: options.path ?? ':memory:', busyTimeoutMs: limits.busyTimeoutMs });
   const transactions = new TransactionManager(db);
@@ -110,7 +122,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     cel,
     clock,
     limits,
-    checkProgram: (fileName, source) => sandbox.checkSyntax({ fileName, source }),
+    checkProgram: (fileName, source) => sandbox().checkSyntax({ fileName, source }),
   };
   const schema: GraphQLSchema = buildSchema(limits);
   const documents = new DocumentCache(schema, limits);
@@ -135,6 +147,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     clock,
     limits,
     programKeys: new WeakMap(),
+    logError,
     runGraphql: (request, frame) => runNested(request, frame),
   };
 
@@ -160,7 +173,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     principal: caller.principal,
     caller,
     frame,
-    authority: new Authority(cel, caller.principal, { principal: caller.principal }, caller.client, frame),
+    authority: new Authority(cel, caller.principal, { principal: caller.principal }, caller.client, frame, frame?.root.outerLayers ?? []),
   });
 
   /** The caller of a request: a known client, or the engine itself. */
@@ -248,9 +261,10 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     ensureAdmin: (apiKey) => transactions.run('write', () => ({ value: ensureAdmin(clientDeps, apiKey), commit: true })),
     close: () => {
       db.close();
-      sandbox.dispose();
+      sandboxes.dispose();
     },
-    stats: () => ({ documentCacheSize: documents.size, celCacheSize: cel.size, idleSandboxContexts: sandbox.idleContexts }),
+    stats: () => ({ documentCacheSize: documents.size, celCacheSize: cel.size, idleSandboxContexts: sandboxes.current()?.idleContexts ?? 0 }),
+    sandboxReady: () => sandboxes.ready(),
   };
 }
 

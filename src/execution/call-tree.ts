@@ -57,6 +57,12 @@ export interface RootState {
   /** Unpinned references resolve to the latest ACTIVE version once per execution, then stay. */
   resolved: Map<string, ActionVersion>;
   input: unknown;
+  /** Execution ids used in this tree so far: an id names one call. */
+  ids: Set<string>;
+  /** For a started execution: the tools on the starter's stack, whose policies still bound it. */
+  outerLayers: AuthorityLayer[];
+  /** The same tools as version references, to pass on when this execution starts another. */
+  outerRefs: Array<{ actionId: string; version: number }>;
 }
 
 /** The call a piece of code runs inside: a tool's program, or a GraphQL operation it made. */

@@ -36,6 +36,9 @@ export function invokeAction(svc: ExecutionServices, caller: Caller, parent: Cal
   const target = resolveInvokeTarget(svc, request);
   const input = request.input ?? {};
   const inputFingerprint = fingerprint(canonicalJson({ target: targetKey(target), input }));
+  if (parent?.root.ids.has(request.executionId)) {
+    throw new EngineError('EXECUTION_ID_CONFLICT', `execution ${request.executionId} was already used in this call tree`, { hint: 'Use a new executionId for each call.' });
+  }
   const existing = svc.st.executionById.get(request.executionId);
   if (existing) {
     if (existing.input_fingerprint === inputFingerprint) return rowToNode(existing);
@@ -79,7 +82,7 @@ function targetKey(target: CallTarget): string {
 
 function newRoot(svc: ExecutionServices, caller: Caller, target: CallTarget, input: unknown): RootState {
   const timeoutMs = (target.type === 'version' ? target.version.execution.timeoutMs : null) ?? svc.limits.toolTimeoutMs;
-  return { deadline: Date.now() + timeoutMs, calls: 0, principal: caller.principal, caller, fatal: null, resolved: new Map(), input };
+  return { deadline: Date.now() + timeoutMs, calls: 0, principal: caller.principal, caller, fatal: null, resolved: new Map(), input, ids: new Set(), outerLayers: [], outerRefs: [] };
 }
 
 interface Call {
@@ -121,6 +124,7 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
     children: [],
   };
   parent?.node.children.push(node);
+  root.ids.add(node.executionId);
   const frame: CallFrame = {
     parent,
     // A tool or graphql-kind action narrows authority with its own policies; native calls add nothing.
@@ -153,6 +157,7 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
     node.output = output;
   } catch (error) {
     const failure = toEngineError(error);
+    if (failure.code === 'INTERNAL') svc.logError(error);
     node.status = 'FAILED';
     node.error = failure.toData();
     if (failure.code === 'TIMEOUT' || failure.code === 'BUSY') root.fatal ??= failure;
@@ -211,7 +216,9 @@ function executeProgram(svc: ExecutionServices, version: ActionVersion, frame: C
   const deadline = Math.min(root.deadline, version.execution.timeoutMs ? Date.now() + version.execution.timeoutMs : Number.POSITIVE_INFINITY);
   const eventJson = `{"data":${inputText},"execution":${JSON.stringify((frame.event as { execution: unknown }).execution)},"caller":${JSON.stringify({ principal: root.principal })}}`;
   const bridge = new CallBridge(svc, frame);
-  const result = svc.sandbox.run({ key: programKey(svc, version), fileName: `${version.name}@${version.version}`, source: String(version.config.src) }, eventJson, bridge, deadline);
+  const sandbox = svc.sandbox();
+  const result = sandbox.run({ key: programKey(svc, version), fileName: `${version.name}@${version.version}`, source: String(version.config.src) }, eventJson, bridge, deadline);
+  if (!result.ok && result.kind === 'crash') root.fatal ??= failureToError(svc, node.actionName, result);
   if (root.fatal) throw root.fatal;
   if (!result.ok) throw failureToError(svc, node.actionName, result);
   const bytes = Buffer.byteLength(result.outputJson);
@@ -257,6 +264,8 @@ function failureToError(svc: ExecutionServices, name: string, failure: RunFailur
       return new EngineError('LIMIT_EXCEEDED', `${name} overflowed its stack (sandboxStackBytesMax is ${svc.limits.sandboxStackBytesMax} bytes)`, {
         hint: 'Look for unbounded recursion.',
       });
+    case 'crash':
+      return new EngineError('LIMIT_EXCEEDED', `${name}: ${failure.message}`, { hint: failure.hint });
     case 'error': {
       // An error a nested call threw (a ToolError) keeps that call's code; anything else is SCRIPT_ERROR.
       const code = failure.code !== undefined && isErrorCode(failure.code) ? failure.code : 'SCRIPT_ERROR';
@@ -331,12 +340,19 @@ class CallBridge implements HostBridge {
     const node = this.frame.node;
     if (node.logBytes >= this.svc.limits.logBytesMax) return;
     const room = this.svc.limits.logBytesMax - node.logBytes;
-    const bytes = Buffer.byteLength(line);
-    node.logs.push(bytes <= room ? line : `${line.slice(0, room)}… [logs cut at logBytesMax ${this.svc.limits.logBytesMax}]`);
-    node.logBytes += Math.min(bytes, room);
+    const bytes = Buffer.from(line);
+    node.logs.push(bytes.length <= room ? line : `${bytes.subarray(0, room).toString()}… [logs cut at logBytesMax ${this.svc.limits.logBytesMax}]`);
+    node.logBytes += Math.min(bytes.length, room);
   }
 
   private child(target: CallTarget, input: unknown): CallNode {
+    const root = this.frame.root;
+    if (root.calls > this.svc.limits.callsPerExecutionMax) {
+      // Past the budget, further calls are refused without a record each (a loop catching the
+      // refusal must not write a row per turn); the first refused call is recorded.
+      root.calls++;
+      throw new EngineError('LIMIT_EXCEEDED', `call ${root.calls} beneath one execution is over callsPerExecutionMax (${this.svc.limits.callsPerExecutionMax})`);
+    }
     return runCall(this.svc, { target, input, executionId: newOrderedId(), parent: this.frame, root: this.frame.root, inputFingerprint: null });
   }
 

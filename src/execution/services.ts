@@ -19,7 +19,8 @@ export interface NestedGraphqlResult {
 /** What the execution layer needs from the rest of the engine; built once in engine.ts. */
 export interface ExecutionServices {
   transactions: TransactionManager;
-  sandbox: Sandbox;
+  /** The sandbox in use; throws BUSY while a poisoned one is being replaced. */
+  sandbox(): Sandbox;
   actions: ActionDeps;
   st: ActionStatements;
   cel: Cel;
@@ -32,6 +33,7 @@ export interface ExecutionServices {
   notifyStarted(): void;
   /** The caller a principal stands for now (its current policies), or null if it no longer exists. */
   callerOf(principal: string): Caller | null;
+  logError(error: unknown): void;
   /** Sandbox cache keys of programs, memoised per (immutable) config object. */
   programKeys: WeakMap<object, string>;
   /** Run a GraphQL operation inside the current transaction, as a call of `frame`. */

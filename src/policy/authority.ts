@@ -22,10 +22,13 @@ export class Authority {
     readonly claims: Record<string, unknown>,
     client: { principal: string; policies: readonly Policy[] } | null,
     frame: AuthorityFrame | null,
+    /** Layers between the client and the frames: the tools that started this execution. */
+    outer: readonly AuthorityLayer[] = [],
   ) {
     const layers: AuthorityLayer[] = [];
     for (let f = frame; f; f = f.parent) if (f.layer) layers.push(f.layer);
     layers.reverse();
+    layers.unshift(...outer);
     if (client) layers.unshift({ name: `client ${client.principal}`, policies: client.policies });
     this.stack = layers;
   }

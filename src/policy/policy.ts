@@ -36,8 +36,34 @@ export function resourceMatches(pattern: string, resource: string): boolean {
   if (pattern === '*' || pattern === resource) return true;
   if (pattern.endsWith('.*') && resource === pattern.slice(0, -2)) return true;
   if (!pattern.includes('*')) return false;
-  const regex = new RegExp(`^${pattern.split('*').map((part) => part.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('.*')}$`);
-  return regex.test(resource);
+  return globMatch(pattern, resource);
+}
+
+/**
+ * Wildcard match in O(pattern × text) with no backtracking blow-up (a regex built from
+ * "*****…Q" would take exponential time): the classic greedy matcher that remembers the last star.
+ */
+function globMatch(pattern: string, text: string): boolean {
+  let p = 0;
+  let t = 0;
+  let star = -1;
+  let mark = 0;
+  while (t < text.length) {
+    if (p < pattern.length && pattern[p] !== '*' && pattern[p] === text[t]) {
+      p++;
+      t++;
+    } else if (p < pattern.length && pattern[p] === '*') {
+      star = p++;
+      mark = t;
+    } else if (star !== -1) {
+      p = star + 1;
+      t = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.length && pattern[p] === '*') p++;
+  return p === pattern.length;
 }
 
 /**
@@ -54,7 +80,8 @@ export function decide(cel: Cel, layer: AuthorityLayer, operation: Operation, cl
     if (!policy.resources.some((pattern) => resourceMatches(pattern, operation.resource))) continue;
     if (policy.assertions) {
       context ??= { context: jsonToCel({ auth: { claims }, document: operation.document ?? null }) };
-      if (!assertionsHold(cel, policy.assertions, context)) continue;
+      // Fail closed: an assertion that cannot be evaluated skips an ALLOW but still applies a DENY.
+      if (!assertionsHold(cel, policy.assertions, context, policy.effect === 'DENY')) continue;
     }
     if (policy.effect === 'DENY') return { allowed: false, reason: `policy ${i + 1} denies it` };
     allowedBy ??= i;
@@ -62,12 +89,12 @@ export function decide(cel: Cel, layer: AuthorityLayer, operation: Operation, cl
   return allowedBy === null ? { allowed: false, reason: 'no policy allows it' } : { allowed: true, reason: `policy ${allowedBy + 1} allows it` };
 }
 
-function assertionsHold(cel: Cel, assertions: Record<string, string>, context: Record<string, unknown>): boolean {
+function assertionsHold(cel: Cel, assertions: Record<string, string>, context: Record<string, unknown>, onError: boolean): boolean {
   for (const expression of Object.values(assertions)) {
     try {
       if (cel.evaluate(expression, context) !== true) return false;
     } catch {
-      return false;
+      if (!onError) return false;
     }
   }
   return true;

@@ -209,6 +209,8 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE executions ADD COLUMN lease_owner TEXT;
       ALTER TABLE executions ADD COLUMN lease_until TEXT;
       ALTER TABLE executions ADD COLUMN trigger_id TEXT;
+      -- The tools on the starter's call stack when it was started (their policies bound every attempt).
+      ALTER TABLE executions ADD COLUMN start_stack TEXT;
       CREATE INDEX executions_due ON executions (run_at) WHERE status = 'QUEUED';
       CREATE INDEX executions_by_created ON executions (created) WHERE parent_id IS NULL;
 

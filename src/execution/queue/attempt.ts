@@ -1,6 +1,7 @@
 import { getVersion } from '../../actions/actions.js';
 import { EngineError, ERROR_CODES, type ErrorData } from '../../errors.js';
 import { Authority } from '../../policy/authority.js';
+import type { AuthorityLayer } from '../../policy/policy.js';
 import type { QueueRow } from '../../storage/statements/actions.js';
 import { type CallNode, persistTree } from '../call-tree.js';
 import { runCall, toEngineError } from '../invoke.js';
@@ -31,7 +32,9 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
     if (!caller) {
       throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(row.principal)} no longer exists`, { hint: 'Start it again as an existing client.' });
     }
-    const authority = new Authority(svc.cel, caller.principal, { principal: caller.principal }, caller.client, null);
+    const outerRefs = row.start_stack ? (JSON.parse(row.start_stack) as Array<{ actionId: string; version: number }>) : [];
+    const outerLayers = startStack(svc, outerRefs);
+    const authority = new Authority(svc.cel, caller.principal, { principal: caller.principal }, caller.client, null, outerLayers);
     authority.check({ action: 'INSERT', resource: 'actions.Execution', document: { action: row.action_name, version: row.action_version, input } });
     const version = getVersion(svc.actions, { id: row.action_id!, version: row.action_version! });
     if (version.status !== 'ACTIVE') throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is ${version.status}`);
@@ -41,7 +44,7 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
       input,
       executionId: row.execution_id,
       parent: null,
-      root: { deadline: Date.now() + timeoutMs, calls: 0, principal: caller.principal, caller, fatal: null, resolved: new Map(), input },
+      root: { deadline: Date.now() + timeoutMs, calls: 0, principal: caller.principal, caller, fatal: null, resolved: new Map(), input, ids: new Set(), outerLayers, outerRefs },
       inputFingerprint: row.input_fingerprint,
     });
     error = node.error;
@@ -66,6 +69,14 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
   });
   for (const child of node?.children ?? []) persistTree(svc.st, child);
   return { executionId: row.execution_id, attempt, status, error, runAt };
+}
+
+/** The tools that were on the starter's stack, with their policies as they are now. */
+function startStack(svc: ExecutionServices, refs: Array<{ actionId: string; version: number }>): AuthorityLayer[] {
+  return refs.map((ref) => {
+    const version = getVersion(svc.actions, { id: ref.actionId, version: ref.version });
+    return { name: `tool ${version.name}@${version.version}`, policies: version.policies };
+  });
 }
 
 /** Retry what can succeed on its own: TIMEOUT, SCRIPT_ERROR, TOOL_FAILED (unless the tool said not to), BUSY. */

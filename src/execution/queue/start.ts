@@ -2,7 +2,7 @@ import { getVersion, latestActiveVersion, NATIVE_TOOLS, type ActionVersion, find
 import { EngineError, type ErrorData } from '../../errors.js';
 import { canonicalJson, fingerprint } from '../../ids.js';
 import type { QueueStatements } from '../../storage/statements/actions.js';
-import { type CallNode, type Caller, rowToNode } from '../call-tree.js';
+import { type CallFrame, type CallNode, type Caller, rowToNode } from '../call-tree.js';
 import type { ExecutionServices } from '../services.js';
 
 export interface StartRequest {
@@ -18,7 +18,7 @@ export interface StartRequest {
  * outbox): a request that rolls back started nothing. Without actionVersion, the current ACTIVE
  * version is resolved now and recorded. Same idempotency rule as invoke.
  */
-export function startAction(svc: ExecutionServices, caller: Caller, request: StartRequest): CallNode {
+export function startAction(svc: ExecutionServices, caller: Caller, request: StartRequest, frame: CallFrame | null = null): CallNode {
   if (request.name && (NATIVE_TOOLS as readonly string[]).includes(request.name) && !request.id) {
     throw new EngineError('BAD_REQUEST', `the native ${request.name} tool cannot be started`, { hint: 'Invoke it, or start a tool that calls it.' });
   }
@@ -31,7 +31,11 @@ export function startAction(svc: ExecutionServices, caller: Caller, request: Sta
     throw new EngineError('EXECUTION_ID_CONFLICT', `execution ${request.executionId} already exists with a different action or input`);
   }
   validateInput(svc, version, input);
-  enqueue(svc, { executionId: request.executionId, version, input, inputFingerprint, principal: caller.principal, triggerId: null });
+  // Started from inside a tool: that tool (and every one above it) keeps bounding the execution.
+  const stack: Array<{ actionId: string; version: number }> = [];
+  for (let f: CallFrame | null = frame; f; f = f.parent) if (f.version) stack.unshift({ actionId: f.version.actionId, version: f.version.version });
+  if (frame) stack.unshift(...frame.root.outerRefs);
+  enqueue(svc, { executionId: request.executionId, version, input, inputFingerprint, principal: caller.principal, triggerId: null, startStack: stack.length ? stack : null });
   return rowToNode(svc.st.executionById.get(request.executionId)!);
 }
 
@@ -65,6 +69,7 @@ export interface Enqueue {
   inputFingerprint: string | null;
   principal: string;
   triggerId: string | null;
+  startStack?: Array<{ actionId: string; version: number }> | null;
   /** Record the execution as already FAILED (a trigger whose filter or input could not be evaluated). */
   failed?: ErrorData;
 }
@@ -84,6 +89,7 @@ export function enqueue(svc: ExecutionServices, item: Enqueue): void {
     run_at: now,
     max_attempts: item.version.execution.maxAttempts,
     trigger_id: item.triggerId,
+    start_stack: item.startStack ? JSON.stringify(item.startStack) : null,
   });
   if (item.failed) {
     q.finishAttempt.run({

@@ -109,7 +109,7 @@ export const actionResolvers = {
     startAction: (_: unknown, { id, name, input }: Args, ctx: RequestContext) => {
       const actionName = id ? actions.findAction(ctx.services.actions, { id }).name : name;
       guard(ctx, 'INSERT', AE, { action: actionName, version: input.actionVersion ?? null, input: input.input ?? null });
-      return startAction(ctx.services, ctx.caller, { id, name, executionId: input.executionId, actionVersion: input.actionVersion, input: input.input });
+      return startAction(ctx.services, ctx.caller, { id, name, executionId: input.executionId, actionVersion: input.actionVersion, input: input.input }, ctx.frame);
     },
     cancelExecution: (_: unknown, { executionId }: Args, ctx: RequestContext) => {
       const row = ctx.services.st.executionById.get(executionId);
@@ -121,7 +121,13 @@ export const actionResolvers = {
       ctx.services.queue.cancel.run(ctx.services.clock.now().toISOString(), executionId);
       return rowToNode(ctx.services.st.executionById.get(executionId)!);
     },
-    createTrigger: (_: unknown, { input }: Args, ctx: RequestContext) => triggers.createTrigger(ctx.services, ctx.principal, guard(ctx, 'INSERT', AT, input)),
+    createTrigger: (_: unknown, { input }: Args, ctx: RequestContext) => {
+      if (ctx.frame) {
+        // A trigger outlives the call; it would start actions without the calling tools' limits.
+        throw new EngineError('ACCESS_DENIED', 'triggers cannot be created from inside a tool call', { hint: 'Create triggers as a client (or with tally deploy).' });
+      }
+      return triggers.createTrigger(ctx.services, ctx.principal, guard(ctx, 'INSERT', AT, input));
+    },
     updateTrigger: (_: unknown, { id, input }: Args, ctx: RequestContext) => {
       guard(ctx, 'UPDATE', AT, triggers.getTrigger(ctx.services, id));
       return triggers.updateTrigger(ctx.services, id, input);
@@ -137,7 +143,7 @@ export const actionResolvers = {
   },
   Execution: {
     action: (n: CallNode, _: Args, ctx: RequestContext) =>
-      n.actionId && n.actionVersion ? actions.getVersion(ctx.services.actions, { id: n.actionId, version: n.actionVersion }) : null,
+      n.actionId && n.actionVersion ? guard(ctx, 'SELECT', AA, actions.getVersion(ctx.services.actions, { id: n.actionId, version: n.actionVersion })) : null,
     invocation: (n: CallNode, _: Args, ctx: RequestContext) => invocations(ctx, n).at(-1) ?? null,
     invocations: (n: CallNode, _: Args, ctx: RequestContext) => invocations(ctx, n),
     caller: (n: CallNode) => ({ principal: n.principal }),
@@ -147,6 +153,8 @@ export const actionResolvers = {
       return row ? guard(ctx, 'SELECT', AE, rowToNode(row)) : null;
     },
     children: (n: CallNode, _: Args, ctx: RequestContext) =>
-      n.children.length > 0 ? n.children : ctx.services.st.executionChildren.all(n.executionId).map(rowToNode),
+      (n.children.length > 0 ? n.children : ctx.services.st.executionChildren.all(n.executionId).map(rowToNode)).filter((c) =>
+        ctx.authority.allows({ action: 'SELECT', resource: AE, document: c }),
+      ),
   },
 };

@@ -105,6 +105,7 @@ export interface QueueRow extends ExecutionRow {
   run_at: string | null;
   max_attempts: number | null;
   trigger_id: string | null;
+  start_stack: string | null;
 }
 
 export interface TriggerRow {
@@ -127,9 +128,9 @@ export function queueStatements(db: Db) {
   return {
     insertQueued: db.prepare(
       `INSERT INTO executions (execution_id, action_id, action_name, action_version, kind, status, input, input_fingerprint,
-         output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, run_at, max_attempts, trigger_id)
+         output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, run_at, max_attempts, trigger_id, start_stack)
        VALUES (@execution_id, @action_id, @action_name, @action_version, 'TOOL', 'QUEUED', @input, @input_fingerprint,
-         NULL, NULL, @principal, NULL, @execution_id, 0, 0, NULL, NULL, NULL, @created, @created, @run_at, @max_attempts, @trigger_id)`,
+         NULL, NULL, @principal, NULL, @execution_id, 0, 0, NULL, NULL, NULL, @created, @created, @run_at, @max_attempts, @trigger_id, @start_stack)`,
     ),
     nextDue: db.prepare<[string], QueueRow>(
       "SELECT * FROM executions WHERE status = 'QUEUED' AND run_at <= ? ORDER BY run_at, seq LIMIT 1",
