@@ -87,7 +87,7 @@ describe('the policy chain', () => {
     const toolDeny = tool(16, 'self_denying', POSTER, [...ALLOW_ALL, denyTransactions]);
     expect(invokeAs(undefined, toolDeny, { tx: id(105), from: id(1), to: id(2) }).error.message).toContain('refused by tool self_denying@1: policy 2 denies it');
     // The outer tool allows everything; the nested one denies: the nested write is refused.
-    const inner = tool(17, 'inner_deny', POSTER, [...ALLOW_ALL, denyTransactions]);
+    tool(17, 'inner_deny', POSTER, [...ALLOW_ALL, denyTransactions]);
     const outer = tool(18, 'outer_allow', 'function run(e) { return tools.inner_deny(e.data); }', ALLOW_ALL, { tools: [{ name: 'inner_deny' }] });
     expect(invokeAs(undefined, outer, { tx: id(106), from: id(1), to: id(2) }).error.message).toContain('refused by tool inner_deny@1');
     // And the other way round: the outer tool lacks the right, so the nested (permissive) tool cannot post either.
