@@ -12,6 +12,7 @@ import { SchemaCache } from './actions/schemas.js';
 import { Cel } from './cel/cel.js';
 import { type Clock, systemClock } from './clock.js';
 import { EngineError, type ErrorData, isErrorCode } from './errors.js';
+import { orderedIds } from './ids.js';
 import type { CallFrame, Caller } from './execution/call-tree.js';
 import type { ExecutionServices, NestedGraphqlResult } from './execution/services.js';
 import type { RequestContext } from './graphql/context.js';
@@ -112,7 +113,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const db = openDatabase({ path: options.path ?? ':memory:', busyTimeoutMs: limits.busyTimeoutMs });
   const transactions = new TransactionManager(db);
   const cel = new Cel(clock, limits);
-  const ledgerDeps: LedgerDeps = { st: ledgerStatements(db), cel, clock, limits };
+  const newId = orderedIds();
+  const ledgerDeps: LedgerDeps = { st: ledgerStatements(db), cel, clock, limits, newId };
   const ledger = new Ledger(ledgerDeps);
   const st = actionStatements(db);
   const actionDeps: ActionDeps = {
@@ -148,6 +150,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     limits,
     programKeys: new WeakMap(),
     logError,
+    newId,
     runGraphql: (request, frame) => runNested(request, frame),
   };
 

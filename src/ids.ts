@@ -21,26 +21,28 @@ export function newId(): string {
   return randomUUID();
 }
 
-let lastMs = 0;
-let counter = 0;
-
 /**
- * A time-ordered UUID (version 7: 48-bit milliseconds, a 12-bit counter, random bits), strictly
- * increasing within this process. Ids that increase append to their index instead of dirtying a
- * random page per insert.
+ * A generator of time-ordered UUIDs (version 7: 48-bit milliseconds, a 12-bit counter, random
+ * bits), strictly increasing per generator (one per engine). Ids that increase append to their
+ * index instead of dirtying a random page per insert.
  */
-export function newOrderedId(now = Date.now()): string {
-  if (now > lastMs) {
-    lastMs = now;
-    counter = 0;
-  } else if (++counter > 0xfff) {
-    lastMs += 1;
-    counter = 0;
-  }
-  const ms = lastMs.toString(16).padStart(12, '0');
-  const rand = randomUUID();
-  const variant = ((parseInt(rand[19] ?? '0', 16) & 0x3) | 0x8).toString(16);
-  return `${ms.slice(0, 8)}-${ms.slice(8, 12)}-7${counter.toString(16).padStart(3, '0')}-${variant}${rand.slice(20, 23)}-${rand.slice(24, 36)}`;
+export function orderedIds(): () => string {
+  let lastMs = 0;
+  let counter = 0;
+  return () => {
+    const now = Date.now();
+    if (now > lastMs) {
+      lastMs = now;
+      counter = 0;
+    } else if (++counter > 0xfff) {
+      lastMs += 1;
+      counter = 0;
+    }
+    const ms = lastMs.toString(16).padStart(12, '0');
+    const rand = randomUUID();
+    const variant = ((parseInt(rand[19] ?? '0', 16) & 0x3) | 0x8).toString(16);
+    return `${ms.slice(0, 8)}-${ms.slice(8, 12)}-7${counter.toString(16).padStart(3, '0')}-${variant}${rand.slice(20, 23)}-${rand.slice(24, 36)}`;
+  };
 }
 
 /**

@@ -2,7 +2,7 @@ import type { HostBridge, RunFailure } from '../../sandbox/sandbox.js';
 import { type ActionVersion, getVersion, latestActiveVersion, NATIVE_TOOLS, type ToolReference, versionKey } from '../actions/actions.js';
 import { celToJson, jsonToCel } from '../cel/values.js';
 import { EngineError, type ErrorData, isErrorCode, quote } from '../errors.js';
-import { canonicalJson, fingerprint, newOrderedId } from '../ids.js';
+import { canonicalJson, fingerprint } from '../ids.js';
 import { checkJsonDepth } from '../json.js';
 import { type CallFrame, type CallNode, type Caller, type ExecutionKind, persistTree, type RootState, rowToNode } from './call-tree.js';
 import type { ExecutionServices } from './services.js';
@@ -353,7 +353,7 @@ class CallBridge implements HostBridge {
       root.calls++;
       throw new EngineError('LIMIT_EXCEEDED', `call ${root.calls} beneath one execution is over callsPerExecutionMax (${this.svc.limits.callsPerExecutionMax})`);
     }
-    return runCall(this.svc, { target, input, executionId: newOrderedId(), parent: this.frame, root: this.frame.root, inputFingerprint: null });
+    return runCall(this.svc, { target, input, executionId: this.svc.newId(), parent: this.frame, root: this.frame.root, inputFingerprint: null });
   }
 
   private tool(name: string, input: unknown, options: unknown): string {
@@ -386,7 +386,7 @@ class CallBridge implements HostBridge {
     const now = this.svc.clock.now().toISOString();
     const parent = this.frame.node;
     const node: CallNode = {
-      executionId: newOrderedId(), actionId: null, actionName: name, actionVersion: null, kind: 'TOOL', status: 'FAILED',
+      executionId: this.svc.newId(), actionId: null, actionName: name, actionVersion: null, kind: 'TOOL', status: 'FAILED',
       input, inputFingerprint: null, output: null, error: error.toData(), principal: parent.principal, parentId: parent.executionId,
       rootId: parent.rootId, depth: parent.depth + 1, attempt: 1, started: now, finished: now, logs: [], logBytes: 0, created: now, children: [],
     };

@@ -34,6 +34,8 @@ export interface ExecutionServices {
   /** The caller a principal stands for now (its current policies), or null if it no longer exists. */
   callerOf(principal: string): Caller | null;
   logError(error: unknown): void;
+  /** Time-ordered ids for the calls a program makes. */
+  newId: () => string;
   /** Sandbox cache keys of programs, memoised per (immutable) config object. */
   programKeys: WeakMap<object, string>;
   /** Run a GraphQL operation inside the current transaction, as a call of `frame`. */

@@ -24,6 +24,8 @@ export interface LedgerDeps {
   cel: Cel;
   clock: Clock;
   limits: Readonly<Limits>;
+  /** Time-ordered ids for records the engine names (entries, reversals). */
+  newId: () => string;
   /** Told of every change, in the same transaction (triggers start executions from here). */
   onChange?: (change: LedgerChange) => void;
 }

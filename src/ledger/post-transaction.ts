@@ -3,7 +3,7 @@ import { utcDate } from '../clock.js';
 import { checkDecimalBounds, Dec, parseCurrency, parseDecimal } from '../decimal.js';
 import { EngineError, quote } from '../errors.js';
 import { checkCelValueSize } from '../cel/cel.js';
-import { canonicalJson, fingerprint, isUuid, newOrderedId } from '../ids.js';
+import { canonicalJson, fingerprint, isUuid } from '../ids.js';
 import { setOwn } from '../json.js';
 import type { AccountRow, EntryRow, TransactionRow } from '../storage/statements/ledger.js';
 import { applyToBalances, type BalanceDelta } from './balances.js';
@@ -197,7 +197,7 @@ export function voidTransaction(deps: LedgerDeps, transactionId: string, guard?:
   const reversal: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count'> = {
     ...kept,
     // A fresh id: a derived one could be taken by a client first, making the void impossible.
-    transaction_id: newOrderedId(),
+    transaction_id: deps.newId(),
     correlation_id: original.correlation_id ?? original.transaction_id,
     effective: utcDate(now),
     void_of: transactionId,
@@ -240,7 +240,7 @@ function writeTransaction(
   const info = deps.st.insertTransaction.run(row);
   const deltas: BalanceDelta[] = [];
   entries.forEach((e, i) => {
-    const entryId = newOrderedId();
+    const entryId = deps.newId();
     deps.st.insertEntry.run({
       seq: firstEntrySeq + i,
       entry_id: entryId,

@@ -16,18 +16,20 @@ export const ASSETS: Record<string, { pkg: string; file: string; type: string }>
   'graphiql.css': { pkg: 'graphiql', file: 'graphiql.min.css', type: 'text/css' },
 };
 
-const cache = new Map<string, Buffer>();
-
-export function asset(name: string): { body: Buffer; type: string } | null {
-  const entry = Object.hasOwn(ASSETS, name) ? ASSETS[name] : undefined;
-  if (!entry) return null;
-  let body = cache.get(name);
-  if (!body) {
-    // Package "exports" maps hide these files from require.resolve; find them from the package root.
-    body = readFileSync(join(dirname(require.resolve(`${entry.pkg}/package.json`)), entry.file));
-    cache.set(name, body);
-  }
-  return { body, type: entry.type };
+/** The GraphiQL files, read once per server. */
+export function assetReader(): (name: string) => { body: Buffer; type: string } | null {
+  const cache = new Map<string, Buffer>();
+  return (name) => {
+    const entry = Object.hasOwn(ASSETS, name) ? ASSETS[name] : undefined;
+    if (!entry) return null;
+    let body = cache.get(name);
+    if (!body) {
+      // Package "exports" maps hide these files from require.resolve; find them from the package root.
+      body = readFileSync(join(dirname(require.resolve(`${entry.pkg}/package.json`)), entry.file));
+      cache.set(name, body);
+    }
+    return { body, type: entry.type };
+  };
 }
 
 export function consolePage(): string {

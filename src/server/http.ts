@@ -2,7 +2,7 @@ import { createServer as createHttpServer, type IncomingMessage, type Server, ty
 import type { Engine } from '../engine.js';
 import { EngineError, quote } from '../errors.js';
 import type { FormattedResult, GraphqlRequest } from '../graphql/executor.js';
-import { asset, consolePage } from './console-page.js';
+import { assetReader, consolePage } from './console-page.js';
 
 const GRAPHQL_RESPONSE = 'application/graphql-response+json';
 
@@ -19,8 +19,9 @@ export function createServer(engine: Engine, options: ServerOptions = {}): Serve
   const limits = engine.limits;
   // Node checks request timeouts on an interval (30 s by default); check often enough to honour ours.
   const connectionsCheckingInterval = Math.max(50, Math.min(1000, Math.floor(limits.requestTimeoutMs / 4)));
+  const asset = assetReader();
   const server = createHttpServer({ connectionsCheckingInterval }, (req, res) => {
-    handle(engine, req, res).catch((error: unknown) => {
+    handle(engine, asset, req, res).catch((error: unknown) => {
       options.log?.(`tally: request failed: ${String(error)}`);
       if (!res.headersSent) sendErrors(res, 500, 'application/json', [new EngineError('INTERNAL', 'the request failed')]);
       else res.end();
@@ -31,7 +32,7 @@ export function createServer(engine: Engine, options: ServerOptions = {}): Serve
   return server;
 }
 
-async function handle(engine: Engine, req: IncomingMessage, res: ServerResponse): Promise<void> {
+async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const url = new URL(req.url ?? '/', 'http://localhost');
   if (req.method === 'GET' && url.pathname.startsWith('/graphql/assets/')) {
     const found = asset(url.pathname.slice('/graphql/assets/'.length));
@@ -109,10 +110,9 @@ function authenticate(engine: Engine, header: string | undefined): string | Engi
   return principal;
 }
 
+/** application/graphql-response+json when the client accepts it, otherwise application/json. */
 function chooseMediaType(accept: string): string {
-  if (accept === '' || accept.includes(GRAPHQL_RESPONSE)) return accept.includes(GRAPHQL_RESPONSE) ? GRAPHQL_RESPONSE : 'application/json';
-  if (accept.includes('application/json') || accept.includes('*/*')) return 'application/json';
-  return 'application/json';
+  return accept.includes(GRAPHQL_RESPONSE) ? GRAPHQL_RESPONSE : 'application/json';
 }
 
 function isMutation(engine: Engine, request: GraphqlRequest): boolean {
