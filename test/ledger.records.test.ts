@@ -214,6 +214,52 @@ describe('tran codes', () => {
   });
 });
 
+describe('reads', () => {
+  it('entry(id), transactions by journal, Account.balances / entries (filtered), Transaction.correlated and journal, Entry.account', () => {
+    const a = createAccount(engine, 1);
+    const b = createAccount(engine, 2);
+    ok(engine, `mutation { createJournal(input: {journalId: "${id(5)}", name: "Second"}) { journalId } }`);
+    ok(engine, `mutation($i: TranCodeInput!) { createTranCode(input: $i) { code } }`, {
+      i: {
+        tranCodeId: id(800),
+        code: 'MOVE',
+        params: [{ name: 'journal', type: 'UUID' }, { name: 'currency', type: 'STRING' }, { name: 'corr', type: 'STRING' }],
+        transaction: { journalId: 'params.journal', correlationId: 'params.corr' },
+        entries: [
+          { accountId: `'${a}'`, units: "decimal('2')", currency: 'params.currency', direction: 'DEBIT' },
+          { accountId: `'${b}'`, units: "decimal('2')", currency: 'params.currency', direction: 'CREDIT' },
+        ],
+      },
+    });
+    const move = (n: number, journal: string, currency: string, corr: string) =>
+      ok(engine, POST, { input: { transactionId: id(n), tranCode: 'MOVE', params: { journal, currency, corr } } });
+    move(10, id(5), 'EUR', 'c1');
+    move(11, DEFAULT_JOURNAL_ID, 'USD', 'c1');
+    move(12, id(5), 'USD', 'c2');
+    const byJournal = ok(engine, `{ transactions(first: 10, where: {journalId: "${id(5)}"}) { nodes { transactionId journal { name } } } }`).transactions.nodes;
+    expect(byJournal).toEqual([{ transactionId: id(10), journal: { name: 'Second' } }, { transactionId: id(12), journal: { name: 'Second' } }]);
+    const correlated = ok(engine, `{ transaction(id: "${id(10)}") { correlated(first: 10) { nodes { transactionId } } entries(first: 1) { nodes { entryId } pageInfo { hasNextPage endCursor } } } }`).transaction;
+    expect(correlated.correlated.nodes.map((n: any) => n.transactionId)).toEqual([id(10), id(11)]);
+    expect(correlated.entries.pageInfo.hasNextPage).toBe(true);
+    const entryId = correlated.entries.nodes[0].entryId;
+    const entry = ok(engine, `{ entry(id: "${entryId}") { direction units currency account { code } transaction { transactionId } } }`).entry;
+    expect(entry).toEqual({ direction: 'DEBIT', units: '2.00', currency: 'EUR', account: { code: 'ACC-1' }, transaction: { transactionId: id(10) } });
+    const next = ok(engine, `{ transaction(id: "${id(10)}") { entries(first: 5, after: "${correlated.entries.pageInfo.endCursor}") { nodes { direction } } } }`).transaction.entries.nodes;
+    expect(next).toEqual([{ direction: 'CREDIT' }]);
+    const account = ok(engine, `{ account(id: "${b}") {
+      balances(first: 10) { nodes { journalId currency settled { normalBalance { units } } } }
+      usd: entries(first: 10, where: {currency: "USD"}) { nodes { transactionId } }
+      second: entries(first: 10, where: {journalId: "${id(5)}"}) { nodes { transactionId } } } }`).account;
+    expect(account.balances.nodes.map((n: any) => [n.journalId === DEFAULT_JOURNAL_ID ? 'default' : 'second', n.currency, n.settled.normalBalance.units]).sort()).toEqual([
+      ['default', 'USD', '2.00'], ['second', 'EUR', '2.00'], ['second', 'USD', '2.00'],
+    ]);
+    expect(account.usd.nodes.map((n: any) => n.transactionId)).toEqual([id(11), id(12)]);
+    expect(account.second.nodes.map((n: any) => n.transactionId)).toEqual([id(10), id(12)]);
+    expect(fails(engine, `{ entry(id: "${id(999)}") { units } }`).code).toBe('NOT_FOUND');
+    expect(fails(engine, '{ entries(first: 5, where: {currency: "USD"}) { nodes { units } } }').code).toBe('BAD_REQUEST');
+  });
+});
+
 describe('evaluate (CEL REPL)', () => {
   it('evaluates one expression or a map where later keys see earlier ones, with a document', async () => {
     expect(ok(engine, `mutation { evaluate(expression: "decimal('0.1') + decimal('0.2') == decimal('0.3')") }`).evaluate).toBe(true);
