@@ -136,6 +136,15 @@ describe('retries', () => {
     expect(backoffDelayMs(settings, 3, () => 0.999999)).toBe(3200);
   });
 
+  it('a program sees which attempt it is in event.execution.attempt', () => {
+    const t = tool(26, 'attempts', 'function run(event) { if (event.execution.attempt < 2) throw new Error("again"); return event.execution.attempt; }', { execution: { backoff: { initialMs: 10 } } });
+    ok(engine, START, { id: t, input: { executionId: id(607), input: {} } });
+    worker.drain();
+    clock.advance(10);
+    worker.drain();
+    expect(execution(id(607))).toMatchObject({ status: 'SUCCEEDED', attempt: 2, output: 2 });
+  });
+
   it('exhausting maxAttempts ends FAILED with the last error; INPUT-, ACCESS-, VERSION- and retry:false failures are not retried', () => {
     const always = tool(21, 'always_fails', 'function run() { fail("still down"); }', { execution: { maxAttempts: 2, backoff: { initialMs: 10 } } });
     ok(engine, START, { id: always, input: { executionId: id(601), input: {} } });

@@ -92,6 +92,8 @@ interface Call {
   parent: CallFrame | null;
   root: RootState;
   inputFingerprint: string | null;
+  /** The attempt of a started execution (1 for an invoke). */
+  attempt?: number;
 }
 
 /** Run one call of any kind under its own savepoint and return its node, FAILED or SUCCEEDED. */
@@ -115,7 +117,7 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
     parentId: parent?.node.executionId ?? null,
     rootId: parent?.node.rootId ?? call.executionId,
     depth,
-    attempt: 1,
+    attempt: call.attempt ?? 1,
     started: now,
     finished: null,
     logs: [],
@@ -132,7 +134,7 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
     node,
     root,
     version: target.type === 'version' ? target.version : null,
-    event: { data: call.input, execution: { executionId: call.executionId, actionId: node.actionId, actionVersion: node.actionVersion, attempt: 1 }, caller: { principal: root.principal } },
+    event: { data: call.input, execution: { executionId: call.executionId, actionId: node.actionId, actionVersion: node.actionVersion, attempt: node.attempt }, caller: { principal: root.principal } },
   };
   try {
     checkBounds(svc, node, parent, root);

@@ -46,6 +46,7 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
       parent: null,
       root: { deadline: Date.now() + timeoutMs, calls: 0, principal: caller.principal, caller, fatal: null, resolved: new Map(), input, ids: new Set(), outerLayers, outerRefs },
       inputFingerprint: row.input_fingerprint,
+      attempt,
     });
     error = node.error;
   } catch (e) {
