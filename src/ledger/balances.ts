@@ -1,6 +1,6 @@
 import { Dec, ZERO } from '../decimal.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
-import type { BalanceRow } from '../storage/statements/ledger.js';
+import type { BalanceColumn, BalanceRow } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
 import type { Direction, Layer } from './records.js';
 
@@ -110,6 +110,12 @@ export function applyToBalances(deps: LedgerDeps, deltas: readonly BalanceDelta[
     sum.delta = delta;
   }
   for (const { delta, totals } of sums.values()) {
+    const columns = Object.keys(totals);
+    if (columns.length === 1) {
+      const column = columns[0] as BalanceColumn;
+      deps.st.addToBalanceColumn[column].run(delta.accountId, delta.journalId, delta.currency, totals[column]!.toFixed(), delta.entryId, modified, modified);
+      continue;
+    }
     const text = (column: string) => totals[column]?.toFixed() ?? '0';
     deps.st.addToBalance.run({
       account_id: delta.accountId,
