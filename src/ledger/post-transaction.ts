@@ -241,22 +241,10 @@ function writeTransaction(
   const deltas: BalanceDelta[] = [];
   entries.forEach((e, i) => {
     const entryId = deps.newId();
-    deps.st.insertEntry.run({
-      seq: firstEntrySeq + i,
-      entry_id: entryId,
-      transaction_id: row.transaction_id,
-      account_id: e.accountId,
-      journal_id: row.journal_id,
-      sequence: i + 1,
-      entry_type: e.entryType,
-      layer: e.layer,
-      direction: e.direction,
-      units: e.units.toFixed(),
-      currency: e.currency,
-      description: e.description,
-      metadata: e.metadata,
-      created: row.created,
-    });
+    deps.st.insertEntry.run(
+      firstEntrySeq + i, entryId, row.transaction_id, e.accountId, row.journal_id, i + 1, e.entryType, e.layer,
+      e.direction, e.units.toFixed(), e.currency, e.description, e.metadata, row.created,
+    );
     deltas.push({ accountId: e.accountId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId });
   });
   applyToBalances(deps, deltas, row.modified);
