@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { createEngine, type Engine } from '../src/engine.js';
+import { openDatabase } from '../src/storage/database.js';
 
 export const ACCOUNTS = 1000;
 export const uuid = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
@@ -52,6 +53,42 @@ export function rawPoster(path: string) {
     upsert.run(to, 'USD', 0, units);
   });
   return { post: (n: number) => { const [from, to] = pair(n); post.immediate(n, from, to, 1000 + (n % 5000)); }, close: () => db.close() };
+}
+
+/**
+ * The same posting as plain statements on Tally's own schema (its tables, indexes, foreign keys and
+ * decimal-string amounts): what is left of the gap to this is the engine's logic, not the schema.
+ */
+export function rawOnTallySchema(path: string) {
+  const db = openDatabase({ path, busyTimeoutMs: 5000 });
+  const journal = '00000000-0000-0000-0000-000000000000';
+  const now = new Date().toISOString();
+  db.prepare(`INSERT INTO tran_codes VALUES ('${uuid(999_999)}', 'RAW', 'ACTIVE', 1, '${now}', '${now}')`).run();
+  const insertAccount = db.prepare("INSERT INTO accounts VALUES (?, ?, ?, NULL, NULL, 'ACTIVE', 'CREDIT', NULL, 1, ?, ?)");
+  for (let i = 0; i < ACCOUNTS; i++) insertAccount.run(uuid(i + 1), `A${i + 1}`, `Account ${i + 1}`, now, now);
+  const lastSeq = db.prepare<[], { seq: number | null }>('SELECT max(seq) AS seq FROM entries');
+  const insertTxn = db.prepare(`INSERT INTO transactions (transaction_id, tran_code_id, tran_code_version, journal_id, correlation_id, effective,
+    input_fingerprint, first_entry_seq, entry_count, version, created, modified) VALUES (?, '${uuid(999_999)}', 1, '${journal}', NULL, ?, 'raw', ?, 2, 1, ?, ?)`);
+  const insertEntry = db.prepare(`INSERT INTO entries (seq, entry_id, transaction_id, account_id, journal_id, sequence, entry_type, layer, direction, units, currency, created)
+    VALUES (?, ?, ?, ?, '${journal}', ?, 'RAW', 'SETTLED', ?, ?, 'USD', ?)`);
+  const upsert = (column: string) => db.prepare(`INSERT INTO balances (account_id, journal_id, currency, settled_dr, settled_cr, pending_dr, pending_cr, encumbrance_dr, encumbrance_cr, entry_id, version, created, modified)
+    VALUES (?, '${journal}', 'USD', ${column === 'settled_dr' ? '?' : "'0'"}, ${column === 'settled_cr' ? '?' : "'0'"}, '0', '0', '0', '0', ?, 1, ?, ?)
+    ON CONFLICT (account_id, journal_id, currency) DO UPDATE SET ${column} = dec_add(${column}, excluded.${column}), entry_id = excluded.entry_id, version = balances.version + 1, modified = excluded.modified`);
+  const debit = upsert('settled_dr');
+  const credit = upsert('settled_cr');
+  const post = db.transaction((n: number) => {
+    const [from, to] = pair(n);
+    const id = uuid(n);
+    const at = new Date().toISOString();
+    const seq = (lastSeq.get()?.seq ?? 0) + 1;
+    const units = `${10 + (n % 5000)}.${n % 100}`;
+    insertTxn.run(id, at.slice(0, 10), seq, at, at);
+    insertEntry.run(seq, `${id}-1`, id, from, 1, 'DEBIT', units, at);
+    insertEntry.run(seq + 1, `${id}-2`, id, to, 2, 'CREDIT', units, at);
+    debit.run(from, units, `${id}-1`, at, at);
+    credit.run(to, units, `${id}-2`, at, at);
+  });
+  return { post: (n: number) => post.immediate(n), close: () => db.close() };
 }
 
 export const POST = `mutation Post($input: TransactionInput!) { postTransaction(input: $input) { transactionId } }`;

@@ -7,7 +7,7 @@
  */
 import { join } from 'node:path';
 import type { Engine } from '../src/engine.js';
-import { benchDir, compare, median, ok, pair, POST, rawPoster, setupEngine, table, uuid } from './common.js';
+import { benchDir, compare, median, ok, pair, POST, rawOnTallySchema, rawPoster, setupEngine, table, uuid } from './common.js';
 
 const PER_ROUND = Number(process.env.BENCH_POSTS ?? 5000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -27,10 +27,12 @@ function balanceReadMicros(engine: Engine, accountId: string, reads = 3000): num
 const { dir, cleanup } = benchDir();
 console.log(`node ${process.version}, ${PER_ROUND} posts x ${ROUNDS} interleaved rounds per side, files in ${dir}`);
 const raw = rawPoster(join(dir, 'raw.db'));
+const rawTally = rawOnTallySchema(join(dir, 'raw-tally.db'));
 const engine = await setupEngine(join(dir, 'engine.db'));
 const results = compare(
   {
     raw: raw.post,
+    rawTally: rawTally.post,
     engine: (n) => {
       const [from, to] = pair(n);
       ok(engine, POST, { input: { transactionId: uuid(n), tranCode: 'TRANSFER', params: { from, to, amount: `${10 + (n % 5000)}.${n % 100}` } } });
@@ -57,10 +59,13 @@ const manyMicros = balanceReadMicros(engine, many);
 
 console.log(`\n${table([
   ['raw better-sqlite3 (txn + 2 entries + 2 balance upserts, 1 per commit)', results.raw!.median],
+  ["the same statements on Tally's schema (indexes, foreign keys, decimal strings)", results.rawTally!.median],
   ['engine.graphql postTransaction (1 per request)', results.engine!.median],
 ], results.raw!.median)}`);
+console.log(`\nengine ÷ raw on Tally's schema: ${(results.engine!.median / results.rawTally!.median).toFixed(2)}`);
 console.log(`\nrounds: raw ${results.raw!.rounds.map((r) => r.toFixed(0)).join(', ')}; engine ${results.engine!.rounds.map((r) => r.toFixed(0)).join(', ')}`);
 console.log(`\nbalance read through engine.graphql: ${fewMicros.toFixed(1)} µs after 10 entries, ${manyMicros.toFixed(1)} µs after 100,000 entries (ratio ${(manyMicros / fewMicros).toFixed(2)})`);
 engine.close();
 raw.close();
+rawTally.close();
 cleanup();
