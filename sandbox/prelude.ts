@@ -192,10 +192,32 @@ export const PRELUDE = String.raw`
     }
   }
 
+  // Math.random, reseeded from each call's event: the generator's position cannot carry
+  // anything from one execution into the next (xorshift128+, not for secrets).
+  let s0 = 1n;
+  let s1 = 2n;
+  const MASK = (1n << 64n) - 1n;
+  function seed(text) {
+    let h = 1469598103934665603n;
+    for (let i = 0; i < text.length; i++) h = ((h ^ BigInt(text.charCodeAt(i))) * 1099511628211n) & MASK;
+    s0 = h | 1n;
+    s1 = ((h * 6364136223846793005n + 1442695040888963407n) & MASK) | 1n;
+  }
+  function random() {
+    let x = s0;
+    const y = s1;
+    s0 = y;
+    x = (x ^ (x << 23n)) & MASK;
+    s1 = x ^ y ^ (x >> 17n) ^ (y >> 26n);
+    return Number((s1 + y) & ((1n << 53n) - 1n)) / 2 ** 53;
+  }
+  Object.defineProperty(Math, 'random', { value: random, writable: true, enumerable: false, configurable: true });
+
   // Runs one call of a compiled program; its outcome leaves as JSON text. Only what QuickJS itself
   // throws past this (interrupts, out of memory, stack overflow) reaches the host as an exception.
   function invoke(fn, eventJson) {
     let output;
+    seed(eventJson);
     try {
       output = fn(eventJson);
       if (output !== null && typeof output === 'object' && typeof output.then === 'function') {

@@ -303,6 +303,21 @@ function run() {
     }
   });
 
+  it('Math.random carries nothing from one execution to the next: its sequence depends only on the call', async () => {
+    const draw = 'function run(e) { const r = []; for (let i = 0; i < e.data.n; i++) r.push(Math.random()); return r.slice(-1); }';
+    const first = createTool(45, 'draws', draw);
+    const fixedId = id(46_000);
+    const alone = ok(engine, INVOKE, { id: first, input: { executionId: fixedId, actionVersion: 1, input: { n: 1 } } }).actions.invokeAction.output;
+    engine = await newEngine();
+    const again = createTool(45, 'draws', draw);
+    invoke(again, { n: 1000 });
+    const afterOthers = ok(engine, INVOKE, { id: again, input: { executionId: fixedId, actionVersion: 1, input: { n: 1 } } }).actions.invokeAction.output;
+    expect(afterOthers).toEqual(alone);
+    expect(alone[0]).toBeGreaterThanOrEqual(0);
+    expect(alone[0]).toBeLessThan(1);
+    expect(invoke(again, { n: 1 }).output).not.toEqual(alone);
+  });
+
   it('reuses warm contexts (no new context per call) without giving up that isolation', () => {
     const tool = createTool(42, 'closure', `let stash = []; function run(e) { stash.push(e.data.v); return stash.length; }`);
     for (let i = 0; i < 20; i++) expect(invoke(tool, { v: i }).output).toBe(1);
