@@ -68,3 +68,23 @@ export function balanceOf(engine: Engine, accountId: string, currency = 'USD') {
 export function count(engine: Engine, table: string): number {
   return (engine.db.prepare(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n;
 }
+
+/** An engine with an admin key behind a real HTTP server on a free port. */
+export async function startServer(key: string, options: EngineOptions = {}) {
+  const { createServer } = await import('../src/server/http.js');
+  const engine = await newEngine(options);
+  engine.ensureAdmin(key);
+  const server = createServer(engine);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  return {
+    engine,
+    server,
+    url: `http://127.0.0.1:${port}/graphql`,
+    async stop() {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+      engine.close();
+    },
+  };
+}

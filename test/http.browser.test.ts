@@ -1,34 +1,22 @@
 import { existsSync, mkdtempSync } from 'node:fs';
-import type { Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { auditServer } from 'graphql-http';
 import { chromium } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Engine } from '../src/engine.js';
-import { createServer } from '../src/server/http.js';
-import { newEngine } from './helpers.js';
+import { startServer } from './helpers.js';
 
 const KEY = 'tly_browser-test-key';
 const CHROMIUM = '/usr/bin/chromium';
-let engine: Engine;
-let server: Server;
+let running: Awaited<ReturnType<typeof startServer>>;
 let url: string;
 
 beforeAll(async () => {
-  engine = await newEngine();
-  engine.ensureAdmin(KEY);
-  server = createServer(engine);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/graphql`;
+  running = await startServer(KEY);
+  url = running.url;
 });
 
-afterAll(async () => {
-  server.closeAllConnections();
-  await new Promise((resolve) => server.close(resolve));
-  engine.close();
-});
+afterAll(() => running.stop());
 
 describe('GraphQL over HTTP conformance', () => {
   it('passes every audit of the graphql-http suite (serverAudits) against the live server', async () => {

@@ -1,30 +1,22 @@
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { connect } from 'node:net';
-import type { Server } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Engine } from '../src/engine.js';
-import { createServer } from '../src/server/http.js';
-import { id, newEngine } from './helpers.js';
+import { id, startServer } from './helpers.js';
 
-let engine: Engine;
+let running: Awaited<ReturnType<typeof startServer>>;
 let server: Server;
 let url: string;
 const KEY = 'tly_http-test-admin-key';
 const auth = { authorization: `Bearer ${KEY}` };
 
 beforeAll(async () => {
-  engine = await newEngine({ limits: { requestBodyBytesMax: 4096, requestTimeoutMs: 500 } });
-  engine.ensureAdmin(KEY);
-  server = createServer(engine);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/graphql`;
+  running = await startServer(KEY, { limits: { requestBodyBytesMax: 4096, requestTimeoutMs: 500 } });
+  server = running.server;
+  url = running.url;
 });
 
-afterAll(async () => {
-  server.closeAllConnections();
-  await new Promise((resolve) => server.close(resolve));
-  engine.close();
-});
+afterAll(() => running.stop());
 
 const postJson = (body: unknown, headers: Record<string, string> = {}) =>
   fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...auth, ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
