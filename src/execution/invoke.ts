@@ -193,7 +193,8 @@ function checkBounds(svc: ExecutionServices, node: CallNode, parent: CallFrame |
   }
 }
 
-function validate(svc: ExecutionServices, version: ActionVersion, which: 'input' | 'output', value: unknown): void {
+/** Check a value against a version's input or output schema; INPUT_INVALID / OUTPUT_INVALID with JSON pointers. */
+export function validate(svc: ExecutionServices, version: ActionVersion, which: 'input' | 'output', value: unknown, hint?: string): void {
   const schema = which === 'input' ? version.tool.inputSchema : version.tool.outputSchema;
   if (schema === null) return;
   const validator = svc.actions.schemas.compile(`${versionKey(version.actionId, version.version)}:${which}`, schema, `tool.${which}Schema`);
@@ -203,7 +204,7 @@ function validate(svc: ExecutionServices, version: ActionVersion, which: 'input'
   throw new EngineError(
     which === 'input' ? 'INPUT_INVALID' : 'OUTPUT_INVALID',
     `${which} of ${version.name}@${version.version} does not match its schema: ${summary}`,
-    { details: { problems } },
+    { details: { problems }, ...(hint === undefined ? {} : { hint }) },
   );
 }
 

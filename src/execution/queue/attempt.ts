@@ -1,4 +1,4 @@
-import { getVersion } from '../../actions/actions.js';
+import { DEFAULT_EXECUTION, getVersion } from '../../actions/actions.js';
 import { EngineError, ERROR_CODES, type ErrorData } from '../../errors.js';
 import { Authority } from '../../policy/authority.js';
 import type { AuthorityLayer } from '../../policy/policy.js';
@@ -27,6 +27,7 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
   const input: unknown = JSON.parse(row.input);
   let node: CallNode | null = null;
   let error: ErrorData | null = null;
+  let backoff = DEFAULT_EXECUTION.backoff;
   try {
     const caller = svc.callerOf(row.principal ?? 'system');
     if (!caller) {
@@ -37,6 +38,7 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
     const authority = new Authority(svc.cel, caller.principal, { principal: caller.principal }, caller.client, null, outerLayers);
     authority.check({ action: 'INSERT', resource: 'actions.Execution', document: { action: row.action_name, version: row.action_version, input } });
     const version = getVersion(svc.actions, { id: row.action_id!, version: row.action_version! });
+    backoff = version.execution.backoff;
     if (version.status !== 'ACTIVE') throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is ${version.status}`);
     const timeoutMs = version.execution.timeoutMs ?? svc.limits.toolTimeoutMs;
     node = runCall(svc, {
@@ -57,7 +59,7 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
   const retry = !succeeded && error !== null && isRetryable(error) && attempt < (row.max_attempts ?? 1);
   const status = succeeded ? 'SUCCEEDED' : retry ? 'QUEUED' : 'FAILED';
   const finished = svc.clock.now().toISOString();
-  const runAt = retry ? new Date(svc.clock.now().getTime() + backoffDelayMs(versionBackoff(svc, row), attempt, svc.random)).toISOString() : null;
+  const runAt = retry ? new Date(svc.clock.now().getTime() + backoffDelayMs(backoff, attempt, svc.random)).toISOString() : null;
   const logs = node && node.logs.length > 0 ? JSON.stringify(node.logs) : null;
   const output = succeeded ? JSON.stringify(node!.output ?? null) : null;
   svc.queue.finishAttempt.run({
@@ -84,12 +86,4 @@ function startStack(svc: ExecutionServices, refs: Array<{ actionId: string; vers
 function isRetryable(error: ErrorData): boolean {
   if (error.code === 'TOOL_FAILED' && (error.details as { retry?: unknown } | undefined)?.retry === false) return false;
   return ERROR_CODES[error.code].retryable;
-}
-
-function versionBackoff(svc: ExecutionServices, row: QueueRow) {
-  try {
-    return getVersion(svc.actions, { id: row.action_id!, version: row.action_version! }).execution.backoff;
-  } catch {
-    return { initialMs: 1000, multiplier: 2, maxMs: 60_000 };
-  }
 }

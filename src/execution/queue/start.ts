@@ -3,6 +3,7 @@ import { EngineError, type ErrorData } from '../../errors.js';
 import { canonicalJson, fingerprint } from '../../ids.js';
 import type { QueueStatements } from '../../storage/statements/actions.js';
 import { type CallFrame, type CallNode, type Caller, rowToNode } from '../call-tree.js';
+import { validate } from '../invoke.js';
 import type { ExecutionServices } from '../services.js';
 
 export interface StartRequest {
@@ -30,7 +31,7 @@ export function startAction(svc: ExecutionServices, caller: Caller, request: Sta
     if (existing.input_fingerprint === inputFingerprint) return rowToNode(existing);
     throw new EngineError('EXECUTION_ID_CONFLICT', `execution ${request.executionId} already exists with a different action or input`);
   }
-  validateInput(svc, version, input);
+  validate(svc, version, 'input', input, 'A started execution is validated when it is started; fix the input and start it again.');
   // Started from inside a tool: that tool (and every one above it) keeps bounding the execution.
   const stack: Array<{ actionId: string; version: number }> = [];
   for (let f: CallFrame | null = frame; f; f = f.parent) if (f.version) stack.unshift({ actionId: f.version.actionId, version: f.version.version });
@@ -49,17 +50,6 @@ export function resolveStartVersion(svc: ExecutionServices, ref: { id?: string |
   const active = latestActiveVersion(svc.actions, action.action_id);
   if (!active) throw new EngineError('VERSION_LOCKED', `${action.name} has no ACTIVE version`, { hint: 'Activate a version, or name one.' });
   return active;
-}
-
-function validateInput(svc: ExecutionServices, version: ActionVersion, input: unknown): void {
-  const validator = svc.actions.schemas.compile(`${version.actionId}@${version.version}:input`, version.tool.inputSchema, 'tool.inputSchema');
-  const problems = svc.actions.schemas.problems(validator, input);
-  if (problems.length > 0) {
-    throw new EngineError('INPUT_INVALID', `input of ${version.name}@${version.version} does not match its schema: ${problems.map((p) => `${p.pointer} ${p.message}`).join('; ')}`, {
-      details: { problems },
-      hint: 'A started execution is validated when it is started; fix the input and start it again.',
-    });
-  }
 }
 
 export interface Enqueue {

@@ -31,6 +31,19 @@ function listExecutions(ctx: RequestContext, { first, after, where }: Args) {
   return toConnection(rows, req, (r) => r.seq, rowToNode);
 }
 
+/**
+ * Invoking or starting action X is INSERT on actions.Execution with context.document.action == "X".
+ * The name comes from the cached version document when the version is given (the invoke hot path).
+ */
+function guardExecution(ctx: RequestContext, id: string | null | undefined, name: string | null | undefined, input: Args): void {
+  const actionName = !id
+    ? name
+    : input.actionVersion != null
+      ? actions.getVersion(ctx.services.actions, { id, version: input.actionVersion }).name
+      : actions.findAction(ctx.services.actions, { id }).name;
+  guard(ctx, 'INSERT', AE, { action: actionName, version: input.actionVersion ?? null, input: input.input ?? null });
+}
+
 function invocations(ctx: RequestContext, node: CallNode) {
   const rows = node.parentId === null ? ctx.services.queue.invocations.all(node.executionId) : [];
   if (rows.length > 0) {
@@ -101,14 +114,11 @@ export const actionResolvers = {
       return actions.setVersionStatus(ctx.services.actions, id, version, 'ACTIVE');
     },
     invokeAction: (_: unknown, { id, name, input }: Args, ctx: RequestContext) => {
-      // Invoking action X is INSERT on actions.Execution with context.document.action == "X".
-      const actionName = id ? actions.findAction(ctx.services.actions, { id }).name : name;
-      guard(ctx, 'INSERT', AE, { action: actionName, version: input.actionVersion ?? null, input: input.input ?? null });
+      guardExecution(ctx, id, name, input);
       return invokeAction(ctx.services, ctx.caller, ctx.frame, { id, name, executionId: input.executionId, actionVersion: input.actionVersion, input: input.input });
     },
     startAction: (_: unknown, { id, name, input }: Args, ctx: RequestContext) => {
-      const actionName = id ? actions.findAction(ctx.services.actions, { id }).name : name;
-      guard(ctx, 'INSERT', AE, { action: actionName, version: input.actionVersion ?? null, input: input.input ?? null });
+      guardExecution(ctx, id, name, input);
       return startAction(ctx.services, ctx.caller, { id, name, executionId: input.executionId, actionVersion: input.actionVersion, input: input.input }, ctx.frame);
     },
     cancelExecution: (_: unknown, { executionId }: Args, ctx: RequestContext) => {
