@@ -192,24 +192,24 @@ export const PRELUDE = String.raw`
     }
   }
 
-  // Math.random, reseeded from each call's event: the generator's position cannot carry
-  // anything from one execution into the next (xorshift128+, not for secrets).
-  let s0 = 1n;
-  let s1 = 2n;
-  const MASK = (1n << 64n) - 1n;
+  // Math.random, reseeded from each call's event on first use in that call: the generator's
+  // position cannot carry anything from one execution into the next (xorshift128, not for secrets).
+  let pendingSeed = '';
+  let x0 = 1, x1 = 2, x2 = 3, x3 = 4;
   function seed(text) {
-    let h = 1469598103934665603n;
-    for (let i = 0; i < text.length; i++) h = ((h ^ BigInt(text.charCodeAt(i))) * 1099511628211n) & MASK;
-    s0 = h | 1n;
-    s1 = ((h * 6364136223846793005n + 1442695040888963407n) & MASK) | 1n;
+    let h = 2166136261;
+    for (let i = 0; i < text.length; i++) h = Math.imul(h ^ text.charCodeAt(i), 16777619);
+    x0 = h | 1; x1 = Math.imul(h, 1597334677) | 1; x2 = Math.imul(h ^ 0x9e3779b9, 2246822507) | 1; x3 = Math.imul(h ^ 0x85ebca6b, 3266489909) | 1;
   }
   function random() {
-    let x = s0;
-    const y = s1;
-    s0 = y;
-    x = (x ^ (x << 23n)) & MASK;
-    s1 = x ^ y ^ (x >> 17n) ^ (y >> 26n);
-    return Number((s1 + y) & ((1n << 53n) - 1n)) / 2 ** 53;
+    if (pendingSeed !== '') {
+      seed(pendingSeed);
+      pendingSeed = '';
+    }
+    const t = x0 ^ (x0 << 11);
+    x0 = x1; x1 = x2; x2 = x3;
+    x3 = (x3 ^ (x3 >>> 19)) ^ (t ^ (t >>> 8));
+    return (x3 >>> 0) / 4294967296;
   }
   Object.defineProperty(Math, 'random', { value: random, writable: true, enumerable: false, configurable: true });
 
@@ -217,7 +217,7 @@ export const PRELUDE = String.raw`
   // throws past this (interrupts, out of memory, stack overflow) reaches the host as an exception.
   function invoke(fn, eventJson) {
     let output;
-    seed(eventJson);
+    pendingSeed = eventJson;
     try {
       output = fn(eventJson);
       if (output !== null && typeof output === 'object' && typeof output.then === 'function') {
