@@ -27,11 +27,13 @@ function balanceReadMicros(engine: Engine, accountId: string, reads = 3000): num
 const { dir, cleanup } = benchDir();
 console.log(`node ${process.version}, ${PER_ROUND} posts x ${ROUNDS} interleaved rounds per side, files in ${dir}`);
 const raw = rawPoster(join(dir, 'raw.db'));
+const rawCheckpointed = rawPoster(join(dir, 'raw-checkpointed.db'), { checkpointed: true });
 const rawTally = rawOnTallySchema(join(dir, 'raw-tally.db'));
 const engine = await setupEngine(join(dir, 'engine.db'));
 const results = compare(
   {
     raw: raw.post,
+    rawCheckpointed: rawCheckpointed.post,
     rawTally: rawTally.post,
     engine: (n) => {
       const [from, to] = pair(n);
@@ -59,13 +61,16 @@ const manyMicros = balanceReadMicros(engine, many);
 
 console.log(`\n${table([
   ['raw better-sqlite3 (txn + 2 entries + 2 balance upserts, 1 per commit)', results.raw!.median],
+  ["raw better-sqlite3 with the engine's checkpointing (background thread)", results.rawCheckpointed!.median],
   ["the same statements on Tally's schema (indexes, foreign keys, decimal strings)", results.rawTally!.median],
   ['engine.graphql postTransaction (1 per request)', results.engine!.median],
 ], results.raw!.median)}`);
-console.log(`\nengine ÷ raw on Tally's schema: ${(results.engine!.median / results.rawTally!.median).toFixed(2)}`);
+console.log(`\nengine ÷ raw with the engine's checkpointing: ${(results.engine!.median / results.rawCheckpointed!.median).toFixed(2)}`);
+console.log(`engine ÷ raw on Tally's schema: ${(results.engine!.median / results.rawTally!.median).toFixed(2)}`);
 console.log(`\nrounds: raw ${results.raw!.rounds.map((r) => r.toFixed(0)).join(', ')}; engine ${results.engine!.rounds.map((r) => r.toFixed(0)).join(', ')}`);
 console.log(`\nbalance read through engine.graphql: ${fewMicros.toFixed(1)} µs after 10 entries, ${manyMicros.toFixed(1)} µs after 100,000 entries (ratio ${(manyMicros / fewMicros).toFixed(2)})`);
 engine.close();
 raw.close();
+rawCheckpointed.close();
 rawTally.close();
 cleanup();

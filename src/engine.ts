@@ -30,10 +30,13 @@ import type { LedgerDeps } from './ledger/deps.js';
 import { Ledger } from './ledger/ledger.js';
 import { type Limits, resolveLimits } from './limits.js';
 import { type Db, openDatabase } from './storage/database.js';
+import { Checkpointer } from './storage/checkpointer.js';
 import { mapDriverError } from './storage/driver-errors.js';
 import { actionStatements } from './storage/statements/actions.js';
 import { ledgerStatements } from './storage/statements/ledger.js';
 import { TransactionManager } from './storage/transaction.js';
+
+export const DEFAULT_CHECKPOINT_INTERVAL_MS = 25;
 
 export interface EngineOptions {
   /** SQLite file, or ':memory:' (the default). */
@@ -44,6 +47,11 @@ export interface EngineOptions {
   logError?: (error: unknown) => void;
   /** Backoff jitter source, in [0, 1). Default Math.random. */
   random?: () => number;
+  /**
+   * How often a background thread checkpoints the WAL (see Checkpointer). Default 25 ms; 0 leaves
+   * every checkpoint to the committing request (SQLite's own behaviour). Ignored for ':memory:'.
+   */
+  checkpointIntervalMs?: number;
 }
 
 export interface RequestOptions {
@@ -110,7 +118,10 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     return current;
   };
 
-  const db = openDatabase({ path: options.path ?? ':memory:', busyTimeoutMs: limits.busyTimeoutMs });
+  const path = options.path ?? ':memory:';
+  const db = openDatabase({ path, busyTimeoutMs: limits.busyTimeoutMs, walAutocheckpointPages: limits.walAutocheckpointPages });
+  const checkpointIntervalMs = options.checkpointIntervalMs ?? DEFAULT_CHECKPOINT_INTERVAL_MS;
+  const checkpointer = path !== ':memory:' && checkpointIntervalMs > 0 ? new Checkpointer(path, checkpointIntervalMs, logError) : null;
   const transactions = new TransactionManager(db);
   const cel = new Cel(clock, limits);
   const newId = orderedIds();
@@ -263,6 +274,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     authenticate: (apiKey) => authenticate(clientDeps, apiKey)?.principal ?? null,
     ensureAdmin: (apiKey) => transactions.run('write', () => ({ value: ensureAdmin(clientDeps, apiKey), commit: true })),
     close: () => {
+      checkpointer?.stop();
       db.close();
       sandboxes.dispose();
     },

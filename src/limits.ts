@@ -35,6 +35,12 @@ export interface Limits {
   decimalFractionDigitsMax: number;
   /** How long a writer waits for SQLite's write lock before failing with BUSY. */
   busyTimeoutMs: number;
+  /**
+   * WAL pages after which the committing request checkpoints the log itself. The background
+   * checkpointer (EngineOptions.checkpointIntervalMs) copies pages long before; this bounds the
+   * log (~4 KiB a page) when a steady stream of writes never lets it restart.
+   */
+  walAutocheckpointPages: number;
 
   /** Largest tool program (config.src) in bytes. */
   programBytesMax: number;
@@ -83,6 +89,7 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   decimalIntegerDigitsMax: 30,
   decimalFractionDigitsMax: 18,
   busyTimeoutMs: 5000,
+  walAutocheckpointPages: 10_000,
 
   programBytesMax: 262_144,
   toolReferencesMax: 64,

@@ -11,6 +11,8 @@ export interface OpenOptions {
   /** File path, or ':memory:'. Parent folders are created. */
   path: string;
   busyTimeoutMs: number;
+  /** The log size, in pages, at which a commit checkpoints (SQLite's default is 1000). */
+  walAutocheckpointPages?: number;
 }
 
 /** Open SQLite with explicit pragmas and bring its schema up to date. */
@@ -28,6 +30,7 @@ export function openDatabase(options: OpenOptions): Db {
     // the default 2 MiB makes every random index page a read from the OS.
     db.pragma('cache_size = -65536');
     db.pragma('temp_store = MEMORY');
+    if (options.walAutocheckpointPages !== undefined) db.pragma(`wal_autocheckpoint = ${Math.trunc(options.walAutocheckpointPages)}`);
     registerFunctions(db);
     migrate(db, MIGRATIONS);
   } catch (error) {

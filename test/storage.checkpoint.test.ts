@@ -1,0 +1,68 @@
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Engine } from '../src/engine.js';
+import { createAccount, createTransferCode, id, newEngine, ok, POST } from './helpers.js';
+
+const PAGE = 4096;
+const dirs: string[] = [];
+afterEach(() => {
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+async function fileEngine(options: Parameters<typeof newEngine>[0]): Promise<{ engine: Engine; path: string }> {
+  const dir = mkdtempSync(join(tmpdir(), 'tally-ckpt-'));
+  dirs.push(dir);
+  const path = join(dir, 'tally.db');
+  return { engine: await newEngine({ path, ...options }), path };
+}
+
+function postMany(engine: Engine, count: number, base = 0): void {
+  for (let n = 0; n < count; n++) {
+    ok(engine, POST, { input: { transactionId: id(100_000 + base + n), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1.25' } } });
+  }
+}
+
+const size = (path: string) => statSync(path).size;
+
+describe('WAL checkpoints', () => {
+  it('the background thread copies committed pages into the database file while the writer does not', async () => {
+    // The writer never checkpoints (walAutocheckpointPages 0): only the worker can grow the file.
+    const { engine, path } = await fileEngine({ limits: { walAutocheckpointPages: 0 }, checkpointIntervalMs: 5 });
+    createAccount(engine, 1);
+    createAccount(engine, 2);
+    createTransferCode(engine);
+    const before = size(path);
+    postMany(engine, 300);
+    const deadline = Date.now() + 5000;
+    while (size(path) <= before + 20 * PAGE && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    expect(size(path)).toBeGreaterThan(before + 20 * PAGE);
+    engine.close();
+  });
+
+  it('with the thread off and no automatic checkpoint, nothing reaches the database file (the control)', async () => {
+    const { engine, path } = await fileEngine({ limits: { walAutocheckpointPages: 0 }, checkpointIntervalMs: 0 });
+    createAccount(engine, 1);
+    createAccount(engine, 2);
+    createTransferCode(engine);
+    const before = size(path);
+    postMany(engine, 300);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(size(path)).toBe(before);
+    expect(size(`${path}-wal`)).toBeGreaterThan(300 * PAGE);
+    engine.close();
+  });
+
+  it('walAutocheckpointPages bounds the log: the writer checkpoints and the log restarts', async () => {
+    const { engine, path } = await fileEngine({ limits: { walAutocheckpointPages: 40 }, checkpointIntervalMs: 0 });
+    createAccount(engine, 1);
+    createAccount(engine, 2);
+    createTransferCode(engine);
+    postMany(engine, 300);
+    // Each post appends a handful of pages; a restarted log never grows far past the bound.
+    expect(size(`${path}-wal`)).toBeLessThan((40 + 20) * (PAGE + 24) + 32);
+    ok(engine, `{ balance(accountId: "${id(2)}", currency: "USD") { settled { normalBalance { units } } } }`);
+    engine.close();
+  });
+});
