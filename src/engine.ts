@@ -32,6 +32,7 @@ import { type Limits, resolveLimits } from './limits.js';
 import { type Db, openDatabase } from './storage/database.js';
 import { Checkpointer } from './storage/checkpointer.js';
 import { mapDriverError } from './storage/driver-errors.js';
+import { CacheEpoch, RecordCache } from './storage/record-cache.js';
 import { actionStatements } from './storage/statements/actions.js';
 import { ledgerStatements } from './storage/statements/ledger.js';
 import { TransactionManager } from './storage/transaction.js';
@@ -84,7 +85,7 @@ export interface Engine {
   /** Resolves when the sandbox is usable (it is replaced after a crash). */
   sandboxReady(): Promise<void>;
   /** Cache and pool sizes, so tests can check they stay within their limits. */
-  stats(): { documentCacheSize: number; celCacheSize: number; idleSandboxContexts: number };
+  stats(): { documentCacheSize: number; celCacheSize: number; recordCacheSize: number; idleSandboxContexts: number };
   /** The raw connection, for tests and benchmarks that check the database directly. */
   readonly db: Db;
 }
@@ -122,10 +123,19 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const db = openDatabase({ path, busyTimeoutMs: limits.busyTimeoutMs, walAutocheckpointPages: limits.walAutocheckpointPages });
   const checkpointIntervalMs = options.checkpointIntervalMs ?? DEFAULT_CHECKPOINT_INTERVAL_MS;
   const checkpointer = path !== ':memory:' && checkpointIntervalMs > 0 ? new Checkpointer(path, checkpointIntervalMs, logError) : null;
-  const transactions = new TransactionManager(db);
+  const epoch = new CacheEpoch();
+  const transactions = new TransactionManager(db, epoch);
   const cel = new Cel(clock, limits);
   const newId = orderedIds();
-  const ledgerDeps: LedgerDeps = { st: ledgerStatements(db), cel, clock, limits, newId };
+  const ledgerDeps: LedgerDeps = {
+    st: ledgerStatements(db),
+    cel,
+    clock,
+    limits,
+    newId,
+    epoch,
+    cache: { journals: new RecordCache(epoch, limits.recordCacheMax), tranCodesByCode: new RecordCache(epoch, limits.recordCacheMax) },
+  };
   const ledger = new Ledger(ledgerDeps);
   const st = actionStatements(db);
   const actionDeps: ActionDeps = {
@@ -144,6 +154,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const startedListeners: Array<() => void> = [];
   const services: ExecutionServices = {
     queue: queueStatements(db),
+    epoch,
+    activeTriggers: new RecordCache(epoch, limits.recordCacheMax),
     random: options.random ?? Math.random,
     notifyStarted: () => {
       startedInTransaction = true;
@@ -278,7 +290,12 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       db.close();
       sandboxes.dispose();
     },
-    stats: () => ({ documentCacheSize: documents.size, celCacheSize: cel.size, idleSandboxContexts: sandboxes.current()?.idleContexts ?? 0 }),
+    stats: () => ({
+      documentCacheSize: documents.size,
+      celCacheSize: cel.size,
+      recordCacheSize: Math.max(ledgerDeps.cache.journals.size, ledgerDeps.cache.tranCodesByCode.size, services.activeTriggers.size),
+      idleSandboxContexts: sandboxes.current()?.idleContexts ?? 0,
+    }),
     sandboxReady: () => sandboxes.ready(),
   };
 }

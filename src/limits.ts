@@ -19,6 +19,8 @@ export interface Limits {
   celExpressionLengthMax: number;
   /** Compiled CEL expressions kept in the cache. */
   celCacheMax: number;
+  /** Rows kept by each record cache (journals by id, tran codes by code, active triggers). */
+  recordCacheMax: number;
   /** Entries one transaction may write (tran code entry templates, and entries after conditions). */
   entriesPerTransactionMax: number;
   /** Params one tran code may declare. */
@@ -81,6 +83,7 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   requestTimeoutMs: 30_000,
   celExpressionLengthMax: 4096,
   celCacheMax: 10_000,
+  recordCacheMax: 1000,
   entriesPerTransactionMax: 500,
   tranCodeParamsMax: 64,
   jsonBytesMax: 65_536,

@@ -46,6 +46,18 @@ describe('limits: each is named, defaulted, configurable and enforced', () => {
     expect(engine.stats().celCacheSize).toBe(3);
   });
 
+  it('recordCacheMax bounds the record caches (tran codes by code, journals)', async () => {
+    const engine = await newEngine({ limits: { recordCacheMax: 2 } });
+    createAccount(engine, 1);
+    createAccount(engine, 2);
+    for (let i = 0; i < 5; i++) createTransferCode(engine, `T${i}`, id(9000 + i));
+    for (let i = 0; i < 5; i++) {
+      ok(engine, POST, { input: { transactionId: id(100 + i), tranCode: `T${i}`, params: { from: id(1), to: id(2), amount: '1' } } });
+      expect(engine.stats().recordCacheSize).toBeLessThanOrEqual(2);
+    }
+    expect(engine.stats().recordCacheSize).toBeGreaterThan(0);
+  });
+
   it('celExpressionLengthMax', async () => {
     const engine = await newEngine({ limits: { celExpressionLengthMax: 20 } });
     ok(engine, 'mutation { evaluate(expression: "1 + 2") }');

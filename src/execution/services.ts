@@ -4,7 +4,8 @@ import type { Cel } from '../cel/cel.js';
 import type { Clock } from '../clock.js';
 import type { ErrorData } from '../errors.js';
 import type { Limits } from '../limits.js';
-import type { ActionStatements, QueueStatements } from '../storage/statements/actions.js';
+import type { ActionStatements, QueueStatements, TriggerRow } from '../storage/statements/actions.js';
+import type { CacheEpoch, RecordCache } from '../storage/record-cache.js';
 import type { TransactionManager } from '../storage/transaction.js';
 import type { CallFrame, Caller } from './call-tree.js';
 
@@ -27,6 +28,10 @@ export interface ExecutionServices {
   clock: Clock;
   limits: Readonly<Limits>;
   queue: QueueStatements;
+  /** Moves when cached rows may be stale; writers of triggers bump it. */
+  epoch: CacheEpoch;
+  /** The ACTIVE triggers (one key), read by every ledger change. */
+  activeTriggers: RecordCache<readonly TriggerRow[]>;
   /** Jitter for backoff; injectable so tests are repeatable. */
   random: () => number;
   /** Called when an execution was queued in the current transaction; the engine wakes workers after commit. */

@@ -1,7 +1,8 @@
 import type { Cel } from '../cel/cel.js';
 import type { Clock } from '../clock.js';
 import type { Limits } from '../limits.js';
-import type { LedgerStatements } from '../storage/statements/ledger.js';
+import type { CacheEpoch, RecordCache } from '../storage/record-cache.js';
+import type { JournalRow, LedgerStatements, TranCodeRow } from '../storage/statements/ledger.js';
 
 /** The changes a trigger can listen to. */
 export const LEDGER_EVENTS = ['transaction.inserted', 'account.inserted', 'account.updated'] as const;
@@ -26,6 +27,10 @@ export interface LedgerDeps {
   limits: Readonly<Limits>;
   /** Time-ordered ids for records the engine names (entries, reversals). */
   newId: () => string;
+  /** Moves when cached rows may be stale; every writer of a cached table bumps it. */
+  epoch: CacheEpoch;
+  /** Rows every posting reads: the journal by id, the tran code by code. */
+  cache: { journals: RecordCache<JournalRow>; tranCodesByCode: RecordCache<TranCodeRow> };
   /** Told of every change, in the same transaction (triggers start executions from here). */
   onChange?: (change: LedgerChange) => void;
 }

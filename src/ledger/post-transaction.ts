@@ -5,7 +5,7 @@ import { EngineError, quote } from '../errors.js';
 import { checkCelValueSize } from '../cel/cel.js';
 import { canonicalJson, fingerprint, isUuid } from '../ids.js';
 import { setOwn } from '../json.js';
-import type { AccountRow, EntryRow, TransactionRow } from '../storage/statements/ledger.js';
+import type { EntryRow, TranCodeRow, TransactionRow } from '../storage/statements/ledger.js';
 import { applyToBalances, type BalanceDelta } from './balances.js';
 import type { LedgerDeps } from './deps.js';
 import { DEFAULT_JOURNAL_ID } from './journals.js';
@@ -113,7 +113,7 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
     );
   }
 
-  const tranCodeRow = findTranCodeRow(deps, { code: input.tranCode });
+  const tranCodeRow = cachedTranCode(deps, input.tranCode);
   if (tranCodeRow.status !== 'ACTIVE') {
     throw new EngineError('TRAN_CODE_LOCKED', `tran code ${tranCodeRow.code} is ${tranCodeRow.status}`);
   }
@@ -127,7 +127,7 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
   const expanded = expand(deps, compiled, input.transactionId, params as Record<string, unknown>);
   checkBalanced(compiled.document.code, expanded.entries);
 
-  const journal = deps.st.journalById.get(expanded.journalId);
+  const journal = deps.cache.journals.get(expanded.journalId, (id) => deps.st.journalById.get(id));
   if (!journal) throw new EngineError('NOT_FOUND', `journal ${quote(expanded.journalId)} does not exist`);
   if (journal.status !== 'ACTIVE') {
     throw new EngineError('JOURNAL_LOCKED', `journal ${journal.name} (${journal.journal_id}) is ${journal.status}`);
@@ -154,18 +154,18 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
     modified: now,
   };
   const written = toTransaction(writeTransaction(deps, row, expanded.entries));
-  announce(deps, written, compiled.document.code, JSON.parse(paramsText ?? '{}'), expanded.entries);
+  announce(deps, written, compiled.document.code, () => JSON.parse(paramsText ?? '{}'), expanded.entries);
   return written;
 }
 
 /** Tell triggers: the transaction, its tran code, its params and its entries. */
-function announce(deps: LedgerDeps, transaction: Transaction, tranCode: string, params: unknown, entries: readonly PlannedEntry[]): void {
+function announce(deps: LedgerDeps, transaction: Transaction, tranCode: string, params: () => unknown, entries: readonly PlannedEntry[]): void {
   if (!deps.onChange) return;
   // Built only if a trigger listens: most posts have none.
   const document = () => ({
     ...transaction,
     tranCode,
-    params,
+    params: params(),
     entries: entries.map((e) => ({ accountId: e.accountId, units: e.units.toFixed(), currency: e.currency, direction: e.direction, layer: e.layer, entryType: e.entryType })),
   });
   deps.onChange({ event: 'transaction.inserted', recordId: transaction.transactionId, recordVersion: 1, document, previous: null });
@@ -222,7 +222,7 @@ export function voidTransaction(deps: LedgerDeps, transactionId: string, guard?:
   deps.st.markVoided.run(reversal.transaction_id, now.toISOString(), transactionId);
   const reversed = toTransaction(written);
   const code = deps.st.tranCodeById.get(original.tran_code_id)?.code ?? '';
-  announce(deps, reversed, code, null, planned);
+  announce(deps, reversed, code, () => null, planned);
   return reversed;
 }
 
@@ -237,7 +237,10 @@ function writeTransaction(
 ): TransactionRow {
   const firstEntrySeq = (deps.st.lastEntrySeq.get()?.seq ?? 0) + 1;
   const row = { ...partial, first_entry_seq: firstEntrySeq, entry_count: entries.length };
-  const info = deps.st.insertTransaction.run(row);
+  const info = deps.st.insertTransaction.run(
+    row.transaction_id, row.tran_code_id, row.tran_code_version, row.journal_id, row.correlation_id, row.external_id, row.effective,
+    row.description, row.metadata, row.void_of, row.input_fingerprint, row.first_entry_seq, row.entry_count, row.created, row.modified,
+  );
   const deltas: BalanceDelta[] = [];
   entries.forEach((e, i) => {
     const entryId = deps.newId();
@@ -251,17 +254,23 @@ function writeTransaction(
   return { ...row, seq: Number(info.lastInsertRowid) };
 }
 
+/** The tran code row by code, from the cache when it is current. */
+function cachedTranCode(deps: LedgerDeps, code: string): TranCodeRow {
+  if (typeof code !== 'string') return findTranCodeRow(deps, { code });
+  return deps.cache.tranCodesByCode.get(code, () => findTranCodeRow(deps, { code }))!;
+}
+
 function checkPostable(deps: LedgerDeps, accountIds: readonly string[]): void {
   const checked = new Set<string>();
   for (const accountId of accountIds) {
     if (checked.has(accountId)) continue;
     checked.add(accountId);
-    const account: AccountRow | undefined = deps.st.accountById.get(accountId);
+    const account = deps.st.accountStatus.get(accountId) as [code: string, status: string] | undefined;
     if (!account) {
       throw new EngineError('NOT_FOUND', `account ${quote(accountId)} does not exist`, { hint: 'Create the account before posting to it.' });
     }
-    if (account.status === 'LOCKED') {
-      throw new EngineError('ACCOUNT_LOCKED', `account ${account.code} (${accountId}) is LOCKED and accepts no postings`, {
+    if (account[1] === 'LOCKED') {
+      throw new EngineError('ACCOUNT_LOCKED', `account ${account[0]} (${accountId}) is LOCKED and accepts no postings`, {
         details: { accountId },
       });
     }

@@ -220,6 +220,7 @@ export function createTranCode(deps: LedgerDeps, input: TranCodeInput, cache: Tr
   const compiled = compileTranCode(deps, document);
   const row: TranCodeRow = { tran_code_id: input.tranCodeId, code, status: input.status ?? 'ACTIVE', version: 1, created: now, modified: now };
   insertUnique(() => deps.st.insertTranCode.run(row), `tran code code ${quote(code)}`);
+  deps.epoch.bump();
   deps.st.insertTranCodeVersion.run(row.tran_code_id, 1, JSON.stringify(document), now);
   cache.set(compiled);
   return toTranCode(document, row);
@@ -242,6 +243,7 @@ export function updateTranCode(deps: LedgerDeps, tranCodeId: string, input: Tran
     deps.st.insertTranCodeVersion.run(tranCodeId, version, JSON.stringify(document), now);
   }
   deps.st.updateTranCode.run(row);
+  deps.epoch.bump();
   return toTranCode(document, row);
 }
 

@@ -1,6 +1,7 @@
 import type { Statement } from 'better-sqlite3';
 import type { Db } from './database.js';
 import { mapDriverError } from './driver-errors.js';
+import type { CacheEpoch } from './record-cache.js';
 
 /**
  * One physical SQLite transaction at a time per connection, with savepoints nested inside it.
@@ -12,11 +13,17 @@ export class TransactionManager {
   private readonly beginImmediate;
   private readonly commit;
   private readonly rollback;
+  private readonly dataVersion;
+  private lastDataVersion = -1;
   private savepointDepth = 0;
   /** SAVEPOINT / RELEASE / ROLLBACK TO statements by depth, prepared once. */
   private readonly savepointStatements: Array<{ open: Statement<[]>; release: Statement<[]>; rollbackTo: Statement<[]> }> = [];
 
-  constructor(private readonly db: Db) {
+  constructor(
+    private readonly db: Db,
+    private readonly epoch?: CacheEpoch,
+  ) {
+    this.dataVersion = db.prepare<[], number>('PRAGMA data_version').pluck();
     this.begin = db.prepare('BEGIN');
     this.beginImmediate = db.prepare('BEGIN IMMEDIATE');
     this.commit = db.prepare('COMMIT');
@@ -36,7 +43,16 @@ export class TransactionManager {
     if (this.db.inTransaction) throw new Error('bug: a transaction is already open on this connection');
     try {
       (mode === 'write' ? this.beginImmediate : this.begin).run();
+      if (this.epoch) {
+        // Another connection committed since our last transaction: cached rows may be stale.
+        const version = this.dataVersion.get() as number;
+        if (version !== this.lastDataVersion) {
+          this.lastDataVersion = version;
+          this.epoch.bump();
+        }
+      }
     } catch (error) {
+      this.rollbackQuietly();
       throw mapDriverError(error);
     }
     let outcome: { value: T; commit: boolean };
@@ -77,6 +93,7 @@ export class TransactionManager {
         sp.rollbackTo.run();
         sp.release.run();
       }
+      this.epoch?.bump();
       throw error;
     } finally {
       this.savepointDepth--;
@@ -95,6 +112,7 @@ export class TransactionManager {
 
   private rollbackQuietly(): void {
     this.savepointDepth = 0;
+    this.epoch?.bump();
     if (this.db.inTransaction) this.rollback.run();
   }
 }

@@ -98,6 +98,7 @@ export function createTrigger(svc: ExecutionServices, principal: string, input: 
     action_version: checked.action.version, input: checked.input === null ? null : JSON.stringify(checked.input), principal,
     status: input.status ?? 'ACTIVE', created: now, modified: now,
   });
+  svc.epoch.bump();
   return getTrigger(svc, input.triggerId);
 }
 
@@ -109,12 +110,14 @@ export function updateTrigger(svc: ExecutionServices, triggerId: string, input: 
     filter: checked.filter, action_name: checked.action.name, action_version: checked.action.version,
     input: checked.input === null ? null : JSON.stringify(checked.input), status: input.status ?? current.status, modified: svc.clock.now().toISOString(),
   });
+  svc.epoch.bump();
   return getTrigger(svc, triggerId);
 }
 
 export function deleteTrigger(svc: ExecutionServices, triggerId: string): Trigger {
   const current = getTrigger(svc, triggerId);
   svc.queue.deleteTrigger.run(triggerId);
+  svc.epoch.bump();
   return current;
 }
 
@@ -135,7 +138,7 @@ export function listTriggers(svc: ExecutionServices, first: number, after?: stri
  * change: the execution is recorded as FAILED with the CEL error, where it can be seen.
  */
 export function dispatchChange(svc: ExecutionServices, change: LedgerChange): void {
-  const triggers = svc.queue.activeTriggers.all();
+  const triggers = svc.activeTriggers.get('active', () => svc.queue.activeTriggers.all())!;
   if (triggers.length === 0) return;
   let bindings: Record<string, unknown> | null = null;
   for (const row of triggers) {

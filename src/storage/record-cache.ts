@@ -1,0 +1,52 @@
+/**
+ * When cached copies of rows may have gone stale. The number moves whenever a row that some cache
+ * copies may have changed: this connection wrote one (the writer bumps it), a transaction or a
+ * savepoint rolled back (writes the caches saw are undone), or another connection committed
+ * (`PRAGMA data_version` moved; checked once per transaction). Caches compare it, and drop
+ * everything they hold when it moved. Writes to cached tables (journals, tran codes, triggers) are
+ * rare next to reads of them, so dropping everything is cheap.
+ */
+export class CacheEpoch {
+  private current = 0;
+
+  get value(): number {
+    return this.current;
+  }
+
+  bump(): void {
+    this.current++;
+  }
+}
+
+/**
+ * Rows by key, valid for one epoch, at most `entriesMax` of them (the whole map is dropped when
+ * full: the rows cached are few and hot, e.g. journals and tran codes by code).
+ */
+export class RecordCache<V> {
+  private readonly rows = new Map<string, V>();
+  private epoch = -1;
+
+  constructor(
+    private readonly clock: CacheEpoch,
+    private readonly entriesMax: number,
+  ) {}
+
+  get size(): number {
+    return this.rows.size;
+  }
+
+  /** The cached row, or `load(key)` (cached unless undefined). */
+  get(key: string, load: (key: string) => V | undefined): V | undefined {
+    if (this.epoch !== this.clock.value) {
+      this.rows.clear();
+      this.epoch = this.clock.value;
+    }
+    const cached = this.rows.get(key);
+    if (cached !== undefined) return cached;
+    const loaded = load(key);
+    if (loaded === undefined || this.entriesMax === 0) return loaded;
+    if (this.rows.size >= this.entriesMax) this.rows.clear();
+    this.rows.set(key, loaded);
+    return loaded;
+  }
+}

@@ -1,0 +1,98 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createAccount, createTransferCode, fails, id, newEngine, ok, POST } from './helpers.js';
+
+/**
+ * Postings read the tran code and the journal from caches. A cached row must never outlive the row:
+ * changes by this engine, changes undone by a rollback, and changes committed by another connection
+ * are all seen by the next posting.
+ */
+const dir = mkdtempSync(join(tmpdir(), 'tally-cache-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const post = (n: number, tranCode = 'TRANSFER') => ({ input: { transactionId: id(1000 + n), tranCode, params: { from: id(1), to: id(2), amount: '1.00' } } });
+const LOCK_CODE = `mutation { lockTranCode(id: "${id(9000)}") { status } }`;
+
+describe('record caches', () => {
+  it('a tran code locked by another connection is refused at the next posting', async () => {
+    const path = join(dir, 'other.db');
+    const engine = await newEngine({ path });
+    createAccount(engine, 1);
+    createAccount(engine, 2);
+    createTransferCode(engine);
+    ok(engine, POST, post(1)); // the tran code row is now cached
+    const other = new Database(path);
+    other.prepare("UPDATE tran_codes SET status = 'LOCKED' WHERE code = 'TRANSFER'").run();
+    expect(fails(engine, POST, post(2)).code).toBe('TRAN_CODE_LOCKED');
+    other.prepare("UPDATE tran_codes SET status = 'ACTIVE' WHERE code = 'TRANSFER'").run();
+    ok(engine, POST, post(3));
+    // A journal locked elsewhere, too.
+    other.prepare("UPDATE journals SET status = 'LOCKED'").run();
+    expect(fails(engine, POST, post(4)).code).toBe('JOURNAL_LOCKED');
+    other.close();
+    engine.close();
+  });
+
+  it('a lock in the same request is seen by a posting after it; a rolled-back lock is forgotten', async () => {
+    const engine = await newEngine();
+    createAccount(engine, 1);
+    createAccount(engine, 2);
+    createTransferCode(engine);
+    ok(engine, POST, post(1));
+    // Lock, then post in one document: the posting sees the lock (and the request rolls back).
+    const both = engine.graphql(`mutation($input: TransactionInput!) { lockTranCode(id: "${id(9000)}") { status } postTransaction(input: $input) { transactionId } }`, post(2));
+    expect(both.errors?.[0]?.extensions?.code).toBe('TRAN_CODE_LOCKED');
+    // The lock was rolled back with the request: posting works again.
+    ok(engine, POST, post(3));
+    // A @dryRun lock leaves nothing behind either.
+    ok(engine, `mutation @dryRun { lockTranCode(id: "${id(9000)}") { status } }`);
+    ok(engine, POST, post(4));
+    // A real lock is seen at once.
+    ok(engine, LOCK_CODE);
+    expect(fails(engine, POST, post(5)).code).toBe('TRAN_CODE_LOCKED');
+    engine.close();
+  });
+
+  it('a lock undone by a failed tool call (savepoint rollback) is forgotten', async () => {
+    const engine = await newEngine();
+    createAccount(engine, 1);
+    createAccount(engine, 2);
+    createTransferCode(engine);
+    ok(engine, POST, post(1));
+    ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
+      id: id(7000),
+      input: {
+        name: 'lock_then_fail',
+        kind: 'tool',
+        // Lock, then post: the failing post caches the LOCKED row before the call is rolled back.
+        config: {
+          runtime: 'javascript',
+          src: `function run() {
+            graphql('mutation { lockTranCode(id: "${id(9000)}") { status } }');
+            graphql('mutation($input: TransactionInput!) { postTransaction(input: $input) { transactionId } }', ${JSON.stringify(post(9))});
+          }`,
+        },
+        policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
+      },
+    });
+    const r = ok(engine, `mutation($input: TransactionInput!) {
+      actions { invokeAction(id: "${id(7000)}", input: {executionId: "${id(7001)}", actionVersion: 1, input: {}}) { status invocation { error { code } } } }
+      postTransaction(input: $input) { transactionId } }`, post(2));
+    expect(r.actions.invokeAction).toEqual({ status: 'FAILED', invocation: { error: { code: 'TRAN_CODE_LOCKED' } } });
+    expect(r.postTransaction.transactionId).toBe(id(1002));
+    engine.close();
+  });
+
+  it('a new tran code with a code seen before as missing is found', async () => {
+    const engine = await newEngine();
+    createAccount(engine, 1);
+    createAccount(engine, 2);
+    expect(fails(engine, POST, post(1, 'LATER')).code).toBe('NOT_FOUND');
+    createTransferCode(engine, 'LATER', id(9100));
+    ok(engine, POST, post(1, 'LATER'));
+    engine.close();
+  });
+});
