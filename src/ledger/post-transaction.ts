@@ -103,9 +103,9 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
     canonicalJson({ tranCode: input.tranCode, tranCodeVersion: input.tranCodeVersion ?? null, params: JSON.parse(paramsText ?? '{}') }),
   );
 
-  const existing = deps.st.transactionById.get(input.transactionId);
-  if (existing) {
-    if (existing.input_fingerprint === inputFingerprint) return toTransaction(existing);
+  const existing = deps.st.fingerprintOfTransaction.get(input.transactionId);
+  if (existing !== undefined) {
+    if (existing === inputFingerprint) return toTransaction(deps.st.transactionById.get(input.transactionId)!);
     throw new EngineError(
       'TRANSACTION_ID_CONFLICT',
       `transaction ${input.transactionId} was already posted with a different input`,

@@ -45,11 +45,36 @@ export function openDatabase(options: OpenOptions): Db {
  * do the same with NUMERIC `a + b`.
  */
 function registerFunctions(db: Db): void {
-  db.function('dec_add', { deterministic: true, varargs: false }, (a: unknown, b: unknown) => {
-    if (b === '0') return a;
-    if (a === '0') return b;
-    return new Dec(String(a)).plus(String(b)).toFixed();
-  });
+  db.function('dec_add', { deterministic: true, varargs: false }, decAdd);
+}
+
+/** A non-negative decimal of at most 15 digits in all: exact as a double once the point is removed. */
+const SMALL = /^(\d{1,15})(?:\.(\d{1,15}))?$/;
+
+/**
+ * `a + b` for decimal strings, as decimal.js's plus(...).toFixed() gives it. Balance totals are
+ * non-negative and mostly short, so when both fit in 15 digits the sum is done on the scaled
+ * integers as doubles (exact below 2^53) and only other cases pay for decimal.js.
+ */
+export function decAdd(a: unknown, b: unknown): unknown {
+  if (b === '0') return a;
+  if (a === '0') return b;
+  const ma = typeof a === 'string' ? SMALL.exec(a) : null;
+  const mb = ma && typeof b === 'string' ? SMALL.exec(b) : null;
+  if (ma && mb) {
+    const fa = ma[2] ?? '';
+    const fb = mb[2] ?? '';
+    const scale = Math.max(fa.length, fb.length);
+    if (ma[1]!.length + scale <= 15 && mb[1]!.length + scale <= 15) {
+      const sum = Number(ma[1] + fa.padEnd(scale, '0')) + Number(mb[1] + fb.padEnd(scale, '0'));
+      if (scale === 0) return String(sum);
+      const digits = String(sum).padStart(scale + 1, '0');
+      const fraction = digits.slice(-scale).replace(/0+$/, '');
+      const whole = digits.slice(0, -scale);
+      return fraction === '' ? whole : `${whole}.${fraction}`;
+    }
+  }
+  return new Dec(String(a)).plus(String(b)).toFixed();
 }
 
 export function schemaVersion(db: Db): number {

