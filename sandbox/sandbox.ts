@@ -124,8 +124,10 @@ export class Sandbox {
       event.dispose();
       // Promise jobs the call queued run now, inside the call (its deadline, its savepoint),
       // so none is left behind in the shared runtime.
-      const jobs = this.runtime.executePendingJobs(-1);
-      if (jobs.error) jobs.error.dispose();
+      if (this.runtime.hasPendingJob()) {
+        const jobs = this.runtime.executePendingJobs(-1);
+        if (jobs.error) jobs.error.dispose();
+      }
       if (result.error) {
         const failure = this.escaped(ctx.dump(result.error));
         result.error.dispose();

@@ -135,7 +135,11 @@ export function persistTree(st: ActionStatements, root: CallNode): void {
   const stack = [root];
   while (stack.length > 0) {
     const node = stack.pop()!;
-    st.insertExecution.run(nodeToRow(node));
+    const r = nodeToRow(node);
+    st.insertExecution.run(
+      r.execution_id, r.action_id, r.action_name, r.action_version, r.kind, r.status, r.input, r.input_fingerprint, r.output, r.error,
+      r.principal, r.parent_id, r.root_id, r.depth, r.attempt, r.started, r.finished, r.logs, r.created, r.modified,
+    );
     for (let i = node.children.length - 1; i >= 0; i--) stack.push(node.children[i]!);
   }
 }

@@ -16,6 +16,8 @@ export interface InvokeRequest {
   executionId: string;
   actionVersion?: number | null;
   input?: unknown;
+  /** The version, when the caller already loaded it (the resolver does, to check the policy). */
+  version?: ActionVersion;
 }
 
 /** Thrown inside a savepoint to roll a successful @dryRun operation back while keeping its result. */
@@ -39,9 +41,9 @@ export function invokeAction(svc: ExecutionServices, caller: Caller, parent: Cal
   if (parent?.root.ids.has(request.executionId)) {
     throw new EngineError('EXECUTION_ID_CONFLICT', `execution ${request.executionId} was already used in this call tree`, { hint: 'Use a new executionId for each call.' });
   }
-  const existing = svc.st.executionById.get(request.executionId);
-  if (existing) {
-    if (existing.input_fingerprint === inputFingerprint) return rowToNode(existing);
+  const existing = svc.st.fingerprintOfExecution.get(request.executionId);
+  if (existing !== undefined) {
+    if (existing === inputFingerprint) return rowToNode(svc.st.executionById.get(request.executionId)!);
     throw new EngineError('EXECUTION_ID_CONFLICT', `execution ${request.executionId} already exists with a different action or input`, {
       details: { executionId: request.executionId },
     });
@@ -62,7 +64,7 @@ function resolveInvokeTarget(svc: ExecutionServices, request: InvokeRequest): Ca
       hint: 'Name the exact version to run (invoke never picks one for you); startAction can default to the current ACTIVE one.',
     });
   }
-  const version = getVersion(svc.actions, { id: request.id, name: request.name, version: request.actionVersion });
+  const version = request.version ?? getVersion(svc.actions, { id: request.id, name: request.name, version: request.actionVersion });
   checkRunnable(version);
   return { type: 'version', version };
 }

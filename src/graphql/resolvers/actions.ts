@@ -35,13 +35,12 @@ function listExecutions(ctx: RequestContext, { first, after, where }: Args) {
  * Invoking or starting action X is INSERT on actions.Execution with context.document.action == "X".
  * The name comes from the cached version document when the version is given (the invoke hot path).
  */
-function guardExecution(ctx: RequestContext, id: string | null | undefined, name: string | null | undefined, input: Args): void {
-  const actionName = !id
-    ? name
-    : input.actionVersion != null
-      ? actions.getVersion(ctx.services.actions, { id, version: input.actionVersion }).name
-      : actions.findAction(ctx.services.actions, { id }).name;
+/** Check the stack may run the action; returns the version when it had to load it (invoke reuses it). */
+function guardExecution(ctx: RequestContext, id: string | null | undefined, name: string | null | undefined, input: Args): ActionVersion | undefined {
+  const version = id && input.actionVersion != null ? actions.getVersion(ctx.services.actions, { id, version: input.actionVersion }) : undefined;
+  const actionName = !id ? name : version ? version.name : actions.findAction(ctx.services.actions, { id }).name;
   guard(ctx, 'INSERT', AE, { action: actionName, version: input.actionVersion ?? null, input: input.input ?? null });
+  return version;
 }
 
 function invocations(ctx: RequestContext, node: CallNode) {
@@ -114,8 +113,10 @@ export const actionResolvers = {
       return actions.setVersionStatus(ctx.services.actions, id, version, 'ACTIVE');
     },
     invokeAction: (_: unknown, { id, name, input }: Args, ctx: RequestContext) => {
-      guardExecution(ctx, id, name, input);
-      return invokeAction(ctx.services, ctx.caller, ctx.frame, { id, name, executionId: input.executionId, actionVersion: input.actionVersion, input: input.input });
+      const version = guardExecution(ctx, id, name, input);
+      return invokeAction(ctx.services, ctx.caller, ctx.frame, {
+        id, name, executionId: input.executionId, actionVersion: input.actionVersion, input: input.input, ...(version ? { version } : {}),
+      });
     },
     startAction: (_: unknown, { id, name, input }: Args, ctx: RequestContext) => {
       guardExecution(ctx, id, name, input);
