@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { benchDir, compare, ok, pair, POST, rawPoster, setupEngine, table, uuid } from './common.js';
 
 const PER_ROUND = Number(process.env.BENCH_POSTS ?? 3000);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 
 const TRANSFER_SRC = `function run(event) {
   const d = event.data;

@@ -10,7 +10,7 @@ import type { Engine } from '../src/engine.js';
 import { benchDir, compare, median, ok, pair, POST, rawOnTallySchema, rawPoster, setupEngine, table, uuid } from './common.js';
 
 const PER_ROUND = Number(process.env.BENCH_POSTS ?? 5000);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 
 function balanceReadMicros(engine: Engine, accountId: string, reads = 3000): number {
   const q = `query B($a: UUID!) { balance(accountId: $a, currency: "USD") { settled { normalBalance { units } } available(layer: PENDING) { normalBalance { units } } } }`;
