@@ -38,6 +38,7 @@ import { ledgerStatements } from './storage/statements/ledger.js';
 import { TransactionManager } from './storage/transaction.js';
 
 export const DEFAULT_CHECKPOINT_INTERVAL_MS = 25;
+const SQLITE_WAL_AUTOCHECKPOINT_PAGES = 1000;
 
 export interface EngineOptions {
   /** SQLite file, or ':memory:' (the default). */
@@ -120,9 +121,22 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   };
 
   const path = options.path ?? ':memory:';
-  const db = openDatabase({ path, busyTimeoutMs: limits.busyTimeoutMs, walAutocheckpointPages: limits.walAutocheckpointPages });
   const checkpointIntervalMs = options.checkpointIntervalMs ?? DEFAULT_CHECKPOINT_INTERVAL_MS;
-  const checkpointer = path !== ':memory:' && checkpointIntervalMs > 0 ? new Checkpointer(path, checkpointIntervalMs, logError) : null;
+  const background = path !== ':memory:' && checkpointIntervalMs > 0;
+  // The writer's own threshold: walAutocheckpointPages while the thread copies pages ahead of it;
+  // without the thread, SQLite's default unless the limit was set explicitly.
+  const ownWalPages = options.limits?.walAutocheckpointPages;
+  const db = openDatabase({
+    path,
+    busyTimeoutMs: limits.busyTimeoutMs,
+    ...(background || ownWalPages !== undefined ? { walAutocheckpointPages: background ? limits.walAutocheckpointPages : ownWalPages } : {}),
+  });
+  const checkpointer = background
+    ? new Checkpointer(path, checkpointIntervalMs, logError, () => {
+        // The thread ended by itself: the writer checkpoints alone, as often as SQLite would.
+        if (db.open && ownWalPages === undefined) db.pragma(`wal_autocheckpoint = ${SQLITE_WAL_AUTOCHECKPOINT_PAGES}`);
+      })
+    : null;
   const epoch = new CacheEpoch();
   const transactions = new TransactionManager(db, epoch);
   const cel = new Cel(clock, limits);
@@ -293,7 +307,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     stats: () => ({
       documentCacheSize: documents.size,
       celCacheSize: cel.size,
-      recordCacheSize: Math.max(ledgerDeps.cache.journals.size, ledgerDeps.cache.tranCodesByCode.size, services.activeTriggers.size),
+      recordCacheSize: Math.max(ledgerDeps.cache.journals.size, ledgerDeps.cache.tranCodesByCode.size, services.activeTriggers.size, ledger.tranCodeCacheSize),
       idleSandboxContexts: sandboxes.current()?.idleContexts ?? 0,
     }),
     sandboxReady: () => sandboxes.ready(),

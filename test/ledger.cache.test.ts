@@ -95,4 +95,52 @@ describe('record caches', () => {
     ok(engine, POST, post(1, 'LATER'));
     engine.close();
   });
+
+  it('a version seen only inside a rolled-back request is not reused once another connection commits that number', async () => {
+    const path = join(dir, 'versions.db');
+    const engine = await newEngine({ path });
+    createAccount(engine, 1);
+    createAccount(engine, 2);
+    createTransferCode(engine);
+    const update = (units: string, dryRun: boolean) =>
+      `mutation($input: TransactionInput!) ${dryRun ? '@dryRun ' : ''}{
+        updateTranCode(id: "${id(9000)}", input: {entries: [
+          {accountId: "params.from", units: "${units}", currency: "'USD'", direction: "DEBIT"},
+          {accountId: "params.to", units: "${units}", currency: "'USD'", direction: "CREDIT"}]}) { version }
+        postTransaction(input: $input) { transactionId } }`;
+    // Version 2 (amount × 100) is compiled and used inside a @dryRun, then rolled back.
+    ok(engine, update('params.amount * decimal(\\"100\\")', true), post(1));
+    // Another engine on the file commits a different version 2 (amount × 1).
+    const other = await newEngine({ path, checkpointIntervalMs: 0 });
+    ok(other, update('params.amount', false), post(2));
+    other.close();
+    const posted = ok(engine, `mutation { postTransaction(input: {transactionId: "${id(1003)}", tranCode: "TRANSFER", tranCodeVersion: 2,
+      params: {from: "${id(1)}", to: "${id(2)}", amount: "1.00"}}) { entries(first: 2) { nodes { amount { units } } } } }`);
+    expect(posted.postTransaction.entries.nodes.map((n: { amount: { units: string } }) => n.amount.units)).toEqual(['1.00', '1.00']);
+    engine.close();
+  });
+
+  it('writes and rollbacks made on the connection outside the engine\'s transactions are seen too', async () => {
+    const engine = await newEngine();
+    createAccount(engine, 1);
+    createAccount(engine, 2);
+    createTransferCode(engine);
+    ok(engine, LOCK_CODE);
+    expect(fails(engine, POST, post(1)).code).toBe('TRAN_CODE_LOCKED');
+    // A caller's own transaction around ledger calls: unlock, post, then roll back.
+    expect(() =>
+      engine.db.transaction(() => {
+        engine.ledger.updateTranCode(id(9000), { status: 'ACTIVE' });
+        engine.ledger.postTransaction(post(2).input);
+        throw new Error('roll back');
+      })(),
+    ).toThrow('roll back');
+    expect(fails(engine, POST, post(3)).code).toBe('TRAN_CODE_LOCKED');
+    // A write straight on the connection (no engine transaction) is seen by the next request.
+    engine.db.prepare("UPDATE tran_codes SET status = 'ACTIVE'").run();
+    ok(engine, POST, post(4));
+    engine.db.prepare("UPDATE journals SET status = 'LOCKED'").run();
+    expect(fails(engine, POST, post(5)).code).toBe('JOURNAL_LOCKED');
+    engine.close();
+  });
 });

@@ -1,4 +1,5 @@
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import Database from 'better-sqlite3';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -64,5 +65,42 @@ describe('WAL checkpoints', () => {
     expect(size(`${path}-wal`)).toBeLessThan((40 + 20) * (PAGE + 24) + 32);
     ok(engine, `{ balance(accountId: "${id(2)}", currency: "USD") { settled { normalBalance { units } } } }`);
     engine.close();
+  });
+
+  it('close() leaves one complete database file: the log is checkpointed into it and removed', async () => {
+    const { engine, path } = await fileEngine({ checkpointIntervalMs: 5 });
+    createAccount(engine, 1);
+    createAccount(engine, 2);
+    createTransferCode(engine);
+    postMany(engine, 400);
+    engine.close();
+    expect(existsSync(`${path}-wal`)).toBe(false);
+    // The .db file alone (as a file backup would copy it) holds every transaction.
+    const copy = `${path}.copy`;
+    copyFileSync(path, copy);
+    const db = new Database(copy, { readonly: true });
+    expect((db.prepare('SELECT count(*) AS n FROM transactions').get() as { n: number }).n).toBe(400);
+    db.close();
+  });
+
+  it('an engine closed at once opens nothing afterwards and reports nothing', async () => {
+    const errors: unknown[] = [];
+    const { engine, path } = await fileEngine({ checkpointIntervalMs: 5, logError: (e) => errors.push(e) });
+    engine.close();
+    rmSync(join(path, '..'), { recursive: true, force: true });
+    await new Promise((r) => setTimeout(r, 200));
+    expect(errors).toEqual([]);
+  });
+
+  it("without the thread the writer checkpoints at SQLite's 1000 pages, unless the limit is set", async () => {
+    const off = await fileEngine({ checkpointIntervalMs: 0 });
+    expect(off.engine.db.pragma('wal_autocheckpoint', { simple: true })).toBe(1000);
+    off.engine.close();
+    const set = await fileEngine({ checkpointIntervalMs: 0, limits: { walAutocheckpointPages: 300 } });
+    expect(set.engine.db.pragma('wal_autocheckpoint', { simple: true })).toBe(300);
+    set.engine.close();
+    const on = await fileEngine({});
+    expect(on.engine.db.pragma('wal_autocheckpoint', { simple: true })).toBe(10_000);
+    on.engine.close();
   });
 });

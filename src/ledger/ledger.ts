@@ -15,6 +15,11 @@ export class Ledger {
 
   constructor(readonly deps: LedgerDeps) {}
 
+  /** Compiled tran code versions held (bounded by recordCacheMax). */
+  get tranCodeCacheSize(): number {
+    return this.tranCodeCache.size;
+  }
+
   getJournal = (id: string) => journals.getJournal(this.deps, id);
   listJournals = (first: number, after?: string | null) => journals.listJournals(this.deps, first, after);
   createJournal = (input: journals.JournalInput) => journals.createJournal(this.deps, input);
@@ -29,9 +34,9 @@ export class Ledger {
   getTranCode = (ref: Parameters<typeof tranCodes.getTranCode>[1]) => tranCodes.getTranCode(this.deps, ref);
   listTranCodes = (first: number, after?: string | null) => tranCodes.listTranCodes(this.deps, first, after);
   tranCodeHistory = (id: string, first: number, after?: string | null) => tranCodes.tranCodeHistory(this.deps, id, first, after);
-  createTranCode = (input: tranCodes.TranCodeInput) => tranCodes.createTranCode(this.deps, input, this.tranCodeCache);
-  updateTranCode = (id: string, input: tranCodes.TranCodeUpdate) => tranCodes.updateTranCode(this.deps, id, input, this.tranCodeCache);
-  lockTranCode = (id: string) => tranCodes.lockTranCode(this.deps, id, this.tranCodeCache);
+  createTranCode = (input: tranCodes.TranCodeInput) => tranCodes.createTranCode(this.deps, input);
+  updateTranCode = (id: string, input: tranCodes.TranCodeUpdate) => tranCodes.updateTranCode(this.deps, id, input);
+  lockTranCode = (id: string) => tranCodes.lockTranCode(this.deps, id);
 
   postTransaction = (input: posting.PostTransactionInput, guard?: posting.WriteGuard) => posting.postTransaction(this.deps, this.tranCodeCache, input, guard);
   voidTransaction = (id: string, guard?: posting.WriteGuard) => posting.voidTransaction(this.deps, id, guard);

@@ -203,7 +203,7 @@ function buildDocument(
   };
 }
 
-export function createTranCode(deps: LedgerDeps, input: TranCodeInput, cache: TranCodeCache): TranCode {
+export function createTranCode(deps: LedgerDeps, input: TranCodeInput): TranCode {
   if (deps.st.tranCodeById.get(input.tranCodeId)) {
     throw new EngineError('ALREADY_EXISTS', `tran code ${quote(input.tranCodeId)} already exists`, {
       hint: 'Use updateTranCode to make a new version.',
@@ -217,17 +217,16 @@ export function createTranCode(deps: LedgerDeps, input: TranCodeInput, cache: Tr
   }
   const now = deps.clock.now().toISOString();
   const document = buildDocument(deps, { tranCodeId: input.tranCodeId, code, version: 1, created: now }, input, null);
-  const compiled = compileTranCode(deps, document);
+  compileTranCode(deps, document); // refuses a template that does not compile
   const row: TranCodeRow = { tran_code_id: input.tranCodeId, code, status: input.status ?? 'ACTIVE', version: 1, created: now, modified: now };
   insertUnique(() => deps.st.insertTranCode.run(row), `tran code code ${quote(code)}`);
   deps.epoch.bump();
   deps.st.insertTranCodeVersion.run(row.tran_code_id, 1, JSON.stringify(document), now);
-  cache.set(compiled);
   return toTranCode(document, row);
 }
 
 /** A template change makes a new version; a status change alone does not. */
-export function updateTranCode(deps: LedgerDeps, tranCodeId: string, input: TranCodeUpdate, cache: TranCodeCache): TranCode {
+export function updateTranCode(deps: LedgerDeps, tranCodeId: string, input: TranCodeUpdate): TranCode {
   const current = findTranCodeRow(deps, { id: tranCodeId });
   const now = deps.clock.now().toISOString();
   const templateChanged = (['description', 'params', 'vars', 'transaction', 'entries', 'metadata'] as const).some(
@@ -238,7 +237,7 @@ export function updateTranCode(deps: LedgerDeps, tranCodeId: string, input: Tran
   if (templateChanged) {
     const version = current.version + 1;
     document = buildDocument(deps, { tranCodeId, code: current.code, version, created: now }, input, document);
-    cache.set(compileTranCode(deps, document));
+    compileTranCode(deps, document); // refuses a template that does not compile
     row.version = version;
     deps.st.insertTranCodeVersion.run(tranCodeId, version, JSON.stringify(document), now);
   }
@@ -247,8 +246,8 @@ export function updateTranCode(deps: LedgerDeps, tranCodeId: string, input: Tran
   return toTranCode(document, row);
 }
 
-export function lockTranCode(deps: LedgerDeps, tranCodeId: string, cache: TranCodeCache): TranCode {
-  return updateTranCode(deps, tranCodeId, { status: 'LOCKED' }, cache);
+export function lockTranCode(deps: LedgerDeps, tranCodeId: string): TranCode {
+  return updateTranCode(deps, tranCodeId, { status: 'LOCKED' });
 }
 
 export function findTranCodeRow(deps: LedgerDeps, ref: { id?: string | null; code?: string | null }): TranCodeRow {
@@ -293,23 +292,34 @@ export function tranCodeHistory(deps: LedgerDeps, tranCodeId: string, first: num
 }
 
 /**
- * Compiled tran code versions, by id@version. Versions are immutable, so an entry never goes stale;
- * the cache is rebuilt lazily from the database after a restart.
+ * Compiled tran code versions, by id@version. A version is immutable once committed, but the cache
+ * can see one that is not: a version written by a request that then rolled back (a @dryRun update),
+ * whose number another connection may later commit with other templates. So an entry is trusted
+ * only within the cache epoch it was checked in (see CacheEpoch); after the epoch moves, the stored
+ * document text is read again (one primary-key read) and the entry is kept only if it is the same.
+ * Entries are compiled on first use, from the database. At most `limits.recordCacheMax` entries.
  */
 export class TranCodeCache {
-  private readonly compiled = new Map<string, CompiledTranCode>();
+  private readonly compiled = new Map<string, { compiled: CompiledTranCode; text: string; epoch: number }>();
 
-  set(compiled: CompiledTranCode): void {
-    this.compiled.set(`${compiled.document.tranCodeId}@${compiled.document.version}`, compiled);
+  get size(): number {
+    return this.compiled.size;
   }
 
   get(deps: LedgerDeps, tranCodeId: string, version: number): CompiledTranCode {
     const key = `${tranCodeId}@${version}`;
-    let compiled = this.compiled.get(key);
-    if (!compiled) {
-      compiled = compileTranCode(deps, loadDocument(deps, tranCodeId, version));
-      this.compiled.set(key, compiled);
+    const entry = this.compiled.get(key);
+    if (entry && deps.epoch.active && entry.epoch === deps.epoch.value) return entry.compiled;
+    const row = deps.st.tranCodeVersion.get(tranCodeId, version);
+    if (!row) throw new EngineError('NOT_FOUND', `tran code ${quote(tranCodeId)} has no version ${version}`);
+    if (entry && entry.text === row.document) {
+      entry.epoch = deps.epoch.value;
+      return entry.compiled;
     }
+    const compiled = compileTranCode(deps, JSON.parse(row.document) as TranCodeDocument);
+    if (deps.limits.recordCacheMax === 0) return compiled;
+    if (this.compiled.size >= deps.limits.recordCacheMax) this.compiled.clear();
+    this.compiled.set(key, { compiled, text: row.document, epoch: deps.epoch.value });
     return compiled;
   }
 }

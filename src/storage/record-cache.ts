@@ -5,9 +5,15 @@
  * (`PRAGMA data_version` moved; checked once per transaction). Caches compare it, and drop
  * everything they hold when it moved. Writes to cached tables (journals, tran codes, triggers) are
  * rare next to reads of them, so dropping everything is cheap.
+ *
+ * Caches are used only while `active`: inside a transaction the TransactionManager opened, where all
+ * three kinds of change are seen. Code that works on the connection directly (a caller's own
+ * `db.transaction(...)` around ledger calls) reads through to the database.
  */
 export class CacheEpoch {
   private current = 0;
+  /** Set by the TransactionManager for the life of each transaction it runs. */
+  active = false;
 
   get value(): number {
     return this.current;
@@ -35,8 +41,9 @@ export class RecordCache<V> {
     return this.rows.size;
   }
 
-  /** The cached row, or `load(key)` (cached unless undefined). */
+  /** The cached row, or `load(key)` (cached unless undefined); always `load(key)` while not active. */
   get(key: string, load: (key: string) => V | undefined): V | undefined {
+    if (!this.clock.active) return load(key);
     if (this.epoch !== this.clock.value) {
       this.rows.clear();
       this.epoch = this.clock.value;
