@@ -61,6 +61,13 @@ export function createTransferCode(engine: Engine, code = 'TRANSFER', tranCodeId
   return tranCodeId;
 }
 
+/** Accounts 1 and 2 and the TRANSFER tran code. */
+export function twoAccountsAndTransfer(engine: Engine): void {
+  createAccount(engine, 1);
+  createAccount(engine, 2);
+  createTransferCode(engine);
+}
+
 export function balanceOf(engine: Engine, accountId: string, currency = 'USD') {
   return ok(engine, BALANCE, { a: accountId, c: currency }).balance;
 }

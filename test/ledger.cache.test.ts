@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createAccount, createTransferCode, fails, id, newEngine, ok, POST } from './helpers.js';
+import { createAccount, createTransferCode, fails, id, newEngine, ok, POST, twoAccountsAndTransfer } from './helpers.js';
 
 /**
  * Postings read the tran code and the journal from caches. A cached row must never outlive the row:
@@ -16,13 +16,12 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const post = (n: number, tranCode = 'TRANSFER') => ({ input: { transactionId: id(1000 + n), tranCode, params: { from: id(1), to: id(2), amount: '1.00' } } });
 const LOCK_CODE = `mutation { lockTranCode(id: "${id(9000)}") { status } }`;
 
+
 describe('record caches', () => {
   it('a tran code locked by another connection is refused at the next posting', async () => {
     const path = join(dir, 'other.db');
     const engine = await newEngine({ path });
-    createAccount(engine, 1);
-    createAccount(engine, 2);
-    createTransferCode(engine);
+    twoAccountsAndTransfer(engine);
     ok(engine, POST, post(1)); // the tran code row is now cached
     const other = new Database(path);
     other.prepare("UPDATE tran_codes SET status = 'LOCKED' WHERE code = 'TRANSFER'").run();
@@ -38,9 +37,7 @@ describe('record caches', () => {
 
   it('a lock in the same request is seen by a posting after it; a rolled-back lock is forgotten', async () => {
     const engine = await newEngine();
-    createAccount(engine, 1);
-    createAccount(engine, 2);
-    createTransferCode(engine);
+    twoAccountsAndTransfer(engine);
     ok(engine, POST, post(1));
     // Lock, then post in one document: the posting sees the lock (and the request rolls back).
     const both = engine.graphql(`mutation($input: TransactionInput!) { lockTranCode(id: "${id(9000)}") { status } postTransaction(input: $input) { transactionId } }`, post(2));
@@ -58,9 +55,7 @@ describe('record caches', () => {
 
   it('a lock undone by a failed tool call (savepoint rollback) is forgotten', async () => {
     const engine = await newEngine();
-    createAccount(engine, 1);
-    createAccount(engine, 2);
-    createTransferCode(engine);
+    twoAccountsAndTransfer(engine);
     ok(engine, POST, post(1));
     ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
       id: id(7000),
@@ -99,9 +94,7 @@ describe('record caches', () => {
   it('a version seen only inside a rolled-back request is not reused once another connection commits that number', async () => {
     const path = join(dir, 'versions.db');
     const engine = await newEngine({ path });
-    createAccount(engine, 1);
-    createAccount(engine, 2);
-    createTransferCode(engine);
+    twoAccountsAndTransfer(engine);
     const update = (units: string, dryRun: boolean) =>
       `mutation($input: TransactionInput!) ${dryRun ? '@dryRun ' : ''}{
         updateTranCode(id: "${id(9000)}", input: {entries: [
@@ -122,9 +115,7 @@ describe('record caches', () => {
 
   it('writes and rollbacks made on the connection outside the engine\'s transactions are seen too', async () => {
     const engine = await newEngine();
-    createAccount(engine, 1);
-    createAccount(engine, 2);
-    createTransferCode(engine);
+    twoAccountsAndTransfer(engine);
     ok(engine, LOCK_CODE);
     expect(fails(engine, POST, post(1)).code).toBe('TRAN_CODE_LOCKED');
     // A caller's own transaction around ledger calls: unlock, post, then roll back.

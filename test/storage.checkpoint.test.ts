@@ -1,10 +1,10 @@
 import { copyFileSync, existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
-import Database from 'better-sqlite3';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/engine.js';
-import { createAccount, createTransferCode, id, newEngine, ok, POST } from './helpers.js';
+import { id, newEngine, ok, POST, twoAccountsAndTransfer } from './helpers.js';
 
 const PAGE = 4096;
 const dirs: string[] = [];
@@ -27,13 +27,12 @@ function postMany(engine: Engine, count: number, base = 0): void {
 
 const size = (path: string) => statSync(path).size;
 
+
 describe('WAL checkpoints', () => {
   it('the background thread copies committed pages into the database file while the writer does not', async () => {
     // The writer never checkpoints (walAutocheckpointPages 0): only the worker can grow the file.
     const { engine, path } = await fileEngine({ limits: { walAutocheckpointPages: 0 }, checkpointIntervalMs: 5 });
-    createAccount(engine, 1);
-    createAccount(engine, 2);
-    createTransferCode(engine);
+    twoAccountsAndTransfer(engine);
     const before = size(path);
     postMany(engine, 300);
     const deadline = Date.now() + 5000;
@@ -44,9 +43,7 @@ describe('WAL checkpoints', () => {
 
   it('with the thread off and no automatic checkpoint, nothing reaches the database file (the control)', async () => {
     const { engine, path } = await fileEngine({ limits: { walAutocheckpointPages: 0 }, checkpointIntervalMs: 0 });
-    createAccount(engine, 1);
-    createAccount(engine, 2);
-    createTransferCode(engine);
+    twoAccountsAndTransfer(engine);
     const before = size(path);
     postMany(engine, 300);
     await new Promise((r) => setTimeout(r, 100));
@@ -57,9 +54,7 @@ describe('WAL checkpoints', () => {
 
   it('walAutocheckpointPages bounds the log: the writer checkpoints and the log restarts', async () => {
     const { engine, path } = await fileEngine({ limits: { walAutocheckpointPages: 40 }, checkpointIntervalMs: 0 });
-    createAccount(engine, 1);
-    createAccount(engine, 2);
-    createTransferCode(engine);
+    twoAccountsAndTransfer(engine);
     postMany(engine, 300);
     // Each post appends a handful of pages; a restarted log never grows far past the bound.
     expect(size(`${path}-wal`)).toBeLessThan((40 + 20) * (PAGE + 24) + 32);
@@ -69,9 +64,7 @@ describe('WAL checkpoints', () => {
 
   it('close() leaves one complete database file: the log is checkpointed into it and removed', async () => {
     const { engine, path } = await fileEngine({ checkpointIntervalMs: 5 });
-    createAccount(engine, 1);
-    createAccount(engine, 2);
-    createTransferCode(engine);
+    twoAccountsAndTransfer(engine);
     postMany(engine, 400);
     engine.close();
     expect(existsSync(`${path}-wal`)).toBe(false);
