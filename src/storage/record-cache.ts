@@ -1,13 +1,14 @@
 /**
  * When cached copies of rows may have gone stale. The number moves whenever a row that some cache
  * copies may have changed: this connection wrote one (the writer bumps it), a transaction or a
- * savepoint rolled back (writes the caches saw are undone), or another connection committed
- * (`PRAGMA data_version` moved; checked once per transaction). Caches compare it, and drop
+ * savepoint rolled back (writes the caches saw are undone), another connection committed
+ * (`PRAGMA data_version` moved), or this connection was written outside the TransactionManager
+ * (`total_changes()` moved); the last two are checked once per transaction. Caches compare it, and drop
  * everything they hold when it moved. Writes to cached tables (journals, tran codes, triggers) are
  * rare next to reads of them, so dropping everything is cheap.
  *
  * Caches are used only while `active`: inside a transaction the TransactionManager opened, where all
- * three kinds of change are seen. Code that works on the connection directly (a caller's own
+ * four kinds of change are seen. Code that works on the connection directly (a caller's own
  * `db.transaction(...)` around ledger calls) reads through to the database.
  */
 export class CacheEpoch {
