@@ -32,7 +32,7 @@ import { type Limits, resolveLimits } from './limits.js';
 import { type Db, openDatabase } from './storage/database.js';
 import { Checkpointer } from './storage/checkpointer.js';
 import { mapDriverError } from './storage/driver-errors.js';
-import { CacheEpoch, RecordCache } from './storage/record-cache.js';
+import { CacheEpoch, RecordCache, watchCachedTables } from './storage/record-cache.js';
 import { actionStatements } from './storage/statements/actions.js';
 import { ledgerStatements } from './storage/statements/ledger.js';
 import { TransactionManager } from './storage/transaction.js';
@@ -126,11 +126,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   // The writer's own threshold: walAutocheckpointPages while the thread copies pages ahead of it;
   // without the thread, SQLite's default unless the limit was set explicitly.
   const ownWalPages = options.limits?.walAutocheckpointPages;
-  const db = openDatabase({
-    path,
-    busyTimeoutMs: limits.busyTimeoutMs,
-    ...(background || ownWalPages !== undefined ? { walAutocheckpointPages: background ? limits.walAutocheckpointPages : ownWalPages } : {}),
-  });
+  const db = openDatabase({ path, busyTimeoutMs: limits.busyTimeoutMs, walAutocheckpointPages: background ? limits.walAutocheckpointPages : ownWalPages });
   const checkpointer = background
     ? new Checkpointer(path, checkpointIntervalMs, logError, () => {
         // The thread ended by itself: the writer checkpoints alone, as often as SQLite would.
@@ -138,6 +134,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       })
     : null;
   const epoch = new CacheEpoch();
+  watchCachedTables(db, epoch);
   const transactions = new TransactionManager(db, epoch);
   const cel = new Cel(clock, limits);
   const newId = orderedIds();
@@ -168,7 +165,6 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const startedListeners: Array<() => void> = [];
   const services: ExecutionServices = {
     queue: queueStatements(db),
-    epoch,
     activeTriggers: new RecordCache(epoch, limits.recordCacheMax),
     random: options.random ?? Math.random,
     notifyStarted: () => {

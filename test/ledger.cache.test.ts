@@ -3,6 +3,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
+import { openDatabase } from '../src/storage/database.js';
+import { CacheEpoch, RecordCache, watchCachedTables } from '../src/storage/record-cache.js';
+import { TransactionManager } from '../src/storage/transaction.js';
 import { createAccount, createTransferCode, fails, id, newEngine, ok, POST, twoAccountsAndTransfer } from './helpers.js';
 
 /**
@@ -133,5 +136,22 @@ describe('record caches', () => {
     engine.db.prepare("UPDATE journals SET status = 'LOCKED'").run();
     expect(fails(engine, POST, post(5)).code).toBe('JOURNAL_LOCKED');
     engine.close();
+  });
+
+  it('a write to a cached table straight on the connection, inside a transaction, is seen at once', () => {
+    const db = openDatabase({ path: ':memory:', busyTimeoutMs: 100 });
+    const epoch = new CacheEpoch();
+    watchCachedTables(db, epoch);
+    const transactions = new TransactionManager(db, epoch);
+    const journals = new RecordCache<string>(epoch, 10);
+    const status = db.prepare<[], string>("SELECT status FROM journals WHERE code = 'DEFAULT'").pluck();
+    const read = () => journals.get('DEFAULT', () => status.get() as string);
+    const seen = transactions.run('write', () => {
+      const before = read();
+      db.prepare("UPDATE journals SET status = 'LOCKED' WHERE code = 'DEFAULT'").run();
+      return { value: [before, read()], commit: true };
+    });
+    expect(seen).toEqual(['ACTIVE', 'LOCKED']);
+    db.close();
   });
 });

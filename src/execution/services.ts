@@ -5,7 +5,7 @@ import type { Clock } from '../clock.js';
 import type { ErrorData } from '../errors.js';
 import type { Limits } from '../limits.js';
 import type { ActionStatements, QueueStatements, TriggerRow } from '../storage/statements/actions.js';
-import type { CacheEpoch, RecordCache } from '../storage/record-cache.js';
+import type { RecordCache } from '../storage/record-cache.js';
 import type { TransactionManager } from '../storage/transaction.js';
 import type { CallFrame, Caller } from './call-tree.js';
 
@@ -28,8 +28,6 @@ export interface ExecutionServices {
   clock: Clock;
   limits: Readonly<Limits>;
   queue: QueueStatements;
-  /** Moves when cached rows may be stale; writers of triggers bump it. */
-  epoch: CacheEpoch;
   /** The ACTIVE triggers (one key), read by every ledger change. */
   activeTriggers: RecordCache<readonly TriggerRow[]>;
   /** Jitter for backoff; injectable so tests are repeatable. */

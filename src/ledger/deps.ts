@@ -27,7 +27,7 @@ export interface LedgerDeps {
   limits: Readonly<Limits>;
   /** Time-ordered ids for records the engine names (entries, reversals). */
   newId: () => string;
-  /** Moves when cached rows may be stale; every writer of a cached table bumps it. */
+  /** Moves when cached rows may be stale (see CacheEpoch). */
   epoch: CacheEpoch;
   /** Rows every posting reads: the journal by id, the tran code by code. */
   cache: { journals: RecordCache<JournalRow>; tranCodesByCode: RecordCache<TranCodeRow> };

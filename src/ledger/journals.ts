@@ -54,7 +54,6 @@ export function createJournal(deps: LedgerDeps, input: JournalInput): Journal {
     modified: now,
   };
   insertUnique(() => deps.st.insertJournal.run(row), `journal code ${quote(row.code)}`);
-  deps.epoch.bump();
   return toJournal(row);
 }
 
@@ -76,7 +75,6 @@ export function updateJournal(deps: LedgerDeps, journalId: string, input: Partia
     });
   }
   insertUnique(() => deps.st.updateJournal.run(row), `journal code ${quote(row.code)}`);
-  deps.epoch.bump();
   return toJournal(row);
 }
 

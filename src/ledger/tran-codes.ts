@@ -220,7 +220,6 @@ export function createTranCode(deps: LedgerDeps, input: TranCodeInput): TranCode
   compileTranCode(deps, document); // refuses a template that does not compile
   const row: TranCodeRow = { tran_code_id: input.tranCodeId, code, status: input.status ?? 'ACTIVE', version: 1, created: now, modified: now };
   insertUnique(() => deps.st.insertTranCode.run(row), `tran code code ${quote(code)}`);
-  deps.epoch.bump();
   deps.st.insertTranCodeVersion.run(row.tran_code_id, 1, JSON.stringify(document), now);
   return toTranCode(document, row);
 }
@@ -242,7 +241,6 @@ export function updateTranCode(deps: LedgerDeps, tranCodeId: string, input: Tran
     deps.st.insertTranCodeVersion.run(tranCodeId, version, JSON.stringify(document), now);
   }
   deps.st.updateTranCode.run(row);
-  deps.epoch.bump();
   return toTranCode(document, row);
 }
 

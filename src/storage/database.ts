@@ -12,7 +12,7 @@ export interface OpenOptions {
   path: string;
   busyTimeoutMs: number;
   /** The log size, in pages, at which a commit checkpoints (SQLite's default is 1000). */
-  walAutocheckpointPages?: number;
+  walAutocheckpointPages?: number | undefined;
 }
 
 /** Open SQLite with explicit pragmas and bring its schema up to date. */

@@ -13,10 +13,8 @@ export class TransactionManager {
   private readonly beginImmediate;
   private readonly commit;
   private readonly rollback;
-  /** [rows changed by this connection since it opened, data_version]: see run(). */
-  private readonly stamp;
-  private readonly totalChanges;
-  private lastStamp: [number, number] = [-1, -1];
+  private readonly dataVersion;
+  private lastDataVersion = -1;
   private savepointDepth = 0;
   /** SAVEPOINT / RELEASE / ROLLBACK TO statements by depth, prepared once. */
   private readonly savepointStatements: Array<{ open: Statement<[]>; release: Statement<[]>; rollbackTo: Statement<[]> }> = [];
@@ -25,8 +23,7 @@ export class TransactionManager {
     private readonly db: Db,
     private readonly epoch?: CacheEpoch,
   ) {
-    this.stamp = db.prepare<[], [number, number]>('SELECT total_changes(), data_version FROM pragma_data_version').raw();
-    this.totalChanges = db.prepare<[], number>('SELECT total_changes()').pluck();
+    this.dataVersion = db.prepare<[], number>('PRAGMA data_version').pluck();
     this.begin = db.prepare('BEGIN');
     this.beginImmediate = db.prepare('BEGIN IMMEDIATE');
     this.commit = db.prepare('COMMIT');
@@ -47,11 +44,10 @@ export class TransactionManager {
     try {
       (mode === 'write' ? this.beginImmediate : this.begin).run();
       if (this.epoch) {
-        // Cached rows may be stale if another connection committed (data_version moved) or this
-        // one was written to outside these transactions (its change count moved since the last).
-        const [changes, version] = this.stamp.get() as [number, number];
-        if (changes !== this.lastStamp[0] || version !== this.lastStamp[1]) {
-          this.lastStamp = [changes, version];
+        // Another connection committed since our last transaction: cached rows may be stale.
+        const version = this.dataVersion.get() as number;
+        if (version !== this.lastDataVersion) {
+          this.lastDataVersion = version;
           this.epoch.bump();
         }
         this.epoch.active = true;
@@ -80,10 +76,7 @@ export class TransactionManager {
       }
       return outcome.value;
     } finally {
-      if (this.epoch) {
-        this.epoch.active = false;
-        this.lastStamp[0] = this.totalChanges.get() as number;
-      }
+      if (this.epoch) this.epoch.active = false;
     }
   }
 

@@ -98,7 +98,6 @@ export function createTrigger(svc: ExecutionServices, principal: string, input: 
     action_version: checked.action.version, input: checked.input === null ? null : JSON.stringify(checked.input), principal,
     status: input.status ?? 'ACTIVE', created: now, modified: now,
   });
-  svc.epoch.bump();
   return getTrigger(svc, input.triggerId);
 }
 
@@ -110,14 +109,12 @@ export function updateTrigger(svc: ExecutionServices, triggerId: string, input: 
     filter: checked.filter, action_name: checked.action.name, action_version: checked.action.version,
     input: checked.input === null ? null : JSON.stringify(checked.input), status: input.status ?? current.status, modified: svc.clock.now().toISOString(),
   });
-  svc.epoch.bump();
   return getTrigger(svc, triggerId);
 }
 
 export function deleteTrigger(svc: ExecutionServices, triggerId: string): Trigger {
   const current = getTrigger(svc, triggerId);
   svc.queue.deleteTrigger.run(triggerId);
-  svc.epoch.bump();
   return current;
 }
 
