@@ -309,7 +309,11 @@ export class TranCodeCache {
     const entry = this.compiled.get(key);
     if (entry && deps.epoch.active && entry.epoch === deps.epoch.value) return entry.compiled;
     const row = deps.st.tranCodeVersion.get(tranCodeId, version);
-    if (!row) throw new EngineError('NOT_FOUND', `tran code ${quote(tranCodeId)} has no version ${version}`);
+    if (!row) {
+      throw new EngineError('NOT_FOUND', `tran code ${quote(tranCodeId)} has no version ${version}`, {
+        hint: 'Leave tranCodeVersion out to use the latest version.',
+      });
+    }
     if (entry && entry.text === row.document) {
       entry.epoch = deps.epoch.value;
       return entry.compiled;
