@@ -152,6 +152,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const actionDeps: ActionDeps = {
     st,
     documents: new Map(),
+    versions: new RecordCache(epoch, limits.recordCacheMax),
     schemas: new SchemaCache(),
     cel,
     clock,
@@ -303,7 +304,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     stats: () => ({
       documentCacheSize: documents.size,
       celCacheSize: cel.size,
-      recordCacheSize: Math.max(ledgerDeps.cache.journals.size, ledgerDeps.cache.tranCodesByCode.size, services.activeTriggers.size, ledger.tranCodeCacheSize),
+      recordCacheSize: Math.max(ledgerDeps.cache.journals.size, ledgerDeps.cache.tranCodesByCode.size, services.activeTriggers.size, ledger.tranCodeCacheSize, actionDeps.versions.size),
       idleSandboxContexts: sandboxes.current()?.idleContexts ?? 0,
     }),
     sandboxReady: () => sandboxes.ready(),

@@ -154,4 +154,32 @@ describe('record caches', () => {
     expect(seen).toEqual(['ACTIVE', 'LOCKED']);
     db.close();
   });
+
+  it('an action version locked by another connection, in the same request, or in a rolled-back request is seen as it stands', async () => {
+    const path = join(dir, 'actions.db');
+    const engine = await newEngine({ path });
+    ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
+      id: id(7100),
+      input: { name: 'echo', kind: 'tool', config: { runtime: 'javascript', src: 'function run(e) { return e.data; }' } },
+    });
+    const invoke = (n: number) =>
+      `actions { invokeAction(id: "${id(7100)}", input: {executionId: "${id(7200 + n)}", actionVersion: 1, input: {n: ${n}}}) { status } }`;
+    const lock = `actions { lockAction(id: "${id(7100)}", version: 1) { version } }`;
+    expect(ok(engine, `mutation { ${invoke(1)} }`).actions.invokeAction.status).toBe('SUCCEEDED'); // the version is cached
+    // Locked by another connection: refused at the next invoke.
+    const other = new Database(path);
+    other.prepare("UPDATE action_versions SET status = 'LOCKED'").run();
+    expect(fails(engine, `mutation { ${invoke(2)} }`).code).toBe('VERSION_LOCKED');
+    other.prepare("UPDATE action_versions SET status = 'ACTIVE'").run();
+    other.close();
+    expect(ok(engine, `mutation { ${invoke(3)} }`).actions.invokeAction.status).toBe('SUCCEEDED');
+    // Locked earlier in the same request: the invoke after it is refused (and the request rolls back).
+    const both = engine.graphql(`mutation { a: ${lock} b: ${invoke(4)} }`);
+    expect(both.errors?.[0]?.extensions?.code).toBe('VERSION_LOCKED');
+    // That lock was rolled back with the request: the version runs again.
+    expect(ok(engine, `mutation { ${invoke(5)} }`).actions.invokeAction.status).toBe('SUCCEEDED');
+    ok(engine, `mutation { ${lock} }`);
+    expect(fails(engine, `mutation { ${invoke(6)} }`).code).toBe('VERSION_LOCKED');
+    engine.close();
+  });
 });

@@ -3,6 +3,7 @@ import type { Clock } from '../clock.js';
 import { EngineError, quote } from '../errors.js';
 import type { Limits } from '../limits.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
+import type { RecordCache } from '../storage/record-cache.js';
 import type { ActionRow, ActionStatements, ActionVersionRow } from '../storage/statements/actions.js';
 import { type Policy, type PolicyAction, type PolicyEffect, parsePolicy } from '../policy/policy.js';
 
@@ -76,6 +77,8 @@ export interface ActionDeps {
   st: ActionStatements;
   /** Parsed version documents by actionId@version: they are immutable, only their status changes. */
   documents: Map<string, ActionVersionDocument>;
+  /** Whole versions (document and status) by actionId@version, dropped when the epoch moves. */
+  versions: RecordCache<ActionVersion>;
   schemas: SchemaCache;
   cel: Cel;
   clock: Clock;
@@ -280,10 +283,15 @@ export function findAction(deps: ActionDeps, ref: { id?: string | null; name?: s
 /** A version: the one asked for, or the latest. */
 export function getVersion(deps: ActionDeps, ref: { id?: string | null; name?: string | null; version?: number | null }): ActionVersion {
   if (ref.id && ref.version != null) {
-    // The hot path of invoke: the document from the cache, only the status from the database.
-    const cached = deps.documents.get(versionKey(ref.id, ref.version));
-    const status = cached && deps.st.versionStatus.get(ref.id, ref.version);
-    if (cached && status) return { ...cached, status: status.status as VersionStatus, modified: status.modified };
+    // The hot path of invoke: the version as cached in this epoch; else the document from its
+    // cache (documents are immutable) and only the status from the database.
+    const { id, version } = ref;
+    const found = deps.versions.get(versionKey(id, version), (key) => {
+      const cached = deps.documents.get(key);
+      const status = cached && deps.st.versionStatus.get(id, version);
+      return cached && status ? { ...cached, status: status.status as VersionStatus, modified: status.modified } : undefined;
+    });
+    if (found) return found;
   }
   const action = findAction(deps, ref);
   const version = ref.version ?? action.latest_version;

@@ -1,7 +1,7 @@
 import type { Db } from './database.js';
 
 /** The tables whose rows the caches copy. */
-export const CACHED_TABLES = ['journals', 'tran_codes', 'tran_code_versions', 'triggers'] as const;
+export const CACHED_TABLES = ['journals', 'tran_codes', 'tran_code_versions', 'triggers', 'action_versions'] as const;
 
 /**
  * When cached copies of rows may have gone stale. The number moves whenever a row that some cache
