@@ -16,8 +16,11 @@ export const PRELUDE = String.raw`
   // (a program cannot forge TIMEOUT or ACCESS_DENIED by setting error.code).
   const toolErrors = new WeakSet();
 
+  // Every argument crosses as a string ('' for none): the host reads them without type checks.
+  const text = (x) => (typeof x === 'string' ? x : '');
+
   function call(op, a, b, c) {
-    const envelope = parse(host(op, a, b, c));
+    const envelope = parse(host(op, text(a), text(b), text(c)));
     if (envelope.ok) return envelope.value;
     // Error.prototype is frozen, so its inherited 'name' cannot be assigned: define own properties.
     const error = new Error(envelope.error.message);

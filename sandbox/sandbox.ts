@@ -241,9 +241,11 @@ export class Sandbox {
   private createContext(): PooledContext {
     const ctx = this.runtime.newContext();
     const pooled: PooledContext = { ctx, invoke: ctx.undefined, programs: new Map(), uses: 0, bridge: null };
+    // Only the prelude calls this (it is gone from the global scope before any program runs), and
+    // it passes strings only: read them as they are.
     const hostFn = ctx.newFunction('__tally_host', (opHandle, ...argHandles) => {
       const op = ctx.getString(opHandle);
-      const args = argHandles.map((h) => (ctx.typeof(h) === 'string' ? ctx.getString(h) : ''));
+      const args = argHandles.map((h) => ctx.getString(h));
       const bridge = pooled.bridge;
       if (!bridge) throw new Error('no call is running in this context');
       if (op === 'log') {
