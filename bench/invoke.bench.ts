@@ -51,6 +51,17 @@ ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(
     policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
   },
 });
+// A tool that does nothing: what running any tool costs (sandbox call, input check, savepoint,
+// execution record) without a nested operation.
+ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
+  id: uuid(888_890),
+  input: { name: 'noop', kind: 'tool', config: { runtime: 'javascript', src: 'function run(event) { return { transaction_id: event.data.transaction_id }; }' } },
+});
+const INVOKE_NOOP = `mutation Invoke($e: UUID!, $input: JSON) { actions { invokeAction(id: "${uuid(888_890)}", input: {executionId: $e, actionVersion: 1, input: $input}) { status } } }`;
+// The same two things side by side in one request, neither inside the other: a floor for any
+// invoke whose tool posts, whatever the path from the program to the ledger costs.
+const POST_AND_NOOP = `mutation Both($input: TransactionInput!, $e: UUID!, $tool: JSON) { postTransaction(input: $input) { transactionId }
+  actions { invokeAction(id: "${uuid(888_890)}", input: {executionId: $e, actionVersion: 1, input: $tool}) { status } } }`;
 const INVOKE_NESTED = `mutation Invoke($e: UUID!, $input: JSON) { actions { invokeAction(id: "${uuid(888_889)}", input: {executionId: $e, actionVersion: 1, input: $input}) { status } } }`;
 const INVOKE = `mutation Invoke($e: UUID!, $input: JSON) { actions { invokeAction(id: "${uuid(888_888)}", input: {executionId: $e, actionVersion: 1, input: $input}) { status } } }`;
 
@@ -64,6 +75,19 @@ const results = compare(
     invokeAction: (n) => {
       const [from, to] = pair(n);
       const r = ok(engine, INVOKE, { e: uuid(n), input: { transaction_id: uuid(500_000_000 + n), from, to, amount: '10.50' } });
+      if (r.actions.invokeAction.status !== 'SUCCEEDED') throw new Error(JSON.stringify(r));
+    },
+    noop: (n) => {
+      const r = ok(engine, INVOKE_NOOP, { e: uuid(n), input: { transaction_id: uuid(700_000_000 + n) } });
+      if (r.actions.invokeAction.status !== 'SUCCEEDED') throw new Error(JSON.stringify(r));
+    },
+    postAndNoop: (n) => {
+      const [from, to] = pair(n);
+      const r = ok(engine, POST_AND_NOOP, {
+        input: { transactionId: uuid(800_000_000 + n), tranCode: 'TRANSFER', params: { from, to, amount: '10.50' } },
+        e: uuid(n),
+        tool: { transaction_id: uuid(800_000_000 + n) },
+      });
       if (r.actions.invokeAction.status !== 'SUCCEEDED') throw new Error(JSON.stringify(r));
     },
     nested: (n) => {
@@ -81,6 +105,8 @@ console.log(`\n${table([
   ['engine.graphql postTransaction', results.postTransaction!.median],
   ['engine.graphql invokeAction(transfer) → graphql postTransaction', results.invokeAction!.median],
   ['engine.graphql invokeAction(pay) → tools.transfer → graphql postTransaction', results.nested!.median],
+  ['engine.graphql invokeAction(noop): a tool that only returns', results.noop!.median],
+  ['engine.graphql postTransaction + invokeAction(noop) in one request (floor for a posting tool)', results.postAndNoop!.median],
 ], results.raw!.median)}`);
 for (const [name, r] of Object.entries(results)) console.log(`rounds ${name}: ${r.rounds.map((x) => x.toFixed(0)).join(', ')}`);
 engine.close();
