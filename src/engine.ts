@@ -304,7 +304,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     stats: () => ({
       documentCacheSize: documents.size,
       celCacheSize: cel.size,
-      recordCacheSize: Math.max(ledgerDeps.cache.journals.size, ledgerDeps.cache.tranCodesByCode.size, services.activeTriggers.size, ledger.tranCodeCacheSize, actionDeps.versions.size),
+      recordCacheSize: Math.max(ledgerDeps.cache.journals.size, ledgerDeps.cache.tranCodesByCode.size, services.activeTriggers.size, ledger.tranCodeCacheSize, actionDeps.versions.size, actionDeps.documents.size),
       idleSandboxContexts: sandboxes.current()?.idleContexts ?? 0,
     }),
     sandboxReady: () => sandboxes.ready(),

@@ -182,4 +182,21 @@ describe('record caches', () => {
     expect(fails(engine, `mutation { ${invoke(6)} }`).code).toBe('VERSION_LOCKED');
     engine.close();
   });
+
+  it('a version number first seen in a rolled-back request runs the program another connection committed under it', async () => {
+    const path = join(dir, 'redo.db');
+    const engine = await newEngine({ path });
+    const create = (src: string) => ({
+      id: id(7300),
+      input: { name: 'which', kind: 'tool', config: { runtime: 'javascript', src: `function run() { return '${src}'; }` } },
+    });
+    const CREATE = 'mutation($id: UUID!, $input: ActionInput!) @dryRun { actions { createAction(id: $id, input: $input) { version } } }';
+    ok(engine, CREATE, create('dry run'));
+    const other = await newEngine({ path });
+    ok(other, CREATE.replace(' @dryRun', ''), create('committed'));
+    other.close();
+    const r = ok(engine, `mutation { actions { invokeAction(id: "${id(7300)}", input: {executionId: "${id(7301)}", actionVersion: 1, input: {}}) { status invocation { output } } } }`);
+    expect(r.actions.invokeAction).toEqual({ status: 'SUCCEEDED', invocation: { output: 'committed' } });
+    engine.close();
+  });
 });

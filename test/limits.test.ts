@@ -46,7 +46,7 @@ describe('limits: each is named, defaulted, configurable and enforced', () => {
     expect(engine.stats().celCacheSize).toBe(3);
   });
 
-  it('recordCacheMax bounds the record caches (tran codes by code, journals)', async () => {
+  it('recordCacheMax bounds the record caches (tran codes by code, journals, action versions)', async () => {
     const engine = await newEngine({ limits: { recordCacheMax: 2 } });
     createAccount(engine, 1);
     createAccount(engine, 2);
@@ -56,6 +56,15 @@ describe('limits: each is named, defaulted, configurable and enforced', () => {
       expect(engine.stats().recordCacheSize).toBeLessThanOrEqual(2);
     }
     expect(engine.stats().recordCacheSize).toBeGreaterThan(0);
+    // Action versions (and their parsed documents) too.
+    for (let i = 0; i < 5; i++) {
+      ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
+        id: id(8000 + i),
+        input: { name: `echo_${i}`, kind: 'tool', config: { runtime: 'javascript', src: 'function run(e) { return e.data; }' } },
+      });
+      ok(engine, `mutation { actions { invokeAction(id: "${id(8000 + i)}", input: {executionId: "${id(8100 + i)}", actionVersion: 1, input: {}}) { status } } }`);
+      expect(engine.stats().recordCacheSize).toBeLessThanOrEqual(2);
+    }
   });
 
   it('celExpressionLengthMax', async () => {

@@ -75,8 +75,12 @@ export const DEFAULT_EXECUTION: ExecutionSettings = {
 
 export interface ActionDeps {
   st: ActionStatements;
-  /** Parsed version documents by actionId@version: they are immutable, only their status changes. */
-  documents: Map<string, ActionVersionDocument>;
+  /**
+   * Parsed version documents by actionId@version, with the stored text they were parsed from: a
+   * version number can stand for another document after a rollback (and another connection's
+   * commit), so a parse is reused only for the same text.
+   */
+  documents: Map<string, { text: string; document: ActionVersionDocument }>;
   /** Whole versions (document and status) by actionId@version, dropped when the epoch moves. */
   versions: RecordCache<ActionVersion>;
   schemas: SchemaCache;
@@ -255,10 +259,26 @@ export function updateAction(deps: ActionDeps, actionId: string, input: ActionIn
 }
 
 function insertVersion(deps: ActionDeps, document: ActionVersionDocument, status: VersionStatus, now: string): ActionVersion {
-  deps.st.insertVersion.run({ action_id: document.actionId, version: document.version, status, document: JSON.stringify(document), created: now, modified: now });
-  // Overwrite: a version created in a request that rolled back may have left another document here.
-  deps.documents.set(versionKey(document.actionId, document.version), document);
+  const text = JSON.stringify(document);
+  deps.st.insertVersion.run({ action_id: document.actionId, version: document.version, status, document: text, created: now, modified: now });
+  rememberDocument(deps, versionKey(document.actionId, document.version), text, document);
   return { ...document, status, modified: now };
+}
+
+function rememberDocument(deps: ActionDeps, key: string, text: string, document: ActionVersionDocument): void {
+  if (deps.documents.size >= deps.limits.recordCacheMax) deps.documents.clear();
+  deps.documents.set(key, { text, document });
+}
+
+/** A stored version, its document parsed once per distinct stored text. */
+function versionOfRow(deps: ActionDeps, row: ActionVersionRow): ActionVersion {
+  const key = versionKey(row.action_id, row.version);
+  let parsed = deps.documents.get(key);
+  if (parsed?.text !== row.document) {
+    parsed = { text: row.document, document: JSON.parse(row.document) as ActionVersionDocument };
+    rememberDocument(deps, key, parsed.text, parsed.document);
+  }
+  return { ...parsed.document, status: row.status as VersionStatus, modified: row.modified };
 }
 
 export function setVersionStatus(deps: ActionDeps, actionId: string, version: number, status: VersionStatus): ActionVersion {
@@ -283,13 +303,11 @@ export function findAction(deps: ActionDeps, ref: { id?: string | null; name?: s
 /** A version: the one asked for, or the latest. */
 export function getVersion(deps: ActionDeps, ref: { id?: string | null; name?: string | null; version?: number | null }): ActionVersion {
   if (ref.id && ref.version != null) {
-    // The hot path of invoke: the version as cached in this epoch; else the document from its
-    // cache (documents are immutable) and only the status from the database.
+    // The hot path of invoke: the version as read in this epoch (see RecordCache).
     const { id, version } = ref;
-    const found = deps.versions.get(versionKey(id, version), (key) => {
-      const cached = deps.documents.get(key);
-      const status = cached && deps.st.versionStatus.get(id, version);
-      return cached && status ? { ...cached, status: status.status as VersionStatus, modified: status.modified } : undefined;
+    const found = deps.versions.get(versionKey(id, version), () => {
+      const row = deps.st.version.get(id, version);
+      return row && versionOfRow(deps, row);
     });
     if (found) return found;
   }
@@ -299,10 +317,7 @@ export function getVersion(deps: ActionDeps, ref: { id?: string | null; name?: s
   if (!row) {
     throw new EngineError('NOT_FOUND', `action ${action.name} has no version ${quote(version)}; its latest is ${action.latest_version}`);
   }
-  const found = toVersion(row);
-  const { status: _status, modified: _modified, ...document } = found;
-  deps.documents.set(versionKey(found.actionId, found.version), document);
-  return found;
+  return versionOfRow(deps, row);
 }
 
 export function latestActiveVersion(deps: ActionDeps, actionId: string): ActionVersion | null {

@@ -52,9 +52,6 @@ export function actionStatements(db: Db) {
     ),
     updateActionLatest: db.prepare<[number, string, string]>('UPDATE actions SET latest_version = ?, modified = ? WHERE action_id = ?'),
     version: db.prepare<[string, number], ActionVersionRow>('SELECT * FROM action_versions WHERE action_id = ? AND version = ?'),
-    versionStatus: db.prepare<[string, number], { status: string; modified: string }>(
-      'SELECT status, modified FROM action_versions WHERE action_id = ? AND version = ?',
-    ),
     versions: db.prepare<[string], ActionVersionRow>('SELECT * FROM action_versions WHERE action_id = ? ORDER BY version'),
     latestActiveVersion: db.prepare<[string], ActionVersionRow>(
       "SELECT * FROM action_versions WHERE action_id = ? AND status = 'ACTIVE' ORDER BY version DESC LIMIT 1",
