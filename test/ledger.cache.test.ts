@@ -199,4 +199,26 @@ describe('record caches', () => {
     expect(r.actions.invokeAction).toEqual({ status: 'SUCCEEDED', invocation: { output: 'committed' } });
     engine.close();
   });
+
+  it('a version number first seen in a rolled-back request validates with the schema another connection committed under it', async () => {
+    const path = join(dir, 'schema.db');
+    const engine = await newEngine({ path });
+    const create = (property: string, type: string) => ({
+      id: id(7400),
+      input: {
+        name: 'checked',
+        kind: 'tool',
+        config: { runtime: 'javascript', src: 'function run(e) { return 1; }' },
+        tool: { description: 'x', inputSchema: { type: 'object', properties: { [property]: { type } }, required: [property], additionalProperties: false } },
+      },
+    });
+    const CREATE = 'mutation($id: UUID!, $input: ActionInput!) @dryRun { actions { createAction(id: $id, input: $input) { version } } }';
+    ok(engine, CREATE, create('a', 'string'));
+    const other = await newEngine({ path });
+    ok(other, CREATE.replace(' @dryRun', ''), create('b', 'number'));
+    other.close();
+    const r = ok(engine, `mutation { actions { invokeAction(id: "${id(7400)}", input: {executionId: "${id(7401)}", actionVersion: 1, input: {b: 1}}) { status invocation { output error { message } } } } }`);
+    expect(r.actions.invokeAction).toEqual({ status: 'SUCCEEDED', invocation: { output: 1, error: null } });
+    engine.close();
+  });
 });

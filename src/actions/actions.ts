@@ -148,9 +148,8 @@ function buildDocument(deps: ActionDeps, base: { actionId: string; name: string;
   if (!NAME_PATTERN.test(tool.name)) {
     throw new EngineError('BAD_REQUEST', `tool.name ${quote(tool.name)} is not a tool name`, { hint: 'Use lower_snake_case: a letter, then letters, digits and _.' });
   }
-  const key = versionKey(base.actionId, base.version);
-  deps.schemas.compile(`${key}:input`, tool.inputSchema, 'tool.inputSchema', { replace: true });
-  if (tool.outputSchema !== null) deps.schemas.compile(`${key}:output`, tool.outputSchema, 'tool.outputSchema', { replace: true });
+  deps.schemas.compile(tool.inputSchema, 'tool.inputSchema');
+  if (tool.outputSchema !== null) deps.schemas.compile(tool.outputSchema, 'tool.outputSchema');
 
   const tools = input.tools === undefined || input.tools === null ? previous?.tools ?? [] : input.tools.map((ref, i) => checkReference(deps, ref, i));
   if (tools.length > deps.limits.toolReferencesMax) {

@@ -11,12 +11,14 @@ export interface SchemaProblem {
 
 /**
  * JSON Schemas of tool inputs and outputs: one shared Ajv (strict, all formats), validators
- * compiled once per immutable action version and cached by its key. Ajv's own cache is keyed by
- * object identity and grows without bound, so it is switched off.
+ * compiled once per schema object. A version's parsed document (and so its schema objects) lives
+ * as long as the document cache keeps it, and a version number that comes to stand for another
+ * document gets new objects, so a validator can never outlive the schema it was compiled from.
+ * Ajv's own cache holds schemas strongly and grows without bound, so it is switched off.
  */
 export class SchemaCache {
   private readonly ajv: Ajv;
-  private readonly validators = new Map<string, ValidateFunction>();
+  private readonly validators = new WeakMap<object, ValidateFunction>();
 
   constructor() {
     this.ajv = new Ajv({ strict: true, allErrors: true, addUsedSchema: false, validateFormats: true });
@@ -24,12 +26,12 @@ export class SchemaCache {
   }
 
   /** Compile a schema, refusing an invalid one with BAD_REQUEST naming `what`. */
-  compile(key: string, schema: unknown, what: string, options: { replace?: boolean } = {}): ValidateFunction {
-    const cached = options.replace ? undefined : this.validators.get(key);
-    if (cached) return cached;
+  compile(schema: unknown, what: string): ValidateFunction {
     if (schema === null || typeof schema !== 'object' || Array.isArray(schema)) {
       throw new EngineError('BAD_REQUEST', `${what} must be a JSON Schema object`, { hint: 'For example {"type": "object", "properties": {...}}.' });
     }
+    const cached = this.validators.get(schema);
+    if (cached) return cached;
     let validate: ValidateFunction;
     try {
       validate = this.ajv.compile(schema as object);
@@ -38,7 +40,7 @@ export class SchemaCache {
         hint: 'Check it against JSON Schema draft-07 in strict mode (unknown keywords are refused).',
       });
     }
-    this.validators.set(key, validate);
+    this.validators.set(schema, validate);
     return validate;
   }
 

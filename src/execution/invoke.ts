@@ -199,7 +199,7 @@ function checkBounds(svc: ExecutionServices, node: CallNode, parent: CallFrame |
 export function validate(svc: ExecutionServices, version: ActionVersion, which: 'input' | 'output', value: unknown, hint?: string): void {
   const schema = which === 'input' ? version.tool.inputSchema : version.tool.outputSchema;
   if (schema === null) return;
-  const validator = svc.actions.schemas.compile(`${versionKey(version.actionId, version.version)}:${which}`, schema, `tool.${which}Schema`);
+  const validator = svc.actions.schemas.compile(schema, `tool.${which}Schema`);
   const problems = svc.actions.schemas.problems(validator, value);
   if (problems.length === 0) return;
   const summary = problems.map((p) => `${p.pointer} ${p.message}`).join('; ');
