@@ -409,6 +409,16 @@ class CallBridge implements HostBridge {
       return { type: 'version', version };
     }
     let version = root.resolved.get(reference.name);
+    if (version) {
+      // The version may have been created by a call that then rolled back: read it again (a
+      // cache hit unless something changed) and resolve afresh if it is gone.
+      try {
+        version = getVersion(this.svc.actions, { id: version.actionId, version: version.version });
+      } catch (error) {
+        if (!(error instanceof EngineError && error.code === 'NOT_FOUND')) throw error;
+        version = undefined;
+      }
+    }
     if (!version) {
       const action = getVersion(this.svc.actions, { name: reference.name });
       const active = latestActiveVersion(this.svc.actions, action.actionId);
