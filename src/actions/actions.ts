@@ -165,12 +165,12 @@ function buildDocument(deps: ActionDeps, base: { actionId: string; name: string;
   return { ...base, kind, config, tool, tools, policies, execution };
 }
 
-const GRAPHQL_INPUT_SCHEMA = {
+const GRAPHQL_INPUT_SCHEMA = deepFreeze({
   type: 'object',
   properties: { query: { type: 'string' }, variables: { type: 'object' }, operationName: { type: 'string' } },
   required: ['query'],
   additionalProperties: false,
-};
+});
 
 function checkReference(deps: ActionDeps, ref: { name: string; version?: number | null; input?: unknown }, i: number): ToolReference {
   const what = `tools[${i}]`;
@@ -260,24 +260,35 @@ export function updateAction(deps: ActionDeps, actionId: string, input: ActionIn
 function insertVersion(deps: ActionDeps, document: ActionVersionDocument, status: VersionStatus, now: string): ActionVersion {
   const text = JSON.stringify(document);
   deps.st.insertVersion.run({ action_id: document.actionId, version: document.version, status, document: text, created: now, modified: now });
-  rememberDocument(deps, versionKey(document.actionId, document.version), text, document);
-  return { ...document, status, modified: now };
+  // What is cached is parsed from the stored text, never the caller's objects (an in-process
+  // caller could change those afterwards).
+  return { ...parsedDocument(deps, versionKey(document.actionId, document.version), text), status, modified: now };
 }
 
-function rememberDocument(deps: ActionDeps, key: string, text: string, document: ActionVersionDocument): void {
+/**
+ * The document stored as `text`, parsed once per distinct text and frozen: the same objects are
+ * handed to every call and every reader (the JSON scalar passes them out as they are).
+ */
+function parsedDocument(deps: ActionDeps, key: string, text: string): ActionVersionDocument {
+  const cached = deps.documents.get(key);
+  if (cached?.text === text) return cached.document;
+  const document = deepFreeze(JSON.parse(text) as ActionVersionDocument);
   if (deps.documents.size >= deps.limits.recordCacheMax) deps.documents.clear();
   deps.documents.set(key, { text, document });
+  return document;
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const child of Object.values(value)) deepFreeze(child);
+  }
+  return value;
 }
 
 /** A stored version, its document parsed once per distinct stored text. */
 function versionOfRow(deps: ActionDeps, row: ActionVersionRow): ActionVersion {
-  const key = versionKey(row.action_id, row.version);
-  let parsed = deps.documents.get(key);
-  if (parsed?.text !== row.document) {
-    parsed = { text: row.document, document: JSON.parse(row.document) as ActionVersionDocument };
-    rememberDocument(deps, key, parsed.text, parsed.document);
-  }
-  return { ...parsed.document, status: row.status as VersionStatus, modified: row.modified };
+  return { ...parsedDocument(deps, versionKey(row.action_id, row.version), row.document), status: row.status as VersionStatus, modified: row.modified };
 }
 
 export function setVersionStatus(deps: ActionDeps, actionId: string, version: number, status: VersionStatus): ActionVersion {
