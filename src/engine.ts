@@ -60,10 +60,15 @@ export interface RequestOptions {
   operationName?: string | null;
   /**
    * The client the request acts as: its policies bound everything the request does. Left out, the
-   * request runs with the engine's own authority (an embedding process trusts itself); the HTTP
-   * server always passes the authenticated client.
+   * request runs with the engine's own authority (an embedding process trusts itself).
    */
   principal?: string;
+  /**
+   * The API key the request came with (the HTTP server passes it): the client is looked up by it
+   * inside the request's transaction, so a key rotated or a client deleted after the request
+   * arrived is refused with UNAUTHENTICATED. Takes the place of `principal`.
+   */
+  apiKey?: string;
 }
 
 export interface Engine {
@@ -221,6 +226,14 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     return { principal, client: { principal, policies: client.policies } };
   }
 
+  /** The caller of a request, read inside its transaction: what it may do is what was committed when it began. */
+  function requestCaller(options: RequestOptions): Caller | EngineError {
+    if (options.apiKey === undefined) return callerOf(options.principal);
+    const client = authenticate(clientDeps, options.apiKey);
+    if (!client) return new EngineError('UNAUTHENTICATED', 'the API key is not valid', { hint: 'Check the key; a rotated or deleted client’s key no longer works.' });
+    return { principal: client.principal, client: { principal: client.principal, policies: client.policies } };
+  }
+
   /** A GraphQL operation a call makes: same transaction, its own savepoint (taken by the caller). */
   function runNested(request: GraphqlRequest, frame: CallFrame): NestedGraphqlResult {
     const prepared = documents.prepare(request.query);
@@ -240,16 +253,16 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     if ('errors' in prepared) return { errors: prepared.errors.map((e) => formatError(e, logError)) };
     const plan = planOperation(prepared.document, request.operationName);
     if (!('mode' in plan)) return { errors: [formatError(plan, logError)] };
-    const caller = callerOf(requestOptions.principal);
-    if (caller instanceof EngineError) return { errors: [formatError(engineGraphqlError(caller), logError)] };
-    const context = contextFor(caller, null);
 
     // A mutation with any error rolls back whole (data: null); @dryRun always rolls back.
-    let result: ExecutionResult;
+    let result: ExecutionResult | EngineError;
     try {
       result = afterCommit(() =>
-        transactions.run(plan.mode, () => {
-          const executed = executePrepared(schema, prepared, request, context);
+        transactions.run<ExecutionResult | EngineError>(plan.mode, () => {
+          // Inside the transaction: a client changed by another process before it began is seen.
+          const caller = requestCaller(requestOptions);
+          if (caller instanceof EngineError) return { value: caller, commit: false };
+          const executed = executePrepared(schema, prepared, request, contextFor(caller, null));
           const failed = (executed.errors?.length ?? 0) > 0;
           const commit = plan.mode === 'read' || (!failed && !plan.dryRun);
           if (!commit) startedInTransaction = false;
@@ -263,6 +276,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       if (engineError.code === 'INTERNAL') logError(error);
       return { data: null, errors: [formatError(engineGraphqlError(engineError), logError)] };
     }
+    if (result instanceof EngineError) return { errors: [formatError(engineGraphqlError(result), logError)] };
     const formatted: FormattedResult = {};
     if (result.errors?.length) formatted.errors = result.errors.map((e) => formatError(e, logError));
     formatted.data = (result as { data?: Record<string, unknown> | null }).data ?? null;

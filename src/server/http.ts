@@ -57,11 +57,12 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, req
     res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end(consolePage());
     return;
   }
-  const principal = authenticate(engine, req.headers.authorization);
-  if (principal instanceof EngineError) {
-    res.setHeader('www-authenticate', 'Bearer realm="tally"');
+  // Checked now, to refuse a bad key before reading the body; the engine checks the key again
+  // inside the request's transaction (a key rotated meanwhile is refused).
+  const apiKey = authenticate(engine, req.headers.authorization);
+  if (apiKey instanceof EngineError) {
     if (req.method === 'POST') req.resume();
-    return sendErrors(res, 401, mediaType, [principal]);
+    return sendUnauthenticated(res, mediaType, apiKey);
   }
 
   if (req.method === 'GET') {
@@ -71,7 +72,7 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, req
       res.setHeader('allow', 'POST');
       return sendErrors(res, 405, mediaType, [new EngineError('BAD_REQUEST', 'mutations must be sent with POST', { hint: 'POST the request as JSON.' })]);
     }
-    return sendResult(res, mediaType, engine.execute(request, { principal }));
+    return sendResult(res, mediaType, engine.execute(request, { apiKey }));
   }
 
   if (req.method !== 'POST') {
@@ -91,10 +92,10 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, req
   }
   const request = requestFromBody(body);
   if (request instanceof EngineError) return sendErrors(res, 400, mediaType, [request]);
-  return sendResult(res, mediaType, engine.execute(request, { principal }));
+  return sendResult(res, mediaType, engine.execute(request, { apiKey }));
 }
 
-/** The principal of `Authorization: Bearer <api key>`, or UNAUTHENTICATED. */
+/** The API key of `Authorization: Bearer <api key>` when it belongs to a client, or UNAUTHENTICATED. */
 function authenticate(engine: Engine, header: string | undefined): string | EngineError {
   if (!header) {
     return new EngineError('UNAUTHENTICATED', 'the request has no Authorization header', { hint: 'Send `Authorization: Bearer <api key>`.' });
@@ -103,11 +104,10 @@ function authenticate(engine: Engine, header: string | undefined): string | Engi
   if (!match) {
     return new EngineError('UNAUTHENTICATED', 'the Authorization header is not `Bearer <api key>`', { hint: 'Send `Authorization: Bearer <api key>`.' });
   }
-  const principal = engine.authenticate(match[1]!);
-  if (!principal) {
+  if (!engine.authenticate(match[1]!)) {
     return new EngineError('UNAUTHENTICATED', 'the API key is not valid', { hint: 'Check the key; a rotated or deleted client’s key no longer works.' });
   }
-  return principal;
+  return match[1]!;
 }
 
 /** application/graphql-response+json when the client accepts it, otherwise application/json. */
@@ -199,9 +199,19 @@ function checkRequest(raw: Record<string, unknown>): GraphqlRequest | EngineErro
 }
 
 function sendResult(res: ServerResponse, mediaType: string, result: FormattedResult): void {
+  if (result.data === undefined && result.errors?.[0]?.extensions?.code === 'UNAUTHENTICATED') {
+    // The key stopped being valid between its first check and the request's transaction.
+    res.setHeader('www-authenticate', 'Bearer realm="tally"');
+    return send(res, 401, mediaType, result);
+  }
   // application/graphql-response+json: a request that never executed (no `data`) is a 400.
   const status = mediaType === GRAPHQL_RESPONSE && result.data === undefined ? 400 : 200;
   send(res, status, mediaType, result);
+}
+
+function sendUnauthenticated(res: ServerResponse, mediaType: string, error: EngineError): void {
+  res.setHeader('www-authenticate', 'Bearer realm="tally"');
+  sendErrors(res, 401, mediaType, [error]);
 }
 
 function sendErrors(res: ServerResponse, status: number, mediaType: string, errors: EngineError[]): void {
