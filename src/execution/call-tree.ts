@@ -35,6 +35,8 @@ export interface CallNode {
   logBytes: number;
   created: string;
   children: CallNode[];
+  /** Its writes were rolled back although it succeeded (a @dryRun operation): so were its children's. */
+  undone?: boolean;
   /** For a started execution: when it is due, and the trigger that started it. */
   runAt?: string | null;
   triggerId?: string | null;
@@ -130,16 +132,21 @@ export function rowToNode(row: ExecutionRow): CallNode {
   };
 }
 
-/** Write a finished tree, parents before children. */
-export function persistTree(st: ActionStatements, root: CallNode): void {
-  const stack = [root];
+/**
+ * Write a finished tree, parents before children. `undone`: the tree's writes were rolled back (a
+ * failed attempt). A call whose writes were undone with a caller's is recorded as it ran but
+ * without its input fingerprint: its id can never answer an idempotent retry as if it had happened.
+ */
+export function persistTree(st: ActionStatements, root: CallNode, undone = false): void {
+  const stack: Array<[CallNode, boolean]> = [[root, undone]];
   while (stack.length > 0) {
-    const node = stack.pop()!;
+    const [node, nodeUndone] = stack.pop()!;
     const r = nodeToRow(node);
     st.insertExecution.run(
-      r.execution_id, r.action_id, r.action_name, r.action_version, r.kind, r.status, r.input, r.input_fingerprint, r.output, r.error,
+      r.execution_id, r.action_id, r.action_name, r.action_version, r.kind, r.status, r.input, nodeUndone ? null : r.input_fingerprint, r.output, r.error,
       r.principal, r.parent_id, r.root_id, r.depth, r.attempt, r.started, r.finished, r.logs, r.created, r.modified,
     );
-    for (let i = node.children.length - 1; i >= 0; i--) stack.push(node.children[i]!);
+    const childrenUndone = nodeUndone || node.status !== 'SUCCEEDED' || node.undone === true;
+    for (let i = node.children.length - 1; i >= 0; i--) stack.push([node.children[i]!, childrenUndone]);
   }
 }

@@ -38,21 +38,36 @@ export function invokeAction(svc: ExecutionServices, caller: Caller, parent: Cal
   const target = resolveInvokeTarget(svc, request);
   const input = request.input ?? {};
   const inputFingerprint = fingerprint(canonicalJson({ target: targetKey(target), input }));
-  if (parent?.root.ids.has(request.executionId)) {
-    throw new EngineError('EXECUTION_ID_CONFLICT', `execution ${request.executionId} was already used in this call tree`, { hint: 'Use a new executionId for each call.' });
-  }
+  checkNewInTree(parent, request.executionId);
   const existing = svc.st.fingerprintOfExecution.get(request.executionId);
   if (existing !== undefined) {
     if (existing === inputFingerprint) return rowToNode(svc.st.executionById.get(request.executionId)!);
-    throw new EngineError('EXECUTION_ID_CONFLICT', `execution ${request.executionId} already exists with a different action or input`, {
-      details: { executionId: request.executionId },
-    });
+    throw executionIdConflict(request.executionId, existing);
   }
   const root = parent?.root ?? newRoot(svc, caller, target, input);
   const node = runCall(svc, { target, input, executionId: request.executionId, parent, root, inputFingerprint });
   if (root.fatal) throw root.fatal;
   if (!parent) persistTree(svc.st, node);
   return node;
+}
+
+/** An execution id names one call: one already used in this call tree cannot name another. */
+export function checkNewInTree(parent: CallFrame | null, executionId: string): void {
+  if (parent?.root.ids.has(executionId)) {
+    throw new EngineError('EXECUTION_ID_CONFLICT', `execution ${executionId} was already used in this call tree`, { hint: 'Use a new executionId for each call.' });
+  }
+}
+
+/**
+ * The id is taken by a recorded execution that does not match the call. A record without a
+ * fingerprint is a nested call, or a call undone with the call that made it: its id is spent.
+ */
+export function executionIdConflict(executionId: string, recordedFingerprint: string | null): EngineError {
+  const message =
+    recordedFingerprint === null
+      ? `execution ${executionId} is recorded as a nested call, or as a call undone with the call that made it; it cannot run again under this id`
+      : `execution ${executionId} already exists with a different action or input`;
+  return new EngineError('EXECUTION_ID_CONFLICT', message, { hint: 'Use a new executionId for each call (a retried attempt too).', details: { executionId } });
 }
 
 function resolveInvokeTarget(svc: ExecutionServices, request: InvokeRequest): CallTarget {
@@ -119,7 +134,7 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
     parentId: parent?.node.executionId ?? null,
     rootId: parent?.node.rootId ?? call.executionId,
     depth,
-    attempt: call.attempt ?? 1,
+    attempt: call.attempt ?? parent?.node.attempt ?? 1,
     started: now,
     finished: null,
     logs: [],
@@ -156,6 +171,7 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
     } catch (error) {
       if (!(error instanceof DryRunRollback)) throw error;
       output = error.output;
+      node.undone = true;
     }
     node.status = 'SUCCEEDED';
     node.output = output;

@@ -55,6 +55,33 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
     error = toEngineError(e).toData();
   }
 
+  return finish(svc, row, owner, { attempt, startedAt, node, error, backoff });
+}
+
+/**
+ * An attempt that failed in the engine rather than in the tool (its outcome could not be
+ * written): the caller rolled it back, and records it here, in a transaction of its own, as a
+ * counted INTERNAL failure, retried with backoff like any other. One such execution cannot
+ * hold up the queue.
+ */
+export function recordBrokenAttempt(svc: ExecutionServices, row: QueueRow, owner: string, cause: unknown): AttemptOutcome {
+  svc.logError(cause);
+  let backoff = DEFAULT_EXECUTION.backoff;
+  try {
+    backoff = getVersion(svc.actions, { id: row.action_id!, version: row.action_version! }).execution.backoff;
+  } catch {
+    // The version cannot be read either: the default backoff.
+  }
+  const error = new EngineError('INTERNAL', `attempt ${row.attempt + 1} of ${row.action_name} could not be recorded: ${cause instanceof Error ? cause.message : String(cause)}`).toData();
+  return finish(svc, row, owner, { attempt: row.attempt + 1, startedAt: svc.clock.now(), node: null, error, backoff });
+}
+
+function finish(
+  svc: ExecutionServices,
+  row: QueueRow,
+  owner: string,
+  { attempt, startedAt, node, error, backoff }: { attempt: number; startedAt: Date; node: CallNode | null; error: ErrorData | null; backoff: typeof DEFAULT_EXECUTION.backoff },
+): AttemptOutcome {
   const succeeded = node?.status === 'SUCCEEDED';
   const retry = !succeeded && error !== null && isRetryable(error) && attempt < (row.max_attempts ?? 1);
   const status = succeeded ? 'SUCCEEDED' : retry ? 'QUEUED' : 'FAILED';
@@ -70,7 +97,9 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
     execution_id: row.execution_id, attempt, status: succeeded ? 'SUCCEEDED' : 'FAILED', output, error: error ? JSON.stringify(error) : null,
     started: startedAt.toISOString(), finished, logs,
   });
-  for (const child of node?.children ?? []) persistTree(svc.st, child);
+  // A failed attempt rolled back: what its calls did is undone with it.
+  const undone = !succeeded || node?.undone === true;
+  for (const child of node?.children ?? []) persistTree(svc.st, child, undone);
   return { executionId: row.execution_id, attempt, status, error, runAt };
 }
 

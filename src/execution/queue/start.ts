@@ -3,7 +3,7 @@ import { EngineError, type ErrorData } from '../../errors.js';
 import { canonicalJson, fingerprint } from '../../ids.js';
 import type { QueueStatements } from '../../storage/statements/actions.js';
 import { type CallFrame, type CallNode, type Caller, rowToNode } from '../call-tree.js';
-import { validate } from '../invoke.js';
+import { checkNewInTree, executionIdConflict, validate } from '../invoke.js';
 import type { ExecutionServices } from '../services.js';
 
 export interface StartRequest {
@@ -26,10 +26,11 @@ export function startAction(svc: ExecutionServices, caller: Caller, request: Sta
   const version = resolveStartVersion(svc, request);
   const input = request.input ?? {};
   const inputFingerprint = fingerprint(canonicalJson({ target: `${version.actionId}@${request.actionVersion ?? 'active'}`, input }));
+  checkNewInTree(frame, request.executionId);
   const existing = svc.st.executionById.get(request.executionId);
   if (existing) {
     if (existing.input_fingerprint === inputFingerprint) return rowToNode(existing);
-    throw new EngineError('EXECUTION_ID_CONFLICT', `execution ${request.executionId} already exists with a different action or input`);
+    throw executionIdConflict(request.executionId, existing.input_fingerprint);
   }
   validate(svc, version, 'input', input, 'A started execution is validated when it is started; fix the input and start it again.');
   // Started from inside a tool: that tool (and every one above it) keeps bounding the execution.
@@ -37,6 +38,7 @@ export function startAction(svc: ExecutionServices, caller: Caller, request: Sta
   for (let f: CallFrame | null = frame; f; f = f.parent) if (f.version) stack.unshift({ actionId: f.version.actionId, version: f.version.version });
   if (frame) stack.unshift(...frame.root.outerRefs);
   enqueue(svc, { executionId: request.executionId, version, input, inputFingerprint, principal: caller.principal, triggerId: null, startStack: stack.length ? stack : null });
+  frame?.root.ids.add(request.executionId);
   return rowToNode(svc.st.executionById.get(request.executionId)!);
 }
 
