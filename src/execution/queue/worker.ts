@@ -1,7 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { TransactionManager } from '../../storage/transaction.js';
 import type { ExecutionServices } from '../services.js';
-import { type AttemptOutcome, runAttempt } from './attempt.js';
+import { EngineError } from '../../errors.js';
+import { type AttemptOutcome, recordBrokenAttempt, runAttempt } from './attempt.js';
 
 export interface WorkerOptions {
   /** Names this worker in lease_owner. */
@@ -34,11 +35,22 @@ export class Worker {
     const now = this.svc.clock.now().toISOString();
     const next = this.svc.queue.nextRunAt.get();
     if (!next?.run_at || next.run_at > now) return null;
-    return this.transactions.run('write', () => {
-      const row = this.svc.queue.nextDue.get(now);
-      if (!row) return { value: null, commit: false };
-      return { value: runAttempt(this.svc, row, this.options.owner), commit: true };
-    });
+    try {
+      return this.transactions.run('write', () => {
+        const row = this.svc.queue.nextDue.get(now);
+        if (!row) return { value: null, commit: false };
+        return { value: runAttempt(this.svc, row, this.options.owner), commit: true };
+      });
+    } catch (error) {
+      // The write lock was not to be had: nothing ran, nothing is counted.
+      if (error instanceof EngineError && error.code === 'BUSY') throw error;
+      // The attempt ran but could not be written (it rolled back): count it as failed.
+      return this.transactions.run('write', () => {
+        const row = this.svc.queue.nextDue.get(now);
+        if (!row) return { value: null, commit: false };
+        return { value: recordBrokenAttempt(this.svc, row, this.options.owner, error), commit: true };
+      });
+    }
   }
 
   /** Run due attempts until none is due (for tests and `tally worker --drain`). */
