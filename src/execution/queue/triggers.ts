@@ -1,4 +1,4 @@
-import { findAction } from '../../actions/actions.js';
+import { type ActionVersion, findAction, getVersion } from '../../actions/actions.js';
 import { celToJson, jsonToCel } from '../../cel/values.js';
 import { EngineError, quote } from '../../errors.js';
 import { derivedId } from '../../ids.js';
@@ -141,20 +141,35 @@ export function dispatchChange(svc: ExecutionServices, change: LedgerChange): vo
   for (const row of triggers) {
     const trigger = toTrigger(row);
     if (!trigger.on.includes(change.event)) continue;
-    const executionId = derivedId('trigger', trigger.triggerId, change.recordId, String(change.recordVersion));
+    // One execution per trigger, event and record version: an account and a transaction may share an id.
+    const executionId = derivedId('trigger', trigger.triggerId, change.event, change.recordId, String(change.recordVersion));
     if (svc.st.executionById.get(executionId)) continue;
     bindings ??= jsonToCel({ document: change.document(), previous: change.previous ?? null }) as Record<string, unknown>;
-    const version = resolveStartVersion(svc, { name: trigger.action.name, actionVersion: trigger.action.version });
-    let input: Record<string, unknown> = {};
+    const input: Record<string, unknown> = {};
     try {
       if (trigger.filter !== null && svc.cel.evaluate(trigger.filter, bindings) !== true) continue;
       for (const [prop, expression] of Object.entries(trigger.input ?? {})) input[prop] = celToJson(svc.cel.evaluate(expression, bindings));
+      const version = resolveStartVersion(svc, { name: trigger.action.name, actionVersion: trigger.action.version });
+      enqueue(svc, { executionId, version, input, inputFingerprint: null, principal: trigger.principal, triggerId: trigger.triggerId });
     } catch (error) {
-      const e = error as EngineError;
-      input = {};
-      enqueue(svc, { executionId, version, input, inputFingerprint: null, principal: trigger.principal, triggerId: trigger.triggerId, failed: { code: e.code ?? 'CEL_ERROR', message: `trigger ${trigger.name}: ${e.message}` } });
-      continue;
+      recordFailedStart(svc, trigger, executionId, error as EngineError);
     }
-    enqueue(svc, { executionId, version, input, inputFingerprint: null, principal: trigger.principal, triggerId: trigger.triggerId });
   }
+}
+
+/**
+ * The trigger matched but its execution cannot start (its input failed to evaluate, its action has
+ * no ACTIVE version): recorded as FAILED, where it can be seen, and the change goes through.
+ */
+function recordFailedStart(svc: ExecutionServices, trigger: Trigger, executionId: string, e: EngineError): void {
+  let version: ActionVersion;
+  try {
+    version = getVersion(svc.actions, { name: trigger.action.name, version: trigger.action.version });
+  } catch (error) {
+    // Not even a version to name: nothing to record the failure against.
+    svc.logError(error);
+    return;
+  }
+  const failed = { code: e.code ?? 'CEL_ERROR', message: `trigger ${trigger.name}: ${e.message}` };
+  enqueue(svc, { executionId, version, input: {}, inputFingerprint: null, principal: trigger.principal, triggerId: trigger.triggerId, failed });
 }
