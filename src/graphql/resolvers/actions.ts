@@ -16,18 +16,8 @@ const AT = 'actions.Trigger';
 type Args = Record<string, any>;
 
 function listExecutions(ctx: RequestContext, { first, after, where }: Args) {
-  const st = ctx.services.st;
   const req = pageRequest<number>(first, after, ctx.limits.pageSizeMax, 'number', 'executions');
-  const from = req.after ?? 0;
-  let rows = where?.actionId
-    ? st.executionsByActionPage.all(where.actionId, from, req.fetch)
-    : where?.since
-      ? ctx.services.queue.sincePage.all(where.since, from, req.fetch)
-      : where?.status
-        ? st.executionsByStatusPage.all(where.status, from, req.fetch)
-        : st.executionsPage.all(from, req.fetch);
-  // The index picked above narrows the scan; the other conditions filter it.
-  rows = rows.filter((r) => (!where?.status || r.status === where.status) && (!where?.since || r.created >= where.since));
+  const rows = ctx.services.st.executionsWhere({ actionId: where?.actionId ?? null, status: where?.status ?? null, since: where?.since ?? null }, req.after ?? 0, req.fetch);
   return toConnection(rows, req, (r) => r.seq, rowToNode);
 }
 
@@ -126,6 +116,10 @@ export const actionResolvers = {
       const row = ctx.services.st.executionById.get(executionId);
       if (!row) throw new EngineError('NOT_FOUND', `execution ${executionId} does not exist`);
       guard(ctx, 'UPDATE', AE, rowToNode(row));
+      if (ctx.frame?.root.ids.has(executionId)) {
+        // Its attempt is the one running this call: it is QUEUED until the attempt's outcome is written.
+        throw new EngineError('BAD_REQUEST', `execution ${executionId} is running this call and cannot cancel itself`, { hint: 'Fail it with fail(message, hint, {retry: false}) instead.' });
+      }
       if (row.status !== 'QUEUED') {
         throw new EngineError('BAD_REQUEST', `execution ${executionId} is ${row.status}; only a QUEUED execution can be cancelled`);
       }

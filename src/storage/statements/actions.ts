@@ -1,3 +1,4 @@
+import type { Statement } from 'better-sqlite3';
 import type { Db } from '../database.js';
 
 export interface ActionRow {
@@ -43,6 +44,7 @@ export interface ExecutionRow {
 
 /** Every SQL statement of actions and executions, prepared once per engine. */
 export function actionStatements(db: Db) {
+  const pages = new Map<string, Statement>();
   return {
     actionById: db.prepare<[string], ActionRow>('SELECT * FROM actions WHERE action_id = ?'),
     actionByName: db.prepare<[string], ActionRow>('SELECT * FROM actions WHERE name = ?'),
@@ -68,16 +70,27 @@ export function actionStatements(db: Db) {
     /** The idempotency check of every invoke: only the fingerprint (undefined: no such execution). */
     fingerprintOfExecution: db.prepare<[string], string | null>('SELECT input_fingerprint FROM executions WHERE execution_id = ?').pluck(),
     executionChildren: db.prepare<[string], ExecutionRow>('SELECT * FROM executions WHERE parent_id = ? ORDER BY seq'),
-    executionsPage: db.prepare<[number, number], ExecutionRow>(
-      'SELECT * FROM executions WHERE parent_id IS NULL AND seq > ? ORDER BY seq LIMIT ?',
-    ),
-    /** Uses executions_active_by_status for QUEUED and RUNNING; scans in seq order for the others. */
-    executionsByStatusPage: db.prepare<[string, number, number], ExecutionRow>(
-      'SELECT * FROM executions WHERE parent_id IS NULL AND status = ? AND seq > ? ORDER BY seq LIMIT ?',
-    ),
-    executionsByActionPage: db.prepare<[string, number, number], ExecutionRow>(
-      'SELECT * FROM executions WHERE action_id = ? AND seq > ? ORDER BY seq LIMIT ?',
-    ),
+    /**
+     * A page of executions, every condition given in the SQL (the page is never short for a
+     * filter applied afterwards): by action, all its executions; otherwise top-level ones only.
+     * One prepared statement per combination of conditions.
+     */
+    executionsWhere: (where: { actionId: string | null; status: string | null; since: string | null }, after: number, limit: number): ExecutionRow[] => {
+      const key = `${where.actionId === null ? '' : 'a'}${where.status === null ? '' : 's'}${where.since === null ? '' : 'c'}`;
+      let statement = pages.get(key);
+      if (!statement) {
+        const conditions = [where.actionId === null ? 'parent_id IS NULL' : 'action_id = @actionId'];
+        if (where.status !== null) conditions.push('status = @status');
+        if (where.since !== null) conditions.push('created >= @since');
+        statement = db.prepare(`SELECT * FROM executions WHERE ${conditions.join(' AND ')} AND seq > @after ORDER BY seq LIMIT @limit`);
+        pages.set(key, statement);
+      }
+      const params: Record<string, unknown> = { after, limit };
+      if (where.actionId !== null) params.actionId = where.actionId;
+      if (where.status !== null) params.status = where.status;
+      if (where.since !== null) params.since = where.since;
+      return statement.all(params) as ExecutionRow[];
+    },
     /** Positional, in the column order below (binding 20 values by name costs more, once per call recorded). */
     insertExecution: db.prepare<
       [string, string | null, string, number | null, string, string, string, string | null, string | null, string | null, string | null,
@@ -154,9 +167,6 @@ export function queueStatements(db: Db) {
       "SELECT status, count(*) AS n FROM executions WHERE parent_id IS NULL AND status IN ('QUEUED', 'RUNNING') GROUP BY status",
     ),
     failedCount: db.prepare<[], { n: number }>("SELECT count(*) AS n FROM executions WHERE parent_id IS NULL AND status = 'FAILED'"),
-    sincePage: db.prepare<[string, number, number], ExecutionRow>(
-      'SELECT * FROM executions WHERE parent_id IS NULL AND created >= ? AND seq > ? ORDER BY seq LIMIT ?',
-    ),
 
     activeTriggers: db.prepare<[], TriggerRow>("SELECT * FROM triggers WHERE status = 'ACTIVE'"),
     triggerById: db.prepare<[string], TriggerRow>('SELECT * FROM triggers WHERE trigger_id = ?'),
