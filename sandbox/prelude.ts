@@ -238,18 +238,21 @@ export const PRELUDE = String.raw`
     }
   }
 
-  // Generic array methods loop over any length without checking the interrupt: refuse array-likes
-  // that claim a length no real array in this heap could have.
-  const LENGTH_MAX = 1 << 24;
+  // Generic array methods loop over the length without checking the interrupt, holes included:
+  // refuse arrays and array-likes longer than any dense array the sandbox's memory could hold
+  // (64 MiB / 16-byte values): only a sparse array, or a fake length, can be longer.
+  const LENGTH_MAX = 1 << 22;
   const isArray = Array.isArray;
   for (const name of ['indexOf', 'lastIndexOf', 'includes', 'join', 'reverse', 'copyWithin', 'fill', 'toString', 'toLocaleString', 'every', 'some', 'forEach', 'map', 'filter', 'reduce', 'reduceRight', 'find', 'findIndex', 'findLast', 'findLastIndex', 'sort', 'slice', 'splice', 'toReversed', 'toSorted', 'toSpliced', 'with', 'at', 'flat', 'flatMap', 'keys', 'values', 'entries', 'concat', 'push', 'pop', 'shift', 'unshift']) {
     const original = Array.prototype[name];
     if (typeof original !== 'function') continue;
     const guarded = {
       [name](...args) {
-        if (!isArray(this) && this !== null && this !== undefined) {
-          const length = Number(Object(this).length);
-          if (length > LENGTH_MAX) throw new RangeError('Array.prototype.' + name + ' on an array-like of length ' + length + ' is refused');
+        if (this !== null && this !== undefined) {
+          const length = isArray(this) ? this.length : Number(Object(this).length);
+          if (length > LENGTH_MAX) {
+            throw new RangeError('Array.prototype.' + name + ' on ' + (isArray(this) ? 'an array' : 'an array-like') + ' of length ' + length + ' is refused (the most is ' + LENGTH_MAX + ')');
+          }
         }
         return original.apply(this, args);
       },

@@ -136,6 +136,9 @@ export class Sandbox {
       }
       const text = ctx.getString(result.value);
       result.value.dispose();
+      // A native operation the interrupt cannot stop may have run past the deadline and returned:
+      // the call still timed out.
+      if (this.deadlinePassed()) return TIMED_OUT;
       return outcome(text);
     } catch (error) {
       // The host itself failed under the guest (its stack overflowed inside WASM, a trap): the
@@ -206,7 +209,7 @@ export class Sandbox {
    * memory, stack overflow) can. A timeout counts only if the host's deadline really passed.
    */
   private escaped(error: unknown): RunFailure {
-    if (this.deadlinePassed()) return { ok: false, kind: 'timeout', message: 'the call ran past its deadline' };
+    if (this.deadlinePassed()) return TIMED_OUT;
     if (error === null || error === undefined) return { ok: false, kind: 'memory', message: 'out of memory' };
     const e = (typeof error === 'object' ? error : {}) as { name?: unknown; message?: unknown; stack?: unknown };
     const message = typeof e.message === 'string' ? e.message : String(error);
@@ -268,6 +271,8 @@ export class Sandbox {
     return pooled;
   }
 }
+
+const TIMED_OUT: RunFailure = { ok: false, kind: 'timeout', message: 'the call ran past its deadline' };
 
 const POISONED: RunFailure = {
   ok: false,
