@@ -5,6 +5,7 @@ import { EngineError, type ErrorData, isErrorCode, quote } from '../errors.js';
 import { canonicalJson, fingerprint } from '../ids.js';
 import { checkJsonDepth } from '../json.js';
 import { type CallFrame, type CallNode, type Caller, type ExecutionKind, persistTree, type RootState, rowToNode } from './call-tree.js';
+import type { ExecutionRow } from '../storage/statements/actions.js';
 import type { ExecutionServices } from './services.js';
 
 /** What a call runs: a tool version (program or graphql kind), or a native tool. */
@@ -41,8 +42,9 @@ export function invokeAction(svc: ExecutionServices, caller: Caller, parent: Cal
   checkNewInTree(parent, request.executionId);
   const existing = svc.st.fingerprintOfExecution.get(request.executionId);
   if (existing !== undefined) {
-    if (existing === inputFingerprint) return rowToNode(svc.st.executionById.get(request.executionId)!);
-    throw executionIdConflict(request.executionId, existing);
+    const row = existing === inputFingerprint ? svc.st.executionById.get(request.executionId)! : null;
+    if (row && !isStarted(row)) return rowToNode(row);
+    throw executionIdConflict(request.executionId, existing, row ? 'started' : null);
   }
   const root = parent?.root ?? newRoot(svc, caller, target, input);
   const node = runCall(svc, { target, input, executionId: request.executionId, parent, root, inputFingerprint });
@@ -62,12 +64,19 @@ export function checkNewInTree(parent: CallFrame | null, executionId: string): v
  * The id is taken by a recorded execution that does not match the call. A record without a
  * fingerprint is a nested call, or a call undone with the call that made it: its id is spent.
  */
-export function executionIdConflict(executionId: string, recordedFingerprint: string | null): EngineError {
+export function executionIdConflict(executionId: string, recordedFingerprint: string | null, other: 'started' | 'invoked' | null = null): EngineError {
   const message =
-    recordedFingerprint === null
-      ? `execution ${executionId} is recorded as a nested call, or as a call undone with the call that made it; it cannot run again under this id`
-      : `execution ${executionId} already exists with a different action or input`;
+    other !== null
+      ? `execution ${executionId} was ${other} with this action and input; an id names one call, invoked or started`
+      : recordedFingerprint === null
+        ? `execution ${executionId} is recorded without an input fingerprint (a nested call, a trigger's, or a call undone with the call that made it); it cannot run again under this id`
+        : `execution ${executionId} already exists with a different action or input`;
   return new EngineError('EXECUTION_ID_CONFLICT', message, { hint: 'Use a new executionId for each call (a retried attempt too).', details: { executionId } });
+}
+
+/** A started execution (a queue row, with its attempts budget) rather than an invoked one. */
+export function isStarted(row: ExecutionRow): boolean {
+  return (row as { max_attempts?: number | null }).max_attempts != null;
 }
 
 function resolveInvokeTarget(svc: ExecutionServices, request: InvokeRequest): CallTarget {
@@ -344,13 +353,13 @@ class CallBridge implements HostBridge {
   call(op: string, args: string[]): string {
     try {
       if (op === 'graphql') {
-        const variables = parseArg(args[1], 'variables');
+        const variables = parseArg(args[1], 'variables', this.svc.limits.jsonDepthMax);
         return envelope(this.child({ type: 'native', name: 'graphql' }, { query: args[0], variables }));
       }
       if (op === 'cel') {
-        return envelope(this.child({ type: 'native', name: 'cel' }, { expression: args[0], bindings: parseArg(args[1], 'bindings') }));
+        return envelope(this.child({ type: 'native', name: 'cel' }, { expression: args[0], bindings: parseArg(args[1], 'bindings', this.svc.limits.jsonDepthMax) }));
       }
-      if (op === 'tool') return this.tool(args[0] ?? '', parseArg(args[1], 'input'), parseArg(args[2], 'options'));
+      if (op === 'tool') return this.tool(args[0] ?? '', parseArg(args[1], 'input', this.svc.limits.jsonDepthMax), parseArg(args[2], 'options', this.svc.limits.jsonDepthMax));
       throw new EngineError('BAD_REQUEST', `unknown host operation ${quote(op)}`);
     } catch (error) {
       return JSON.stringify({ ok: false, error: toEngineError(error).toData() });
@@ -461,13 +470,17 @@ class CallBridge implements HostBridge {
   }
 }
 
-function parseArg(text: string | undefined, what: string): unknown {
+/** A value a program passed to a host call, as bounded as a client's: at most jsonDepthMax deep. */
+function parseArg(text: string | undefined, what: string, depthMax: number): unknown {
   if (text === undefined || text === '') return undefined;
+  let value: unknown;
   try {
-    return JSON.parse(text);
+    value = JSON.parse(text);
   } catch {
     throw new EngineError('BAD_REQUEST', `${what} is not JSON-serialisable`);
   }
+  checkJsonDepth(value, depthMax, `the ${what} a program passed`);
+  return value;
 }
 
 function envelope(node: CallNode): string {
