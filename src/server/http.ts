@@ -33,7 +33,13 @@ export function createServer(engine: Engine, options: ServerOptions = {}): Serve
 }
 
 async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  const url = new URL(req.url ?? '/', 'http://localhost');
+  let url: URL;
+  try {
+    url = new URL(req.url ?? '/', 'http://localhost');
+  } catch {
+    req.resume();
+    return sendErrors(res, 400, 'application/json', [new EngineError('BAD_REQUEST', `the request target ${quote(req.url ?? '')} is not a valid URL path`, { hint: 'Send requests to /graphql.' })]);
+  }
   if (req.method === 'GET' && url.pathname.startsWith('/graphql/assets/')) {
     const found = asset(url.pathname.slice('/graphql/assets/'.length));
     if (found) {
