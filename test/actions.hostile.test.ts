@@ -78,10 +78,55 @@ describe('hostile programs are contained', () => {
     }
   });
 
-  it('huge array-likes are refused by the generic array methods instead of hanging the process', () => {
-    const result = invoke(tool(13, 'array_like', 'function run() { return Array.prototype.indexOf.call({ length: 2 ** 40 }, 1); }'));
-    expect(result.error.code).toBe('SCRIPT_ERROR');
-    expect(result.error.message).toContain('is refused');
+  it('huge array-likes and huge sparse arrays are refused by the generic array methods instead of hanging the process', () => {
+    for (const [n, expression] of [[13, 'Array.prototype.indexOf.call({ length: 2 ** 40 }, 1)'], [16, 'Array(2 ** 32 - 1).indexOf(1)'], [17, "Array(1e8).join('')"]] as const) {
+      const started = Date.now();
+      const result = invoke(tool(n, `array_like_${n}`, `function run() { return ${expression}; }`));
+      expect(result.error.code).toBe('SCRIPT_ERROR');
+      expect(result.error.message).toMatch(/of length \d+ is refused \(the most is 4194304\)/);
+      expect(Date.now() - started).toBeLessThan(1000);
+    }
+  });
+
+  it('a native operation the interrupt cannot stop, returning after the deadline, is a TIMEOUT, not a success', async () => {
+    engine = await newEngine({ limits: { toolTimeoutMs: 50 } });
+    // A 4-million-slot sparse array is allowed, and indexOf walks every hole without checking the interrupt.
+    expect(invoke(tool(18, 'slow_native', 'function run() { return Array(4000000).indexOf(1); }')).requestError).toBe('TIMEOUT');
+  });
+
+  it('values a program passes to graphql, cel and tools are bounded in depth like a client\'s', () => {
+    const sink = tool(19, 'sink', 'function run(e) { return 1; }');
+    const deep = tool(20, 'deep_args', `function run() {
+      let o = 1; for (let i = 0; i < 4500; i++) o = [o];
+      const codes = [];
+      for (const call of [() => tools.sink(o), () => cel('1', { x: o }), () => graphql('{ journal { name } }', { x: o })]) {
+        try { call(); codes.push('ran'); } catch (e) { codes.push(e.code); }
+      }
+      return codes;
+    }`, ALL, { tools: [{ name: 'sink' }] });
+    expect(sink).toBe(id(19));
+    const result = invoke(deep);
+    expect(result.status).toBe('SUCCEEDED');
+    expect(result.output).toEqual(['LIMIT_EXCEEDED', 'LIMIT_EXCEEDED', 'LIMIT_EXCEEDED']);
+  });
+
+  it('an execution id names one call: invoked and started with the same id and input is a conflict both ways', () => {
+    const echo = tool(21, 'echo_id', 'function run(e) { return e.data; }');
+    const START = 'mutation($id: UUID!, $e: UUID!, $input: JSON) { actions { startAction(id: $id, input: {executionId: $e, actionVersion: 1, input: $input}) { status } } }';
+    ok(engine, START, { id: echo, e: id(801), input: { a: 1 } });
+    expect(fails(engine, INVOKE, { id: echo, e: id(801), input: { a: 1 } })).toMatchObject({ code: 'EXECUTION_ID_CONFLICT', message: expect.stringContaining('was started with this action and input') });
+    ok(engine, INVOKE, { id: echo, e: id(802), input: { a: 1 } });
+    expect(fails(engine, START, { id: echo, e: id(802), input: { a: 1 } })).toMatchObject({ code: 'EXECUTION_ID_CONFLICT', message: expect.stringContaining('was invoked with this action and input') });
+    // The same call again is still answered from its record.
+    expect(ok(engine, START, { id: echo, e: id(801), input: { a: 1 } }).actions.startAction.status).toBe('QUEUED');
+  });
+
+  it('startAction checks inputBytesMax when it is started, writing nothing', async () => {
+    engine = await newEngine({ limits: { inputBytesMax: 1000 } });
+    const echo = tool(22, 'echo_big', 'function run(e) { return 1; }');
+    const error = fails(engine, 'mutation($id: UUID!, $input: JSON) { actions { startAction(id: $id, input: {executionId: "' + id(803) + '", actionVersion: 1, input: $input}) { status } } }', { id: echo, input: { s: 'x'.repeat(2000) } });
+    expect(error).toMatchObject({ code: 'LIMIT_EXCEEDED', message: expect.stringContaining('inputBytesMax is 1000') });
+    expect(count(engine, 'executions')).toBe(0);
   });
 
   it('reusing an executionId inside one call tree is a conflict for that call, not a failed request', () => {

@@ -101,6 +101,20 @@ describe('GraphQL over HTTP', () => {
     expect(response).toMatch(/^HTTP\/1.1 408|^$/);
   });
 
+  it('answers a request target that is not a valid URL path with 400 BAD_REQUEST, and keeps serving', async () => {
+    const { port } = new URL(url);
+    for (const target of ['//%%%', 'http://[::1']) {
+      const socket = connect(Number(port), '127.0.0.1');
+      let response = '';
+      socket.on('data', (chunk) => (response += chunk.toString()));
+      socket.write(`GET ${target} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n`);
+      await new Promise((resolve) => socket.on('close', resolve));
+      expect(response).toMatch(/^HTTP\/1.1 400/);
+      expect(response).toContain('"code":"BAD_REQUEST"');
+    }
+    expect((await get('{ journal { name } }')).status).toBe(200);
+  });
+
   it('refuses a missing, malformed or wrong API key with 401 UNAUTHENTICATED', async () => {
     for (const headers of [{}, { authorization: 'Basic abc' }, { authorization: 'Bearer tly_wrong' }] as Array<Record<string, string>>) {
       const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: '{"query": "{ journal { name } }"}' });
