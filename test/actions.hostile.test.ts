@@ -121,6 +121,16 @@ describe('hostile programs are contained', () => {
     expect(ok(engine, START, { id: echo, e: id(801), input: { a: 1 } }).actions.startAction.status).toBe('QUEUED');
   });
 
+  it('an id and a name that name different actions are refused, not one of them ignored', () => {
+    const a = tool(23, 'named_a', 'function run() { return 1; }');
+    tool(24, 'named_b', 'function run() { return 2; }');
+    const byBoth = 'mutation($id: UUID!, $name: String, $e: UUID!) { actions { invokeAction(id: $id, name: $name, input: {executionId: $e, actionVersion: 1, input: {}}) { output } } }';
+    expect(fails(engine, byBoth, { id: a, name: 'named_b', e: id(804) })).toMatchObject({ code: 'BAD_REQUEST', message: `action ${a} is named "named_a", not "named_b"` });
+    expect(ok(engine, byBoth, { id: a, name: 'named_a', e: id(805) }).actions.invokeAction.output).toBe(1);
+    expect(fails(engine, `{ actions { action(id: "${a}", name: "named_b") { name } } }`).code).toBe('BAD_REQUEST');
+    expect(count(engine, 'executions')).toBe(1);
+  });
+
   it('startAction checks inputBytesMax when it is started, writing nothing', async () => {
     engine = await newEngine({ limits: { inputBytesMax: 1000 } });
     const echo = tool(22, 'echo_big', 'function run(e) { return 1; }');

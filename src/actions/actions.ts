@@ -307,7 +307,15 @@ export function findAction(deps: ActionDeps, ref: { id?: string | null; name?: s
   if (!row) {
     throw new EngineError('NOT_FOUND', `action ${quote(ref.id ?? ref.name)} does not exist`, { hint: 'Create it with createAction, or check the id or name.' });
   }
+  checkName(row.name, ref);
   return row;
+}
+
+/** Given both an id and a name, they must name the same action. */
+function checkName(name: string, ref: { id?: string | null; name?: string | null }): void {
+  if (ref.id && ref.name != null && ref.name !== name) {
+    throw new EngineError('BAD_REQUEST', `action ${ref.id} is named ${quote(name)}, not ${quote(ref.name)}`, { hint: 'Pass the id or the name, or both of the same action.' });
+  }
 }
 
 /** A version: the one asked for, or the latest. */
@@ -319,7 +327,10 @@ export function getVersion(deps: ActionDeps, ref: { id?: string | null; name?: s
       const row = deps.st.version.get(id, version);
       return row && versionOfRow(deps, row);
     });
-    if (found) return found;
+    if (found) {
+      checkName(found.name, ref);
+      return found;
+    }
   }
   const action = findAction(deps, ref);
   const version = ref.version ?? action.latest_version;

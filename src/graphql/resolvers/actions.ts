@@ -27,8 +27,8 @@ function listExecutions(ctx: RequestContext, { first, after, where }: Args) {
  */
 /** Check the stack may run the action; returns the version when it had to load it (invoke reuses it). */
 function guardExecution(ctx: RequestContext, id: string | null | undefined, name: string | null | undefined, input: Args): ActionVersion | undefined {
-  const version = id && input.actionVersion != null ? actions.getVersion(ctx.services.actions, { id, version: input.actionVersion }) : undefined;
-  const actionName = !id ? name : version ? version.name : actions.findAction(ctx.services.actions, { id }).name;
+  const version = id && input.actionVersion != null ? actions.getVersion(ctx.services.actions, { id, name, version: input.actionVersion }) : undefined;
+  const actionName = !id ? name : version ? version.name : actions.findAction(ctx.services.actions, { id, name }).name;
   guard(ctx, 'INSERT', AE, { action: actionName, version: input.actionVersion ?? null, input: input.input ?? null });
   return version;
 }
