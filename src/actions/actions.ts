@@ -273,7 +273,11 @@ function parsedDocument(deps: ActionDeps, key: string, text: string): ActionVers
   const cached = deps.documents.get(key);
   if (cached?.text === text) return cached.document;
   const document = deepFreeze(JSON.parse(text) as ActionVersionDocument);
-  if (deps.documents.size >= deps.limits.recordCacheMax) deps.documents.clear();
+  if (deps.documents.size >= deps.limits.recordCacheMax) {
+    // The oldest goes (the map keeps insertion order).
+    const oldest = deps.documents.keys().next();
+    if (!oldest.done) deps.documents.delete(oldest.value);
+  }
   deps.documents.set(key, { text, document });
   return document;
 }
@@ -343,15 +347,15 @@ export function getVersion(deps: ActionDeps, ref: { id?: string | null; name?: s
 
 export function latestActiveVersion(deps: ActionDeps, actionId: string): ActionVersion | null {
   const row = deps.st.latestActiveVersion.get(actionId);
-  return row ? toVersion(row) : null;
+  return row ? versionOfRow(deps, row) : null;
 }
 
 export function listVersions(deps: ActionDeps, actionId: string): ActionVersion[] {
-  return deps.st.versions.all(actionId).map(toVersion);
+  return deps.st.versions.all(actionId).map((row) => versionOfRow(deps, row));
 }
 
 export function listActions(deps: ActionDeps, first: number, after?: string | null): Connection<ActionVersion> {
   const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', 'actions');
   const rows = deps.st.actionsPage.all(req.after ?? 0, req.fetch);
-  return toConnection(rows, req, (r) => r.rowid, (r) => toVersion(deps.st.version.get(r.action_id, r.latest_version)!));
+  return toConnection(rows, req, (r) => r.rowid, (r) => versionOfRow(deps, deps.st.version.get(r.action_id, r.latest_version)!));
 }

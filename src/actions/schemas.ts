@@ -14,7 +14,8 @@ export interface SchemaProblem {
  * compiled once per schema object. A version's parsed document (and so its schema objects) lives
  * as long as the document cache keeps it, and a version number that comes to stand for another
  * document gets new objects, so a validator can never outlive the schema it was compiled from.
- * Ajv's own cache holds schemas strongly and grows without bound, so it is switched off.
+ * Ajv's own cache holds every schema object it compiled, strongly: each is removed from it once
+ * compiled (the validator keeps working), so only the WeakMap here holds validators.
  */
 export class SchemaCache {
   private readonly ajv: Ajv;
@@ -40,6 +41,7 @@ export class SchemaCache {
         hint: 'Check it against JSON Schema draft-07 in strict mode (unknown keywords are refused).',
       });
     }
+    this.ajv.removeSchema(schema);
     this.validators.set(schema, validate);
     return validate;
   }
