@@ -116,7 +116,7 @@ export const actionResolvers = {
       const row = ctx.services.st.executionById.get(executionId);
       if (!row) throw new EngineError('NOT_FOUND', `execution ${executionId} does not exist`);
       guard(ctx, 'UPDATE', AE, rowToNode(row));
-      if (ctx.frame?.root.ids.has(executionId)) {
+      if (ctx.frame?.node.rootId === executionId) {
         // Its attempt is the one running this call: it is QUEUED until the attempt's outcome is written.
         throw new EngineError('BAD_REQUEST', `execution ${executionId} is running this call and cannot cancel itself`, { hint: 'Fail it with fail(message, hint, {retry: false}) instead.' });
       }
