@@ -72,7 +72,8 @@ export function recordBrokenAttempt(svc: ExecutionServices, row: QueueRow, owner
   } catch {
     // The version cannot be read either: the default backoff.
   }
-  const error = new EngineError('INTERNAL', `attempt ${row.attempt + 1} of ${row.action_name} could not be recorded: ${cause instanceof Error ? cause.message : String(cause)}`).toData();
+  // The cause (a driver message, say) goes to the log, not into a record clients read.
+  const error = new EngineError('INTERNAL', `attempt ${row.attempt + 1} of ${row.action_name} could not be recorded (an internal error, logged)`).toData();
   return finish(svc, row, owner, { attempt: row.attempt + 1, startedAt: svc.clock.now(), node: null, error, backoff });
 }
 

@@ -35,19 +35,23 @@ export class Worker {
     const now = this.svc.clock.now().toISOString();
     const next = this.svc.queue.nextRunAt.get();
     if (!next?.run_at || next.run_at > now) return null;
+    let claimed: { executionId: string; attempt: number } | null = null;
     try {
       return this.transactions.run('write', () => {
         const row = this.svc.queue.nextDue.get(now);
         if (!row) return { value: null, commit: false };
+        claimed = { executionId: row.execution_id, attempt: row.attempt };
         return { value: runAttempt(this.svc, row, this.options.owner), commit: true };
       });
     } catch (error) {
       // The write lock was not to be had: nothing ran, nothing is counted.
-      if (error instanceof EngineError && error.code === 'BUSY') throw error;
-      // The attempt ran but could not be written (it rolled back): count it as failed.
+      if (claimed === null || (error instanceof EngineError && error.code === 'BUSY')) throw error;
+      // The attempt ran but could not be written (it rolled back): count it as failed, unless
+      // another worker ran that execution in between.
+      const { executionId, attempt } = claimed;
       return this.transactions.run('write', () => {
-        const row = this.svc.queue.nextDue.get(now);
-        if (!row) return { value: null, commit: false };
+        const row = this.svc.queue.queuedById.get(executionId);
+        if (!row || row.status !== 'QUEUED' || row.attempt !== attempt) return { value: null, commit: false };
         return { value: recordBrokenAttempt(this.svc, row, this.options.owner, error), commit: true };
       });
     }
