@@ -221,4 +221,36 @@ describe('record caches', () => {
     expect(r.actions.invokeAction).toEqual({ status: 'SUCCEEDED', invocation: { output: 1, error: null } });
     engine.close();
   });
+
+  it('a tool schema is compiled once, however its version is reached (pinned, unpinned, started)', async () => {
+    const { Ajv } = await import('ajv');
+    const compile = Ajv.prototype.compile;
+    let compiles = 0;
+    Ajv.prototype.compile = function (this: InstanceType<typeof Ajv>, ...args: Parameters<typeof compile>) {
+      compiles++;
+      return compile.apply(this, args);
+    } as typeof compile;
+    try {
+      const engine = await newEngine();
+      const schema = { type: 'object', properties: { n: { type: 'integer' } } };
+      ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
+        id: id(7500),
+        input: { name: 'callee', kind: 'tool', config: { runtime: 'javascript', src: 'function run(e) { return e.data.n; }' }, tool: { description: 'x', inputSchema: schema } },
+      });
+      ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
+        id: id(7501),
+        input: { name: 'caller', kind: 'tool', config: { runtime: 'javascript', src: 'function run(e) { return tools.callee({ n: e.data.n }); }' }, tools: [{ name: 'callee' }] },
+      });
+      const before = compiles;
+      for (let n = 0; n < 20; n++) {
+        ok(engine, `mutation { actions { invokeAction(id: "${id(7501)}", input: {executionId: "${id(7600 + n)}", actionVersion: 1, input: {n: ${n}}}) { status } } }`);
+        ok(engine, `mutation { actions { startAction(id: "${id(7500)}", input: {executionId: "${id(7700 + n)}", input: {n: ${n}}}) { status } } }`);
+      }
+      // The stored documents are parsed once each: one compile per schema object (the caller's default schema, the callee's).
+      expect(compiles - before).toBeLessThanOrEqual(2);
+      engine.close();
+    } finally {
+      Ajv.prototype.compile = compile;
+    }
+  });
 });
