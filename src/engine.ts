@@ -205,7 +205,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     return value;
   }
 
-  const clientDeps: ClientDeps = { st: authStatements(db), cel, clock, pageSizeMax: limits.pageSizeMax };
+  const clientDeps: ClientDeps = { st: authStatements(db), cel, clock, pageSizeMax: limits.pageSizeMax, policiesMax: limits.policiesMax };
   const contextFor = (caller: Caller, frame: CallFrame | null): RequestContext => ({
     ledger,
     cel,

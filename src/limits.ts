@@ -48,6 +48,8 @@ export interface Limits {
   programBytesMax: number;
   /** Tool references one action version may declare. */
   toolReferencesMax: number;
+  /** Policies one client or one action version may hold (each is checked on every guarded operation). */
+  policiesMax: number;
   /** Largest execution.maxAttempts a version may ask for. */
   maxAttemptsMax: number;
   /** Wall-clock deadline of a top-level call when its version sets no timeoutMs; nested calls share it. */
@@ -96,6 +98,7 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
 
   programBytesMax: 262_144,
   toolReferencesMax: 64,
+  policiesMax: 64,
   maxAttemptsMax: 100,
   toolTimeoutMs: 2000,
   toolTimeoutMsMax: 30_000,

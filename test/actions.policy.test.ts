@@ -115,6 +115,16 @@ describe('the policy chain', () => {
     expect(engine.graphql('{ journal { name } }', null, { principal: 'named' }).errors).toBeUndefined();
   });
 
+  it('an assertion that is not a bool skips an ALLOW and applies a DENY (fails closed)', () => {
+    const all = { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] };
+    client('odd_deny', [all, { effect: 'DENY', actions: ['SELECT'], resources: ['financial.Journal'], assertions: { odd: '1' } }]);
+    expect(engine.graphql('{ journal { name } }', null, { principal: 'odd_deny' }).errors?.[0]?.extensions?.code).toBe('ACCESS_DENIED');
+    client('odd_allow', [{ ...all, assertions: { odd: '"yes"' } }]);
+    expect(engine.graphql('{ journal { name } }', null, { principal: 'odd_allow' }).errors?.[0]?.extensions?.code).toBe('ACCESS_DENIED');
+    client('plain', [all, { effect: 'DENY', actions: ['SELECT'], resources: ['financial.Journal'], assertions: { never: 'false' } }]);
+    expect(engine.graphql('{ journal { name } }', null, { principal: 'plain' }).errors).toBeUndefined();
+  });
+
   it('invoking action X is INSERT on actions.Execution with context.document.action == "X"', () => {
     const allowed = tool(21, 'allowed_tool', 'function run() { return "ran"; }');
     const other = tool(22, 'other_tool', 'function run() { return "ran"; }');

@@ -103,6 +103,26 @@ describe('limits: each is named, defaulted, configurable and enforced', () => {
     expect(fails(engine, POST, { input: { transactionId: id(9), tranCode: 'TRANSFER', params: { from: id(2), to: id(3), amount: '1', memo: 'y'.repeat(200) } } }).code).toBe('LIMIT_EXCEEDED');
   });
 
+  it('jsonBytesMax bounds an action version besides its program; policiesMax its policies and a client\'s', async () => {
+    const engine = await newEngine({ limits: { jsonBytesMax: 2000, policiesMax: 3 } });
+    const CREATE_ACTION = 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }';
+    const action = (n: number, extra: Record<string, unknown>) => ({
+      id: id(n),
+      input: { name: `a${n}`, kind: 'tool', config: { runtime: 'javascript', src: `function run() { return '${'p'.repeat(3000)}'; }` }, ...extra },
+    });
+    // A program longer than jsonBytesMax is fine (programBytesMax bounds it); a long description is not.
+    ok(engine, CREATE_ACTION, action(1, { tool: { description: 'short' } }));
+    const long = fails(engine, CREATE_ACTION, action(2, { tool: { description: 'd'.repeat(3000) } }));
+    expect(long).toMatchObject({ code: 'LIMIT_EXCEEDED', message: expect.stringContaining('besides its program') });
+    const policy = { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] };
+    ok(engine, CREATE_ACTION, action(3, { policies: [policy, policy, policy] }));
+    expect(fails(engine, CREATE_ACTION, action(4, { policies: [policy, policy, policy, policy] })).message).toBe('4 policies; policiesMax is 3');
+    const CLIENT = 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }';
+    expect(fails(engine, CLIENT, { i: { principal: 'many', name: 'm', policies: [policy, policy, policy, policy] } }).code).toBe('LIMIT_EXCEEDED');
+    expect(ok(engine, CLIENT, { i: { principal: 'few', name: 'f', policies: [policy] } }).auth.createClient.apiKey).toMatch(/^tly_/);
+    expect(engine.db.prepare('SELECT count(*) FROM actions').pluck().get()).toBe(2);
+  });
+
   it('decimalFractionDigitsMax and decimalIntegerDigitsMax', async () => {
     const engine = await newEngine({ limits: { decimalFractionDigitsMax: 4, decimalIntegerDigitsMax: 6 } });
     createAccount(engine, 1);

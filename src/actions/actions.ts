@@ -5,7 +5,7 @@ import type { Limits } from '../limits.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { RecordCache } from '../storage/record-cache.js';
 import type { ActionRow, ActionStatements, ActionVersionRow } from '../storage/statements/actions.js';
-import { type Policy, type PolicyAction, type PolicyEffect, parsePolicy } from '../policy/policy.js';
+import { type Policy, type PolicyAction, type PolicyEffect, parsePolicies } from '../policy/policy.js';
 
 export type { Policy, PolicyAction, PolicyEffect };
 import type { SchemaCache } from './schemas.js';
@@ -160,9 +160,17 @@ function buildDocument(deps: ActionDeps, base: { actionId: string; name: string;
     if (seen.has(ref.name)) throw new EngineError('BAD_REQUEST', `tool ${quote(ref.name)} is referenced twice`);
     seen.add(ref.name);
   }
-  const policies = input.policies === undefined || input.policies === null ? previous?.policies ?? [] : input.policies.map((p, i) => parsePolicy(deps.cel, p, `policies[${i}]`));
+  const policies = input.policies === undefined || input.policies === null ? previous?.policies ?? [] : parsePolicies(deps.cel, input.policies, deps.limits.policiesMax);
   const execution = checkExecution(input.execution, previous?.execution ?? DEFAULT_EXECUTION, deps.limits);
-  return { ...base, kind, config, tool, tools, policies, execution };
+  const document = { ...base, kind, config, tool, tools, policies, execution };
+  // The program has its own bound; the rest (description, schemas, policies, references) this one.
+  const restBytes = Buffer.byteLength(JSON.stringify({ ...document, config: { ...config, src: '' } }));
+  if (restBytes > deps.limits.jsonBytesMax) {
+    throw new EngineError('LIMIT_EXCEEDED', `the action version besides its program is ${restBytes} bytes; jsonBytesMax is ${deps.limits.jsonBytesMax}`, {
+      hint: 'Shorten the description, the schemas or the policies.',
+    });
+  }
+  return document;
 }
 
 const GRAPHQL_INPUT_SCHEMA = deepFreeze({

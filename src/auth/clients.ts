@@ -4,7 +4,7 @@ import type { Clock } from '../clock.js';
 import { EngineError, quote } from '../errors.js';
 import { requiredText } from '../ledger/records.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
-import { parsePolicy, type Policy } from '../policy/policy.js';
+import { parsePolicies, type parsePolicy, type Policy } from '../policy/policy.js';
 import type { AuthStatements, ClientRow } from '../storage/statements/auth.js';
 
 /** An API client: a principal, a name, and the policies that bound everything it does. */
@@ -22,6 +22,7 @@ export interface ClientDeps {
   cel: Cel;
   clock: Clock;
   pageSizeMax: number;
+  policiesMax: number;
 }
 
 type PolicyInput = Parameters<typeof parsePolicy>[1];
@@ -46,8 +47,8 @@ function toClient(row: ClientRow): Client {
   return { principal: row.principal, name: row.name, policies: JSON.parse(row.policies) as Policy[], version: row.version, created: row.created, modified: row.modified };
 }
 
-function parsePolicies(deps: ClientDeps, policies: PolicyInput[] | null | undefined): Policy[] {
-  return (policies ?? []).map((p, i) => parsePolicy(deps.cel, p, `policies[${i}]`));
+function clientPolicies(deps: ClientDeps, policies: PolicyInput[] | null | undefined): Policy[] {
+  return parsePolicies(deps.cel, policies ?? [], deps.policiesMax);
 }
 
 /** Create a client and its key; the key is returned this once and only its hash is kept. */
@@ -67,7 +68,7 @@ export function createClient(
   const row = {
     principal,
     name: requiredText(input.name, 'name'),
-    policies: JSON.stringify(parsePolicies(deps, input.policies)),
+    policies: JSON.stringify(clientPolicies(deps, input.policies)),
     key_hash: hashKey(apiKey),
     created: now,
     modified: now,
@@ -87,7 +88,7 @@ export function updateClient(
   const row = {
     principal,
     name: input.name == null ? current.name : requiredText(input.name, 'name'),
-    policies: input.policies == null ? current.policies : JSON.stringify(parsePolicies(deps, input.policies)),
+    policies: input.policies == null ? current.policies : JSON.stringify(clientPolicies(deps, input.policies)),
     key_hash: apiKey ? hashKey(apiKey) : current.key_hash,
     modified: deps.clock.now().toISOString(),
   };

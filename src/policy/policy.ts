@@ -91,10 +91,17 @@ export function decide(cel: Cel, layer: AuthorityLayer, operation: Operation, cl
 
 function assertionsHold(cel: Cel, assertions: Record<string, string>, context: Record<string, unknown>, onError: boolean): boolean {
   for (const expression of Object.values(assertions)) {
+    let verdict: unknown;
     try {
-      if (cel.evaluate(expression, context) !== true) return false;
+      verdict = cel.evaluate(expression, context);
     } catch {
+      verdict = undefined;
+    }
+    // A value that is not a bool counts as a failed evaluation: it skips an ALLOW, applies a DENY.
+    if (typeof verdict !== 'boolean') {
       if (!onError) return false;
+    } else if (!verdict) {
+      return false;
     }
   }
   return true;
@@ -114,6 +121,16 @@ export function authorize(cel: Cel, stack: readonly AuthorityLayer[], operation:
 }
 
 const POLICY_ACTIONS: readonly PolicyAction[] = ['SELECT', 'INSERT', 'UPDATE', 'DELETE'];
+
+type PolicyInput = { effect: PolicyEffect; actions: PolicyAction[]; resources: string[]; assertions?: unknown };
+
+/** Validate a list of policies from the wire: at most `policiesMax` of them. */
+export function parsePolicies(cel: Cel, policies: readonly PolicyInput[], policiesMax: number): Policy[] {
+  if (policies.length > policiesMax) {
+    throw new EngineError('LIMIT_EXCEEDED', `${policies.length} policies; policiesMax is ${policiesMax}`, { hint: 'Use wildcards in resources and fewer, broader policies.' });
+  }
+  return policies.map((p, i) => parsePolicy(cel, p, `policies[${i}]`));
+}
 
 /** Validate a policy from the wire; assertions must compile. */
 export function parsePolicy(cel: Cel, p: { effect: PolicyEffect; actions: PolicyAction[]; resources: string[]; assertions?: unknown }, what: string): Policy {
