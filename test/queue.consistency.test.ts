@@ -116,6 +116,13 @@ describe('queued executions stay consistent', () => {
     expect(started).toHaveLength(1);
     expect(started[0]!.status).toBe('FAILED');
     expect(JSON.parse(started[0]!.error)).toMatchObject({ code: 'VERSION_LOCKED', message: expect.stringContaining('trigger large') });
+    // A filter that is not a condition is a failed start, not a silent skip.
+    tool(35, 'odd_filter_target', 'function run(e) { return 1; }');
+    ok(engine, `mutation { actions { createTrigger(input: {triggerId: "${id(36)}", name: "odd", on: ["transaction.inserted"], filter: "'yes'", action: {name: "odd_filter_target"}}) { triggerId } } }`);
+    expect(post(engine, id(702), '1').errors).toBeUndefined();
+    const odd = engine.db.prepare('SELECT status, error FROM executions WHERE trigger_id = ?').get(id(36)) as { status: string; error: string };
+    expect(odd.status).toBe('FAILED');
+    expect(JSON.parse(odd.error)).toMatchObject({ code: 'CEL_ERROR', message: expect.stringContaining('evaluated to "yes", not a bool') });
     // An account and a transaction with the same id are two changes.
     tool(40, 'audit', 'function run(e) { return e.data; }');
     ok(engine, `mutation { actions { createTrigger(input: {triggerId: "${id(41)}", name: "audit", on: ["account.inserted", "transaction.inserted"], action: {name: "audit"}}) { triggerId } } }`);

@@ -147,7 +147,13 @@ export function dispatchChange(svc: ExecutionServices, change: LedgerChange): vo
     bindings ??= jsonToCel({ document: change.document(), previous: change.previous ?? null }) as Record<string, unknown>;
     const input: Record<string, unknown> = {};
     try {
-      if (trigger.filter !== null && svc.cel.evaluate(trigger.filter, bindings) !== true) continue;
+      if (trigger.filter !== null) {
+        const verdict = svc.cel.evaluate(trigger.filter, bindings);
+        if (typeof verdict !== 'boolean') {
+          throw new EngineError('CEL_ERROR', `filter ${quote(trigger.filter)} evaluated to ${quote(celToJson(verdict))}, not a bool`, { hint: 'Write the filter as a condition, e.g. document.status == "LOCKED".' });
+        }
+        if (!verdict) continue;
+      }
       for (const [prop, expression] of Object.entries(trigger.input ?? {})) input[prop] = celToJson(svc.cel.evaluate(expression, bindings));
       const version = resolveStartVersion(svc, { name: trigger.action.name, actionVersion: trigger.action.version });
       enqueue(svc, { executionId, version, input, inputFingerprint: null, principal: trigger.principal, triggerId: trigger.triggerId });
