@@ -3,7 +3,7 @@ import { parseCurrency } from '../decimal.js';
 import { EngineError, quote } from '../errors.js';
 import { parseUuid } from '../ids.js';
 import { checkJsonDepth, setOwn } from '../json.js';
-import { isDate } from '../ledger/params.js';
+import { isDate, isTimestamp } from '../ledger/params.js';
 
 function stringScalar(name: string, description: string, parse: (value: unknown) => string): GraphQLScalarType {
   return new GraphQLScalarType({
@@ -37,7 +37,7 @@ export const scalars = {
     return v;
   }),
   Timestamp: stringScalar('Timestamp', 'RFC 3339', (v) => {
-    if (typeof v !== 'string' || Number.isNaN(Date.parse(v)) || !/^\d{4}-\d{2}-\d{2}T/.test(v)) {
+    if (!isTimestamp(v)) {
       throw new EngineError('BAD_REQUEST', `Timestamp ${quote(v)} is not an RFC 3339 timestamp`, { hint: 'Use e.g. "2026-01-31T12:00:00Z".' });
     }
     return new Date(v).toISOString();

@@ -7,6 +7,18 @@ import type { CompiledTranCode, ParamType } from './tran-codes.js';
 
 const DATE_PATTERN = /^\d{4}-\d{2}-\d{2}$/;
 
+const TIMESTAMP_PATTERN = /^(\d{4}-\d{2}-\d{2})T([01]\d|2[0-3]):[0-5]\d(:[0-5]\d(\.\d+)?)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$/;
+
+/**
+ * An RFC 3339 timestamp with an offset whose date and time exist: JavaScript's Date would roll
+ * 2026-02-30 over to March 2 instead of refusing it.
+ */
+export function isTimestamp(value: unknown): value is string {
+  if (typeof value !== 'string') return false;
+  const m = TIMESTAMP_PATTERN.exec(value);
+  return m !== null && isDate(m[1]) && !Number.isNaN(Date.parse(value));
+}
+
 export function isDate(value: unknown): value is string {
   if (typeof value !== 'string' || !DATE_PATTERN.test(value)) return false;
   const d = new Date(`${value}T00:00:00Z`);
@@ -81,10 +93,7 @@ function coerceParam(deps: LedgerDeps, type: ParamType, value: unknown, what: st
     case 'TIMESTAMP': {
       if (value instanceof Date) return value;
       // An offset is required: a timestamp without one would be read in the server's time zone.
-      if (typeof value === 'string' && /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(value)) {
-        const d = new Date(value);
-        if (!Number.isNaN(d.getTime())) return d;
-      }
+      if (isTimestamp(value)) return new Date(value);
       return fail('an RFC 3339 timestamp with an offset (e.g. "2026-01-31T12:00:00Z")');
     }
     case 'JSON':
