@@ -11,6 +11,33 @@ export type Dec = InstanceType<typeof Dec>;
 
 export const ZERO: Dec = new Dec(0);
 
+/** Digits left of the point (at least 1) plus digits right of it: what an exact result needs. */
+function digits(d: Dec): number {
+  return Math.max(d.e + 1, 1) + d.decimalPlaces();
+}
+
+function inexact(what: string, a: Dec, b: Dec): EngineError {
+  return new EngineError('LIMIT_EXCEEDED', `${a.toFixed()} ${what} ${b.toFixed()} needs more than ${Dec.precision} significant digits to be exact`, {
+    hint: 'Round the operands first (decimal.Round), or work with smaller amounts.',
+  });
+}
+
+/** a + b, exact or refused: never rounded to the working precision behind the caller's back. */
+export function exactPlus(a: Dec, b: Dec): Dec {
+  if (Math.max(digits(a), digits(b)) + 1 > Dec.precision) throw inexact('+', a, b);
+  return a.plus(b);
+}
+
+export function exactMinus(a: Dec, b: Dec): Dec {
+  if (Math.max(digits(a), digits(b)) + 1 > Dec.precision) throw inexact('-', a, b);
+  return a.minus(b);
+}
+
+export function exactTimes(a: Dec, b: Dec): Dec {
+  if (a.precision() + b.precision() > Dec.precision) throw inexact('×', a, b);
+  return a.times(b);
+}
+
 const DECIMAL_PATTERN = /^[+-]?(\d+)(?:\.(\d+))?$/;
 
 export interface DecimalBounds {

@@ -123,5 +123,11 @@ export function resolveLimits(overrides: Partial<Limits> = {}): Readonly<Limits>
     }
     (limits as Record<string, number>)[name] = value;
   }
+  // Sums of amounts and balances are exact to 80 significant digits: keep amounts well inside that.
+  if (limits.decimalIntegerDigitsMax + limits.decimalFractionDigitsMax > 60) {
+    throw new Error(
+      `decimalIntegerDigitsMax + decimalFractionDigitsMax must be at most 60 (arithmetic is exact to 80 digits), got ${limits.decimalIntegerDigitsMax} + ${limits.decimalFractionDigitsMax}`,
+    );
+  }
   return Object.freeze(limits);
 }

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Decimal } from 'decimal.js';
 import { Environment } from '@marcbachmann/cel-js';
 import { type Clock, utcDate } from '../clock.js';
-import { Dec, parseCurrency } from '../decimal.js';
+import { Dec, exactMinus, exactPlus, exactTimes, parseCurrency } from '../decimal.js';
 import { EngineError, quote } from '../errors.js';
 import {
   CelDecimal,
@@ -123,9 +123,9 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
 
   // Decimal operators, with ints mixing in where the meaning is exact.
   const arith: Array<[string, (a: Dec, b: Dec) => Dec]> = [
-    ['+', (a, b) => a.plus(b)],
-    ['-', (a, b) => a.minus(b)],
-    ['*', (a, b) => a.times(b)],
+    ['+', exactPlus],
+    ['-', exactMinus],
+    ['*', exactTimes],
     ['/', (a, b) => {
       if (b.isZero()) throw new EngineError('CEL_ERROR', 'division by zero');
       return a.div(b);
@@ -160,19 +160,19 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
     .registerOperator('-Decimal', (a: CelDecimal) => dec(a.value.neg()))
     .registerOperator('Money + Money', (a: CelMoney, b: CelMoney) => {
       sameCurrency(a, b, 'add');
-      return new CelMoney(a.units.plus(b.units), a.currency);
+      return new CelMoney(exactPlus(a.units, b.units), a.currency);
     })
     .registerOperator('Money - Money', (a: CelMoney, b: CelMoney) => {
       sameCurrency(a, b, 'subtract');
-      return new CelMoney(a.units.minus(b.units), a.currency);
+      return new CelMoney(exactMinus(a.units, b.units), a.currency);
     });
 
   // decimal.* namespace (names as in the reference ledger's CEL).
   const D = 'DecimalNamespace';
   env
-    .registerFunction(`${D}.Add(Decimal, Decimal): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal) => dec(a.value.plus(b.value)))
-    .registerFunction(`${D}.Sub(Decimal, Decimal): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal) => dec(a.value.minus(b.value)))
-    .registerFunction(`${D}.Mul(Decimal, Decimal): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal) => dec(a.value.times(b.value)))
+    .registerFunction(`${D}.Add(Decimal, Decimal): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal) => dec(exactPlus(a.value, b.value)))
+    .registerFunction(`${D}.Sub(Decimal, Decimal): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal) => dec(exactMinus(a.value, b.value)))
+    .registerFunction(`${D}.Mul(Decimal, Decimal): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal) => dec(exactTimes(a.value, b.value)))
     .registerFunction(`${D}.Quo(Decimal, Decimal, int): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal, p: bigint) => {
       if (b.value.isZero()) throw new EngineError('CEL_ERROR', 'division by zero');
       return dec(a.value.div(b.value).toDecimalPlaces(places(p), Dec.ROUND_HALF_EVEN));
@@ -191,13 +191,13 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
   env
     .registerFunction(`${M}.Add(Money, Money): Money`, (_: unknown, a: CelMoney, b: CelMoney) => {
       sameCurrency(a, b, 'add');
-      return new CelMoney(a.units.plus(b.units), a.currency);
+      return new CelMoney(exactPlus(a.units, b.units), a.currency);
     })
     .registerFunction(`${M}.Sub(Money, Money): Money`, (_: unknown, a: CelMoney, b: CelMoney) => {
       sameCurrency(a, b, 'subtract');
-      return new CelMoney(a.units.minus(b.units), a.currency);
+      return new CelMoney(exactMinus(a.units, b.units), a.currency);
     })
-    .registerFunction(`${M}.Mul(Money, string): Money`, (_: unknown, m: CelMoney, f: string) => new CelMoney(m.units.times(toDec(f)), m.currency))
+    .registerFunction(`${M}.Mul(Money, string): Money`, (_: unknown, m: CelMoney, f: string) => new CelMoney(exactTimes(m.units, toDec(f)), m.currency))
     .registerFunction('Money.currency(): string', (m: CelMoney) => m.currency)
     .registerFunction('Money.decimal(): Decimal', (m: CelMoney) => dec(m.units))
     .registerFunction('Decimal.toString(): string', (d: CelDecimal) => d.toString());
