@@ -331,7 +331,8 @@ function expand(deps: LedgerDeps, compiled: CompiledTranCode, transactionId: str
   const effective = effectiveValue instanceof Date ? utcDate(effectiveValue) : effectiveValue;
   if (!isDate(effective)) throw fieldError(code, t.effective, `evaluated to ${quote(celToJson(effective))}, not a date YYYY-MM-DD`);
   const journalId = t.journalId ? uuidOf(code, t.journalId, run(code, t.journalId, context)) : DEFAULT_JOURNAL_ID;
-  const correlationId = t.correlationId ? textOf(code, t.correlationId, run(code, t.correlationId, context)) : transactionId;
+  // An empty correlation id is none: the transaction correlates with itself.
+  const correlationId = (t.correlationId ? textOf(code, t.correlationId, run(code, t.correlationId, context)) : '') || transactionId;
   const externalId = t.externalId ? textOf(code, t.externalId, run(code, t.externalId, context)) : null;
   const description = t.description ? textOf(code, t.description, run(code, t.description, context)) : null;
   const metadata = t.metadata ? metadataOf(deps, code, t.metadata, run(code, t.metadata, context)) : null;

@@ -22,9 +22,14 @@ export function listTransactions(
 ): Connection<Transaction> {
   const req = pageRequest<number>(args.first, args.after, deps.limits.pageSizeMax, 'number', 'transactions');
   const after = req.after ?? 0;
-  const rows = args.correlationId
+  if (args.correlationId != null && args.journalId != null) {
+    throw new EngineError('BAD_REQUEST', 'transactions can be filtered by correlationId or by journalId, not both', {
+      hint: 'A correlation is short: filter it by journal on the client.',
+    });
+  }
+  const rows = args.correlationId != null
     ? deps.st.transactionsByCorrelationPage.all(args.correlationId, args.correlationId, after, req.fetch)
-    : args.journalId
+    : args.journalId != null
       ? deps.st.transactionsByJournalPage.all(args.journalId, after, req.fetch)
       : deps.st.transactionsPage.all(after, req.fetch);
   return toConnection(rows, req, (r) => r.seq, toTransaction);

@@ -74,6 +74,12 @@ const query: Record<string, Resolver> = {
     visible(ctx, T, ctx.ledger.listTransactions({ first, after, correlationId: where?.correlationId, journalId: where?.journalId })),
   entry: (_, { id }, ctx) => guard(ctx, 'SELECT', E, ctx.ledger.getEntry(id)),
   entries: (_, { first, after, where }, ctx) => {
+    if (where.accountId && where.transactionId) {
+      throw new EngineError('BAD_REQUEST', 'entries takes where.accountId or where.transactionId, not both', { hint: 'Read the transaction\'s entries, and keep those of the account.' });
+    }
+    if (where.transactionId && (where.journalId || where.currency)) {
+      throw new EngineError('BAD_REQUEST', 'entries of a transaction cannot be filtered by journalId or currency', { hint: 'A transaction has at most entriesPerTransactionMax entries: filter them on the client.' });
+    }
     if (where.accountId) {
       return visible(ctx, E, ctx.ledger.entriesOfAccount({ accountId: where.accountId, first, after, journalId: where.journalId, currency: where.currency }));
     }
