@@ -103,6 +103,61 @@ describe('hostile input is refused cleanly and writes nothing', () => {
     expect(fails(engine, POST, { input: { transactionId: id(8), tranCode: 'TYPED', params: { n: '9999999999999999999', at: '2026-01-01T00:00:00Z' } } }).message).toContain('64-bit');
     expect(fails(engine, POST, { input: { transactionId: id(8), tranCode: 'TYPED', params: { n: 1, at: '2026-01-01T00:00' } } }).message).toContain('offset');
     ok(engine, POST, { input: { transactionId: id(8), tranCode: 'TYPED', params: { n: 1, at: '2026-01-01T00:00:00+02:00' } } });
+    // Dates and times that do not exist are refused, not rolled over into the next month.
+    for (const at of ['2026-02-30T00:00:00Z', '2026-04-31T12:00:00Z', '2026-01-01T24:00:00Z', '2026-01-01T12:60:00Z']) {
+      expect(fails(engine, POST, { input: { transactionId: id(9), tranCode: 'TYPED', params: { n: 1, at } } }).code).toBe('TRAN_CODE_ERROR');
+    }
+    expect(fails(engine, 'query($s: Timestamp) { actions { executions(first: 1, where: {since: $s}) { nodes { executionId } } } }', { s: '2026-02-30T00:00:00Z' }).code).toBe('BAD_REQUEST');
+    expect(count(engine, 'transactions')).toBe(1);
+  });
+
+  it('CEL arithmetic that would need more than 80 significant digits is refused, not rounded; limits keep amounts inside that', async () => {
+    createAccount(engine, 1);
+    createAccount(engine, 2);
+    ok(engine, TRAN_CODE, {
+      i: {
+        tranCodeId: id(7),
+        code: 'SCALE',
+        params: [{ name: 'amount', type: 'DECIMAL' }],
+        transaction: {},
+        vars: { big: `decimal("1${'0'.repeat(70)}")`, units: '(params.amount + vars.big) - vars.big' },
+        entries: [
+          { accountId: `'${id(1)}'`, units: 'vars.units', currency: "'USD'", direction: 'DEBIT' },
+          { accountId: `'${id(2)}'`, units: 'vars.units', currency: "'USD'", direction: 'CREDIT' },
+        ],
+      },
+    });
+    const error = fails(engine, POST, { input: { transactionId: id(8), tranCode: 'SCALE', params: { amount: '0.123456789012345678' } } });
+    expect(error.code).toBe('TRAN_CODE_ERROR');
+    expect(error.message).toContain('needs more than 80 significant digits');
+    expect(count(engine, 'transactions')).toBe(0);
+    // Within 80 digits the same arithmetic is exact.
+    ok(engine, POST, { input: { transactionId: id(9), tranCode: 'SCALE', params: { amount: '0.12' } } });
+    await expect(newEngine({ limits: { decimalIntegerDigitsMax: 60, decimalFractionDigitsMax: 30 } })).rejects.toThrow('must be at most 60');
+  });
+
+  it('list filters apply or are refused, never silently dropped; an empty correlation id is none', () => {
+    createAccount(engine, 1);
+    createAccount(engine, 2);
+    createTransferCode(engine);
+    ok(engine, POST, { input: { transactionId: id(8), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } } });
+    const entries = 'query($w: EntryFilter!) { entries(first: 10, where: $w) { nodes { entryId } } }';
+    expect(fails(engine, entries, { w: { accountId: id(1), transactionId: id(8) } }).code).toBe('BAD_REQUEST');
+    expect(fails(engine, entries, { w: { transactionId: id(8), currency: 'EUR' } }).code).toBe('BAD_REQUEST');
+    expect(fails(engine, `{ transactions(first: 10, where: {correlationId: "${id(8)}", journalId: "${id(9)}"}) { nodes { transactionId } } }`).code).toBe('BAD_REQUEST');
+    // A tran code whose correlation id template gives '' correlates the transaction with itself only.
+    ok(engine, TRAN_CODE, {
+      i: {
+        tranCodeId: id(7),
+        code: 'REF',
+        params: [{ name: 'ref', type: 'STRING', default: "''" }],
+        transaction: { correlationId: 'params.ref' },
+        entries: [entry('DEBIT'), entry('CREDIT')],
+      },
+    });
+    const posted = ok(engine, `mutation { postTransaction(input: {transactionId: "${id(10)}", tranCode: "REF", params: {}}) { correlationId correlated(first: 10) { nodes { transactionId } } } }`);
+    expect(posted.postTransaction).toEqual({ correlationId: id(10), correlated: { nodes: [{ transactionId: id(10) }] } });
+    expect(ok(engine, '{ transactions(first: 10, where: {correlationId: ""}) { nodes { transactionId } } }').transactions.nodes).toEqual([]);
   });
 
   it('refuses control characters in codes and names; a wrongly typed variable is BAD_REQUEST', () => {
