@@ -1,5 +1,5 @@
 import { DEFAULT_EXECUTION } from '../actions/actions.js';
-import { canonicalJson } from '../ids.js';
+import { canonicalJson, isUuid } from '../ids.js';
 import { type Project, ProjectError, type ToolFile } from './project.js';
 import type { GraphqlResponse, Target } from './target.js';
 
@@ -11,10 +11,14 @@ export interface PlanItem {
   change: Change;
   /** For versioned things: the version the deploy makes, or keeps. */
   version?: number;
-  /** The mutation that applies it (alias-free field text) and its variable. */
+  /**
+   * The mutation that applies it (alias-free field text, `$VAR` for its input and `$ID` for the id
+   * it names) and their variables: values from project files never become query text.
+   */
   field?: string;
   variableType?: string;
   variable?: unknown;
+  id?: { type: 'UUID!' | 'String!'; value: unknown };
   /** Where it comes from, for error messages. */
   file: string;
 }
@@ -53,7 +57,10 @@ async function current(target: Target, text: string, variables: Record<string, u
   const result = await query(target, text, variables);
   if (result.errors?.length) {
     if (result.errors[0]!.extensions?.code === 'NOT_FOUND') return null;
-    throw new DeployError(`reading the target failed: ${result.errors[0]!.message}`);
+    const first = result.errors[0]!;
+    const code = typeof first.extensions?.code === 'string' ? ` [${first.extensions.code}]` : '';
+    const hint = typeof first.extensions?.hint === 'string' ? `\n${first.extensions.hint}` : '';
+    throw new DeployError(`reading the target failed: ${first.message}${code}${hint}`);
   }
   return pick(result.data);
 }
@@ -119,7 +126,7 @@ export async function planDeploy(project: Project, target: Target, onProgress?: 
     else if (same(existing, desired)) plan.push({ kind: 'account', name: account.code, change: 'unchanged', file: 'accounts.json' });
     else {
       const { accountId, ...update } = account;
-      plan.push({ kind: 'account', name: account.code, change: 'update', field: `updateAccount(id: "${accountId}", input: $VAR) { accountId }`, variableType: 'AccountUpdateInput!', variable: update, file: 'accounts.json' });
+      plan.push({ kind: 'account', name: account.code, change: 'update', field: 'updateAccount(id: $ID, input: $VAR) { accountId }', id: { type: 'UUID!', value: accountId }, variableType: 'AccountUpdateInput!', variable: update, file: 'accounts.json' });
     }
     tick();
   }
@@ -134,7 +141,7 @@ export async function planDeploy(project: Project, target: Target, onProgress?: 
       if (same(have, normalized)) plan.push({ kind: 'tran code', name: definition.code, change: 'unchanged', version, file: path });
       else {
         const { tranCodeId: _id, code: _code, status: _status, ...update } = definition;
-        plan.push({ kind: 'tran code', name: definition.code, change: 'update', version: version + 1, field: `updateTranCode(id: "${tranCodeId}", input: $VAR) { version }`, variableType: 'TranCodeUpdateInput!', variable: update, file: path });
+        plan.push({ kind: 'tran code', name: definition.code, change: 'update', version: version + 1, field: 'updateTranCode(id: $ID, input: $VAR) { version }', id: { type: 'UUID!', value: tranCodeId }, variableType: 'TranCodeUpdateInput!', variable: update, file: path });
       }
     }
     tick();
@@ -143,13 +150,13 @@ export async function planDeploy(project: Project, target: Target, onProgress?: 
   for (const tool of byReferences(project.tools)) {
     const existing = await current(target, `query($name: String!) { actions { action(name: $name) { actionId ${ACTION_FIELDS} } } }`, { name: tool.name }, (d) => d.actions.action);
     const desired = toolDesired(tool);
-    if (!tool.manifest.actionId && !existing) throw new ProjectError('needs an "actionId" (a UUID) to create the tool', tool.manifestPath);
+    if (!existing && !isUuid(tool.manifest.actionId)) throw new ProjectError(`needs an "actionId" that is a UUID to create the tool, got ${JSON.stringify(tool.manifest.actionId ?? null)}`, tool.manifestPath);
     if (!existing) {
-      plan.push({ kind: 'tool', name: tool.name, change: 'create', version: 1, field: `createAction(id: "${tool.manifest.actionId}", input: $VAR) { version }`, variableType: 'ActionInput!', variable: { name: tool.name, kind: 'tool', ...desired }, file: tool.programPath });
+      plan.push({ kind: 'tool', name: tool.name, change: 'create', version: 1, field: 'createAction(id: $ID, input: $VAR) { version }', id: { type: 'UUID!', value: tool.manifest.actionId }, variableType: 'ActionInput!', variable: { name: tool.name, kind: 'tool', ...desired }, file: tool.programPath });
     } else {
       const { actionId, version, ...have } = existing;
       if (same(have, desired)) plan.push({ kind: 'tool', name: tool.name, change: 'unchanged', version, file: tool.programPath });
-      else plan.push({ kind: 'tool', name: tool.name, change: 'update', version: version + 1, field: `updateAction(id: "${actionId}", input: $VAR) { version }`, variableType: 'ActionInput!', variable: desired, file: tool.programPath });
+      else plan.push({ kind: 'tool', name: tool.name, change: 'update', version: version + 1, field: 'updateAction(id: $ID, input: $VAR) { version }', id: { type: 'UUID!', value: actionId }, variableType: 'ActionInput!', variable: desired, file: tool.programPath });
     }
     tick();
   }
@@ -161,7 +168,7 @@ export async function planDeploy(project: Project, target: Target, onProgress?: 
     else if (same(existing, desired)) plan.push({ kind: 'trigger', name: definition.name, change: 'unchanged', file: path });
     else {
       const { triggerId, ...update } = definition;
-      plan.push({ kind: 'trigger', name: definition.name, change: 'update', field: `updateTrigger(id: "${triggerId}", input: $VAR) { triggerId }`, variableType: 'TriggerUpdateInput!', variable: update, file: path });
+      plan.push({ kind: 'trigger', name: definition.name, change: 'update', field: 'updateTrigger(id: $ID, input: $VAR) { triggerId }', id: { type: 'UUID!', value: triggerId }, variableType: 'TriggerUpdateInput!', variable: update, file: path });
     }
     tick();
   }
@@ -171,7 +178,7 @@ export async function planDeploy(project: Project, target: Target, onProgress?: 
     const desired = { name: client.name, policies: (client.policies ?? []).map((p: any) => ({ effect: p.effect, actions: p.actions, resources: p.resources, assertions: p.assertions ?? null })) };
     if (!existing) plan.push({ kind: 'client', name: client.principal, change: 'create', field: 'createClient(input: $VAR) { apiKey client { principal } }', variableType: 'ClientInput!', variable: client, file: 'clients.json' });
     else if (same(existing, desired)) plan.push({ kind: 'client', name: client.principal, change: 'unchanged', file: 'clients.json' });
-    else plan.push({ kind: 'client', name: client.principal, change: 'update', field: `updateClient(principal: ${JSON.stringify(client.principal)}, input: $VAR) { client { principal } }`, variableType: 'ClientUpdateInput!', variable: { name: client.name, policies: client.policies ?? [] }, file: 'clients.json' });
+    else plan.push({ kind: 'client', name: client.principal, change: 'update', field: 'updateClient(principal: $ID, input: $VAR) { client { principal } }', id: { type: 'String!', value: client.principal }, variableType: 'ClientUpdateInput!', variable: { name: client.name, policies: client.policies ?? [] }, file: 'clients.json' });
     tick();
   }
   return plan;
@@ -214,7 +221,13 @@ export async function deploy(project: Project, target: Target, options: { dryRun
   changes.forEach((item, i) => {
     declarations.push(`$v${i}: ${item.variableType}`);
     variables[`v${i}`] = item.variable;
-    groups[namespaceOf(item)].push(`c${i}: ${item.field!.replace('$VAR', `$v${i}`)}`);
+    let field = item.field!.replace('$VAR', `$v${i}`);
+    if (item.id) {
+      declarations.push(`$i${i}: ${item.id.type}`);
+      variables[`i${i}`] = item.id.value;
+      field = field.replace('$ID', `$i${i}`);
+    }
+    groups[namespaceOf(item)].push(`c${i}: ${field}`);
   });
   // Fields of one mutation run in order: ledger records, then tools and triggers, then clients.
   const body = [
@@ -228,7 +241,8 @@ export async function deploy(project: Project, target: Target, options: { dryRun
 
   const keys: Record<string, string> = {};
   const auth = (result.data as any)?.auth ?? {};
-  changes.forEach((item, i) => {
+  // A dry run's clients were rolled back: their keys do not exist.
+  if (!options.dryRun) changes.forEach((item, i) => {
     if (item.kind === 'client' && item.change === 'create' && auth[`c${i}`]?.apiKey) keys[item.name] = auth[`c${i}`].apiKey;
   });
   return { plan, applied: !options.dryRun, keys };
@@ -237,7 +251,10 @@ export async function deploy(project: Project, target: Target, options: { dryRun
 /** Name the file (and for a program, the line and column) behind a server-side refusal. */
 function describeFailure(error: { message: string; path?: ReadonlyArray<string | number>; extensions?: Record<string, unknown> }, changes: PlanItem[]): string {
   const alias = [...(error.path ?? [])].reverse().find((p) => typeof p === 'string' && /^c\d+$/.test(p)) as string | undefined;
-  const item = alias ? changes[Number(alias.slice(1))] : undefined;
+  // A refused variable names its change by number: $v3 (its input) or $i3 (its id).
+  const variable = /^Variable "\$[vi](\d+)"/.exec(error.message);
+  const index = alias ? Number(alias.slice(1)) : variable ? Number(variable[1]) : undefined;
+  const item = index === undefined ? undefined : changes[index];
   const details = error.extensions?.details as { line?: number; column?: number } | undefined;
   const where = item ? `${item.file}${details?.line ? `:${details.line}${details.column ? `:${details.column}` : ''}` : ''}` : 'deploy';
   const code = typeof error.extensions?.code === 'string' ? ` [${error.extensions.code}]` : '';
