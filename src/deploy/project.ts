@@ -1,5 +1,5 @@
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { basename, join, relative } from 'node:path';
+import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
+import { basename, join, relative, sep } from 'node:path';
 
 /**
  * A Tally project on disk:
@@ -47,8 +47,52 @@ export class ProjectError extends Error {
   }
 }
 
+/** Larger project files are refused before they are read (the server's limits are far smaller). */
+const PROJECT_FILE_BYTES_MAX = 16 * 1024 * 1024;
+
+/**
+ * A project file's text: a regular file inside the project (a link may not lead out of it), of a
+ * sane size, read only then.
+ */
+function readText(dir: string, path: string): string {
+  const full = join(dir, path);
+  let real: string;
+  try {
+    real = realpathSync(full);
+  } catch (error) {
+    throw new ProjectError(`cannot be read: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, path);
+  }
+  const root = realpathSync(dir);
+  if (real !== root && !real.startsWith(root + sep)) throw new ProjectError('leads outside the project folder', path);
+  const stat = statSync(real);
+  if (!stat.isFile()) throw new ProjectError('is not a regular file', path);
+  if (stat.size > PROJECT_FILE_BYTES_MAX) throw new ProjectError(`is ${stat.size} bytes; project files are at most ${PROJECT_FILE_BYTES_MAX}`, path);
+  return readFileSync(real, 'utf8');
+}
+
+/** A JSON object (not null, not a list) from a project file. */
+function readObject(dir: string, path: string): Record<string, any> {
+  const value = readJson(dir, path);
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new ProjectError('must be a JSON object', path);
+  return value as Record<string, any>;
+}
+
+/** A JSON list of objects from a project file. */
+function readList(dir: string, path: string, what: string): Array<Record<string, any>> {
+  const value = readJson(dir, path);
+  if (!Array.isArray(value)) throw new ProjectError(`must be a JSON array of ${what}`, path);
+  value.forEach((item, i) => {
+    if (item === null || typeof item !== 'object' || Array.isArray(item)) throw new ProjectError(`item ${i} must be a JSON object`, path);
+  });
+  return value;
+}
+
+function isDirectory(full: string): boolean {
+  return existsSync(full) && statSync(full).isDirectory();
+}
+
 function readJson(dir: string, path: string): any {
-  const text = readFileSync(join(dir, path), 'utf8');
+  const text = readText(dir, path);
   try {
     return JSON.parse(text);
   } catch (error) {
@@ -67,6 +111,7 @@ function readJson(dir: string, path: string): any {
 function listJson(dir: string, folder: string): string[] {
   const full = join(dir, folder);
   if (!existsSync(full)) return [];
+  if (!isDirectory(full)) throw new ProjectError('must be a folder', folder);
   return readdirSync(full).filter((f) => f.endsWith('.json')).sort().map((f) => join(folder, f));
 }
 
@@ -74,21 +119,36 @@ export function readProject(dir: string): Project {
   if (!existsSync(join(dir, 'tally.json'))) {
     throw new ProjectError('no tally.json here: is this a Tally project folder?', relative(process.cwd(), join(dir, 'tally.json')) || 'tally.json');
   }
-  const meta = readJson(dir, 'tally.json');
-  const accounts = existsSync(join(dir, 'accounts.json')) ? readJson(dir, 'accounts.json') : [];
-  if (!Array.isArray(accounts)) throw new ProjectError('must be a JSON array of accounts', 'accounts.json');
-  const clients = existsSync(join(dir, 'clients.json')) ? readJson(dir, 'clients.json') : [];
-  if (!Array.isArray(clients)) throw new ProjectError('must be a JSON array of clients', 'clients.json');
+  const meta = readObject(dir, 'tally.json');
+  const accounts = existsSync(join(dir, 'accounts.json')) ? readList(dir, 'accounts.json', 'accounts') : [];
+  const clients = existsSync(join(dir, 'clients.json')) ? readList(dir, 'clients.json', 'clients') : [];
 
   const tools: ToolFile[] = [];
   const toolDir = join(dir, 'tools');
   if (existsSync(toolDir)) {
-    for (const file of readdirSync(toolDir).filter((f) => f.endsWith('.js')).sort()) {
+    if (!isDirectory(toolDir)) throw new ProjectError('must be a folder', 'tools');
+    const files = readdirSync(toolDir);
+    for (const file of files.filter((f) => f.endsWith('.json'))) {
+      // A manifest without its program would be skipped silently: say so instead.
+      const program = `${basename(file, '.json')}.js`;
+      if (!files.includes(program)) throw new ProjectError(`has no ${join('tools', program)} beside it (the tool's program)`, join('tools', file));
+    }
+    for (const file of files.filter((f) => f.endsWith('.js')).sort()) {
       const name = basename(file, '.js');
       const programPath = join('tools', file);
       const manifestPath = join('tools', `${name}.json`);
       if (!existsSync(join(dir, manifestPath))) throw new ProjectError(`has no ${manifestPath} beside it (description, schemas, policies)`, programPath);
-      tools.push({ name, programPath, manifestPath, src: readFileSync(join(dir, programPath), 'utf8'), manifest: readJson(dir, manifestPath) });
+      const manifest = readObject(dir, manifestPath);
+      for (const key of ['tools', 'policies']) {
+        const list = manifest[key];
+        if (list !== undefined && (!Array.isArray(list) || list.some((item) => item === null || typeof item !== 'object' || Array.isArray(item)))) {
+          throw new ProjectError(`"${key}" must be a JSON array of objects`, manifestPath);
+        }
+      }
+      if (manifest.execution !== undefined && (manifest.execution === null || typeof manifest.execution !== 'object' || Array.isArray(manifest.execution))) {
+        throw new ProjectError('"execution" must be a JSON object', manifestPath);
+      }
+      tools.push({ name, programPath, manifestPath, src: readText(dir, programPath), manifest });
     }
   }
   return {
@@ -96,9 +156,9 @@ export function readProject(dir: string): Project {
     name: String(meta.name ?? basename(dir)),
     server: typeof meta.server === 'string' ? meta.server : null,
     accounts,
-    tranCodes: listJson(dir, 'tran-codes').map((path) => ({ path, definition: readJson(dir, path) })),
+    tranCodes: listJson(dir, 'tran-codes').map((path) => ({ path, definition: readObject(dir, path) })),
     tools,
-    triggers: listJson(dir, 'triggers').map((path) => ({ path, definition: readJson(dir, path) })),
+    triggers: listJson(dir, 'triggers').map((path) => ({ path, definition: readObject(dir, path) })),
     clients,
   };
 }
