@@ -12,7 +12,10 @@ export interface Target {
   close(): Promise<void>;
 }
 
-export function serverTarget(url: string, apiKey: string | undefined): Target {
+/** How long the CLI waits for a server's answer (a deploy is one request). */
+const SERVER_TIMEOUT_MS = 60_000;
+
+export function serverTarget(url: string, apiKey: string | undefined, timeoutMs = SERVER_TIMEOUT_MS): Target {
   return {
     describe: url,
     async request(query, variables) {
@@ -20,15 +23,22 @@ export function serverTarget(url: string, apiKey: string | undefined): Target {
       if (apiKey) headers.authorization = `Bearer ${apiKey}`;
       let response: Response;
       try {
-        response = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ query, variables: variables ?? {} }) });
+        response = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ query, variables: variables ?? {} }), signal: AbortSignal.timeout(timeoutMs) });
       } catch (error) {
-        return { errors: [{ message: `cannot reach ${url}: ${(error as Error).message}`, extensions: { code: 'UNAVAILABLE' } }] };
+        const e = error as Error & { cause?: { code?: string; message?: string } };
+        const why = e.name === 'TimeoutError' ? `no answer within ${timeoutMs / 1000} s` : (e.cause?.code ?? e.cause?.message ?? e.message);
+        return { errors: [{ message: `cannot reach ${url}: ${why}`, extensions: { code: 'UNAVAILABLE', hint: 'Check that the server runs and the URL (tally.json "server" or --server).' } }] };
       }
+      let body: unknown;
       try {
-        return (await response.json()) as GraphqlResponse;
+        body = await response.json();
       } catch {
         return { errors: [{ message: `${url} answered HTTP ${response.status} without a GraphQL body`, extensions: { code: 'BAD_RESPONSE' } }] };
       }
+      if (body === null || typeof body !== 'object' || !('data' in body || 'errors' in body)) {
+        return { errors: [{ message: `${url} answered HTTP ${response.status} with JSON that is not a GraphQL response`, extensions: { code: 'BAD_RESPONSE' } }] };
+      }
+      return body as GraphqlResponse;
     },
     async close() {},
   };
