@@ -124,20 +124,29 @@ async function serve(db: string, portOption: string | undefined, hostOption: str
   const host = hostOption ?? process.env.HOST ?? '127.0.0.1';
   const engine = await createEngine({ path: db });
   const generated = engine.ensureAdmin(process.env.TALLY_ADMIN_KEY);
+  if (generated) {
+    // Shown now, before anything can fail: it is stored hashed and never shown again.
+    process.stdout.write(`tally: created the admin client; its API key (shown once): ${generated}\n`);
+    process.stdout.write('tally: set TALLY_ADMIN_KEY to choose the admin key yourself\n');
+  }
   const server = createServer(engine, { log: (line) => process.stderr.write(`${line}\n`) });
   const worker = noWorker ? null : engine.createWorker({ owner: `serve-${process.pid}` });
-  if (worker) {
-    engine.onStarted(() => worker.wake());
-    worker.start();
-  }
+  server.on('error', (error: NodeJS.ErrnoException) => {
+    const why = error.code === 'EADDRINUSE' ? 'the port is in use' : error.code === 'EADDRNOTAVAIL' || error.code === 'ENOTFOUND' ? 'no such local address' : error.code ?? error.message;
+    process.stderr.write(`tally: cannot serve on ${host}:${port}: ${why}\n`);
+    void (worker?.stop() ?? Promise.resolve()).then(() => {
+      engine.close();
+      process.exit(EXIT.failed);
+    });
+  });
   server.listen(port, host, () => {
+    if (worker) {
+      engine.onStarted(() => worker.wake());
+      worker.start();
+    }
     const address = server.address();
     const actual = typeof address === 'object' && address ? address.port : port;
     process.stdout.write(`tally: serving ${db} at http://${host}:${actual}/graphql\n`);
-    if (generated) {
-      process.stdout.write(`tally: created the admin client; its API key (shown once): ${generated}\n`);
-      process.stdout.write('tally: set TALLY_ADMIN_KEY to choose the admin key yourself\n');
-    }
   });
   // Requests run synchronously, so none is ever cut mid-transaction: stop accepting, let the
   // in-flight responses finish, finish the running attempt, then close the database.
