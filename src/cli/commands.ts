@@ -44,8 +44,15 @@ export function progress(io: Io, label: string) {
   };
 }
 
-async function openTarget(options: Options, io: Io, projectServer?: string | null): Promise<Target> {
-  if (options.db) return databaseTarget(String(options.db));
+/** Where to send GraphQL. Only deploy creates a database file: elsewhere a missing one is a typo. */
+async function openTarget(options: Options, io: Io, projectServer?: string | null, createDb = false): Promise<Target> {
+  if (options.db) {
+    const path = String(options.db);
+    if (path === '' || (!createDb && path !== ':memory:' && !existsSync(path))) {
+      throw new OperationError(`no database at ${JSON.stringify(path)}; \`tally serve --db\` or \`tally deploy --db\` creates one`);
+    }
+    return databaseTarget(path);
+  }
   const server = options.server ?? io.env.TALLY_SERVER ?? projectServer;
   if (!server) throw new UsageError('say where: --server URL (with --key or TALLY_API_KEY), or --db PATH');
   return serverTarget(String(server), options.key ? String(options.key) : io.env.TALLY_API_KEY);
@@ -97,10 +104,14 @@ export async function deployCommand(args: string[], options: Options, io: Io): P
     }
     throw error;
   }
-  const target = await openTarget(options, io, project.server);
+  // A dry run against a database that does not exist yet checks against an empty one, in memory,
+  // and leaves no file behind.
+  const dryRun = options['dry-run'] === true;
+  const fresh = options.db !== undefined && !existsSync(String(options.db));
+  const target = await openTarget(dryRun && fresh ? { ...options, db: ':memory:' } : options, io, project.server, true);
   const bar = progress(io, 'planning');
   try {
-    const result = await deploy(project, target, { dryRun: options['dry-run'] === true, onProgress: bar.update });
+    const result = await deploy(project, target, { dryRun, onProgress: bar.update });
     bar.done();
     if (options.json) io.out(`${JSON.stringify({ applied: result.applied, plan: result.plan.map(({ kind, name, change, version }) => ({ kind, name, change, version })), keys: result.keys }, null, 2)}\n`);
     else {

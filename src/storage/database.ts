@@ -18,8 +18,15 @@ export interface OpenOptions {
 /** Open SQLite with explicit pragmas and bring its schema up to date. */
 export function openDatabase(options: OpenOptions): Db {
   if (options.path !== ':memory:') mkdirSync(dirname(options.path), { recursive: true });
-  const db = new Database(options.path);
+  let db: Db;
   try {
+    db = new Database(options.path);
+  } catch (error) {
+    throw new EngineError('BAD_REQUEST', `cannot open the database ${JSON.stringify(options.path)}: ${(error as Error).message}`, { hint: 'Pass the path of a Tally database file (or of one to create) that this process may write.' });
+  }
+  try {
+    // Before anything is changed in it (WAL mode, tables): is this a database Tally may use?
+    checkOwnership(db, options.path);
     // WAL: readers never block the writer. NORMAL: a commit is durable once the WAL is synced at a
     // checkpoint; a power cut can lose the last commits but never corrupts the database.
     db.pragma('journal_mode = WAL');
@@ -38,6 +45,32 @@ export function openDatabase(options: OpenOptions): Db {
     throw error;
   }
   return db;
+}
+
+/**
+ * Tally's databases say so in `user_version`: refuse a file of another program (tables but no
+ * version), one written by a newer Tally, and a file that is not SQLite at all.
+ */
+function checkOwnership(db: Db, path: string): void {
+  let version: number;
+  let tables: number;
+  try {
+    version = schemaVersion(db);
+    tables = db.prepare<[], number>("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'").pluck().get() as number;
+  } catch (error) {
+    throw new EngineError('BAD_REQUEST', `${JSON.stringify(path)} is not a SQLite database (${(error as Error).message})`, { hint: 'Pass the path of a Tally database file, or of one to create.' });
+  }
+  const latest = MIGRATIONS.at(-1)?.version ?? 0;
+  if (version === 0 && tables > 0) {
+    throw new EngineError('BAD_REQUEST', `${JSON.stringify(path)} is a SQLite database of another program (${tables} table${tables === 1 ? "" : "s"}, no Tally schema version); it was left untouched`, {
+      hint: 'Pass the path of a Tally database file, or of one to create.',
+    });
+  }
+  if (version > latest) {
+    throw new EngineError('BAD_REQUEST', `${JSON.stringify(path)} has Tally schema version ${version}, newer than this Tally's (${latest}); it was left untouched`, {
+      hint: 'Run a newer Tally against this database.',
+    });
+  }
 }
 
 /**
@@ -87,7 +120,7 @@ export function migrate(db: Db, migrations: readonly Migration[]): number[] {
   const current = schemaVersion(db);
   const latest = migrations.at(-1)?.version ?? 0;
   if (current > latest) {
-    throw new EngineError('INTERNAL', `database schema version ${current} is newer than this Tally (${latest})`, {
+    throw new EngineError('BAD_REQUEST', `database schema version ${current} is newer than this Tally (${latest})`, {
       hint: 'Run a newer Tally against this database.',
     });
   }
