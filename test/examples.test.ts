@@ -1,5 +1,6 @@
 import { execFileSync } from 'node:child_process';
-import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import Database from 'better-sqlite3';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -197,5 +198,76 @@ describe('tally deploy', () => {
     }
     expect(failed?.status).toBe(1);
     expect(failed?.stderr).toMatch(/tran-codes\/DEPOSIT\.json:3:3: not valid JSON/);
+  });
+
+  it('project files cannot inject GraphQL, leave the folder, or be skipped; malformed ones are named', async () => {
+    const { dir, engine, target } = await fresh();
+    ok(engine, 'mutation { auth { createClient(input: {principal: "auditor2", name: "a", policies: [{effect: ALLOW, actions: [SELECT], resources: ["financial.*"]}]}) { apiKey } } }');
+    const manifest = join(dir, 'tools', 'hello.json');
+    writeFileSync(join(dir, 'tools', 'hello.js'), 'function run() { return 1; }');
+    const injected = 'c0000000-0000-4000-8000-0000000000ee", input: $v0) { version } } auth { pwn: updateClient(principal: "auditor2", input: {policies: [{effect: ALLOW, actions: [SELECT, INSERT, UPDATE, DELETE], resources: ["*"]}]}) { client { principal } } } #';
+    writeFileSync(manifest, JSON.stringify({ actionId: injected, description: 'x' }));
+    await expect(deploy(readProject(dir), target)).rejects.toThrow(/tools\/hello\.json: needs an "actionId" that is a UUID/);
+    expect(ok(engine, '{ auth { client(principal: "auditor2") { policies { actions } } } }').auth.client.policies).toEqual([{ actions: ['SELECT'] }]);
+    // A manifest without its program, a program that leads outside the project, malformed manifests.
+    writeFileSync(manifest, JSON.stringify({ actionId: 'c0000000-0000-4000-8000-0000000000ee', description: 'x' }));
+    rmSync(join(dir, 'tools', 'hello.js'));
+    expect(() => readProject(dir)).toThrow('tools/hello.json: has no tools/hello.js beside it');
+    const outside = join(dir, '..', 'outside.js');
+    writeFileSync(outside, 'function run() { return "not in the project"; }');
+    symlinkSync(outside, join(dir, 'tools', 'hello.js'));
+    expect(() => readProject(dir)).toThrow('tools/hello.js: leads outside the project folder');
+    rmSync(join(dir, 'tools', 'hello.js'));
+    writeFileSync(join(dir, 'tools', 'hello.js'), 'function run() { return 1; }');
+    writeFileSync(manifest, JSON.stringify({ actionId: 'c0000000-0000-4000-8000-0000000000ee', tools: 'transfer' }));
+    expect(() => readProject(dir)).toThrow('tools/hello.json: "tools" must be a JSON array of objects');
+    writeFileSync(manifest, 'null');
+    expect(() => readProject(dir)).toThrow('tools/hello.json: must be a JSON object');
+    writeFileSync(join(dir, 'accounts.json'), '[1, null]');
+    expect(() => readProject(dir)).toThrow('accounts.json: item 0 must be a JSON object');
+  });
+
+  it('the CLI refuses databases it does not own and paths that do not exist; a dry run leaves no file', async () => {
+    const { dir } = await fresh();
+    const run = (...args: string[]) => {
+      try {
+        return { status: 0, out: execFileSync(process.execPath, [BIN, ...args], { encoding: 'utf8', stdio: 'pipe' }), err: '' };
+      } catch (e) {
+        const failed = e as { status: number; stdout: string; stderr: string };
+        return { status: failed.status, out: failed.stdout, err: failed.stderr };
+      }
+    };
+    const typo = join(dir, '..', 'typo.db');
+    expect(run('accounts', '--db', typo)).toMatchObject({ status: 1, err: expect.stringContaining('no database at') });
+    expect(existsSync(typo)).toBe(false);
+    const dry = join(dir, '..', 'dry.db');
+    expect(run('deploy', dir, '--db', dry, '--dry-run')).toMatchObject({ status: 0, out: expect.stringContaining('dry run') });
+    expect(existsSync(dry)).toBe(false);
+    const foreign = join(dir, '..', 'foreign.db');
+    const other = new Database(foreign);
+    other.exec('CREATE TABLE accounts (x)');
+    other.close();
+    expect(run('accounts', '--db', foreign)).toMatchObject({ status: 1, err: expect.stringContaining('a SQLite database of another program') });
+    const check = new Database(foreign);
+    expect(check.pragma('journal_mode', { simple: true })).toBe('delete');
+    expect(check.prepare("SELECT count(*) FROM sqlite_master WHERE type = 'table'").pluck().get()).toBe(1);
+    check.close();
+  });
+
+  it('a server that never answers, or is not there, is reported with the reason; a dry run shows no keys', async () => {
+    const { createServer } = await import('node:net');
+    const silent = createServer(() => {});
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const { port } = silent.address() as { port: number };
+    const { serverTarget } = await import('../src/deploy/target.js');
+    const mute = await serverTarget(`http://127.0.0.1:${port}/graphql`, 'tly_x', 200).request('{ journal { name } }');
+    expect(mute.errors?.[0]).toMatchObject({ message: expect.stringContaining('no answer within 0.2 s'), extensions: { code: 'UNAVAILABLE' } });
+    silent.close();
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const gone = await serverTarget(`http://127.0.0.1:${port}/graphql`, 'tly_x', 200).request('{ journal { name } }');
+    expect(gone.errors?.[0]?.message).toContain('ECONNREFUSED');
+    const { dir, target } = await fresh();
+    const dry = await deploy(readProject(dir), target, { dryRun: true });
+    expect(dry.keys).toEqual({});
   });
 });

@@ -38,4 +38,25 @@ describe('tally serve as a process', () => {
     expect(code).toBe(0);
     expect(output).toContain('SIGTERM, shutting down');
   }, 30_000);
+
+  it('on a port in use, says so and exits 1, with the admin key it generated already shown', async () => {
+    const { createServer } = await import('node:net');
+    const blocker = createServer();
+    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+    const { port } = blocker.address() as { port: number };
+    const db = join(mkdtempSync(join(tmpdir(), 'tally-serve-')), 'busy.db');
+    const env = { ...process.env };
+    delete env.TALLY_ADMIN_KEY;
+    const child = spawn(process.execPath, [BIN, 'serve', '--db', db, '--port', String(port)], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
+    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+    blocker.close();
+    expect(code).toBe(1);
+    expect(err).toContain(`cannot serve on 127.0.0.1:${port}: the port is in use`);
+    expect(err).not.toContain('    at ');
+    expect(out).toMatch(/its API key \(shown once\): tly_/);
+  }, 30_000);
 });
