@@ -1,5 +1,5 @@
 import { EngineError, quote } from '../errors.js';
-import { type Connection, pageRequest, toConnection } from '../paging.js';
+import { type Connection, encodeCursor, pageRequest, toConnection } from '../paging.js';
 import type { LedgerDeps } from './deps.js';
 import { toEntry, toTransaction } from './post-transaction.js';
 import type { Entry, Transaction } from './records.js';
@@ -52,18 +52,31 @@ export function entriesOfAccount(
   const req = pageRequest<number>(args.first, args.after, deps.limits.pageSizeMax, 'number', 'account-entries');
   const nodes: ReturnType<typeof deps.st.entriesByAccountPage.all> = [];
   let after = req.after ?? 0;
-  // Filters apply after the index range scan; keep scanning until the page is full.
+  // Filters apply after the index range scan; keep scanning until the page is full, but read at
+  // most ten pages' worth of entries per request: past that, a short page comes back with a
+  // cursor where the scan stopped (hasNextPage), so a filter that rarely matches stays bounded.
+  let budget = deps.limits.pageSizeMax * 10;
+  let stopped = false;
   for (;;) {
     const rows = deps.st.entriesByAccountPage.all(args.accountId, after, req.fetch);
+    let scanned = 0;
     for (const row of rows) {
+      scanned++;
       if ((args.journalId && row.journal_id !== args.journalId) || (args.currency && row.currency !== args.currency)) continue;
       nodes.push(row);
       if (nodes.length === req.fetch) break;
     }
     if (nodes.length === req.fetch || rows.length < req.fetch) break;
     after = rows.at(-1)!.seq;
+    budget -= scanned;
+    if (budget <= 0) {
+      stopped = true;
+      break;
+    }
   }
-  return toConnection(nodes, req, (r) => r.seq, toEntry);
+  const page = toConnection(nodes, req, (r) => r.seq, toEntry);
+  if (!stopped) return page;
+  return { ...page, pageInfo: { ...page.pageInfo, hasNextPage: true, endCursor: encodeCursor(req.kind, after) } };
 }
 
 export function getEntry(deps: LedgerDeps, entryId: string): Entry {
