@@ -11,9 +11,12 @@ export type Dec = InstanceType<typeof Dec>;
 
 export const ZERO: Dec = new Dec(0);
 
-/** Digits left of the point (at least 1) plus digits right of it: what an exact result needs. */
-function digits(d: Dec): number {
-  return Math.max(d.e + 1, 1) + d.decimalPlaces();
+/**
+ * Significant digits an exact a ± b may need: from one place above the higher leading digit (a
+ * carry) down to the lower last decimal place. Zero operands are handled before this.
+ */
+function sumDigits(a: Dec, b: Dec): number {
+  return Math.max(a.e, b.e) + 2 + Math.max(a.decimalPlaces(), b.decimalPlaces());
 }
 
 function inexact(what: string, a: Dec, b: Dec): EngineError {
@@ -24,12 +27,16 @@ function inexact(what: string, a: Dec, b: Dec): EngineError {
 
 /** a + b, exact or refused: never rounded to the working precision behind the caller's back. */
 export function exactPlus(a: Dec, b: Dec): Dec {
-  if (Math.max(digits(a), digits(b)) + 1 > Dec.precision) throw inexact('+', a, b);
+  if (a.isZero()) return b;
+  if (b.isZero()) return a;
+  if (sumDigits(a, b) > Dec.precision) throw inexact('+', a, b);
   return a.plus(b);
 }
 
 export function exactMinus(a: Dec, b: Dec): Dec {
-  if (Math.max(digits(a), digits(b)) + 1 > Dec.precision) throw inexact('-', a, b);
+  if (b.isZero()) return a;
+  if (a.isZero()) return b.neg();
+  if (sumDigits(a, b) > Dec.precision) throw inexact('-', a, b);
   return a.minus(b);
 }
 
