@@ -186,6 +186,25 @@ describe('hostile input is refused cleanly and writes nothing', () => {
     expect(ok(engine, '{ transactions(first: 10, where: {correlationId: ""}) { nodes { transactionId } } }').transactions.nodes).toEqual([]);
   });
 
+  it("empty correlation ids stored by earlier versions are none once the database is opened", async () => {
+    const { mkdtempSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    const path = join(mkdtempSync(join(tmpdir(), 'tally-legacy-')), 'legacy.db');
+    const old = await newEngine({ path });
+    createAccount(old, 1);
+    createAccount(old, 2);
+    createTransferCode(old);
+    for (const n of [10, 11]) ok(old, POST, { input: { transactionId: id(n), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } } });
+    // What an earlier version wrote: '' as the correlation id, at schema version 4.
+    old.db.exec("UPDATE transactions SET correlation_id = ''; PRAGMA user_version = 4;");
+    old.close();
+    const reopened = await newEngine({ path });
+    const read = ok(reopened, `{ transaction(id: "${id(10)}") { correlationId correlated(first: 10) { nodes { transactionId } } } }`);
+    expect(read.transaction).toEqual({ correlationId: id(10), correlated: { nodes: [{ transactionId: id(10) }] } });
+    reopened.close();
+  });
+
   it('refuses control characters in codes and names; a wrongly typed variable is BAD_REQUEST', () => {
     expect(fails(engine, `mutation { createAccount(input: {accountId: "${id(1)}", code: "A\\u0000B", name: "A"}) { code } }`).code).toBe('BAD_REQUEST');
     const wrongType = fails(engine, 'query($n: Int!) { accounts(first: $n) { nodes { code } } }', { n: 'ten' });

@@ -243,4 +243,13 @@ export const MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 5,
+    name: 'empty correlation ids are none',
+    sql: `
+      -- A transaction whose correlation template gave '' correlates with itself (as one without a
+      -- template): earlier versions stored '' and so grouped every such transaction together.
+      UPDATE transactions SET correlation_id = NULL WHERE correlation_id = '';
+    `,
+  },
 ];
