@@ -121,6 +121,19 @@ describe('limits: each is named, defaulted, configurable and enforced', () => {
     expect(fails(engine, CLIENT, { i: { principal: 'many', name: 'm', policies: [policy, policy, policy, policy] } }).code).toBe('LIMIT_EXCEEDED');
     expect(ok(engine, CLIENT, { i: { principal: 'few', name: 'f', policies: [policy] } }).auth.createClient.apiKey).toMatch(/^tly_/);
     expect(engine.db.prepare('SELECT count(*) FROM actions').pluck().get()).toBe(2);
+    // A tool made under a higher limit can still get a new program, but cannot grow.
+    const { mkdtempSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    const path = join(mkdtempSync(join(tmpdir(), 'tally-limits-')), 'grown.db');
+    const roomy = await newEngine({ path });
+    ok(roomy, CREATE_ACTION, action(5, { tool: { description: 'd'.repeat(3000) } }));
+    roomy.close();
+    const strict = await newEngine({ path, limits: { jsonBytesMax: 2000 } });
+    const UPDATE_ACTION = 'mutation($id: UUID!, $input: ActionInput!) { actions { updateAction(id: $id, input: $input) { version } } }';
+    expect(ok(strict, UPDATE_ACTION, { id: id(5), input: { config: { runtime: 'javascript', src: 'function run() { return 2; }' } } }).actions.updateAction.version).toBe(2);
+    expect(fails(strict, UPDATE_ACTION, { id: id(5), input: { tool: { description: 'd'.repeat(3500) } } }).code).toBe('LIMIT_EXCEEDED');
+    strict.close();
   });
 
   it('decimalFractionDigitsMax and decimalIntegerDigitsMax', async () => {

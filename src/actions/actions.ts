@@ -164,13 +164,19 @@ function buildDocument(deps: ActionDeps, base: { actionId: string; name: string;
   const execution = checkExecution(input.execution, previous?.execution ?? DEFAULT_EXECUTION, deps.limits);
   const document = { ...base, kind, config, tool, tools, policies, execution };
   // The program has its own bound; the rest (description, schemas, policies, references) this one.
-  const restBytes = Buffer.byteLength(JSON.stringify({ ...document, config: { ...config, src: '' } }));
-  if (restBytes > deps.limits.jsonBytesMax) {
+  // A version no larger than the one before passes, so a tool made under a higher limit can still
+  // get a new program.
+  const restBytes = nonProgramBytes(document);
+  if (restBytes > deps.limits.jsonBytesMax && (previous === null || restBytes > nonProgramBytes(previous))) {
     throw new EngineError('LIMIT_EXCEEDED', `the action version besides its program is ${restBytes} bytes; jsonBytesMax is ${deps.limits.jsonBytesMax}`, {
       hint: 'Shorten the description, the schemas or the policies.',
     });
   }
   return document;
+}
+
+function nonProgramBytes(document: ActionVersionDocument): number {
+  return Buffer.byteLength(JSON.stringify({ ...document, config: { ...document.config, src: '' } }));
 }
 
 const GRAPHQL_INPUT_SCHEMA = deepFreeze({
