@@ -237,7 +237,15 @@ export async function deploy(project: Project, target: Target, options: { dryRun
   ].join('\n');
   const document = `mutation Deploy(${declarations.join(', ')})${options.dryRun ? ' @dryRun' : ''} {\n${body}\n}`;
   const result = await target.request(document, variables);
-  if (result.errors?.length) throw new DeployError(describeFailure(result.errors[0]!, changes), plan);
+  const first = result.errors?.[0];
+  if (first?.extensions?.code === 'TIMEOUT') {
+    // Sent, but unanswered: it may have been applied. Saying "nothing was applied" could be false.
+    throw new DeployError(
+      `deploy: ${first.message}; the outcome is unknown.\nRun it again with --dry-run to see what is left to apply; clients it may have created have keys nobody has seen: rotate them (updateClient rotateKey).`,
+      plan,
+    );
+  }
+  if (first) throw new DeployError(describeFailure(first, changes), plan);
 
   const keys: Record<string, string> = {};
   const auth = (result.data as any)?.auth ?? {};

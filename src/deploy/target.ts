@@ -26,7 +26,11 @@ export function serverTarget(url: string, apiKey: string | undefined, timeoutMs 
         response = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ query, variables: variables ?? {} }), signal: AbortSignal.timeout(timeoutMs) });
       } catch (error) {
         const e = error as Error & { cause?: { code?: string; message?: string } };
-        const why = e.name === 'TimeoutError' ? `no answer within ${timeoutMs / 1000} s` : (e.cause?.code ?? e.cause?.message ?? e.message);
+        if (e.name === 'TimeoutError') {
+          // The request was sent: the server may have run it.
+          return { errors: [{ message: `${url} gave no answer within ${timeoutMs / 1000} s`, extensions: { code: 'TIMEOUT', hint: 'The server may still have run the request.' } }] };
+        }
+        const why = e.cause?.code ?? e.cause?.message ?? e.message;
         return { errors: [{ message: `cannot reach ${url}: ${why}`, extensions: { code: 'UNAVAILABLE', hint: 'Check that the server runs and the URL (tally.json "server" or --server).' } }] };
       }
       let body: unknown;
