@@ -239,6 +239,7 @@ describe('tally deploy', () => {
     };
     const typo = join(dir, '..', 'typo.db');
     expect(run('accounts', '--db', typo)).toMatchObject({ status: 1, err: expect.stringContaining('no database at') });
+    expect(run('worker', '--db', typo, '--drain')).toMatchObject({ status: 1, err: expect.stringContaining('no database at') });
     expect(existsSync(typo)).toBe(false);
     const dry = join(dir, '..', 'dry.db');
     expect(run('deploy', dir, '--db', dry, '--dry-run')).toMatchObject({ status: 0, out: expect.stringContaining('dry run') });
@@ -261,13 +262,33 @@ describe('tally deploy', () => {
     const { port } = silent.address() as { port: number };
     const { serverTarget } = await import('../src/deploy/target.js');
     const mute = await serverTarget(`http://127.0.0.1:${port}/graphql`, 'tly_x', 200).request('{ journal { name } }');
-    expect(mute.errors?.[0]).toMatchObject({ message: expect.stringContaining('no answer within 0.2 s'), extensions: { code: 'UNAVAILABLE' } });
+    expect(mute.errors?.[0]).toMatchObject({ message: expect.stringContaining('no answer within 0.2 s'), extensions: { code: 'TIMEOUT' } });
     silent.close();
     await new Promise((resolve) => setTimeout(resolve, 50));
     const gone = await serverTarget(`http://127.0.0.1:${port}/graphql`, 'tly_x', 200).request('{ journal { name } }');
     expect(gone.errors?.[0]?.message).toContain('ECONNREFUSED');
-    const { dir, target } = await fresh();
+    const { dir, engine, target } = await fresh();
     const dry = await deploy(readProject(dir), target, { dryRun: true });
     expect(dry.keys).toEqual({});
+    // A server that applies the deploy but answers too late: the outcome is reported as unknown.
+    const { createServer: createHttpServer } = await import('node:http');
+    const late = createHttpServer((req, res) => {
+      let body = '';
+      req.on('data', (chunk) => (body += chunk));
+      req.on('end', () => {
+        const { query, variables } = JSON.parse(body);
+        const result = JSON.stringify(engine.graphql(query, variables));
+        setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end(result), query.startsWith('mutation Deploy') ? 600 : 0);
+      });
+    });
+    await new Promise<void>((resolve) => late.listen(0, '127.0.0.1', resolve));
+    const latePort = (late.address() as { port: number }).port;
+    const error = await deploy(readProject(dir), serverTarget(`http://127.0.0.1:${latePort}/graphql`, 'tly_x', 300)).catch((e: unknown) => e);
+    expect((error as Error).message).toContain('the outcome is unknown');
+    expect((error as Error).message).not.toContain('nothing was applied');
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(ok(engine, '{ account(code: "alice") { code } }').account.code).toBe('alice');
+    late.closeAllConnections();
+    late.close();
   });
 });

@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { createEngine } from '../engine.js';
 import { createServer } from '../server/http.js';
@@ -82,6 +83,8 @@ export async function main(argv: string[]): Promise<number> {
         await serve(localDb, values.port, values.host, values['no-worker'] === true);
         return EXIT.ok;
       case 'worker':
+        // A worker runs what a server queued: a database that does not exist yet is a typo.
+        if (!existsSync(localDb)) throw new OperationError(`no database at ${JSON.stringify(localDb)}; \`tally serve --db\` or \`tally deploy --db\` creates one`);
         await runWorker(localDb, values.drain === true);
         return EXIT.ok;
       case 'migrate': {
