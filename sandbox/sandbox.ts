@@ -134,11 +134,15 @@ export class Sandbox {
         healthy = false;
         return failure;
       }
+      // A native operation the interrupt cannot stop may have run past the deadline and returned:
+      // the call still timed out. (Checked before the host copies the result out: that is not the
+      // program's time.)
+      if (this.deadlinePassed()) {
+        result.value.dispose();
+        return TIMED_OUT;
+      }
       const text = ctx.getString(result.value);
       result.value.dispose();
-      // A native operation the interrupt cannot stop may have run past the deadline and returned:
-      // the call still timed out.
-      if (this.deadlinePassed()) return TIMED_OUT;
       return outcome(text);
     } catch (error) {
       // The host itself failed under the guest (its stack overflowed inside WASM, a trap): the

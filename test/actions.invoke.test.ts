@@ -251,7 +251,9 @@ describe('the sandbox holds its limits, and the engine keeps serving', () => {
   });
 
   it('a 10 MB output fails with LIMIT_EXCEEDED (outputBytesMax)', () => {
-    const result = invoke(createTool(36, 'big_output', 'function run() { return "x".repeat(10 * 1024 * 1024); }'), {});
+    // Its own deadline, generous: building 10 MB takes a while on a loaded machine, and a call that
+    // returns after its deadline is a TIMEOUT.
+    const result = invoke(createTool(36, 'big_output', 'function run() { return "x".repeat(10 * 1024 * 1024); }', { execution: { timeoutMs: 20_000 } }), {});
     expect(result.error.code).toBe('LIMIT_EXCEEDED');
     expect(result.error.message).toContain('outputBytesMax');
   });
