@@ -72,11 +72,50 @@ export const PRELUDE = String.raw`
 
   // --- exact decimals: a BigInt coefficient and a scale (value = coefficient / 10^scale) ---------
   const DECIMAL = /^([+-]?)(\d+)(?:\.(\d+))?$/;
-  const TEN = 10n;
-  function pow10(n) { let r = 1n; for (let i = 0; i < n; i++) r *= TEN; return r; }
+  // Far beyond any amount, and small enough that no operation on one can stall past a deadline
+  // (converting a 300,000-digit BigInt to text takes seconds, and cannot be interrupted).
+  const DIGITS_MAX = 1000;
+  const COEFFICIENT_MAX = 10n ** BigInt(DIGITS_MAX);
+  function pow10(n) { return 10n ** BigInt(n); }
+  const MODES = ['half_even', 'half_up', 'half_down', 'up', 'down', 'ceiling', 'floor'];
+  function placesOf(places, fallback) {
+    if (places === undefined) return fallback;
+    if (typeof places !== 'number' || !Number.isInteger(places) || places < 0 || places > 64) {
+      throw new RangeError('places must be an integer from 0 to 64, got ' + stringify(places));
+    }
+    return places;
+  }
+  function modeOf(mode) {
+    const m = mode === undefined ? 'half_even' : String(mode).toLowerCase();
+    if (!MODES.includes(m)) throw new RangeError('rounding mode ' + stringify(mode) + ' is not one of ' + MODES.join(', '));
+    return m;
+  }
+  // num / den rounded to an integer: the remainder decides, and the sign comes from num and den.
+  function roundQuotient(num, den, mode) {
+    let q = num / den;
+    const r = num - q * den;
+    if (r !== 0n) {
+      const neg = (num < 0n) !== (den < 0n);
+      const twice = (r < 0n ? -r : r) * 2n;
+      const size = den < 0n ? -den : den;
+      let away;
+      if (mode === 'down') away = false;
+      else if (mode === 'up') away = true;
+      else if (mode === 'ceiling') away = !neg;
+      else if (mode === 'floor') away = neg;
+      else if (mode === 'half_up') away = twice >= size;
+      else if (mode === 'half_down') away = twice > size;
+      else away = twice > size || (twice === size && q % 2n !== 0n);
+      if (away) q += neg ? -1n : 1n;
+    }
+    return q;
+  }
 
   class Decimal {
     constructor(coefficient, scale) {
+      if (coefficient >= COEFFICIENT_MAX || coefficient <= -COEFFICIENT_MAX || scale > DIGITS_MAX) {
+        throw new RangeError('a decimal holds at most ' + DIGITS_MAX + ' digits');
+      }
       this.c = coefficient;
       this.s = scale;
       Object.freeze(this);
@@ -90,6 +129,7 @@ export const PRELUDE = String.raw`
         if (x.includes('e')) throw new RangeError('decimal(' + x + '): pass a string for very large or small numbers');
       }
       if (typeof x !== 'string') throw new TypeError('decimal(x): x must be a string, number, bigint or decimal');
+      if (x.length > 2 * DIGITS_MAX + 8) throw new RangeError('a decimal holds at most ' + DIGITS_MAX + ' digits');
       const m = DECIMAL.exec(x.trim());
       if (!m) throw new RangeError('decimal(' + stringify(x) + '): not a decimal number');
       const frac = m[3] || '';
@@ -107,12 +147,11 @@ export const PRELUDE = String.raw`
     /** Divide and round to 'places' digits (half-even unless a mode is given). */
     div(x, places, mode) {
       const o = Decimal.of(x);
+      const p = placesOf(places, 18);
+      const m = modeOf(mode);
       if (o.c === 0n) throw new RangeError('division by zero');
-      const p = places === undefined ? 18 : places;
-      // (a / 10^sa) / (b / 10^sb) = a * 10^(sb + p + 1) / (b * 10^sa) at scale p + 1, then round.
-      const num = this.c * pow10(o.s + p + 1);
-      const den = o.c * pow10(this.s);
-      return new Decimal(num / den, p + 1).round(p, mode);
+      // (a / 10^sa) / (b / 10^sb) at scale p = a * 10^(sb + p) / (b * 10^sa), rounded on the remainder.
+      return new Decimal(roundQuotient(this.c * pow10(o.s + p), o.c * pow10(this.s), m), p);
     }
     neg() { return new Decimal(-this.c, this.s); }
     abs() { return this.c < 0n ? this.neg() : this; }
@@ -126,27 +165,10 @@ export const PRELUDE = String.raw`
     isNegative() { return this.c < 0n; }
     /** Round to 'places' fractional digits: half_even (default), half_up, half_down, up, down, ceiling, floor. */
     round(places, mode) {
-      const p = places === undefined ? 0 : places;
-      const m = mode === undefined ? 'half_even' : mode;
+      const p = placesOf(places, 0);
+      const m = modeOf(mode);
       if (p >= this.s) return new Decimal(this.c * pow10(p - this.s), p);
-      const d = pow10(this.s - p);
-      let q = this.c / d;
-      const r = this.c - q * d;
-      if (r !== 0n) {
-        const neg = this.c < 0n;
-        const twice = (r < 0n ? -r : r) * 2n;
-        let away;
-        if (m === 'down') away = false;
-        else if (m === 'up') away = true;
-        else if (m === 'ceiling') away = !neg;
-        else if (m === 'floor') away = neg;
-        else if (m === 'half_up') away = twice >= d;
-        else if (m === 'half_down') away = twice > d;
-        else if (m === 'half_even') away = twice > d || (twice === d && (q % 2n !== 0n));
-        else throw new RangeError('rounding mode ' + stringify(m) + ' is not known');
-        if (away) q += neg ? -1n : 1n;
-      }
-      return new Decimal(q, p);
+      return new Decimal(roundQuotient(this.c, pow10(this.s - p), m), p);
     }
     toString() {
       const neg = this.c < 0n;
@@ -157,7 +179,7 @@ export const PRELUDE = String.raw`
       }
       return (neg ? '-' : '') + digits;
     }
-    toFixed(places) { return this.round(places === undefined ? this.s : places).toString(); }
+    toFixed(places) { return places === undefined ? this.toString() : this.round(places).toString(); }
     toJSON() { return this.toString(); }
   }
 

@@ -38,7 +38,10 @@ interface ToolResult<Output = unknown> {
 /** Runs a GraphQL operation in the caller's transaction, under the authority stack; returns `data`. */
 declare function graphql<Data = any>(query: string, variables?: Record<string, unknown>): Data;
 
-/** Evaluates a CEL expression (decimal, money, uuid, date, strings…) with the given bindings. */
+/**
+ * Evaluates a CEL expression (decimal, money, uuid, date, strings…) with the given bindings. Bindings
+ * travel as JSON: a decimal arrives as a string, so write `decimal(x)` in the expression.
+ */
 declare function cel<T = any>(expression: string, bindings?: Record<string, unknown>): T;
 
 /** The tools this one declares: tools.name(input) throws on failure; with { check: false } it returns a ToolResult. */
@@ -52,10 +55,14 @@ declare const tools: {
 /** Ends the call as FAILED (TOOL_FAILED) with this message and hint. `{ retry: false }` stops retries of a started execution. */
 declare function fail(message: string, hint?: string | null, options?: { retry?: boolean }): never;
 
-type RoundingMode = 'half_even' | 'half_up' | 'half_down' | 'up' | 'down' | 'ceiling' | 'floor';
+type RoundingMode = 'half_even' | 'half_up' | 'half_down' | 'up' | 'down' | 'ceiling' | 'floor' | Uppercase<'half_even' | 'half_up' | 'half_down' | 'up' | 'down' | 'ceiling' | 'floor'>;
 type DecimalLike = TallyDecimal | string | number | bigint;
 
-/** An exact decimal: a BigInt coefficient and a scale. Immutable. */
+/**
+ * An exact decimal: a BigInt coefficient and a scale, at most 1,000 digits. Immutable. It prints
+ * with its own scale (`decimal('1.10')` is "1.10"). `places` is an integer from 0 to 64; modes may be
+ * written in any case.
+ */
 interface TallyDecimal {
   plus(x: DecimalLike): TallyDecimal;
   minus(x: DecimalLike): TallyDecimal;
