@@ -19,10 +19,40 @@ function sumDigits(a: Dec, b: Dec): number {
   return Math.max(a.e, b.e) + 2 + Math.max(a.decimalPlaces(), b.decimalPlaces());
 }
 
+/** A decimal for a message: short, whatever its size. */
+function shown(d: Dec): string {
+  const text = d.toString();
+  return text.length > 40 ? `${text.slice(0, 37)}…` : text;
+}
+
 function inexact(what: string, a: Dec, b: Dec): EngineError {
-  return new EngineError('LIMIT_EXCEEDED', `${a.toFixed()} ${what} ${b.toFixed()} needs more than ${Dec.precision} significant digits to be exact`, {
+  return new EngineError('LIMIT_EXCEEDED', `${shown(a)} ${what} ${shown(b)} needs more than ${Dec.precision} digits to be exact`, {
     hint: 'Round the operands first (decimal.Round), or work with smaller amounts.',
   });
+}
+
+/** Digits of `d` written out in full (no exponent), as every amount is stored and shown. */
+function fixedDigits(d: Dec): number {
+  return Math.max(d.e + 1, 1) + d.decimalPlaces();
+}
+
+/** A result written out in full must fit the working precision: 1e30 squared 30 times must not. */
+function bounded(result: Dec, what: string, a: Dec, b: Dec): Dec {
+  if (fixedDigits(result) > Dec.precision) throw inexact(what, a, b);
+  return result;
+}
+
+const Wide = Decimal.clone({ precision: 2 * 80 + 2 });
+
+/** a / b when the quotient is exact within the working precision; refused otherwise (round explicitly). */
+export function exactDiv(a: Dec, b: Dec): Dec {
+  const q = a.div(b);
+  if (!new Wide(q).times(new Wide(b)).eq(new Wide(a))) {
+    throw new EngineError('CEL_ERROR', `${shown(a)} / ${shown(b)} has no exact decimal value`, {
+      hint: 'Round it to the places you want: decimal.Quo(a, b, places).',
+    });
+  }
+  return bounded(q, '/', a, b);
 }
 
 /** a + b, exact or refused: never rounded to the working precision behind the caller's back. */
@@ -30,19 +60,19 @@ export function exactPlus(a: Dec, b: Dec): Dec {
   if (a.isZero()) return b;
   if (b.isZero()) return a;
   if (sumDigits(a, b) > Dec.precision) throw inexact('+', a, b);
-  return a.plus(b);
+  return bounded(a.plus(b), '+', a, b);
 }
 
 export function exactMinus(a: Dec, b: Dec): Dec {
   if (b.isZero()) return a;
   if (a.isZero()) return b.neg();
   if (sumDigits(a, b) > Dec.precision) throw inexact('-', a, b);
-  return a.minus(b);
+  return bounded(a.minus(b), '-', a, b);
 }
 
 export function exactTimes(a: Dec, b: Dec): Dec {
   if (a.precision() + b.precision() > Dec.precision) throw inexact('×', a, b);
-  return a.times(b);
+  return bounded(a.times(b), '×', a, b);
 }
 
 const DECIMAL_PATTERN = /^[+-]?(\d+)(?:\.(\d+))?$/;

@@ -129,7 +129,7 @@ describe('hostile input is refused cleanly and writes nothing', () => {
     });
     const error = fails(engine, POST, { input: { transactionId: id(8), tranCode: 'SCALE', params: { amount: '0.123456789012345678' } } });
     expect(error.code).toBe('TRAN_CODE_ERROR');
-    expect(error.message).toContain('needs more than 80 significant digits');
+    expect(error.message).toContain('needs more than 80 digits');
     expect(count(engine, 'transactions')).toBe(0);
     // Within 80 digits the same arithmetic is exact.
     ok(engine, POST, { input: { transactionId: id(9), tranCode: 'SCALE', params: { amount: '0.12' } } });
@@ -160,6 +160,35 @@ describe('hostile input is refused cleanly and writes nothing', () => {
     expect(found).toEqual(['EUR', 'EUR']);
     expect(requests).toBeGreaterThan(1);
     expect(requests).toBeLessThan(10);
+  });
+
+  it('CEL cannot build huge numbers, put doubles into money, divide inexactly, or store what JSON cannot hold', () => {
+    const evaluate = (expression: string) => engine.graphql('mutation($e: Expression!) { evaluate(expression: $e) }', { e: expression });
+    const code = (expression: string) => evaluate(expression).errors?.[0]?.extensions?.code;
+    // 1e30 squared again and again has one significant digit but ever more zeros: refused early, in milliseconds.
+    const started = Date.now();
+    expect(code(`[decimal("1${'0'.repeat(30)}")]${'.map(a, a*a)'.repeat(27)}[0]`)).toBe('LIMIT_EXCEEDED');
+    expect(Date.now() - started).toBeLessThan(2000);
+    // Doubles are not amounts; exact integers are.
+    expect(evaluate('decimal(0.1 + 0.2)').errors?.[0]?.message).toContain('a double is not an exact amount');
+    expect(evaluate('decimal(3.0)').data).toEqual({ evaluate: '3' });
+    // Division is exact or refused; decimal.Quo rounds explicitly.
+    expect(evaluate("decimal('1') / decimal('4')").data).toEqual({ evaluate: '0.25' });
+    expect(evaluate("decimal('1') / decimal('3')").errors?.[0]?.message).toContain('has no exact decimal value');
+    expect(evaluate("decimal.Quo(decimal('1'), decimal('3'), 2)").data).toEqual({ evaluate: '0.33' });
+    // What JSON cannot hold is refused, not stored as text: NaN, types, optionals, out-of-range times.
+    for (const expression of ['0.0 / 0.0', 'type(1)', 'optional.none()', 'timestamp("2024-01-01T00:00:00Z") + duration("9000000000000s")']) {
+      expect([expression, code(expression)]).toEqual([expression, 'CEL_ERROR']);
+    }
+    expect(evaluate("decimal.Round(decimal('1.25'), 'constructor', 1)").errors?.[0]?.message).toContain('rounding mode "constructor" is not known');
+    // Bytes and map keys count towards celValueSizeMax.
+    const doubling = Object.fromEntries(Array.from({ length: 20 }, (_, i) => [`a${i + 1}`, i === 0 ? `b"${'x'.repeat(100)}"` : `this.a${i} + this.a${i}`]));
+    expect(engine.graphql('mutation($m: JSON) { evaluate(expressions: $m) }', { m: doubling }).errors?.[0]?.extensions?.code).toBe('LIMIT_EXCEEDED');
+    // A template whose int overflows is refused, and nothing is written.
+    createAccount(engine, 1);
+    ok(engine, TRAN_CODE, { i: { tranCodeId: id(7), code: 'OVER', transaction: {}, entries: [entry('DEBIT', { units: '-9223372036854775808 / -1' }), entry('CREDIT', { units: '-9223372036854775808 / -1' })] } });
+    expect(fails(engine, POST, { input: { transactionId: id(8), tranCode: 'OVER', params: {} } }).message).toContain("outside CEL's 64-bit int range");
+    expect(count(engine, 'transactions')).toBe(0);
   });
 
   it('list filters apply or are refused, never silently dropped; an empty correlation id is none', () => {

@@ -80,20 +80,25 @@ export function checkCelValueSize(value: unknown, sizeMax: number, what: string)
   while (stack.length > 0) {
     const node = stack.pop();
     if (typeof node === 'string') size += node.length;
+    else if (node instanceof Uint8Array) size += node.length;
     else if (Array.isArray(node)) {
       size += node.length;
       for (const child of node) stack.push(child);
     } else if (node instanceof Map) {
       size += node.size;
-      for (const child of node.values()) stack.push(child);
+      for (const [key, child] of node) {
+        if (typeof key === 'string') size += key.length;
+        stack.push(child);
+      }
     } else if (node !== null && typeof node === 'object' && Object.getPrototypeOf(node) === Object.prototype) {
-      const values = Object.values(node);
-      size += values.length;
-      for (const child of values) stack.push(child);
+      for (const [key, child] of Object.entries(node)) {
+        size += 1 + key.length;
+        stack.push(child);
+      }
     }
     if (size > sizeMax) {
       throw new EngineError('LIMIT_EXCEEDED', `${what} evaluated to a value larger than celValueSizeMax (${sizeMax})`, {
-        hint: 'Build smaller values; lists, maps and strings count by their elements and characters.',
+        hint: 'Build smaller values; lists, maps, strings and bytes count by their elements, keys and characters.',
       });
     }
   }

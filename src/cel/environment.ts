@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Decimal } from 'decimal.js';
 import { Environment } from '@marcbachmann/cel-js';
 import { type Clock, utcDate } from '../clock.js';
-import { Dec, exactMinus, exactPlus, exactTimes, parseCurrency } from '../decimal.js';
+import { Dec, exactDiv, exactMinus, exactPlus, exactTimes, parseCurrency } from '../decimal.js';
 import { EngineError, quote } from '../errors.js';
 import {
   CelDecimal,
@@ -26,7 +26,7 @@ const ROUNDING_MODES: Record<string, Decimal.Rounding> = {
 };
 
 function roundingMode(mode: string): Decimal.Rounding {
-  const found = ROUNDING_MODES[mode.toLowerCase()];
+  const found = Object.hasOwn(ROUNDING_MODES, mode.toLowerCase()) ? ROUNDING_MODES[mode.toLowerCase()] : undefined;
   if (found === undefined) {
     throw new EngineError('CEL_ERROR', `rounding mode ${quote(mode)} is not known`, {
       hint: `Use one of ${Object.keys(ROUNDING_MODES).join(', ')}.`,
@@ -109,7 +109,11 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
     .registerFunction('decimal(int): Decimal', (i: bigint) => dec(new Dec(i.toString())))
     .registerFunction('decimal(double): Decimal', (d: number) => {
       if (!Number.isFinite(d)) throw new EngineError('CEL_ERROR', `decimal(${d}): not a finite number`);
-      // The shortest string that round-trips is what the author wrote, e.g. 0.1 -> "0.1".
+      // A double is exact only as a safe integer: 0.1 + 0.2 is 0.30000000000000004, and money
+      // must not take it.
+      if (!Number.isSafeInteger(d)) {
+        throw new EngineError('CEL_ERROR', `decimal(${d}): a double is not an exact amount`, { hint: "Write the amount as a string: decimal('0.3'), or keep it a decimal throughout." });
+      }
       return dec(new Dec(String(d)));
     })
     .registerFunction('decimal(Decimal): Decimal', (d: CelDecimal) => d)
@@ -128,7 +132,7 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
     ['*', exactTimes],
     ['/', (a, b) => {
       if (b.isZero()) throw new EngineError('CEL_ERROR', 'division by zero');
-      return a.div(b);
+      return exactDiv(a, b);
     }],
   ];
   for (const [op, fn] of arith) {

@@ -1,3 +1,4 @@
+import { EngineError } from '../errors.js';
 import { Dec, formatDecimal, minorUnits } from '../decimal.js';
 import { setOwn } from '../json.js';
 
@@ -43,7 +44,8 @@ export function celToJson(value: unknown): unknown {
     case 'boolean':
       return value;
     case 'number':
-      return Number.isFinite(value) ? value : String(value);
+      if (!Number.isFinite(value)) throw new EngineError('CEL_ERROR', `${value} is not a JSON value`, { hint: 'Check for a division by zero or an overflow in the expression.' });
+      return value;
     case 'bigint':
       return value >= BigInt(Number.MIN_SAFE_INTEGER) && value <= BigInt(Number.MAX_SAFE_INTEGER)
         ? Number(value)
@@ -53,7 +55,10 @@ export function celToJson(value: unknown): unknown {
   }
   if (value instanceof CelDecimal) return formatDecimal(value.value);
   if (value instanceof CelMoney) return { units: formatDecimal(value.units, minorUnits(value.currency)), currency: value.currency };
-  if (value instanceof Date) return value.toISOString();
+  if (value instanceof Date) {
+    if (Number.isNaN(value.getTime())) throw new EngineError('CEL_ERROR', 'a timestamp out of range', { hint: 'Timestamps run from year 0001 to 9999.' });
+    return value.toISOString();
+  }
   if (value instanceof Uint8Array) return Buffer.from(value).toString('base64');
   if (Array.isArray(value)) return value.map(celToJson);
   if (value instanceof Map) {
@@ -65,8 +70,13 @@ export function celToJson(value: unknown): unknown {
     const inner = (value as { valueOf(): unknown }).valueOf();
     if (typeof inner === 'bigint') return celToJson(inner); // UnsignedInt
     const proto = Object.getPrototypeOf(value);
-    // Values of other CEL types (durations, types, optionals) render as their text.
-    if (proto !== Object.prototype && proto !== null) return String(value);
+    // Values of other CEL types render as their text (a duration as "90s"); those with no text of
+    // their own (types, optionals) are not JSON.
+    if (proto !== Object.prototype && proto !== null) {
+      const text = String(value);
+      if (text.startsWith('[object ') || text.startsWith('Type<')) throw new EngineError('CEL_ERROR', `a value of CEL type ${text} is not JSON`, { hint: 'Store strings, numbers, decimals, lists and maps.' });
+      return text;
+    }
     const out: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(value)) setOwn(out, k, celToJson(v));
     return out;

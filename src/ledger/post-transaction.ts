@@ -328,6 +328,7 @@ function expand(deps: LedgerDeps, compiled: CompiledTranCode, transactionId: str
 
   const t = compiled.transaction;
   const effectiveValue = t.effective ? run(code, t.effective, context) : utcDate(deps.clock.now());
+  if (effectiveValue instanceof Date && Number.isNaN(effectiveValue.getTime())) throw fieldError(code, t.effective, 'evaluated to a timestamp out of range');
   const effective = effectiveValue instanceof Date ? utcDate(effectiveValue) : effectiveValue;
   if (!isDate(effective)) throw fieldError(code, t.effective, `evaluated to ${quote(celToJson(effective))}, not a date YYYY-MM-DD`);
   const journalId = t.journalId ? uuidOf(code, t.journalId, run(code, t.journalId, context)) : DEFAULT_JOURNAL_ID;
@@ -392,6 +393,7 @@ function fieldError(code: string, field: CompiledField | undefined, problem: str
 }
 
 const TEMPLATE_TEXT_MAX = 4096;
+const INT64_MAX = 2n ** 63n - 1n;
 
 function textOf(code: string, field: CompiledField, value: unknown): string {
   if (typeof value === 'string') {
@@ -433,7 +435,9 @@ function unitsOf(deps: LedgerDeps, code: string, field: CompiledField, value: un
   try {
     if (value instanceof CelDecimal) units = checkDecimalBounds(value.value, `${field.path}`, deps.limits);
     else if (value instanceof CelMoney) units = checkDecimalBounds(value.units, `${field.path}`, deps.limits);
-    else if (typeof value === 'bigint' || typeof value === 'string') units = parseDecimal(value, field.path, deps.limits);
+    else if (typeof value === 'bigint' && (value > INT64_MAX || value < -INT64_MAX - 1n)) {
+      throw fieldError(code, field, `evaluated to ${value}, outside CEL's 64-bit int range (an overflow)`);
+    } else if (typeof value === 'bigint' || typeof value === 'string') units = parseDecimal(value, field.path, deps.limits);
     else if (typeof value === 'number') {
       throw fieldError(code, field, `evaluated to the double ${value}`, `Amounts must be exact: use decimal("${value}") or a DECIMAL param.`);
     } else throw fieldError(code, field, `evaluated to ${quote(celToJson(value))}, not a decimal`);
