@@ -1,4 +1,5 @@
 import * as clients from '../../auth/clients.js';
+import { EngineError } from '../../errors.js';
 import type { RequestContext } from '../context.js';
 import { guard, visible } from './guard.js';
 
@@ -17,10 +18,20 @@ export const authResolvers = {
     createClient: (_: unknown, { input }: Args, ctx: RequestContext) => clients.createClient(ctx.clients, guard(ctx, 'INSERT', C, input)),
     updateClient: (_: unknown, { principal, input }: Args, ctx: RequestContext) => {
       guard(ctx, 'UPDATE', C, clients.getClient(ctx.clients, principal));
+      if (input?.policies != null && principal === ctx.principal) {
+        // A client may be allowed to update its own record (its name, its key), never to widen
+        // what it may do: another client must change its policies.
+        throw new EngineError('ACCESS_DENIED', `client ${principal} cannot change its own policies`, { hint: 'Have another client with UPDATE on auth.Client (the admin) change them.' });
+      }
       return clients.updateClient(ctx.clients, principal, input);
     },
     deleteClient: (_: unknown, { principal }: Args, ctx: RequestContext) => {
       guard(ctx, 'DELETE', C, clients.getClient(ctx.clients, principal));
+      if (principal === 'admin' || principal === ctx.principal) {
+        throw new EngineError('BAD_REQUEST', `client ${principal} cannot be deleted${principal === 'admin' ? ' (it is the admin)' : ' by itself'}`, {
+          hint: principal === 'admin' ? "Rotate the admin's key instead (updateClient rotateKey)." : 'Have another client delete it.',
+        });
+      }
       return clients.deleteClient(ctx.clients, principal);
     },
   },
