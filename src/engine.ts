@@ -297,7 +297,10 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     execute,
     operationType,
     graphql: (query, variables, opts) =>
-      execute({ query, variables: variables ?? null, operationName: opts?.operationName ?? null }, opts?.principal === undefined ? {} : { principal: opts.principal }),
+      execute({ query, variables: variables ?? null, operationName: opts?.operationName ?? null }, {
+        ...(opts?.principal === undefined ? {} : { principal: opts.principal }),
+        ...(opts?.apiKey === undefined ? {} : { apiKey: opts.apiKey }),
+      }),
     createWorker: (workerOptions = {}) =>
       new Worker(services, transactions, {
         owner: workerOptions.owner ?? `worker-${process.pid}`,
