@@ -93,6 +93,11 @@ export function createAccount(deps: LedgerDeps, input: AccountInput): Account {
 export function updateAccount(deps: LedgerDeps, accountId: string, input: AccountUpdate): Account {
   const current = findAccountRow(deps, accountId);
   checkUnique(deps, accountId, input.code, input.externalId);
+  if (input.normalBalanceType != null && input.normalBalanceType !== current.normal_balance_type && deps.st.balancesByAccountPage.all(accountId, '', 1).length > 0) {
+    throw new EngineError('BAD_REQUEST', `account ${current.code} has postings; its normalBalanceType stays ${current.normal_balance_type}`, {
+      hint: 'Changing it would flip the sign of every balance it reports. Open a new account instead.',
+    });
+  }
   const row: AccountRow = {
     ...current,
     code: input.code == null ? current.code : requiredText(input.code, 'code', 128),

@@ -81,7 +81,12 @@ export function jsonObjectText(value: unknown, what: string, jsonBytesMax: numbe
       hint: 'Send an object such as {"tier": "gold"}.',
     });
   }
-  const text = JSON.stringify(value);
+  const text = JSON.stringify(value, (_key, v: unknown) => {
+    if (typeof v === 'number' && !Number.isFinite(v)) {
+      throw new EngineError('BAD_REQUEST', `${what} holds the number ${v}, which JSON cannot store`, { hint: 'Send a finite number, or a string.' });
+    }
+    return v;
+  });
   if (Buffer.byteLength(text) > jsonBytesMax) {
     throw new EngineError('LIMIT_EXCEEDED', `${what} is ${Buffer.byteLength(text)} bytes; jsonBytesMax is ${jsonBytesMax}`, {
       hint: 'Keep metadata small; store large documents elsewhere and reference them.',
@@ -98,18 +103,31 @@ export function requiredText(value: unknown, what: string, max = 256): string {
   if (typeof value !== 'string' || value.trim() === '') {
     throw new EngineError('BAD_REQUEST', `${what} must be a non-empty string, got ${quote(value)}`);
   }
-  if (CONTROL.test(value)) {
-    throw new EngineError('BAD_REQUEST', `${what} ${quote(value)} contains a control character`, { hint: 'Use printable characters only.' });
-  }
+  checkCharacters(value, what);
   if (value.length > max) {
     throw new EngineError('LIMIT_EXCEEDED', `${what} is ${value.length} characters; the most is ${max}`);
   }
   return value.trim();
 }
 
+// Free text (descriptions, external ids) may hold tabs and line breaks, nothing else below U+0020.
+// eslint-disable-next-line no-control-regex
+const CONTROL_BUT_WHITESPACE = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/;
+
+/** No control characters, and well-formed Unicode (a lone surrogate reads back as U+FFFD). */
+function checkCharacters(value: string, what: string, freeText = false): void {
+  if ((freeText ? CONTROL_BUT_WHITESPACE : CONTROL).test(value)) {
+    throw new EngineError('BAD_REQUEST', `${what} ${quote(value)} contains a control character`, { hint: 'Use printable characters only.' });
+  }
+  if (!(value as string & { isWellFormed(): boolean }).isWellFormed()) {
+    throw new EngineError('BAD_REQUEST', `${what} ${quote(value)} is not well-formed Unicode (a lone surrogate)`, { hint: 'Send valid UTF-16 text.' });
+  }
+}
+
 export function optionalText(value: unknown, what: string, max = 4096): string | null {
   if (value === undefined || value === null) return null;
   if (typeof value !== 'string') throw new EngineError('BAD_REQUEST', `${what} must be a string, got ${quote(value)}`);
+  checkCharacters(value, what, true);
   if (value.length > max) {
     throw new EngineError('LIMIT_EXCEEDED', `${what} is ${value.length} characters; the most is ${max}`);
   }

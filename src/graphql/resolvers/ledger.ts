@@ -31,7 +31,9 @@ function amounts(view: BalanceView, layer: Layer, cumulative: boolean) {
   };
 }
 
-function balanceOf(ctx: RequestContext, account: Account, journalId: string | null | undefined, currency: string): BalanceView {
+function balanceOf(ctx: RequestContext, account: Account, journalId: string | null | undefined, currencyArg: string | null): BalanceView {
+  // An explicit null means the default, as leaving it out does.
+  const currency = currencyArg ?? 'USD';
   const journal = journalId ?? DEFAULT_JOURNAL_ID;
   if (journalId) ctx.ledger.getJournal(journalId);
   guard(ctx, 'SELECT', 'financial.Balance', { accountId: account.accountId, journalId: journal, currency, account });
