@@ -36,6 +36,15 @@ function fixedDigits(d: Dec): number {
   return Math.max(d.e + 1, 1) + d.decimalPlaces();
 }
 
+/** A decimal CEL takes in (decimal('…')) must fit the working precision written out, as results do. */
+export function exactDecimal(text: string): Dec {
+  const d = new Dec(text);
+  if (fixedDigits(d) > Dec.precision) {
+    throw new EngineError('LIMIT_EXCEEDED', `decimal ${shown(d)} has more than ${Dec.precision} digits`, { hint: 'Amounts have at most 30 integer and 18 fraction digits.' });
+  }
+  return d;
+}
+
 /** A result written out in full must fit the working precision: 1e30 squared 30 times must not. */
 function bounded(result: Dec, what: string, a: Dec, b: Dec): Dec {
   if (fixedDigits(result) > Dec.precision) throw inexact(what, a, b);
@@ -57,15 +66,15 @@ export function exactDiv(a: Dec, b: Dec): Dec {
 
 /** a + b, exact or refused: never rounded to the working precision behind the caller's back. */
 export function exactPlus(a: Dec, b: Dec): Dec {
-  if (a.isZero()) return b;
-  if (b.isZero()) return a;
+  if (a.isZero()) return bounded(b, '+', a, b);
+  if (b.isZero()) return bounded(a, '+', a, b);
   if (sumDigits(a, b) > Dec.precision) throw inexact('+', a, b);
   return bounded(a.plus(b), '+', a, b);
 }
 
 export function exactMinus(a: Dec, b: Dec): Dec {
-  if (b.isZero()) return a;
-  if (a.isZero()) return b.neg();
+  if (b.isZero()) return bounded(a, '-', a, b);
+  if (a.isZero()) return bounded(b.neg(), '-', a, b);
   if (sumDigits(a, b) > Dec.precision) throw inexact('-', a, b);
   return bounded(a.minus(b), '-', a, b);
 }

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Decimal } from 'decimal.js';
 import { Environment } from '@marcbachmann/cel-js';
 import { type Clock, utcDate } from '../clock.js';
-import { Dec, exactDiv, exactMinus, exactPlus, exactTimes, parseCurrency } from '../decimal.js';
+import { Dec, exactDecimal, exactDiv, exactMinus, exactPlus, exactTimes, parseCurrency } from '../decimal.js';
 import { EngineError, quote } from '../errors.js';
 import {
   CelDecimal,
@@ -41,7 +41,7 @@ function toDec(text: string): Dec {
       hint: 'Pass digits with an optional sign and decimal point, e.g. decimal("10.25").',
     });
   }
-  return new Dec(text.trim());
+  return exactDecimal(text.trim());
 }
 
 function currency(code: string): string {
@@ -112,7 +112,9 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
       // A double is exact only as a safe integer: 0.1 + 0.2 is 0.30000000000000004, and money
       // must not take it.
       if (!Number.isSafeInteger(d)) {
-        throw new EngineError('CEL_ERROR', `decimal(${d}): a double is not an exact amount`, { hint: "Write the amount as a string: decimal('0.3'), or keep it a decimal throughout." });
+        // Doubles reach here from double arithmetic (0.1 + 0.2 is 0.30000000000000004): only whole
+        // numbers up to 2^53 are taken as they are.
+        throw new EngineError('CEL_ERROR', `decimal(${d}): a double with a fraction, or beyond 2^53, is not taken as an amount`, { hint: `Write it as a string: decimal('${d}'), or keep the value a decimal throughout.` });
       }
       return dec(new Dec(String(d)));
     })

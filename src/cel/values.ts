@@ -56,7 +56,10 @@ export function celToJson(value: unknown): unknown {
   if (value instanceof CelDecimal) return formatDecimal(value.value);
   if (value instanceof CelMoney) return { units: formatDecimal(value.units, minorUnits(value.currency)), currency: value.currency };
   if (value instanceof Date) {
-    if (Number.isNaN(value.getTime())) throw new EngineError('CEL_ERROR', 'a timestamp out of range', { hint: 'Timestamps run from year 0001 to 9999.' });
+    const year = value.getUTCFullYear();
+    if (Number.isNaN(value.getTime()) || year < 1 || year > 9999) {
+      throw new EngineError('CEL_ERROR', `a timestamp out of range (year ${Number.isNaN(year) ? 'beyond any calendar' : year})`, { hint: 'Timestamps run from year 0001 to 9999 (RFC 3339).' });
+    }
     return value.toISOString();
   }
   if (value instanceof Uint8Array) return Buffer.from(value).toString('base64');

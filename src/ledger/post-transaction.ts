@@ -198,7 +198,7 @@ export function voidTransaction(deps: LedgerDeps, transactionId: string, guard?:
     ...kept,
     // A fresh id: a derived one could be taken by a client first, making the void impossible.
     transaction_id: deps.newId(),
-    correlation_id: original.correlation_id ?? original.transaction_id,
+    correlation_id: original.correlation_id || original.transaction_id,
     effective: utcDate(now),
     void_of: transactionId,
     voided_by: null,

@@ -247,9 +247,10 @@ export const MIGRATIONS: readonly Migration[] = [
     version: 5,
     name: 'empty correlation ids are none',
     sql: `
-      -- A transaction whose correlation template gave '' correlates with itself (as one without a
-      -- template): earlier versions stored '' and so grouped every such transaction together.
-      UPDATE transactions SET correlation_id = NULL WHERE correlation_id = '';
+      -- A transaction whose correlation template gave '' correlates with itself (NULL, as one
+      -- without a template): earlier versions stored '' and so grouped every such transaction together.
+      -- A void copied its original's '' and correlates with that original, as a new void does.
+      UPDATE transactions SET correlation_id = void_of WHERE correlation_id = '';
     `,
   },
 ];
