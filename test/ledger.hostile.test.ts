@@ -170,7 +170,9 @@ describe('hostile input is refused cleanly and writes nothing', () => {
     expect(code(`[decimal("1${'0'.repeat(30)}")]${'.map(a, a*a)'.repeat(27)}[0]`)).toBe('LIMIT_EXCEEDED');
     expect(Date.now() - started).toBeLessThan(2000);
     // Doubles are not amounts; exact integers are.
-    expect(evaluate('decimal(0.1 + 0.2)').errors?.[0]?.message).toContain('a double is not an exact amount');
+    expect(evaluate('decimal(0.1 + 0.2)').errors?.[0]?.message).toContain('a double with a fraction, or beyond 2^53, is not taken as an amount');
+    expect(code(`decimal('1${'0'.repeat(200)}') + 0`)).toBe('LIMIT_EXCEEDED');
+    expect(code("timestamp('9999-12-31T00:00:00Z') + duration('48h')")).toBe('CEL_ERROR');
     expect(evaluate('decimal(3.0)').data).toEqual({ evaluate: '3' });
     // Division is exact or refused; decimal.Quo rounds explicitly.
     expect(evaluate("decimal('1') / decimal('4')").data).toEqual({ evaluate: '0.25' });
@@ -189,6 +191,39 @@ describe('hostile input is refused cleanly and writes nothing', () => {
     ok(engine, TRAN_CODE, { i: { tranCodeId: id(7), code: 'OVER', transaction: {}, entries: [entry('DEBIT', { units: '-9223372036854775808 / -1' }), entry('CREDIT', { units: '-9223372036854775808 / -1' })] } });
     expect(fails(engine, POST, { input: { transactionId: id(8), tranCode: 'OVER', params: {} } }).message).toContain("outside CEL's 64-bit int range");
     expect(count(engine, 'transactions')).toBe(0);
+  });
+
+  it('records keep their meaning: no flipped balance types, no control or broken characters, no Infinity', () => {
+    createAccount(engine, 1);
+    createAccount(engine, 2);
+    createTransferCode(engine);
+    const UPDATE = 'mutation($id: UUID!, $i: AccountUpdateInput!) { updateAccount(id: $id, input: $i) { normalBalanceType } }';
+    // Before any posting the type may change; after, it would flip every balance's sign.
+    expect(ok(engine, UPDATE, { id: id(1), i: { normalBalanceType: 'DEBIT' } }).updateAccount.normalBalanceType).toBe('DEBIT');
+    ok(engine, POST, { input: { transactionId: id(8), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '5' } } });
+    expect(fails(engine, UPDATE, { id: id(2), i: { normalBalanceType: 'DEBIT' } }).message).toContain('has postings; its normalBalanceType stays CREDIT');
+    for (const i of [{ externalId: 'a\u0000b' }, { name: 'a\ud800' }, { description: 'x\udc00' }]) {
+      expect(fails(engine, UPDATE, { id: id(2), i }).code).toBe('BAD_REQUEST');
+    }
+    expect(ok(engine, UPDATE, { id: id(2), i: { description: 'two lines\nand a\ttab' } }).updateAccount.normalBalanceType).toBe('CREDIT');
+    expect(fails(engine, UPDATE, { id: id(2), i: { metadata: { n: Infinity } } }).message).toContain('holds the number Infinity');
+    // An explicit null currency is the default one, not an INTERNAL error.
+    expect(ok(engine, `{ balance(accountId: "${id(2)}", currency: null) { currency } }`).balance.currency).toBe('USD');
+  });
+
+  it('a client cannot widen its own policies nor delete itself; the admin cannot be deleted; apiKey works in-process', () => {
+    const CLIENT = 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }';
+    const self = [{ effect: 'ALLOW', actions: ['SELECT', 'UPDATE', 'DELETE'], resources: ['auth.Client'], assertions: { mine: 'context.document.principal == context.auth.claims.principal' } }];
+    const key = ok(engine, CLIENT, { i: { principal: 'selfsvc', name: 'Self', policies: self } }).auth.createClient.apiKey;
+    const as = (query: string) => engine.graphql(query, null, { principal: 'selfsvc' });
+    expect(as('mutation { auth { updateClient(principal: "selfsvc", input: {policies: [{effect: ALLOW, actions: [SELECT, INSERT, UPDATE, DELETE], resources: ["*"]}]}) { client { version } } } }').errors?.[0]?.extensions?.code).toBe('ACCESS_DENIED');
+    expect(as('mutation { auth { updateClient(principal: "selfsvc", input: {name: "Renamed"}) { client { version } } } }').errors).toBeUndefined();
+    expect(as('mutation { auth { deleteClient(principal: "selfsvc") { principal } } }').errors?.[0]?.message).toBe('client selfsvc cannot be deleted by itself');
+    engine.ensureAdmin('tly_consistency-admin');
+    expect(fails(engine, 'mutation { auth { deleteClient(principal: "admin") { principal } } }').message).toBe('client admin cannot be deleted (it is the admin)');
+    // The key path of engine.graphql is the HTTP server's: bounded by the client's policies.
+    expect(engine.graphql(`mutation { createAccount(input: {accountId: "${id(60)}", code: "X60", name: "x"}) { code } }`, null, { apiKey: key }).errors?.[0]?.extensions?.code).toBe('ACCESS_DENIED');
+    expect(engine.graphql('{ journal { name } }', null, { apiKey: 'tly_not-a-key' }).errors?.[0]?.extensions?.code).toBe('UNAUTHENTICATED');
   });
 
   it('list filters apply or are refused, never silently dropped; an empty correlation id is none', () => {
@@ -225,12 +260,16 @@ describe('hostile input is refused cleanly and writes nothing', () => {
     createAccount(old, 2);
     createTransferCode(old);
     for (const n of [10, 11]) ok(old, POST, { input: { transactionId: id(n), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } } });
-    // What an earlier version wrote: '' as the correlation id, at schema version 4.
+    ok(old, `mutation { voidTransaction(id: "${id(11)}") { transactionId } }`);
+    // What an earlier version wrote: '' as the correlation id (a void copied it), at schema version 4.
     old.db.exec("UPDATE transactions SET correlation_id = ''; PRAGMA user_version = 4;");
     old.close();
     const reopened = await newEngine({ path });
     const read = ok(reopened, `{ transaction(id: "${id(10)}") { correlationId correlated(first: 10) { nodes { transactionId } } } }`);
     expect(read.transaction).toEqual({ correlationId: id(10), correlated: { nodes: [{ transactionId: id(10) }] } });
+    // The void still correlates with the transaction it voids.
+    const voided = ok(reopened, `{ transaction(id: "${id(11)}") { correlated(first: 10) { nodes { voidOf } } } }`);
+    expect(voided.transaction.correlated.nodes).toEqual([{ voidOf: null }, { voidOf: id(11) }]);
     reopened.close();
   });
 
