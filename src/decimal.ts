@@ -40,7 +40,7 @@ function fixedDigits(d: Dec): number {
 export function exactDecimal(text: string): Dec {
   const d = new Dec(text);
   if (fixedDigits(d) > Dec.precision) {
-    throw new EngineError('LIMIT_EXCEEDED', `decimal ${shown(d)} has more than ${Dec.precision} digits`, { hint: 'Amounts have at most 30 integer and 18 fraction digits.' });
+    throw new EngineError('LIMIT_EXCEEDED', `decimal ${shown(d)} has more than ${Dec.precision} digits`, { hint: 'Amounts are bounded by decimalIntegerDigitsMax and decimalFractionDigitsMax; write fewer digits.' });
   }
   return d;
 }
@@ -51,7 +51,8 @@ function bounded(result: Dec, what: string, a: Dec, b: Dec): Dec {
   return result;
 }
 
-const Wide = Decimal.clone({ precision: 2 * 80 + 2 });
+/** Wide enough for the exact product of two working-precision numbers (the check of a quotient). */
+const Wide = Decimal.clone({ precision: 2 * Dec.precision + 2 });
 
 /** a / b when the quotient is exact within the working precision; refused otherwise (round explicitly). */
 export function exactDiv(a: Dec, b: Dec): Dec {

@@ -2,7 +2,7 @@ import type { ExecutionResult, GraphQLSchema } from 'graphql';
 import { ReplaceableSandbox } from '../sandbox/replaceable.js';
 import type { Sandbox } from '../sandbox/sandbox.js';
 import type { ActionDeps } from './actions/actions.js';
-import { authenticate, type ClientDeps, ensureAdmin, lookupClient, SYSTEM_PRINCIPAL } from './auth/clients.js';
+import { authenticate, type Client, type ClientDeps, ensureAdmin, invalidKey, lookupClient, SYSTEM_PRINCIPAL } from './auth/clients.js';
 import { Authority } from './policy/authority.js';
 import { authStatements } from './storage/statements/auth.js';
 import { queueStatements } from './storage/statements/actions.js';
@@ -218,20 +218,24 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     authority: new Authority(cel, caller.principal, { principal: caller.principal }, caller.client, frame, frame?.root.outerLayers ?? []),
   });
 
+  const asCaller = (client: Client): Caller => ({
+    principal: client.principal,
+    client: { principal: client.principal, policies: client.policies },
+  });
+
   /** The caller of a request: a known client, or the engine itself. */
   function callerOf(principal: string | undefined): Caller | EngineError {
     if (principal === undefined) return { principal: SYSTEM_PRINCIPAL, client: null };
     const client = lookupClient(clientDeps, principal);
     if (!client) return new EngineError('UNAUTHENTICATED', `no client has principal ${JSON.stringify(principal)}`, { hint: 'Create the client first with auth.createClient.' });
-    return { principal, client: { principal, policies: client.policies } };
+    return asCaller(client);
   }
 
   /** The caller of a request, read inside its transaction: what it may do is what was committed when it began. */
   function requestCaller(options: RequestOptions): Caller | EngineError {
     if (options.apiKey === undefined) return callerOf(options.principal);
     const client = authenticate(clientDeps, options.apiKey);
-    if (!client) return new EngineError('UNAUTHENTICATED', 'the API key is not valid', { hint: 'Check the key; a rotated or deleted client’s key no longer works.' });
-    return { principal: client.principal, client: { principal: client.principal, policies: client.policies } };
+    return client ? asCaller(client) : invalidKey();
   }
 
   /** A GraphQL operation a call makes: same transaction, its own savepoint (taken by the caller). */

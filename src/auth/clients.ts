@@ -4,7 +4,7 @@ import type { Clock } from '../clock.js';
 import { EngineError, quote } from '../errors.js';
 import { requiredText } from '../ledger/records.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
-import { parsePolicies, type parsePolicy, type Policy } from '../policy/policy.js';
+import { parsePolicies, type Policy, type PolicyInput } from '../policy/policy.js';
 import type { AuthStatements, ClientRow } from '../storage/statements/auth.js';
 
 /** An API client: a principal, a name, and the policies that bound everything it does. */
@@ -25,7 +25,6 @@ export interface ClientDeps {
   policiesMax: number;
 }
 
-type PolicyInput = Parameters<typeof parsePolicy>[1];
 
 /** Full authority, for the admin client that `tally serve` creates. */
 export const ADMIN_POLICIES: Policy[] = [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE', 'DELETE'], resources: ['*'], assertions: null }];
@@ -34,6 +33,13 @@ const KEY_PREFIX = 'tly_';
 
 /** The engine itself (in-process calls without a principal); no client may take this name. */
 export const SYSTEM_PRINCIPAL = 'system';
+/** The client `tally serve` makes (or re-keys from TALLY_ADMIN_KEY); it cannot be deleted. */
+export const ADMIN_PRINCIPAL = 'admin';
+
+/** The refusal of a key that belongs to no client, the same wherever a key is checked. */
+export function invalidKey(): EngineError {
+  return new EngineError('UNAUTHENTICATED', 'the API key is not valid', { hint: 'Check the key; a rotated or deleted client’s key no longer works.' });
+}
 
 export function hashKey(apiKey: string): string {
   return createHash('sha256').update(apiKey).digest('hex');
@@ -134,15 +140,15 @@ export function authenticate(deps: ClientDeps, apiKey: string): Client | null {
  * without, a key is generated only when no admin exists yet. Returns the new key when one was made.
  */
 export function ensureAdmin(deps: ClientDeps, apiKey?: string): string | null {
-  const existing = deps.st.clientByPrincipal.get('admin');
+  const existing = deps.st.clientByPrincipal.get(ADMIN_PRINCIPAL);
   if (apiKey !== undefined && !apiKey.startsWith(KEY_PREFIX)) {
     throw new EngineError('BAD_REQUEST', `TALLY_ADMIN_KEY must start with ${KEY_PREFIX}`, { hint: `Generate one, e.g. ${KEY_PREFIX}$(openssl rand -hex 32).` });
   }
   if (existing) {
     if (apiKey !== undefined && existing.key_hash !== hashKey(apiKey)) {
-      deps.st.updateClient.run({ principal: 'admin', name: existing.name, policies: existing.policies, key_hash: hashKey(apiKey), modified: deps.clock.now().toISOString() });
+      deps.st.updateClient.run({ principal: ADMIN_PRINCIPAL, name: existing.name, policies: existing.policies, key_hash: hashKey(apiKey), modified: deps.clock.now().toISOString() });
     }
     return null;
   }
-  return createClient(deps, { principal: 'admin', name: 'Administrator', policies: ADMIN_POLICIES }, apiKey).apiKey;
+  return createClient(deps, { principal: ADMIN_PRINCIPAL, name: 'Administrator', policies: ADMIN_POLICIES }, apiKey).apiKey;
 }

@@ -109,8 +109,6 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
     .registerFunction('decimal(int): Decimal', (i: bigint) => dec(new Dec(i.toString())))
     .registerFunction('decimal(double): Decimal', (d: number) => {
       if (!Number.isFinite(d)) throw new EngineError('CEL_ERROR', `decimal(${d}): not a finite number`);
-      // A double is exact only as a safe integer: 0.1 + 0.2 is 0.30000000000000004, and money
-      // must not take it.
       if (!Number.isSafeInteger(d)) {
         // Doubles reach here from double arithmetic (0.1 + 0.2 is 0.30000000000000004): only whole
         // numbers up to 2^53 are taken as they are.

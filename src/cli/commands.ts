@@ -44,13 +44,18 @@ export function progress(io: Io, label: string) {
   };
 }
 
-/** Where to send GraphQL. Only deploy creates a database file: elsewhere a missing one is a typo. */
+/** A database path that must exist already: only serve, deploy and migrate create one, elsewhere a missing one is a typo. */
+export function requireDatabase(path: string): void {
+  if (path === '' || (path !== ':memory:' && !existsSync(path))) {
+    throw new OperationError(`no database at ${JSON.stringify(path)}; \`tally serve --db\` or \`tally deploy --db\` creates one`);
+  }
+}
+
+/** Where to send GraphQL. */
 async function openTarget(options: Options, io: Io, projectServer?: string | null, createDb = false): Promise<Target> {
   if (options.db) {
     const path = String(options.db);
-    if (path === '' || (!createDb && path !== ':memory:' && !existsSync(path))) {
-      throw new OperationError(`no database at ${JSON.stringify(path)}; \`tally serve --db\` or \`tally deploy --db\` creates one`);
-    }
+    if (path === '' || !createDb) requireDatabase(path);
     return databaseTarget(path);
   }
   const server = options.server ?? io.env.TALLY_SERVER ?? projectServer;

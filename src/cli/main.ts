@@ -1,4 +1,3 @@
-import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { createEngine } from '../engine.js';
 import { createServer } from '../server/http.js';
@@ -14,6 +13,7 @@ import {
   type Io,
   OperationError,
   type Options,
+  requireDatabase,
   runCommand,
   UsageError,
 } from './commands.js';
@@ -84,7 +84,7 @@ export async function main(argv: string[]): Promise<number> {
         return EXIT.ok;
       case 'worker':
         // A worker runs what a server queued: a database that does not exist yet is a typo.
-        if (!existsSync(localDb)) throw new OperationError(`no database at ${JSON.stringify(localDb)}; \`tally serve --db\` or \`tally deploy --db\` creates one`);
+        requireDatabase(localDb);
         await runWorker(localDb, values.drain === true);
         return EXIT.ok;
       case 'migrate': {

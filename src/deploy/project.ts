@@ -70,11 +70,16 @@ function readText(dir: string, path: string): string {
   return readFileSync(real, 'utf8');
 }
 
-/** A JSON object (not null, not a list) from a project file. */
+/** A JSON object: not null, not a list. */
+function isObject(value: unknown): value is Record<string, any> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+/** A JSON object from a project file. */
 function readObject(dir: string, path: string): Record<string, any> {
   const value = readJson(dir, path);
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new ProjectError('must be a JSON object', path);
-  return value as Record<string, any>;
+  if (!isObject(value)) throw new ProjectError('must be a JSON object', path);
+  return value;
 }
 
 /** A JSON list of objects from a project file. */
@@ -82,7 +87,7 @@ function readList(dir: string, path: string, what: string): Array<Record<string,
   const value = readJson(dir, path);
   if (!Array.isArray(value)) throw new ProjectError(`must be a JSON array of ${what}`, path);
   value.forEach((item, i) => {
-    if (item === null || typeof item !== 'object' || Array.isArray(item)) throw new ProjectError(`item ${i} must be a JSON object`, path);
+    if (!isObject(item)) throw new ProjectError(`item ${i} must be a JSON object`, path);
   });
   return value;
 }
@@ -141,11 +146,11 @@ export function readProject(dir: string): Project {
       const manifest = readObject(dir, manifestPath);
       for (const key of ['tools', 'policies']) {
         const list = manifest[key];
-        if (list !== undefined && (!Array.isArray(list) || list.some((item) => item === null || typeof item !== 'object' || Array.isArray(item)))) {
+        if (list !== undefined && (!Array.isArray(list) || !list.every(isObject))) {
           throw new ProjectError(`"${key}" must be a JSON array of objects`, manifestPath);
         }
       }
-      if (manifest.execution !== undefined && (manifest.execution === null || typeof manifest.execution !== 'object' || Array.isArray(manifest.execution))) {
+      if (manifest.execution !== undefined && !isObject(manifest.execution)) {
         throw new ProjectError('"execution" must be a JSON object', manifestPath);
       }
       tools.push({ name, programPath, manifestPath, src: readText(dir, programPath), manifest });

@@ -74,6 +74,18 @@ export function executionIdConflict(executionId: string, recordedFingerprint: st
   return new EngineError('EXECUTION_ID_CONFLICT', message, { hint: 'Use a new executionId for each call (a retried attempt too).', details: { executionId } });
 }
 
+/** The input as JSON text, when it is within inputBytesMax (invoked or started alike). */
+export function checkInputBytes(svc: ExecutionServices, actionName: string, input: unknown): string {
+  const text = JSON.stringify(input);
+  const bytes = Buffer.byteLength(text ?? '');
+  if (bytes > svc.limits.inputBytesMax) {
+    throw new EngineError('LIMIT_EXCEEDED', `the input of ${actionName} is ${bytes} bytes; inputBytesMax is ${svc.limits.inputBytesMax}`, {
+      hint: 'Pass ids and amounts, and let the tool read the rest from the ledger.',
+    });
+  }
+  return text;
+}
+
 /** A started execution (a queue row, with its attempts budget) rather than an invoked one. */
 export function isStarted(row: ExecutionRow): boolean {
   return (row as { max_attempts?: number | null }).max_attempts != null;
@@ -164,10 +176,7 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
   };
   try {
     checkBounds(svc, node, parent, root);
-    const inputText = JSON.stringify(call.input);
-    if (Buffer.byteLength(inputText) > svc.limits.inputBytesMax) {
-      throw new EngineError('LIMIT_EXCEEDED', `the input of ${node.actionName} is ${Buffer.byteLength(inputText)} bytes; inputBytesMax is ${svc.limits.inputBytesMax}`);
-    }
+    const inputText = checkInputBytes(svc, node.actionName, call.input);
     if (target.type === 'version') validate(svc, target.version, 'input', call.input);
     let output: unknown;
     try {

@@ -122,7 +122,8 @@ export function authorize(cel: Cel, stack: readonly AuthorityLayer[], operation:
 
 const POLICY_ACTIONS: readonly PolicyAction[] = ['SELECT', 'INSERT', 'UPDATE', 'DELETE'];
 
-type PolicyInput = { effect: PolicyEffect; actions: PolicyAction[]; resources: string[]; assertions?: unknown };
+/** A policy as it comes from the wire, before parsePolicy checks it. */
+export type PolicyInput = Parameters<typeof parsePolicy>[1];
 
 /** Validate a list of policies from the wire: at most `policiesMax` of them. */
 export function parsePolicies(cel: Cel, policies: readonly PolicyInput[], policiesMax: number): Policy[] {

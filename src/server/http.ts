@@ -1,4 +1,5 @@
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { invalidKey } from '../auth/clients.js';
 import type { Engine } from '../engine.js';
 import { EngineError, quote } from '../errors.js';
 import type { FormattedResult, GraphqlRequest } from '../graphql/executor.js';
@@ -110,9 +111,7 @@ function authenticate(engine: Engine, header: string | undefined): string | Engi
   if (!match) {
     return new EngineError('UNAUTHENTICATED', 'the Authorization header is not `Bearer <api key>`', { hint: 'Send `Authorization: Bearer <api key>`.' });
   }
-  if (!engine.authenticate(match[1]!)) {
-    return new EngineError('UNAUTHENTICATED', 'the API key is not valid', { hint: 'Check the key; a rotated or deleted client’s key no longer works.' });
-  }
+  if (!engine.authenticate(match[1]!)) return invalidKey();
   return match[1]!;
 }
 

@@ -3,7 +3,7 @@ import { EngineError, type ErrorData } from '../../errors.js';
 import { canonicalJson, fingerprint } from '../../ids.js';
 import type { QueueStatements } from '../../storage/statements/actions.js';
 import { type CallFrame, type CallNode, type Caller, rowToNode } from '../call-tree.js';
-import { checkNewInTree, executionIdConflict, isStarted, validate } from '../invoke.js';
+import { checkInputBytes, checkNewInTree, executionIdConflict, isStarted, validate } from '../invoke.js';
 import type { ExecutionServices } from '../services.js';
 
 export interface StartRequest {
@@ -33,12 +33,7 @@ export function startAction(svc: ExecutionServices, caller: Caller, request: Sta
     if (same && isStarted(existing)) return rowToNode(existing);
     throw executionIdConflict(request.executionId, existing.input_fingerprint, same ? 'invoked' : null);
   }
-  const inputBytes = Buffer.byteLength(JSON.stringify(input));
-  if (inputBytes > svc.limits.inputBytesMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `the input of ${version.name} is ${inputBytes} bytes; inputBytesMax is ${svc.limits.inputBytesMax}`, {
-      hint: 'Pass ids and amounts, and let the tool read the rest from the ledger.',
-    });
-  }
+  checkInputBytes(svc, version.name, input);
   validate(svc, version, 'input', input, 'A started execution is validated when it is started; fix the input and start it again.');
   // Started from inside a tool: that tool (and every one above it) keeps bounding the execution.
   const stack: Array<{ actionId: string; version: number }> = [];

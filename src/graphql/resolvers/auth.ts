@@ -27,9 +27,10 @@ export const authResolvers = {
     },
     deleteClient: (_: unknown, { principal }: Args, ctx: RequestContext) => {
       guard(ctx, 'DELETE', C, clients.getClient(ctx.clients, principal));
-      if (principal === 'admin' || principal === ctx.principal) {
-        throw new EngineError('BAD_REQUEST', `client ${principal} cannot be deleted${principal === 'admin' ? ' (it is the admin)' : ' by itself'}`, {
-          hint: principal === 'admin' ? "Rotate the admin's key instead (updateClient rotateKey)." : 'Have another client delete it.',
+      const admin = principal === clients.ADMIN_PRINCIPAL;
+      if (admin || principal === ctx.principal) {
+        throw new EngineError('BAD_REQUEST', `client ${principal} cannot be deleted${admin ? ' (it is the admin)' : ' by itself'}`, {
+          hint: admin ? "Rotate the admin's key instead (updateClient rotateKey)." : 'Have another client delete it.',
         });
       }
       return clients.deleteClient(ctx.clients, principal);
