@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, truncateSync, writeFileSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -218,6 +218,10 @@ describe('tally deploy', () => {
     symlinkSync(outside, join(dir, 'tools', 'hello.js'));
     expect(() => readProject(dir)).toThrow('tools/hello.js: leads outside the project folder');
     rmSync(join(dir, 'tools', 'hello.js'));
+    writeFileSync(join(dir, 'tools', 'hello.js'), 'function run() { return 1; }');
+    // A file over the project-file bound is refused before it is read (a sparse file: no 17 MiB written).
+    truncateSync(join(dir, 'tools', 'hello.js'), 17 * 1024 * 1024);
+    expect(() => readProject(dir)).toThrow(/tools\/hello\.js: is 17825792 bytes; project files are at most 16777216/);
     writeFileSync(join(dir, 'tools', 'hello.js'), 'function run() { return 1; }');
     writeFileSync(manifest, JSON.stringify({ actionId: 'c0000000-0000-4000-8000-0000000000ee', tools: 'transfer' }));
     expect(() => readProject(dir)).toThrow('tools/hello.json: "tools" must be a JSON array of objects');
