@@ -42,6 +42,18 @@ function worker(path: string, ...args: string[]): ChildProcess {
   return spawn(process.execPath, [BIN, 'worker', '--db', path, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
 }
 
+/** Resolves once the worker says it runs (its SIGTERM handler is installed from then on). */
+function running(child: ChildProcess): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout!.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      if (out.includes('running executions')) resolve();
+    });
+    child.once('exit', () => reject(new Error(`worker exited before running: ${out}`)));
+  });
+}
+
 function exited(child: ChildProcess): Promise<number | null> {
   return new Promise((resolve) => {
     if (child.exitCode !== null || child.signalCode !== null) resolve(child.exitCode);
@@ -98,6 +110,8 @@ describe('the worker as a process', () => {
     const path = await prepare(2000);
     const a = worker(path);
     const b = worker(path);
+    // Both must be up before they are stopped: a signal during start-up finds no handler yet.
+    await Promise.all([running(a), running(b)]);
     for (let i = 0; i < 600 && facts(path).queued > 0; i++) await sleep(100);
     a.kill('SIGTERM');
     b.kill('SIGTERM');
