@@ -169,9 +169,12 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
 
   let startedInTransaction = false;
   const startedListeners: Array<() => void> = [];
+  const queue = queueStatements(db);
   const services: ExecutionServices = {
-    queue: queueStatements(db),
+    queue,
     activeTriggers: new RecordCache(epoch, limits.recordCacheMax),
+    derivedIdKey: queue.derivedIdKey.get()!,
+    triggerDepth: { current: 0 },
     random: options.random ?? Math.random,
     notifyStarted: () => {
       startedInTransaction = true;

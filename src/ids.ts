@@ -1,4 +1,4 @@
-import { createHash, hash, randomUUID } from 'node:crypto';
+import { createHmac, hash, randomUUID } from 'node:crypto';
 import { EngineError, quote } from './errors.js';
 
 const UUID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -46,11 +46,13 @@ export function orderedIds(): () => string {
 }
 
 /**
- * A UUID derived from names, so that the same inputs always give the same id (the reversal of a
- * transaction, an execution started by a trigger for a record version). Shaped as a version-8 UUID.
+ * A UUID derived from names, so that the same inputs always give the same id (an execution started
+ * by a trigger for a record version). Keyed (HMAC-SHA-256) with a secret of the database: the names
+ * are public, so an unkeyed digest would let a client compute the id and claim it first. Shaped as a
+ * version-8 UUID.
  */
-export function derivedId(...parts: string[]): string {
-  const hex = createHash('sha256').update(parts.join('\u0000')).digest('hex');
+export function derivedId(key: string, ...parts: string[]): string {
+  const hex = createHmac('sha256', key).update(parts.join('\u0000')).digest('hex');
   const variant = ((parseInt(hex[16] ?? '0', 16) & 0x3) | 0x8).toString(16);
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-8${hex.slice(13, 16)}-${variant}${hex.slice(17, 20)}-${hex.slice(20, 32)}`;
 }

@@ -70,6 +70,12 @@ export interface Limits {
   toolDepthMax: number;
   /** Calls (tool, graphql, cel) beneath one top-level call. */
   callsPerExecutionMax: number;
+  /**
+   * Triggers fired one after another: a change made by a trigger-started execution (or by one it
+   * started) fires triggers one level deeper, up to this depth. Past it the match is recorded as a
+   * FAILED execution (LIMIT_EXCEEDED): a trigger whose action posts cannot re-fire itself forever.
+   */
+  triggerDepthMax: number;
   /** A sandbox context is replaced after this many calls. */
   contextUsesMax: number;
   /** Idle sandbox contexts kept warm. */
@@ -109,6 +115,7 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   logBytesMax: 16_384,
   toolDepthMax: 8,
   callsPerExecutionMax: 1024,
+  triggerDepthMax: 4,
   contextUsesMax: 10_000,
   contextPoolMax: 16,
 });

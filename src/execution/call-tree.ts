@@ -37,9 +37,10 @@ export interface CallNode {
   children: CallNode[];
   /** Its writes were rolled back although it succeeded (a @dryRun operation): so were its children's. */
   undone?: boolean;
-  /** For a started execution: when it is due, and the trigger that started it. */
+  /** For a started execution: when it is due, the trigger that started it, and the trigger depth it runs at. */
   runAt?: string | null;
   triggerId?: string | null;
+  triggerDepth?: number;
 }
 
 /** The caller at the root of a tree: its principal and (for an API client) its policies. */
@@ -129,6 +130,7 @@ export function rowToNode(row: ExecutionRow): CallNode {
     children: [],
     runAt: (row as { run_at?: string | null }).run_at ?? null,
     triggerId: (row as { trigger_id?: string | null }).trigger_id ?? null,
+    triggerDepth: (row as { trigger_depth?: number }).trigger_depth ?? 0,
   };
 }
 

@@ -6,6 +6,7 @@ import { canonicalJson, fingerprint } from '../ids.js';
 import { checkJsonDepth } from '../json.js';
 import { type CallFrame, type CallNode, type Caller, type ExecutionKind, persistTree, type RootState, rowToNode } from './call-tree.js';
 import type { ExecutionRow } from '../storage/statements/actions.js';
+import { checkReplay } from './replay.js';
 import type { ExecutionServices } from './services.js';
 
 /** What a call runs: a tool version (program or graphql kind), or a native tool. */
@@ -43,7 +44,10 @@ export function invokeAction(svc: ExecutionServices, caller: Caller, parent: Cal
   const existing = svc.st.fingerprintOfExecution.get(request.executionId);
   if (existing !== undefined) {
     const row = existing === inputFingerprint ? svc.st.executionById.get(request.executionId)! : null;
-    if (row && !isStarted(row)) return rowToNode(row);
+    if (row && !isStarted(row)) {
+      checkReplay(svc, caller, parent, row);
+      return rowToNode(row);
+    }
     throw executionIdConflict(request.executionId, existing, row ? 'started' : null);
   }
   const root = parent?.root ?? newRoot(svc, caller, target, input);

@@ -30,6 +30,13 @@ export interface ExecutionServices {
   queue: QueueStatements;
   /** The ACTIVE triggers (one key), read by every ledger change. */
   activeTriggers: RecordCache<readonly TriggerRow[]>;
+  /** The database's key for derived execution ids (see derivedId); read once, never exposed. */
+  derivedIdKey: string;
+  /**
+   * The trigger depth of the attempt running now (0 outside one; set by runAttempt). A change it
+   * makes starts trigger executions one level deeper, and what it starts inherits it.
+   */
+  triggerDepth: { current: number };
   /** Jitter for backoff; injectable so tests are repeatable. */
   random: () => number;
   /** Called when an execution was queued in the current transaction; the engine wakes workers after commit. */

@@ -185,6 +185,13 @@ export function voidTransaction(deps: LedgerDeps, transactionId: string, guard?:
       hint: 'Post the original again with a new transactionId instead.',
     });
   }
+  // A void is a posting under the original's tran code: a LOCKED one refuses it, as it refuses posts.
+  const tranCode = deps.st.tranCodeById.get(original.tran_code_id);
+  if (tranCode && tranCode.status !== 'ACTIVE') {
+    throw new EngineError('TRAN_CODE_LOCKED', `tran code ${tranCode.code} of transaction ${transactionId} is ${tranCode.status}; a void posts under it too`, {
+      hint: 'Set the tran code ACTIVE again (updateTranCode status: ACTIVE) to void it, or post a correction with an active tran code.',
+    });
+  }
   const journal = deps.st.journalById.get(original.journal_id);
   if (journal && journal.status !== 'ACTIVE') {
     throw new EngineError('JOURNAL_LOCKED', `journal ${journal.name} (${journal.journal_id}) is ${journal.status}`);
@@ -221,8 +228,7 @@ export function voidTransaction(deps: LedgerDeps, transactionId: string, guard?:
   const written = writeTransaction(deps, reversal, planned);
   deps.st.markVoided.run(reversal.transaction_id, now.toISOString(), transactionId);
   const reversed = toTransaction(written);
-  const code = deps.st.tranCodeById.get(original.tran_code_id)?.code ?? '';
-  announce(deps, reversed, code, () => null, planned);
+  announce(deps, reversed, tranCode?.code ?? '', () => null, planned);
   return reversed;
 }
 

@@ -253,4 +253,27 @@ export const MIGRATIONS: readonly Migration[] = [
       UPDATE transactions SET correlation_id = void_of WHERE correlation_id = '';
     `,
   },
+  {
+    version: 6,
+    name: 'trigger depth, keyed derived ids, trigger owners',
+    sql: `
+      -- How many triggers fired one after another to start this execution: 0 for one a client
+      -- started, 1 for one a client's change triggered, n + 1 for one a change made at depth n
+      -- triggered. Bounded by triggerDepthMax, so a trigger whose action posts cannot loop.
+      ALTER TABLE executions ADD COLUMN trigger_depth INTEGER NOT NULL DEFAULT 0;
+
+      -- Engine-wide values that are never exposed through the API. derived_id_key keys the ids the
+      -- engine derives (a trigger's execution per change): without it a client cannot compute one
+      -- and claim it first. randomblob is SQLite's ChaCha20 generator, seeded from the OS.
+      CREATE TABLE settings (
+        name    TEXT PRIMARY KEY,
+        value   TEXT NOT NULL,
+        created TEXT NOT NULL
+      );
+      INSERT INTO settings VALUES ('derived_id_key', lower(hex(randomblob(32))), strftime('%Y-%m-%dT%H:%M:%fZ','now'));
+
+      -- An update re-owns a trigger to the updater; the owner it had before stays visible.
+      ALTER TABLE triggers ADD COLUMN previous_principal TEXT;
+    `,
+  },
 ];

@@ -41,6 +41,8 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
     backoff = version.execution.backoff;
     if (version.status !== 'ACTIVE') throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is ${version.status}`);
     const timeoutMs = version.execution.timeoutMs ?? svc.limits.toolTimeoutMs;
+    // The changes this attempt makes fire triggers one level below its own (dispatchChange reads it).
+    svc.triggerDepth.current = row.trigger_depth;
     node = runCall(svc, {
       target: { type: 'version', version },
       input,
@@ -53,6 +55,8 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
     error = node.error;
   } catch (e) {
     error = toEngineError(e).toData();
+  } finally {
+    svc.triggerDepth.current = 0;
   }
 
   return finish(svc, row, owner, { attempt, startedAt, node, error, backoff });

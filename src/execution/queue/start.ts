@@ -4,6 +4,7 @@ import { canonicalJson, fingerprint } from '../../ids.js';
 import type { QueueStatements } from '../../storage/statements/actions.js';
 import { type CallFrame, type CallNode, type Caller, rowToNode } from '../call-tree.js';
 import { checkInputBytes, checkNewInTree, executionIdConflict, isStarted, validate } from '../invoke.js';
+import { checkReplay } from '../replay.js';
 import type { ExecutionServices } from '../services.js';
 
 export interface StartRequest {
@@ -30,7 +31,10 @@ export function startAction(svc: ExecutionServices, caller: Caller, request: Sta
   const existing = svc.st.executionById.get(request.executionId);
   if (existing) {
     const same = existing.input_fingerprint === inputFingerprint;
-    if (same && isStarted(existing)) return rowToNode(existing);
+    if (same && isStarted(existing)) {
+      checkReplay(svc, caller, frame, existing);
+      return rowToNode(existing);
+    }
     throw executionIdConflict(request.executionId, existing.input_fingerprint, same ? 'invoked' : null);
   }
   checkInputBytes(svc, version.name, input);
@@ -39,7 +43,11 @@ export function startAction(svc: ExecutionServices, caller: Caller, request: Sta
   const stack: Array<{ actionId: string; version: number }> = [];
   for (let f: CallFrame | null = frame; f; f = f.parent) if (f.version) stack.unshift({ actionId: f.version.actionId, version: f.version.version });
   if (frame) stack.unshift(...frame.root.outerRefs);
-  enqueue(svc, { executionId: request.executionId, version, input, inputFingerprint, principal: caller.principal, triggerId: null, startStack: stack.length ? stack : null });
+  // Started by a trigger-started attempt: its changes are as deep in the trigger chain as the starter's.
+  enqueue(svc, {
+    executionId: request.executionId, version, input, inputFingerprint, principal: caller.principal, triggerId: null, startStack: stack.length ? stack : null,
+    triggerDepth: svc.triggerDepth.current,
+  });
   frame?.root.ids.add(request.executionId);
   return rowToNode(svc.st.executionById.get(request.executionId)!);
 }
@@ -64,6 +72,8 @@ export interface Enqueue {
   principal: string;
   triggerId: string | null;
   startStack?: Array<{ actionId: string; version: number }> | null;
+  /** Triggers fired one after another to start it (see Limits.triggerDepthMax); 0 when left out. */
+  triggerDepth?: number;
   /** Record the execution as already FAILED (a trigger whose filter or input could not be evaluated). */
   failed?: ErrorData;
 }
@@ -84,6 +94,7 @@ export function enqueue(svc: ExecutionServices, item: Enqueue): void {
     max_attempts: item.version.execution.maxAttempts,
     trigger_id: item.triggerId,
     start_stack: item.startStack ? JSON.stringify(item.startStack) : null,
+    trigger_depth: item.triggerDepth ?? 0,
   });
   if (item.failed) {
     q.finishAttempt.run({

@@ -1,10 +1,10 @@
 import { type ActionVersion, findAction, getVersion } from '../../actions/actions.js';
 import { celToJson, jsonToCel } from '../../cel/values.js';
-import { EngineError, quote } from '../../errors.js';
+import { EngineError, type ErrorData, quote } from '../../errors.js';
 import { derivedId } from '../../ids.js';
 import { requiredText } from '../../ledger/records.js';
 import { type Connection, pageRequest, toConnection } from '../../paging.js';
-import type { TriggerRow } from '../../storage/statements/actions.js';
+import type { QueueRow, TriggerRow } from '../../storage/statements/actions.js';
 import type { ExecutionServices } from '../services.js';
 import { enqueue, resolveStartVersion } from './start.js';
 
@@ -20,7 +20,10 @@ export interface Trigger {
   filter: string | null;
   action: { name: string; version: number | null };
   input: Record<string, string> | null;
+  /** Its executions run under this principal's authority: whoever created or last updated it. */
   principal: string;
+  /** The owner it had before it last changed hands (null if it never did). */
+  previousPrincipal: string | null;
   status: 'ACTIVE' | 'LOCKED';
   version: number;
   created: string;
@@ -46,6 +49,7 @@ function toTrigger(row: TriggerRow): Trigger {
     action: { name: row.action_name, version: row.action_version },
     input: row.input === null ? null : (JSON.parse(row.input) as Record<string, string>),
     principal: row.principal,
+    previousPrincipal: row.previous_principal,
     status: row.status as Trigger['status'],
     version: row.version,
     created: row.created,
@@ -76,7 +80,7 @@ function check(svc: ExecutionServices, input: TriggerInput, previous: Trigger | 
       map![prop] = expression;
     }
   }
-  return { on: [...on], filter, action: { name: action.name, version: action.version ?? null }, input: map };
+  return { on: [...on] as TriggerEvent[], filter, action: { name: action.name, version: action.version ?? null }, input: map };
 }
 
 function compile(svc: ExecutionServices, expression: string, what: string): void {
@@ -101,13 +105,30 @@ export function createTrigger(svc: ExecutionServices, principal: string, input: 
   return getTrigger(svc, input.triggerId);
 }
 
-export function updateTrigger(svc: ExecutionServices, triggerId: string, input: TriggerInput): Trigger {
+/**
+ * Update a trigger, and re-own it to the updater: its executions run under the authority of whoever
+ * last said what it does. (Kept with its creator, UPDATE on triggers let a client point another's
+ * trigger at its own tool and run it as them.) `authorize` sees the trigger as it will be, before
+ * anything is written.
+ */
+export function updateTrigger(svc: ExecutionServices, principal: string, triggerId: string, input: TriggerInput, authorize?: (next: Trigger) => void): Trigger {
   const current = getTrigger(svc, triggerId);
   const checked = check(svc, input, current);
+  const next: Trigger = {
+    ...current,
+    ...checked,
+    name: input.name == null ? current.name : requiredText(input.name, 'name', 128),
+    principal,
+    previousPrincipal: principal === current.principal ? current.previousPrincipal : current.principal,
+    status: input.status ?? current.status,
+    version: current.version + 1,
+    modified: svc.clock.now().toISOString(),
+  };
+  authorize?.(next);
   svc.queue.updateTrigger.run({
-    trigger_id: triggerId, name: input.name == null ? current.name : requiredText(input.name, 'name', 128), events: JSON.stringify(checked.on),
-    filter: checked.filter, action_name: checked.action.name, action_version: checked.action.version,
-    input: checked.input === null ? null : JSON.stringify(checked.input), status: input.status ?? current.status, modified: svc.clock.now().toISOString(),
+    trigger_id: triggerId, name: next.name, events: JSON.stringify(next.on), filter: next.filter, action_name: next.action.name,
+    action_version: next.action.version, input: next.input === null ? null : JSON.stringify(next.input), status: next.status,
+    principal: next.principal, previous_principal: next.previousPrincipal, modified: next.modified,
   });
   return getTrigger(svc, triggerId);
 }
@@ -131,19 +152,24 @@ export function listTriggers(svc: ExecutionServices, first: number, after?: stri
 
 /**
  * Start the action of every active trigger listening to this change whose filter holds, in the
- * same transaction as the change. A filter or input that fails to evaluate does not block the
- * change: the execution is recorded as FAILED with the CEL error, where it can be seen.
+ * same transaction as the change. A match that cannot start (a filter or input that fails to
+ * evaluate, triggerDepthMax crossed, its execution id taken) does not block the change: it is
+ * recorded as a FAILED execution, where it can be seen.
  */
 export function dispatchChange(svc: ExecutionServices, change: LedgerChange): void {
   const triggers = svc.activeTriggers.get('active', () => svc.queue.activeTriggers.all())!;
   if (triggers.length === 0) return;
+  // A change made by a trigger-started attempt (or by one it started) fires triggers one level deeper.
+  const depth = svc.triggerDepth.current + 1;
   let bindings: Record<string, unknown> | null = null;
   for (const row of triggers) {
     const trigger = toTrigger(row);
     if (!trigger.on.includes(change.event)) continue;
     // One execution per trigger, event and record version: an account and a transaction may share an id.
-    const executionId = derivedId('trigger', trigger.triggerId, change.event, change.recordId, String(change.recordVersion));
-    if (svc.st.executionById.get(executionId)) continue;
+    const executionId = derivedId(svc.derivedIdKey, 'trigger', trigger.triggerId, change.event, change.recordId, String(change.recordVersion));
+    const taken = svc.st.executionById.get(executionId) as QueueRow | undefined;
+    // This trigger's execution for this change exists already: it was dispatched before.
+    if (taken?.trigger_id === trigger.triggerId) continue;
     bindings ??= jsonToCel({ document: change.document(), previous: change.previous ?? null }) as Record<string, unknown>;
     const input: Record<string, unknown> = {};
     try {
@@ -154,11 +180,21 @@ export function dispatchChange(svc: ExecutionServices, change: LedgerChange): vo
         }
         if (!verdict) continue;
       }
+      if (taken) {
+        // Only a holder of the database's key can compute the id, so this is not a client's doing.
+        throw new EngineError('EXECUTION_ID_CONFLICT', `its execution id ${executionId} for ${change.event} of ${change.recordId} is taken by an execution of ${taken.action_name}`);
+      }
+      if (depth > svc.limits.triggerDepthMax) {
+        throw new EngineError('LIMIT_EXCEEDED', `${change.event} of ${change.recordId} was made at trigger depth ${depth - 1}; starting ${trigger.action.name} would be trigger depth ${depth}, over triggerDepthMax (${svc.limits.triggerDepthMax})`, {
+          hint: 'A trigger’s action made a change that fires triggers again (itself, or in a cycle): narrow the filter so the action’s own changes do not match.',
+        });
+      }
       for (const [prop, expression] of Object.entries(trigger.input ?? {})) input[prop] = celToJson(svc.cel.evaluate(expression, bindings));
       const version = resolveStartVersion(svc, { name: trigger.action.name, actionVersion: trigger.action.version });
-      enqueue(svc, { executionId, version, input, inputFingerprint: null, principal: trigger.principal, triggerId: trigger.triggerId });
+      enqueue(svc, { executionId, version, input, inputFingerprint: null, principal: trigger.principal, triggerId: trigger.triggerId, triggerDepth: depth });
     } catch (error) {
-      recordFailedStart(svc, trigger, executionId, error as EngineError);
+      // A taken id cannot hold the record: the failure gets a fresh one.
+      recordFailedStart(svc, trigger, taken ? svc.newId() : executionId, depth, error as EngineError);
     }
   }
 }
@@ -167,7 +203,7 @@ export function dispatchChange(svc: ExecutionServices, change: LedgerChange): vo
  * The trigger matched but its execution cannot start (its input failed to evaluate, its action has
  * no ACTIVE version): recorded as FAILED, where it can be seen, and the change goes through.
  */
-function recordFailedStart(svc: ExecutionServices, trigger: Trigger, executionId: string, e: EngineError): void {
+function recordFailedStart(svc: ExecutionServices, trigger: Trigger, executionId: string, triggerDepth: number, e: EngineError): void {
   let version: ActionVersion;
   try {
     version = getVersion(svc.actions, { name: trigger.action.name, version: trigger.action.version });
@@ -176,6 +212,7 @@ function recordFailedStart(svc: ExecutionServices, trigger: Trigger, executionId
     svc.logError(error);
     return;
   }
-  const failed = { code: e.code ?? 'CEL_ERROR', message: `trigger ${trigger.name}: ${e.message}` };
-  enqueue(svc, { executionId, version, input: {}, inputFingerprint: null, principal: trigger.principal, triggerId: trigger.triggerId, failed });
+  const failed: ErrorData = { code: e.code ?? 'CEL_ERROR', message: `trigger ${trigger.name}: ${e.message}` };
+  if (e.hint) failed.hint = e.hint;
+  enqueue(svc, { executionId, version, input: {}, inputFingerprint: null, principal: trigger.principal, triggerId: trigger.triggerId, triggerDepth, failed });
 }

@@ -134,8 +134,13 @@ export const actionResolvers = {
       return triggers.createTrigger(ctx.services, ctx.principal, guard(ctx, 'INSERT', AT, input));
     },
     updateTrigger: (_: unknown, { id, input }: Args, ctx: RequestContext) => {
+      if (ctx.frame) {
+        // As for createTrigger: the updated trigger would start actions without the calling tools' limits.
+        throw new EngineError('ACCESS_DENIED', 'triggers cannot be updated from inside a tool call', { hint: 'Update triggers as a client (or with tally deploy).' });
+      }
       guard(ctx, 'UPDATE', AT, triggers.getTrigger(ctx.services, id));
-      return triggers.updateTrigger(ctx.services, id, input);
+      // The update re-owns the trigger to this caller: its policies must allow the trigger as it will be, too.
+      return triggers.updateTrigger(ctx.services, ctx.principal, id, input, (next) => guard(ctx, 'UPDATE', AT, next));
     },
     deleteTrigger: (_: unknown, { id }: Args, ctx: RequestContext) => {
       guard(ctx, 'DELETE', AT, triggers.getTrigger(ctx.services, id));
@@ -152,6 +157,7 @@ export const actionResolvers = {
     invocation: (n: CallNode, _: Args, ctx: RequestContext) => invocations(ctx, n).at(-1) ?? null,
     invocations: (n: CallNode, _: Args, ctx: RequestContext) => invocations(ctx, n),
     caller: (n: CallNode) => ({ principal: n.principal }),
+    triggerDepth: (n: CallNode) => n.triggerDepth ?? 0,
     parent: (n: CallNode, _: Args, ctx: RequestContext) => {
       if (!n.parentId) return null;
       const row = ctx.services.st.executionById.get(n.parentId);

@@ -121,6 +121,8 @@ export interface QueueRow extends ExecutionRow {
   max_attempts: number | null;
   trigger_id: string | null;
   start_stack: string | null;
+  /** Triggers fired one after another to start it (0: not started by a trigger). */
+  trigger_depth: number;
 }
 
 export interface TriggerRow {
@@ -132,6 +134,8 @@ export interface TriggerRow {
   action_version: number | null;
   input: string | null;
   principal: string;
+  /** The owner before the last update re-owned it to the updater. */
+  previous_principal: string | null;
   status: string;
   version: number;
   created: string;
@@ -143,9 +147,9 @@ export function queueStatements(db: Db) {
   return {
     insertQueued: db.prepare(
       `INSERT INTO executions (execution_id, action_id, action_name, action_version, kind, status, input, input_fingerprint,
-         output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, run_at, max_attempts, trigger_id, start_stack)
+         output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, run_at, max_attempts, trigger_id, start_stack, trigger_depth)
        VALUES (@execution_id, @action_id, @action_name, @action_version, 'TOOL', 'QUEUED', @input, @input_fingerprint,
-         NULL, NULL, @principal, NULL, @execution_id, 0, 0, NULL, NULL, NULL, @created, @created, @run_at, @max_attempts, @trigger_id, @start_stack)`,
+         NULL, NULL, @principal, NULL, @execution_id, 0, 0, NULL, NULL, NULL, @created, @created, @run_at, @max_attempts, @trigger_id, @start_stack, @trigger_depth)`,
     ),
     nextDue: db.prepare<[string], QueueRow>(
       "SELECT * FROM executions WHERE status = 'QUEUED' AND run_at <= ? ORDER BY run_at, seq LIMIT 1",
@@ -178,9 +182,12 @@ export function queueStatements(db: Db) {
     ),
     updateTrigger: db.prepare(
       `UPDATE triggers SET name = @name, events = @events, filter = @filter, action_name = @action_name, action_version = @action_version,
-         input = @input, status = @status, version = version + 1, modified = @modified WHERE trigger_id = @trigger_id`,
+         input = @input, status = @status, principal = @principal, previous_principal = @previous_principal, version = version + 1,
+         modified = @modified WHERE trigger_id = @trigger_id`,
     ),
     deleteTrigger: db.prepare<[string]>('DELETE FROM triggers WHERE trigger_id = ?'),
+    /** The key of derived execution ids (written once by migration 6; never exposed through the API). */
+    derivedIdKey: db.prepare<[], string>("SELECT value FROM settings WHERE name = 'derived_id_key'").pluck(),
   };
 }
 

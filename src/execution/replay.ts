@@ -1,0 +1,24 @@
+import { EngineError } from '../errors.js';
+import { Authority } from '../policy/authority.js';
+import type { ExecutionRow } from '../storage/statements/actions.js';
+import { type CallFrame, type Caller, rowToNode } from './call-tree.js';
+import type { ExecutionServices } from './services.js';
+
+/**
+ * An idempotent replay (the same executionId, action and input) answers with the recorded
+ * execution only the principal that made the call, and only when the stack asking may read it:
+ * SELECT on actions.Execution with the record as document, as `execution(executionId:)` checks.
+ * An execution id is not a capability. Ids are unique across principals, so another principal
+ * sending the same id and input is a conflict: the id names someone else's call, whose output
+ * was computed under their authority.
+ */
+export function checkReplay(svc: ExecutionServices, caller: Caller, frame: CallFrame | null, row: ExecutionRow): void {
+  if ((row.principal ?? null) !== caller.principal) {
+    throw new EngineError('EXECUTION_ID_CONFLICT', `execution ${row.execution_id} was recorded for another caller; an id names one call`, {
+      hint: 'Use a new executionId for each call; to read an execution, query actions.execution.',
+      details: { executionId: row.execution_id },
+    });
+  }
+  const authority = new Authority(svc.cel, caller.principal, { principal: caller.principal }, caller.client, frame, frame?.root.outerLayers ?? []);
+  authority.check({ action: 'SELECT', resource: 'actions.Execution', document: rowToNode(row) });
+}
