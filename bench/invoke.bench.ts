@@ -48,7 +48,10 @@ ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(
     kind: 'tool',
     config: { runtime: 'javascript', src: 'function run(event) { if (decimal(event.data.amount).lte("0")) fail("amount must be positive"); return tools.transfer(event.data); }' },
     tools: [{ name: 'transfer', version: 1 }],
-    policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
+    policies: [
+      { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] },
+      { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'], assertions: { transfer: "context.document.action == 'transfer'" } },
+    ],
   },
 });
 // A tool that does nothing: what running any tool costs (sandbox call, input check, savepoint,

@@ -65,7 +65,11 @@ describe('the canonical example with open_case (DESIGN.md §4)', () => {
           inputSchema: { type: 'object', properties: { account_id: { type: 'string', format: 'uuid' }, reason: { type: 'string' } }, required: ['account_id', 'reason'], additionalProperties: false },
         },
         tools: [{ name: 'open_case', version: 2 }],
-        policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.Account.*'] }],
+        policies: [
+          { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.Account.*'] },
+          // Calling tools.open_case is invoking it, which this tool's policies must allow too.
+          { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'], assertions: { open_case: "context.document.action == 'open_case'" } },
+        ],
       },
     });
   }

@@ -4,7 +4,8 @@ import type { Clock } from '../clock.js';
 import { EngineError, quote } from '../errors.js';
 import { requiredText } from '../ledger/records.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
-import { parsePolicies, type Policy, type PolicyInput } from '../policy/policy.js';
+import { checkGrant } from '../policy/grant.js';
+import { type AuthorityLayer, parsePolicies, type Policy, type PolicyInput } from '../policy/policy.js';
 import type { AuthStatements, ClientRow } from '../storage/statements/auth.js';
 
 /** An API client: a principal, a name, and the policies that bound everything it does. */
@@ -53,14 +54,21 @@ function toClient(row: ClientRow): Client {
   return { principal: row.principal, name: row.name, policies: JSON.parse(row.policies) as Policy[], version: row.version, created: row.created, modified: row.modified };
 }
 
-function clientPolicies(deps: ClientDeps, policies: PolicyInput[] | null | undefined): Policy[] {
-  return parsePolicies(deps.cel, policies ?? [], deps.policiesMax);
+/** Parse the policies to grant; the granter's stack must hold them all (an empty stack is the engine). */
+function clientPolicies(deps: ClientDeps, policies: PolicyInput[] | null | undefined, granter: readonly AuthorityLayer[]): Policy[] {
+  const parsed = parsePolicies(deps.cel, policies ?? [], deps.policiesMax);
+  checkGrant(deps.cel, granter, parsed);
+  return parsed;
 }
 
-/** Create a client and its key; the key is returned this once and only its hash is kept. */
+/**
+ * Create a client and its key; the key is returned this once and only its hash is kept. `granter`
+ * is the creating stack: the new client's policies must be within its authority.
+ */
 export function createClient(
   deps: ClientDeps,
   input: { principal: string; name: string; policies?: PolicyInput[] | null },
+  granter: readonly AuthorityLayer[],
   apiKey: string = newKey(),
 ): { client: Client; apiKey: string } {
   const principal = requiredText(input.principal, 'principal', 256);
@@ -74,7 +82,7 @@ export function createClient(
   const row = {
     principal,
     name: requiredText(input.name, 'name'),
-    policies: JSON.stringify(clientPolicies(deps, input.policies)),
+    policies: JSON.stringify(clientPolicies(deps, input.policies, granter)),
     key_hash: hashKey(apiKey),
     created: now,
     modified: now,
@@ -83,18 +91,26 @@ export function createClient(
   return { client: toClient({ ...row, version: 1 }), apiKey };
 }
 
-/** Replace the name and/or policies; `rotateKey` issues a new key and revokes the old one. */
+/**
+ * Replace the name and/or policies; `rotateKey` issues a new key and revokes the old one. New
+ * policies must be within `granter`'s authority (the updating stack); so must the client's current
+ * ones when `granter` rotates another client's key, since the new key hands that authority over.
+ */
 export function updateClient(
   deps: ClientDeps,
   principal: string,
   input: { name?: string | null; policies?: PolicyInput[] | null; rotateKey?: boolean | null },
+  granter: { principal: string; stack: readonly AuthorityLayer[] },
 ): { client: Client; apiKey: string | null } {
   const current = findClient(deps, principal);
+  if (input.rotateKey && input.policies == null && principal !== granter.principal) {
+    checkGrant(deps.cel, granter.stack, JSON.parse(current.policies) as Policy[], `rotateKey hands over the policies of client ${principal}: policies`);
+  }
   const apiKey = input.rotateKey ? newKey() : null;
   const row = {
     principal,
     name: input.name == null ? current.name : requiredText(input.name, 'name'),
-    policies: input.policies == null ? current.policies : JSON.stringify(clientPolicies(deps, input.policies)),
+    policies: input.policies == null ? current.policies : JSON.stringify(clientPolicies(deps, input.policies, granter.stack)),
     key_hash: apiKey ? hashKey(apiKey) : current.key_hash,
     modified: deps.clock.now().toISOString(),
   };
@@ -150,5 +166,5 @@ export function ensureAdmin(deps: ClientDeps, apiKey?: string): string | null {
     }
     return null;
   }
-  return createClient(deps, { principal: ADMIN_PRINCIPAL, name: 'Administrator', policies: ADMIN_POLICIES }, apiKey).apiKey;
+  return createClient(deps, { principal: ADMIN_PRINCIPAL, name: 'Administrator', policies: ADMIN_POLICIES }, [], apiKey).apiKey;
 }

@@ -4,6 +4,7 @@ import { celToJson, jsonToCel } from '../cel/values.js';
 import { EngineError, type ErrorData, isErrorCode, quote } from '../errors.js';
 import { canonicalJson, fingerprint } from '../ids.js';
 import { checkJsonDepth } from '../json.js';
+import { Authority } from '../policy/authority.js';
 import { type CallFrame, type CallNode, type Caller, type ExecutionKind, persistTree, type RootState, rowToNode } from './call-tree.js';
 import type { ExecutionRow } from '../storage/statements/actions.js';
 import { checkReplay } from './replay.js';
@@ -136,6 +137,8 @@ interface Call {
   inputFingerprint: string | null;
   /** The attempt of a started execution (1 for an invoke). */
   attempt?: number;
+  /** Checked once the call is counted, before it runs: a nested tools.x() call must be allowed like invoking x. */
+  authorize?: () => void;
 }
 
 /** Run one call of any kind under its own savepoint and return its node, FAILED or SUCCEEDED. */
@@ -180,6 +183,7 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
   };
   try {
     checkBounds(svc, node, parent, root);
+    call.authorize?.();
     const inputText = checkInputBytes(svc, node.actionName, call.input);
     if (target.type === 'version') validate(svc, target.version, 'input', call.input);
     let output: unknown;
@@ -388,7 +392,7 @@ class CallBridge implements HostBridge {
     node.logBytes += Math.min(bytes.length, room);
   }
 
-  private child(target: CallTarget, input: unknown): CallNode {
+  private child(target: CallTarget, input: unknown, authorize?: () => void): CallNode {
     const root = this.frame.root;
     if (root.calls > this.svc.limits.callsPerExecutionMax) {
       // Past the budget, further calls are refused without a record each (a loop catching the
@@ -396,7 +400,17 @@ class CallBridge implements HostBridge {
       root.calls++;
       throw new EngineError('LIMIT_EXCEEDED', `call ${root.calls} beneath one execution is over callsPerExecutionMax (${this.svc.limits.callsPerExecutionMax})`);
     }
-    return runCall(this.svc, { target, input, executionId: this.svc.newId(), parent: this.frame, root: this.frame.root, inputFingerprint: null });
+    return runCall(this.svc, { target, input, executionId: this.svc.newId(), parent: this.frame, root: this.frame.root, inputFingerprint: null, ...(authorize ? { authorize } : {}) });
+  }
+
+  /**
+   * Calling tools.x() is invoking x: INSERT on actions.Execution with the document an invoke is
+   * checked with, against the client and every tool on the stack, this calling one included.
+   */
+  private authorizeCall(name: string, target: CallTarget, input: unknown): void {
+    const root = this.frame.root;
+    const authority = new Authority(this.svc.cel, root.principal, { principal: root.principal }, root.caller.client, this.frame, root.outerLayers);
+    authority.check({ action: 'INSERT', resource: 'actions.Execution', document: { action: name, version: target.type === 'version' ? target.version.version : null, input } });
   }
 
   private tool(name: string, input: unknown, options: unknown): string {
@@ -413,7 +427,9 @@ class CallBridge implements HostBridge {
     const check = !(options !== null && typeof options === 'object' && (options as { check?: unknown }).check === false);
     let node: CallNode;
     try {
-      node = this.child(this.resolveReference(reference), this.fixedInput(reference, input));
+      const target = this.resolveReference(reference);
+      const fixed = this.fixedInput(reference, input);
+      node = this.child(target, fixed, () => this.authorizeCall(reference.name, target, fixed));
     } catch (error) {
       // The call could not start (a locked pinned version, a fixed input that failed): it is
       // still a call of this tool, recorded as FAILED, and check: false still catches it.

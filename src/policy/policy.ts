@@ -42,8 +42,9 @@ export function resourceMatches(pattern: string, resource: string): boolean {
 /**
  * Wildcard match in O(pattern × text) with no backtracking blow-up (a regex built from
  * "*****…Q" would take exponential time): the classic greedy matcher that remembers the last star.
+ * A `*` in the text is matched only by a `*` of the pattern, never by a literal character.
  */
-function globMatch(pattern: string, text: string): boolean {
+export function globMatch(pattern: string, text: string): boolean {
   let p = 0;
   let t = 0;
   let star = -1;

@@ -15,7 +15,8 @@ export const authResolvers = {
     whoami: (_: unknown, __: Args, ctx: RequestContext) => ({ principal: ctx.principal, stack: ctx.authority.stack.map((l) => l.name) }),
   },
   AuthMutation: {
-    createClient: (_: unknown, { input }: Args, ctx: RequestContext) => clients.createClient(ctx.clients, guard(ctx, 'INSERT', C, input)),
+    // A client can grant only what its whole stack holds (src/policy/grant.ts).
+    createClient: (_: unknown, { input }: Args, ctx: RequestContext) => clients.createClient(ctx.clients, guard(ctx, 'INSERT', C, input), ctx.authority.stack),
     updateClient: (_: unknown, { principal, input }: Args, ctx: RequestContext) => {
       guard(ctx, 'UPDATE', C, clients.getClient(ctx.clients, principal));
       if (input?.policies != null && principal === ctx.principal) {
@@ -23,7 +24,7 @@ export const authResolvers = {
         // what it may do: another client must change its policies.
         throw new EngineError('ACCESS_DENIED', `client ${principal} cannot change its own policies`, { hint: 'Have another client with UPDATE on auth.Client (the admin) change them.' });
       }
-      return clients.updateClient(ctx.clients, principal, input);
+      return clients.updateClient(ctx.clients, principal, input, { principal: ctx.principal, stack: ctx.authority.stack });
     },
     deleteClient: (_: unknown, { principal }: Args, ctx: RequestContext) => {
       guard(ctx, 'DELETE', C, clients.getClient(ctx.clients, principal));
