@@ -91,7 +91,7 @@ export interface Engine {
   /** Resolves when the sandbox is usable (it is replaced after a crash). */
   sandboxReady(): Promise<void>;
   /** Cache and pool sizes, so tests can check they stay within their limits. */
-  stats(): { documentCacheSize: number; celCacheSize: number; recordCacheSize: number; idleSandboxContexts: number };
+  stats(): { documentCacheSize: number; documentCacheBytes: number; celCacheSize: number; recordCacheSize: number; idleSandboxContexts: number };
   /** The raw connection, for tests and benchmarks that check the database directly. */
   readonly db: Db;
 }
@@ -247,7 +247,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     if ('errors' in prepared) return { data: null, errors: prepared.errors.map((e) => toErrorData(formatError(e, logError))), dryRun: false };
     const plan = planOperation(prepared.document, request.operationName);
     if (!('mode' in plan)) return { data: null, errors: [toErrorData(formatError(plan, logError))], dryRun: false };
-    const executed = executePrepared(schema, prepared, request, contextFor(frame.root.caller, frame));
+    const executed = executePrepared(schema, prepared, request, contextFor(frame.root.caller, frame), limits);
     return {
       data: (executed.data as Record<string, unknown> | null | undefined) ?? null,
       errors: (executed.errors ?? []).map((e) => toErrorData(formatError(e, logError))),
@@ -269,7 +269,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
           // Inside the transaction: a client changed by another process before it began is seen.
           const caller = requestCaller(requestOptions);
           if (caller instanceof EngineError) return { value: caller, commit: false };
-          const executed = executePrepared(schema, prepared, request, contextFor(caller, null));
+          const executed = executePrepared(schema, prepared, request, contextFor(caller, null), limits);
           const failed = (executed.errors?.length ?? 0) > 0;
           const commit = plan.mode === 'read' || (!failed && !plan.dryRun);
           if (!commit) startedInTransaction = false;
@@ -327,6 +327,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     },
     stats: () => ({
       documentCacheSize: documents.size,
+      documentCacheBytes: documents.bytes,
       celCacheSize: cel.size,
       recordCacheSize: Math.max(ledgerDeps.cache.journals.size, ledgerDeps.cache.tranCodesByCode.size, services.activeTriggers.size, ledger.tranCodeCacheSize, actionDeps.versions.size, actionDeps.documents.size),
       idleSandboxContexts: sandboxes.current()?.idleContexts ?? 0,

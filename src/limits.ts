@@ -11,6 +11,43 @@ export interface Limits {
   queryDepthMax: number;
   /** Parsed and validated documents kept in the cache (keyed by source text). */
   documentCacheMax: number;
+  /**
+   * Lexical tokens in a GraphQL document. Parsing stops at the bound, and every later step (the
+   * validation rules, the cost, the cached AST: up to ~110 bytes a token) is linear in it. The
+   * GraphiQL introspection query has ~160 tokens; `tally import`'s batch of 100 postings ~1,700.
+   */
+  documentTokensMax: number;
+  /**
+   * Field selections written in a GraphQL document (aliases count). The validation rules and the
+   * cost are linear in it, and each field holds ~240 bytes in the document cache.
+   */
+  documentFieldsMax: number;
+  /**
+   * Field comparisons graphql-js's OverlappingFieldsCanBeMerged may make, estimated before it runs
+   * (see countFieldComparisons): fields under one response name in one selection set are compared
+   * pairwise, with everything beneath them. 10,000 validate in ~10 ms; 500 repeated
+   * `journal { name }` (250,000) took ~0.3-0.7 s. Documents that select each field once cost ~0.
+   */
+  fieldComparisonsMax: number;
+  /**
+   * Heap the document cache may hold, estimated per document from its tokens, fields and source
+   * (see estimateDocumentBytes); the least recently used documents are evicted first. The largest
+   * document the other bounds let through is estimated at ~1.7 MB, a typical query at ~12 KB.
+   */
+  documentCacheBytesMax: number;
+  /**
+   * Largest cost of one operation, computed before any resolver runs: every field costs 1, and the
+   * fields below a connection count once per `first` (a plain list: per item its limit allows). So
+   * nested connections multiply, and one short query cannot ask for millions of rows. The costliest
+   * query the repo sends (`tally tree`: seven levels of an execution's calls) costs 66,573, GraphiQL's
+   * introspection ~7,200; with full pages a unit is ~10-40 µs of work, so ~1-4 s at the bound.
+   */
+  queryCostMax: number;
+  /**
+   * Largest result (JSON, counted in characters) a request may build; over it the request fails
+   * and a mutation rolls back. The second line behind queryCostMax, for large JSON values.
+   */
+  resultBytesMax: number;
   /** Largest HTTP request body in bytes. */
   requestBodyBytesMax: number;
   /** HTTP request timeout: a client that does not finish sending its body in time is cut off. */
@@ -87,6 +124,12 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   documentBytesMax: 100_000,
   queryDepthMax: 12,
   documentCacheMax: 1000,
+  documentTokensMax: 10_000,
+  documentFieldsMax: 2000,
+  fieldComparisonsMax: 10_000,
+  documentCacheBytesMax: 32 * 1024 * 1024,
+  queryCostMax: 100_000,
+  resultBytesMax: 16 * 1024 * 1024,
   requestBodyBytesMax: 1_048_576,
   requestTimeoutMs: 30_000,
   celExpressionLengthMax: 4096,
