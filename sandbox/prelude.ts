@@ -35,12 +35,12 @@ export const PRELUDE = String.raw`
 
   function graphql(query, variables) {
     if (typeof query !== 'string') throw new TypeError('graphql(query, variables): query must be a string');
-    return call('graphql', query, stringify(variables === undefined ? {} : variables));
+    return call('graphql', query, strictStringify(variables === undefined ? {} : variables, 'variables', true));
   }
 
   function cel(expression, bindings) {
     if (typeof expression !== 'string') throw new TypeError('cel(expression, bindings): expression must be a string');
-    return call('cel', expression, stringify(bindings === undefined ? {} : bindings));
+    return call('cel', expression, strictStringify(bindings === undefined ? {} : bindings, 'bindings', true));
   }
 
   function fail(message, hint, options) {
@@ -53,7 +53,7 @@ export const PRELUDE = String.raw`
     get(_, name) {
       if (typeof name !== 'string') return undefined;
       return function (input, options) {
-        return call('tool', name, stringify(input === undefined ? {} : input), stringify(options === undefined ? {} : options));
+        return call('tool', name, strictStringify(input === undefined ? {} : input, 'tools.' + name + ' input', true), stringify(options === undefined ? {} : options));
       };
     },
     has() { return false; },
@@ -109,6 +109,16 @@ export const PRELUDE = String.raw`
       if (away) q += neg ? -1n : 1n;
     }
     return q;
+  }
+
+  // JavaScript would turn a decimal into a float (d * 2, d > e) or into text (d + 1) without a word:
+  // every implicit conversion throws instead, naming the method to use. Template literals and
+  // String(d) still print it exactly.
+  const DECIMAL_METHODS = 'd.plus(x), d.minus(x), d.times(x), d.div(x, places), d.cmp(x), d.eq(x), d.gt(x), d.lt(x) (or decimal.Add(a, b), decimal.Round(d, mode, places), ...)';
+  const MONEY_METHODS = 'm.plus(other), m.minus(other), m.times(factor), m.cmp(other) (or money.Add(a, b), money.Mul(m, factor))';
+  function implicit(kind, shown, methods) {
+    const error = new TypeError(kind + ' ' + shown + ' cannot be used with + - * / < > == or converted to a number: JavaScript would compute it as a float or as text. Use ' + methods + '; to make text, use .toString() or a template literal');
+    return error;
   }
 
   class Decimal {
@@ -181,6 +191,11 @@ export const PRELUDE = String.raw`
     }
     toFixed(places) { return places === undefined ? this.toString() : this.round(places).toString(); }
     toJSON() { return this.toString(); }
+    valueOf() { throw implicit('decimal', this.toString(), DECIMAL_METHODS); }
+    [Symbol.toPrimitive](hint) {
+      if (hint === 'string') return this.toString();
+      throw implicit('decimal', this.toString(), DECIMAL_METHODS);
+    }
   }
 
   class Money {
@@ -203,10 +218,50 @@ export const PRELUDE = String.raw`
     cmp(o) { return this.units.cmp(this.same(o).units); }
     toString() { return this.units.toString() + ' ' + this.currency; }
     toJSON() { return { units: this.units.toString(), currency: this.currency }; }
+    valueOf() { throw implicit('money', this.toString(), MONEY_METHODS); }
+    [Symbol.toPrimitive](hint) {
+      if (hint === 'string') return this.toString();
+      throw implicit('money', this.toString(), MONEY_METHODS);
+    }
   }
 
   const decimal = (x) => Decimal.of(x);
   const money = (units, currency) => new Money(units, currency);
+  // The static forms of the CEL library's decimal.* and money.* functions, with the same names,
+  // argument order and rounding modes (decimal.Round(x, "half_even", 2) as in a tran code).
+  const asMoney = (m) => {
+    if (!(m instanceof Money)) throw new TypeError('expected money, got ' + typeof m);
+    return m;
+  };
+  const integer = (p, what) => {
+    const n = typeof p === 'bigint' ? Number(p) : p;
+    if (typeof n !== 'number' || !Number.isInteger(n)) throw new RangeError(what + ' must be an integer, got ' + stringify(String(p)));
+    return n;
+  };
+  Object.assign(decimal, {
+    Add: (a, b) => Decimal.of(a).plus(b),
+    Sub: (a, b) => Decimal.of(a).minus(b),
+    Mul: (a, b) => Decimal.of(a).times(b),
+    Quo: (a, b, places) => Decimal.of(a).div(b, integer(places, 'places'), 'half_even'),
+    Round: (d, mode, places) => Decimal.of(d).round(integer(places, 'places'), mode),
+    Abs: (d) => Decimal.of(d).abs(),
+    Neg: (d) => Decimal.of(d).neg(),
+    Ceil: (d) => Decimal.of(d).round(0, 'ceiling'),
+    Floor: (d) => Decimal.of(d).round(0, 'floor'),
+    Cmp: (a, b) => Decimal.of(a).cmp(b),
+    Reduce: (d) => {
+      const x = Decimal.of(d);
+      let c = x.c;
+      let sc = x.s;
+      while (sc > 0 && c % 10n === 0n) { c /= 10n; sc--; }
+      return new Decimal(c, sc);
+    },
+  });
+  Object.assign(money, {
+    Add: (a, b) => asMoney(a).plus(b),
+    Sub: (a, b) => asMoney(a).minus(b),
+    Mul: (m, factor) => asMoney(m).times(factor),
+  });
 
   function describe(e) {
     try {
@@ -238,6 +293,44 @@ export const PRELUDE = String.raw`
   }
   Object.defineProperty(Math, 'random', { value: random, writable: true, enumerable: false, configurable: true });
 
+  // JSON text of a value that leaves the program, refusing what JSON.stringify would silently turn
+  // into null or drop: NaN and ±Infinity (a computation gone wrong), and, inside an output,
+  // undefined, functions and symbols. The message names the path (output.lines[2].amount).
+  // Past STRICT_DEPTH_MAX levels (far deeper than the engine's jsonDepthMax, which refuses the
+  // value anyway) the plain JSON.stringify takes over: the checking replacer costs stack per level.
+  const STRICT_DEPTH_MAX = 256;
+  const TOO_DEEP = {};
+  function strictStringify(value, what, allowUndefined) {
+    try {
+      return checkedStringify(value, what, allowUndefined);
+    } catch (e) {
+      if (e === TOO_DEEP) return stringify(value);
+      throw e;
+    }
+  }
+  function checkedStringify(value, what, allowUndefined) {
+    const paths = new Map();
+    const depths = new Map();
+    return stringify(value, function (key, v) {
+      const parent = paths.get(this);
+      const path = parent === undefined ? what : isArray(this) ? parent + '[' + key + ']' : parent + '.' + key;
+      const type = typeof v;
+      if (type === 'object' && v !== null) {
+        const depth = parent === undefined ? 0 : depths.get(this) + 1;
+        if (depth > STRICT_DEPTH_MAX) throw TOO_DEEP;
+        paths.set(v, path);
+        depths.set(v, depth);
+      } else if (type === 'number' && !Number.isFinite(v)) {
+        throw new TypeError(path + ' is ' + v + ', which JSON cannot hold (it would become null); check the arithmetic, or send a string');
+      } else if (type === 'bigint') {
+        throw new TypeError(path + ' is a BigInt (' + v + '); send it as a string or a decimal');
+      } else if (parent !== undefined && !allowUndefined && (type === 'undefined' || type === 'function' || type === 'symbol')) {
+        throw new TypeError(path + ' is ' + (type === 'undefined' ? 'undefined' : 'a ' + type) + ', which JSON cannot hold (it would be dropped or become null); use null, or leave the property out');
+      }
+      return v;
+    });
+  }
+
   // Runs one call of a compiled program; its outcome leaves as JSON text. Only what QuickJS itself
   // throws past this (interrupts, out of memory, stack overflow) reaches the host as an exception.
   function invoke(fn, eventJson) {
@@ -248,7 +341,7 @@ export const PRELUDE = String.raw`
       if (output !== null && typeof output === 'object' && typeof output.then === 'function') {
         throw new TypeError('run(event) returned a Promise; tool programs are synchronous');
       }
-      const json = stringify(output === undefined ? null : output);
+      const json = strictStringify(output === undefined ? null : output, 'the output', false);
       if (json === undefined) throw new TypeError('run(event) returned a value that is not JSON (a function, a symbol, or a toJSON that returns undefined)');
       return '{"output":' + json + '}';
     } catch (e) {
@@ -311,6 +404,26 @@ export const PRELUDE = String.raw`
     Object.defineProperty(Array.prototype, name, { value: guarded, writable: true, enumerable: false, configurable: true });
   }
 
+  // Nothing the garbage collector calls back may exist: a FinalizationRegistry callback runs
+  // whenever a collection happens, which can be inside another caller's execution; WeakRef lets a
+  // program observe collections caused by others. Neither can be made safe, so neither exists.
+  delete globalThis.WeakRef;
+  delete globalThis.FinalizationRegistry;
+  // No code is made from text: no eval, no Function, GeneratorFunction, AsyncFunction or
+  // AsyncGeneratorFunction constructor (reachable through any function's .constructor). A
+  // program's code is exactly its source, which the sandbox can inspect before it runs.
+  delete globalThis.eval;
+  const noCodeFromText = function Function() {
+    throw new EvalError('code cannot be made from text in a tool program (no eval, no new Function)');
+  };
+  for (const make of [() => function () {}, () => function* () {}, () => async function () {}, () => async function* () {}]) {
+    const proto = Object.getPrototypeOf(make());
+    const tamed = function () { return noCodeFromText(); };
+    Object.defineProperty(tamed, 'prototype', { value: proto, writable: false, enumerable: false, configurable: false });
+    Object.defineProperty(proto, 'constructor', { value: tamed, writable: false, enumerable: false, configurable: false });
+  }
+  Object.defineProperty(globalThis, 'Function', { value: Function.prototype.constructor, writable: false, enumerable: false, configurable: false });
+
   const api = { graphql, cel, tools, fail, decimal, money, console, __tally_invoke: invoke };
   for (const name of Object.keys(api)) {
     Object.defineProperty(globalThis, name, { value: api[name], writable: false, enumerable: false, configurable: false });
@@ -326,8 +439,7 @@ export const PRELUDE = String.raw`
     () => [][Symbol.iterator](), () => ''[Symbol.iterator](), () => new Map().entries(), () => new Set().values(),
     () => /x/[Symbol.matchAll](''), () => [].values().map((x) => x), () => [].values().filter(() => true),
     () => [].values().take(0), () => [].values().drop(0), () => [].values().flatMap((x) => [x]),
-    () => Iterator.from({ next() { return { done: true }; } }), () => Iterator.concat([]), () => new WeakRef({}),
-    () => new FinalizationRegistry(() => {}), () => Promise.resolve(), () => new Proxy({}, {}), () => new ArrayBuffer(1), () => new DataView(new ArrayBuffer(1)),
+    () => Iterator.from({ next() { return { done: true }; } }), () => Iterator.concat([]), () => Promise.resolve(), () => new Proxy({}, {}), () => new ArrayBuffer(1), () => new DataView(new ArrayBuffer(1)),
     () => new Uint8Array(1), () => Object.getPrototypeOf(Uint8Array), () => new AggregateError([]), () => Symbol(),
   ];
   for (const make of instances) {

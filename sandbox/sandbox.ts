@@ -3,11 +3,10 @@ import { PRELUDE } from './prelude.js';
 
 /**
  * The QuickJS runtime as a self-contained component. It knows nothing of ledgers or GraphQL: the
- * engine hands it a host bridge per call. One runtime per sandbox; a pool of hardened contexts
- * (deep-frozen intrinsics and globals, API installed) reused across calls, each caching the
- * compiled wrapper of the programs it ran. A program's top-level code runs inside its wrapper
- * function on every call, so nothing it declares outlives the call, and nothing global can be
- * changed, so nothing can leak from one execution into the next.
+ * engine hands it a host bridge per call. One runtime per nesting level of calls; in each, a pool
+ * of hardened contexts (deep-frozen intrinsics and globals, API installed) reused across calls,
+ * each caching the compiled wrapper of the programs it ran. See run() for how nothing one call
+ * leaves behind reaches the next.
  */
 
 export interface SandboxLimits {
@@ -21,6 +20,11 @@ export interface SandboxLimits {
   contextPoolMax: number;
   /** Compiled programs cached per context. */
   programsPerContextMax: number;
+  /**
+   * Memory a call may leave held in its context (private fields pinned on frozen objects) before
+   * the context is thrown away rather than reused.
+   */
+  retainedBytesMax: number;
 }
 
 /** The engine's side of a call: every guest capability goes through here. */
@@ -67,24 +71,42 @@ interface PooledContext {
   bridge: HostBridge | null;
 }
 
+/**
+ * One runtime per nesting level of calls: a call at level n runs in runtime n, so the promise jobs
+ * an outer call queued (in its own runtime) can never run inside a nested call, under the nested
+ * call's savepoint; each call drains its own runtime's queue before it returns, so a call always
+ * starts with an empty queue.
+ */
+interface Level {
+  runtime: QuickJSRuntime;
+  idle: PooledContext[];
+}
+
+/** Jobs run per host round-trip while a call drains its queue (the deadline is checked between). */
+const JOBS_PER_BATCH = 256;
+/**
+ * How long past the deadline a call may go on draining its queue (each job is interrupted soon
+ * after it starts, so an ordinary queue empties at once) before the queue is thrown away.
+ */
+const DRAIN_PAST_DEADLINE_MS = 50;
+/** Programs whose "can pin" answer is remembered (cleared whole when full). */
+const PINNING_CACHE_MAX = 4096;
+
 export class Sandbox {
-  private readonly runtime: QuickJSRuntime;
-  private readonly idle: PooledContext[] = [];
+  private readonly levels: Array<Level | undefined> = [];
   private deadline = Number.POSITIVE_INFINITY;
   private active = 0;
   private poisoned = false;
+  /** While the host builds a context (prelude, freezing), the deadline does not interrupt it. */
+  private building = false;
+  private readonly pinning = new Map<string, boolean>();
 
   constructor(
-    module: QuickJSWASMModule,
+    private readonly module: QuickJSWASMModule,
     private readonly limits: SandboxLimits,
   ) {
-    this.runtime = module.newRuntime();
-    this.runtime.setMemoryLimit(limits.memoryBytesMax);
-    this.runtime.setMaxStackSize(limits.stackBytesMax);
-    // One handler for the sandbox's life; the deadline it reads is set per top-level call and
-    // cleared after, so an expired deadline never fires into the next call.
-    this.runtime.setInterruptHandler(() => Date.now() > this.deadline);
-    this.idle.push(this.createContext());
+    const level = this.level(0);
+    level.idle.push(this.createContext(level));
   }
 
   /**
@@ -92,46 +114,79 @@ export class Sandbox {
    * function body on its own, so it cannot close the wrapper it runs in.
    */
   checkSyntax(program: Pick<Program, 'fileName' | 'source'>): SyntaxProblem | null {
-    const pooled = this.acquire();
+    // The level a nested call would use now: its queue is empty, and compiling queues nothing.
+    const level = this.level(this.active);
+    const pooled = this.acquire(level);
     try {
       return compileCheck(pooled.ctx, program);
     } finally {
-      this.release(pooled, true);
+      this.release(level, pooled, true);
     }
   }
 
   /**
    * Run one call. `deadline` (epoch ms) is honoured by the interrupt handler; a nested call may
    * only tighten it. Returns the output JSON text or a failure; never throws for guest behaviour.
+   *
+   * Isolation: the context is pooled (building one costs ~10 ms), so what a call could leave in it
+   * is closed path by path. Globals and every intrinsic are deep-frozen; nothing the GC calls back
+   * exists (no WeakRef, no FinalizationRegistry); no code is made from text (no eval, no Function
+   * constructors); the call's promise jobs run before it returns, in its own level's runtime; and a
+   * program that can attach private fields to frozen objects (its text has a `#`) is measured, and
+   * its context thrown away when it kept memory alive (the fields are unreadable by other code,
+   * but the memory would be another caller's to lose).
    */
   run(program: Program, eventJson: string, bridge: HostBridge, deadline: number): RunResult {
     if (this.poisoned) return POISONED;
     const outerDeadline = this.deadline;
     this.deadline = Math.min(outerDeadline, deadline);
-    this.active++;
-    const pooled = this.acquire();
-    pooled.bridge = bridge;
+    const depth = this.active++;
+    let level: Level | undefined;
+    let pooled: PooledContext | undefined;
     let healthy = true;
+    let retainedBefore = -1;
+    let freeRuntime = false;
     try {
+      level = this.level(depth);
+      if (level.runtime.hasPendingJob()) throw new Error(`jobs were left queued at level ${depth}`);
+      pooled = this.acquire(level);
+      pooled.bridge = bridge;
+      if (this.canPin(program)) retainedBefore = this.memoryUsed(level, pooled);
       const fn = this.compiled(pooled, program);
       if ('ok' in fn) {
-        healthy = fn.kind !== 'memory';
+        freeRuntime = fn.kind === 'memory';
+        healthy = !freeRuntime;
         return fn;
       }
       const { ctx } = pooled;
       const event = ctx.newString(eventJson);
       const result = ctx.callFunction(pooled.invoke, ctx.undefined, fn, event);
       event.dispose();
-      // Promise jobs the call queued run now, inside the call (its deadline, its savepoint),
-      // so none is left behind in the shared runtime.
-      if (this.runtime.hasPendingJob()) {
-        const jobs = this.runtime.executePendingJobs(-1);
-        if (jobs.error) jobs.error.dispose();
-      }
-      if (result.error) {
-        const failure = this.escaped(ctx.dump(result.error));
-        result.error.dispose();
+      // Promise jobs the call queued run now, inside the call (its deadline, its savepoint, its
+      // bridge), before anything else can run in this runtime.
+      const drained = this.drainJobs(level);
+      if (drained === 'discard') {
+        // A queue that keeps refilling long past the deadline (QuickJS samples its interrupt, so
+        // a job can queue two more before it is stopped). QuickJS cannot free a runtime with jobs
+        // still queued, so the whole sandbox is replaced, as after a crash: nothing queued here
+        // can ever run again. Reaching this takes a program built to do it.
+        this.poison();
         healthy = false;
+        return { ...TIMED_OUT, message: `${TIMED_OUT.message}, and its promise jobs kept queueing more; the sandbox is being replaced` };
+      }
+      if (result.error || drained !== null) {
+        let failure: RunFailure;
+        if (result.error) {
+          failure = this.escaped(ctx.dump(result.error));
+          result.error.dispose();
+        } else {
+          failure = drained as RunFailure;
+          result.value.dispose();
+        }
+        healthy = false;
+        // Out of memory: the garbage of this call (cycles QuickJS collects on its own schedule)
+        // must not be the next caller's to run out of; freeing the runtime collects it all.
+        freeRuntime = failure.kind === 'memory';
         return failure;
       }
       // A native operation the interrupt cannot stop may have run past the deadline and returned:
@@ -151,8 +206,17 @@ export class Sandbox {
       healthy = false;
       return { ...POISONED, message: `${POISONED.message} (${error instanceof Error ? error.message : String(error)})` };
     } finally {
-      pooled.bridge = null;
-      this.release(pooled, healthy);
+      if (pooled && level) {
+        pooled.bridge = null;
+        if (!this.poisoned && (freeRuntime || (healthy && retainedBefore >= 0 && this.memoryUsed(level, pooled) - retainedBefore > this.limits.retainedBytesMax))) {
+          // Disposing the context alone would leave its objects to a collection that allocating
+          // strings never triggers: the whole level's runtime goes (freeing a runtime collects).
+          disposeContext(pooled);
+          this.discardLevel(depth);
+        } else {
+          this.release(level, pooled, healthy);
+        }
+      }
       this.active--;
       this.deadline = this.poisoned ? Number.NEGATIVE_INFINITY : this.active === 0 ? Number.POSITIVE_INFINITY : outerDeadline;
     }
@@ -175,17 +239,74 @@ export class Sandbox {
   }
 
   get idleContexts(): number {
-    return this.idle.length;
+    return this.levels[0]?.idle.length ?? 0;
   }
 
   dispose(): void {
     if (this.poisoned) {
       // Disposing into a corrupt runtime can abort; let the garbage collector take the module.
-      this.idle.length = 0;
+      this.levels.length = 0;
       return;
     }
-    for (const pooled of this.idle.splice(0)) disposeContext(pooled);
-    this.runtime.dispose();
+    for (const level of this.levels.splice(0)) if (level) disposeLevel(level);
+  }
+
+  /**
+   * Run every job the call queued. A job can queue more (a promise chain), so this loops until the
+   * queue is empty, checking the deadline between batches: past it, each job is interrupted as soon
+   * as it runs. A queue that still refills long past the deadline is to be thrown away ('discard').
+   * Returns the failure of a job that did not complete (interrupt, memory, stack), if any.
+   */
+  private drainJobs(level: Level): RunFailure | null | 'discard' {
+    const runtime = level.runtime;
+    let failure: RunFailure | null = null;
+    while (runtime.hasPendingJob()) {
+      const jobs = runtime.executePendingJobs(JOBS_PER_BATCH);
+      if (jobs.error) {
+        const error = jobs.error;
+        failure ??= this.escaped(error.context.dump(error));
+        error.dispose();
+      }
+      if (Date.now() > this.deadline + DRAIN_PAST_DEADLINE_MS && runtime.hasPendingJob()) return 'discard';
+    }
+    return failure;
+  }
+
+  /** Throw a level's runtime away, with its contexts (none may be in use, no job queued in it). */
+  private discardLevel(depth: number): void {
+    const level = this.levels[depth];
+    this.levels[depth] = undefined;
+    try {
+      if (level) disposeLevel(level);
+    } catch {
+      // QuickJS refused to free it (an object still alive): replace the whole sandbox instead.
+      this.poison();
+    }
+  }
+
+  /**
+   * Can this program attach private fields to objects it did not make (is there a `#` anywhere in
+   * its text)? With no code made from text, the source is all the code there is. Remembered per
+   * program key (the text is up to programBytesMax).
+   */
+  private canPin(program: Program): boolean {
+    let pins = this.pinning.get(program.key);
+    if (pins === undefined) {
+      if (this.pinning.size >= PINNING_CACHE_MAX) this.pinning.clear();
+      pins = program.source.includes('#');
+      this.pinning.set(program.key, pins);
+    }
+    return pins;
+  }
+
+  /** Bytes QuickJS holds in this level's runtime now (~100 µs: it walks the heap). */
+  private memoryUsed(level: Level, pooled: PooledContext): number {
+    const usage = level.runtime.computeMemoryUsage();
+    const used = pooled.ctx.getProp(usage, 'memory_used_size');
+    const bytes = pooled.ctx.getNumber(used);
+    used.dispose();
+    usage.dispose();
+    return bytes;
   }
 
   private compiled(pooled: PooledContext, program: Program): QuickJSHandle | RunFailure {
@@ -230,23 +351,40 @@ export class Sandbox {
     return { ok: false, kind: 'error', message: `${String(e.name ?? 'Error')}: ${String(e.message ?? error)}` };
   }
 
-  private acquire(): PooledContext {
-    const pooled = this.idle.pop() ?? this.createContext();
+  /** The runtime for calls at this nesting level, made on first use. */
+  private level(depth: number): Level {
+    let level = this.levels[depth];
+    if (!level) {
+      const runtime = this.module.newRuntime();
+      runtime.setMemoryLimit(this.limits.memoryBytesMax);
+      runtime.setMaxStackSize(this.limits.stackBytesMax);
+      // One handler for the runtime's life; the deadline it reads is set per top-level call and
+      // cleared after, so an expired deadline never fires into the next call.
+      runtime.setInterruptHandler(() => !this.building && Date.now() > this.deadline);
+      level = { runtime, idle: [] };
+      this.levels[depth] = level;
+    }
+    return level;
+  }
+
+  private acquire(level: Level): PooledContext {
+    const pooled = level.idle.pop() ?? this.createContext(level);
     pooled.uses++;
     return pooled;
   }
 
-  private release(pooled: PooledContext, healthy: boolean): void {
+  private release(level: Level, pooled: PooledContext, healthy: boolean): void {
     if (this.poisoned) return; // its runtime is gone for good; nothing is disposed into it
-    if (healthy && pooled.uses < this.limits.contextUsesMax && this.idle.length < this.limits.contextPoolMax) {
-      this.idle.push(pooled);
+    if (this.levels.indexOf(level) === -1) return; // discarded with its runtime
+    if (healthy && pooled.uses < this.limits.contextUsesMax && level.idle.length < this.limits.contextPoolMax) {
+      level.idle.push(pooled);
     } else {
       disposeContext(pooled);
     }
   }
 
-  private createContext(): PooledContext {
-    const ctx = this.runtime.newContext();
+  private createContext(level: Level): PooledContext {
+    const ctx = level.runtime.newContext();
     const pooled: PooledContext = { ctx, invoke: ctx.undefined, programs: new Map(), uses: 0, bridge: null };
     // Only the prelude calls this (it is gone from the global scope before any program runs), and
     // it passes strings only: read them as they are.
@@ -263,7 +401,13 @@ export class Sandbox {
     });
     ctx.setProp(ctx.global, '__tally_host', hostFn);
     hostFn.dispose();
-    const prelude = ctx.evalCode(PRELUDE, 'tally:prelude');
+    this.building = true;
+    let prelude;
+    try {
+      prelude = ctx.evalCode(PRELUDE, 'tally:prelude');
+    } finally {
+      this.building = false;
+    }
     if (prelude.error) {
       const dumped = ctx.dump(prelude.error);
       prelude.error.dispose();
@@ -274,6 +418,11 @@ export class Sandbox {
     pooled.invoke = ctx.getProp(ctx.global, '__tally_invoke');
     return pooled;
   }
+}
+
+function disposeLevel(level: Level): void {
+  for (const pooled of level.idle.splice(0)) disposeContext(pooled);
+  level.runtime.dispose();
 }
 
 const TIMED_OUT: RunFailure = { ok: false, kind: 'timeout', message: 'the call ran past its deadline' };

@@ -84,6 +84,8 @@ interface TallyDecimal {
   toString(): string;
   /** Serialises as a string: amounts never leave as floats. */
   toJSON(): string;
+  /** Throws: `d + 1`, `d * 2`, `d > e` would compute a float or text. Use plus/times/gt…; String(d) and `${d}` print it. */
+  valueOf(): never;
 }
 
 /** An exact amount in one currency; arithmetic across currencies throws. */
@@ -96,10 +98,33 @@ interface TallyMoney {
   cmp(x: TallyMoney): -1 | 0 | 1;
   toString(): string;
   toJSON(): { units: string; currency: string };
+  /** Throws: `m * 2` would compute a float. Use times/plus/cmp. */
+  valueOf(): never;
 }
 
-declare function decimal(x: DecimalLike): TallyDecimal;
-declare function money(units: DecimalLike, currency: string): TallyMoney;
+/** decimal(x), and the CEL library's static forms with the same names, argument order and modes. */
+declare const decimal: {
+  (x: DecimalLike): TallyDecimal;
+  Add(a: DecimalLike, b: DecimalLike): TallyDecimal;
+  Sub(a: DecimalLike, b: DecimalLike): TallyDecimal;
+  Mul(a: DecimalLike, b: DecimalLike): TallyDecimal;
+  /** a / b rounded half-even to `places`. */
+  Quo(a: DecimalLike, b: DecimalLike, places: number | bigint): TallyDecimal;
+  Round(x: DecimalLike, mode: RoundingMode, places: number | bigint): TallyDecimal;
+  Abs(x: DecimalLike): TallyDecimal;
+  Neg(x: DecimalLike): TallyDecimal;
+  Ceil(x: DecimalLike): TallyDecimal;
+  Floor(x: DecimalLike): TallyDecimal;
+  Cmp(a: DecimalLike, b: DecimalLike): -1 | 0 | 1;
+  /** The same value without trailing fractional zeros ("1.500" → "1.5"). */
+  Reduce(x: DecimalLike): TallyDecimal;
+};
+declare const money: {
+  (units: DecimalLike, currency: string): TallyMoney;
+  Add(a: TallyMoney, b: TallyMoney): TallyMoney;
+  Sub(a: TallyMoney, b: TallyMoney): TallyMoney;
+  Mul(m: TallyMoney, factor: DecimalLike): TallyMoney;
+};
 
 /** Captured into the invocation's logs (bounded by logBytesMax). */
 declare const console: {

@@ -114,6 +114,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       contextUsesMax: limits.contextUsesMax,
       contextPoolMax: limits.contextPoolMax,
       programsPerContextMax: 256,
+      retainedBytesMax: limits.sandboxRetainedBytesMax,
     },
     logError,
   );
@@ -267,8 +268,9 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       result = afterCommit(() =>
         transactions.run<ExecutionResult | EngineError>(plan.mode, () => {
           // Inside the transaction: a client changed by another process before it began is seen.
-          const caller = requestCaller(requestOptions);
-          if (caller instanceof EngineError) return { value: caller, commit: false };
+          const known = requestCaller(requestOptions);
+          if (known instanceof EngineError) return { value: known, commit: false };
+          const caller: Caller = { ...known, deadline: Date.now() + limits.requestDeadlineMs };
           const executed = executePrepared(schema, prepared, request, contextFor(caller, null), limits);
           const failed = (executed.errors?.length ?? 0) > 0;
           const commit = plan.mode === 'read' || (!failed && !plan.dryRun);

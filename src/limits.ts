@@ -91,8 +91,18 @@ export interface Limits {
   maxAttemptsMax: number;
   /** Wall-clock deadline of a top-level call when its version sets no timeoutMs; nested calls share it. */
   toolTimeoutMs: number;
-  /** Largest execution.timeoutMs a version may ask for. Keep it well below busyTimeoutMs of other writers' patience. */
+  /**
+   * Largest execution.timeoutMs a version may ask for. A running tool holds its process (the
+   * engine is synchronous) and, in a mutation, the database's write lock: keep it at or below
+   * busyTimeoutMs, the patience of other processes' writers.
+   */
   toolTimeoutMsMax: number;
+  /**
+   * Tool time of one whole request: every call a request makes (invokes one after another, their
+   * nested calls) shares a deadline this long after the request began, so many short tools in one
+   * document cannot hold the process or the write lock longer than one long tool could.
+   */
+  requestDeadlineMs: number;
   /** QuickJS heap per sandbox; the WASM memory is capped a little above it, which bounds typed arrays too. */
   sandboxMemoryBytesMax: number;
   /** QuickJS stack: deep recursion fails with LIMIT_EXCEEDED before it can threaten the host stack. */
@@ -115,8 +125,13 @@ export interface Limits {
   triggerDepthMax: number;
   /** A sandbox context is replaced after this many calls. */
   contextUsesMax: number;
-  /** Idle sandbox contexts kept warm. */
+  /** Idle sandbox contexts kept warm (per nesting level). */
   contextPoolMax: number;
+  /**
+   * Memory a call of a program that can pin private fields on shared objects (its source has a
+   * `#`) may leave held in its pooled context; past it the context is thrown away, not reused.
+   */
+  sandboxRetainedBytesMax: number;
 }
 
 export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
@@ -150,7 +165,8 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   policiesMax: 64,
   maxAttemptsMax: 100,
   toolTimeoutMs: 2000,
-  toolTimeoutMsMax: 30_000,
+  toolTimeoutMsMax: 5000,
+  requestDeadlineMs: 5000,
   sandboxMemoryBytesMax: 64 * 1024 * 1024,
   sandboxStackBytesMax: 256 * 1024,
   inputBytesMax: 262_144,
@@ -161,6 +177,7 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   triggerDepthMax: 4,
   contextUsesMax: 10_000,
   contextPoolMax: 16,
+  sandboxRetainedBytesMax: 256 * 1024,
 });
 
 export function resolveLimits(overrides: Partial<Limits> = {}): Readonly<Limits> {

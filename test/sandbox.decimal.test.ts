@@ -11,7 +11,7 @@ import { Sandbox } from '../sandbox/sandbox.js';
 let sandbox: Sandbox;
 const bridge = { call: () => '{"ok":true,"value":null}', log() {} };
 beforeAll(async () => {
-  sandbox = new Sandbox(await loadQuickJS(96 * 1024 * 1024), { memoryBytesMax: 64 << 20, stackBytesMax: 256 << 10, contextUsesMax: 1e9, contextPoolMax: 2, programsPerContextMax: 16 });
+  sandbox = new Sandbox(await loadQuickJS(96 * 1024 * 1024), { memoryBytesMax: 64 << 20, stackBytesMax: 256 << 10, contextUsesMax: 1e9, contextPoolMax: 2, programsPerContextMax: 16, retainedBytesMax: 256 << 10 });
 });
 
 /** Run `run(event)` of `source` on `data`; returns the output, or the error message. */

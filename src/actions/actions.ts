@@ -186,6 +186,22 @@ const GRAPHQL_INPUT_SCHEMA = deepFreeze({
   additionalProperties: false,
 });
 
+/** Does a parsed CEL expression name this identifier anywhere (as a variable, not a field)? */
+function readsIdentifier(ast: unknown, name: string): boolean {
+  const stack: unknown[] = [ast];
+  while (stack.length > 0) {
+    const node = stack.pop();
+    if (Array.isArray(node)) {
+      stack.push(...node);
+    } else if (node !== null && typeof node === 'object') {
+      const { op, args } = node as { op?: unknown; args?: unknown };
+      if (op === 'id' && args === name) return true;
+      stack.push(args);
+    }
+  }
+  return false;
+}
+
 function checkReference(deps: ActionDeps, ref: { name: string; version?: number | null; input?: unknown }, i: number): ToolReference {
   const what = `tools[${i}]`;
   if (!(NATIVE_TOOLS as readonly string[]).includes(ref.name)) {
@@ -205,10 +221,16 @@ function checkReference(deps: ActionDeps, ref: { name: string; version?: number 
     input = {};
     for (const [prop, expression] of Object.entries(ref.input as Record<string, unknown>)) {
       if (typeof expression !== 'string') throw new EngineError('BAD_REQUEST', `${what}.input.${prop} must be a CEL expression string, got ${quote(expression)}`);
+      let compiled: unknown;
       try {
-        deps.cel.compile(expression);
+        compiled = deps.cel.compile(expression);
       } catch (error) {
         throw new EngineError('BAD_REQUEST', `${what}.input.${prop}: ${(error as Error).message}`);
+      }
+      if (readsIdentifier((compiled as { ast?: unknown }).ast, 'session')) {
+        throw new EngineError('BAD_REQUEST', `${what}.input.${prop} reads session (${quote(expression)}), which does not exist yet: a call has no session`, {
+          hint: 'Reference input sees event, tool.input and execution.input; take the value from one of those.',
+        });
       }
       input[prop] = expression;
     }

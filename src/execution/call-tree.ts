@@ -47,11 +47,15 @@ export interface CallNode {
 export interface Caller {
   principal: string;
   client: { principal: string; policies: readonly Policy[] } | null;
+  /** The whole request's deadline (epoch ms, requestDeadlineMs after it began): every call in it shares it. */
+  deadline?: number;
 }
 
 /** What every call of one tree shares: one deadline, one call budget, references resolved once. */
 export interface RootState {
   deadline: number;
+  /** The deadline is the request's (requestDeadlineMs), not the tool's own timeout. */
+  requestBound?: boolean;
   calls: number;
   principal: string;
   caller: Caller;

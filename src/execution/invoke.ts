@@ -125,7 +125,9 @@ function targetKey(target: CallTarget): string {
 
 function newRoot(svc: ExecutionServices, caller: Caller, target: CallTarget, input: unknown): RootState {
   const timeoutMs = (target.type === 'version' ? target.version.execution.timeoutMs : null) ?? svc.limits.toolTimeoutMs;
-  return { deadline: Date.now() + timeoutMs, calls: 0, principal: caller.principal, caller, fatal: null, resolved: new Map(), input, ids: new Set(), outerLayers: [], outerRefs: [] };
+  const own = Date.now() + timeoutMs;
+  const requestBound = caller.deadline !== undefined && caller.deadline < own;
+  return { deadline: requestBound ? caller.deadline! : own, requestBound, calls: 0, principal: caller.principal, caller, fatal: null, resolved: new Map(), input, ids: new Set(), outerLayers: [], outerRefs: [] };
 }
 
 interface Call {
@@ -265,9 +267,9 @@ function executeProgram(svc: ExecutionServices, version: ActionVersion, frame: C
   const bridge = new CallBridge(svc, frame);
   const sandbox = svc.sandbox();
   const result = sandbox.run({ key: programKey(svc, version), fileName: `${version.name}@${version.version}`, source: String(version.config.src) }, eventJson, bridge, deadline);
-  if (!result.ok && result.kind === 'crash') root.fatal ??= failureToError(svc, node.actionName, result);
+  if (!result.ok && result.kind === 'crash') root.fatal ??= failureToError(svc, node.actionName, result, root);
   if (root.fatal) throw root.fatal;
-  if (!result.ok) throw failureToError(svc, node.actionName, result);
+  if (!result.ok) throw failureToError(svc, node.actionName, result, root);
   const bytes = Buffer.byteLength(result.outputJson);
   if (bytes > svc.limits.outputBytesMax) {
     throw new EngineError('LIMIT_EXCEEDED', `the output of ${node.actionName} is ${bytes} bytes; outputBytesMax is ${svc.limits.outputBytesMax}`, {
@@ -294,7 +296,7 @@ function programKey(svc: ExecutionServices, version: ActionVersion): string {
   return key;
 }
 
-function failureToError(svc: ExecutionServices, name: string, failure: RunFailure): EngineError {
+function failureToError(svc: ExecutionServices, name: string, failure: RunFailure, root: RootState): EngineError {
   switch (failure.kind) {
     case 'fail':
       return new EngineError('TOOL_FAILED', failure.message, {
@@ -302,7 +304,11 @@ function failureToError(svc: ExecutionServices, name: string, failure: RunFailur
         ...(failure.retry === false ? { details: { retry: false } } : {}),
       });
     case 'timeout':
-      return new EngineError('TIMEOUT', `${name} ran past its deadline`);
+      return root.requestBound
+        ? new EngineError('TIMEOUT', `${name} ran past the request's deadline (requestDeadlineMs is ${svc.limits.requestDeadlineMs}, shared by every call in one request)`, {
+            hint: 'Do less per request: split the calls over several requests, or start them (startAction) to run on their own.',
+          })
+        : new EngineError('TIMEOUT', `${name} ran past its deadline`);
     case 'memory':
       return new EngineError('LIMIT_EXCEEDED', `${name} ran out of memory (sandboxMemoryBytesMax is ${svc.limits.sandboxMemoryBytesMax} bytes)`, {
         hint: 'Hold less in memory at once.',
