@@ -56,6 +56,19 @@ export interface Limits {
   celExpressionLengthMax: number;
   /** Compiled CEL expressions kept in the cache. */
   celCacheMax: number;
+  /**
+   * Cost budget of one CEL evaluation (one unit ≈ one sub-expression evaluated; list elements,
+   * string characters and regex work are charged too, see src/cel/cost.ts). Nested macros over an
+   * input multiply: without a bound a short expression runs for minutes while holding the write lock.
+   * 1,000,000 is Kubernetes' per-expression limit and stops the worst expression here within about 0.1 s.
+   */
+  celCostMax: number;
+  /**
+   * Largest regular expression (CEL matches, JSON Schema pattern), as the estimated instructions of
+   * its RE2 program. RE2 is linear in the text but also in the program, which counted repetitions
+   * make large from a short pattern (`(?:.{1000}){4}`); compiling costs about as much.
+   */
+  regexSizeMax: number;
   /** Rows kept by each record cache (journals by id, tran codes by code, active triggers). */
   recordCacheMax: number;
   /** Entries one transaction may write (tran code entry templates, and entries after conditions). */
@@ -149,6 +162,8 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   requestTimeoutMs: 30_000,
   celExpressionLengthMax: 4096,
   celCacheMax: 10_000,
+  celCostMax: 1_000_000,
+  regexSizeMax: 5000,
   recordCacheMax: 1000,
   entriesPerTransactionMax: 500,
   tranCodeParamsMax: 64,

@@ -1,6 +1,9 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
+import { CEL_COST } from '../cel/cost.js';
+import { compileRegex, RegexRefused } from '../cel/regex.js';
 import { EngineError } from '../errors.js';
+import { DEFAULT_LIMITS, type Limits } from '../limits.js';
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
 
@@ -16,13 +19,38 @@ export interface SchemaProblem {
  * document gets new objects, so a validator can never outlive the schema it was compiled from.
  * Ajv's own cache holds every schema object it compiled, strongly: each is removed from it once
  * compiled (the validator keeps working), so only the WeakMap here holds validators.
+ *
+ * `pattern` and `patternProperties` run on RE2 (src/cel/regex.ts), not on JavaScript's backtracking
+ * RegExp: a pattern RE2 refuses (backreferences, lookaround) or one over regexSizeMax fails when
+ * the schema is compiled, that is when the tool is created. Matching is linear, and the matching
+ * one validation does is bounded like a CEL evaluation: text length × pattern size within celCostMax.
  */
 export class SchemaCache {
   private readonly ajv: Ajv;
   private readonly validators = new WeakMap<object, ValidateFunction>();
+  /** Pattern-matching budget left in the validation running now. */
+  private left = Infinity;
 
-  constructor() {
-    this.ajv = new Ajv({ strict: true, allErrors: true, addUsedSchema: false, validateFormats: true });
+  constructor(private readonly limits: Pick<Limits, 'regexSizeMax' | 'celCostMax'> = DEFAULT_LIMITS) {
+    const regExp = Object.assign(
+      (pattern: string) => {
+        const regex = compileRegex(pattern, limits.regexSizeMax);
+        return {
+          test: (text: string) => {
+            this.left -= Math.ceil((text.length * regex.size) / CEL_COST.matchStepsPerUnit);
+            if (this.left < 0) {
+              throw new EngineError('LIMIT_EXCEEDED', `matching a value of ${text.length} characters against the schema pattern ${JSON.stringify(pattern)} goes past celCostMax (${limits.celCostMax}) for one validation`, {
+                hint: 'Send shorter strings (maxLength), or use a simpler pattern.',
+              });
+            }
+            return regex.test(text);
+          },
+          toString: () => pattern,
+        };
+      },
+      { code: 'tallyRe2' },
+    );
+    this.ajv = new Ajv({ strict: true, allErrors: true, addUsedSchema: false, validateFormats: true, code: { regExp } });
     addFormats(this.ajv);
   }
 
@@ -37,6 +65,7 @@ export class SchemaCache {
     try {
       validate = this.ajv.compile(schema as object);
     } catch (error) {
+      if (error instanceof RegexRefused) throw new EngineError('BAD_REQUEST', `${what}: ${error.message}`, { hint: error.hint, details: { pattern: error.pattern } });
       throw new EngineError('BAD_REQUEST', `${what} is not a valid JSON Schema: ${(error as Error).message}`, {
         hint: 'Check it against JSON Schema draft-07 in strict mode (unknown keywords are refused).',
       });
@@ -48,7 +77,14 @@ export class SchemaCache {
 
   /** The problems of `value`, each with its JSON pointer; empty when valid. */
   problems(validate: ValidateFunction, value: unknown): SchemaProblem[] {
-    if (validate(value)) return [];
+    this.left = this.limits.celCostMax;
+    let valid: boolean;
+    try {
+      valid = validate(value) as boolean;
+    } finally {
+      this.left = Infinity;
+    }
+    if (valid) return [];
     return (validate.errors ?? []).map((e: ErrorObject) => ({
       pointer: e.instancePath === '' ? '/' : e.instancePath,
       message: describe(e),

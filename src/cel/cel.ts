@@ -2,6 +2,8 @@ import type { Environment } from '@marcbachmann/cel-js';
 import { EvaluationError, ParseError, TypeError as CelTypeError } from '@marcbachmann/cel-js';
 import type { Clock } from '../clock.js';
 import { EngineError, quote } from '../errors.js';
+import { DEFAULT_LIMITS } from '../limits.js';
+import { CostMeter, instrumentExpression, meterEvaluator } from './cost.js';
 import { createCelEnvironment } from './environment.js';
 
 type Compiled = (context?: Record<string, unknown>) => unknown;
@@ -9,21 +11,30 @@ type Compiled = (context?: Record<string, unknown>) => unknown;
 export interface CelLimits {
   celExpressionLengthMax: number;
   celCacheMax: number;
+  /** Defaults as in DEFAULT_LIMITS. */
+  celCostMax?: number;
+  regexSizeMax?: number;
 }
 
 /**
  * Compile-once, evaluate-many CEL. Compiled expressions are cached by their text (bounded, oldest
- * evicted first); every failure becomes a CEL_ERROR naming the expression and the position.
+ * evicted first); every failure becomes a CEL_ERROR naming the expression and the position. Every
+ * evaluation runs under a cost budget (celCostMax, see cost.ts), and `matches` runs on RE2.
  */
 export class Cel {
   readonly env: Environment;
   private readonly cache = new Map<string, Compiled>();
+  private readonly meter: CostMeter;
+  private readonly costMax: number;
 
   constructor(
     clock: Clock,
     private readonly limits: CelLimits,
   ) {
     this.env = createCelEnvironment(clock, { maxAstNodes: 10_000 });
+    this.costMax = limits.celCostMax ?? DEFAULT_LIMITS.celCostMax;
+    this.meter = new CostMeter(limits.regexSizeMax ?? DEFAULT_LIMITS.regexSizeMax);
+    meterEvaluator(this.env, this.meter);
   }
 
   get size(): number {
@@ -44,14 +55,34 @@ export class Cel {
         { hint: 'Split the logic into vars, or shorten the expression.' },
       );
     }
-    let compiled: Compiled;
+    let parsed: Compiled & { ast: Parameters<typeof instrumentExpression>[0] };
     try {
-      compiled = this.env.parse(expression) as unknown as Compiled;
-      const checked = (compiled as unknown as { check(): { valid: boolean; error?: Error } }).check();
+      parsed = this.env.parse(expression) as unknown as typeof parsed;
+      const checked = (parsed as unknown as { check(): { valid: boolean; error?: Error } }).check();
       if (!checked.valid && checked.error) throw checked.error;
+      instrumentExpression(parsed.ast, this.meter);
     } catch (error) {
       throw celError(expression, error);
     }
+    const meter = this.meter;
+    const compiled: Compiled = (context) => {
+      if (meter.active) {
+        // Inside a scope: the budget is shared, the expression named in its error is this one.
+        const label = meter.expression;
+        meter.expression = expression;
+        try {
+          return this.charged(parsed(context));
+        } finally {
+          meter.expression = label;
+        }
+      }
+      meter.start(expression, this.costMax);
+      try {
+        return this.charged(parsed(context));
+      } finally {
+        meter.stop();
+      }
+    };
     if (this.cache.size >= this.limits.celCacheMax) {
       const oldest = this.cache.keys().next();
       if (!oldest.done) this.cache.delete(oldest.value);
@@ -67,6 +98,27 @@ export class Cel {
     } catch (error) {
       throw celError(expression, error);
     }
+  }
+
+  /**
+   * Run `run` with one budget of celCostMax for every evaluation inside it, for operations that
+   * evaluate many expressions for one request (evaluate's map of expressions).
+   */
+  scope<T>(label: string, run: () => T): T {
+    if (this.meter.active) return run();
+    this.meter.start(label, this.costMax);
+    try {
+      return run();
+    } finally {
+      this.meter.stop();
+    }
+  }
+
+  /** The result is charged too (it is converted to JSON next); a budget error swallowed on the way still ends it. */
+  private charged(value: unknown): unknown {
+    this.meter.chargeDeep(value);
+    if (this.meter.left < 0) throw this.meter.exceeded();
+    return value;
   }
 }
 

@@ -3,11 +3,29 @@ import { setOwn } from '../json.js';
 import { celToJson, jsonToCel } from '../cel/values.js';
 import { EngineError, quote } from '../errors.js';
 
+type EvaluateArgs = { expression?: string | null; expressions?: unknown; document?: unknown };
+
+/**
+ * What the policies of `Mutation.evaluate` see: running CEL here is running the native `cel` tool
+ * (INSERT on actions.Execution, `context.document.action == "cel"`), with its input shaped as the
+ * tool's ({expression, bindings}), so that one policy allows or refuses both.
+ */
+export function evaluateDocument(args: EvaluateArgs): { action: 'cel'; version: null; input: Record<string, unknown> } {
+  const input: Record<string, unknown> = args.expression != null ? { expression: args.expression } : { expressions: args.expressions ?? null };
+  input.bindings = { document: args.document ?? null };
+  return { action: 'cel', version: null, input };
+}
+
 /**
  * The CEL REPL behind `Mutation.evaluate`: one expression, or a map of them evaluated in order where
- * each key can use the earlier ones as `this.<key>`. `document` is bound as `document`.
+ * each key can use the earlier ones as `this.<key>`. `document` is bound as `document`. One call has
+ * one cost budget (celCostMax), however many expressions it holds.
  */
-export function evaluateCel(cel: Cel, args: { expression?: string | null; expressions?: unknown; document?: unknown }, sizeMax: number): unknown {
+export function evaluateCel(cel: Cel, args: EvaluateArgs, sizeMax: number): unknown {
+  return cel.scope('evaluate', () => evaluateScoped(cel, args, sizeMax));
+}
+
+function evaluateScoped(cel: Cel, args: EvaluateArgs, sizeMax: number): unknown {
   const hasOne = args.expression != null;
   const hasMap = args.expressions != null;
   if (hasOne === hasMap) {

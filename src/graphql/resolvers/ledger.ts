@@ -4,7 +4,7 @@ import { type Balance, layerTotals, normalBalance } from '../../ledger/balances.
 import { DEFAULT_JOURNAL_ID } from '../../ledger/journals.js';
 import type { Account, Direction, Entry, Layer, Transaction } from '../../ledger/records.js';
 import type { TranCode } from '../../ledger/tran-codes.js';
-import { evaluateCel } from '../evaluate.js';
+import { evaluateCel, evaluateDocument } from '../evaluate.js';
 import { guard, visible } from './guard.js';
 import type { RequestContext } from '../context.js';
 
@@ -122,7 +122,11 @@ const mutation: Record<string, Resolver> = {
     guard(ctx, 'INSERT', T, original);
     return ctx.ledger.voidTransaction(id, postingGuard(ctx));
   },
-  evaluate: (_, args, ctx) => evaluateCel(ctx.cel, args as Parameters<typeof evaluateCel>[1], ctx.limits.celValueSizeMax),
+  evaluate: (_, args, ctx) => {
+    // Running CEL is running the native cel tool: the same policy allows (or refuses) both.
+    guard(ctx, 'INSERT', 'actions.Execution', evaluateDocument(args));
+    return evaluateCel(ctx.cel, args as Parameters<typeof evaluateCel>[1], ctx.limits.celValueSizeMax);
+  },
 };
 
 export const ledgerResolvers = {
