@@ -228,6 +228,29 @@ describe('where CEL runs, through GraphQL', () => {
     expect(JSON.stringify(viaReference)).toContain('LIMIT_EXCEEDED');
   });
 
+  it('a pattern RE2 cannot compile is refused where the expression is created: tran code, policy assertion, trigger filter, tool reference', () => {
+    const bad = "params.code.matches('^(a)\\\\1$')";
+    const named = 'the pattern "^(a)\\\\1$" is not an RE2 regular expression';
+    const tranCode = fails(engine, `mutation($input: TranCodeInput!) { createTranCode(input: $input) { version } }`, {
+      input: { tranCodeId: id(9002), code: 'BAD', params: [{ name: 'code', type: 'STRING' }], transaction: { description: bad },
+        entries: [
+          { accountId: `'${id(1)}'`, units: "decimal('1')", currency: "'USD'", direction: 'DEBIT' },
+          { accountId: `'${id(2)}'`, units: "decimal('1')", currency: "'USD'", direction: 'CREDIT' },
+        ] },
+    });
+    expect(tranCode.code).toBe('TRAN_CODE_ERROR');
+    expect(tranCode.message).toContain(named);
+    const policy = fails(engine, 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }', {
+      i: { principal: 'p', name: 'p', policies: [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'], assertions: { a: "context.document.code.matches('(?=x)')" } }] },
+    });
+    expect(policy.message).toContain('the pattern "(?=x)" is not an RE2 regular expression');
+    tool(40, 'target2', 'function run() { return 1; }');
+    const trigger = fails(engine, `mutation($f: Expression) { actions { createTrigger(input: {triggerId: "${id(41)}", name: "t", on: ["account.inserted"], filter: $f, action: {name: "target2"}}) { triggerId } } }`, { f: "document.code.matches('(a)\\\\1')" });
+    expect(trigger.message).toContain('is not an RE2 regular expression');
+    const reference = fails(engine, CREATE, { id: id(42), input: { name: 'refs', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { return 1; }' }, policies: [], tools: [{ name: 'target2', input: { x: "tool.input.s.matches('(?<!a)b')" } }] } });
+    expect(reference.message).toContain('the pattern "(?<!a)b" is not an RE2 regular expression');
+  });
+
   it('JSON Schema patterns run on RE2: refused at createAction when RE2 cannot compile them, linear on input', () => {
     for (const schema of [
       { type: 'object', properties: { s: { type: 'string', pattern: '^(a)\\1$' } } },

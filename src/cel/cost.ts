@@ -229,6 +229,9 @@ function instrumentMatches(node: AstNode, meter: CostMeter, isNode: (value: unkn
 function instrumentEquality(node: AstNode, meter: CostMeter): void {
   const handle = node.handle;
   if (typeof handle !== 'function') return;
+  // An operand typed as a scalar (string, int, decimal, ...) when checked makes the walk needless.
+  const kinds = (node.args as Array<{ checkedType?: { kind?: string } }>).map((a) => a.checkedType?.kind);
+  if (kinds.some((k) => k === 'primitive' || k === 'message')) return;
   node.handle = (left: unknown, right: unknown, ast: unknown, ev: unknown) => {
     if (typeof right === 'object' && right !== null && (node.op === 'in' ? Array.isArray(right) && typeof left === 'object' && left !== null : typeof left === 'object' && left !== null)) {
       meter.chargeDeep(left);
