@@ -136,26 +136,45 @@ export function ok(engine: Engine, query: string, variables?: Record<string, unk
 
 /** Posts per second of `post(n)` over `count` calls starting at `start`. */
 export function rate(count: number, start: number, post: (n: number) => void): number {
+  return measure(count, start, post).perSecond;
+}
+
+/**
+ * Calls per second (wall) and CPU µs per call of `post(n)`. CPU is the process's user + system
+ * time (Node 20 has no per-thread clock); the only other thread that works during a run is the
+ * engine's checkpointer, a small share of it.
+ */
+export function measure(count: number, start: number, post: (n: number) => void): { perSecond: number; cpuUs: number } {
+  const cpu0 = process.cpuUsage();
   const t0 = process.hrtime.bigint();
   for (let i = 0; i < count; i++) post(start + i);
-  return count / (Number(process.hrtime.bigint() - t0) / 1e9);
+  const wall = Number(process.hrtime.bigint() - t0) / 1e9;
+  const cpu = process.cpuUsage(cpu0);
+  return { perSecond: count / wall, cpuUs: (cpu.user + cpu.system) / count };
 }
 
 /**
  * Interleaved rounds: every side runs once per round, in turn. Returns the median rate of each.
  * Each side gets its own id range so nothing repeats.
  */
-export function compare(sides: Record<string, (n: number) => void>, perRound: number, rounds: number): Record<string, { median: number; rounds: number[] }> {
+export function compare(
+  sides: Record<string, (n: number) => void>,
+  perRound: number,
+  rounds: number,
+): Record<string, { median: number; rounds: number[]; cpuUs: number }> {
   const names = Object.keys(sides);
   const results: Record<string, number[]> = Object.fromEntries(names.map((n) => [n, []]));
+  const cpu: Record<string, number[]> = Object.fromEntries(names.map((n) => [n, []]));
   names.forEach((name, i) => rate(Math.min(500, perRound), 50_000_000 + i * 1_000_000, sides[name]!)); // warm-up
   for (let round = 0; round < rounds; round++) {
     names.forEach((name, i) => {
       settle();
-      results[name]!.push(rate(perRound, (i + 1) * 10_000_000 + round * perRound, sides[name]!));
+      const m = measure(perRound, (i + 1) * 10_000_000 + round * perRound, sides[name]!);
+      results[name]!.push(m.perSecond);
+      cpu[name]!.push(m.cpuUs);
     });
   }
-  return Object.fromEntries(names.map((n) => [n, { median: median(results[n]!), rounds: results[n]! }]));
+  return Object.fromEntries(names.map((n) => [n, { median: median(results[n]!), rounds: results[n]!, cpuUs: median(cpu[n]!) }]));
 }
 
 /** Let background checkpoints of the side that just ran finish, so they do not slow the next one. */
@@ -163,8 +182,11 @@ function settle(): void {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 200);
 }
 
-export function table(rows: Array<[string, number]>, baseline: number): string {
-  const lines = ['| path | per second | × raw |', '|---|---:|---:|'];
-  for (const [name, value] of rows) lines.push(`| ${name} | ${value.toFixed(0)} | ${(value / baseline).toFixed(2)} |`);
+/** Rows of [path, per second, CPU µs per call]; × raw is per second over the baseline's. */
+export function table(rows: Array<[string, number, number?]>, baseline: number): string {
+  const lines = ['| path | per second | × raw | CPU µs/call |', '|---|---:|---:|---:|'];
+  for (const [name, value, cpuUs] of rows) {
+    lines.push(`| ${name} | ${value.toFixed(0)} | ${(value / baseline).toFixed(2)} | ${cpuUs === undefined ? '' : cpuUs.toFixed(0)} |`);
+  }
   return lines.join('\n');
 }

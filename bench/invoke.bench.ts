@@ -104,12 +104,12 @@ const results = compare(
 );
 
 console.log(`\n${table([
-  ['raw better-sqlite3 posting (1 per commit)', results.raw!.median],
-  ['engine.graphql postTransaction', results.postTransaction!.median],
-  ['engine.graphql invokeAction(transfer) → graphql postTransaction', results.invokeAction!.median],
-  ['engine.graphql invokeAction(pay) → tools.transfer → graphql postTransaction', results.nested!.median],
-  ['engine.graphql invokeAction(noop): a tool that only returns', results.noop!.median],
-  ['engine.graphql postTransaction + invokeAction(noop) in one request (floor for a posting tool)', results.postAndNoop!.median],
+  ['raw better-sqlite3 posting (1 per commit)', results.raw!.median, results.raw!.cpuUs],
+  ['engine.graphql postTransaction', results.postTransaction!.median, results.postTransaction!.cpuUs],
+  ['engine.graphql invokeAction(transfer) → graphql postTransaction', results.invokeAction!.median, results.invokeAction!.cpuUs],
+  ['engine.graphql invokeAction(pay) → tools.transfer → graphql postTransaction', results.nested!.median, results.nested!.cpuUs],
+  ['engine.graphql invokeAction(noop): a tool that only returns', results.noop!.median, results.noop!.cpuUs],
+  ['engine.graphql postTransaction + invokeAction(noop) in one request (floor for a posting tool)', results.postAndNoop!.median, results.postAndNoop!.cpuUs],
 ], results.raw!.median)}`);
 for (const [name, r] of Object.entries(results)) console.log(`rounds ${name}: ${r.rounds.map((x) => x.toFixed(0)).join(', ')}`);
 engine.close();

@@ -60,10 +60,10 @@ const fewMicros = balanceReadMicros(engine, few);
 const manyMicros = balanceReadMicros(engine, many);
 
 console.log(`\n${table([
-  ['raw better-sqlite3 (txn + 2 entries + 2 balance upserts, 1 per commit)', results.raw!.median],
-  ["raw better-sqlite3 with the engine's checkpointing (background thread)", results.rawCheckpointed!.median],
-  ["the same statements on Tally's schema (indexes, foreign keys, decimal strings)", results.rawTally!.median],
-  ['engine.graphql postTransaction (1 per request)', results.engine!.median],
+  ['raw better-sqlite3 (txn + 2 entries + 2 balance upserts, 1 per commit)', results.raw!.median, results.raw!.cpuUs],
+  ["raw better-sqlite3 with the engine's checkpointing (background thread)", results.rawCheckpointed!.median, results.rawCheckpointed!.cpuUs],
+  ["the same statements on Tally's schema (indexes, foreign keys, decimal strings)", results.rawTally!.median, results.rawTally!.cpuUs],
+  ['engine.graphql postTransaction (1 per request)', results.engine!.median, results.engine!.cpuUs],
 ], results.raw!.median)}`);
 console.log(`\nengine ÷ raw with the engine's checkpointing: ${(results.engine!.median / results.rawCheckpointed!.median).toFixed(2)}`);
 console.log(`engine ÷ raw on Tally's schema: ${(results.engine!.median / results.rawTally!.median).toFixed(2)}`);

@@ -159,7 +159,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     st,
     documents: new Map(),
     versions: new RecordCache(epoch, limits.recordCacheMax),
-    schemas: new SchemaCache(),
+    schemas: new SchemaCache(limits),
     cel,
     clock,
     limits,
@@ -271,7 +271,10 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
           const known = requestCaller(requestOptions);
           if (known instanceof EngineError) return { value: known, commit: false };
           const caller: Caller = { ...known, deadline: Date.now() + limits.requestDeadlineMs };
-          const executed = executePrepared(schema, prepared, request, contextFor(caller, null), limits);
+          const run = cel.withDeadline(caller.deadline!, () => executePrepared(schema, prepared, request, contextFor(caller, null), limits));
+          let executed = run.value;
+          const overran = caller.overran ?? run.overran;
+          if (overran) executed = { errors: [engineGraphqlError(overran)] };
           const failed = (executed.errors?.length ?? 0) > 0;
           const commit = plan.mode === 'read' || (!failed && !plan.dryRun);
           if (!commit) startedInTransaction = false;

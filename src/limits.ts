@@ -111,9 +111,11 @@ export interface Limits {
    */
   toolTimeoutMsMax: number;
   /**
-   * Tool time of one whole request: every call a request makes (invokes one after another, their
-   * nested calls) shares a deadline this long after the request began, so many short tools in one
-   * document cannot hold the process or the write lock longer than one long tool could.
+   * How long one whole request may run: every tool call it makes (invokes one after another, their
+   * nested calls) shares a deadline this long after the request began, and every resolver that does
+   * work checks it too. The engine is synchronous, so this is the longest any request (or a started
+   * execution's attempt, under its own timeout) holds the process, and a mutation the write lock:
+   * below a second, so another client's request on the same server always answers within one.
    */
   requestDeadlineMs: number;
   /** QuickJS heap per sandbox; the WASM memory is capped a little above it, which bounds typed arrays too. */
@@ -179,9 +181,9 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   toolReferencesMax: 64,
   policiesMax: 64,
   maxAttemptsMax: 100,
-  toolTimeoutMs: 2000,
-  toolTimeoutMsMax: 5000,
-  requestDeadlineMs: 5000,
+  toolTimeoutMs: 500,
+  toolTimeoutMsMax: 750,
+  requestDeadlineMs: 750,
   sandboxMemoryBytesMax: 64 * 1024 * 1024,
   sandboxStackBytesMax: 256 * 1024,
   inputBytesMax: 262_144,

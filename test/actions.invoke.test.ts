@@ -235,7 +235,7 @@ describe('the sandbox holds its limits, and the engine keeps serving', () => {
     ['many small objects', 'const a = []; for (;;) a.push({ i: a.length, s: "x" + a.length });'],
     ['one huge string', 'let s = "x"; for (;;) s = s + s;'],
   ])('a 200 MB allocation (%s) fails with LIMIT_EXCEEDED', async (_, body) => {
-    engine = await newEngine({ limits: { toolTimeoutMs: 20_000 } });
+    engine = await newEngine({ limits: { toolTimeoutMs: 20_000, requestDeadlineMs: 20_000 } });
     const tool = createTool(33, 'hog', `function run() { ${body} }`);
     const result = invoke(tool, {});
     expect(result.status).toBe('FAILED');
@@ -250,9 +250,10 @@ describe('the sandbox holds its limits, and the engine keeps serving', () => {
     expect(result.error.message).toContain('stack');
   });
 
-  it('a 10 MB output fails with LIMIT_EXCEEDED (outputBytesMax)', () => {
+  it('a 10 MB output fails with LIMIT_EXCEEDED (outputBytesMax)', async () => {
     // Its own deadline, generous: building 10 MB takes a while on a loaded machine, and a call that
     // returns after its deadline is a TIMEOUT.
+    engine = await newEngine({ limits: { toolTimeoutMsMax: 5000, requestDeadlineMs: 5000 } });
     const result = invoke(createTool(36, 'big_output', 'function run() { return "x".repeat(10 * 1024 * 1024); }', { execution: { timeoutMs: 5000 } }), {});
     expect(result.error.code).toBe('LIMIT_EXCEEDED');
     expect(result.error.message).toContain('outputBytesMax');

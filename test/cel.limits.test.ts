@@ -196,7 +196,7 @@ describe('where CEL runs, through GraphQL', () => {
       },
     });
     const refused = fails(engine, `mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }`, { i: { transactionId: id(50), tranCode: 'LOOPY', params: { xs: THOUSAND } } });
-    expect(refused.code).toBe('TRAN_CODE_ERROR');
+    expect(refused.code).toBe('LIMIT_EXCEEDED');
     expect(refused.message).toContain('transaction.description');
     expect(refused.message).toContain('costs more than celCostMax');
     expect(count(engine, 'transactions')).toBe(0);

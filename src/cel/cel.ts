@@ -41,6 +41,25 @@ export class Cel {
     return this.cache.size;
   }
 
+  /**
+   * Run one request's work (`run`) under its deadline: every evaluation inside it stops once the
+   * deadline has passed, and the first that did is returned as `overran`, so the caller can fail
+   * the whole request (an assertion that fails to evaluate would otherwise just hide a row).
+   */
+  withDeadline<T>(deadline: number, run: () => T): { value: T; overran: EngineError | null } {
+    const outer = this.meter.deadline;
+    const outerOverran = this.meter.overran;
+    this.meter.deadline = Math.min(outer, deadline);
+    this.meter.overran = null;
+    try {
+      const value = run();
+      return { value, overran: this.meter.overran };
+    } finally {
+      this.meter.deadline = outer;
+      this.meter.overran = outerOverran;
+    }
+  }
+
   /** Parse and type-check; throws CEL_ERROR. Cached. */
   compile(expression: string): Compiled {
     const cached = this.cache.get(expression);
@@ -83,6 +102,8 @@ export class Cel {
         meter.stop();
       }
     };
+    // The parsed tree stays readable (policy grants and tool references inspect what it reads).
+    Object.defineProperty(compiled, 'ast', { value: parsed.ast, enumerable: false });
     if (this.cache.size >= this.limits.celCacheMax) {
       const oldest = this.cache.keys().next();
       if (!oldest.done) this.cache.delete(oldest.value);

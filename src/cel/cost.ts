@@ -34,6 +34,9 @@ export const CEL_COST = Object.freeze({
   compilePerSizeUnit: 16,
 });
 
+/** Units charged between two looks at the clock (a few µs of evaluation at most). */
+const DEADLINE_CHECK_UNITS = 1024;
+
 /** Dynamic patterns (a pattern that is not a literal) compiled and kept, most recent last. */
 const DYNAMIC_PATTERNS_KEPT = 64;
 
@@ -60,13 +63,24 @@ export class CostMeter {
   expression = '';
   /** The error of the budget once spent: the same one is thrown again (macros catch and go on). */
   private error: EngineError | null = null;
+  /**
+   * The running request's deadline (epoch ms; Infinity outside a request), checked every
+   * DEADLINE_CHECK_UNITS units and when an evaluation starts: a request that evaluates many
+   * expressions (an assertion per row of a page) stops at its deadline, not after all of them.
+   */
+  deadline = Infinity;
+  /** Set when an evaluation ran into the deadline: the engine fails the whole request with it. */
+  overran: EngineError | null = null;
+  private nextDeadlineCheck = Infinity;
   private readonly patterns = new Map<string, Regex>();
 
   constructor(readonly regexSizeMax: number) {}
 
   start(expression: string, limit: number): void {
+    if (this.deadline !== Infinity && Date.now() > this.deadline) throw this.pastDeadline(expression);
     this.left = limit;
     this.limit = limit;
+    this.nextDeadlineCheck = limit - DEADLINE_CHECK_UNITS;
     this.expression = expression;
     this.error = null;
     this.active = true;
@@ -86,6 +100,17 @@ export class CostMeter {
   charge(units: number): void {
     this.left -= units;
     if (this.left < 0) throw this.exceeded();
+    if (this.left < this.nextDeadlineCheck) {
+      this.nextDeadlineCheck = this.left - DEADLINE_CHECK_UNITS;
+      if (Date.now() > this.deadline) throw (this.error ??= this.pastDeadline(this.expression));
+    }
+  }
+
+  private pastDeadline(expression: string): EngineError {
+    return (this.overran ??= new EngineError('LIMIT_EXCEEDED', `CEL ${quote(expression)} ran past the request's deadline (requestDeadlineMs)`, {
+      hint: 'The request evaluates too much CEL: ask for fewer rows, or simplify the expressions (policy assertions run once per row).',
+      details: { expression, requestDeadline: true },
+    }));
   }
 
   /** Charge the deep size of a value, walking no further than the budget left. */
@@ -281,4 +306,11 @@ function regexError(error: unknown, position?: number): EngineError {
   if (!(error instanceof RegexRefused)) return new EngineError('CEL_ERROR', String((error as Error)?.message ?? error));
   const at = position === undefined ? '' : ` (at position ${position + 1})`;
   return new EngineError('CEL_ERROR', `${error.message}${at}`, { hint: error.hint, details: { pattern: error.pattern } });
+}
+
+/** Did an evaluation stop at a budget (celCostMax, or the request's deadline) rather than fail? */
+export function isBudgetError(error: unknown): boolean {
+  if (!(error instanceof EngineError) || error.code !== 'LIMIT_EXCEEDED') return false;
+  const details = error.details as { celCostMax?: unknown; requestDeadline?: unknown } | undefined;
+  return details?.celCostMax !== undefined || details?.requestDeadline === true;
 }

@@ -1,5 +1,5 @@
 import type { ActionVersion } from '../actions/actions.js';
-import type { ErrorData } from '../errors.js';
+import type { EngineError, ErrorData } from '../errors.js';
 import type { AuthorityFrame } from '../policy/authority.js';
 import type { AuthorityLayer, Policy } from '../policy/policy.js';
 import type { ActionStatements, ExecutionRow } from '../storage/statements/actions.js';
@@ -49,6 +49,8 @@ export interface Caller {
   client: { principal: string; policies: readonly Policy[] } | null;
   /** The whole request's deadline (epoch ms, requestDeadlineMs after it began): every call in it shares it. */
   deadline?: number;
+  /** Set by the first resolver that found the deadline passed: the request fails with it alone. */
+  overran?: EngineError;
 }
 
 /** What every call of one tree shares: one deadline, one call budget, references resolved once. */

@@ -1,7 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { makeExecutableSchema } from '@graphql-tools/schema';
-import type { GraphQLSchema } from 'graphql';
+import { type GraphQLFieldResolver, type GraphQLSchema, isObjectType } from 'graphql';
+import { EngineError } from '../errors.js';
+import type { RequestContext } from './context.js';
 import { actionResolvers } from './resolvers/actions.js';
 import { authResolvers } from './resolvers/auth.js';
 import { ledgerResolvers } from './resolvers/ledger.js';
@@ -10,10 +12,40 @@ import { jsonScalar, scalars } from './scalars.js';
 export const SCHEMA_PATH = fileURLToPath(new URL('../../schema.graphql', import.meta.url));
 
 /** The executable schema: schema.graphql (the public contract) plus the resolvers of each area. */
-export function buildSchema(limits: { jsonDepthMax: number }): GraphQLSchema {
-  return makeExecutableSchema({
+export function buildSchema(limits: { jsonDepthMax: number; requestDeadlineMs: number }): GraphQLSchema {
+  const schema = makeExecutableSchema({
     typeDefs: readFileSync(SCHEMA_PATH, 'utf8'),
     resolvers: [{ ...scalars, JSON: jsonScalar(limits.jsonDepthMax) }, ledgerResolvers, actionResolvers, authResolvers],
     resolverValidationOptions: { requireResolversToMatchSchema: 'error' },
   });
+  checkDeadlineInResolvers(schema, limits.requestDeadlineMs);
+  return schema;
+}
+
+/**
+ * Every resolver that does work (reads a row, writes, runs a tool) first checks the request's
+ * deadline: the cost limit bounds what a request may ask for before it runs, and this bounds how
+ * long it may take whatever each row costs, so no request holds the process (and, for a mutation,
+ * the write lock) past requestDeadlineMs. The first resolver past it records the error on the
+ * caller, and the engine answers the request with that one error (a mutation rolls back).
+ */
+function checkDeadlineInResolvers(schema: GraphQLSchema, deadlineMs: number): void {
+  for (const type of Object.values(schema.getTypeMap())) {
+    if (!isObjectType(type) || type.name.startsWith('__')) continue;
+    for (const field of Object.values(type.getFields())) {
+      const resolve = field.resolve as GraphQLFieldResolver<unknown, RequestContext> | undefined;
+      if (!resolve) continue;
+      field.resolve = (source, args, ctx: RequestContext, info) => {
+        const caller = ctx.caller;
+        if (caller.deadline !== undefined && Date.now() > caller.deadline) {
+          caller.overran ??= new EngineError('LIMIT_EXCEEDED', `the request ran past requestDeadlineMs (${deadlineMs} ms) at ${info.parentType.name}.${info.fieldName}`, {
+            hint: 'Ask for less per request: smaller first, fewer nested connections, fewer operations; page through the rest with after.',
+            details: { requestDeadlineMs: deadlineMs },
+          });
+          throw caller.overran;
+        }
+        return resolve(source, args, ctx, info);
+      };
+    }
+  }
 }

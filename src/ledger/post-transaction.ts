@@ -1,3 +1,4 @@
+import { isBudgetError } from '../cel/cost.js';
 import { CelDecimal, CelMoney, celToJson } from '../cel/values.js';
 import { utcDate } from '../clock.js';
 import { checkDecimalBounds, Dec, parseCurrency, parseDecimal } from '../decimal.js';
@@ -124,7 +125,8 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
     });
   }
   const compiled = cache.get(deps, tranCodeRow.tran_code_id, version);
-  const expanded = expand(deps, compiled, input.transactionId, params as Record<string, unknown>);
+  // One budget (celCostMax) for every template of one posting, as one evaluate call has.
+  const expanded = deps.cel.scope(`tran code ${compiled.document.code}`, () => expand(deps, compiled, input.transactionId, params as Record<string, unknown>));
   checkBalanced(compiled.document.code, expanded.entries);
 
   const journal = deps.cache.journals.get(expanded.journalId, (id) => deps.st.journalById.get(id));
@@ -383,7 +385,8 @@ function run(code: string, field: CompiledField, context: Record<string, unknown
     return field.evaluate(context);
   } catch (error) {
     const message = error instanceof Error ? (error as { summary?: string }).summary ?? error.message.split('\n')[0] : String(error);
-    throw new EngineError('TRAN_CODE_ERROR', `tran code ${code}: ${field.path} = ${quote(field.source)} failed: ${message}`, {
+    // A budget crossed (celCostMax, the request's deadline) is a limit, not a mistake in the template.
+    throw new EngineError(isBudgetError(error) ? 'LIMIT_EXCEEDED' : 'TRAN_CODE_ERROR', `tran code ${code}: ${field.path} = ${quote(field.source)} failed: ${message}`, {
       hint: (error as EngineError).hint ?? 'Check the expression against the params sent.',
       details: { field: field.path, expression: field.source },
     });

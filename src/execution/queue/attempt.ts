@@ -41,16 +41,28 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
     backoff = version.execution.backoff;
     if (version.status !== 'ACTIVE') throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is ${version.status}`);
     const timeoutMs = version.execution.timeoutMs ?? svc.limits.toolTimeoutMs;
+    // The attempt is the request here: its deadline bounds the resolvers of its graphql calls too.
+    const deadline = Date.now() + timeoutMs;
     // The changes this attempt makes fire triggers one level below its own (dispatchChange reads it).
     svc.triggerDepth.current = row.trigger_depth;
-    node = runCall(svc, {
-      target: { type: 'version', version },
-      input,
-      executionId: row.execution_id,
-      parent: null,
-      root: { deadline: Date.now() + timeoutMs, calls: 0, principal: caller.principal, caller, fatal: null, resolved: new Map(), input, ids: new Set(), outerLayers, outerRefs },
-      inputFingerprint: row.input_fingerprint,
-      attempt,
+    // Resolvers and CEL under this attempt stop at its deadline too; an attempt that ran past it
+    // fails whole (an assertion cut short would have hidden rows from it), its writes rolled back.
+    const attemptCaller = { ...caller, deadline };
+    node = svc.transactions.savepoint(() => {
+      const run = svc.cel.withDeadline(deadline, () =>
+        runCall(svc, {
+          target: { type: 'version', version },
+          input,
+          executionId: row.execution_id,
+          parent: null,
+          root: { deadline, calls: 0, principal: caller.principal, caller: attemptCaller, fatal: null, resolved: new Map(), input, ids: new Set(), outerLayers, outerRefs },
+          inputFingerprint: row.input_fingerprint,
+          attempt,
+        }),
+      );
+      const overran = attemptCaller.overran ?? run.overran;
+      if (overran && run.value.status === 'SUCCEEDED') throw overran;
+      return run.value;
     });
     error = node.error;
   } catch (e) {
