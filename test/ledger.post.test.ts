@@ -53,16 +53,17 @@ describe('postTransaction', () => {
       i: {
         tranCodeId: id(501),
         code: 'BROKEN',
-        params: [{ name: 'a', type: 'UUID' }, { name: 'b', type: 'UUID' }],
+        // Balanced only when amount is 9.99, so it is accepted at creation and refused when posted.
+        params: [{ name: 'a', type: 'UUID' }, { name: 'b', type: 'UUID' }, { name: 'amount', type: 'DECIMAL' }],
         transaction: {},
         entries: [
-          { accountId: 'params.a', units: "decimal('10')", currency: "'USD'", direction: 'DEBIT' },
+          { accountId: 'params.a', units: 'params.amount', currency: "'USD'", direction: 'DEBIT' },
           { accountId: 'params.b', units: "decimal('9.99')", currency: "'USD'", direction: 'CREDIT' },
         ],
       },
     });
     const before = count(engine, 'entries');
-    const error = fails(engine, POST, { input: { transactionId: id(1), tranCode: 'BROKEN', params: { a: alice, b: bob } } });
+    const error = fails(engine, POST, { input: { transactionId: id(1), tranCode: 'BROKEN', params: { a: alice, b: bob, amount: '10' } } });
     expect(error.code).toBe('UNBALANCED');
     expect(error.message).toContain('USD SETTLED debits − credits = 0.01');
     expect(count(engine, 'entries')).toBe(before);
@@ -74,15 +75,16 @@ describe('postTransaction', () => {
       i: {
         tranCodeId: id(502),
         code: 'CROSS_LAYER',
-        params: [{ name: 'a', type: 'UUID' }, { name: 'b', type: 'UUID' }],
+        // The credit's layer is a param, so creation cannot know it is wrong; posting can.
+        params: [{ name: 'a', type: 'UUID' }, { name: 'b', type: 'UUID' }, { name: 'layer', type: 'STRING' }],
         transaction: {},
         entries: [
           { accountId: 'params.a', units: "decimal('1')", currency: "'USD'", direction: 'DEBIT', layer: 'SETTLED' },
-          { accountId: 'params.b', units: "decimal('1')", currency: "'USD'", direction: 'CREDIT', layer: 'PENDING' },
+          { accountId: 'params.b', units: "decimal('1')", currency: "'USD'", direction: 'CREDIT', layer: 'params.layer' },
         ],
       },
     });
-    expect(fails(engine, POST, { input: { transactionId: id(1), tranCode: 'CROSS_LAYER', params: { a: alice, b: bob } } }).code).toBe('UNBALANCED');
+    expect(fails(engine, POST, { input: { transactionId: id(1), tranCode: 'CROSS_LAYER', params: { a: alice, b: bob, layer: 'PENDING' } } }).code).toBe('UNBALANCED');
   });
 
   it('refuses to post to a LOCKED account and writes nothing; INACTIVE still posts', async () => {

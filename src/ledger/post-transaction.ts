@@ -307,7 +307,7 @@ function checkBalanced(code: string, entries: readonly PlannedEntry[]): void {
   }
 }
 
-interface Expanded {
+export interface Expanded {
   journalId: string;
   correlationId: string;
   externalId: string | null;
@@ -318,7 +318,7 @@ interface Expanded {
 }
 
 /** Evaluate params, vars, the transaction template and every entry template. */
-function expand(deps: LedgerDeps, compiled: CompiledTranCode, transactionId: string, input: Record<string, unknown>): Expanded {
+export function expand(deps: LedgerDeps, compiled: CompiledTranCode, transactionId: string, input: Record<string, unknown>): Expanded {
   const code = compiled.document.code;
   const params = bindParams(deps, compiled, input);
   const vars: Record<string, unknown> = {};

@@ -4,6 +4,7 @@ import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { TranCodeRow, TranCodeVersionRow } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
 import { insertUnique } from './journals.js';
+import { checkTranCodeCanPost } from './tran-code-checks.js';
 import { type JsonObject, jsonObjectText, optionalText, requiredText, type Status } from './records.js';
 
 export const PARAM_TYPES = ['STRING', 'INTEGER', 'DECIMAL', 'BOOLEAN', 'UUID', 'DATE', 'TIMESTAMP', 'JSON'] as const;
@@ -217,7 +218,7 @@ export function createTranCode(deps: LedgerDeps, input: TranCodeInput): TranCode
   }
   const now = deps.clock.now().toISOString();
   const document = buildDocument(deps, { tranCodeId: input.tranCodeId, code, version: 1, created: now }, input, null);
-  compileTranCode(deps, document); // refuses a template that does not compile
+  checkTranCodeCanPost(deps, compileTranCode(deps, document)); // refuses a template that does not compile, or can never post
   const row: TranCodeRow = { tran_code_id: input.tranCodeId, code, status: input.status ?? 'ACTIVE', version: 1, created: now, modified: now };
   insertUnique(() => deps.st.insertTranCode.run(row), `tran code code ${quote(code)}`);
   deps.st.insertTranCodeVersion.run(row.tran_code_id, 1, JSON.stringify(document), now);
@@ -236,7 +237,7 @@ export function updateTranCode(deps: LedgerDeps, tranCodeId: string, input: Tran
   if (templateChanged) {
     const version = current.version + 1;
     document = buildDocument(deps, { tranCodeId, code: current.code, version, created: now }, input, document);
-    compileTranCode(deps, document); // refuses a template that does not compile
+    checkTranCodeCanPost(deps, compileTranCode(deps, document)); // refuses a template that does not compile, or can never post
     row.version = version;
     deps.st.insertTranCodeVersion.run(tranCodeId, version, JSON.stringify(document), now);
   }
