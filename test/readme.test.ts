@@ -1,6 +1,4 @@
-import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ERROR_CODES } from '../src/errors.js';
@@ -8,40 +6,7 @@ import { DEFAULT_LIMITS } from '../src/limits.js';
 
 const ROOT = join(import.meta.dirname, '..');
 
-/** The README's curl walkthrough, run as written against `tally serve` (on a free port). */
-describe('README walkthrough', () => {
-  it('works as written: every step answers what the README says', async () => {
-    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-    const section = readme.slice(readme.indexOf('## A first walkthrough (curl)'));
-    const blocks = [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!);
-    const key = /export TALLY_ADMIN_KEY=(\S+)/.exec(blocks[0]!)![1]!;
-    const script = blocks[1]!;
-    const db = join(mkdtempSync(join(tmpdir(), 'tally-readme-')), 'readme.db');
-    const child = spawn(process.execPath, [join(ROOT, 'bin', 'tally.mjs'), 'serve', '--db', db, '--port', '0'], {
-      env: { ...process.env, TALLY_ADMIN_KEY: key },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    try {
-      let output = '';
-      const port = await new Promise<string>((resolve, reject) => {
-        child.stdout.on('data', (chunk: Buffer) => {
-          output += chunk.toString();
-          const match = /127\.0\.0\.1:(\d+)\/graphql/.exec(output);
-          if (match) resolve(match[1]!);
-        });
-        child.once('exit', () => reject(new Error(output)));
-      });
-      const lines = execFileSync('bash', ['-c', script.replaceAll('localhost:4000', `localhost:${port}`)], { encoding: 'utf8' }).trim().split('\n');
-      const expected = [...script.matchAll(/^# (\{"data".*)$/gm)].map((m) => m[1]!);
-      expect(lines).toHaveLength(6);
-      for (const line of lines) expect(JSON.parse(line).errors).toBeUndefined();
-      // Each "# {...}" line in the README is the answer to the request just above it.
-      expect(expected).toEqual([lines[3], lines[5]]);
-    } finally {
-      child.kill('SIGTERM');
-    }
-  }, 60_000);
-});
+// The README's walkthrough (and examples/bank's) is run as written by test/walkthroughs.test.ts.
 
 describe('README tables', () => {
   const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
