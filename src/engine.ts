@@ -29,6 +29,8 @@ import { buildSchema } from './graphql/schema.js';
 import type { LedgerDeps } from './ledger/deps.js';
 import { Ledger } from './ledger/ledger.js';
 import { type Limits, resolveLimits } from './limits.js';
+import { type Logger, silentLogger } from './log.js';
+import { type AttemptOutcome, isRetryable } from './execution/queue/attempt.js';
 import { type Db, openDatabase } from './storage/database.js';
 import { Checkpointer } from './storage/checkpointer.js';
 import { mapDriverError } from './storage/driver-errors.js';
@@ -45,8 +47,13 @@ export interface EngineOptions {
   path?: string;
   limits?: Partial<Limits>;
   clock?: Clock;
-  /** Where unexpected (INTERNAL) errors are reported. Default: console.error. */
+  /** Where unexpected (INTERNAL) errors are reported. Default: the logger's error, else console.error. */
   logError?: (error: unknown) => void;
+  /**
+   * One structured line per attempt of a started execution, trigger start and admin key change
+   * (see log.ts). Default: none, so an engine used in-process says nothing.
+   */
+  logger?: Logger;
   /** Backoff jitter source, in [0, 1). Default Math.random. */
   random?: () => number;
   /**
@@ -71,6 +78,13 @@ export interface RequestOptions {
   apiKey?: string;
 }
 
+export interface OperationSummary {
+  type: 'query' | 'mutation';
+  /** The operation's name in the document (client-chosen), or null when anonymous. */
+  name: string | null;
+  dryRun: boolean;
+}
+
 export interface Engine {
   readonly limits: Readonly<Limits>;
   readonly ledger: Ledger;
@@ -79,10 +93,18 @@ export interface Engine {
   execute(request: GraphqlRequest, options?: RequestOptions): FormattedResult;
   /** 'query' or 'mutation' for a document that validates; undefined otherwise. */
   operationType(request: GraphqlRequest): 'query' | 'mutation' | undefined;
+  /** The operation a request would run (type, name, @dryRun), when its document validates. */
+  describeOperation(request: GraphqlRequest): OperationSummary | undefined;
   /** A queue worker over this engine's database (see Worker). */
   createWorker(options?: Partial<WorkerOptions>): Worker;
   /** Called after a transaction that started executions commits (the in-process worker wakes). */
   onStarted(listener: () => void): void;
+  /** Called after every attempt any worker of this engine runs (the server counts them). */
+  onAttempt(listener: (outcome: AttemptOutcome) => void): void;
+  /** What /readyz checks: null when the database takes a write and the sandbox is loaded, else why not. */
+  readiness(): { database: string | null; sandbox: string | null };
+  /** Started executions waiting: all QUEUED, those due now, and how long the oldest due one has waited. */
+  queueStats(): { queued: number; due: number; oldestDueAgeMs: number };
   /** The principal an API key belongs to, or null. */
   authenticate(apiKey: string): string | null;
   /** Make sure the admin client exists (see ensureAdmin); returns a newly generated key, once. */
@@ -104,7 +126,12 @@ export interface Engine {
 export async function createEngine(options: EngineOptions = {}): Promise<Engine> {
   const limits = resolveLimits(options.limits);
   const clock = options.clock ?? systemClock;
-  const logError = options.logError ?? ((error: unknown) => console.error('tally: internal error', error));
+  const logger = options.logger ?? silentLogger;
+  const logError =
+    options.logError ??
+    (options.logger
+      ? (error: unknown) => logger.error({ event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) }, 'internal error')
+      : (error: unknown) => console.error('tally: internal error', error));
   // The WASM memory is capped above the QuickJS heap limit, for the allocator's own overhead.
   const sandboxes = await ReplaceableSandbox.create(
     limits.sandboxMemoryBytesMax + 32 * 1024 * 1024,
@@ -193,6 +220,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     limits,
     programKeys: new WeakMap(),
     logError,
+    log: logger,
     newId,
     runGraphql: (request, frame) => runNested(request, frame),
   };
@@ -295,11 +323,33 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     return formatted;
   }
 
-  function operationType(request: GraphqlRequest): 'query' | 'mutation' | undefined {
+  function describeOperation(request: GraphqlRequest): OperationSummary | undefined {
     const prepared = documents.prepare(request.query);
     if ('errors' in prepared) return undefined;
     const plan = planOperation(prepared.document, request.operationName);
-    return 'mode' in plan ? (plan.mode === 'write' ? 'mutation' : 'query') : undefined;
+    if (!('mode' in plan)) return undefined;
+    return { type: plan.mode === 'write' ? 'mutation' : 'query', name: plan.operation.name?.value ?? null, dryRun: plan.dryRun };
+  }
+
+  const attemptListeners: Array<(outcome: AttemptOutcome) => void> = [(outcome) => logAttempt(logger, outcome)];
+  const readinessCheck = db.prepare('BEGIN IMMEDIATE');
+  const rollbackCheck = db.prepare('ROLLBACK');
+
+  /** Take the write lock and let it go, waiting at most readinessWaitMs for another writer. */
+  function databaseReadiness(): string | null {
+    if (transactions.inTransaction) return null;
+    try {
+      db.pragma(`busy_timeout = ${Math.min(limits.readinessWaitMs, limits.busyTimeoutMs)}`);
+      readinessCheck.run();
+      rollbackCheck.run();
+      return null;
+    } catch (error) {
+      const mapped = mapDriverError(error);
+      return mapped instanceof EngineError ? `${mapped.code}: ${mapped.message}` : String((mapped as Error)?.message ?? mapped);
+    } finally {
+      if (db.inTransaction) rollbackCheck.run();
+      db.pragma(`busy_timeout = ${limits.busyTimeoutMs}`);
+    }
   }
 
   return {
@@ -307,7 +357,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     ledger,
     db,
     execute,
-    operationType,
+    operationType: (request) => describeOperation(request)?.type,
+    describeOperation,
     graphql: (query, variables, opts) =>
       execute({ query, variables: variables ?? null, operationName: opts?.operationName ?? null }, {
         ...(opts?.principal === undefined ? {} : { principal: opts.principal }),
@@ -317,14 +368,30 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       new Worker(services, transactions, {
         owner: workerOptions.owner ?? `worker-${process.pid}`,
         pollMs: workerOptions.pollMs ?? 250,
-        ...(workerOptions.onAttempt ? { onAttempt: workerOptions.onAttempt } : {}),
+        onAttempt: (outcome) => {
+          for (const listener of attemptListeners) listener(outcome);
+          workerOptions.onAttempt?.(outcome);
+        },
         onError: workerOptions.onError ?? logError,
       }),
     onStarted: (listener) => {
       startedListeners.push(listener);
     },
+    onAttempt: (listener) => {
+      attemptListeners.push(listener);
+    },
+    readiness: () => ({ database: databaseReadiness(), sandbox: sandboxes.current() ? null : 'the sandbox is being replaced after a crash' }),
+    queueStats: () => {
+      const now = clock.now();
+      const row = queue.queueStats.get({ now: now.toISOString() })!;
+      return { queued: row.queued, due: row.due, oldestDueAgeMs: row.oldest_due ? Math.max(0, now.getTime() - Date.parse(row.oldest_due)) : 0 };
+    },
     authenticate: (apiKey) => authenticate(clientDeps, apiKey)?.principal ?? null,
-    ensureAdmin: (apiKey) => transactions.run('write', () => ({ value: ensureAdmin(clientDeps, apiKey), commit: true })),
+    ensureAdmin: (apiKey) =>
+      transactions.run('write', () => ({
+        value: ensureAdmin(clientDeps, apiKey, (change) => transactions.afterCommit(() => logger.info({ event: 'key', change, client: 'admin' }, `admin key ${change}`))),
+        commit: true,
+      })),
     close: () => {
       checkpointer?.stop();
       db.close();
@@ -339,6 +406,25 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     }),
     sandboxReady: () => sandboxes.ready(),
   };
+}
+
+/** One line per attempt: info when it succeeded, warn when it failed (with the next retry time, if any). */
+function logAttempt(logger: Logger, outcome: AttemptOutcome): void {
+  const fields = {
+    event: 'attempt',
+    executionId: outcome.executionId,
+    action: outcome.version === null ? outcome.action : `${outcome.action}@${outcome.version}`,
+    attempt: outcome.attempt,
+    maxAttempts: outcome.maxAttempts,
+    outcome: outcome.status === 'QUEUED' ? 'RETRY' : outcome.status,
+    durationMs: Math.round(outcome.durationMs * 10) / 10,
+    ...(outcome.error ? { code: outcome.error.code } : {}),
+    ...(outcome.runAt ? { retryAt: outcome.runAt } : {}),
+  };
+  if (outcome.status === 'SUCCEEDED') logger.info(fields, 'attempt succeeded');
+  else if (outcome.status === 'QUEUED') logger.warn(fields, `attempt failed, retry at ${outcome.runAt}`);
+  else if (outcome.error && isRetryable(outcome.error)) logger.warn(fields, 'attempt failed, no attempts left');
+  else logger.warn(fields, `attempt failed, not retried (${outcome.error?.code ?? 'the error'} is not retryable)`);
 }
 
 function toErrorData(formatted: { message: string; extensions?: Record<string, unknown> }): ErrorData {

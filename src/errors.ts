@@ -26,7 +26,7 @@ export const ERROR_CODES = {
   TRAN_CODE_LOCKED: { retryable: false, hint: 'Use an active tran code, or unlock this one.' },
   ALREADY_VOIDED: { retryable: false, hint: 'A transaction can be voided once; read voidedBy for its reversal.' },
   CEL_ERROR: { retryable: false, hint: 'Check the CEL expression at the position shown.' },
-  SCRIPT_ERROR: { retryable: true, hint: 'Read the stack in the error details.' },
+  SCRIPT_ERROR: { retryable: false, hint: 'Read the stack in the error details.' },
   TOOL_FAILED: { retryable: true, hint: 'The tool reported a failure; see its message.' },
   TIMEOUT: { retryable: true, hint: 'The call ran past its deadline; raise timeoutMs or do less work per call.' },
   LIMIT_EXCEEDED: { retryable: false, hint: 'Stay within the limit named in the message, or raise it in the engine options.' },

@@ -88,6 +88,18 @@ export interface Limits {
   /** How long a writer waits for SQLite's write lock before failing with BUSY. */
   busyTimeoutMs: number;
   /**
+   * How long /readyz waits for the write lock (at most busyTimeoutMs). The check blocks the server
+   * while it waits (SQLite calls are synchronous), so it is short: a database another process holds
+   * longer than this is reported not ready.
+   */
+  readinessWaitMs: number;
+  /**
+   * Distinct operation names, and action names, that /metrics labels one by one; the rest are
+   * counted under "other". Operation names are chosen by clients: without a cap, each new name
+   * would be a new series in the scraper for ever.
+   */
+  metricsLabelValuesMax: number;
+  /**
    * WAL pages after which the committing request checkpoints the log itself. The background
    * checkpointer (EngineOptions.checkpointIntervalMs) copies pages long before; this bounds the
    * log (~4 KiB a page) when a steady stream of writes never lets it restart.
@@ -175,6 +187,8 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   decimalIntegerDigitsMax: 30,
   decimalFractionDigitsMax: 18,
   busyTimeoutMs: 5000,
+  readinessWaitMs: 100,
+  metricsLabelValuesMax: 100,
   walAutocheckpointPages: 10_000,
 
   programBytesMax: 262_144,

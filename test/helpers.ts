@@ -77,11 +77,11 @@ export function count(engine: Engine, table: string): number {
 }
 
 /** An engine with an admin key behind a real HTTP server on a free port. */
-export async function startServer(key: string, options: EngineOptions = {}) {
+export async function startServer(key: string, options: EngineOptions = {}, serverOptions: import('../src/server/http.js').ServerOptions = {}) {
   const { createServer } = await import('../src/server/http.js');
   const engine = await newEngine(options);
   engine.ensureAdmin(key);
-  const server = createServer(engine);
+  const server = createServer(engine, serverOptions);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as { port: number };
   return {

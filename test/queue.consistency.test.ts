@@ -44,7 +44,7 @@ describe('queued executions stay consistent', () => {
       { id: '${transfer}', e: ${executionId}, in: { tx: '${id(777)}' } })`;
     const pay = tool(11, 'pay', `function run(e) {
       ${invokeTransfer(`'${id(555)}'`)};
-      if (e.execution.attempt < 2) throw new Error('flaky on attempt ' + e.execution.attempt);
+      if (e.execution.attempt < 2) fail('flaky on attempt ' + e.execution.attempt);
       return 'paid';
     }`, { execution: { maxAttempts: 3, backoff: { initialMs: 10 } } });
     ok(engine, START, { id: pay, input: { executionId: id(500), input: {} } });
@@ -62,7 +62,7 @@ describe('queued executions stay consistent', () => {
     // With one id per attempt, the retry pays once.
     const payOnce = tool(12, 'pay_once', `function run(e) {
       ${invokeTransfer(`'00000000-0000-4000-8000-00000000060' + e.execution.attempt`)};
-      if (e.execution.attempt < 2) throw new Error('flaky on attempt ' + e.execution.attempt);
+      if (e.execution.attempt < 2) fail('flaky on attempt ' + e.execution.attempt);
       return 'paid';
     }`, { execution: { maxAttempts: 3, backoff: { initialMs: 10 } } });
     ok(engine, START, { id: payOnce, input: { executionId: id(501), input: {} } });

@@ -92,14 +92,14 @@ describe('retries', () => {
   const n = ((a.metadata && a.metadata.tries) || 0) + 1;
   if (n < 3) {
     graphql('mutation($m: JSON) { updateAccount(id: "${id(1)}", input: {metadata: $m}) { version } }', { m: { tries: n } });
-    throw new Error('flaky ' + n);
+    fail('flaky ' + n);
   }
   return { tries: n };
 }`, { execution: { maxAttempts: 5, backoff: { initialMs: 1000, multiplier: 3, maxMs: 60000 } } });
     ok(engine, START, { id: flaky, input: { executionId: id(600), input: {} } });
     expect(worker.drain()).toBe(1);
     let e = execution(id(600));
-    expect(e).toMatchObject({ status: 'QUEUED', attempt: 1, error: { code: 'SCRIPT_ERROR' } });
+    expect(e).toMatchObject({ status: 'QUEUED', attempt: 1, error: { code: 'TOOL_FAILED' } });
     // A failed attempt's writes are rolled back: the counter never moves, so we set it as the "external" state.
     expect(ok(engine, `{ account(id: "${id(1)}") { metadata } }`).account.metadata).toBeNull();
     ok(engine, `mutation { updateAccount(id: "${id(1)}", input: {metadata: {tries: 1}}) { version } }`);
@@ -121,8 +121,8 @@ describe('retries', () => {
     e = execution(id(600));
     expect(e).toMatchObject({ status: 'SUCCEEDED', attempt: 3, output: { tries: 3 } });
     expect(e.invocations.map((i: any) => [i.attempt, i.status, i.error?.code ?? null])).toEqual([
-      [1, 'FAILED', 'SCRIPT_ERROR'],
-      [2, 'FAILED', 'SCRIPT_ERROR'],
+      [1, 'FAILED', 'TOOL_FAILED'],
+      [2, 'FAILED', 'TOOL_FAILED'],
       [3, 'SUCCEEDED', null],
     ]);
     const starts = e.invocations.map((i: any) => Date.parse(i.started));
@@ -137,7 +137,7 @@ describe('retries', () => {
   });
 
   it('a program sees which attempt it is in event.execution.attempt', () => {
-    const t = tool(26, 'attempts', 'function run(event) { if (event.execution.attempt < 2) throw new Error("again"); return event.execution.attempt; }', { execution: { backoff: { initialMs: 10 } } });
+    const t = tool(26, 'attempts', 'function run(event) { if (event.execution.attempt < 2) fail("again"); return event.execution.attempt; }', { execution: { backoff: { initialMs: 10 } } });
     ok(engine, START, { id: t, input: { executionId: id(607), input: {} } });
     worker.drain();
     clock.advance(10);
@@ -145,7 +145,7 @@ describe('retries', () => {
     expect(execution(id(607))).toMatchObject({ status: 'SUCCEEDED', attempt: 2, output: 2 });
   });
 
-  it('exhausting maxAttempts ends FAILED with the last error; INPUT-, ACCESS-, VERSION- and retry:false failures are not retried', () => {
+  it('exhausting maxAttempts ends FAILED with the last error; SCRIPT_ERROR, INPUT-, ACCESS-, VERSION- and retry:false failures are not retried', () => {
     const always = tool(21, 'always_fails', 'function run() { fail("still down"); }', { execution: { maxAttempts: 2, backoff: { initialMs: 10 } } });
     ok(engine, START, { id: always, input: { executionId: id(601), input: {} } });
     worker.drain();
@@ -157,6 +157,16 @@ describe('retries', () => {
     ok(engine, START, { id: final, input: { executionId: id(602), input: {} } });
     worker.drain();
     expect(execution(id(602))).toMatchObject({ status: 'FAILED', attempt: 1 });
+
+    // A program's own bug (a ReferenceError, a TypeError) fails the same way every time.
+    const typo = tool(25, 'typo', 'function run() { return availble + 1; }', { execution: { maxAttempts: 5 } });
+    ok(engine, START, { id: typo, input: { executionId: id(605), input: {} } });
+    expect(worker.drain()).toBe(1);
+    expect(execution(id(605))).toMatchObject({ status: 'FAILED', attempt: 1, runAt: null, error: { code: 'SCRIPT_ERROR', message: expect.stringContaining('availble') } });
+    const typeError = tool(27, 'type_error', 'function run() { return null.x; }', { execution: { maxAttempts: 5 } });
+    ok(engine, START, { id: typeError, input: { executionId: id(606), input: {} } });
+    worker.drain();
+    expect(execution(id(606))).toMatchObject({ status: 'FAILED', attempt: 1, error: { code: 'SCRIPT_ERROR' } });
 
     const badOutput = tool(23, 'bad_output', 'function run() { return "x"; }', { tool: { outputSchema: { type: 'integer' } }, execution: { maxAttempts: 5 } });
     ok(engine, START, { id: badOutput, input: { executionId: id(603), input: {} } });

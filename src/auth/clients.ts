@@ -155,7 +155,7 @@ export function authenticate(deps: ClientDeps, apiKey: string): Client | null {
  * Make sure an admin client exists. With `apiKey` (TALLY_ADMIN_KEY), the admin's key is set to it;
  * without, a key is generated only when no admin exists yet. Returns the new key when one was made.
  */
-export function ensureAdmin(deps: ClientDeps, apiKey?: string): string | null {
+export function ensureAdmin(deps: ClientDeps, apiKey?: string, onChange?: (change: 'created' | 'rotated') => void): string | null {
   const existing = deps.st.clientByPrincipal.get(ADMIN_PRINCIPAL);
   if (apiKey !== undefined && !apiKey.startsWith(KEY_PREFIX)) {
     throw new EngineError('BAD_REQUEST', `TALLY_ADMIN_KEY must start with ${KEY_PREFIX}`, { hint: `Generate one, e.g. ${KEY_PREFIX}$(openssl rand -hex 32).` });
@@ -163,8 +163,11 @@ export function ensureAdmin(deps: ClientDeps, apiKey?: string): string | null {
   if (existing) {
     if (apiKey !== undefined && existing.key_hash !== hashKey(apiKey)) {
       deps.st.updateClient.run({ principal: ADMIN_PRINCIPAL, name: existing.name, policies: existing.policies, key_hash: hashKey(apiKey), modified: deps.clock.now().toISOString() });
+      onChange?.('rotated');
     }
     return null;
   }
-  return createClient(deps, { principal: ADMIN_PRINCIPAL, name: 'Administrator', policies: ADMIN_POLICIES }, [], apiKey).apiKey;
+  const created = createClient(deps, { principal: ADMIN_PRINCIPAL, name: 'Administrator', policies: ADMIN_POLICIES }, [], apiKey).apiKey;
+  onChange?.('created');
+  return created;
 }

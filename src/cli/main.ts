@@ -20,9 +20,10 @@ import {
 
 const USAGE = `usage: tally <command> [options]
 
-  serve      [--db PATH] [--port N] [--host H] [--no-worker]
+  serve      [--db PATH] [--port N] [--host H] [--no-worker] [--log-level LEVEL]
              serve GraphQL at /graphql (GraphiQL for browsers) and run started executions in-process
-  worker     [--db PATH] [--drain]       run started executions beside a server (--drain: what is due, then exit)
+  worker     [--db PATH] [--drain] [--log-level LEVEL]
+             run started executions beside a server (--drain: what is due, then exit)
   migrate    [--db PATH]                 create or upgrade the database, then exit
   deploy     [DIR] [--dry-run]           create what a project folder defines, new versions of what changed
   invoke     <tool> --input JSON|@file [--version N] [--execution-id ID]
@@ -37,7 +38,8 @@ where:     --db PATH (in-process, the engine's own authority) or --server URL wi
            (or $TALLY_SERVER, $TALLY_API_KEY; deploy also reads "server" from tally.json)
 output:    --json on every command, for scripts
 exit code: 0 ok, 1 the operation or execution failed, 2 usage
-defaults:  serve/worker/migrate --db ./data/tally.db (or $TALLY_DB), --port 4000 ($PORT), --host 127.0.0.1 ($HOST)`;
+defaults:  serve/worker/migrate --db ./data/tally.db (or $TALLY_DB), --port 4000 ($PORT), --host 127.0.0.1 ($HOST),
+           --log-level info ($TALLY_LOG_LEVEL; trace debug info warn error fatal silent)`;
 
 const io: Io = {
   out: (text) => process.stdout.write(text),
@@ -64,7 +66,7 @@ export async function main(argv: string[]): Promise<number> {
         server: { type: 'string' }, key: { type: 'string' }, json: { type: 'boolean' }, 'dry-run': { type: 'boolean' },
         input: { type: 'string' }, version: { type: 'string' }, 'execution-id': { type: 'string' },
         status: { type: 'string' }, action: { type: 'string' }, first: { type: 'string' }, currency: { type: 'string' },
-        help: { type: 'boolean', short: 'h' },
+        help: { type: 'boolean', short: 'h' }, 'log-level': { type: 'string' },
       },
     });
   } catch (error) {
@@ -80,12 +82,12 @@ export async function main(argv: string[]): Promise<number> {
   try {
     switch (command) {
       case 'serve':
-        await serve(localDb, values.port, values.host, values['no-worker'] === true);
+        await serve(localDb, values.port, values.host, values['no-worker'] === true, values['log-level']);
         return EXIT.ok;
       case 'worker':
         // A worker runs what a server queued: a database that does not exist yet is a typo.
         requireDatabase(localDb);
-        await runWorker(localDb, values.drain === true);
+        await runWorker(localDb, values.drain === true, values['log-level']);
         return EXIT.ok;
       case 'migrate': {
         const engine = await createEngine({ path: localDb });
@@ -121,19 +123,21 @@ export async function main(argv: string[]): Promise<number> {
   }
 }
 
-async function serve(db: string, portOption: string | undefined, hostOption: string | undefined, noWorker: boolean): Promise<void> {
+async function serve(db: string, portOption: string | undefined, hostOption: string | undefined, noWorker: boolean, logLevel: string | undefined): Promise<void> {
   const port = Number(portOption ?? process.env.PORT ?? 4000);
   if (!Number.isInteger(port) || port < 0 || port > 65535) usage(`--port ${JSON.stringify(portOption)} is not a port number`);
   const host = hostOption ?? process.env.HOST ?? '127.0.0.1';
-  const engine = await createEngine({ path: db });
+  const { cliLogger } = await import('./logging.js');
+  const logger = cliLogger(logLevel, (message) => new UsageError(message));
+  const engine = await createEngine({ path: db, logger });
   const generated = engine.ensureAdmin(process.env.TALLY_ADMIN_KEY);
   if (generated) {
     // Shown now, before anything can fail: it is stored hashed and never shown again.
     process.stdout.write(`tally: created the admin client; its API key (shown once): ${generated}\n`);
     process.stdout.write('tally: set TALLY_ADMIN_KEY to choose the admin key yourself\n');
   }
-  const server = createServer(engine, { log: (line) => process.stderr.write(`${line}\n`) });
   const worker = noWorker ? null : engine.createWorker({ owner: `serve-${process.pid}` });
+  const server = createServer(engine, { logger, ...(worker ? { worker } : {}) });
   server.on('error', (error: NodeJS.ErrnoException) => {
     const why = error.code === 'EADDRINUSE' ? 'the port is in use' : error.code === 'EADDRNOTAVAIL' || error.code === 'ENOTFOUND' ? 'no such local address' : error.code ?? error.message;
     process.stderr.write(`tally: cannot serve on ${host}:${port}: ${why}\n`);
@@ -173,8 +177,10 @@ async function serve(db: string, portOption: string | undefined, hostOption: str
  * A worker process: attempts are synchronous, so a signal is handled between two attempts; the
  * attempt in progress always finishes (or, on kill -9, rolls back whole).
  */
-async function runWorker(db: string, drain: boolean): Promise<void> {
-  const engine = await createEngine({ path: db });
+async function runWorker(db: string, drain: boolean, logLevel: string | undefined): Promise<void> {
+  const { cliLogger } = await import('./logging.js');
+  const logger = cliLogger(logLevel, (message) => new UsageError(message));
+  const engine = await createEngine({ path: db, logger });
   const worker = engine.createWorker({ owner: `worker-${process.pid}` });
   if (drain) {
     const attempts = worker.drain();

@@ -4,6 +4,7 @@ import type { Cel } from '../cel/cel.js';
 import type { Clock } from '../clock.js';
 import type { ErrorData } from '../errors.js';
 import type { Limits } from '../limits.js';
+import type { Logger } from '../log.js';
 import type { ActionStatements, QueueStatements, TriggerRow } from '../storage/statements/actions.js';
 import type { RecordCache } from '../storage/record-cache.js';
 import type { TransactionManager } from '../storage/transaction.js';
@@ -44,6 +45,8 @@ export interface ExecutionServices {
   /** The caller a principal stands for now (its current policies), or null if it no longer exists. */
   callerOf(principal: string): Caller | null;
   logError(error: unknown): void;
+  /** Where events are reported (trigger starts); silent unless the embedder gave a logger. */
+  log: Logger;
   /** Time-ordered ids for the calls a program makes. */
   newId: () => string;
   /** Sandbox cache keys of programs, memoised per (immutable) config object. */

@@ -2,14 +2,43 @@ import { createServer as createHttpServer, type IncomingMessage, type Server, ty
 import { invalidKey } from '../auth/clients.js';
 import type { Engine } from '../engine.js';
 import { EngineError, quote } from '../errors.js';
+import type { Worker } from '../execution/queue/worker.js';
 import type { FormattedResult, GraphqlRequest } from '../graphql/executor.js';
+import { type Logger, silentLogger } from '../log.js';
 import { assetReader, consolePage } from './console-page.js';
+import { ServerMetrics } from './metrics.js';
 
 const GRAPHQL_RESPONSE = 'application/graphql-response+json';
 
 export interface ServerOptions {
-  /** Print one line per request. */
+  /** Where a request that failed inside the server is reported, when there is no logger. */
   log?: (line: string) => void;
+  /** One line per request (and per deploy); silent by default. */
+  logger?: Logger;
+  /** The in-process queue worker, when the server runs one: /readyz reports it stopped. */
+  worker?: Worker;
+}
+
+/** What the server learns about a request as it handles it, for its log line and /metrics. */
+interface RequestTrace {
+  startedMs: number;
+  /** GraphQL requests are logged at info and counted; probes, GraphiQL and its assets at debug. */
+  graphql: boolean;
+  type: 'query' | 'mutation' | 'unknown';
+  operation: string | null;
+  dryRun: boolean;
+  principal: string | null;
+  /** 'ok', or the code of the first error sent. */
+  outcome: string;
+  /** Of a deploy: how many changes it applies. */
+  changes: number;
+}
+
+const traces = new WeakMap<ServerResponse, RequestTrace>();
+
+interface Operability {
+  metrics: ServerMetrics;
+  worker: Worker | undefined;
 }
 
 /**
@@ -21,9 +50,15 @@ export function createServer(engine: Engine, options: ServerOptions = {}): Serve
   // Node checks request timeouts on an interval (30 s by default); check often enough to honour ours.
   const connectionsCheckingInterval = Math.max(50, Math.min(1000, Math.floor(limits.requestTimeoutMs / 4)));
   const asset = assetReader();
+  const logger = options.logger ?? silentLogger;
+  const ops: Operability = { metrics: new ServerMetrics(engine), worker: options.worker };
   const server = createHttpServer({ connectionsCheckingInterval }, (req, res) => {
-    handle(engine, asset, req, res).catch((error: unknown) => {
-      options.log?.(`tally: request failed: ${String(error)}`);
+    const trace: RequestTrace = { startedMs: performance.now(), graphql: false, type: 'unknown', operation: null, dryRun: false, principal: null, outcome: 'ok', changes: 0 };
+    traces.set(res, trace);
+    res.once('close', () => finishRequest(logger, ops.metrics, req, res, trace));
+    handle(engine, asset, ops, req, res).catch((error: unknown) => {
+      if (options.logger) logger.error({ event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) }, 'request failed');
+      else options.log?.(`tally: request failed: ${String(error)}`);
       if (!res.headersSent) sendErrors(res, 500, 'application/json', [new EngineError('INTERNAL', 'the request failed')]);
       else res.end();
     });
@@ -33,13 +68,54 @@ export function createServer(engine: Engine, options: ServerOptions = {}): Serve
   return server;
 }
 
-async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, req: IncomingMessage, res: ServerResponse): Promise<void> {
+/**
+ * One line per request once its response is written (or the client went away): what ran, as whom,
+ * how long it took and how it ended. Never the variables, the key or the result: they hold money
+ * and secrets.
+ */
+function finishRequest(logger: Logger, metrics: ServerMetrics, req: IncomingMessage, res: ServerResponse, trace: RequestTrace): void {
+  const durationMs = Math.round((performance.now() - trace.startedMs) * 10) / 10;
+  const outcome = res.writableFinished ? trace.outcome : 'aborted';
+  if (!trace.graphql) {
+    logger.debug({ event: 'request', method: req.method, path: (req.url ?? '').split('?')[0], status: res.statusCode, durationMs }, 'request');
+    return;
+  }
+  metrics.recordRequest({ type: trace.type, operation: trace.operation, outcome, durationMs });
+  const fields = {
+    event: 'request', type: trace.type, operation: trace.operation, principal: trace.principal,
+    outcome: outcome === 'ok' || outcome === 'aborted' ? outcome : 'error', ...(outcome === 'ok' || outcome === 'aborted' ? {} : { code: outcome }),
+    status: res.statusCode, durationMs,
+  };
+  const message = `${trace.type} ${trace.operation ?? '(anonymous)'} ${outcome}`;
+  if (outcome === 'INTERNAL') logger.error(fields, message);
+  else logger.info(fields, message);
+  // What `tally deploy` sends: one mutation named Deploy, one variable per change.
+  if (trace.type === 'mutation' && trace.operation === 'Deploy' && !trace.dryRun && outcome === 'ok') {
+    logger.info({ event: 'deploy', principal: trace.principal, changes: trace.changes }, `deploy applied ${trace.changes} change(s)`);
+  }
+}
+
+/** Note what a request will run, before it runs (the document is cached: the engine's own lookup is a hit). */
+function traceOperation(engine: Engine, res: ServerResponse, request: GraphqlRequest): void {
+  const trace = traces.get(res);
+  const operation = engine.describeOperation(request);
+  if (!trace || !operation) return;
+  trace.type = operation.type;
+  trace.operation = operation.name;
+  trace.dryRun = operation.dryRun;
+  if (operation.name === 'Deploy') trace.changes = Object.keys(request.variables ?? {}).filter((name) => /^v\d+$/.test(name)).length;
+}
+
+async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops: Operability, req: IncomingMessage, res: ServerResponse): Promise<void> {
   let url: URL;
   try {
     url = new URL(req.url ?? '/', 'http://localhost');
   } catch {
     req.resume();
     return sendErrors(res, 400, 'application/json', [new EngineError('BAD_REQUEST', `the request target ${quote(req.url ?? '')} is not a valid URL path`, { hint: 'Send requests to /graphql.' })]);
+  }
+  if (url.pathname === '/healthz' || url.pathname === '/readyz' || url.pathname === '/metrics') {
+    return probe(engine, ops, url.pathname, req, res);
   }
   if (req.method === 'GET' && url.pathname.startsWith('/graphql/assets/')) {
     const found = asset(url.pathname.slice('/graphql/assets/'.length));
@@ -64,17 +140,21 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, req
     res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end(consolePage());
     return;
   }
+  traces.get(res)!.graphql = true;
   // Checked now, to refuse a bad key before reading the body; the engine checks the key again
   // inside the request's transaction (a key rotated meanwhile is refused).
-  const apiKey = authenticate(engine, req.headers.authorization);
-  if (apiKey instanceof EngineError) {
+  const client = authenticate(engine, req.headers.authorization);
+  if (client instanceof EngineError) {
     if (req.method === 'POST') req.resume();
-    return sendUnauthenticated(res, mediaType, apiKey);
+    return sendUnauthenticated(res, mediaType, client);
   }
+  const { apiKey } = client;
+  traces.get(res)!.principal = client.principal;
 
   if (req.method === 'GET') {
     const request = requestFromSearchParams(url.searchParams);
     if (request instanceof EngineError) return sendErrors(res, 400, mediaType, [request]);
+    traceOperation(engine, res, request);
     if (isMutation(engine, request)) {
       res.setHeader('allow', 'POST');
       return sendErrors(res, 405, mediaType, [new EngineError('BAD_REQUEST', 'mutations must be sent with POST', { hint: 'POST the request as JSON.' })]);
@@ -99,11 +179,39 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, req
   }
   const request = requestFromBody(body);
   if (request instanceof EngineError) return sendErrors(res, 400, mediaType, [request]);
+  traceOperation(engine, res, request);
   return sendResult(res, mediaType, engine.execute(request, { apiKey }));
 }
 
-/** The API key of `Authorization: Bearer <api key>` when it belongs to a client, or UNAUTHENTICATED. */
-function authenticate(engine: Engine, header: string | undefined): string | EngineError {
+/**
+ * /healthz: the process answers (no database access, no key). /readyz: it can do work now (the
+ * database takes a write, the sandbox is loaded, the worker runs when there is one); 503 with the
+ * failed check otherwise, no key. /metrics: Prometheus text, for any client's key (a client with no
+ * policies can read metrics and do nothing else).
+ */
+async function probe(engine: Engine, ops: Operability, path: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  if (req.method !== 'GET' && req.method !== 'HEAD') {
+    req.resume();
+    res.setHeader('allow', 'GET, HEAD');
+    return sendErrors(res, 405, 'application/json', [new EngineError('BAD_REQUEST', `method ${req.method} is not allowed on ${path}`, { hint: `Use GET ${path}.` })]);
+  }
+  if (path === '/healthz') return send(res, 200, 'application/json', { status: 'ok' });
+  if (path === '/readyz') {
+    const { database, sandbox } = engine.readiness();
+    // Under --no-worker, executions run elsewhere (tally worker): not this server's to check.
+    const worker = ops.worker === undefined || ops.worker.isRunning ? null : 'the queue worker is not running';
+    const checks = { database: database ?? 'ok', sandbox: sandbox ?? 'ok', worker: worker ?? (ops.worker ? 'ok' : 'disabled') };
+    const ready = database === null && sandbox === null && worker === null;
+    return send(res, ready ? 200 : 503, 'application/json', { status: ready ? 'ready' : 'not ready', checks });
+  }
+  const client = authenticate(engine, req.headers.authorization);
+  if (client instanceof EngineError) return sendUnauthenticated(res, 'application/json', client);
+  const text = await ops.metrics.registry.metrics();
+  res.writeHead(200, { 'content-type': ops.metrics.registry.contentType, 'content-length': Buffer.byteLength(text) }).end(text);
+}
+
+/** The API key of `Authorization: Bearer <api key>` and its client's principal, or UNAUTHENTICATED. */
+function authenticate(engine: Engine, header: string | undefined): { apiKey: string; principal: string } | EngineError {
   if (!header) {
     return new EngineError('UNAUTHENTICATED', 'the request has no Authorization header', { hint: 'Send `Authorization: Bearer <api key>`.' });
   }
@@ -111,8 +219,9 @@ function authenticate(engine: Engine, header: string | undefined): string | Engi
   if (!match) {
     return new EngineError('UNAUTHENTICATED', 'the Authorization header is not `Bearer <api key>`', { hint: 'Send `Authorization: Bearer <api key>`.' });
   }
-  if (!engine.authenticate(match[1]!)) return invalidKey();
-  return match[1]!;
+  const principal = engine.authenticate(match[1]!);
+  if (!principal) return invalidKey();
+  return { apiKey: match[1]!, principal };
 }
 
 /** application/graphql-response+json when the client accepts it, otherwise application/json. */
@@ -223,7 +332,10 @@ function sendErrors(res: ServerResponse, status: number, mediaType: string, erro
   send(res, status, mediaType, { errors: errors.map((e) => ({ message: e.message, extensions: e.extensions })) });
 }
 
-function send(res: ServerResponse, status: number, mediaType: string, body: unknown): void {
+function send(res: ServerResponse, status: number, mediaType: string, body: { errors?: ReadonlyArray<{ extensions?: Record<string, unknown> }> } | object): void {
+  const code = 'errors' in body ? body.errors?.[0]?.extensions?.code : undefined;
+  const trace = traces.get(res);
+  if (trace) trace.outcome = typeof code === 'string' ? code : 'ok';
   const text = JSON.stringify(body);
   res.writeHead(status, { 'content-type': `${mediaType}; charset=utf-8`, 'content-length': Buffer.byteLength(text) });
   res.end(text);

@@ -16,6 +16,8 @@ export class TransactionManager {
   private readonly dataVersion;
   private lastDataVersion = -1;
   private savepointDepth = 0;
+  /** What to do once the open transaction commits (see afterCommit); dropped when it rolls back. */
+  private committed: Array<() => void> = [];
   /** SAVEPOINT / RELEASE / ROLLBACK TO statements by depth, prepared once. */
   private readonly savepointStatements: Array<{ open: Statement<[]>; release: Statement<[]>; rollbackTo: Statement<[]> }> = [];
 
@@ -32,6 +34,16 @@ export class TransactionManager {
 
   get inTransaction(): boolean {
     return this.db.inTransaction;
+  }
+
+  /**
+   * Run `fn` after the open transaction commits, or now when none is open. Work rolled back (the
+   * transaction, or the savepoint open when `fn` was registered) never calls it: a log line about a
+   * change is written only for a change that happened.
+   */
+  afterCommit(fn: () => void): void {
+    if (this.db.inTransaction) this.committed.push(fn);
+    else fn();
   }
 
   /**
@@ -74,6 +86,7 @@ export class TransactionManager {
         this.rollbackQuietly();
         throw mapDriverError(error);
       }
+      this.runCommitted();
       return outcome.value;
     } finally {
       if (this.epoch) this.epoch.active = false;
@@ -89,6 +102,7 @@ export class TransactionManager {
     const depth = ++this.savepointDepth;
     const sp = this.statementsFor(depth);
     sp.open.run();
+    const registered = this.committed.length;
     try {
       const value = fn();
       sp.release.run();
@@ -98,6 +112,7 @@ export class TransactionManager {
         sp.rollbackTo.run();
         sp.release.run();
       }
+      this.committed.length = Math.min(this.committed.length, registered);
       this.epoch?.bump();
       throw error;
     } finally {
@@ -115,8 +130,15 @@ export class TransactionManager {
     return sp;
   }
 
+  private runCommitted(): void {
+    const callbacks = this.committed;
+    this.committed = [];
+    for (const fn of callbacks) fn();
+  }
+
   private rollbackQuietly(): void {
     this.savepointDepth = 0;
+    this.committed = [];
     this.epoch?.bump();
     if (this.db.inTransaction) this.rollback.run();
   }

@@ -10,10 +10,17 @@ import { backoffDelayMs } from './backoff.js';
 
 export interface AttemptOutcome {
   executionId: string;
+  /** The action's name and the version the attempt ran (null when it had none to run). */
+  action: string;
+  version: number | null;
   attempt: number;
+  maxAttempts: number;
+  /** QUEUED: the attempt failed and the execution is retried at `runAt`. */
   status: 'SUCCEEDED' | 'FAILED' | 'QUEUED';
   error: ErrorData | null;
   runAt: string | null;
+  /** Wall time the attempt ran, whatever the engine's clock says. */
+  durationMs: number;
 }
 
 /**
@@ -24,6 +31,7 @@ export interface AttemptOutcome {
 export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string): AttemptOutcome {
   const attempt = row.attempt + 1;
   const startedAt = svc.clock.now();
+  const startedMs = performance.now();
   const input: unknown = JSON.parse(row.input);
   let node: CallNode | null = null;
   let error: ErrorData | null = null;
@@ -71,7 +79,7 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
     svc.triggerDepth.current = 0;
   }
 
-  return finish(svc, row, owner, { attempt, startedAt, node, error, backoff });
+  return finish(svc, row, owner, { attempt, startedAt, startedMs, node, error, backoff });
 }
 
 /**
@@ -90,17 +98,18 @@ export function recordBrokenAttempt(svc: ExecutionServices, row: QueueRow, owner
   }
   // The cause (a driver message, say) goes to the log, not into a record clients read.
   const error = new EngineError('INTERNAL', `attempt ${row.attempt + 1} of ${row.action_name} could not be recorded (an internal error, logged)`).toData();
-  return finish(svc, row, owner, { attempt: row.attempt + 1, startedAt: svc.clock.now(), node: null, error, backoff });
+  return finish(svc, row, owner, { attempt: row.attempt + 1, startedAt: svc.clock.now(), startedMs: performance.now(), node: null, error, backoff });
 }
 
 function finish(
   svc: ExecutionServices,
   row: QueueRow,
   owner: string,
-  { attempt, startedAt, node, error, backoff }: { attempt: number; startedAt: Date; node: CallNode | null; error: ErrorData | null; backoff: typeof DEFAULT_EXECUTION.backoff },
+  { attempt, startedAt, startedMs, node, error, backoff }: { attempt: number; startedAt: Date; startedMs: number; node: CallNode | null; error: ErrorData | null; backoff: typeof DEFAULT_EXECUTION.backoff },
 ): AttemptOutcome {
   const succeeded = node?.status === 'SUCCEEDED';
-  const retry = !succeeded && error !== null && isRetryable(error) && attempt < (row.max_attempts ?? 1);
+  const maxAttempts = row.max_attempts ?? 1;
+  const retry = !succeeded && error !== null && isRetryable(error) && attempt < maxAttempts;
   const status = succeeded ? 'SUCCEEDED' : retry ? 'QUEUED' : 'FAILED';
   const finished = svc.clock.now().toISOString();
   const runAt = retry ? new Date(svc.clock.now().getTime() + backoffDelayMs(backoff, attempt, svc.random)).toISOString() : null;
@@ -117,7 +126,10 @@ function finish(
   // A failed attempt rolled back: what its calls did is undone with it.
   const undone = !succeeded || node?.undone === true;
   for (const child of node?.children ?? []) persistTree(svc.st, child, undone);
-  return { executionId: row.execution_id, attempt, status, error, runAt };
+  return {
+    executionId: row.execution_id, action: row.action_name, version: row.action_version, attempt, maxAttempts,
+    status, error, runAt, durationMs: performance.now() - startedMs,
+  };
 }
 
 /** The tools that were on the starter's stack, with their policies as they are now. */
@@ -128,8 +140,14 @@ function startStack(svc: ExecutionServices, refs: Array<{ actionId: string; vers
   });
 }
 
-/** Retry what can succeed on its own: TIMEOUT, SCRIPT_ERROR, TOOL_FAILED (unless the tool said not to), BUSY. */
-function isRetryable(error: ErrorData): boolean {
+/**
+ * Retry only what can pass on its own: the codes ERROR_CODES marks retryable (TIMEOUT, TOOL_FAILED
+ * unless the tool said `{retry: false}`, BUSY, INTERNAL). A deterministic failure (SCRIPT_ERROR, a
+ * program's own uncaught exception such as a ReferenceError; INPUT_INVALID; ACCESS_DENIED; …)
+ * fails the same way every time, so it ends the execution at once. A program that wants another
+ * attempt calls fail(). A nested call's error keeps its code, so a BUSY below is still retried.
+ */
+export function isRetryable(error: ErrorData): boolean {
   if (error.code === 'TOOL_FAILED' && (error.details as { retry?: unknown } | undefined)?.retry === false) return false;
   return ERROR_CODES[error.code].retryable;
 }

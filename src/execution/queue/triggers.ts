@@ -192,6 +192,8 @@ export function dispatchChange(svc: ExecutionServices, change: LedgerChange): vo
       for (const [prop, expression] of Object.entries(trigger.input ?? {})) input[prop] = celToJson(svc.cel.evaluate(expression, bindings));
       const version = resolveStartVersion(svc, { name: trigger.action.name, actionVersion: trigger.action.version });
       enqueue(svc, { executionId, version, input, inputFingerprint: null, principal: trigger.principal, triggerId: trigger.triggerId, triggerDepth: depth });
+      const fields = { event: 'trigger', trigger: trigger.name, on: change.event, executionId, action: `${version.name}@${version.version}`, triggerDepth: depth };
+      svc.transactions.afterCommit(() => svc.log.info(fields, 'trigger started an execution'));
     } catch (error) {
       // A taken id cannot hold the record: the failure gets a fresh one.
       recordFailedStart(svc, trigger, taken ? svc.newId() : executionId, depth, error as EngineError);
@@ -215,4 +217,6 @@ function recordFailedStart(svc: ExecutionServices, trigger: Trigger, executionId
   const failed: ErrorData = { code: e.code ?? 'CEL_ERROR', message: `trigger ${trigger.name}: ${e.message}` };
   if (e.hint) failed.hint = e.hint;
   enqueue(svc, { executionId, version, input: {}, inputFingerprint: null, principal: trigger.principal, triggerId: trigger.triggerId, triggerDepth, failed });
+  const fields = { event: 'trigger', trigger: trigger.name, executionId, action: `${version.name}@${version.version}`, triggerDepth, outcome: 'FAILED', code: failed.code };
+  svc.transactions.afterCommit(() => svc.log.warn(fields, 'trigger matched but its execution could not start'));
 }

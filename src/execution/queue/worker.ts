@@ -67,6 +67,11 @@ export class Worker {
     return count;
   }
 
+  /** Started and not stopped: its loop is running attempts as they come due. */
+  get isRunning(): boolean {
+    return this.running;
+  }
+
   start(): void {
     if (this.running) return;
     this.running = true;

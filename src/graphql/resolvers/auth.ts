@@ -16,7 +16,11 @@ export const authResolvers = {
   },
   AuthMutation: {
     // A client can grant only what its whole stack holds (src/policy/grant.ts).
-    createClient: (_: unknown, { input }: Args, ctx: RequestContext) => clients.createClient(ctx.clients, guard(ctx, 'INSERT', C, input), ctx.authority.stack),
+    createClient: (_: unknown, { input }: Args, ctx: RequestContext) => {
+      const created = clients.createClient(ctx.clients, guard(ctx, 'INSERT', C, input), ctx.authority.stack);
+      logKeyEvent(ctx, 'created', created.client.principal);
+      return created;
+    },
     updateClient: (_: unknown, { principal, input }: Args, ctx: RequestContext) => {
       guard(ctx, 'UPDATE', C, clients.getClient(ctx.clients, principal));
       if (input?.policies != null && principal === ctx.principal) {
@@ -24,7 +28,9 @@ export const authResolvers = {
         // what it may do: another client must change its policies.
         throw new EngineError('ACCESS_DENIED', `client ${principal} cannot change its own policies`, { hint: 'Have another client with UPDATE on auth.Client (the admin) change them.' });
       }
-      return clients.updateClient(ctx.clients, principal, input, { principal: ctx.principal, stack: ctx.authority.stack });
+      const updated = clients.updateClient(ctx.clients, principal, input, { principal: ctx.principal, stack: ctx.authority.stack });
+      if (input?.rotateKey === true) logKeyEvent(ctx, 'rotated', principal);
+      return updated;
     },
     deleteClient: (_: unknown, { principal }: Args, ctx: RequestContext) => {
       guard(ctx, 'DELETE', C, clients.getClient(ctx.clients, principal));
@@ -38,3 +44,9 @@ export const authResolvers = {
     },
   },
 };
+
+/** One line per API key made or replaced, once the request commits (never the key itself). */
+function logKeyEvent(ctx: RequestContext, change: 'created' | 'rotated', principal: string): void {
+  const fields = { event: 'key', change, client: principal, by: ctx.principal };
+  ctx.services.transactions.afterCommit(() => ctx.services.log.info(fields, `API key ${change}`));
+}

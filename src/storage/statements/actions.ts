@@ -155,6 +155,10 @@ export function queueStatements(db: Db) {
       "SELECT * FROM executions WHERE status = 'QUEUED' AND run_at <= ? ORDER BY run_at, seq LIMIT 1",
     ),
     nextRunAt: db.prepare<[], { run_at: string | null }>("SELECT min(run_at) AS run_at FROM executions WHERE status = 'QUEUED'"),
+    queueStats: db.prepare<[{ now: string }], { queued: number; due: number; oldest_due: string | null }>(
+      `SELECT count(*) AS queued, count(*) FILTER (WHERE run_at <= @now) AS due, min(CASE WHEN run_at <= @now THEN run_at END) AS oldest_due
+         FROM executions WHERE status = 'QUEUED'`,
+    ),
     queuedById: db.prepare<[string], QueueRow>('SELECT * FROM executions WHERE execution_id = ?'),
     finishAttempt: db.prepare(
       `UPDATE executions SET status = @status, attempt = @attempt, output = @output, error = @error, started = @started,

@@ -1,0 +1,125 @@
+import { statSync } from 'node:fs';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { Engine } from '../engine.js';
+import type { AttemptOutcome } from '../execution/queue/attempt.js';
+
+/** What one GraphQL request contributes to /metrics. */
+export interface RequestSample {
+  type: 'query' | 'mutation' | 'unknown';
+  operation: string | null;
+  /** 'ok', or the first error's code. */
+  outcome: string;
+  durationMs: number;
+}
+
+/**
+ * Label values chosen outside the server (operation names, action names): the first `max`
+ * distinct values keep their own label, every later one is "other", so the number of series
+ * stays bounded whatever clients send.
+ */
+export class BoundedLabels {
+  private readonly seen = new Set<string>();
+
+  constructor(private readonly max: number) {}
+
+  label(value: string): string {
+    if (this.seen.has(value)) return value;
+    if (this.seen.size >= this.max || value.length > 64) return 'other';
+    this.seen.add(value);
+    return value;
+  }
+}
+
+const LATENCY_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
+
+/**
+ * The server's Prometheus registry (its own, so two servers in one process do not share series).
+ * Counters move as requests and attempts finish; gauges (queue, sandbox, caches, file sizes) are
+ * read from the engine when /metrics is scraped.
+ */
+export class ServerMetrics {
+  readonly registry = new Registry();
+  private readonly operations: BoundedLabels;
+  private readonly actions: BoundedLabels;
+  private readonly requests: Counter<'type' | 'operation' | 'outcome'>;
+  private readonly requestSeconds: Histogram<'type' | 'operation'>;
+  private readonly attempts: Counter<'action' | 'status'>;
+  private readonly attemptSeconds: Histogram<'action'>;
+
+  constructor(engine: Engine) {
+    const registers = [this.registry];
+    this.operations = new BoundedLabels(engine.limits.metricsLabelValuesMax);
+    this.actions = new BoundedLabels(engine.limits.metricsLabelValuesMax);
+    collectDefaultMetrics({ register: this.registry });
+    this.requests = new Counter({
+      name: 'tally_graphql_requests_total',
+      help: 'GraphQL requests by operation type, operation name (capped; others "other") and outcome ("ok" or the error code).',
+      labelNames: ['type', 'operation', 'outcome'],
+      registers,
+    });
+    this.requestSeconds = new Histogram({
+      name: 'tally_graphql_request_duration_seconds',
+      help: 'Time from a GraphQL request arriving to its response being written, by operation type and name.',
+      labelNames: ['type', 'operation'],
+      buckets: LATENCY_BUCKETS_S,
+      registers,
+    });
+    this.attempts = new Counter({
+      name: 'tally_execution_attempts_total',
+      help: 'Attempts of started executions run by this process, by action and the status they left the execution in (QUEUED: it will be retried).',
+      labelNames: ['action', 'status'],
+      registers,
+    });
+    this.attemptSeconds = new Histogram({
+      name: 'tally_execution_attempt_duration_seconds',
+      help: 'Time one attempt of a started execution ran, by action.',
+      labelNames: ['action'],
+      buckets: LATENCY_BUCKETS_S,
+      registers,
+    });
+    engine.onAttempt((outcome) => this.recordAttempt(outcome));
+
+    const gauge = (name: string, help: string, read: () => number) =>
+      new Gauge({ name, help, registers, collect() { this.set(read()); } });
+    gauge('tally_queue_depth', 'Started executions waiting to run (QUEUED), due or not.', () => engine.queueStats().queued);
+    gauge('tally_queue_due', 'QUEUED executions whose run time has come.', () => engine.queueStats().due);
+    gauge('tally_queue_oldest_due_age_seconds', 'How long the oldest due execution has waited past its run time (0 when none is due).', () => engine.queueStats().oldestDueAgeMs / 1000);
+    gauge('tally_sandbox_ready', '1 when the sandbox is loaded, 0 while it is replaced after a crash.', () => (engine.readiness().sandbox === null ? 1 : 0));
+    gauge('tally_sandbox_idle_contexts', 'Warm sandbox contexts in the pool, ready for the next call.', () => engine.stats().idleSandboxContexts);
+    gauge('tally_document_cache_entries', 'Parsed and validated GraphQL documents cached.', () => engine.stats().documentCacheSize);
+    gauge('tally_document_cache_bytes', 'Estimated heap of the cached GraphQL documents.', () => engine.stats().documentCacheBytes);
+    gauge('tally_cel_cache_entries', 'Compiled CEL expressions cached.', () => engine.stats().celCacheSize);
+    new Gauge({
+      name: 'tally_database_bytes',
+      help: 'Size of the SQLite database file and of its write-ahead log.',
+      labelNames: ['file'],
+      registers,
+      collect() {
+        const path = engine.db.name;
+        if (path === ':memory:' || path === '') return;
+        this.set({ file: 'db' }, fileSize(path));
+        this.set({ file: 'wal' }, fileSize(`${path}-wal`));
+      },
+    });
+  }
+
+  recordRequest(sample: RequestSample): void {
+    const operation = sample.operation === null ? 'anonymous' : this.operations.label(sample.operation);
+    this.requests.inc({ type: sample.type, operation, outcome: sample.outcome });
+    this.requestSeconds.observe({ type: sample.type, operation }, sample.durationMs / 1000);
+  }
+
+  private recordAttempt(outcome: AttemptOutcome): void {
+    const action = this.actions.label(outcome.action);
+    this.attempts.inc({ action, status: outcome.status });
+    this.attemptSeconds.observe({ action }, outcome.durationMs / 1000);
+  }
+}
+
+function fileSize(path: string): number {
+  try {
+    return statSync(path).size;
+  } catch {
+    return 0;
+  }
+}
