@@ -7,7 +7,11 @@ export interface Limits {
   pageSizeMax: number;
   /** Largest GraphQL document (query text) in bytes; parsing is linear but validation is not cheap. */
   documentBytesMax: number;
-  /** Deepest selection nesting in a GraphQL document; stops exponential fan-out through relations. */
+  /**
+   * Deepest selection nesting in a GraphQL document; stops exponential fan-out through relations.
+   * Introspection (`__schema`, `__type` and below) is not counted: it reads only the schema, and
+   * graphql-js's MaxIntrospectionDepthRule and queryCostMax bound it (GraphiQL's query is 15 deep).
+   */
   queryDepthMax: number;
   /** Parsed and validated documents kept in the cache (keyed by source text). */
   documentCacheMax: number;

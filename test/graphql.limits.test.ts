@@ -272,8 +272,8 @@ describe('a cost budget, computed before any resolver runs (review case 5)', () 
     ok(engine, '{ actions { executions(first: 1000) { nodes { executionId status actionName actionVersion attempt output error { code message hint } created } } } }');
     // `tally tree`: each level of children is within the same 1,024 calls, so it costs 66,573.
     expect(fails(engine, `{ actions { execution(executionId: "${id(1)}") { ${cliTree(6)} } } }`).code).toBe('NOT_FOUND');
-    // GraphiQL's query is 15 levels deep (queryDepthMax is another bound); its cost is what it returns.
-    const deep = await newEngine({ limits: { queryDepthMax: 20 } });
+    // GraphiQL's query is 15 levels deep (introspection does not count against queryDepthMax); its cost is what it returns.
+    const deep = await newEngine();
     const nobody = createClient(deep, 'nobody', []);
     for (const query of [getIntrospectionQuery(), getIntrospectionQuery({ descriptions: true, inputValueDeprecation: true, schemaDescription: true, specifiedByUrl: true })]) {
       const schema = deep.graphql(query, null, { apiKey: nobody });
@@ -292,6 +292,55 @@ describe('a cost budget, computed before any resolver runs (review case 5)', () 
     expect(overByName.details!.cost).toBeGreaterThan(DEFAULT_LIMITS.queryCostMax);
     expect(overByName.message).toMatch(/^the operation costs more than \d+; queryCostMax is 100000$/);
     deep.close();
+  });
+});
+
+describe('introspection under the default limits (GraphiQL’s Docs pane and autocomplete)', () => {
+  let engine: Engine;
+  let nobody: string;
+  beforeAll(async () => {
+    engine = await newEngine();
+    nobody = createClient(engine, 'nobody', []);
+  });
+  afterAll(() => engine.close());
+
+  it('answers getIntrospectionQuery() (15 levels deep) for a client with no policies: the schema is public', () => {
+    for (const query of [getIntrospectionQuery(), getIntrospectionQuery({ descriptions: true, inputValueDeprecation: true, schemaDescription: true, specifiedByUrl: true })]) {
+      const result = engine.graphql(query, null, { apiKey: nobody });
+      expect(result.errors).toBeUndefined();
+      const schema = (result.data as any).__schema;
+      expect([schema.queryType.name, schema.mutationType.name]).toEqual(['Query', 'Mutation']);
+      const root = schema.types.find((t: { name: string }) => t.name === 'Query');
+      expect(root.fields.map((f: { name: string }) => f.name)).toContain('balance');
+    }
+    // Below Mutation.queries (the query type) too: 11 levels of ofType under one field.
+    const wrapped = `mutation { queries { __schema { types { fields { type { ${'ofType { '.repeat(8)}name ${'} '.repeat(8)}} } } } } }`;
+    expect(engine.graphql(wrapped, null, { apiKey: nobody }).errors).toBeUndefined();
+    // Only what is below the meta fields is exempt: the client still reads no data.
+    const mixed = engine.graphql('{ __schema { queryType { name } } journal { name } }', null, { apiKey: nobody });
+    expect(mixed.errors?.[0]?.extensions?.code).toBe('ACCESS_DENIED');
+  });
+
+  it('still refuses a deep query that is not introspection, and one that goes deeper beside __schema', () => {
+    const children = (n: number): string => (n === 0 ? 'executionId' : `executionId children { ${children(n - 1)} }`);
+    const deep = `{ actions { executions(first: 1) { nodes { ${children(11)} } } } }`;
+    expect(limitExceeded(engine.graphql(deep, null, { apiKey: nobody })).message).toBe('the operation is nested 15 levels deep; queryDepthMax is 12');
+    const beside = `{ __schema { queryType { name } } actions { executions(first: 1) { nodes { ${children(11)} } } } }`;
+    expect(limitExceeded(engine.graphql(beside, null, { apiKey: nobody })).message).toBe('the operation is nested 15 levels deep; queryDepthMax is 12');
+    // Through a fragment on Query too.
+    const viaFragment = `{ ...Q } fragment Q on Query { __typename actions { executions(first: 1) { nodes { ${children(11)} } } } }`;
+    expect(limitExceeded(engine.graphql(viaFragment, null, { apiKey: nobody })).message).toContain('queryDepthMax is 12');
+  });
+
+  it('keeps introspection’s own bounds: MaxIntrospectionDepthRule, documentFieldsMax, queryCostMax', () => {
+    // `fields` nested three times is graphql-js's MaxIntrospectionDepthRule's to refuse.
+    const cyclic = engine.graphql('{ __schema { types { fields { type { fields { type { fields { name } } } } } } } }', null, { apiKey: nobody });
+    expect(cyclic.errors?.[0]?.message).toBe('Maximum introspection depth exceeded');
+    // `ofType` is not a way back to a type (it ends in null within a few levels); a long chain is bounded by the document bounds.
+    const chain = (n: number): string => `{ __type(name: "Query") { ${'ofType { '.repeat(n)}name ${'} '.repeat(n)}} }`;
+    expect(engine.graphql(chain(500), null, { apiKey: nobody }).errors).toBeUndefined();
+    expect(limitExceeded(engine.graphql(chain(2000), null, { apiKey: nobody })).message).toContain('documentFieldsMax is 2000');
+    expect(limitExceeded(engine.graphql(introspectionAliases(200), null, { apiKey: nobody })).details!.cost).toBeGreaterThan(DEFAULT_LIMITS.queryCostMax);
   });
 });
 

@@ -307,9 +307,18 @@ export function resultSize(result: ExecutionResult, max: number): number {
   return size;
 }
 
+/** The introspection entry points; only the query type has them (Mutation.queries included). */
+const META_FIELDS: ReadonlySet<string> = new Set(['__schema', '__type']);
+
 /**
  * Limit selection-set nesting (through fragments too), so one request cannot fan out without bound.
  * A fragment's depth is computed once: `fragment Fi { name ...Fi+1 ...Fi+1 }` is linear, not 2^k.
+ *
+ * The meta fields `__schema` and `__type`, and everything below them, do not count: GraphiQL's
+ * introspection query is 15 levels deep (`ofType` nested 8 times), and introspection only reads the
+ * schema, which is public. It has bounds of its own: graphql-js's MaxIntrospectionDepthRule (in
+ * specifiedRules) stops `fields`, `interfaces`, `possibleTypes` and `inputFields` nesting past 3,
+ * which is every way back to a type, and the cost (query-cost.ts) counts it against the schema.
  */
 export function depthLimitRule(depthMax: number): ValidationRule {
   return (context: ValidationContext) => {
@@ -332,6 +341,7 @@ export function depthLimitRule(depthMax: number): ValidationRule {
       let deepest = 0;
       for (const selection of set.selections) {
         if (selection.kind === Kind.FIELD) {
+          if (META_FIELDS.has(selection.name.value)) continue;
           deepest = Math.max(deepest, selection.selectionSet ? 1 + depthOf(selection.selectionSet) : 1);
         } else if (selection.kind === Kind.INLINE_FRAGMENT) {
           deepest = Math.max(deepest, depthOf(selection.selectionSet));

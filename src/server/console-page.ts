@@ -7,7 +7,9 @@ const require = createRequire(import.meta.url);
 /**
  * GraphiQL, served from the installed packages (no CDN: this machine and many deployments have no
  * outside network). The API key comes from `?key=` or a prompt, and is pre-filled in the headers
- * editor as `Authorization: Bearer <key>`; `?q=` pre-fills the query.
+ * editor as `Authorization: Bearer <key>`; `?q=` pre-fills the query. The key is then taken out of
+ * the address (history.replaceState), so it does not stay in the address bar, the history or a
+ * shared link; the tab keeps it in sessionStorage for a reload.
  */
 export const ASSETS: Record<string, { pkg: string; file: string; type: string }> = {
   'react.js': { pkg: 'react', file: 'umd/react.production.min.js', type: 'text/javascript' },
@@ -51,6 +53,11 @@ export function consolePage(): string {
   let key = params.get('key') || sessionStorage.getItem('tally.key');
   if (!key) key = window.prompt('Tally API key (Authorization: Bearer …)') || '';
   sessionStorage.setItem('tally.key', key);
+  if (params.has('key')) {
+    params.delete('key');
+    const search = params.toString();
+    history.replaceState(history.state, '', location.pathname + (search ? '?' + search : '') + location.hash);
+  }
   const fetcher = GraphiQL.createFetcher({ url: location.origin + location.pathname });
   ReactDOM.createRoot(document.getElementById('graphiql')).render(
     React.createElement(GraphiQL, {
