@@ -101,7 +101,11 @@ export interface Engine {
   onStarted(listener: () => void): void;
   /** Called after every attempt any worker of this engine runs (the server counts them). */
   onAttempt(listener: (outcome: AttemptOutcome) => void): void;
-  /** What /readyz checks: null when the database takes a write and the sandbox is loaded, else why not. */
+  /**
+   * What /readyz checks: null when the database takes a write now (without waiting: the caller
+   * waits between tries, so a busy database never blocks the process) and the sandbox is loaded;
+   * otherwise why not.
+   */
   readiness(): { database: string | null; sandbox: string | null };
   /** Started executions waiting: all QUEUED, those due now, and how long the oldest due one has waited. */
   queueStats(): { queued: number; due: number; oldestDueAgeMs: number };
@@ -335,11 +339,11 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const readinessCheck = db.prepare('BEGIN IMMEDIATE');
   const rollbackCheck = db.prepare('ROLLBACK');
 
-  /** Take the write lock and let it go, waiting at most readinessWaitMs for another writer. */
+  /** Take the write lock and let it go at once; BUSY when another connection holds it. */
   function databaseReadiness(): string | null {
     if (transactions.inTransaction) return null;
     try {
-      db.pragma(`busy_timeout = ${Math.min(limits.readinessWaitMs, limits.busyTimeoutMs)}`);
+      db.pragma('busy_timeout = 0');
       readinessCheck.run();
       rollbackCheck.run();
       return null;

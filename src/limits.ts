@@ -92,9 +92,9 @@ export interface Limits {
   /** How long a writer waits for SQLite's write lock before failing with BUSY. */
   busyTimeoutMs: number;
   /**
-   * How long /readyz waits for the write lock (at most busyTimeoutMs). The check blocks the server
-   * while it waits (SQLite calls are synchronous), so it is short: a database another process holds
-   * longer than this is reported not ready.
+   * How long /readyz keeps trying the write lock while another process holds it (trying again
+   * every few milliseconds, never blocking other requests); held longer, the database is reported
+   * not ready.
    */
   readinessWaitMs: number;
   /**

@@ -197,7 +197,7 @@ async function probe(engine: Engine, ops: Operability, path: string, req: Incomi
   }
   if (path === '/healthz') return send(res, 200, 'application/json', { status: 'ok' });
   if (path === '/readyz') {
-    const { database, sandbox } = engine.readiness();
+    const { database, sandbox } = await readiness(engine);
     // Under --no-worker, executions run elsewhere (tally worker): not this server's to check.
     const worker = ops.worker === undefined || ops.worker.isRunning ? null : 'the queue worker is not running';
     const checks = { database: database ?? 'ok', sandbox: sandbox ?? 'ok', worker: worker ?? (ops.worker ? 'ok' : 'disabled') };
@@ -208,6 +208,21 @@ async function probe(engine: Engine, ops: Operability, path: string, req: Incomi
   if (client instanceof EngineError) return sendUnauthenticated(res, 'application/json', client);
   const text = await ops.metrics.registry.metrics();
   res.writeHead(200, { 'content-type': ops.metrics.registry.contentType, 'content-length': Buffer.byteLength(text) }).end(text);
+}
+
+/**
+ * The engine's readiness, trying the write lock again every few milliseconds for up to
+ * readinessWaitMs while another process holds it: the waits are timers, so other requests run
+ * meanwhile (a flood of /readyz cannot stall the server).
+ */
+async function readiness(engine: Engine): Promise<ReturnType<Engine['readiness']>> {
+  const end = performance.now() + engine.limits.readinessWaitMs;
+  let checks = engine.readiness();
+  while (checks.database?.startsWith('BUSY') && performance.now() < end) {
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    checks = engine.readiness();
+  }
+  return checks;
 }
 
 /** The API key of `Authorization: Bearer <api key>` and its client's principal, or UNAUTHENTICATED. */
