@@ -121,6 +121,10 @@ describe('examples/bank, deployed into a fresh database, walked through', () => 
     const drawn = execFileSync(process.execPath, [BIN, 'execution', id, '--db', (engine.db as { name: string }).name], { encoding: 'utf8' });
     expect(drawn.split('\n')[0]).toMatch(/^lock_account@1 SUCCEEDED \d+ ms$/);
     expect(drawn).toMatch(/├─ graphql SUCCEEDED \d+ ms\n└─ open_case@1 SUCCEEDED \d+ ms\n   ├─ graphql SUCCEEDED/);
+    // Under the tree: the input, the output and every attempt.
+    expect(drawn).toContain(`input      {"account_id":"${ALICE}","reason":"Card reported stolen"}`);
+    expect(drawn).toContain('output     {"locked":true,"case_opened":true}');
+    expect(drawn).toMatch(/\nattempts   1\n  #1 SUCCEEDED \S+Z \d+ ms\n/);
   });
 });
 

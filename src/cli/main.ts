@@ -1,46 +1,14 @@
+import { existsSync, readdirSync, rmdirSync, rmSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
-import { createEngine } from '../engine.js';
-import { createServer } from '../server/http.js';
-import { schemaVersion } from '../storage/database.js';
-import {
-  accountsCommand,
-  balanceCommand,
-  deployCommand,
-  executionCommand,
-  executionsCommand,
-  EXIT,
-  importCommand,
-  type Io,
-  OperationError,
-  type Options,
-  requireDatabase,
-  runCommand,
-  UsageError,
-} from './commands.js';
+import type { Engine } from '../engine.js';
+import { EngineError } from '../errors.js';
+import type { Io, Options } from './commands.js';
+import { EXIT, OperationError, UsageError } from './errors.js';
+import { type CommandSpec, COMMANDS, formatCommandList, formatHelp, formatUsage, packageVersion, parseOptions } from './usage.js';
 
-const USAGE = `usage: tally <command> [options]
-
-  serve      [--db PATH] [--port N] [--host H] [--no-worker] [--log-level LEVEL]
-             serve GraphQL at /graphql (GraphiQL for browsers) and run started executions in-process
-  worker     [--db PATH] [--drain] [--log-level LEVEL]
-             run started executions beside a server (--drain: what is due, then exit)
-  migrate    [--db PATH]                 create or upgrade the database, then exit
-  deploy     [DIR] [--dry-run]           create what a project folder defines, new versions of what changed
-  invoke     <tool> --input JSON|@file [--version N] [--execution-id ID]
-  start      <tool> --input JSON|@file [--version N] [--execution-id ID]
-  executions [--status S] [--action NAME] [--first N]
-  execution  <id>                        the call tree, with status, duration and error code per call
-  accounts   [--first N]
-  balance    <account code or id> [--currency C]
-  import     <file.csv>                  post transactions: header transactionId,tranCode,<params...>
-
-where:     --db PATH (in-process, the engine's own authority) or --server URL with --key KEY
-           (or $TALLY_SERVER, $TALLY_API_KEY; deploy also reads "server" from tally.json)
-output:    --json on every command, for scripts
-exit code: 0 ok, 1 the operation or execution failed, 2 usage
-defaults:  serve/worker/migrate --db ./data/tally.db (or $TALLY_DB), --port 4000 ($PORT), --host 127.0.0.1 ($HOST),
-           --log-level info ($TALLY_LOG_LEVEL; trace debug info warn error fatal silent)`;
-
+// The engine, the server and the commands are imported when a command runs, so that `--help`,
+// `--version` and usage errors answer at once.
 const io: Io = {
   out: (text) => process.stdout.write(text),
   err: (text) => process.stderr.write(text),
@@ -48,117 +16,222 @@ const io: Io = {
   env: process.env,
 };
 
-function usage(message: string): never {
-  process.stderr.write(`tally: ${message}\n${USAGE}\n`);
-  process.exit(EXIT.usage);
+/** parseArgs' messages, shortened to what the user typed wrong. */
+function parseArgsMessage(error: Error & { code?: string }): string {
+  const option = /'(-[^' ]+)/.exec(error.message)?.[1];
+  if (error.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' && option) return `unknown option ${option}`;
+  if (error.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' && option) return /argument missing/.test(error.message) ? `${option} needs a value` : `${option} takes no value`;
+  if (error.code === 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL') return error.message.replace(/\. .*/s, '');
+  return error.message;
+}
+
+/**
+ * Print an error the way the command was asked to talk (text on stderr, or under --json one JSON
+ * object on stdout) and return the exit code: 2 for a usage error (with that command's usage), 1 otherwise.
+ */
+function report(error: unknown, spec: CommandSpec | undefined, json: boolean): number {
+  if (error instanceof UsageError) {
+    const hint = spec ? `tally ${spec.name} --help shows its options and examples` : 'tally --help lists the commands';
+    if (json) io.out(`${JSON.stringify({ error: { code: 'USAGE', message: error.message, hint } })}\n`);
+    else io.err(`tally: ${error.message}\n${spec ? formatUsage(spec) : hint}\n`);
+    return EXIT.usage;
+  }
+  const known = error instanceof OperationError || error instanceof EngineError;
+  const code = known ? error.code : 'FAILED';
+  const hint = known ? error.hint : undefined;
+  const message = (error as Error)?.message ?? String(error);
+  if (json) io.out(`${JSON.stringify({ error: { code, message, hint: hint ?? null } })}\n`);
+  else {
+    const prefix = error instanceof OperationError && error.showCode ? `${code}: ` : '';
+    io.err(`tally: ${prefix}${message}${hint ? `\n  hint: ${hint}` : ''}\n`);
+  }
+  return EXIT.failed;
 }
 
 export async function main(argv: string[]): Promise<number> {
-  const [command, ...rest] = argv;
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args: rest,
-      allowPositionals: true,
-      strict: true,
-      options: {
-        db: { type: 'string' }, port: { type: 'string' }, host: { type: 'string' }, 'no-worker': { type: 'boolean' }, drain: { type: 'boolean' },
-        server: { type: 'string' }, key: { type: 'string' }, json: { type: 'boolean' }, 'dry-run': { type: 'boolean' },
-        input: { type: 'string' }, version: { type: 'string' }, 'execution-id': { type: 'string' },
-        status: { type: 'string' }, action: { type: 'string' }, first: { type: 'string' }, currency: { type: 'string' },
-        help: { type: 'boolean', short: 'h' }, 'log-level': { type: 'string' },
-      },
-    });
-  } catch (error) {
-    usage((error as Error).message);
+  const [name, ...rest] = argv;
+  if (name === undefined) {
+    io.err(`${formatCommandList()}\n`);
+    return EXIT.usage;
   }
-  const { values, positionals } = parsed;
-  if (values.help || command === undefined || command === 'help') {
-    process.stdout.write(`${USAGE}\n`);
+  if (name === '--help' || name === '-h') {
+    io.out(`${formatCommandList()}\n`);
     return EXIT.ok;
   }
-  const options = values as Options;
-  const localDb = values.db ?? process.env.TALLY_DB ?? './data/tally.db';
+  if (name === '--version' || name === '-v') {
+    io.out(`tally ${packageVersion()}\n`);
+    return EXIT.ok;
+  }
+  const json = rest.includes('--json');
+  if (name === 'help') {
+    const topic = rest.find((a) => !a.startsWith('-'));
+    if (topic === undefined) io.out(`${formatCommandList()}\n`);
+    else if (COMMANDS[topic]) io.out(`${formatHelp(COMMANDS[topic])}\n`);
+    else return report(new UsageError(`unknown command ${JSON.stringify(topic)}`), undefined, json);
+    return EXIT.ok;
+  }
+  const spec = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined;
+  if (!spec) return report(new UsageError(`unknown command ${JSON.stringify(name)}`), undefined, json);
+  let parsed;
   try {
-    switch (command) {
-      case 'serve':
-        await serve(localDb, values.port, values.host, values['no-worker'] === true, values['log-level']);
-        return EXIT.ok;
-      case 'worker':
-        // A worker runs what a server queued: a database that does not exist yet is a typo.
-        requireDatabase(localDb);
-        await runWorker(localDb, values.drain === true, values['log-level']);
-        return EXIT.ok;
-      case 'migrate': {
-        const engine = await createEngine({ path: localDb });
-        process.stdout.write(`tally: ${localDb} is at schema version ${schemaVersion(engine.db)}\n`);
-        engine.close();
-        return EXIT.ok;
-      }
-      case 'deploy':
-        return await deployCommand(positionals, options, io);
-      case 'invoke':
-      case 'start':
-        return await runCommand(command, positionals, options, io);
-      case 'executions':
-        return await executionsCommand(options, io);
-      case 'execution':
-        return await executionCommand(positionals, options, io);
-      case 'accounts':
-        return await accountsCommand(options, io);
-      case 'balance':
-        return await balanceCommand(positionals, options, io);
-      case 'import':
-        return await importCommand(positionals, options, io);
-      default:
-        usage(`unknown command ${JSON.stringify(command)}`);
-    }
+    parsed = parseArgs({ args: rest, allowPositionals: true, strict: true, options: parseOptions(spec) });
   } catch (error) {
-    if (error instanceof UsageError) usage(error.message);
-    if (error instanceof OperationError) {
-      process.stderr.write(`tally: ${error.message}\n`);
-      return EXIT.failed;
-    }
-    throw error;
+    return report(new UsageError(parseArgsMessage(error as Error)), spec, json);
+  }
+  const { values, positionals } = parsed;
+  if (values.help) {
+    io.out(`${formatHelp(spec)}\n`);
+    return EXIT.ok;
+  }
+  try {
+    return await run(spec.name, positionals, values as Options);
+  } catch (error) {
+    return report(error, spec, json);
   }
 }
 
-async function serve(db: string, portOption: string | undefined, hostOption: string | undefined, noWorker: boolean, logLevel: string | undefined): Promise<void> {
-  const port = Number(portOption ?? process.env.PORT ?? 4000);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) usage(`--port ${JSON.stringify(portOption)} is not a port number`);
-  const host = hostOption ?? process.env.HOST ?? '127.0.0.1';
-  const { cliLogger } = await import('./logging.js');
-  const logger = cliLogger(logLevel, (message) => new UsageError(message));
-  const engine = await createEngine({ path: db, logger });
-  const generated = engine.ensureAdmin(process.env.TALLY_ADMIN_KEY);
-  if (generated) {
-    // Shown now, before anything can fail: it is stored hashed and never shown again.
-    process.stdout.write(`tally: created the admin client; its API key (shown once): ${generated}\n`);
-    process.stdout.write('tally: set TALLY_ADMIN_KEY to choose the admin key yourself\n');
-  }
-  const worker = noWorker ? null : engine.createWorker({ owner: `serve-${process.pid}` });
-  const server = createServer(engine, { logger, ...(worker ? { worker } : {}) });
-  server.on('error', (error: NodeJS.ErrnoException) => {
-    const why = error.code === 'EADDRINUSE' ? 'the port is in use' : error.code === 'EADDRNOTAVAIL' || error.code === 'ENOTFOUND' ? 'no such local address' : error.code ?? error.message;
-    process.stderr.write(`tally: cannot serve on ${host}:${port}: ${why}\n`);
-    void (worker?.stop() ?? Promise.resolve()).then(() => {
+async function run(command: string, positionals: string[], options: Options): Promise<number> {
+  const localDb = options.db === undefined ? (process.env.TALLY_DB ?? './data/tally.db') : String(options.db);
+  const noArgs = () => {
+    if (positionals.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(positionals[0])}`);
+  };
+  const commands = await import('./commands.js');
+  switch (command) {
+    case 'serve':
+      noArgs();
+      await serve(localDb, options);
+      return EXIT.ok;
+    case 'worker':
+      noArgs();
+      // A worker runs what a server queued: a database that does not exist yet is a typo.
+      commands.requireDatabase(localDb);
+      await runWorker(localDb, options);
+      return EXIT.ok;
+    case 'migrate': {
+      noArgs();
+      const { createEngine } = await import('../engine.js');
+      const { schemaVersion } = await import('../storage/database.js');
+      const engine = await createEngine({ path: localDb });
+      io.out(`tally: ${localDb} is at schema version ${schemaVersion(engine.db)}\n`);
       engine.close();
-      process.exit(EXIT.failed);
-    });
-  });
-  server.listen(port, host, () => {
-    if (worker) {
-      engine.onStarted(() => worker.wake());
-      worker.start();
+      return EXIT.ok;
     }
-    const address = server.address();
-    const actual = typeof address === 'object' && address ? address.port : port;
-    process.stdout.write(`tally: serving ${db} at http://${host}:${actual}/graphql\n`);
+    case 'deploy':
+      return await commands.deployCommand(positionals, options, io);
+    case 'invoke':
+    case 'start':
+      return await commands.runCommand(command, positionals, options, io);
+    case 'executions':
+      return await commands.executionsCommand(positionals, options, io);
+    case 'execution':
+      return await commands.executionCommand(positionals, options, io);
+    case 'accounts':
+      return await commands.accountsCommand(positionals, options, io);
+    case 'balance':
+      return await commands.balanceCommand(positionals, options, io);
+    case 'transactions':
+      return await commands.transactionsCommand(positionals, options, io);
+    case 'post':
+      return await commands.postCommand(positionals, options, io);
+    case 'void':
+      return await commands.voidCommand(positionals, options, io);
+    case 'gql':
+      return await commands.gqlCommand(positionals, options, io);
+    case 'import':
+      return await commands.importCommand(positionals, options, io);
+    default:
+      throw new UsageError(`unknown command ${JSON.stringify(command)}`);
+  }
+}
+
+const KEY_PREFIX = 'tly_';
+
+/**
+ * Whether serving this database with TALLY_ADMIN_KEY may go ahead: a database whose admin has
+ * another key keeps it unless --rotate-admin-key says to replace it. Returns whether it will rotate.
+ */
+function checkAdminKey(engine: Engine, db: string, adminKey: string | undefined, rotate: boolean): boolean {
+  if (adminKey === undefined) return false;
+  const admin = engine.graphql('{ auth { client(principal: "admin") { principal } } }');
+  if (admin.errors || engine.authenticate(adminKey) === 'admin') return false;
+  if (rotate) return true;
+  throw new OperationError(
+    `${db} already has an admin key, and TALLY_ADMIN_KEY is a different one`,
+    'ALREADY_EXISTS',
+    'Start it with the admin key it has (or without TALLY_ADMIN_KEY), or add --rotate-admin-key to make TALLY_ADMIN_KEY the admin key (the old one stops working).',
+  );
+}
+
+/** Listen, or say why not in words a person can act on. */
+function listen(server: import('node:http').Server, port: number, host: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    server.once('error', (error: NodeJS.ErrnoException) => {
+      const why = error.code === 'EADDRINUSE' ? 'the port is in use' : error.code === 'EADDRNOTAVAIL' || error.code === 'ENOTFOUND' ? 'no such local address' : error.code === 'EACCES' ? 'not allowed to use this port' : error.code ?? error.message;
+      const hint = error.code === 'EADDRINUSE'
+        ? `Stop what serves on port ${port} (another tally serve?), or pick another: --port N or PORT=N (--port 0 picks a free one).`
+        : 'Use --host 127.0.0.1 (or an address of this machine) and a port from 1024 up.';
+      reject(new OperationError(`cannot serve on ${host}:${port}: ${why}`, 'UNAVAILABLE', hint));
+    });
+    server.listen(port, host, () => resolve());
   });
+}
+
+/** Remove a database file this process created (and its WAL, and a folder made for it) after a failed start. */
+function removeNewDatabase(db: string, dirExisted: boolean): void {
+  for (const suffix of ['', '-wal', '-shm', '-journal']) rmSync(`${db}${suffix}`, { force: true });
+  if (!dirExisted && readdirSync(dirname(db)).length === 0) rmdirSync(dirname(db));
+}
+
+/**
+ * tally serve: the checks that can fail come before anything is written (the admin key's format,
+ * then an admin key that differs from the database's, then the port); a database file this start
+ * created is removed when it fails.
+ */
+async function serve(db: string, options: Options): Promise<void> {
+  const portOption = options.port === undefined ? undefined : String(options.port);
+  const port = Number(portOption ?? process.env.PORT ?? 4000);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError(`--port ${JSON.stringify(portOption ?? process.env.PORT)} is not a port number (0 to 65535)`);
+  const host = options.host === undefined ? (process.env.HOST ?? '127.0.0.1') : String(options.host);
+  const adminKey = process.env.TALLY_ADMIN_KEY;
+  if (adminKey !== undefined && !adminKey.startsWith(KEY_PREFIX)) {
+    throw new OperationError(`TALLY_ADMIN_KEY must start with ${KEY_PREFIX}`, 'BAD_REQUEST', `Generate one, e.g. export TALLY_ADMIN_KEY=${KEY_PREFIX}$(openssl rand -hex 32), or unset it to have one generated.`);
+  }
+  const fresh = db !== ':memory:' && !existsSync(db);
+  const dirExisted = existsSync(dirname(db));
+  const { cliLogger } = await import('./logging.js');
+  const logger = cliLogger(options['log-level'], (message) => new UsageError(message));
+  const { createEngine } = await import('../engine.js');
+  const { createServer } = await import('../server/http.js');
+  const engine = await createEngine({ path: db, logger });
+  const worker = options['no-worker'] === true ? null : engine.createWorker({ owner: `serve-${process.pid}` });
+  const server = createServer(engine, { logger, ...(worker ? { worker } : {}) });
+  let rotate: boolean;
+  try {
+    rotate = checkAdminKey(engine, db, adminKey, options['rotate-admin-key'] === true);
+    await listen(server, port, host);
+  } catch (error) {
+    engine.close();
+    if (fresh) removeNewDatabase(db, dirExisted);
+    throw error;
+  }
+  const generated = engine.ensureAdmin(adminKey);
+  if (generated) {
+    // Shown now: it is stored hashed and never shown again.
+    io.out(`tally: created the admin client; its API key (shown once): ${generated}\n`);
+    if (adminKey === undefined) io.out('tally: set TALLY_ADMIN_KEY to choose the admin key yourself\n');
+  }
+  if (rotate) io.out('tally: rotated the admin key: TALLY_ADMIN_KEY is the admin key now, the previous one no longer works\n');
+  if (worker) {
+    engine.onStarted(() => worker.wake());
+    worker.start();
+  }
+  const address = server.address();
+  const actual = typeof address === 'object' && address ? address.port : port;
+  io.out(`tally: serving ${db} at http://${host}:${actual}/graphql\n`);
   // Requests run synchronously, so none is ever cut mid-transaction: stop accepting, let the
   // in-flight responses finish, finish the running attempt, then close the database.
   const shutdown = (signal: string) => {
-    process.stdout.write(`tally: ${signal}, shutting down\n`);
+    io.out(`tally: ${signal}, shutting down\n`);
     server.close(() => {
       void (worker?.stop() ?? Promise.resolve()).then(() => {
         engine.close();
@@ -177,9 +250,11 @@ async function serve(db: string, portOption: string | undefined, hostOption: str
  * A worker process: attempts are synchronous, so a signal is handled between two attempts; the
  * attempt in progress always finishes (or, on kill -9, rolls back whole).
  */
-async function runWorker(db: string, drain: boolean, logLevel: string | undefined): Promise<void> {
+async function runWorker(db: string, options: Options): Promise<void> {
+  const drain = options.drain === true;
   const { cliLogger } = await import('./logging.js');
-  const logger = cliLogger(logLevel, (message) => new UsageError(message));
+  const logger = cliLogger(options['log-level'], (message) => new UsageError(message));
+  const { createEngine } = await import('../engine.js');
   const engine = await createEngine({ path: db, logger });
   const worker = engine.createWorker({ owner: `worker-${process.pid}` });
   if (drain) {

@@ -1,4 +1,4 @@
-import { createEngine, type Engine } from '../engine.js';
+import type { Engine } from '../engine.js';
 
 export interface GraphqlResponse {
   data?: Record<string, any> | null;
@@ -49,6 +49,8 @@ export function serverTarget(url: string, apiKey: string | undefined, timeoutMs 
 }
 
 export async function databaseTarget(path: string): Promise<Target & { engine: Engine }> {
+  // Loaded here, not above: a CLI command that talks to a server never needs the engine.
+  const { createEngine } = await import('../engine.js');
   const engine = await createEngine({ path });
   return {
     engine,

@@ -15,9 +15,16 @@ const AT = 'actions.Trigger';
 
 type Args = Record<string, any>;
 
-function listExecutions(ctx: RequestContext, { first, after, where }: Args) {
-  const req = pageRequest<number>(first, after, ctx.limits.pageSizeMax, 'number', 'executions');
-  const rows = ctx.services.st.executionsWhere({ actionId: where?.actionId ?? null, status: where?.status ?? null, since: where?.since ?? null }, req.after ?? 0, req.fetch);
+function listExecutions(ctx: RequestContext, { first, after, where, order }: Args) {
+  const newestFirst = order === 'NEWEST_FIRST';
+  // A cursor names its order: one from a newest-first page cannot be replayed on an oldest-first one.
+  const req = pageRequest<number>(first, after, ctx.limits.pageSizeMax, 'number', newestFirst ? 'executions-newest' : 'executions');
+  const rows = ctx.services.st.executionsWhere(
+    { actionId: where?.actionId ?? null, status: where?.status ?? null, since: where?.since ?? null },
+    req.after ?? (newestFirst ? Number.MAX_SAFE_INTEGER : 0),
+    req.fetch,
+    newestFirst,
+  );
   return toConnection(rows, req, (r) => r.seq, rowToNode);
 }
 

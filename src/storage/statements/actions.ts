@@ -73,16 +73,17 @@ export function actionStatements(db: Db) {
     /**
      * A page of executions, every condition given in the SQL (the page is never short for a
      * filter applied afterwards): by action, all its executions; otherwise top-level ones only.
-     * One prepared statement per combination of conditions.
+     * One prepared statement per combination of conditions and order; `after` is the seq of the
+     * previous page's last row (newest first: the rows before it).
      */
-    executionsWhere: (where: { actionId: string | null; status: string | null; since: string | null }, after: number, limit: number): ExecutionRow[] => {
-      const key = `${where.actionId === null ? '' : 'a'}${where.status === null ? '' : 's'}${where.since === null ? '' : 'c'}`;
+    executionsWhere: (where: { actionId: string | null; status: string | null; since: string | null }, after: number, limit: number, newestFirst = false): ExecutionRow[] => {
+      const key = `${where.actionId === null ? '' : 'a'}${where.status === null ? '' : 's'}${where.since === null ? '' : 'c'}${newestFirst ? 'd' : ''}`;
       let statement = pages.get(key);
       if (!statement) {
         const conditions = [where.actionId === null ? 'parent_id IS NULL' : 'action_id = @actionId'];
         if (where.status !== null) conditions.push('status = @status');
         if (where.since !== null) conditions.push('created >= @since');
-        statement = db.prepare(`SELECT * FROM executions WHERE ${conditions.join(' AND ')} AND seq > @after ORDER BY seq LIMIT @limit`);
+        statement = db.prepare(`SELECT * FROM executions WHERE ${conditions.join(' AND ')} AND ${newestFirst ? 'seq < @after ORDER BY seq DESC' : 'seq > @after ORDER BY seq'} LIMIT @limit`);
         pages.set(key, statement);
       }
       const params: Record<string, unknown> = { after, limit };
