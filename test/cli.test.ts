@@ -79,6 +79,9 @@ beforeAll(async () => {
   // A tool with a typo: it logs, then fails with a ReferenceError (a stack, a hint).
   writeFileSync(join(project, 'tools', 'broken.js'), 'function run(event) {\n  console.log(`about to fail on ${event.data.note}`);\n  return { value: availble };\n}\n');
   writeFileSync(join(project, 'tools', 'broken.json'), JSON.stringify({ actionId: 'b0000000-0000-4000-8000-0000000000f1', description: 'Fails, as a typo would.', inputSchema: { type: 'object' } }));
+  // A tool that fails in a way that can pass, so a started run of it is retried (twice in all, at once).
+  writeFileSync(join(project, 'tools', 'flaky.js'), 'function run(event) {\n  console.log(`try ${event.data.n}`);\n  fail("the bank did not answer", "Try again later.", { retry: true });\n}\n');
+  writeFileSync(join(project, 'tools', 'flaky.json'), JSON.stringify({ actionId: 'b0000000-0000-4000-8000-0000000000f2', description: 'Fails, retryably.', inputSchema: { type: 'object' }, execution: { maxAttempts: 2, backoff: { initialMs: 1, multiplier: 1, maxMs: 10 } } }));
   server = await serve(['--db', join(scratch, 'shared.db'), '--port', '0'], { TALLY_ADMIN_KEY: ADMIN_KEY });
   expect(server.port, server.err).not.toBeNull();
   writeFileSync(join(project, 'tally.json'), JSON.stringify({ name: 'bank', server: `http://127.0.0.1:${server.port}/graphql` }));
@@ -311,6 +314,26 @@ describe('executions and execution', () => {
     const json = JSON.parse((await inProject('execution', id(200), '--json')).out);
     expect(json.error).toMatchObject({ code: 'SCRIPT_ERROR', hint: expect.any(String), details: { stack: expect.stringContaining('at run') } });
     expect(json.invocations).toEqual([expect.objectContaining({ attempt: 1, status: 'FAILED', logs: ['about to fail on purpose'] })]);
+  });
+
+  it('execution <id> of a started tool that was retried shows every attempt with its error and logs', async () => {
+    const started = await inProject('start', 'flaky', '--input', '{"n": 1}', '--execution-id', id(300));
+    expect(started.status, started.err).toBe(0);
+    expect(started.out).toContain(`${id(300)} QUEUED`);
+    // The server's worker runs both attempts; wait for the last one.
+    const status = async () => {
+      const response = await fetch(`http://127.0.0.1:${server.port}/graphql`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN_KEY}` },
+        body: JSON.stringify({ query: `{ actions { execution(executionId: "${id(300)}") { status } } }` }),
+      });
+      return ((await response.json()) as any).data.actions.execution.status as string;
+    };
+    for (let i = 0; i < 200 && (await status()) !== 'FAILED'; i++) await new Promise((resolve) => setTimeout(resolve, 100));
+    const shown = await inProject('execution', id(300));
+    expect(shown.status).toBe(1);
+    expect(shown.out).toContain('attempts   2');
+    expect(shown.out).toMatch(/\n {2}#1 FAILED \S+Z \d+ ms\n {5}TOOL_FAILED: the bank did not answer\n {7}hint: Try again later\.\n {5}log: try 1\n {2}#2 FAILED \S+Z \d+ ms\n {5}TOOL_FAILED: the bank did not answer\n/);
   });
 });
 
