@@ -76,6 +76,8 @@ export interface RequestOptions {
    * arrived is refused with UNAUTHENTICATED. Takes the place of `principal`.
    */
   apiKey?: string;
+  /** How the request arrived when not plain GraphQL ('mcp'): recorded on the executions it invokes. */
+  transport?: 'mcp';
 }
 
 export interface OperationSummary {
@@ -99,6 +101,11 @@ export interface Engine {
   createWorker(options?: Partial<WorkerOptions>): Worker;
   /** Called after a transaction that started executions commits (the in-process worker wakes). */
   onStarted(listener: () => void): void;
+  /**
+   * Called after a write request commits that changed actions, triggers, journals or tran codes
+   * (what the record caches watch): MCP sessions then check whether their tool list changed.
+   */
+  onActionsChanged(listener: () => void): void;
   /** Called after every attempt any worker of this engine runs (the server counts them). */
   onAttempt(listener: (outcome: AttemptOutcome) => void): void;
   /**
@@ -296,13 +303,14 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
 
     // A mutation with any error rolls back whole (data: null); @dryRun always rolls back.
     let result: ExecutionResult | EngineError;
+    const epochBefore = epoch.value;
     try {
       result = afterCommit(() =>
         transactions.run<ExecutionResult | EngineError>(plan.mode, () => {
           // Inside the transaction: a client changed by another process before it began is seen.
           const known = requestCaller(requestOptions);
           if (known instanceof EngineError) return { value: known, commit: false };
-          const caller: Caller = { ...known, deadline: Date.now() + limits.requestDeadlineMs };
+          const caller: Caller = { ...known, deadline: Date.now() + limits.requestDeadlineMs, ...(requestOptions.transport ? { transport: requestOptions.transport } : {}) };
           const run = cel.withDeadline(caller.deadline!, () => executePrepared(schema, prepared, request, contextFor(caller, null), limits));
           let executed = run.value;
           const overran = caller.overran ?? run.overran;
@@ -321,6 +329,9 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       return { data: null, errors: [formatError(engineGraphqlError(engineError), logError)] };
     }
     if (result instanceof EngineError) return { errors: [formatError(engineGraphqlError(result), logError)] };
+    if (plan.mode === 'write' && !plan.dryRun && !result.errors?.length && epoch.value !== epochBefore) {
+      for (const listener of changedListeners) listener();
+    }
     const formatted: FormattedResult = {};
     if (result.errors?.length) formatted.errors = result.errors.map((e) => formatError(e, logError));
     formatted.data = (result as { data?: Record<string, unknown> | null }).data ?? null;
@@ -335,6 +346,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     return { type: plan.mode === 'write' ? 'mutation' : 'query', name: plan.operation.name?.value ?? null, dryRun: plan.dryRun };
   }
 
+  const changedListeners: Array<() => void> = [];
   const attemptListeners: Array<(outcome: AttemptOutcome) => void> = [(outcome) => logAttempt(logger, outcome)];
   const readinessCheck = db.prepare('BEGIN IMMEDIATE');
   const rollbackCheck = db.prepare('ROLLBACK');
@@ -367,6 +379,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       execute({ query, variables: variables ?? null, operationName: opts?.operationName ?? null }, {
         ...(opts?.principal === undefined ? {} : { principal: opts.principal }),
         ...(opts?.apiKey === undefined ? {} : { apiKey: opts.apiKey }),
+        ...(opts?.transport === undefined ? {} : { transport: opts.transport }),
       }),
     createWorker: (workerOptions = {}) =>
       new Worker(services, transactions, {
@@ -383,6 +396,9 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     },
     onAttempt: (listener) => {
       attemptListeners.push(listener);
+    },
+    onActionsChanged: (listener) => {
+      changedListeners.push(listener);
     },
     readiness: () => ({ database: databaseReadiness(), sandbox: sandboxes.current() ? null : 'the sandbox is being replaced after a crash' }),
     queueStats: () => {

@@ -54,6 +54,18 @@ export interface Limits {
   resultBytesMax: number;
   /** Largest HTTP request body in bytes. */
   requestBodyBytesMax: number;
+  /**
+   * Actions read per MCP tools/list page (the page then holds the ones the client may call, so
+   * it may be shorter). A model reads every tool it is offered: a page stays a short read.
+   */
+  mcpToolsPageSize: number;
+  /**
+   * Open MCP sessions on /mcp, all clients together: each holds a server and a transport in
+   * memory until it is closed or idle for mcpSessionIdleMs. A new one past the bound gets 503.
+   */
+  mcpSessionsMax: number;
+  /** An MCP session nobody used for this long is closed (a client that vanished never says DELETE). */
+  mcpSessionIdleMs: number;
   /** HTTP request timeout: a client that does not finish sending its body in time is cut off. */
   requestTimeoutMs: number;
   /** Longest CEL expression in characters. */
@@ -177,6 +189,9 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   queryCostMax: 100_000,
   resultBytesMax: 16 * 1024 * 1024,
   requestBodyBytesMax: 1_048_576,
+  mcpToolsPageSize: 50,
+  mcpSessionsMax: 64,
+  mcpSessionIdleMs: 10 * 60_000,
   requestTimeoutMs: 30_000,
   celExpressionLengthMax: 4096,
   celCacheMax: 10_000,

@@ -137,6 +137,7 @@ describe('usage errors', () => {
     ['void', ['void', 'nope'], 'transaction id "nope" is not a UUID'],
     ['gql', ['gql'], 'say which document'],
     ['import', ['import'], 'say which CSV file'],
+    ['mcp', ['mcp'], 'give --db PATH --as PRINCIPAL, or --server URL --key KEY'],
   ];
 
   it('cover every command', () => {

@@ -249,7 +249,7 @@ export async function executionsCommand(args: string[], options: Options, io: Io
     }
     const data = await call(
       target,
-      `query($w: ExecutionFilter, $f: Int!, $a: String) { actions { executions(first: $f, after: $a, where: $w, order: NEWEST_FIRST) { nodes { ${EXECUTION_FIELDS} created } pageInfo { hasNextPage endCursor } } } }`,
+      `query($w: ExecutionFilter, $f: Int!, $a: String) { actions { executions(first: $f, after: $a, where: $w, order: NEWEST_FIRST) { nodes { ${EXECUTION_FIELDS} created caller { principal transport } } pageInfo { hasNextPage endCursor } } } }`,
       { w: where, f: first, a: options.after === undefined ? null : String(options.after) },
     );
     const { nodes, pageInfo } = data.actions.executions as { nodes: Array<Record<string, any>>; pageInfo: { hasNextPage: boolean; endCursor: string | null } };
@@ -257,7 +257,7 @@ export async function executionsCommand(args: string[], options: Options, io: Io
     if (options.json) io.out(`${JSON.stringify({ executions: nodes, next }, null, 2)}\n`);
     else {
       if (nodes.length === 0) io.out('no executions\n');
-      for (const n of nodes) io.out(`${n.created}  ${n.executionId}  ${String(n.status).padEnd(9)} ${n.actionName}@${n.actionVersion ?? '-'}  attempt ${n.attempt}${n.error ? `  ${n.error.code}` : ''}\n`);
+      for (const n of nodes) io.out(`${n.created}  ${n.executionId}  ${String(n.status).padEnd(9)} ${n.actionName}@${n.actionVersion ?? '-'}  attempt ${n.attempt}${n.error ? `  ${n.error.code}` : ''}${n.caller?.transport ? `  via ${n.caller.transport}` : ''}\n`);
       if (next) io.out(`more… --after ${next}\n`);
     }
     return EXIT.ok;
@@ -283,7 +283,7 @@ export function drawTree(node: Record<string, any>, prefix = '', last = true, ro
 }
 
 const ERROR_FIELDS = 'error { code message hint details }';
-const DETAIL_FIELDS = `input output created runAt triggerId caller { principal } ${ERROR_FIELDS}
+const DETAIL_FIELDS = `input output created runAt triggerId caller { principal transport } ${ERROR_FIELDS}
   invocations { attempt status started finished durationMs logs ${ERROR_FIELDS} }`;
 
 /** An error's stack (details.stack), indented under it. */
@@ -294,7 +294,7 @@ function formatStack(error: { details?: unknown }, indent: string): string {
 
 /** What `tally execution <id>` prints under the call tree. */
 function formatExecution(e: Record<string, any>): string {
-  let text = `\nexecution  ${e.executionId}\ncreated    ${e.created} by ${e.caller.principal}${e.triggerId ? ` (trigger ${e.triggerId})` : ''}\n`;
+  let text = `\nexecution  ${e.executionId}\ncreated    ${e.created} by ${e.caller.principal}${e.caller.transport ? ` over ${e.caller.transport}` : ''}${e.triggerId ? ` (trigger ${e.triggerId})` : ''}\n`;
   if (e.status === 'QUEUED' && e.runAt) text += `due        ${e.runAt}\n`;
   text += `input      ${JSON.stringify(e.input)}\n`;
   if (e.output !== null && e.output !== undefined) text += `output     ${JSON.stringify(e.output)}\n`;

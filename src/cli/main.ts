@@ -139,6 +139,10 @@ async function run(command: string, positionals: string[], options: Options): Pr
       return await commands.gqlCommand(positionals, options, io);
     case 'import':
       return await commands.importCommand(positionals, options, io);
+    case 'mcp':
+      noArgs();
+      await serveMcp(options);
+      return EXIT.ok;
     default:
       throw new UsageError(`unknown command ${JSON.stringify(command)}`);
   }
@@ -244,6 +248,42 @@ async function serve(db: string, options: Options): Promise<void> {
   process.once('SIGTERM', () => shutdown('SIGTERM'));
   process.once('SIGINT', () => shutdown('SIGINT'));
   await new Promise(() => {});
+}
+
+/**
+ * tally mcp: in-process as one client (--db, --as), or a proxy to a server (--server, --key). Only
+ * protocol messages go to stdout, so everything said here goes to stderr.
+ */
+async function serveMcp(options: Options): Promise<void> {
+  const log = (line: string) => process.stderr.write(`${line}\n`);
+  const { serveStdio } = await import('../mcp/stdio.js');
+  const server = options.server === undefined ? process.env.TALLY_SERVER : String(options.server);
+  if (options.as === undefined && options.db === undefined && server !== undefined) {
+    const key = options.key === undefined ? process.env.TALLY_API_KEY : String(options.key);
+    if (!key) throw new UsageError('--server needs --key KEY (or TALLY_API_KEY)');
+    await serveStdio({ server, apiKey: key }, log);
+    return;
+  }
+  if (options.as === undefined) throw new UsageError('give --db PATH --as PRINCIPAL, or --server URL --key KEY');
+  const db = options.db === undefined ? process.env.TALLY_DB : String(options.db);
+  if (db === undefined) throw new UsageError('--as needs --db PATH (or TALLY_DB)');
+  const commands = await import('./commands.js');
+  commands.requireDatabase(db);
+  const { createEngine } = await import('../engine.js');
+  const engine = await createEngine({ path: db });
+  try {
+    if (!hasClient(engine, String(options.as))) {
+      throw new OperationError(`no client has principal ${JSON.stringify(String(options.as))}`, 'UNAUTHENTICATED', 'Name a client of this database (see clients.json, or auth.createClient).');
+    }
+    await serveStdio({ engine, principal: String(options.as) }, log);
+  } finally {
+    engine.close();
+  }
+}
+
+function hasClient(engine: Engine, principal: string): boolean {
+  const result = engine.graphql('{ actions { nativeTools } }', null, { principal });
+  return !result.errors?.some((e) => e.extensions?.code === 'UNAUTHENTICATED');
 }
 
 /**

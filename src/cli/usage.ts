@@ -203,6 +203,20 @@ export const COMMANDS: Record<string, CommandSpec> = {
     examples: ['tally gql query.graphql --variables \'{"code": "alice"}\'', 'echo \'{ journal { name } }\' | tally gql -'],
     target: true,
   },
+  mcp: {
+    name: 'mcp',
+    args: '(--db PATH --as PRINCIPAL | --server URL --key KEY)',
+    summary: 'Serve the tools a client may call to an MCP client (Claude Desktop, Claude Code, the MCP Inspector) over stdio.\n'
+      + 'In-process (--db, --as: that client\'s policies bound every call) or as a proxy to a running server (--server, --key:\n'
+      + 'the server authorizes). stdout carries only protocol messages; logs go to stderr. `tally serve` also serves MCP at /mcp.',
+    options: {
+      db: { type: 'string', value: 'PATH', help: 'open this database file in-process (default $TALLY_DB)' },
+      as: { type: 'string', value: 'PRINCIPAL', help: 'the client whose policies bound every call (with --db)' },
+      server: { type: 'string', value: 'URL', help: 'a running server (default $TALLY_SERVER)' },
+      key: { type: 'string', value: 'KEY', help: 'the API key for --server (default $TALLY_API_KEY)' },
+    },
+    examples: ['tally mcp --db ./data/tally.db --as operator', 'TALLY_API_KEY=tly_… tally mcp --server http://127.0.0.1:4000'],
+  },
   import: {
     name: 'import',
     args: '<file.csv>',

@@ -41,6 +41,8 @@ export interface CallNode {
   runAt?: string | null;
   triggerId?: string | null;
   triggerDepth?: number;
+  /** How the top-level call reached the engine, when not plain GraphQL ('mcp'). */
+  transport?: string | null;
 }
 
 /** The caller at the root of a tree: its principal and (for an API client) its policies. */
@@ -51,6 +53,8 @@ export interface Caller {
   deadline?: number;
   /** Set by the first resolver that found the deadline passed: the request fails with it alone. */
   overran?: EngineError;
+  /** How the request reached the engine, when not plain GraphQL: 'mcp' (recorded on its top-level executions). */
+  transport?: string;
 }
 
 /** What every call of one tree shares: one deadline, one call budget, references resolved once. */
@@ -108,6 +112,7 @@ export function nodeToRow(node: CallNode): Omit<ExecutionRow, 'seq'> {
     logs: node.logs.length ? JSON.stringify(node.logs) : null,
     created: node.created,
     modified: node.finished ?? node.created,
+    transport: node.transport ?? null,
   };
 }
 
@@ -137,6 +142,7 @@ export function rowToNode(row: ExecutionRow): CallNode {
     runAt: (row as { run_at?: string | null }).run_at ?? null,
     triggerId: (row as { trigger_id?: string | null }).trigger_id ?? null,
     triggerDepth: (row as { trigger_depth?: number }).trigger_depth ?? 0,
+    transport: row.transport ?? null,
   };
 }
 
@@ -152,7 +158,7 @@ export function persistTree(st: ActionStatements, root: CallNode, undone = false
     const r = nodeToRow(node);
     st.insertExecution.run(
       r.execution_id, r.action_id, r.action_name, r.action_version, r.kind, r.status, r.input, nodeUndone ? null : r.input_fingerprint, r.output, r.error,
-      r.principal, r.parent_id, r.root_id, r.depth, r.attempt, r.started, r.finished, r.logs, r.created, r.modified,
+      r.principal, r.parent_id, r.root_id, r.depth, r.attempt, r.started, r.finished, r.logs, r.created, r.modified, r.transport ?? null,
     );
     const childrenUndone = nodeUndone || node.status !== 'SUCCEEDED' || node.undone === true;
     for (let i = node.children.length - 1; i >= 0; i--) stack.push([node.children[i]!, childrenUndone]);

@@ -54,6 +54,7 @@ export function invokeAction(svc: ExecutionServices, caller: Caller, parent: Cal
   const root = parent?.root ?? newRoot(svc, caller, target, input);
   const node = runCall(svc, { target, input, executionId: request.executionId, parent, root, inputFingerprint });
   if (root.fatal) throw root.fatal;
+  if (!parent && caller.transport !== undefined) node.transport = caller.transport;
   if (!parent) persistTree(svc.st, node);
   return node;
 }

@@ -5,6 +5,7 @@ import { EngineError, quote } from '../errors.js';
 import type { Worker } from '../execution/queue/worker.js';
 import type { FormattedResult, GraphqlRequest } from '../graphql/executor.js';
 import { type Logger, silentLogger } from '../log.js';
+import { McpHttp, sendJsonRpcError } from '../mcp/http.js';
 import { assetReader, consolePage } from './console-page.js';
 import { ServerMetrics } from './metrics.js';
 
@@ -17,6 +18,8 @@ export interface ServerOptions {
   logger?: Logger;
   /** The in-process queue worker, when the server runs one: /readyz reports it stopped. */
   worker?: Worker;
+  /** Origins a browser-based MCP client may call /mcp from (default: loopback origins only). */
+  mcpAllowedOrigins?: readonly string[];
 }
 
 /** What the server learns about a request as it handles it, for its log line and /metrics. */
@@ -39,6 +42,7 @@ const traces = new WeakMap<ServerResponse, RequestTrace>();
 interface Operability {
   metrics: ServerMetrics;
   worker: Worker | undefined;
+  mcp: McpHttp;
 }
 
 /**
@@ -51,7 +55,12 @@ export function createServer(engine: Engine, options: ServerOptions = {}): Serve
   const connectionsCheckingInterval = Math.max(50, Math.min(1000, Math.floor(limits.requestTimeoutMs / 4)));
   const asset = assetReader();
   const logger = options.logger ?? silentLogger;
-  const ops: Operability = { metrics: new ServerMetrics(engine), worker: options.worker };
+  const logInternal = (error: unknown) =>
+    options.logger
+      ? logger.error({ event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) }, 'mcp session failed')
+      : (options.log ?? console.error)(`tally: mcp session failed: ${error instanceof Error ? error.message : String(error)}`);
+  const mcp = new McpHttp(engine, { logError: logInternal, ...(options.mcpAllowedOrigins ? { allowedOrigins: options.mcpAllowedOrigins } : {}) });
+  const ops: Operability = { metrics: new ServerMetrics(engine), worker: options.worker, mcp };
   const server = createHttpServer({ connectionsCheckingInterval }, (req, res) => {
     const trace: RequestTrace = { startedMs: performance.now(), graphql: false, type: 'unknown', operation: null, dryRun: false, principal: null, outcome: 'ok', changes: 0 };
     traces.set(res, trace);
@@ -65,6 +74,7 @@ export function createServer(engine: Engine, options: ServerOptions = {}): Serve
   });
   server.requestTimeout = limits.requestTimeoutMs;
   server.headersTimeout = Math.min(limits.requestTimeoutMs, 60_000);
+  server.once('close', () => void mcp.closeAll());
   return server;
 }
 
@@ -124,6 +134,7 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops
       return;
     }
   }
+  if (url.pathname === '/mcp') return serveMcp(engine, ops.mcp, req, res);
   if (url.pathname !== '/graphql') {
     if (url.pathname === '/' && req.method === 'GET') {
       res.writeHead(302, { location: '/graphql' }).end();
@@ -180,7 +191,44 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops
   const request = requestFromBody(body);
   if (request instanceof EngineError) return sendErrors(res, 400, mediaType, [request]);
   traceOperation(engine, res, request);
-  return sendResult(res, mediaType, engine.execute(request, { apiKey }));
+  // `tally mcp --server` proxies MCP tool calls here and says so: its executions record the transport.
+  const transport = req.headers['tally-transport'] === 'mcp' ? { transport: 'mcp' as const } : {};
+  return sendResult(res, mediaType, engine.execute(request, { apiKey, ...transport }));
+}
+
+/**
+ * MCP (Streamable HTTP) at /mcp: the Origin check the specification asks for (403), the same
+ * Bearer key as /graphql (401 with WWW-Authenticate), the body read within requestBodyBytesMax,
+ * then the session's transport (see McpHttp).
+ */
+async function serveMcp(engine: Engine, mcp: McpHttp, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const origin = req.headers.origin;
+  if (!mcp.originAllowed(origin)) {
+    req.resume();
+    return sendErrors(res, 403, 'application/json', [
+      new EngineError('ACCESS_DENIED', `origin ${quote(origin)} may not call /mcp`, { hint: 'Call /mcp from a local client, or list the origin in mcpAllowedOrigins.' }),
+    ]);
+  }
+  const client = authenticate(engine, req.headers.authorization);
+  if (client instanceof EngineError) {
+    req.resume();
+    return sendUnauthenticated(res, 'application/json', client);
+  }
+  traces.get(res)!.principal = client.principal;
+  let body: unknown;
+  if (req.method === 'POST') {
+    const text = await readBody(req, engine.limits.requestBodyBytesMax);
+    if (text instanceof EngineError) {
+      res.setHeader('connection', 'close');
+      return sendErrors(res, text.code === 'LIMIT_EXCEEDED' ? 413 : 400, 'application/json', [text]);
+    }
+    try {
+      body = JSON.parse(text);
+    } catch (error) {
+      return sendJsonRpcError(res, 400, -32700, `Parse error: ${(error as Error).message}`);
+    }
+  }
+  return mcp.handle(req, res, { apiKey: client.apiKey, principal: client.principal, body });
 }
 
 /**

@@ -276,4 +276,13 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE triggers ADD COLUMN previous_principal TEXT;
     `,
   },
+  {
+    version: 7,
+    name: 'execution transport',
+    sql: `
+      -- How a top-level call reached the engine when it was not plain GraphQL: 'mcp' for a tool an
+      -- MCP client called. NULL for GraphQL, nested calls and started executions.
+      ALTER TABLE executions ADD COLUMN transport TEXT;
+    `,
+  },
 ];

@@ -8,6 +8,7 @@ import * as triggers from '../../execution/queue/triggers.js';
 import { pageRequest, toConnection } from '../../paging.js';
 import type { RequestContext } from '../context.js';
 import { guard, visible } from './guard.js';
+import { callerAccess, toolAccess } from '../../actions/tool-access.js';
 
 const AA = 'actions.Action';
 const AE = 'actions.Execution';
@@ -38,6 +39,23 @@ function guardExecution(ctx: RequestContext, id: string | null | undefined, name
   const actionName = !id ? name : version ? version.name : actions.findAction(ctx.services.actions, { id, name }).name;
   guard(ctx, 'INSERT', AE, { action: actionName, version: input.actionVersion ?? null, input: input.input ?? null });
   return version;
+}
+
+/**
+ * The tools a caller may call: each action's latest ACTIVE version, kept when invoking it is allowed
+ * (the check invokeAction makes, with no input yet) and the caller could make at least one of its
+ * writes. No SELECT on actions.Action is needed: a caller that may invoke a tool may see its schema.
+ */
+function listTools(ctx: RequestContext, first: number, after: string | null | undefined) {
+  const page = actions.listActions(ctx.services.actions, first, after);
+  const edges = page.edges.flatMap((edge) => {
+    const version = actions.latestActiveVersion(ctx.services.actions, edge.node.actionId);
+    if (!version) return [];
+    if (!ctx.authority.allows({ action: 'INSERT', resource: AE, document: { action: version.name, version: version.version, input: null } })) return [];
+    if (toolAccess(ctx.services.actions, version, ctx.caller.client?.policies ?? null).hidden) return [];
+    return [{ ...edge, node: version }];
+  });
+  return { ...page, edges, nodes: edges.map((e) => e.node) };
 }
 
 function invocations(ctx: RequestContext, node: CallNode) {
@@ -84,6 +102,18 @@ export const actionResolvers = {
       return guard(ctx, 'SELECT', AE, rowToNode(row));
     },
     executions: (_: unknown, args: Args, ctx: RequestContext) => visible(ctx, AE, listExecutions(ctx, args)),
+    tools: (_: unknown, { first, after }: Args, ctx: RequestContext) => listTools(ctx, first, after),
+    tool: (_: unknown, { name }: Args, ctx: RequestContext) => {
+      const version = actions.latestActiveVersion(ctx.services.actions, actions.findAction(ctx.services.actions, { name }).action_id);
+      if (!version) throw new EngineError('NOT_FOUND', `${name} has no ACTIVE version`, { hint: 'Activate a version with activateAction.' });
+      guard(ctx, 'INSERT', AE, { action: version.name, version: version.version, input: null });
+      return version;
+    },
+    nativeTools: (_: unknown, __: Args, ctx: RequestContext) =>
+      actions.NATIVE_TOOLS.filter((name) => ctx.authority.allows({ action: 'INSERT', resource: AE, document: { action: name, version: null, input: null } })).map((name) => ({
+        name,
+        access: name === 'cel' ? { readOnly: true, destructive: false } : callerAccess(ctx.caller.client?.policies ?? null),
+      })),
     queue: (_: unknown, __: Args, ctx: RequestContext) => {
       guard(ctx, 'SELECT', AE, {});
       const counts = Object.fromEntries(ctx.services.queue.counts.all().map((r) => [r.status, r.n]));
@@ -156,6 +186,7 @@ export const actionResolvers = {
   },
   Action: {
     pending: (v: ActionVersion) => v.status === 'DRAFT',
+    access: (v: ActionVersion, _: Args, ctx: RequestContext) => toolAccess(ctx.services.actions, v, ctx.caller.client?.policies ?? null),
     versions: (v: ActionVersion, _: Args, ctx: RequestContext) => actions.listVersions(ctx.services.actions, v.actionId).filter((x) => ctx.authority.allows({ action: 'SELECT', resource: AA, document: x })),
   },
   Execution: {
@@ -163,7 +194,7 @@ export const actionResolvers = {
       n.actionId && n.actionVersion ? guard(ctx, 'SELECT', AA, actions.getVersion(ctx.services.actions, { id: n.actionId, version: n.actionVersion })) : null,
     invocation: (n: CallNode, _: Args, ctx: RequestContext) => invocations(ctx, n).at(-1) ?? null,
     invocations: (n: CallNode, _: Args, ctx: RequestContext) => invocations(ctx, n),
-    caller: (n: CallNode) => ({ principal: n.principal }),
+    caller: (n: CallNode) => ({ principal: n.principal, transport: n.transport ?? null }),
     triggerDepth: (n: CallNode) => n.triggerDepth ?? 0,
     parent: (n: CallNode, _: Args, ctx: RequestContext) => {
       if (!n.parentId) return null;

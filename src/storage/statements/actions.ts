@@ -40,6 +40,8 @@ export interface ExecutionRow {
   logs: string | null;
   created: string;
   modified: string;
+  /** 'mcp' for a top-level call an MCP client made; null otherwise. */
+  transport?: string | null;
 }
 
 /** Every SQL statement of actions and executions, prepared once per engine. */
@@ -95,11 +97,11 @@ export function actionStatements(db: Db) {
     /** Positional, in the column order below (binding 20 values by name costs more, once per call recorded). */
     insertExecution: db.prepare<
       [string, string | null, string, number | null, string, string, string, string | null, string | null, string | null, string | null,
-        string | null, string, number, number, string | null, string | null, string | null, string, string]
+        string | null, string, number, number, string | null, string | null, string | null, string, string, string | null]
     >(
       `INSERT INTO executions (execution_id, action_id, action_name, action_version, kind, status, input, input_fingerprint,
-         output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, transport)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ),
   };
 }

@@ -1,0 +1,93 @@
+import type { Policy, PolicyAction } from '../policy/policy.js';
+import { resourceMatches } from '../policy/policy.js';
+import { type ActionDeps, type ActionVersion, findAction, getVersion, latestActiveVersion } from './actions.js';
+
+/** What an agent is told about a tool before calling it (MCP tools/list annotations). */
+export interface ToolAccess {
+  /** Its policies, and those of every tool it references transitively, allow only reads. */
+  readOnly: boolean;
+  /** They allow UPDATE or DELETE somewhere. */
+  destructive: boolean;
+}
+
+/** A write a tool's policies allow: an action other than SELECT on a resource pattern. */
+export interface ToolWrite {
+  action: PolicyAction;
+  resource: string;
+}
+
+/**
+ * Every write the tool's ALLOW policies permit, with those of the tools it references (pinned, or
+ * their latest ACTIVE version), transitively. Invoking another tool (INSERT on actions.Execution)
+ * is not a write of its own: the referenced tool's writes are counted instead.
+ */
+export function toolWrites(deps: ActionDeps, version: ActionVersion): ToolWrite[] {
+  const writes: ToolWrite[] = [];
+  const seen = new Set<string>();
+  const pending: ActionVersion[] = [version];
+  while (pending.length > 0) {
+    const current = pending.pop()!;
+    const key = `${current.actionId}@${current.version}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    writes.push(...policyWrites(current.policies));
+    for (const reference of current.tools) {
+      const referenced = resolveReference(deps, reference.name, reference.version);
+      if (referenced) pending.push(referenced);
+    }
+  }
+  return writes;
+}
+
+/** The writes a caller's policies could allow, ignoring assertions (null: no client, all allowed). */
+export function policyWrites(policies: readonly Policy[]): ToolWrite[] {
+  const writes: ToolWrite[] = [];
+  for (const policy of policies) {
+    if (policy.effect !== 'ALLOW') continue;
+    for (const action of policy.actions) {
+      if (action === 'SELECT') continue;
+      for (const resource of policy.resources) {
+        if (action === 'INSERT' && resource === 'actions.Execution') continue;
+        writes.push({ action, resource });
+      }
+    }
+  }
+  return writes;
+}
+
+/** A write of the tool that some ALLOW policy of the caller also covers (pattern against pattern). */
+export function overlaps(tool: ToolWrite, caller: readonly ToolWrite[]): boolean {
+  return caller.some((c) => c.action === tool.action && (resourceMatches(c.resource, tool.resource) || resourceMatches(tool.resource, c.resource)));
+}
+
+/**
+ * The access an agent is told about, under the caller's policies (null: the engine itself). A tool
+ * whose writes the caller may not make at all is `hidden`: a call would be refused when it writes.
+ */
+export function toolAccess(deps: ActionDeps, version: ActionVersion, callerPolicies: readonly Policy[] | null): ToolAccess & { hidden: boolean } {
+  const writes = toolWrites(deps, version);
+  const callerWrites = callerPolicies === null ? null : policyWrites(callerPolicies);
+  const usable = callerWrites === null ? writes : writes.filter((w) => overlaps(w, callerWrites));
+  return {
+    readOnly: writes.length === 0,
+    destructive: usable.some((w) => w.action === 'UPDATE' || w.action === 'DELETE'),
+    hidden: writes.length > 0 && usable.length === 0,
+  };
+}
+
+function resolveReference(deps: ActionDeps, name: string, version: number | null): ActionVersion | null {
+  try {
+    if (version !== null) return getVersion(deps, { name, version });
+    return latestActiveVersion(deps, findAction(deps, { name }).action_id);
+  } catch {
+    // A reference to a tool that does not exist (yet) fails at call time; it writes nothing now.
+    return null;
+  }
+}
+
+/** What the caller's own policies allow (the native graphql tool runs under them alone). */
+export function callerAccess(callerPolicies: readonly Policy[] | null): ToolAccess {
+  if (callerPolicies === null) return { readOnly: false, destructive: true };
+  const writes = policyWrites(callerPolicies);
+  return { readOnly: writes.length === 0, destructive: writes.some((w) => w.action === 'UPDATE' || w.action === 'DELETE') };
+}

@@ -1,0 +1,241 @@
+import { randomUUID } from 'node:crypto';
+import type { GraphQLFormattedError } from 'graphql';
+import { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import {
+  CallToolRequestSchema,
+  type CallToolResult,
+  ErrorCode,
+  ListResourcesRequestSchema,
+  ListResourceTemplatesRequestSchema,
+  ListToolsRequestSchema,
+  McpError,
+  ReadResourceRequestSchema,
+  type Tool,
+} from '@modelcontextprotocol/sdk/types.js';
+import type { McpBackend } from './backend.js';
+
+export interface McpServerOptions {
+  /** Actions read per tools/list page (mcpToolsPageSize). */
+  toolsPageSize: number;
+}
+
+const TOOL_FIELDS = 'name version tool { name description inputSchema outputSchema } access { readOnly destructive }';
+const TOOLS_PAGE = `query($first: Int!, $after: String) { actions { tools(first: $first, after: $after) { nodes { ${TOOL_FIELDS} } pageInfo { hasNextPage endCursor } } } }`;
+const NATIVE_TOOLS = '{ actions { nativeTools { name access { readOnly destructive } } } }';
+const TOOL_BY_NAME = `query($name: String!) { actions { tool(name: $name) { version } } }`;
+const INVOKE = `mutation($name: String!, $input: InvokeInput!) { actions { invokeAction(name: $name, input: $input) {
+  executionId status output error { code message hint details } } } }`;
+const ACCOUNT = `query($code: String!) { account(code: $code) { accountId code name status normalBalanceType
+  balances(first: 100) { nodes { journalId currency settled { normalBalance } pending { normalBalance } encumbrance { normalBalance } available(layer: ENCUMBRANCE) { normalBalance } } } } }`;
+
+interface ToolNode {
+  name: string;
+  version: number;
+  tool: { name: string; description: string; inputSchema: Record<string, unknown>; outputSchema: Record<string, unknown> | null };
+  access: { readOnly: boolean; destructive: boolean };
+}
+
+/** The native tools, described for an agent (their input is checked by the engine). */
+const NATIVE: Record<string, Tool> = {
+  graphql: {
+    name: 'graphql',
+    title: 'GraphQL',
+    description: "Run one GraphQL operation against Tally's API under your policies.",
+    inputSchema: { type: 'object', properties: { query: { type: 'string' }, variables: { type: 'object' } }, required: ['query'] },
+  },
+  cel: {
+    name: 'cel',
+    title: 'CEL',
+    description: 'Evaluate a CEL expression with optional bindings.',
+    inputSchema: { type: 'object', properties: { expression: { type: 'string' }, bindings: { type: 'object' } }, required: ['expression'] },
+  },
+};
+
+/**
+ * One MCP server for one client: tools/list is `actions.tools` (what the client may invoke, with
+ * annotations derived from the tools' policies), tools/call is `invokeAction` at the latest ACTIVE
+ * version, resources are accounts. Every answer comes from GraphQL requests made as the client.
+ */
+export function createMcpServer(backend: McpBackend, options: McpServerOptions): Server {
+  const server = new Server(
+    { name: 'tally', version: '0.1.0' },
+    {
+      capabilities: { tools: { listChanged: true }, resources: {} },
+      instructions: 'Tally is a double-entry ledger. Its tools are the ones your API client may invoke; each call is recorded as an execution. Pass _meta.executionId to retry a call idempotently.',
+    },
+  );
+
+  server.setRequestHandler(ListToolsRequestSchema, async (request) => listTools(backend, options, request.params?.cursor));
+
+  server.setRequestHandler(CallToolRequestSchema, async (request) => {
+    const meta = request.params._meta as Record<string, unknown> | undefined;
+    const executionId = typeof meta?.executionId === 'string' ? meta.executionId : randomUUID();
+    return callTool(backend, options, request.params.name, request.params.arguments ?? {}, executionId);
+  });
+
+  server.setRequestHandler(ListResourcesRequestSchema, async () => ({ resources: [] }));
+  server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => ({
+    resourceTemplates: [
+      {
+        uriTemplate: 'tally://accounts/{code}',
+        name: 'account',
+        title: 'Account balances',
+        description: 'An account by its code, with its balance in every journal and currency, as JSON.',
+        mimeType: 'application/json',
+      },
+    ],
+  }));
+  server.setRequestHandler(ReadResourceRequestSchema, async (request) => {
+    const match = /^tally:\/\/accounts\/([^/?#]+)$/.exec(request.params.uri);
+    if (!match) throw new McpError(ErrorCode.InvalidParams, `no resource ${JSON.stringify(request.params.uri)}; accounts are tally://accounts/{code}`);
+    const result = await backend.graphql(ACCOUNT, { code: decodeURIComponent(match[1]!) });
+    if (result.errors?.length) throw new McpError(ErrorCode.InvalidParams, describeErrors(result.errors));
+    return { contents: [{ uri: request.params.uri, mimeType: 'application/json', text: JSON.stringify((result.data as { account: unknown }).account) }] };
+  });
+  return server;
+}
+
+/** One page of tools; the first page also has the native tools the client may invoke. */
+export async function listTools(backend: McpBackend, options: McpServerOptions, cursor: string | undefined): Promise<{ tools: Tool[]; nextCursor?: string }> {
+  const page = await backend.graphql(TOOLS_PAGE, { first: options.toolsPageSize, after: cursor ?? null });
+  if (page.errors?.length) throw new McpError(cursor ? ErrorCode.InvalidParams : ErrorCode.InternalError, describeErrors(page.errors));
+  const connection = (page.data as { actions: { tools: { nodes: ToolNode[]; pageInfo: { hasNextPage: boolean; endCursor: string | null } } } }).actions.tools;
+  const tools = connection.nodes.map(toMcpTool);
+  if (cursor === undefined) {
+    const natives = await backend.graphql(NATIVE_TOOLS, {});
+    const listed = (natives.data as { actions?: { nativeTools: Array<{ name: string; access: ToolNode['access'] }> } } | null)?.actions?.nativeTools ?? [];
+    tools.unshift(...listed.flatMap(({ name, access }) => (NATIVE[name] ? [{ ...NATIVE[name], annotations: annotations(access) }] : [])));
+  }
+  const next = connection.pageInfo.hasNextPage ? connection.pageInfo.endCursor : null;
+  return next ? { tools, nextCursor: next } : { tools };
+}
+
+/** Derived from the policies, never typed by hand; idempotent because every call carries an execution id. */
+function annotations(access: ToolNode['access']): NonNullable<Tool['annotations']> {
+  return { readOnlyHint: access.readOnly, destructiveHint: access.destructive, idempotentHint: true, openWorldHint: false };
+}
+
+function toMcpTool(node: ToolNode): Tool {
+  const tool: Tool = {
+    name: node.name,
+    title: `${node.name}@${node.version}`,
+    description: node.tool.description,
+    inputSchema: { ...node.tool.inputSchema, type: 'object' },
+    annotations: annotations(node.access),
+  };
+  // MCP's structuredContent is an object: only an object output schema is advertised.
+  if (node.tool.outputSchema && node.tool.outputSchema.type === 'object') tool.outputSchema = node.tool.outputSchema as Tool['outputSchema'];
+  return tool;
+}
+
+/**
+ * invokeAction of the latest ACTIVE version. A failed call (or a refused one) is a tool result with
+ * isError and the code, message and hint, so a model can correct itself.
+ */
+export async function callTool(backend: McpBackend, options: McpServerOptions, name: string, args: Record<string, unknown>, executionId: string): Promise<CallToolResult> {
+  let actionVersion: number | null = null;
+  if (name !== 'graphql' && name !== 'cel') {
+    const found = await backend.graphql(TOOL_BY_NAME, { name });
+    const error = found.errors?.[0];
+    if (error) {
+      if (error.extensions?.code !== 'NOT_FOUND') return failure(error);
+      return failure({ ...error, message: error.message, extensions: { ...error.extensions, hint: await availableNames(backend, options) } });
+    }
+    actionVersion = (found.data as { actions: { tool: { version: number } } }).actions.tool.version;
+  }
+  const result = await backend.graphql(INVOKE, { name, input: { executionId, actionVersion, input: args } });
+  if (result.errors?.length) return failure(result.errors[0]!);
+  const execution = (result.data as { actions: { invokeAction: { executionId: string; status: string; output: unknown; error: ErrorShape | null } } }).actions.invokeAction;
+  if (execution.status !== 'SUCCEEDED') {
+    return failure({ message: execution.error?.message ?? execution.status, extensions: { code: execution.error?.code ?? execution.status, hint: execution.error?.hint, details: execution.error?.details } }, execution.executionId);
+  }
+  const text = JSON.stringify(execution.output);
+  const structured = execution.output !== null && typeof execution.output === 'object' && !Array.isArray(execution.output);
+  return {
+    content: [{ type: 'text', text }],
+    ...(structured ? { structuredContent: execution.output as Record<string, unknown> } : {}),
+    _meta: { executionId: execution.executionId },
+  };
+}
+
+interface ErrorShape {
+  code: string;
+  message: string;
+  hint?: string | null;
+  details?: unknown;
+}
+
+/** The text a model reads: code and message, the hint, and for INPUT_INVALID each problem with its JSON pointer. */
+function failure(error: GraphQLFormattedError, executionId?: string): CallToolResult {
+  const ext = error.extensions ?? {};
+  let text = `${String(ext.code ?? 'ERROR')}: ${error.message}`;
+  if (typeof ext.hint === 'string' && ext.hint) text += `\nhint: ${ext.hint}`;
+  const problems = (ext.details as { problems?: Array<{ pointer: string; message: string }> } | undefined)?.problems;
+  if (Array.isArray(problems)) text += `\nproblems:\n${problems.map((p) => `  ${p.pointer || '/'}: ${p.message}`).join('\n')}`;
+  return {
+    isError: true,
+    content: [{ type: 'text', text }],
+    ...(executionId ? { _meta: { executionId } } : {}),
+  };
+}
+
+/** The hint for an unknown tool: the names this client may call (first pages only, bounded). */
+async function availableNames(backend: McpBackend, options: McpServerOptions): Promise<string> {
+  const names: string[] = [];
+  let cursor: string | undefined;
+  for (let page = 0; page < 10; page++) {
+    const listed = await listTools(backend, options, cursor).catch(() => null);
+    if (!listed) break;
+    names.push(...listed.tools.map((t) => t.name));
+    if (!listed.nextCursor) break;
+    cursor = listed.nextCursor;
+  }
+  return names.length === 0 ? 'You may call no tools.' : `Available tools: ${names.join(', ')}.`;
+}
+
+function describeErrors(errors: readonly GraphQLFormattedError[]): string {
+  return errors.map((e) => `${String(e.extensions?.code ?? 'ERROR')}: ${e.message}`).join('; ');
+}
+
+/**
+ * Sends notifications/tools/list_changed when what this client may call changed: `changed()` is
+ * called after a commit that touched actions (a deploy, createAction, lockAction…); the list is
+ * read again as the client and compared with the last one. Calls during a check coalesce into one.
+ */
+export function watchToolList(server: Server, backend: McpBackend, options: McpServerOptions, onError: (error: unknown) => void): { changed(): void } {
+  let last: string | null = null;
+  let running = false;
+  let again = false;
+  const read = async (): Promise<string> => {
+    const pages: Tool[] = [];
+    let cursor: string | undefined;
+    for (let page = 0; page < 10; page++) {
+      const listed = await listTools(backend, options, cursor);
+      pages.push(...listed.tools);
+      if (!listed.nextCursor) break;
+      cursor = listed.nextCursor;
+    }
+    return JSON.stringify(pages);
+  };
+  const check = async (): Promise<void> => {
+    if (running) {
+      again = true;
+      return;
+    }
+    running = true;
+    try {
+      do {
+        again = false;
+        const now = await read();
+        if (last !== null && now !== last) await server.sendToolListChanged();
+        last = now;
+      } while (again);
+    } catch (error) {
+      onError(error);
+    } finally {
+      running = false;
+    }
+  };
+  void check();
+  return { changed: () => void check() };
+}

@@ -1,0 +1,32 @@
+import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
+import type { Engine } from '../engine.js';
+import { DEFAULT_LIMITS } from '../limits.js';
+import { engineBackend, type McpBackend, remoteBackend } from './backend.js';
+import { createMcpServer, watchToolList } from './server.js';
+
+/** Where `tally mcp` gets its tools: a database in-process as one client, or a server over GraphQL. */
+export type StdioTarget = { engine: Engine; principal: string } | { server: string; apiKey: string };
+
+/**
+ * Serve MCP over stdin/stdout until stdin closes. stdout carries nothing but protocol messages
+ * (the SDK writes them); anything said about the process goes to stderr.
+ */
+export async function serveStdio(target: StdioTarget, log: (line: string) => void): Promise<void> {
+  const backend: McpBackend = 'engine' in target ? engineBackend(target.engine, { principal: target.principal }) : remoteBackend(target.server, target.apiKey, DEFAULT_LIMITS.requestTimeoutMs);
+  const options = { toolsPageSize: 'engine' in target ? target.engine.limits.mcpToolsPageSize : DEFAULT_LIMITS.mcpToolsPageSize };
+  const server = createMcpServer(backend, options);
+  if ('engine' in target) {
+    // In-process, a change made through this engine (a tool calling createAction) is seen at once.
+    const watcher = watchToolList(server, backend, options, (error) => log(`tally mcp: ${(error as Error).message ?? String(error)}`));
+    target.engine.onActionsChanged(() => watcher.changed());
+  }
+  const transport = new StdioServerTransport();
+  const closed = new Promise<void>((resolve) => {
+    server.onclose = () => resolve();
+    process.stdin.once('end', () => resolve());
+  });
+  await server.connect(transport);
+  log(`tally mcp: serving ${'engine' in target ? `as ${target.principal}` : `${target.server} with an API key`} over stdio`);
+  await closed;
+  await server.close();
+}

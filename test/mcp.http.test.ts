@@ -1,0 +1,185 @@
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { type CallToolResult, LATEST_PROTOCOL_VERSION, ToolListChangedNotificationSchema, type Tool } from '@modelcontextprotocol/sdk/types.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Engine } from '../src/engine.js';
+import { startServer } from './helpers.js';
+import { ALICE, BOB, bankDatabase, cli, settled, tx } from './mcp.fixtures.js';
+
+const ADMIN = 'tly_mcp-http-admin-key';
+const INITIALIZE = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: LATEST_PROTOCOL_VERSION, capabilities: {}, clientInfo: { name: 'raw', version: '1' } } };
+
+type Running = Awaited<ReturnType<typeof startServer>>;
+
+async function connect(mcpUrl: string, key: string): Promise<{ client: Client; transport: StreamableHTTPClientTransport }> {
+  const transport = new StreamableHTTPClientTransport(new URL(mcpUrl), { requestInit: { headers: { authorization: `Bearer ${key}` } } });
+  const client = new Client({ name: 'test', version: '1.0.0' });
+  await client.connect(transport);
+  return { client, transport };
+}
+
+/** A raw POST to /mcp, for what the SDK client would never send. */
+function post(mcpUrl: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> {
+  return fetch(mcpUrl, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+}
+
+async function allTools(client: Client): Promise<{ tools: Tool[]; pages: number }> {
+  const tools: Tool[] = [];
+  let cursor: string | undefined;
+  let pages = 0;
+  do {
+    const page = await client.listTools(cursor ? { cursor } : {});
+    tools.push(...page.tools);
+    cursor = page.nextCursor;
+    pages++;
+  } while (cursor);
+  return { tools, pages };
+}
+
+function createClient(engine: Engine, principal: string): string {
+  const result = engine.graphql(
+    `mutation($p: String!) { auth { createClient(input: {principal: $p, name: $p, policies: [
+      {effect: ALLOW, actions: [SELECT], resources: ["*"]}, {effect: ALLOW, actions: [INSERT], resources: ["actions.Execution"]}]}) { apiKey } } }`,
+    { p: principal },
+  );
+  if (result.errors) throw new Error(JSON.stringify(result.errors));
+  return (result.data as any).auth.createClient.apiKey;
+}
+
+describe('/mcp on tally serve: Streamable HTTP with the SDK client against a real server', () => {
+  let running: Running;
+  let mcpUrl: string;
+  let path: string;
+  let keys: Record<string, string>;
+
+  beforeAll(async () => {
+    ({ path, keys } = await bankDatabase());
+    // Two actions a page: examples/bank's five tools take three pages (mcpToolsPageSize crossed).
+    running = await startServer(ADMIN, { path, limits: { mcpToolsPageSize: 2 } });
+    mcpUrl = running.url.replace('/graphql', '/mcp');
+  }, 30_000);
+
+  afterAll(async () => {
+    await running?.stop();
+  });
+
+  it('lists the tools of examples/bank page by page (mcpToolsPageSize) and calls transfer once, recorded as an MCP call', async () => {
+    const { client, transport } = await connect(mcpUrl, keys.operator!);
+    expect(transport.sessionId).toMatch(/^[0-9a-f-]{36}$/);
+    const { tools, pages } = await allTools(client);
+    expect(pages).toBe(3);
+    expect(tools.map((t) => t.name)).toEqual(expect.arrayContaining(['graphql', 'cel', 'transfer', 'refund', 'lock_account']));
+    const executionId = 'd0000000-0000-4000-8000-000000000101';
+    const args = { transaction_id: tx(101), from: ALICE, to: BOB, amount: '25' };
+    const result = (await client.callTool({ name: 'transfer', arguments: args, _meta: { executionId } })) as CallToolResult;
+    expect(result.structuredContent).toEqual({ transaction_id: tx(101), from_available: '75.00', to_available: '25.00' });
+    const retry = (await client.callTool({ name: 'transfer', arguments: args, _meta: { executionId } })) as CallToolResult;
+    expect(retry.structuredContent).toEqual(result.structuredContent);
+    expect(settled(path, 'alice')).toBe('75.00');
+    expect(settled(path, 'bob')).toBe('25.00');
+    expect(cli(['executions', '--db', path, '--action', 'transfer'])).toMatch(new RegExp(`${executionId}.*via mcp`));
+    await client.close();
+  });
+
+  it('refuses a missing, malformed or wrong key with 401 and WWW-Authenticate', async () => {
+    const attempts: Array<Record<string, string>> = [{}, { authorization: 'Basic abc' }, { authorization: 'Bearer tly_not-a-key' }];
+    for (const headers of attempts) {
+      const response = await post(mcpUrl, INITIALIZE, headers);
+      expect(response.status).toBe(401);
+      expect(response.headers.get('www-authenticate')).toBe('Bearer realm="tally"');
+    }
+  });
+
+  it('a key revoked while its session is open stops working on the next request', async () => {
+    const key = createClient(running.engine, 'temp');
+    const { client } = await connect(mcpUrl, key);
+    expect((await client.listTools()).tools.length).toBeGreaterThan(0);
+    const rotated = running.engine.graphql('mutation { auth { updateClient(principal: "temp", input: {rotateKey: true}) { apiKey } } }');
+    expect(rotated.errors).toBeUndefined();
+    await expect(client.listTools()).rejects.toThrow(/401|Unauthorized|UNAUTHENTICATED/);
+    await client.close().catch(() => {});
+  });
+
+  it('a session is bound to the key that opened it: another client presenting its id gets 404 and sees nothing', async () => {
+    const { client: victim, transport } = await connect(mcpUrl, keys.operator!);
+    const attackerKey = createClient(running.engine, 'attacker');
+    const call = { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'transfer', arguments: { transaction_id: tx(102), from: ALICE, to: BOB, amount: '1' } } };
+    const stolen = await post(mcpUrl, call, { authorization: `Bearer ${attackerKey}`, 'mcp-session-id': transport.sessionId!, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION });
+    expect(stolen.status).toBe(404);
+    expect(await stolen.text()).not.toContain('transfer');
+    expect(settled(path, 'alice')).toBe('75.00');
+    // The victim's session still works.
+    expect((await victim.listTools()).tools.length).toBeGreaterThan(0);
+    await victim.close();
+  });
+
+  it('checks Origin: a foreign origin gets 403, a loopback one is served', async () => {
+    const foreign = await post(mcpUrl, INITIALIZE, { authorization: `Bearer ${keys.operator}`, origin: 'http://evil.example' });
+    expect(foreign.status).toBe(403);
+    const local = await post(mcpUrl, INITIALIZE, { authorization: `Bearer ${keys.operator}`, origin: 'http://localhost:6274' });
+    expect(local.status).toBe(200);
+    const id = local.headers.get('mcp-session-id')!;
+    await fetch(mcpUrl, { method: 'DELETE', headers: { authorization: `Bearer ${keys.operator}`, 'mcp-session-id': id, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION } });
+  });
+
+  it('a request without a session id that is not initialize is refused; an unknown session id gets 404', async () => {
+    const list = { jsonrpc: '2.0', id: 3, method: 'tools/list', params: {} };
+    expect((await post(mcpUrl, list, { authorization: `Bearer ${keys.operator}` })).status).toBe(400);
+    expect((await post(mcpUrl, list, { authorization: `Bearer ${keys.operator}`, 'mcp-session-id': crypto.randomUUID() })).status).toBe(404);
+    expect((await post(mcpUrl, '{not json', { authorization: `Bearer ${keys.operator}` })).status).toBe(400);
+  });
+
+  it('a deploy during an open session sends notifications/tools/list_changed; the next list shows the new schema', async () => {
+    const { client } = await connect(mcpUrl, keys.operator!);
+    const before = (await allTools(client)).tools.find((t) => t.name === 'transfer')!;
+    const changed = new Promise<void>((resolve) => client.setNotificationHandler(ToolListChangedNotificationSchema, () => resolve()));
+    // Give the client's standalone GET stream a moment to open before the change.
+    await new Promise((r) => setTimeout(r, 200));
+    const schema = { ...(before.inputSchema as Record<string, unknown>), properties: { ...(before.inputSchema.properties as object), memo: { type: 'string' } } };
+    const updated = running.engine.graphql('mutation($s: JSON!) { actions { updateAction(id: "b0000000-0000-4000-8000-0000000000a1", input: {tool: {inputSchema: $s}}) { version } } }', { s: schema }, { apiKey: ADMIN });
+    expect(updated.errors).toBeUndefined();
+    await changed;
+    const after = (await allTools(client)).tools.find((t) => t.name === 'transfer')!;
+    expect(after.title).toBe('transfer@2');
+    expect(after.inputSchema.properties).toHaveProperty('memo');
+    await client.close();
+  });
+});
+
+describe('/mcp bounds: sessions, idle sessions and the request body', () => {
+  let running: Running;
+  let mcpUrl: string;
+
+  beforeAll(async () => {
+    running = await startServer(ADMIN, { limits: { mcpSessionsMax: 1, mcpSessionIdleMs: 300, requestBodyBytesMax: 4096 } });
+    mcpUrl = running.url.replace('/graphql', '/mcp');
+  });
+
+  afterAll(async () => {
+    await running?.stop();
+  });
+
+  it('a session past mcpSessionsMax gets 503; an idle one expires after mcpSessionIdleMs (its id then 404)', async () => {
+    const first = await post(mcpUrl, INITIALIZE, { authorization: `Bearer ${ADMIN}` });
+    expect(first.status).toBe(200);
+    const id = first.headers.get('mcp-session-id')!;
+    const second = await post(mcpUrl, INITIALIZE, { authorization: `Bearer ${ADMIN}` });
+    expect(second.status).toBe(503);
+    expect(await second.text()).toContain('mcpSessionsMax');
+    await new Promise((r) => setTimeout(r, 600));
+    const stale = await post(mcpUrl, { jsonrpc: '2.0', id: 2, method: 'tools/list', params: {} }, { authorization: `Bearer ${ADMIN}`, 'mcp-session-id': id, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION });
+    expect(stale.status).toBe(404);
+    const { client } = await connect(mcpUrl, ADMIN);
+    expect((await client.listTools()).tools.map((t) => t.name)).toEqual(['graphql', 'cel']);
+    await client.close();
+  });
+
+  it('a body over requestBodyBytesMax gets 413', async () => {
+    const big = { ...INITIALIZE, params: { ...INITIALIZE.params, clientInfo: { name: 'x'.repeat(5000), version: '1' } } };
+    expect((await post(mcpUrl, big, { authorization: `Bearer ${ADMIN}` })).status).toBe(413);
+  });
+});
