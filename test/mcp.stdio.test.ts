@@ -3,6 +3,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startServer } from './helpers.js';
 import { ALICE, BIN, BOB, bankDatabase, cli, settled, tx } from './mcp.fixtures.js';
 
 async function connect(path: string, principal: string): Promise<{ client: Client; stderr: () => string }> {
@@ -96,6 +97,17 @@ describe('tally mcp over stdio, in-process as one client (the SDK Client spawnin
     expect(settled(path, 'alice')).toBe('70.00');
   });
 
+  it('offers each account as a resource through the tally://accounts/{code} template, its balances as JSON', async () => {
+    const { resourceTemplates } = await operator.listResourceTemplates();
+    expect(resourceTemplates).toEqual([expect.objectContaining({ uriTemplate: 'tally://accounts/{code}', mimeType: 'application/json' })]);
+    const { contents } = await operator.readResource({ uri: 'tally://accounts/alice' });
+    const account = JSON.parse((contents[0] as { text: string }).text);
+    expect(account).toMatchObject({ code: 'alice', accountId: ALICE });
+    expect(account.balances.nodes[0]).toMatchObject({ currency: 'USD', settled: { normalBalance: { units: settled(path, 'alice') } } });
+    await expect(operator.readResource({ uri: 'tally://accounts/nobody' })).rejects.toThrow(/NOT_FOUND/);
+    await expect(operator.readResource({ uri: 'tally://journals/x' })).rejects.toThrow(/tally:\/\/accounts\/\{code\}/);
+  });
+
   it('stdout carries only protocol: a usage error goes to stderr', () => {
     let failed: { stdout: string; stderr: string; status: number } | null = null;
     try {
@@ -107,4 +119,32 @@ describe('tally mcp over stdio, in-process as one client (the SDK Client spawnin
     expect(failed?.stdout).toBe('');
     expect(failed?.stderr).toContain('--as');
   });
+});
+
+describe('tally mcp --server URL --key KEY: a proxy to a running server, which authorizes every call', () => {
+  it('lists and calls transfer through the server\'s GraphQL API as the key\'s client; the execution is an MCP call', async () => {
+    const { path, keys } = await bankDatabase();
+    const running = await startServer('tly_mcp-proxy-admin-key', { path });
+    const server = running.url.replace('/graphql', '');
+    const transport = new StdioClientTransport({ command: 'node', args: [BIN, 'mcp', '--server', server, '--key', keys.operator!], stderr: 'pipe' });
+    const client = new Client({ name: 'test', version: '1.0.0' });
+    try {
+      await client.connect(transport);
+      expect((await client.listTools()).tools.map((t) => t.name)).toContain('transfer');
+      const executionId = 'd0000000-0000-4000-8000-000000000201';
+      const result = (await client.callTool({ name: 'transfer', arguments: { transaction_id: tx(201), from: ALICE, to: BOB, amount: '10' }, _meta: { executionId } })) as CallToolResult;
+      expect(result.structuredContent).toMatchObject({ from_available: '90.00', to_available: '10.00' });
+      expect(cli(['execution', executionId, '--db', path])).toContain('by operator over mcp');
+      // A key the server does not know: every tool call fails as UNAUTHENTICATED, reported to the model.
+      const stranger = new Client({ name: 'test', version: '1.0.0' });
+      await stranger.connect(new StdioClientTransport({ command: 'node', args: [BIN, 'mcp', '--server', server, '--key', 'tly_wrong'], stderr: 'pipe' }));
+      const refused = (await stranger.callTool({ name: 'transfer', arguments: {} })) as CallToolResult;
+      expect(refused.isError).toBe(true);
+      expect(text(refused)).toMatch(/^UNAUTHENTICATED: /);
+      await stranger.close();
+    } finally {
+      await client.close();
+      await running.stop();
+    }
+  }, 30_000);
 });

@@ -26,7 +26,7 @@ const TOOL_BY_NAME = `query($name: String!) { actions { tool(name: $name) { vers
 const INVOKE = `mutation($name: String!, $input: InvokeInput!) { actions { invokeAction(name: $name, input: $input) {
   executionId status output error { code message hint details } } } }`;
 const ACCOUNT = `query($code: String!) { account(code: $code) { accountId code name status normalBalanceType
-  balances(first: 100) { nodes { journalId currency settled { normalBalance } pending { normalBalance } encumbrance { normalBalance } available(layer: ENCUMBRANCE) { normalBalance } } } } }`;
+  balances(first: 100) { nodes { journalId currency settled { normalBalance { units } } pending { normalBalance { units } } encumbrance { normalBalance { units } } available(layer: ENCUMBRANCE) { normalBalance { units } } } } } }`;
 
 interface ToolNode {
   name: string;
@@ -89,7 +89,8 @@ export function createMcpServer(backend: McpBackend, options: McpServerOptions):
     const match = /^tally:\/\/accounts\/([^/?#]+)$/.exec(request.params.uri);
     if (!match) throw new McpError(ErrorCode.InvalidParams, `no resource ${JSON.stringify(request.params.uri)}; accounts are tally://accounts/{code}`);
     const result = await backend.graphql(ACCOUNT, { code: decodeURIComponent(match[1]!) });
-    if (result.errors?.length) throw new McpError(ErrorCode.InvalidParams, describeErrors(result.errors));
+    // -32002 is the specification's "resource not found".
+    if (result.errors?.length) throw new McpError(result.errors[0]?.extensions?.code === 'NOT_FOUND' ? -32002 : ErrorCode.InvalidParams, describeErrors(result.errors));
     return { contents: [{ uri: request.params.uri, mimeType: 'application/json', text: JSON.stringify((result.data as { account: unknown }).account) }] };
   });
   return server;
