@@ -7,7 +7,7 @@ import { readProject } from '../src/deploy/project.js';
 import { newEngine } from './helpers.js';
 
 /** What the MCP tests share: examples/bank deployed into a fresh file, and the CLI to check it. */
-const BANK = join(import.meta.dirname, '..', 'examples', 'bank');
+export const BANK = join(import.meta.dirname, '..', 'examples', 'bank');
 export const BIN = join(import.meta.dirname, '..', 'bin', 'tally.mjs');
 export const ALICE = 'b0000000-0000-4000-8000-000000000011';
 export const BOB = 'b0000000-0000-4000-8000-000000000012';

@@ -1,10 +1,17 @@
+import { execFile } from 'node:child_process';
+import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { type CallToolResult, LATEST_PROTOCOL_VERSION, ToolListChangedNotificationSchema, type Tool } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/engine.js';
 import { startServer } from './helpers.js';
-import { ALICE, BOB, bankDatabase, cli, settled, tx } from './mcp.fixtures.js';
+import { ALICE, BANK, BIN, BOB, bankDatabase, cli, settled, tx } from './mcp.fixtures.js';
+
+const run = promisify(execFile);
 
 const ADMIN = 'tly_mcp-http-admin-key';
 const INITIALIZE = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: LATEST_PROTOCOL_VERSION, capabilities: {}, clientInfo: { name: 'raw', version: '1' } } };
@@ -133,15 +140,22 @@ describe('/mcp on tally serve: Streamable HTTP with the SDK client against a rea
     expect((await post(mcpUrl, '{not json', { authorization: `Bearer ${keys.operator}` })).status).toBe(400);
   });
 
-  it('a deploy during an open session sends notifications/tools/list_changed; the next list shows the new schema', async () => {
+  it('a tally deploy during an open session sends notifications/tools/list_changed; the next list shows the new schema', async () => {
     const { client } = await connect(mcpUrl, keys.operator!);
     const before = (await allTools(client)).tools.find((t) => t.name === 'transfer')!;
+    expect(before.inputSchema.properties).not.toHaveProperty('memo');
     const changed = new Promise<void>((resolve) => client.setNotificationHandler(ToolListChangedNotificationSchema, () => resolve()));
     // Give the client's standalone GET stream a moment to open before the change.
     await new Promise((r) => setTimeout(r, 200));
-    const schema = { ...(before.inputSchema as Record<string, unknown>), properties: { ...(before.inputSchema.properties as object), memo: { type: 'string' } } };
-    const updated = running.engine.graphql('mutation($s: JSON!) { actions { updateAction(id: "b0000000-0000-4000-8000-0000000000a1", input: {tool: {inputSchema: $s}}) { version } } }', { s: schema }, { apiKey: ADMIN });
-    expect(updated.errors).toBeUndefined();
+    // examples/bank with a memo on transfer's input, deployed to the server by `tally deploy` (another process).
+    const project = join(mkdtempSync(join(tmpdir(), 'tally-mcp-deploy-')), 'bank');
+    cpSync(BANK, project, { recursive: true });
+    const file = join(project, 'tools', 'transfer.json');
+    const definition = JSON.parse(readFileSync(file, 'utf8'));
+    definition.inputSchema.properties.memo = { type: 'string' };
+    writeFileSync(file, JSON.stringify(definition));
+    const deployed = await run('node', [BIN, 'deploy', project, '--server', running.url, '--key', ADMIN]);
+    expect(deployed.stdout).toMatch(/~ .*transfer/);
     await changed;
     const after = (await allTools(client)).tools.find((t) => t.name === 'transfer')!;
     expect(after.title).toBe('transfer@2');
