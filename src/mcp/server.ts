@@ -238,5 +238,6 @@ export function watchToolList(server: Server, backend: McpBackend, options: McpS
     }
   };
   void check();
-  return { changed: () => void check() };
+  // Never inside the request that reported the change: the read is a request of its own.
+  return { changed: () => void setImmediate(() => void check()) };
 }

@@ -4,6 +4,13 @@ import { DEFAULT_LIMITS } from '../limits.js';
 import { engineBackend, type McpBackend, remoteBackend } from './backend.js';
 import { createMcpServer, watchToolList } from './server.js';
 
+/** How often `tally mcp --db` looks for commits by other processes (a deploy) to send list_changed. */
+const DATA_VERSION_POLL_MS = 1000;
+
+function readDataVersion(engine: Engine): number {
+  return engine.db.pragma('data_version', { simple: true }) as number;
+}
+
 /** Where `tally mcp` gets its tools: a database in-process as one client, or a server over GraphQL. */
 export type StdioTarget = { engine: Engine; principal: string } | { server: string; apiKey: string };
 
@@ -19,10 +26,25 @@ export async function serveStdio(target: StdioTarget, log: (line: string) => voi
     // In-process, a change made through this engine (a tool calling createAction) is seen at once.
     const watcher = watchToolList(server, backend, options, (error) => log(`tally mcp: ${(error as Error).message ?? String(error)}`));
     target.engine.onActionsChanged(() => watcher.changed());
+    // Another process (tally deploy, a server on the same file) commits: SQLite's data_version
+    // moves. Checked every DATA_VERSION_POLL_MS, so the list is read again at most that often.
+    let dataVersion = readDataVersion(target.engine);
+    const poll = setInterval(() => {
+      const now = readDataVersion(target.engine);
+      if (now === dataVersion) return;
+      dataVersion = now;
+      watcher.changed();
+    }, DATA_VERSION_POLL_MS);
+    poll.unref();
+    server.onclose = () => clearInterval(poll);
   }
   const transport = new StdioServerTransport();
   const closed = new Promise<void>((resolve) => {
-    server.onclose = () => resolve();
+    const onclose = server.onclose;
+    server.onclose = () => {
+      onclose?.();
+      resolve();
+    };
     process.stdin.once('end', () => resolve());
   });
   await server.connect(transport);
