@@ -64,6 +64,8 @@ export interface Limits {
    * memory until it is closed or idle for mcpSessionIdleMs. A new one past the bound gets 503.
    */
   mcpSessionsMax: number;
+  /** Open MCP sessions of one client: one client opening sessions in a loop cannot take them all. */
+  mcpSessionsPerClientMax: number;
   /** An MCP session nobody used for this long is closed (a client that vanished never says DELETE). */
   mcpSessionIdleMs: number;
   /** HTTP request timeout: a client that does not finish sending its body in time is cut off. */
@@ -191,6 +193,7 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   requestBodyBytesMax: 1_048_576,
   mcpToolsPageSize: 50,
   mcpSessionsMax: 64,
+  mcpSessionsPerClientMax: 8,
   mcpSessionIdleMs: 10 * 60_000,
   requestTimeoutMs: 30_000,
   celExpressionLengthMax: 4096,

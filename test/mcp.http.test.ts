@@ -169,7 +169,7 @@ describe('/mcp bounds: sessions, idle sessions and the request body', () => {
   let mcpUrl: string;
 
   beforeAll(async () => {
-    running = await startServer(ADMIN, { limits: { mcpSessionsMax: 1, mcpSessionIdleMs: 300, requestBodyBytesMax: 4096 } });
+    running = await startServer(ADMIN, { limits: { mcpSessionsMax: 2, mcpSessionsPerClientMax: 1, mcpSessionIdleMs: 300, requestBodyBytesMax: 4096 } });
     mcpUrl = running.url.replace('/graphql', '/mcp');
   });
 
@@ -177,13 +177,20 @@ describe('/mcp bounds: sessions, idle sessions and the request body', () => {
     await running?.stop();
   });
 
-  it('a session past mcpSessionsMax gets 503; an idle one expires after mcpSessionIdleMs (its id then 404)', async () => {
-    const first = await post(mcpUrl, INITIALIZE, { authorization: `Bearer ${ADMIN}` });
-    expect(first.status).toBe(200);
-    const id = first.headers.get('mcp-session-id')!;
-    const second = await post(mcpUrl, INITIALIZE, { authorization: `Bearer ${ADMIN}` });
-    expect(second.status).toBe(503);
-    expect(await second.text()).toContain('mcpSessionsMax');
+  it('sessions past mcpSessionsPerClientMax (one client, even all at once) or mcpSessionsMax get 503; an idle one expires after mcpSessionIdleMs', async () => {
+    const other = createClient(running.engine, 'other');
+    const third = createClient(running.engine, 'third');
+    // One client sends three initialize requests at once: one session opens (mcpSessionsPerClientMax 1).
+    const burst = await Promise.all([1, 2, 3].map(() => post(mcpUrl, INITIALIZE, { authorization: `Bearer ${ADMIN}` })));
+    expect(burst.map((r) => r.status).sort()).toEqual([200, 503, 503]);
+    const refused = burst.find((r) => r.status === 503)!;
+    expect(await refused.text()).toContain('mcpSessionsPerClientMax');
+    const id = burst.find((r) => r.status === 200)!.headers.get('mcp-session-id')!;
+    // Another client is not affected by the first one's bound; the third finds all sessions taken.
+    expect((await post(mcpUrl, INITIALIZE, { authorization: `Bearer ${other}` })).status).toBe(200);
+    const full = await post(mcpUrl, INITIALIZE, { authorization: `Bearer ${third}` });
+    expect(full.status).toBe(503);
+    expect(await full.text()).toContain('mcpSessionsMax');
     await new Promise((r) => setTimeout(r, 600));
     const stale = await post(mcpUrl, { jsonrpc: '2.0', id: 2, method: 'tools/list', params: {} }, { authorization: `Bearer ${ADMIN}`, 'mcp-session-id': id, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION });
     expect(stale.status).toBe(404);

@@ -41,6 +41,8 @@ export interface McpRequest {
  */
 export class McpHttp {
   private readonly sessions = new Map<string, Session>();
+  /** The principals of sessions being opened (initialize received, session not yet registered). */
+  private readonly opening: string[] = [];
 
   constructor(
     private readonly engine: Engine,
@@ -82,9 +84,16 @@ export class McpHttp {
 
   private async open(req: IncomingMessage, res: ServerResponse, request: McpRequest): Promise<void> {
     const limits = this.engine.limits;
-    if (this.sessions.size >= limits.mcpSessionsMax) {
+    // Sessions being opened count too: concurrent initialize requests cannot overshoot the bounds.
+    const open = this.sessions.size + this.opening.length;
+    if (open >= limits.mcpSessionsMax) {
       res.setHeader('retry-after', '60');
-      return sendJsonRpcError(res, 503, -32000, `${this.sessions.size} MCP sessions are open; mcpSessionsMax is ${limits.mcpSessionsMax}. Close one (DELETE /mcp) or wait for an idle one to expire.`);
+      return sendJsonRpcError(res, 503, -32000, `${open} MCP sessions are open; mcpSessionsMax is ${limits.mcpSessionsMax}. Close one (DELETE /mcp) or wait for an idle one to expire.`);
+    }
+    const own = [...this.sessions.values()].filter((s) => s.principal === request.principal).length + this.opening.filter((p) => p === request.principal).length;
+    if (own >= limits.mcpSessionsPerClientMax) {
+      res.setHeader('retry-after', '60');
+      return sendJsonRpcError(res, 503, -32000, `client ${request.principal} has ${own} MCP sessions open; mcpSessionsPerClientMax is ${limits.mcpSessionsPerClientMax}. Close one (DELETE /mcp) or wait for an idle one to expire.`);
     }
     const backend = engineBackend(this.engine, { apiKey: request.apiKey });
     const options = { toolsPageSize: limits.mcpToolsPageSize };
@@ -108,8 +117,15 @@ export class McpHttp {
     transport.onclose = () => {
       if (transport.sessionId) this.forget(transport.sessionId);
     };
-    await server.connect(transport);
-    await transport.handleRequest(req, res, request.body);
+    this.opening.push(request.principal);
+    try {
+      await server.connect(transport);
+      await transport.handleRequest(req, res, request.body);
+    } finally {
+      this.opening.splice(this.opening.indexOf(request.principal), 1);
+    }
+    // An initialize the transport refused opened no session: let its server go.
+    if (!transport.sessionId || !this.sessions.has(transport.sessionId)) await server.close().catch(this.options.logError);
   }
 
   private touch(id: string, session: Session): void {
