@@ -14,7 +14,7 @@ interface Session {
   server: Server;
   transport: StreamableHTTPServerTransport;
   watcher: { changed(): void };
-  idle: NodeJS.Timeout;
+  idle?: NodeJS.Timeout;
 }
 
 export interface McpHttpOptions {
@@ -107,7 +107,6 @@ export class McpHttp {
           server,
           transport,
           watcher: watchToolList(server, backend, options, this.options.logError),
-          idle: setTimeout(() => undefined, 0),
         };
         this.sessions.set(id, session);
         this.touch(id, session);
