@@ -28,6 +28,12 @@ const INVOKE = `mutation($name: String!, $input: InvokeInput!) { actions { invok
 const ACCOUNT = `query($code: String!) { account(code: $code) { accountId code name status normalBalanceType
   balances(first: 100) { nodes { journalId currency settled { normalBalance { units } } pending { normalBalance { units } } encumbrance { normalBalance { units } } available(layer: ENCUMBRANCE) { normalBalance { units } } } } } }`;
 
+/**
+ * Pages of tools read to name the available tools (unknown tool) or to notice a change
+ * (list_changed): mcpToolsPageSize × 10 actions, so one MCP request stays a bounded number of reads.
+ */
+const LIST_PAGES_READ_MAX = 10;
+
 interface ToolNode {
   name: string;
   version: number;
@@ -184,7 +190,7 @@ function failure(error: GraphQLFormattedError, executionId?: string): CallToolRe
 async function availableNames(backend: McpBackend, options: McpServerOptions): Promise<string> {
   const names: string[] = [];
   let cursor: string | undefined;
-  for (let page = 0; page < 10; page++) {
+  for (let page = 0; page < LIST_PAGES_READ_MAX; page++) {
     const listed = await listTools(backend, options, cursor).catch(() => null);
     if (!listed) break;
     names.push(...listed.tools.map((t) => t.name));
@@ -210,7 +216,7 @@ export function watchToolList(server: Server, backend: McpBackend, options: McpS
   const read = async (): Promise<string> => {
     const pages: Tool[] = [];
     let cursor: string | undefined;
-    for (let page = 0; page < 10; page++) {
+    for (let page = 0; page < LIST_PAGES_READ_MAX; page++) {
       const listed = await listTools(backend, options, cursor);
       pages.push(...listed.tools);
       if (!listed.nextCursor) break;
