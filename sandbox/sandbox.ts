@@ -80,6 +80,8 @@ interface PooledContext {
 interface Level {
   runtime: QuickJSRuntime;
   idle: PooledContext[];
+  /** Memory the calls of `#` programs left held in this runtime so far (summed: pins add up). */
+  pinned: number;
 }
 
 /** Jobs run per host round-trip while a call drains its queue (the deadline is checked between). */
@@ -114,13 +116,25 @@ export class Sandbox {
    * function body on its own, so it cannot close the wrapper it runs in.
    */
   checkSyntax(program: Pick<Program, 'fileName' | 'source'>): SyntaxProblem | null {
+    if (this.poisoned) return { message: POISONED.message, line: undefined, column: undefined };
     // The level a nested call would use now: its queue is empty, and compiling queues nothing.
     const level = this.level(this.active);
     const pooled = this.acquire(level);
+    let healthy = true;
     try {
       return compileCheck(pooled.ctx, program);
+    } catch (error) {
+      // The host failed under QuickJS's parser (a source nested deeper than the host stack: its
+      // stack pointer is not restored), exactly as in run(): the whole sandbox is replaced.
+      this.poison();
+      healthy = false;
+      return {
+        message: `the program cannot be compiled: it nests too deeply (${error instanceof Error ? error.message : String(error)})`,
+        line: undefined,
+        column: undefined,
+      };
     } finally {
-      this.release(level, pooled, true);
+      this.release(level, pooled, healthy);
     }
   }
 
@@ -208,11 +222,14 @@ export class Sandbox {
     } finally {
       if (pooled && level) {
         pooled.bridge = null;
-        if (!this.poisoned && (freeRuntime || (healthy && retainedBefore >= 0 && this.memoryUsed(level, pooled) - retainedBefore > this.limits.retainedBytesMax))) {
+        if (!this.poisoned && healthy && retainedBefore >= 0) level.pinned += Math.max(0, this.memoryUsed(level, pooled) - retainedBefore);
+        if (!this.poisoned && (freeRuntime || level.pinned > this.limits.retainedBytesMax)) {
           // Disposing the context alone would leave its objects to a collection that allocating
           // strings never triggers: the whole level's runtime goes (freeing a runtime collects).
+          // Out of memory, the runtimes of deeper levels go too (idle now, they share the WASM
+          // memory, and what they hold may be why this call ran out).
           disposeContext(pooled);
-          this.discardLevel(depth);
+          for (let d = this.levels.length - 1; d >= depth; d--) if (d === depth || freeRuntime) this.discardLevel(d);
         } else {
           this.release(level, pooled, healthy);
         }
@@ -361,7 +378,7 @@ export class Sandbox {
       // One handler for the runtime's life; the deadline it reads is set per top-level call and
       // cleared after, so an expired deadline never fires into the next call.
       runtime.setInterruptHandler(() => !this.building && Date.now() > this.deadline);
-      level = { runtime, idle: [] };
+      level = { runtime, idle: [], pinned: 0 };
       this.levels[depth] = level;
     }
     return level;
@@ -414,8 +431,8 @@ export class Sandbox {
       ctx.dispose();
       throw new Error(`sandbox prelude failed: ${JSON.stringify(dumped)}`);
     }
-    prelude.value.dispose();
-    pooled.invoke = ctx.getProp(ctx.global, '__tally_invoke');
+    // The prelude evaluates to invoke(): kept by the host, reachable from no guest code.
+    pooled.invoke = prelude.value;
     return pooled;
   }
 }

@@ -5,7 +5,7 @@ import { systemClock } from '../src/clock.js';
 import type { Engine } from '../src/engine.js';
 import { EngineError } from '../src/errors.js';
 import { DEFAULT_LIMITS } from '../src/limits.js';
-import { count, createAccount, fails, id, newEngine, ok, startServer } from './helpers.js';
+import { count, createAccount, createTransferCode, fails, id, newEngine, ok, startServer } from './helpers.js';
 
 /**
  * Finding F6 of the hostile review (case 6): CEL had no step budget (a nested macro over a
@@ -146,6 +146,32 @@ describe('where CEL runs, through GraphQL', () => {
   const tool = (n: number, name: string, src: string, extra: Record<string, unknown> = {}) =>
     ok(engine, CREATE, { id: id(n), input: { name, kind: 'tool', config: { runtime: 'javascript', src }, policies: ALLOW_ALL, ...extra } });
   const client = (principal: string, policies: unknown[]) => ok(engine, 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }', { i: { principal, name: principal, policies } });
+
+  it('errors a macro swallows are charged what they cost, and triggers share one budget per change: a trigger author cannot stall or fail others\' postings (second review H3)', () => {
+    const L = '[0,1,2,3,4,5,6,7,8,9]';
+    const nest = (k: number, leaf: string) => { let e = leaf; for (let i = k - 1; i >= 0; i--) e = `${L}.all(v${i}, ${e})`; return e; };
+    client('repl', [CEL_TOOL]);
+    let started = Date.now();
+    const refused = engine.graphql(EVALUATE, { e: nest(6, 'A') }, { principal: 'repl' });
+    expect(refused.errors?.[0]?.extensions?.code).toBe('LIMIT_EXCEEDED');
+    expect(Date.now() - started).toBeLessThan(1000);
+    createAccount(engine, 1);
+    createAccount(engine, 2);
+    createTransferCode(engine);
+    client('ops', [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Action', 'actions.Trigger'] }]);
+    engine.graphql(CREATE, { id: id(50), input: { name: 'noop', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { return 1; }' }, policies: [] } }, { principal: 'ops' });
+    for (let i = 0; i < 3; i++) {
+      const made = engine.graphql('mutation($i: TriggerInput!) { actions { createTrigger(input: $i) { triggerId } } }', { i: { triggerId: id(200 + i), name: `t${i}`, on: ['transaction.inserted'], filter: `${nest(6, 'A')} && false`, action: { name: 'noop' } } }, { principal: 'ops' });
+      expect(made.errors).toBeUndefined();
+    }
+    started = Date.now();
+    const posted = engine.graphql(`mutation { postTransaction(input: {transactionId: "${id(300)}", tranCode: "TRANSFER", params: {from: "${id(1)}", to: "${id(2)}", amount: "1"}}) { transactionId } }`);
+    expect(posted.errors).toBeUndefined();
+    expect(Date.now() - started).toBeLessThan(1000);
+    // The filters over the budget are recorded, not silent.
+    const failed = ok(engine, '{ actions { executions(first: 10) { nodes { actionName status error { code } } } } }').actions.executions.nodes;
+    expect(failed.filter((n: { status: string }) => n.status === 'FAILED').length).toBe(3);
+  });
 
   it('evaluate: the review document is refused with LIMIT_EXCEEDED; a map of expressions shares one budget', () => {
     const refused = fails(engine, EVALUATE, { e: N3, d: THOUSAND });

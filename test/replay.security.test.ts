@@ -53,6 +53,15 @@ beforeEach(async () => {
 afterEach(() => engine.close());
 
 describe('F11: replaying an executionId', () => {
+  it('the answer to someone else\'s id does not tell a right guess of their input from a wrong one (second review H6)', () => {
+    okAs('alice', INVOKE, { name: 'statement', e: id(71), input: { amount: '9000' } });
+    const guesses = ['100', '5000', '9000'].map((amount) => errorOf(as('bob', INVOKE, { name: 'statement', e: id(71), input: { amount } })));
+    for (const guess of guesses) expect(guess).toEqual(guesses[0]);
+    expect(guesses[0]!.code).toBe('EXECUTION_ID_CONFLICT');
+    const started = ['100', '9000'].map((amount) => errorOf(as('bob', START, { name: 'statement', e: id(71), input: { amount } })));
+    expect(started[0]).toEqual(started[1]);
+  });
+
   it('bob, who cannot read alice’s execution, gets EXECUTION_ID_CONFLICT for her id and input, never her output', () => {
     const mine = okAs('alice', INVOKE, { name: 'statement', e: id(70) }).actions.invokeAction;
     expect(mine).toMatchObject({ status: 'SUCCEEDED', caller: { principal: 'alice' }, output: { accounts: { nodes: [{ code: 'ACC-1' }, { code: 'ACC-2' }, { code: 'ACC-3' }] } } });

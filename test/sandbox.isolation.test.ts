@@ -159,6 +159,72 @@ describe('nothing one execution leaves behind runs in another', () => {
   });
 });
 
+describe('second hostile review: what the first fixes left open', () => {
+  it('a program nested deeper than the host stack can compile is refused, and the sandbox is replaced, not left with a smaller stack (H1)', async () => {
+    client('author', [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Action'] }]);
+    const fib = tool(100, 'fib', 'function run(e) { const fib = (n) => n < 2 ? n : fib(n - 1) + fib(n - 2); return fib(e.data.n); }');
+    const probe = tool(101, 'depth_probe', 'function run() { let d = 0; function f() { d++; f(); } try { f(); } catch (e) {} return d; }');
+    const depthBefore = invoke(probe).output;
+    for (const [i, d] of [594, 743, 929, 1162].entries()) {
+      const result = engine.graphql(CREATE, { id: id(110 + i), input: { name: `deep_${i}`, kind: 'tool', config: { runtime: 'javascript', src: `function run() { ${'(()=>'.repeat(d)}1${')'.repeat(d)}; return 1; }` }, policies: [] } }, { principal: 'author' });
+      expect(result.errors?.[0]?.extensions?.code, `nesting ${d}`).not.toBe('INTERNAL');
+      await engine.sandboxReady();
+    }
+    expect(invoke(fib, { n: 12 }).output).toBe(144);
+    expect(invoke(probe).output).toBe(depthBefore);
+  });
+
+  it('a substring search the interrupt cannot stop runs in linear time instead: an invoke-only client cannot freeze the server through an innocent tool (H2)', () => {
+    const find = tool(120, 'find_word', 'function run(e) { const t = e.data.text, w = e.data.word; return e.data.op === "includes" ? t.includes(w) : [t.includes(w), t.indexOf(w), t.lastIndexOf(w), t.split(w).length, t.replaceAll(w, "-").length, t.replace(w, "$&").length]; }');
+    client('clerk', [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'], assertions: { t: "context.document.action == 'find_word'" } }]);
+    const started = Date.now();
+    // 170,000 × 85,001 steps natively: 7 s with the server frozen. Linear here, and interruptible.
+    const miss = invoke(find, { op: 'includes', text: 'a'.repeat(170_000), word: 'a'.repeat(85_000) + 'b' }, 'clerk');
+    expect(Date.now() - started).toBeLessThan(1000);
+    expect(miss.output === false || miss.requestError === 'TIMEOUT', JSON.stringify(miss)).toBe(true);
+    // The same answers as the native search, where both run.
+    const text = 'ab'.repeat(4_000) + 'abc' + 'ab'.repeat(4_000) + 'abc';
+    const word = 'ab'.repeat(600) + 'c';
+    const hit = invoke(find, { text, word });
+    expect(hit, JSON.stringify(hit).slice(0, 300)).toMatchObject({
+      output: [text.includes(word), text.indexOf(word), text.lastIndexOf(word), text.split(word).length, text.replaceAll(word, '-').length, text.replace(word, '$&').length],
+    });
+    const sort = invoke(tool(121, 'big_sort', 'function run() { try { new Float64Array(2000000).sort(); return "sorted"; } catch (e) { return e.message; } }'));
+    expect(sort.output).toContain('is refused');
+  });
+
+  it('private-field pins add up across calls and are freed once they pass the bound; running out of memory frees the deeper levels too (H4)', async () => {
+    engine = await newEngine({ limits: { toolTimeoutMsMax: 5000, requestDeadlineMs: 5000 } });
+    mallory();
+    const pin = tool(130, 'm_pin', 'function run() { class K extends (function (o) { return o; }) { #x = new Uint8Array(200000); } new K(globalThis); return 1; }', [], {}, 'mallory');
+    const outer = tool(131, 'm_outer', 'function run(e) { let n = 0; for (let i = 0; i < e.data.n; i++) if (tools.m_pin({}, { check: false }).ok) n++; return n; }',
+      [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'], assertions: { own: "context.document.action.startsWith('m_')" } }], { tools: [{ name: 'm_pin' }], execution: { timeoutMs: 5000 } }, 'mallory');
+    for (let i = 0; i < 10; i++) {
+      const aliases = Array.from({ length: 40 }, (_, j) => `i${j}: invokeAction(id: "${pin}", input: {executionId: "${eid()}", actionVersion: 1, input: {}}) { status }`).join(' ');
+      expect(engine.graphql(`mutation { actions { ${aliases} } }`, null, { principal: 'mallory' }).errors).toBeUndefined();
+    }
+    // Pins made one nesting level down (each pinning call there costs its level a rebuild, ~10 ms).
+    for (let i = 0; i < 6; i++) {
+      const result = invoke(outer, { n: 60 }, 'mallory');
+      expect(result, JSON.stringify(result)).toMatchObject({ output: 60 });
+    }
+    const victim = tool(132, 'victim_mem', 'function run() { const a = []; for (let i = 0; i < 300; i++) a.push(new Uint8Array(100000)); return a.length; }', ALL, { execution: { timeoutMs: 5000 } });
+    for (let i = 0; i < 3; i++) expect(invoke(victim)).toMatchObject({ status: 'SUCCEEDED', output: 300 });
+  });
+
+  it('invoke() is not a global: a program cannot skip the reseed and read the random state the previous caller left (H5)', () => {
+    mallory();
+    client('alice', ALL);
+    const pick = tool(140, 'pick', 'function run(e) { return [Math.random(), Math.random(), Math.random()]; }');
+    const spy = tool(141, 'm_spy', "function run() { const inv = typeof __tally_invoke; let r; try { __tally_invoke(function () { return 0; }, ''); r = 'called'; } catch (e) { r = e.name; } return { inv, r, next: Math.random() }; }", [], {}, 'mallory');
+    const first = invoke(pick, { pin: '4711' }, 'alice').output;
+    const seen = invoke(spy, {}, 'mallory').output;
+    expect(seen.inv).toBe('undefined');
+    expect(seen.r).toBe('ReferenceError');
+    expect(first).not.toContain(seen.next);
+  });
+});
+
 describe('programs cannot compute wrong money silently', () => {
   it('decimal and money refuse implicit conversion (+, *, >, ==) with a hint naming the method; text still prints', () => {
     const maths = tool(50, 'implicit', `function run(e) {

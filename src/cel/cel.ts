@@ -90,14 +90,14 @@ export class Cel {
         const label = meter.expression;
         meter.expression = expression;
         try {
-          return this.charged(parsed(context));
+          return this.charged(this.metered(parsed, context));
         } finally {
           meter.expression = label;
         }
       }
       meter.start(expression, this.costMax);
       try {
-        return this.charged(parsed(context));
+        return this.charged(this.metered(parsed, context));
       } finally {
         meter.stop();
       }
@@ -132,6 +132,16 @@ export class Cel {
       return run();
     } finally {
       this.meter.stop();
+    }
+  }
+
+  /** Evaluate; an error that ends an evaluation whose budget is spent is the budget's (the first error may have been swallowed). */
+  private metered(parsed: Compiled, context: Record<string, unknown> | undefined): unknown {
+    try {
+      return parsed(context);
+    } catch (error) {
+      if (this.meter.left < 0) throw this.meter.exceeded();
+      throw error;
     }
   }
 

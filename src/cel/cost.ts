@@ -18,7 +18,9 @@ import { compileRegex, type Regex, RegexRefused } from './regex.js';
  *   lists the keys of a large object at about 0.3 µs each;
  * - `matches` costs the text's length × the pattern's size / 8 (RE2 is linear in both), and
  *   compiling a pattern that is not a literal costs 16 per unit of its size;
- * - the result costs its deep size (it is converted to JSON afterwards).
+ * - the result costs its deep size (it is converted to JSON afterwards);
+ * - an error a sub-expression throws costs 512 (macros and || catch it and go on, and building it
+ *   costs ~15 µs: the message, a source excerpt, a stack).
  *
  * @marcbachmann/cel-js 8.0.0 has no cost hook, so the meter sits where the library lets it: every
  * sub-expression is evaluated through the evaluator's `run` method (the library's own loops, macros
@@ -28,6 +30,8 @@ import { compileRegex, type Regex, RegexRefused } from './regex.js';
  * checked when the environment is created.
  */
 export const CEL_COST = Object.freeze({
+  /** An error thrown by a sub-expression (~15 µs: the library builds its message and stack). */
+  error: 512,
   charactersPerUnit: 16,
   mapKey: 8,
   matchStepsPerUnit: 8,
@@ -100,6 +104,11 @@ export class CostMeter {
   charge(units: number): void {
     this.left -= units;
     if (this.left < 0) throw this.exceeded();
+    this.checkDeadline();
+  }
+
+  /** Look at the clock once every DEADLINE_CHECK_UNITS units spent. */
+  checkDeadline(): void {
     if (this.left < this.nextDeadlineCheck) {
       this.nextDeadlineCheck = this.left - DEADLINE_CHECK_UNITS;
       if (Date.now() > this.deadline) throw (this.error ??= this.pastDeadline(this.expression));
@@ -188,7 +197,16 @@ export function meterEvaluator(env: Environment, meter: CostMeter): void {
   }
   evaluator.run = function run(this: Evaluator, ast: AstNode, ctx: unknown): unknown {
     if (--meter.left < 0) throw meter.exceeded();
-    const value = ast.evaluate(this, ast, ctx);
+    meter.checkDeadline();
+    let value: unknown;
+    try {
+      value = ast.evaluate(this, ast, ctx);
+    } catch (error) {
+      // An error costs far more than a step (the library builds a message with a source excerpt
+      // and a stack), and macros and || swallow it and go on: charge what it costs.
+      meter.left -= CEL_COST.error;
+      throw error;
+    }
     if (typeof value === 'string') {
       if (value.length >= CEL_COST.charactersPerUnit) meter.left -= Math.floor(value.length / CEL_COST.charactersPerUnit);
     } else if (typeof value === 'object' && value !== null && (Array.isArray(value) || value instanceof Uint8Array)) {

@@ -7,7 +7,7 @@ import { checkJsonDepth } from '../json.js';
 import { Authority } from '../policy/authority.js';
 import { type CallFrame, type CallNode, type Caller, type ExecutionKind, persistTree, type RootState, rowToNode } from './call-tree.js';
 import type { ExecutionRow } from '../storage/statements/actions.js';
-import { checkReplay } from './replay.js';
+import { checkOwner, checkReplay } from './replay.js';
 import type { ExecutionServices } from './services.js';
 
 /** What a call runs: a tool version (program or graphql kind), or a native tool. */
@@ -44,6 +44,7 @@ export function invokeAction(svc: ExecutionServices, caller: Caller, parent: Cal
   checkNewInTree(parent, request.executionId);
   const existing = svc.st.fingerprintOfExecution.get(request.executionId);
   if (existing !== undefined) {
+    checkOwner(caller, svc.st.executionById.get(request.executionId)!);
     const row = existing === inputFingerprint ? svc.st.executionById.get(request.executionId)! : null;
     if (row && !isStarted(row)) {
       checkReplay(svc, caller, parent, row);

@@ -13,12 +13,20 @@ import type { ExecutionServices } from './services.js';
  * was computed under their authority.
  */
 export function checkReplay(svc: ExecutionServices, caller: Caller, frame: CallFrame | null, row: ExecutionRow): void {
+  checkOwner(caller, row);
+  const authority = new Authority(svc.cel, caller.principal, { principal: caller.principal }, caller.client, frame, frame?.root.outerLayers ?? []);
+  authority.check({ action: 'SELECT', resource: 'actions.Execution', document: rowToNode(row) });
+}
+
+/**
+ * An id another principal recorded is a conflict, answered the same whatever the input sent: the
+ * answer must not tell a guess of someone else's input from a wrong one. Checked before the input.
+ */
+export function checkOwner(caller: Caller, row: Pick<ExecutionRow, 'execution_id' | 'principal'>): void {
   if ((row.principal ?? null) !== caller.principal) {
     throw new EngineError('EXECUTION_ID_CONFLICT', `execution ${row.execution_id} was recorded for another caller; an id names one call`, {
       hint: 'Use a new executionId for each call; to read an execution, query actions.execution.',
       details: { executionId: row.execution_id },
     });
   }
-  const authority = new Authority(svc.cel, caller.principal, { principal: caller.principal }, caller.client, frame, frame?.root.outerLayers ?? []);
-  authority.check({ action: 'SELECT', resource: 'actions.Execution', document: rowToNode(row) });
 }

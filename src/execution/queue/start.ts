@@ -4,7 +4,7 @@ import { canonicalJson, fingerprint } from '../../ids.js';
 import type { QueueStatements } from '../../storage/statements/actions.js';
 import { type CallFrame, type CallNode, type Caller, rowToNode } from '../call-tree.js';
 import { checkInputBytes, checkNewInTree, executionIdConflict, isStarted, validate } from '../invoke.js';
-import { checkReplay } from '../replay.js';
+import { checkOwner, checkReplay } from '../replay.js';
 import type { ExecutionServices } from '../services.js';
 
 export interface StartRequest {
@@ -30,6 +30,7 @@ export function startAction(svc: ExecutionServices, caller: Caller, request: Sta
   checkNewInTree(frame, request.executionId);
   const existing = svc.st.executionById.get(request.executionId);
   if (existing) {
+    checkOwner(caller, existing);
     const same = existing.input_fingerprint === inputFingerprint;
     if (same && isStarted(existing)) {
       checkReplay(svc, caller, frame, existing);

@@ -159,6 +159,12 @@ export function listTriggers(svc: ExecutionServices, first: number, after?: stri
 export function dispatchChange(svc: ExecutionServices, change: LedgerChange): void {
   const triggers = svc.activeTriggers.get('active', () => svc.queue.activeTriggers.all())!;
   if (triggers.length === 0) return;
+  // Every filter and input of every trigger on one change shares one CEL budget (celCostMax): what
+  // triggers cost a change is bounded whatever their number; those past it are recorded FAILED.
+  svc.cel.scope(`the triggers on ${change.event}`, () => dispatchToTriggers(svc, change, triggers));
+}
+
+function dispatchToTriggers(svc: ExecutionServices, change: LedgerChange, triggers: readonly TriggerRow[]): void {
   // A change made by a trigger-started attempt (or by one it started) fires triggers one level deeper.
   const depth = svc.triggerDepth.current + 1;
   let bindings: Record<string, unknown> | null = null;
