@@ -173,8 +173,8 @@ export interface Limits {
   /** Idle sandbox contexts kept warm (per nesting level). */
   contextPoolMax: number;
   /**
-   * Memory a call of a program that can pin private fields on shared objects (its source has a
-   * `#`) may leave held in its pooled context; past it the context is thrown away, not reused.
+   * Memory the calls of programs that can pin private fields on shared objects (their source has a
+   * `#`) may leave held in one sandbox runtime, summed over calls; past it the runtime is freed.
    */
   sandboxRetainedBytesMax: number;
 }
