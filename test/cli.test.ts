@@ -167,6 +167,18 @@ describe('usage errors', () => {
     expect(executions.executions).toEqual([]);
   });
 
+  it('--key with --db is refused (the file runs with the engine\'s own authority), and mcp --as checks the principal exists', async () => {
+    const db = join(mkdtempSync(join(scratch, 'keyed-')), 'keyed.db');
+    expect((await tally(['migrate', '--db', db])).status).toBe(0);
+    const keyed = await tally(['accounts', '--db', db, '--key', 'tly_some-client-key']);
+    expect(keyed.status).toBe(2);
+    expect(keyed.err.split('\n')[0]).toBe('tally: --key applies to --server: with --db the command runs as the engine itself (whoever holds the database file may do anything)');
+    const stranger = await tally(['mcp', '--db', db, '--as', 'nobody_here']);
+    expect(stranger.status).toBe(1);
+    expect(stranger.err).toContain('no client has principal "nobody_here"');
+    expect(stranger.out).toBe('');
+  });
+
   it('an unknown command names itself and points at --help', async () => {
     const run = await tally(['bogus']);
     expect(run).toMatchObject({ status: 2, err: 'tally: unknown command "bogus"\ntally --help lists the commands\n' });

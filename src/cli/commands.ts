@@ -75,6 +75,11 @@ function projectServer(options: Options): string | null {
  */
 async function openTarget(options: Options, io: Io, deployServer?: string | null, createDb = false): Promise<Target> {
   if (options.db !== undefined) {
+    if (options.key !== undefined) {
+      // With the file in hand the engine runs with its own authority: a key there would only
+      // look like a restriction that is not applied.
+      throw new UsageError('--key applies to --server: with --db the command runs as the engine itself (whoever holds the database file may do anything)');
+    }
     const path = String(options.db);
     if (path === '' || !createDb) requireDatabase(path);
     return databaseTarget(path);

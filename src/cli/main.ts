@@ -282,7 +282,8 @@ async function serveMcp(options: Options): Promise<void> {
 }
 
 function hasClient(engine: Engine, principal: string): boolean {
-  const result = engine.graphql('{ actions { nativeTools } }', null, { principal });
+  // The cheapest valid request: the caller is looked up before anything runs.
+  const result = engine.graphql('{ __typename }', null, { principal });
   return !result.errors?.some((e) => e.extensions?.code === 'UNAUTHENTICATED');
 }
 
