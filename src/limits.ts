@@ -55,8 +55,8 @@ export interface Limits {
   /** Largest HTTP request body in bytes. */
   requestBodyBytesMax: number;
   /**
-   * Actions read per MCP tools/list page (the page then holds the ones the client may call, so
-   * it may be shorter). A model reads every tool it is offered: a page stays a short read.
+   * Tools per MCP tools/list page (those the client may call; actions it may not are skipped, and
+   * shown in no count or cursor). A model reads every tool it is offered: a page stays a short read.
    */
   mcpToolsPageSize: number;
   /**

@@ -17,12 +17,33 @@ export interface ToolWrite {
 }
 
 /**
+ * What toolWrites learnt in one request, by version (actionId@version): each version's own writes
+ * and resolved references, and each walked tool's transitive writes. A listing of many tools that
+ * reference each other reads each version once instead of once per tool that reaches it.
+ */
+export interface ToolWritesMemo {
+  own: Map<string, { writes: ToolWrite[]; references: Array<ActionVersion | null> }>;
+  total: Map<string, ToolWrite[]>;
+}
+
+export function toolWritesMemo(): ToolWritesMemo {
+  return { own: new Map(), total: new Map() };
+}
+
+/**
  * Every write the tool's ALLOW policies permit, with those of the tools it references (pinned, or
  * their latest ACTIVE version), transitively. Invoking another tool (INSERT on actions.Execution)
- * is not a write of its own: the referenced tool's writes are counted instead.
+ * is not a write of its own: the referenced tool's writes are counted instead. Each distinct write
+ * is listed once. Pass one memo for a whole request (a fresh one otherwise).
  */
-export function toolWrites(deps: ActionDeps, version: ActionVersion): ToolWrite[] {
-  const writes: ToolWrite[] = [];
+export function toolWrites(deps: ActionDeps, version: ActionVersion, memo: ToolWritesMemo = toolWritesMemo()): ToolWrite[] {
+  const rootKey = `${version.actionId}@${version.version}`;
+  const known = memo.total.get(rootKey);
+  if (known) return known;
+  const writes = new Map<string, ToolWrite>();
+  const add = (list: readonly ToolWrite[]) => {
+    for (const w of list) writes.set(`${w.action} ${w.resource}`, w);
+  };
   const seen = new Set<string>();
   const pending: ActionVersion[] = [version];
   while (pending.length > 0) {
@@ -30,13 +51,23 @@ export function toolWrites(deps: ActionDeps, version: ActionVersion): ToolWrite[
     const key = `${current.actionId}@${current.version}`;
     if (seen.has(key)) continue;
     seen.add(key);
-    writes.push(...policyWrites(current.policies));
-    for (const reference of current.tools) {
-      const referenced = resolveReference(deps, reference.name, reference.version);
-      if (referenced) pending.push(referenced);
+    const total = memo.total.get(key);
+    if (total) {
+      // Everything it reaches is in its total already.
+      add(total);
+      continue;
     }
+    let own = memo.own.get(key);
+    if (!own) {
+      own = { writes: policyWrites(current.policies), references: current.tools.map((r) => resolveReference(deps, r.name, r.version)) };
+      memo.own.set(key, own);
+    }
+    add(own.writes);
+    for (const referenced of own.references) if (referenced) pending.push(referenced);
   }
-  return writes;
+  const result = [...writes.values()];
+  memo.total.set(rootKey, result);
+  return result;
 }
 
 /** The writes a caller's policies could allow, ignoring assertions (null: no client, all allowed). */
@@ -64,8 +95,8 @@ export function overlaps(tool: ToolWrite, caller: readonly ToolWrite[]): boolean
  * The access an agent is told about, under the caller's policies (null: the engine itself). A tool
  * whose writes the caller may not make at all is `hidden`: a call would be refused when it writes.
  */
-export function toolAccess(deps: ActionDeps, version: ActionVersion, callerPolicies: readonly Policy[] | null): ToolAccess & { hidden: boolean } {
-  const writes = toolWrites(deps, version);
+export function toolAccess(deps: ActionDeps, version: ActionVersion, callerPolicies: readonly Policy[] | null, memo?: ToolWritesMemo): ToolAccess & { hidden: boolean } {
+  const writes = toolWrites(deps, version, memo);
   const callerWrites = callerPolicies === null ? null : policyWrites(callerPolicies);
   const usable = callerWrites === null ? writes : writes.filter((w) => overlaps(w, callerWrites));
   return {

@@ -15,11 +15,11 @@ import {
 import type { McpBackend } from './backend.js';
 
 export interface McpServerOptions {
-  /** Actions read per tools/list page (mcpToolsPageSize). */
+  /** Tools per tools/list page (mcpToolsPageSize). */
   toolsPageSize: number;
 }
 
-const TOOL_FIELDS = 'name version tool { name description inputSchema outputSchema } access { readOnly destructive }';
+const TOOL_FIELDS = 'name version description inputSchema outputSchema access { readOnly destructive }';
 const TOOLS_PAGE = `query($first: Int!, $after: String) { actions { tools(first: $first, after: $after) { nodes { ${TOOL_FIELDS} } pageInfo { hasNextPage endCursor } } } }`;
 const NATIVE_TOOLS = '{ actions { nativeTools { name access { readOnly destructive } } } }';
 const TOOL_BY_NAME = `query($name: String!) { actions { tool(name: $name) { version } } }`;
@@ -37,7 +37,9 @@ const LIST_PAGES_READ_MAX = 10;
 interface ToolNode {
   name: string;
   version: number;
-  tool: { name: string; description: string; inputSchema: Record<string, unknown>; outputSchema: Record<string, unknown> | null };
+  description: string;
+  inputSchema: Record<string, unknown>;
+  outputSchema: Record<string, unknown> | null;
   access: { readOnly: boolean; destructive: boolean };
 }
 
@@ -126,12 +128,12 @@ function toMcpTool(node: ToolNode): Tool {
   const tool: Tool = {
     name: node.name,
     title: `${node.name}@${node.version}`,
-    description: node.tool.description,
-    inputSchema: { ...node.tool.inputSchema, type: 'object' },
+    description: node.description,
+    inputSchema: { ...node.inputSchema, type: 'object' },
     annotations: annotations(node.access),
   };
   // MCP's structuredContent is an object: only an object output schema is advertised.
-  if (node.tool.outputSchema && node.tool.outputSchema.type === 'object') tool.outputSchema = node.tool.outputSchema as Tool['outputSchema'];
+  if (node.outputSchema && node.outputSchema.type === 'object') tool.outputSchema = node.outputSchema as Tool['outputSchema'];
   return tool;
 }
 

@@ -8,7 +8,7 @@ import * as triggers from '../../execution/queue/triggers.js';
 import { pageRequest, toConnection } from '../../paging.js';
 import type { RequestContext } from '../context.js';
 import { guard, visible } from './guard.js';
-import { callerAccess, toolAccess } from '../../actions/tool-access.js';
+import { type ToolAccess, type ToolWritesMemo, callerAccess, toolAccess, toolWritesMemo } from '../../actions/tool-access.js';
 
 const AA = 'actions.Action';
 const AE = 'actions.Execution';
@@ -41,21 +41,85 @@ function guardExecution(ctx: RequestContext, id: string | null | undefined, name
   return version;
 }
 
+/** One ToolWritesMemo per request: the listing and each `access` share what they read. */
+const toolMemos = new WeakMap<RequestContext, ToolWritesMemo>();
+
+function memoOf(ctx: RequestContext): ToolWritesMemo {
+  let memo = toolMemos.get(ctx);
+  if (!memo) toolMemos.set(ctx, (memo = toolWritesMemo()));
+  return memo;
+}
+
+/** What calling a tool needs, and nothing else: no program, config, policies or references. */
+export interface ToolNode {
+  actionId: string;
+  name: string;
+  version: number;
+  title: string;
+  description: string;
+  inputSchema: unknown;
+  outputSchema: unknown;
+  access: ToolAccess;
+}
+
+function toolNode(ctx: RequestContext, version: ActionVersion, access: ToolAccess): ToolNode {
+  return {
+    actionId: version.actionId,
+    name: version.name,
+    version: version.version,
+    title: version.tool.name,
+    description: version.tool.description,
+    inputSchema: version.tool.inputSchema,
+    outputSchema: version.tool.outputSchema ?? null,
+    access: { readOnly: access.readOnly, destructive: access.destructive },
+  };
+}
+
 /**
  * The tools a caller may call: each action's latest ACTIVE version, kept when invoking it is allowed
  * (the check invokeAction makes, with no input yet) and the caller could make at least one of its
- * writes. No SELECT on actions.Action is needed: a caller that may invoke a tool may see its schema.
+ * writes. No SELECT on actions.Action is needed: a caller that may invoke a tool may see what calling
+ * it needs (its schema and access), as a Tool. The actions are read until the page is full, and the
+ * cursors are those of the tools listed (their actionId), so a caller shown none learns no count.
  */
 function listTools(ctx: RequestContext, first: number, after: string | null | undefined) {
-  const page = actions.listActions(ctx.services.actions, first, after);
-  const edges = page.edges.flatMap((edge) => {
-    const version = actions.latestActiveVersion(ctx.services.actions, edge.node.actionId);
-    if (!version) return [];
-    if (!ctx.authority.allows({ action: 'INSERT', resource: AE, document: { action: version.name, version: version.version, input: null } })) return [];
-    if (toolAccess(ctx.services.actions, version, ctx.caller.client?.policies ?? null).hidden) return [];
-    return [{ ...edge, node: version }];
-  });
-  return { ...page, edges, nodes: edges.map((e) => e.node) };
+  const deps = ctx.services.actions;
+  const req = pageRequest<string>(first, after, ctx.limits.pageSizeMax, 'string', 'tools');
+  let rowid = 0;
+  if (req.after !== undefined) {
+    const found = deps.st.actionRowid.get(req.after);
+    if (found === undefined) {
+      throw new EngineError('BAD_REQUEST', 'the cursor is not a cursor this connection gave out', { hint: 'Pass pageInfo.endCursor from the previous page as `after`.' });
+    }
+    rowid = found;
+  }
+  const policies = ctx.caller.client?.policies ?? null;
+  const memo = memoOf(ctx);
+  const found: ToolNode[] = [];
+  const batch = Math.min(ctx.limits.pageSizeMax, 256);
+  for (;;) {
+    const rows = deps.st.actionsPage.all(rowid, batch);
+    for (const row of rows) {
+      rowid = row.rowid;
+      const version = actions.latestActiveVersion(deps, row.action_id);
+      if (!version) continue;
+      if (!ctx.authority.allows({ action: 'INSERT', resource: AE, document: { action: version.name, version: version.version, input: null } })) continue;
+      const access = toolAccess(deps, version, policies, memo);
+      if (access.hidden) continue;
+      found.push(toolNode(ctx, version, access));
+      if (found.length > req.first) break;
+    }
+    if (found.length > req.first || rows.length < batch) break;
+    const caller = ctx.caller;
+    if (caller.deadline !== undefined && Date.now() > caller.deadline) {
+      caller.overran ??= new EngineError('LIMIT_EXCEEDED', `the request ran past requestDeadlineMs (${ctx.limits.requestDeadlineMs} ms) at ActionsQuery.tools`, {
+        hint: 'Ask for less per request: smaller first, fewer nested connections, fewer operations; page through the rest with after.',
+        details: { requestDeadlineMs: ctx.limits.requestDeadlineMs },
+      });
+      throw caller.overran;
+    }
+  }
+  return toConnection(found, req, (t) => t.actionId, (t) => t);
 }
 
 function invocations(ctx: RequestContext, node: CallNode) {
@@ -107,7 +171,7 @@ export const actionResolvers = {
       const version = actions.latestActiveVersion(ctx.services.actions, actions.findAction(ctx.services.actions, { name }).action_id);
       if (!version) throw new EngineError('NOT_FOUND', `${name} has no ACTIVE version`, { hint: 'Activate a version with activateAction.' });
       guard(ctx, 'INSERT', AE, { action: version.name, version: version.version, input: null });
-      return version;
+      return toolNode(ctx, version, toolAccess(ctx.services.actions, version, ctx.caller.client?.policies ?? null, memoOf(ctx)));
     },
     nativeTools: (_: unknown, __: Args, ctx: RequestContext) =>
       actions.NATIVE_TOOLS.filter((name) => ctx.authority.allows({ action: 'INSERT', resource: AE, document: { action: name, version: null, input: null } })).map((name) => ({
@@ -186,7 +250,7 @@ export const actionResolvers = {
   },
   Action: {
     pending: (v: ActionVersion) => v.status === 'DRAFT',
-    access: (v: ActionVersion, _: Args, ctx: RequestContext) => toolAccess(ctx.services.actions, v, ctx.caller.client?.policies ?? null),
+    access: (v: ActionVersion, _: Args, ctx: RequestContext) => toolAccess(ctx.services.actions, v, ctx.caller.client?.policies ?? null, memoOf(ctx)),
     versions: (v: ActionVersion, _: Args, ctx: RequestContext) => actions.listVersions(ctx.services.actions, v.actionId).filter((x) => ctx.authority.allows({ action: 'SELECT', resource: AA, document: x })),
   },
   Execution: {

@@ -51,6 +51,7 @@ export function actionStatements(db: Db) {
     actionById: db.prepare<[string], ActionRow>('SELECT * FROM actions WHERE action_id = ?'),
     actionByName: db.prepare<[string], ActionRow>('SELECT * FROM actions WHERE name = ?'),
     actionsPage: db.prepare<[number, number], ActionRow & { rowid: number }>('SELECT rowid, * FROM actions WHERE rowid > ? ORDER BY rowid LIMIT ?'),
+    actionRowid: db.prepare<[string], number>('SELECT rowid FROM actions WHERE action_id = ?').pluck(),
     insertAction: db.prepare(
       'INSERT INTO actions (action_id, name, latest_version, created, modified) VALUES (@action_id, @name, @latest_version, @created, @modified)',
     ),
