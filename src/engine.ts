@@ -102,8 +102,9 @@ export interface Engine {
   /** Called after a transaction that started executions commits (the in-process worker wakes). */
   onStarted(listener: () => void): void;
   /**
-   * Called after a write request commits that changed actions, triggers, journals or tran codes
-   * (what the record caches watch): MCP sessions then check whether their tool list changed.
+   * Called after a write request commits when actions or clients may have changed (this
+   * connection wrote them, or another connection's commit moved their fingerprint; see
+   * watchToolTables): MCP sessions then check whether their tool list changed.
    */
   onActionsChanged(listener: () => void): void;
   /** Called after every attempt any worker of this engine runs (the server counts them). */
@@ -179,6 +180,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     : null;
   const epoch = new CacheEpoch();
   watchCachedTables(db, epoch);
+  const toolsChange = watchToolTables(db);
   const transactions = new TransactionManager(db, epoch);
   const cel = new Cel(clock, limits);
   const newId = orderedIds();
@@ -303,7 +305,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
 
     // A mutation with any error rolls back whole (data: null); @dryRun always rolls back.
     let result: ExecutionResult | EngineError;
-    const epochBefore = epoch.value;
+    const toolWritesBefore = toolsChange.writes;
     try {
       result = afterCommit(() =>
         transactions.run<ExecutionResult | EngineError>(plan.mode, () => {
@@ -329,7 +331,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       return { data: null, errors: [formatError(engineGraphqlError(engineError), logError)] };
     }
     if (result instanceof EngineError) return { errors: [formatError(engineGraphqlError(result), logError)] };
-    if (plan.mode === 'write' && !plan.dryRun && !result.errors?.length && epoch.value !== epochBefore) {
+    if (plan.mode === 'write' && !plan.dryRun && !result.errors?.length && toolsChange.changedSince(toolWritesBefore)) {
       for (const listener of changedListeners) listener();
     }
     const formatted: FormattedResult = {};
@@ -425,6 +427,59 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       idleSandboxContexts: sandboxes.current()?.idleContexts ?? 0,
     }),
     sandboxReady: () => sandboxes.ready(),
+  };
+}
+
+/** The tables whose rows decide what an MCP client may call: actions, their versions, clients (keys, policies). */
+const TOOL_TABLES = ['actions', 'action_versions', 'clients'] as const;
+
+/**
+ * Whether a committed write may have changed what some client may call. This connection's writes
+ * to TOOL_TABLES are counted by TEMP triggers (exact, free); another connection's commits (PRAGMA
+ * data_version moved) are seen by a small fingerprint of those tables, read only then. A commit
+ * elsewhere that touched no action and no client (a posting, a worker's attempt) fires nothing.
+ */
+function watchToolTables(db: Db): { readonly writes: number; changedSince(writesBefore: number): boolean } {
+  let writes = 0;
+  db.function('tally_tool_table_changed', { deterministic: false }, () => {
+    writes++;
+    return null;
+  });
+  for (const table of TOOL_TABLES) {
+    for (const op of ['INSERT', 'UPDATE', 'DELETE']) {
+      db.exec(`CREATE TEMP TRIGGER tally_tools_${table}_${op.toLowerCase()} AFTER ${op} ON main.${table}
+        BEGIN SELECT tally_tool_table_changed(); END`);
+    }
+  }
+  const dataVersion = db.prepare<[], number>('PRAGMA data_version').pluck();
+  const fingerprint = db
+    .prepare<[], string>(
+      `SELECT (SELECT count(*) || ':' || ifnull(max(modified), '') FROM action_versions) || '|' ||
+              (SELECT count(*) || ':' || total(latest_version) || ':' || ifnull(max(modified), '') FROM actions) || '|' ||
+              (SELECT count(*) || ':' || total(version) || ':' || ifnull(max(modified), '') FROM clients)`,
+    )
+    .pluck();
+  let seenVersion = dataVersion.get() as number;
+  let seen = fingerprint.get() as string;
+  return {
+    get writes() {
+      return writes;
+    },
+    changedSince(writesBefore) {
+      let changed = writes !== writesBefore;
+      try {
+        const version = dataVersion.get() as number;
+        if (changed || version !== seenVersion) {
+          seenVersion = version;
+          const now = fingerprint.get() as string;
+          if (now !== seen) changed = true;
+          seen = now;
+        }
+      } catch {
+        return true;
+      }
+      return changed;
+    },
   };
 }
 

@@ -3,12 +3,16 @@ import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import Database from 'better-sqlite3';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { type CallToolResult, LATEST_PROTOCOL_VERSION, ToolListChangedNotificationSchema, type Tool } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/engine.js';
-import { startServer } from './helpers.js';
+import { jsonTextTooDeep, sanitizeInitialize } from '../src/mcp/http.js';
+import { id, startServer } from './helpers.js';
 import { ALICE, BANK, BIN, BOB, bankDatabase, cli, settled, tx } from './mcp.fixtures.js';
 
 const run = promisify(execFile);
@@ -202,5 +206,124 @@ describe('/mcp bounds: sessions, idle sessions and the request body', () => {
   it('a body over requestBodyBytesMax gets 413', async () => {
     const big = { ...INITIALIZE, params: { ...INITIALIZE.params, clientInfo: { name: 'x'.repeat(5000), version: '1' } } };
     expect((await post(mcpUrl, big, { authorization: `Bearer ${ADMIN}` })).status).toBe(413);
+  });
+});
+
+describe('/mcp resource bounds: hostile initialize bodies, list checks after commits, sessions of a dead key', () => {
+  let running: Running;
+  let mcpUrl: string;
+  let path: string;
+
+  beforeAll(async () => {
+    path = join(mkdtempSync(join(tmpdir(), 'tally-mcp-bounds-')), 'tally.db');
+    running = await startServer(ADMIN, { path });
+    mcpUrl = running.url.replace('/graphql', '/mcp');
+  });
+
+  afterAll(async () => {
+    await running?.stop();
+  });
+
+  it('an initialize keeps only the known fields: no experimental capabilities, bounded clientInfo', () => {
+    const hostile = {
+      ...INITIALIZE,
+      params: {
+        protocolVersion: LATEST_PROTOCOL_VERSION,
+        capabilities: { experimental: { x: [[[]]] }, roots: { listChanged: true, extra: [1] }, sampling: { tools: {}, more: {} }, unknown: {} },
+        clientInfo: { name: 'n'.repeat(10_000), version: '1', title: 't', icons: [{ src: 'x' }] },
+        _meta: { big: 'x' },
+      },
+    };
+    const clean = sanitizeInitialize(hostile as never);
+    expect(clean.params).toEqual({
+      protocolVersion: LATEST_PROTOCOL_VERSION,
+      capabilities: { roots: { listChanged: true }, sampling: { tools: {} } },
+      clientInfo: { name: 'n'.repeat(256), version: '1', title: 't' },
+    });
+  });
+
+  it('a body nested deeper than jsonDepthMax (plus the JSON-RPC envelope) is refused with 400 before it is parsed', async () => {
+    const deep = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"${LATEST_PROTOCOL_VERSION}","clientInfo":{"name":"x","version":"1"},"capabilities":{"experimental":{"x":${'['.repeat(400_000)}${']'.repeat(400_000)}}}}}`;
+    const response = await post(mcpUrl, deep, { authorization: `Bearer ${ADMIN}` });
+    expect(response.status).toBe(400);
+    expect(((await response.json()) as { error: { code: number } }).error.code).toBe(-32600);
+    // 35 levels (jsonDepthMax 32 + 3) are fine, inside a string nothing counts.
+    const ok = { ...INITIALIZE, params: { ...INITIALIZE.params, clientInfo: { name: '[[[[{{{{'.repeat(100), version: '1' } } };
+    const okResponse = await post(mcpUrl, ok, { authorization: `Bearer ${ADMIN}` });
+    expect(okResponse.status).toBe(200);
+    expect(jsonTextTooDeep(`${'['.repeat(35)}${']'.repeat(35)}`, 35)).toBe(false);
+    expect(jsonTextTooDeep(`${'['.repeat(36)}${']'.repeat(36)}`, 35)).toBe(true);
+    await fetch(mcpUrl, { method: 'DELETE', headers: { authorization: `Bearer ${ADMIN}`, 'mcp-session-id': okResponse.headers.get('mcp-session-id')!, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION } });
+  });
+
+  it('sessions opened by hostile initialize bodies (250,000 {} in experimental) keep little heap', async () => {
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    const key = createClient(running.engine, 'wide');
+    const body = JSON.stringify({ ...INITIALIZE, params: { ...INITIALIZE.params, capabilities: { experimental: { x: Array.from({ length: 250_000 }, () => ({})) } } } });
+    gc();
+    const before = process.memoryUsage().heapUsed;
+    for (let i = 0; i < 4; i++) expect((await post(mcpUrl, body, { authorization: `Bearer ${key}` })).status).toBe(200);
+    await new Promise((r) => setTimeout(r, 100));
+    gc();
+    const kept = process.memoryUsage().heapUsed - before;
+    // Unsanitized, each session kept 16 MB or more.
+    expect(kept).toBeLessThan(12 * 1024 * 1024);
+  });
+
+  it('commits by another connection and mutations that change no action and no client make sessions read nothing; client changes are coalesced per key', async () => {
+    const keys = [createClient(running.engine, 'reader-a'), createClient(running.engine, 'reader-b')];
+    const clients = await Promise.all([0, 0, 0, 1, 1, 1].map((k) => connect(mcpUrl, keys[k]!)));
+    // The first read of each key's list (the baseline) is done.
+    await new Promise((r) => setTimeout(r, 1200));
+    const engine = running.engine;
+    const original = engine.graphql;
+    let mcpCalls = 0;
+    engine.graphql = (query, variables, options) => {
+      if (options?.transport === 'mcp') mcpCalls++;
+      return original(query, variables, options);
+    };
+    const foreign = new Database(path);
+    try {
+      foreign.exec('CREATE TABLE IF NOT EXISTS foreign_noise (x INTEGER)');
+      for (let n = 0; n < 30; n++) {
+        foreign.prepare('INSERT INTO foreign_noise (x) VALUES (?)').run(n);
+        const created = engine.graphql(`mutation { createAccount(input: {accountId: "${id(500 + n)}", code: "noise-${n}", name: "x"}) { code } }`);
+        expect(created.errors).toBeUndefined();
+      }
+      await new Promise((r) => setTimeout(r, 1200));
+      expect(mcpCalls).toBe(0);
+      // Thirty client changes at once: each key's list is read at most twice (now, and a second later).
+      for (let n = 0; n < 30; n++) {
+        expect(engine.graphql(`mutation { auth { updateClient(principal: "reader-a", input: {name: "a${n}"}) { __typename } } }`).errors).toBeUndefined();
+      }
+      await new Promise((r) => setTimeout(r, 1500));
+      expect(mcpCalls).toBeGreaterThan(0);
+      // Two keys × two checks × (one page + the native tools).
+      expect(mcpCalls).toBeLessThanOrEqual(8);
+    } finally {
+      foreign.close();
+      engine.graphql = original;
+      await Promise.all(clients.map(({ client }) => client.close()));
+    }
+  });
+
+  it("sessions of a rotated key free their slots: the owner's new key opens one at once", async () => {
+    const leaked = createClient(running.engine, 'leaky');
+    const ids: string[] = [];
+    for (let i = 0; i < 8; i++) {
+      const response = await post(mcpUrl, INITIALIZE, { authorization: `Bearer ${leaked}` });
+      expect(response.status).toBe(200);
+      ids.push(response.headers.get('mcp-session-id')!);
+    }
+    expect((await post(mcpUrl, INITIALIZE, { authorization: `Bearer ${leaked}` })).status).toBe(503);
+    const rotated = running.engine.graphql('mutation { auth { updateClient(principal: "leaky", input: {rotateKey: true}) { apiKey } } }');
+    expect(rotated.errors).toBeUndefined();
+    const fresh = (rotated.data as any).auth.updateClient.apiKey as string;
+    expect((await post(mcpUrl, INITIALIZE, { authorization: `Bearer ${fresh}` })).status).toBe(200);
+    // The old key's sessions are gone: its holder gets 401, the new key has all but one slot.
+    const stale = await post(mcpUrl, { jsonrpc: '2.0', id: 2, method: 'tools/list', params: {} }, { authorization: `Bearer ${leaked}`, 'mcp-session-id': ids[0]!, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION });
+    expect(stale.status).toBe(401);
+    for (let i = 0; i < 7; i++) expect((await post(mcpUrl, INITIALIZE, { authorization: `Bearer ${fresh}` })).status).toBe(200);
   });
 });

@@ -4,8 +4,8 @@ import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { Engine } from '../engine.js';
-import { engineBackend } from './backend.js';
-import { createMcpServer, watchToolList } from './server.js';
+import { engineBackend, type McpBackend } from './backend.js';
+import { createMcpServer, type McpServerOptions, readToolList } from './server.js';
 
 /** One open MCP session: bound to the key that opened it, closed when idle for mcpSessionIdleMs. */
 interface Session {
@@ -13,9 +13,39 @@ interface Session {
   principal: string;
   server: Server;
   transport: StreamableHTTPServerTransport;
-  watcher: { changed(): void };
+  /** Whether the key that opened the session still authenticates (rotated or deleted: it does not). */
+  authenticates(): boolean;
+  /** The tool list as this session's client last saw it changed (null: not read yet). */
+  lastList: string | null;
   idle?: NodeJS.Timeout;
 }
+
+/**
+ * The sessions opened with one key: they see the same tools, so one read of the list serves them
+ * all, at most once every LIST_CHECK_INTERVAL_MS however many changes are reported.
+ */
+interface KeyGroup {
+  ids: Set<string>;
+  backend: McpBackend;
+  authenticates(): boolean;
+  last: string | null;
+  lastCheck: number;
+  running: boolean;
+  again: boolean;
+  timer?: NodeJS.Timeout;
+}
+
+/** At most one read of a key's tool list per this many ms (changes in between coalesce into it). */
+const LIST_CHECK_INTERVAL_MS = 1000;
+
+/**
+ * Levels a JSON-RPC body adds around a tool's arguments (batch array, message, params): the
+ * arguments themselves may be jsonDepthMax deep, as in GraphQL's JSON inputs.
+ */
+const MCP_ENVELOPE_DEPTH = 3;
+
+/** Bound on each string of an initialize's clientInfo and its protocolVersion. */
+const CLIENT_INFO_CHARS_MAX = 256;
 
 export interface McpHttpOptions {
   /**
@@ -41,6 +71,7 @@ export interface McpRequest {
  */
 export class McpHttp {
   private readonly sessions = new Map<string, Session>();
+  private readonly groups = new Map<string, KeyGroup>();
   /** The principals of sessions being opened (initialize received, session not yet registered). */
   private readonly opening: string[] = [];
 
@@ -49,8 +80,25 @@ export class McpHttp {
     private readonly options: McpHttpOptions,
   ) {
     engine.onActionsChanged(() => {
-      for (const session of this.sessions.values()) session.watcher.changed();
+      for (const group of this.groups.values()) this.schedule(group);
     });
+  }
+
+  /** How deep a /mcp body may nest: jsonDepthMax for a tool's arguments, plus the JSON-RPC envelope. */
+  get bodyDepthMax(): number {
+    return this.engine.limits.jsonDepthMax + MCP_ENVELOPE_DEPTH;
+  }
+
+  /**
+   * A request whose key did not authenticate: when it names a session that key opened (the key was
+   * rotated or its client deleted), the session is closed and its slot freed.
+   */
+  refused(req: IncomingMessage): void {
+    const sessionId = header(req, 'mcp-session-id');
+    const match = /^Bearer\s+(\S+)\s*$/i.exec(header(req, 'authorization') ?? '');
+    if (sessionId === undefined || !match) return;
+    const session = this.sessions.get(sessionId);
+    if (session && session.keyHash === hashKey(match[1]!) && !session.authenticates()) void this.close(sessionId);
   }
 
   get sessionCount(): number {
@@ -84,44 +132,53 @@ export class McpHttp {
 
   private async open(req: IncomingMessage, res: ServerResponse, request: McpRequest): Promise<void> {
     const limits = this.engine.limits;
+    // Only what is read from them: the closures below outlive the request and must not keep its body.
+    const { apiKey, principal } = request;
+    const body = sanitizeInitialize(request.body as InitializeMessage);
+    // Sessions whose key no longer authenticates (rotated, client deleted) hold no slot a live key needs.
+    if (this.sessions.size + this.opening.length >= limits.mcpSessionsMax) this.dropStale(() => true);
+    else this.dropStale((s) => s.principal === principal);
     // Sessions being opened count too: concurrent initialize requests cannot overshoot the bounds.
     const open = this.sessions.size + this.opening.length;
     if (open >= limits.mcpSessionsMax) {
       res.setHeader('retry-after', '60');
       return sendJsonRpcError(res, 503, -32000, `${open} MCP sessions are open; mcpSessionsMax is ${limits.mcpSessionsMax}. Close one (DELETE /mcp) or wait for an idle one to expire.`);
     }
-    const own = [...this.sessions.values()].filter((s) => s.principal === request.principal).length + this.opening.filter((p) => p === request.principal).length;
+    const own = [...this.sessions.values()].filter((s) => s.principal === principal).length + this.opening.filter((p) => p === principal).length;
     if (own >= limits.mcpSessionsPerClientMax) {
       res.setHeader('retry-after', '60');
-      return sendJsonRpcError(res, 503, -32000, `client ${request.principal} has ${own} MCP sessions open; mcpSessionsPerClientMax is ${limits.mcpSessionsPerClientMax}. Close one (DELETE /mcp) or wait for an idle one to expire.`);
+      return sendJsonRpcError(res, 503, -32000, `client ${principal} has ${own} MCP sessions open; mcpSessionsPerClientMax is ${limits.mcpSessionsPerClientMax}. Close one (DELETE /mcp) or wait for an idle one to expire.`);
     }
-    const backend = engineBackend(this.engine, { apiKey: request.apiKey });
-    const options = { toolsPageSize: limits.mcpToolsPageSize };
-    const server = createMcpServer(backend, options);
+    const backend = engineBackend(this.engine, { apiKey });
+    const server = createMcpServer(backend, this.toolOptions);
+    const authenticates = (): boolean => this.engine.authenticate(apiKey) === principal;
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
       onsessioninitialized: (id) => {
-        const session: Session = {
-          keyHash: hashKey(request.apiKey),
-          principal: request.principal,
-          server,
-          transport,
-          watcher: watchToolList(server, backend, options, this.options.logError),
-        };
+        const keyHash = hashKey(apiKey);
+        let group = this.groups.get(keyHash);
+        if (!group) {
+          group = { ids: new Set(), backend, authenticates, last: null, lastCheck: 0, running: false, again: false };
+          this.groups.set(keyHash, group);
+        }
+        const session: Session = { keyHash, principal, server, transport, authenticates, lastList: group.last };
+        group.ids.add(id);
         this.sessions.set(id, session);
         this.touch(id, session);
+        // The list as it is now, to compare later changes with (one read for a new key, none for a known one).
+        if (group.last === null) this.schedule(group);
       },
       onsessionclosed: (id) => this.forget(id),
     });
     transport.onclose = () => {
       if (transport.sessionId) this.forget(transport.sessionId);
     };
-    this.opening.push(request.principal);
+    this.opening.push(principal);
     try {
       await server.connect(transport);
-      await transport.handleRequest(req, res, request.body);
+      await transport.handleRequest(req, res, body);
     } finally {
-      this.opening.splice(this.opening.indexOf(request.principal), 1);
+      this.opening.splice(this.opening.indexOf(principal), 1);
     }
     // An initialize the transport refused opened no session: let its server go.
     if (!transport.sessionId || !this.sessions.has(transport.sessionId)) await server.close().catch(this.options.logError);
@@ -138,6 +195,72 @@ export class McpHttp {
     if (!session) return;
     clearTimeout(session.idle);
     this.sessions.delete(id);
+    const group = this.groups.get(session.keyHash);
+    group?.ids.delete(id);
+    if (group && group.ids.size === 0) {
+      clearTimeout(group.timer);
+      this.groups.delete(session.keyHash);
+    }
+  }
+
+  private get toolOptions(): McpServerOptions {
+    return { toolsPageSize: this.engine.limits.mcpToolsPageSize };
+  }
+
+  /** Close the sessions (among those `which` picks) whose key no longer authenticates. */
+  private dropStale(which: (session: Session) => boolean): void {
+    for (const [id, session] of [...this.sessions]) {
+      if (which(session) && !session.authenticates()) void this.close(id);
+    }
+  }
+
+  /** A check of the group's list soon: at once when none ran in the last LIST_CHECK_INTERVAL_MS, else then. */
+  private schedule(group: KeyGroup): void {
+    if (group.running) {
+      group.again = true;
+      return;
+    }
+    if (group.timer || group.ids.size === 0) return;
+    // Never inside the request that reported the change: the read is a request of its own.
+    group.timer = setTimeout(
+      () => {
+        group.timer = undefined;
+        void this.check(group);
+      },
+      Math.max(0, group.lastCheck + LIST_CHECK_INTERVAL_MS - Date.now()),
+    );
+    group.timer.unref();
+  }
+
+  /**
+   * Read the group's tool list once and send notifications/tools/list_changed to each of its
+   * sessions whose client last saw another one. A key that no longer authenticates closes them all.
+   */
+  private async check(group: KeyGroup): Promise<void> {
+    group.running = true;
+    group.again = false;
+    group.lastCheck = Date.now();
+    try {
+      if (!group.authenticates()) return this.closeGroup(group);
+      const now = await readToolList(group.backend, this.toolOptions);
+      group.last = now;
+      for (const id of group.ids) {
+        const session = this.sessions.get(id);
+        if (!session) continue;
+        if (session.lastList !== null && session.lastList !== now) session.server.sendToolListChanged().catch(this.options.logError);
+        session.lastList = now;
+      }
+    } catch (error) {
+      if (!group.authenticates()) this.closeGroup(group);
+      else this.options.logError(error);
+    } finally {
+      group.running = false;
+      if (group.again) this.schedule(group);
+    }
+  }
+
+  private closeGroup(group: KeyGroup): void {
+    for (const id of [...group.ids]) void this.close(id);
   }
 
   private async close(id: string): Promise<void> {
@@ -148,8 +271,56 @@ export class McpHttp {
 
   /** Close every session (the HTTP server is closing). */
   async closeAll(): Promise<void> {
+    for (const group of this.groups.values()) clearTimeout(group.timer);
     await Promise.all([...this.sessions.keys()].map((id) => this.close(id)));
   }
+}
+
+type InitializeMessage = { jsonrpc: '2.0'; id: string | number; method: 'initialize'; params: Record<string, unknown> };
+
+/**
+ * An initialize with only the fields the server reads, rebuilt: the SDK keeps the client's
+ * capabilities and clientInfo for the session's life, so nothing else of the body (experimental
+ * capabilities, unknown keys, _meta) may stay, and clientInfo's strings are bounded.
+ */
+export function sanitizeInitialize(message: InitializeMessage): InitializeMessage {
+  const params = message.params;
+  const text = (value: unknown): string => (typeof value === 'string' ? value.slice(0, CLIENT_INFO_CHARS_MAX) : '');
+  const object = (value: unknown): Record<string, unknown> | undefined => (value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined);
+  const info = object(params.clientInfo) ?? {};
+  const clientInfo: Record<string, string> = { name: text(info.name), version: text(info.version) };
+  if (typeof info.title === 'string') clientInfo.title = text(info.title);
+  const given = object(params.capabilities) ?? {};
+  const capabilities: Record<string, Record<string, unknown>> = {};
+  const roots = object(given.roots);
+  if (roots) capabilities.roots = typeof roots.listChanged === 'boolean' ? { listChanged: roots.listChanged } : {};
+  for (const [name, flags] of [['sampling', ['context', 'tools']], ['elicitation', ['form', 'url']]] as const) {
+    const capability = object(given[name]);
+    if (!capability) continue;
+    capabilities[name] = {};
+    for (const flag of flags) if (object(capability[flag])) capabilities[name][flag] = {};
+  }
+  return { jsonrpc: '2.0', id: message.id, method: 'initialize', params: { protocolVersion: text(params.protocolVersion), capabilities, clientInfo } };
+}
+
+/**
+ * Whether JSON text nests deeper than `depthMax` (arrays and objects), read without parsing it:
+ * a deep body is refused before it is ever built.
+ */
+export function jsonTextTooDeep(text: string, depthMax: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++; // backslash: the next character is escaped
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > depthMax) return true;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return false;
 }
 
 function header(req: IncomingMessage, name: string): string | undefined {

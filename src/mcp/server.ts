@@ -206,6 +206,19 @@ function describeErrors(errors: readonly GraphQLFormattedError[]): string {
   return errors.map((e) => `${String(e.extensions?.code ?? 'ERROR')}: ${e.message}`).join('; ');
 }
 
+/** The tools a client may call (the first LIST_PAGES_READ_MAX pages), as text to compare with an earlier read. */
+export async function readToolList(backend: McpBackend, options: McpServerOptions): Promise<string> {
+  const pages: Tool[] = [];
+  let cursor: string | undefined;
+  for (let page = 0; page < LIST_PAGES_READ_MAX; page++) {
+    const listed = await listTools(backend, options, cursor);
+    pages.push(...listed.tools);
+    if (!listed.nextCursor) break;
+    cursor = listed.nextCursor;
+  }
+  return JSON.stringify(pages);
+}
+
 /**
  * Sends notifications/tools/list_changed when what this client may call changed: `changed()` is
  * called after a commit that touched actions (a deploy, createAction, lockAction…); the list is
@@ -215,17 +228,7 @@ export function watchToolList(server: Server, backend: McpBackend, options: McpS
   let last: string | null = null;
   let running = false;
   let again = false;
-  const read = async (): Promise<string> => {
-    const pages: Tool[] = [];
-    let cursor: string | undefined;
-    for (let page = 0; page < LIST_PAGES_READ_MAX; page++) {
-      const listed = await listTools(backend, options, cursor);
-      pages.push(...listed.tools);
-      if (!listed.nextCursor) break;
-      cursor = listed.nextCursor;
-    }
-    return JSON.stringify(pages);
-  };
+  const read = (): Promise<string> => readToolList(backend, options);
   const check = async (): Promise<void> => {
     if (running) {
       again = true;

@@ -5,7 +5,7 @@ import { EngineError, quote } from '../errors.js';
 import type { Worker } from '../execution/queue/worker.js';
 import type { FormattedResult, GraphqlRequest } from '../graphql/executor.js';
 import { type Logger, silentLogger } from '../log.js';
-import { McpHttp, sendJsonRpcError } from '../mcp/http.js';
+import { jsonTextTooDeep, McpHttp, sendJsonRpcError } from '../mcp/http.js';
 import { assetReader, consolePage } from './console-page.js';
 import { ServerMetrics } from './metrics.js';
 
@@ -212,6 +212,8 @@ async function serveMcp(engine: Engine, mcp: McpHttp, req: IncomingMessage, res:
   const client = authenticate(engine, req.headers.authorization);
   if (client instanceof EngineError) {
     req.resume();
+    // A session opened with a key since rotated or deleted is closed: it holds a slot no longer usable.
+    mcp.refused(req);
     return sendUnauthenticated(res, 'application/json', client);
   }
   traces.get(res)!.principal = client.principal;
@@ -221,6 +223,9 @@ async function serveMcp(engine: Engine, mcp: McpHttp, req: IncomingMessage, res:
     if (text instanceof EngineError) {
       res.setHeader('connection', 'close');
       return sendErrors(res, text.code === 'LIMIT_EXCEEDED' ? 413 : 400, 'application/json', [text]);
+    }
+    if (jsonTextTooDeep(text, mcp.bodyDepthMax)) {
+      return sendJsonRpcError(res, 400, -32600, `the body is nested more than ${mcp.bodyDepthMax} levels deep (jsonDepthMax ${engine.limits.jsonDepthMax} for a tool's arguments, plus the JSON-RPC envelope)`);
     }
     try {
       body = JSON.parse(text);
