@@ -1,3 +1,4 @@
+import { request as httpRequest } from 'node:http';
 import { execFile } from 'node:child_process';
 import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -29,12 +30,41 @@ async function connect(mcpUrl: string, key: string): Promise<{ client: Client; t
   return { client, transport };
 }
 
-/** A raw POST to /mcp, for what the SDK client would never send. */
-function post(mcpUrl: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> {
-  return fetch(mcpUrl, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers },
-    body: typeof body === 'string' ? body : JSON.stringify(body),
+interface RawResponse {
+  status: number;
+  headers: { get(name: string): string | null };
+  text(): Promise<string>;
+  json(): Promise<unknown>;
+}
+
+/**
+ * A raw POST to /mcp, for what the SDK client would never send, each on a connection of its own: a
+ * pooled keep-alive socket the server is closing (its keep-alive timer runs late after a test held
+ * the event loop) resets the next request sent on it, which is the test's noise, not the server's.
+ */
+function post(mcpUrl: string, body: unknown, headers: Record<string, string> = {}): Promise<RawResponse> {
+  const payload = typeof body === 'string' ? body : JSON.stringify(body);
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(mcpUrl, {
+      method: 'POST',
+      agent: false,
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'content-length': String(Buffer.byteLength(payload)), ...headers },
+    }, (res) => {
+      const chunks: Buffer[] = [];
+      const ended = new Promise<string>((done) => {
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () => done(Buffer.concat(chunks).toString()));
+      });
+      const text = () => ended;
+      resolve({
+        status: res.statusCode ?? 0,
+        headers: { get: (name: string) => { const value = res.headers[name.toLowerCase()]; return value === undefined ? null : Array.isArray(value) ? value.join(', ') : value; } },
+        text,
+        json: async () => JSON.parse(await text()) as unknown,
+      });
+    });
+    req.on('error', reject);
+    req.end(payload);
   });
 }
 
