@@ -229,7 +229,8 @@ export class Sandbox {
           // Out of memory, the runtimes of deeper levels go too (idle now, they share the WASM
           // memory, and what they hold may be why this call ran out).
           disposeContext(pooled);
-          for (let d = this.levels.length - 1; d >= depth; d--) if (d === depth || freeRuntime) this.discardLevel(d);
+          const deepest = freeRuntime ? this.levels.length - 1 : depth;
+          for (let d = deepest; d >= depth; d--) this.discardLevel(d);
         } else {
           this.release(level, pooled, healthy);
         }

@@ -34,7 +34,7 @@ import { type AttemptOutcome, isRetryable } from './execution/queue/attempt.js';
 import { type Db, openDatabase } from './storage/database.js';
 import { Checkpointer } from './storage/checkpointer.js';
 import { mapDriverError } from './storage/driver-errors.js';
-import { CacheEpoch, RecordCache, watchCachedTables } from './storage/record-cache.js';
+import { CacheEpoch, RecordCache, watchCachedTables, watchToolTables } from './storage/record-cache.js';
 import { actionStatements } from './storage/statements/actions.js';
 import { ledgerStatements } from './storage/statements/ledger.js';
 import { TransactionManager } from './storage/transaction.js';
@@ -430,58 +430,6 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   };
 }
 
-/** The tables whose rows decide what an MCP client may call: actions, their versions, clients (keys, policies). */
-const TOOL_TABLES = ['actions', 'action_versions', 'clients'] as const;
-
-/**
- * Whether a committed write may have changed what some client may call. This connection's writes
- * to TOOL_TABLES are counted by TEMP triggers (exact, free); another connection's commits (PRAGMA
- * data_version moved) are seen by a small fingerprint of those tables, read only then. A commit
- * elsewhere that touched no action and no client (a posting, a worker's attempt) fires nothing.
- */
-function watchToolTables(db: Db): { readonly writes: number; changedSince(writesBefore: number): boolean } {
-  let writes = 0;
-  db.function('tally_tool_table_changed', { deterministic: false }, () => {
-    writes++;
-    return null;
-  });
-  for (const table of TOOL_TABLES) {
-    for (const op of ['INSERT', 'UPDATE', 'DELETE']) {
-      db.exec(`CREATE TEMP TRIGGER tally_tools_${table}_${op.toLowerCase()} AFTER ${op} ON main.${table}
-        BEGIN SELECT tally_tool_table_changed(); END`);
-    }
-  }
-  const dataVersion = db.prepare<[], number>('PRAGMA data_version').pluck();
-  const fingerprint = db
-    .prepare<[], string>(
-      `SELECT (SELECT count(*) || ':' || ifnull(max(modified), '') FROM action_versions) || '|' ||
-              (SELECT count(*) || ':' || total(latest_version) || ':' || ifnull(max(modified), '') FROM actions) || '|' ||
-              (SELECT count(*) || ':' || total(version) || ':' || ifnull(max(modified), '') FROM clients)`,
-    )
-    .pluck();
-  let seenVersion = dataVersion.get() as number;
-  let seen = fingerprint.get() as string;
-  return {
-    get writes() {
-      return writes;
-    },
-    changedSince(writesBefore) {
-      let changed = writes !== writesBefore;
-      try {
-        const version = dataVersion.get() as number;
-        if (changed || version !== seenVersion) {
-          seenVersion = version;
-          const now = fingerprint.get() as string;
-          if (now !== seen) changed = true;
-          seen = now;
-        }
-      } catch {
-        return true;
-      }
-      return changed;
-    },
-  };
-}
 
 /** One line per attempt: info when it succeeded, warn when it failed (with the next retry time, if any). */
 function logAttempt(logger: Logger, outcome: AttemptOutcome): void {

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { deploy } from '../src/deploy/deploy.js';
@@ -29,6 +29,17 @@ export async function bankDatabase(): Promise<{ path: string; keys: Record<strin
   if (deposit.errors) throw new Error(JSON.stringify(deposit.errors));
   engine.close();
   return { path, keys: { ...result.keys, reader: (reader.data as any).auth.createClient.apiKey } };
+}
+
+/** A copy of examples/bank whose transfer takes a `memo` too: deploying it makes transfer@2. */
+export function bankWithMemo(): string {
+  const project = join(mkdtempSync(join(tmpdir(), 'tally-mcp-deploy-')), 'bank');
+  cpSync(BANK, project, { recursive: true });
+  const file = join(project, 'tools', 'transfer.json');
+  const definition = JSON.parse(readFileSync(file, 'utf8'));
+  definition.inputSchema.properties.memo = { type: 'string' };
+  writeFileSync(file, JSON.stringify(definition));
+  return project;
 }
 
 export function cli(args: string[]): string {

@@ -1,6 +1,6 @@
 import { request as httpRequest } from 'node:http';
 import { execFile } from 'node:child_process';
-import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/engine.js';
 import { jsonTextTooDeep, sanitizeInitialize } from '../src/mcp/http.js';
 import { id, startServer } from './helpers.js';
-import { ALICE, BANK, BIN, BOB, bankDatabase, cli, settled, tx } from './mcp.fixtures.js';
+import { ALICE, bankDatabase, bankWithMemo, BIN, BOB, cli, settled, tx } from './mcp.fixtures.js';
 
 const run = promisify(execFile);
 
@@ -182,12 +182,7 @@ describe('/mcp on tally serve: Streamable HTTP with the SDK client against a rea
     // Give the client's standalone GET stream a moment to open before the change.
     await new Promise((r) => setTimeout(r, 200));
     // examples/bank with a memo on transfer's input, deployed to the server by `tally deploy` (another process).
-    const project = join(mkdtempSync(join(tmpdir(), 'tally-mcp-deploy-')), 'bank');
-    cpSync(BANK, project, { recursive: true });
-    const file = join(project, 'tools', 'transfer.json');
-    const definition = JSON.parse(readFileSync(file, 'utf8'));
-    definition.inputSchema.properties.memo = { type: 'string' };
-    writeFileSync(file, JSON.stringify(definition));
+    const project = bankWithMemo();
     const deployed = await run('node', [BIN, 'deploy', project, '--server', running.url, '--key', ADMIN]);
     expect(deployed.stdout).toMatch(/~ .*transfer/);
     await changed;

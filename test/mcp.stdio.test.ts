@@ -1,13 +1,10 @@
 import { execFileSync } from 'node:child_process';
-import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { type CallToolResult, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer } from './helpers.js';
-import { ALICE, BANK, BIN, BOB, bankDatabase, cli, settled, tx } from './mcp.fixtures.js';
+import { ALICE, bankDatabase, bankWithMemo, BIN, BOB, cli, settled, tx } from './mcp.fixtures.js';
 
 async function connect(path: string, principal: string): Promise<{ client: Client; stderr: () => string }> {
   const transport = new StdioClientTransport({ command: 'node', args: [BIN, 'mcp', '--db', path, '--as', principal], stderr: 'pipe' });
@@ -125,12 +122,7 @@ describe('tally mcp over stdio, in-process as one client (the SDK Client spawnin
 
   it('a tally deploy by another process on the same file sends notifications/tools/list_changed; the next list shows it', async () => {
     const changed = new Promise<void>((resolve) => operator.setNotificationHandler(ToolListChangedNotificationSchema, () => resolve()));
-    const project = join(mkdtempSync(join(tmpdir(), 'tally-mcp-deploy-')), 'bank');
-    cpSync(BANK, project, { recursive: true });
-    const file = join(project, 'tools', 'transfer.json');
-    const definition = JSON.parse(readFileSync(file, 'utf8'));
-    definition.inputSchema.properties.memo = { type: 'string' };
-    writeFileSync(file, JSON.stringify(definition));
+    const project = bankWithMemo();
     expect(cli(['deploy', project, '--db', path])).toMatch(/~ .*transfer/);
     await changed;
     const transfer = (await operator.listTools()).tools.find((t) => t.name === 'transfer')!;

@@ -212,6 +212,22 @@ describe('second hostile review: what the first fixes left open', () => {
     for (let i = 0; i < 3; i++) expect(invoke(victim)).toMatchObject({ status: 'SUCCEEDED', output: 300 });
   });
 
+  it('sandboxRetainedBytesMax: pins under it keep the warm context, pins over it free the runtime; programs without a # are never measured', async () => {
+    const PIN = 'function run() { class K extends (function (o) { return o; }) { #x = new Uint8Array(100000); } new K(globalThis); return 1; }';
+    for (const [limit, idleAfter] of [[1_000_000, 1], [50_000, 0]] as const) {
+      engine = await newEngine({ limits: { sandboxRetainedBytesMax: limit } });
+      const pin = tool(150, 'pin_100k', PIN);
+      expect(invoke(pin).output).toBe(1);
+      expect(engine.stats().idleSandboxContexts, `sandboxRetainedBytesMax ${limit}`).toBe(idleAfter);
+      // The next call builds a new runtime when the last was freed, and answers the same.
+      expect(invoke(pin).output).toBe(1);
+    }
+    // Without a # the same allocation is garbage after the call, and nothing is measured or freed.
+    const plain = tool(151, 'plain_100k', 'function run() { const a = new Uint8Array(100000); return a.length; }');
+    expect(invoke(plain).output).toBe(100000);
+    expect(engine.stats().idleSandboxContexts).toBe(1);
+  });
+
   it('invoke() is not a global: a program cannot skip the reseed and read the random state the previous caller left (H5)', () => {
     mallory();
     client('alice', ALL);

@@ -65,19 +65,69 @@ export class RecordCache<V> {
 }
 
 /**
- * Bump `epoch` whenever this connection inserts, updates or deletes a row of a cached table: TEMP
- * triggers (they belong to this connection and are never stored in the file) call a function
+ * Call `onWrite` whenever this connection inserts, updates or deletes a row of one of `tables`:
+ * TEMP triggers (they belong to this connection and are never stored in the file) call a function
  * registered on it. Other connections' writes are seen through `PRAGMA data_version` instead.
  */
-export function watchCachedTables(db: Db, epoch: CacheEpoch): void {
-  db.function('tally_cached_table_changed', { deterministic: false }, () => {
-    epoch.bump();
+function watchWrites(db: Db, name: string, tables: readonly string[], onWrite: () => void): void {
+  db.function(`tally_${name}_changed`, { deterministic: false }, () => {
+    onWrite();
     return null;
   });
-  for (const table of CACHED_TABLES) {
+  for (const table of tables) {
     for (const op of ['INSERT', 'UPDATE', 'DELETE']) {
-      db.exec(`CREATE TEMP TRIGGER tally_cache_${table}_${op.toLowerCase()} AFTER ${op} ON main.${table}
-        BEGIN SELECT tally_cached_table_changed(); END`);
+      db.exec(`CREATE TEMP TRIGGER tally_${name}_${table}_${op.toLowerCase()} AFTER ${op} ON main.${table}
+        BEGIN SELECT tally_${name}_changed(); END`);
     }
   }
 }
+
+/** Bump `epoch` whenever this connection writes a cached table. */
+export function watchCachedTables(db: Db, epoch: CacheEpoch): void {
+  watchWrites(db, 'cache', CACHED_TABLES, () => epoch.bump());
+}
+
+/** The tables that decide what a client may call: its tools, their versions, the clients. */
+const TOOL_TABLES = ['actions', 'action_versions', 'clients'] as const;
+
+/**
+ * Whether a committed write may have changed what some client may call. This connection's writes
+ * to TOOL_TABLES are counted by TEMP triggers (exact, free); another connection's commits (PRAGMA
+ * data_version moved) are seen by a small fingerprint of those tables, read only then. A commit
+ * elsewhere that touched no action and no client (a posting, a worker's attempt) fires nothing.
+ */
+export function watchToolTables(db: Db): { readonly writes: number; changedSince(writesBefore: number): boolean } {
+  let writes = 0;
+  watchWrites(db, 'tools', TOOL_TABLES, () => writes++);
+  const dataVersion = db.prepare<[], number>('PRAGMA data_version').pluck();
+  const fingerprint = db
+    .prepare<[], string>(
+      `SELECT (SELECT count(*) || ':' || ifnull(max(modified), '') FROM action_versions) || '|' ||
+              (SELECT count(*) || ':' || total(latest_version) || ':' || ifnull(max(modified), '') FROM actions) || '|' ||
+              (SELECT count(*) || ':' || total(version) || ':' || ifnull(max(modified), '') FROM clients)`,
+    )
+    .pluck();
+  let seenVersion = dataVersion.get() as number;
+  let seen = fingerprint.get() as string;
+  return {
+    get writes() {
+      return writes;
+    },
+    changedSince(writesBefore) {
+      let changed = writes !== writesBefore;
+      try {
+        const version = dataVersion.get() as number;
+        if (changed || version !== seenVersion) {
+          seenVersion = version;
+          const now = fingerprint.get() as string;
+          if (now !== seen) changed = true;
+          seen = now;
+        }
+      } catch {
+        return true;
+      }
+      return changed;
+    },
+  };
+}
+
