@@ -1,0 +1,245 @@
+/**
+ * The fetch both SDKs are given (one per model call), and what the providers share around a call:
+ * the API key from the environment, and the mapping of SDK errors to EngineErrors with the key
+ * redacted.
+ *
+ * The fetch does two things and nothing else (it never logs):
+ *  - it counts the HTTP requests the SDK makes for the call, so `httpAttempts` is exact (1 + the
+ *    SDK's retries);
+ *  - it bounds the answer: the body is handed to the SDK as a stream that errors once more than
+ *    `modelResponseBytesMax` bytes came in. The error is recorded on the call's state too, because
+ *    the SDK may wrap or swallow it (an error body is read with `.catch()`); the provider re-throws
+ *    the recorded error whenever the SDK call fails.
+ * The body is streamed after the SDK's retry decision, so a too-large answer is never retried.
+ */
+import { EngineError } from '../errors.js';
+import type { ProviderConfig } from './types.js';
+
+export interface HttpCallState {
+  /** HTTP requests started for this call. */
+  attempts: number;
+  /** Set when an answer crossed the byte bound. */
+  limitError: EngineError | null;
+}
+
+export type FetchLike = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
+
+/** Statuses whose Response may not carry a body (the Response constructor refuses one). */
+const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
+
+export function boundedCountingFetch(
+  provider: string,
+  maxBytes: number,
+  state: HttpCallState,
+  inner: FetchLike = globalThis.fetch,
+): FetchLike {
+  const limitError = (): EngineError =>
+    (state.limitError ??= new EngineError(
+      'LIMIT_EXCEEDED',
+      `provider ${provider}: the answer is larger than modelResponseBytesMax (${maxBytes} bytes)`,
+      {
+        hint: 'Ask for a shorter answer (lower maxTokens), or raise modelResponseBytesMax in the engine limits.',
+        details: { provider, limit: 'modelResponseBytesMax', max: maxBytes },
+      },
+    ));
+
+  return async (input, init) => {
+    state.attempts += 1;
+    const response = await inner(input, init);
+    const source = response.body;
+    if (source === null || NULL_BODY_STATUSES.has(response.status)) return response;
+    const reader = source.getReader();
+    let seen = 0;
+    const body = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        const { done, value } = await reader.read();
+        if (done) {
+          controller.close();
+          return;
+        }
+        seen += value.byteLength;
+        if (seen > maxBytes) {
+          const error = limitError();
+          controller.error(error);
+          await reader.cancel(error).catch(() => undefined);
+          return;
+        }
+        controller.enqueue(value);
+      },
+      cancel(reason) {
+        return reader.cancel(reason);
+      },
+    });
+    return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
+  };
+}
+
+/** The key a provider sends, or the name of the variable that should hold it but is unset. */
+export interface ApiKey {
+  /** The key read from the environment; null when the provider needs none or the variable is unset. */
+  value: string | null;
+  /** Set when config.apiKeyEnv names a variable that is unset (or empty). */
+  missingEnv: string | null;
+}
+
+export function readApiKey(config: ProviderConfig, env: NodeJS.ProcessEnv): ApiKey {
+  if (config.apiKeyEnv === null) return { value: null, missingEnv: null };
+  const value = env[config.apiKeyEnv];
+  if (value === undefined || value === '') return { value: null, missingEnv: config.apiKeyEnv };
+  return { value, missingEnv: null };
+}
+
+/** The key the SDKs require when the server needs none (Ollama, llama.cpp). */
+export const PLACEHOLDER_KEY = 'none';
+
+export function missingKeyError(config: ProviderConfig, model: string, variable: string): EngineError {
+  return new EngineError('MODEL_ERROR', `provider ${config.name}: the environment variable ${variable} is not set`, {
+    hint: `Set ${variable} in the server's environment to the provider's API key, and restart the server.`,
+    details: { provider: config.name, model, attempts: 0 },
+  });
+}
+
+/** Replace every occurrence of the key (and its JSON-escaped form) with `[redacted]`. */
+export function redact(text: string, key: string | null): string {
+  if (key === null || key === '') return text;
+  let out = text.split(key).join('[redacted]');
+  const escaped = JSON.stringify(key).slice(1, -1);
+  if (escaped !== key) out = out.split(escaped).join('[redacted]');
+  return out;
+}
+
+function redactValue(value: unknown, key: string | null): unknown {
+  if (typeof value === 'string') return redact(value, key);
+  if (Array.isArray(value)) return value.map((v) => redactValue(v, key));
+  if (value !== null && typeof value === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value)) out[redact(k, key)] = redactValue(v, key);
+    return out;
+  }
+  return value;
+}
+
+/** An EngineError with the key taken out of its message, hint and details (no cause is kept). */
+export function redactError(error: EngineError, key: string | null): EngineError {
+  if (key === null || key === '') return error;
+  const out = new EngineError(error.code, redact(error.message, key), {
+    hint: error.hint === undefined ? undefined : redact(error.hint, key),
+    details: redactValue(error.details, key),
+  });
+  return out;
+}
+
+/** The error classes one SDK throws (openai and @anthropic-ai/sdk have the same hierarchy). */
+export interface SdkErrorClasses {
+  APIError: abstract new (...args: never[]) => Error & { status: number | undefined; error: unknown };
+  APIUserAbortError: abstract new (...args: never[]) => Error;
+  APIConnectionError: abstract new (...args: never[]) => Error;
+  APIConnectionTimeoutError: abstract new (...args: never[]) => Error;
+}
+
+export interface CallContext {
+  config: ProviderConfig;
+  model: string;
+  key: string | null;
+  state: HttpCallState;
+  signal: AbortSignal | undefined;
+}
+
+const DETAIL_MAX = 300;
+
+function cut(text: string, max = DETAIL_MAX): string {
+  const flat = text.replace(/\s+/g, ' ').trim();
+  return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
+}
+
+/** The provider's own words from an APIError: the `error.message` of its JSON body, else the SDK's message. */
+function providerMessage(error: { error: unknown; message: string }): string {
+  const body = error.error;
+  if (body !== null && typeof body === 'object') {
+    const record = body as Record<string, unknown>;
+    if (typeof record.message === 'string') return record.message;
+    const inner = record.error;
+    if (inner !== null && typeof inner === 'object' && typeof (inner as Record<string, unknown>).message === 'string') {
+      return (inner as Record<string, unknown>).message as string;
+    }
+  }
+  return error.message;
+}
+
+function tries(n: number): string {
+  return n === 1 ? '1 try' : `${n} tries`;
+}
+
+/** Map whatever a failed SDK call threw to the EngineError the ModelProvider contract promises. */
+export function mapCallError(error: unknown, ctx: CallContext, classes: SdkErrorClasses): Error {
+  const { config, model, key, state, signal } = ctx;
+  const attempts = state.attempts;
+  const who = `provider ${config.name} (model ${model})`;
+  if (state.limitError !== null) return redactError(state.limitError, key);
+  if (signal?.aborted) {
+    // The caller's own reason (a cancelled or expired run), as it is; the DOMException a bare
+    // abort() or AbortSignal.timeout() leaves is not one: that is the TIMEOUT below.
+    const reason: unknown = signal.reason;
+    const generic = reason instanceof DOMException && (reason.name === 'AbortError' || reason.name === 'TimeoutError');
+    if (reason instanceof Error && !generic) return reason;
+    return new EngineError('TIMEOUT', `the call to ${who} was cancelled`, {
+      details: { provider: config.name, model, attempts },
+    });
+  }
+  let out: EngineError;
+  if (error instanceof EngineError) {
+    out = error;
+  } else if (error instanceof classes.APIConnectionTimeoutError) {
+    out = new EngineError('TIMEOUT', `${who} did not answer within ${config.timeoutMs} ms (${tries(attempts)})`, {
+      hint: "Raise the provider's timeoutMs, ask for less (maxTokens), or check that the server is up.",
+      details: { provider: config.name, model, attempts },
+    });
+  } else if (error instanceof classes.APIUserAbortError) {
+    out = new EngineError('TIMEOUT', `the call to ${who} was cancelled`, {
+      details: { provider: config.name, model, attempts },
+    });
+  } else if (error instanceof classes.APIConnectionError) {
+    const cause = (error as Error & { cause?: unknown }).cause;
+    const why = cause instanceof Error ? `${error.message} (${cause.message})` : error.message;
+    out = new EngineError('MODEL_UNAVAILABLE', `${who} could not be reached (${tries(attempts)}): ${cut(why)}`, {
+      details: { provider: config.name, model, attempts },
+    });
+  } else if (error instanceof classes.APIError && typeof error.status === 'number') {
+    const status = error.status;
+    const retryable = status === 408 || status === 409 || status === 429 || status >= 500;
+    const message = cut(providerMessage(error));
+    out = new EngineError(
+      retryable ? 'MODEL_UNAVAILABLE' : 'MODEL_ERROR',
+      `${who} answered HTTP ${status} (${tries(attempts)}): ${message}`,
+      {
+        hint: retryable
+          ? undefined
+          : status === 401 || status === 403
+            ? `Check the API key in ${config.apiKeyEnv ?? "the provider's apiKeyEnv"} and that it may use this model.`
+            : undefined,
+        details: { provider: config.name, model, status, attempts },
+      },
+    );
+  } else {
+    const message = error instanceof Error ? error.message : String(error);
+    out = new EngineError('MODEL_ERROR', `${who} answered outside its wire format: ${cut(message)}`, {
+      details: { provider: config.name, model, attempts },
+    });
+  }
+  return redactError(out, key);
+}
+
+/** A MODEL_ERROR for an answer that parsed as JSON but is not the provider's response shape. */
+export function wireFormatError(ctx: CallContext, what: string): EngineError {
+  return redactError(
+    new EngineError('MODEL_ERROR', `provider ${ctx.config.name} (model ${ctx.model}) answered outside its wire format: ${cut(what)}`, {
+      details: { provider: ctx.config.name, model: ctx.model, attempts: ctx.state.attempts },
+    }),
+    ctx.key,
+  );
+}
+
+/** Wall time in whole milliseconds, at least 1 once any time has passed. */
+export function elapsedMs(start: number): number {
+  return Math.ceil(performance.now() - start);
+}
