@@ -109,6 +109,12 @@ export class OpenAiProvider implements ModelProvider {
     // One client per call: its fetch counts this call's HTTP attempts.
     const client = new OpenAI({
       apiKey: this.#key.value ?? PLACEHOLDER_KEY,
+      // Given explicitly, so no OPENAI_* credential or account of the server's environment is sent
+      // to a provider it was not configured for.
+      adminAPIKey: null,
+      organization: null,
+      project: null,
+      webhookSecret: null,
       baseURL: config.baseUrl,
       timeout: config.timeoutMs,
       maxRetries: config.maxRetries,
