@@ -38,6 +38,8 @@ import { CacheEpoch, RecordCache, watchCachedTables, watchToolTables } from './s
 import { actionStatements } from './storage/statements/actions.js';
 import { ledgerStatements } from './storage/statements/ledger.js';
 import { TransactionManager } from './storage/transaction.js';
+import { ModelProviders, parseProviders } from './models/providers.js';
+import type { ProviderConfig } from './models/types.js';
 
 export const DEFAULT_CHECKPOINT_INTERVAL_MS = 25;
 const SQLITE_WAL_AUTOCHECKPOINT_PAGES = 1000;
@@ -61,6 +63,11 @@ export interface EngineOptions {
    * every checkpoint to the committing request (SQLite's own behaviour). Ignored for ':memory:'.
    */
   checkpointIntervalMs?: number;
+  /**
+   * The model providers model and agent actions may use (the server configuration's providers
+   * block, checked with parseProviders). Left out: none, and such actions are refused.
+   */
+  providers?: ProviderConfig[] | unknown;
 }
 
 export interface RequestOptions {
@@ -203,8 +210,12 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     cel,
     clock,
     limits,
+    providers: null,
     checkProgram: (fileName, source) => sandbox().checkSyntax({ fileName, source }),
   };
+  const providerConfigs = options.providers === undefined ? [] : parseProviders(options.providers);
+  const models = providerConfigs.length > 0 ? new ModelProviders(providerConfigs, limits) : null;
+  actionDeps.providers = models;
   const schema: GraphQLSchema = buildSchema(limits);
   const documents = new DocumentCache(schema, limits);
 
@@ -236,6 +247,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     log: logger,
     newId,
     runGraphql: (request, frame) => runNested(request, frame),
+    models,
   };
 
   ledgerDeps.onChange = (change) => dispatchChange(services, change);

@@ -177,6 +177,23 @@ export interface Limits {
    * `#`) may leave held in one sandbox runtime, summed over calls; past it the runtime is freed.
    */
   sandboxRetainedBytesMax: number;
+  /** Largest answer body a model provider may send (read as it streams in; past it the turn fails). */
+  modelResponseBytesMax: number;
+  /** Model turns in one agent run: an agent's `maxTurns` may not be higher. */
+  agentTurnsMax: number;
+  /** Tool calls in one agent run (an invented name counts): an agent's `maxToolCalls` may not be higher. */
+  agentToolCallsMax: number;
+  /** Longest whole agent run (ms), from its first attempt: an agent's `timeoutMs` may not be higher. */
+  agentRunMsMax: number;
+  /** Model and agent runs one worker keeps in flight at once (each mostly waits on its provider). */
+  agentRunsConcurrentMax: number;
+  /**
+   * How long a worker holds a claimed model or agent run without a step; a run whose worker died is
+   * picked up again after it. Renewed at every step and every leaseMs / 3 while a model answers.
+   */
+  agentLeaseMs: number;
+  /** The conversation an agent run sends to its model, in bytes of JSON: past it the run fails. */
+  agentConversationBytesMax: number;
 }
 
 export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
@@ -231,6 +248,13 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   contextUsesMax: 10_000,
   contextPoolMax: 16,
   sandboxRetainedBytesMax: 256 * 1024,
+  modelResponseBytesMax: 1_048_576,
+  agentTurnsMax: 32,
+  agentToolCallsMax: 64,
+  agentRunMsMax: 15 * 60_000,
+  agentRunsConcurrentMax: 16,
+  agentLeaseMs: 30_000,
+  agentConversationBytesMax: 1_048_576,
 });
 
 export function resolveLimits(overrides: Partial<Limits> = {}): Readonly<Limits> {

@@ -9,8 +9,15 @@ import { type Policy, type PolicyAction, type PolicyEffect, parsePolicies } from
 
 export type { Policy, PolicyAction, PolicyEffect };
 import type { SchemaCache } from './schemas.js';
+import { checkModelConfig } from '../agents/config.js';
+import type { ModelProviders } from '../models/providers.js';
 
-export type ActionKind = 'tool' | 'graphql';
+export type ActionKind = 'tool' | 'graphql' | 'model' | 'agent';
+
+/** Kinds that call a model over the network: they run only in the worker, never inside a transaction. */
+export function runsOutsideTransactions(kind: ActionKind): boolean {
+  return kind === 'model' || kind === 'agent';
+}
 export type VersionStatus = 'ACTIVE' | 'LOCKED' | 'DRAFT';
 
 export interface ToolReference {
@@ -87,6 +94,8 @@ export interface ActionDeps {
   cel: Cel;
   clock: Clock;
   limits: Readonly<Limits>;
+  /** The operator's model providers (model and agent configs must name one); null when none are configured. */
+  providers: ModelProviders | null;
   /** Compile-checks a program; returns a problem with line and column, or null. */
   checkProgram(fileName: string, source: string): { message: string; line?: number; column?: number } | null;
 }
@@ -102,16 +111,23 @@ function toVersion(row: ActionVersionRow): ActionVersion {
 /** Build, validate and compile a version document; every problem names the field at fault. */
 function buildDocument(deps: ActionDeps, base: { actionId: string; name: string; version: number; created: string }, input: ActionInput, previous: ActionVersionDocument | null): ActionVersionDocument {
   const kind = (input.kind ?? previous?.kind ?? 'tool') as ActionKind;
-  if (kind !== 'tool' && kind !== 'graphql') {
-    throw new EngineError('BAD_REQUEST', `kind ${quote(kind)} is not supported`, { hint: 'Use "tool" (a JavaScript program) or "graphql" (the native GraphQL tool with narrower policies).' });
+  if (kind !== 'tool' && kind !== 'graphql' && kind !== 'model' && kind !== 'agent') {
+    throw new EngineError('BAD_REQUEST', `kind ${quote(kind)} is not supported`, {
+      hint: 'Use "tool" (a JavaScript program), "graphql" (the native GraphQL tool with narrower policies), "model" (one model call) or "agent" (a model that calls the tools it declares).',
+    });
   }
   if (previous && kind !== previous.kind) {
     throw new EngineError('BAD_REQUEST', `an action cannot change kind (${previous.kind} → ${kind})`, { hint: 'Create a new action instead.' });
   }
-  const config = (input.config ?? previous?.config ?? null) as Record<string, unknown> | null;
+  let config = (input.config ?? previous?.config ?? null) as Record<string, unknown> | null;
   if (config === null || typeof config !== 'object' || Array.isArray(config)) {
     throw new EngineError('BAD_REQUEST', `config must be an object, got ${quote(config)}`, {
-      hint: kind === 'tool' ? 'Send config: {runtime: "javascript", src: "function run(event) { ... }"}.' : 'Send config: {version: 1}.',
+      hint:
+        kind === 'tool'
+          ? 'Send config: {runtime: "javascript", src: "function run(event) { ... }"}.'
+          : kind === 'graphql'
+            ? 'Send config: {version: 1}.'
+            : 'Send config: {provider: "<a configured provider>", model: "<one of its models>", instructions: "…"}.',
     });
   }
   const fileName = `${base.name}@${base.version}`;
@@ -134,6 +150,8 @@ function buildDocument(deps: ActionDeps, base: { actionId: string; name: string;
         details: { file: fileName, line: problem.line, column: problem.column },
       });
     }
+  } else if (kind === 'model' || kind === 'agent') {
+    checkModelConfig(kind, config, deps.providers, deps.limits);
   } else if (config.version !== 1) {
     throw new EngineError('BAD_REQUEST', `config.version ${quote(config.version)} is not a native graphql tool version`, { hint: 'Use config: {version: 1}.' });
   }

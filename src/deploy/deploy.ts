@@ -69,8 +69,9 @@ const same = (a: unknown, b: unknown) => canonicalJson(a) === canonicalJson(b);
 
 function toolDesired(tool: ToolFile) {
   const m = tool.manifest;
+  const programless = m.kind === 'model' || m.kind === 'agent';
   return {
-    config: { runtime: 'javascript', src: tool.src },
+    config: programless ? m.config : { runtime: 'javascript', src: tool.src },
     tool: {
       name: tool.name,
       description: m.description ?? '',
@@ -152,7 +153,7 @@ export async function planDeploy(project: Project, target: Target, onProgress?: 
     const desired = toolDesired(tool);
     if (!existing && !isUuid(tool.manifest.actionId)) throw new ProjectError(`needs an "actionId" that is a UUID to create the tool, got ${JSON.stringify(tool.manifest.actionId ?? null)}`, tool.manifestPath);
     if (!existing) {
-      plan.push({ kind: 'tool', name: tool.name, change: 'create', version: 1, field: 'createAction(id: $ID, input: $VAR) { version }', id: { type: 'UUID!', value: tool.manifest.actionId }, variableType: 'ActionInput!', variable: { name: tool.name, kind: 'tool', ...desired }, file: tool.programPath });
+      plan.push({ kind: 'tool', name: tool.name, change: 'create', version: 1, field: 'createAction(id: $ID, input: $VAR) { version }', id: { type: 'UUID!', value: tool.manifest.actionId }, variableType: 'ActionInput!', variable: { name: tool.name, kind: tool.manifest.kind === 'model' || tool.manifest.kind === 'agent' ? tool.manifest.kind : 'tool', ...desired }, file: tool.programPath });
     } else {
       const { actionId, version, ...have } = existing;
       if (same(have, desired)) plan.push({ kind: 'tool', name: tool.name, change: 'unchanged', version, file: tool.programPath });

@@ -134,8 +134,17 @@ export function readProject(dir: string): Project {
     if (!isDirectory(toolDir)) throw new ProjectError('must be a folder', 'tools');
     const files = readdirSync(toolDir);
     for (const file of files.filter((f) => f.endsWith('.json'))) {
-      // A manifest without its program would be skipped silently: say so instead.
+      // A manifest without its program would be skipped silently: say so instead. A model or an
+      // agent has no program: its manifest is the whole tool.
       const program = `${basename(file, '.json')}.js`;
+      const manifest = readObject(dir, join('tools', file));
+      const programless = manifest.kind === 'model' || manifest.kind === 'agent';
+      if (programless) {
+        if (files.includes(program)) throw new ProjectError(`is a ${manifest.kind}, which has no program: remove ${join('tools', program)} or the kind`, join('tools', file));
+        if (!isObject(manifest.config)) throw new ProjectError(`a ${manifest.kind} needs "config": {provider, model, instructions, …}`, join('tools', file));
+        tools.push({ name: basename(file, '.json'), programPath: join('tools', file), manifestPath: join('tools', file), src: '', manifest });
+        continue;
+      }
       if (!files.includes(program)) throw new ProjectError(`has no ${join('tools', program)} beside it (the tool's program)`, join('tools', file));
     }
     for (const file of files.filter((f) => f.endsWith('.js')).sort()) {

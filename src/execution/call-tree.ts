@@ -4,7 +4,18 @@ import type { AuthorityFrame } from '../policy/authority.js';
 import type { AuthorityLayer, Policy } from '../policy/policy.js';
 import type { ActionStatements, ExecutionRow } from '../storage/statements/actions.js';
 
-export type ExecutionKind = 'TOOL' | 'GRAPHQL' | 'CEL';
+export type ExecutionKind = 'TOOL' | 'GRAPHQL' | 'CEL' | 'MODEL' | 'AGENT';
+
+/** A MODEL execution's call, as the provider answered it. */
+export interface ModelCallRecord {
+  provider: string;
+  model: string;
+  inputTokens: number | null;
+  outputTokens: number | null;
+  latencyMs: number;
+  httpAttempts: number;
+  stopReason: string | null;
+}
 export type ExecutionStatus = 'QUEUED' | 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED';
 
 /**
@@ -43,6 +54,8 @@ export interface CallNode {
   triggerDepth?: number;
   /** How the top-level call reached the engine, when not plain GraphQL ('mcp'). */
   transport?: string | null;
+  /** A MODEL execution: the provider call it made. */
+  model?: ModelCallRecord | null;
 }
 
 /** The caller at the root of a tree: its principal and (for an API client) its policies. */
@@ -113,6 +126,7 @@ export function nodeToRow(node: CallNode): Omit<ExecutionRow, 'seq'> {
     created: node.created,
     modified: node.finished ?? node.created,
     transport: node.transport ?? null,
+    model: node.model ? JSON.stringify(node.model) : null,
   };
 }
 
@@ -143,6 +157,7 @@ export function rowToNode(row: ExecutionRow): CallNode {
     triggerId: (row as { trigger_id?: string | null }).trigger_id ?? null,
     triggerDepth: (row as { trigger_depth?: number }).trigger_depth ?? 0,
     transport: row.transport ?? null,
+    model: row.model ? (JSON.parse(row.model) as ModelCallRecord) : null,
   };
 }
 
@@ -158,7 +173,7 @@ export function persistTree(st: ActionStatements, root: CallNode, undone = false
     const r = nodeToRow(node);
     st.insertExecution.run(
       r.execution_id, r.action_id, r.action_name, r.action_version, r.kind, r.status, r.input, nodeUndone ? null : r.input_fingerprint, r.output, r.error,
-      r.principal, r.parent_id, r.root_id, r.depth, r.attempt, r.started, r.finished, r.logs, r.created, r.modified, r.transport ?? null,
+      r.principal, r.parent_id, r.root_id, r.depth, r.attempt, r.started, r.finished, r.logs, r.created, r.modified, r.transport ?? null, r.model ?? null,
     );
     const childrenUndone = nodeUndone || node.status !== 'SUCCEEDED' || node.undone === true;
     for (let i = node.children.length - 1; i >= 0; i--) stack.push([node.children[i]!, childrenUndone]);

@@ -1,5 +1,5 @@
 import type { HostBridge, RunFailure } from '../../sandbox/sandbox.js';
-import { type ActionVersion, getVersion, latestActiveVersion, NATIVE_TOOLS, type ToolReference, versionKey } from '../actions/actions.js';
+import { type ActionVersion, getVersion, latestActiveVersion, NATIVE_TOOLS, runsOutsideTransactions, type ToolReference, versionKey } from '../actions/actions.js';
 import { celToJson, jsonToCel } from '../cel/values.js';
 import { EngineError, type ErrorData, isErrorCode, quote } from '../errors.js';
 import { canonicalJson, fingerprint } from '../ids.js';
@@ -109,7 +109,19 @@ function resolveInvokeTarget(svc: ExecutionServices, request: InvokeRequest): Ca
   }
   const version = request.version ?? getVersion(svc.actions, { id: request.id, name: request.name, version: request.actionVersion });
   checkRunnable(version);
+  checkInvocable(version);
   return { type: 'version', version };
+}
+
+/**
+ * A model or agent calls a model over the network, which takes seconds: it never runs inside a
+ * database transaction, so it cannot be invoked (or called by a program), only started.
+ */
+export function checkInvocable(version: ActionVersion): void {
+  if (!runsOutsideTransactions(version.kind)) return;
+  throw new EngineError('BAD_REQUEST', `${version.name} is ${version.kind === 'agent' ? 'an agent' : 'a model'}: it calls a model over the network, which never runs inside a request's transaction, so it cannot be invoked or called by a program`, {
+    hint: `Start it with startAction (it runs in the worker, each step in a short transaction of its own) and wait for it with actions.execution(id:, waitMs:)${version.kind === 'agent' ? '' : ', or have an agent call it'}.`,
+  });
 }
 
 function checkRunnable(version: ActionVersion): void {
@@ -143,6 +155,8 @@ interface Call {
   attempt?: number;
   /** Checked once the call is counted, before it runs: a nested tools.x() call must be allowed like invoking x. */
   authorize?: () => void;
+  /** A top-level call that belongs under a recorded execution (a tool call of an agent run, under its model turn). */
+  attach?: { parentId: string; rootId: string; depth: number };
 }
 
 /** Run one call of any kind under its own savepoint and return its node, FAILED or SUCCEEDED. */
@@ -150,7 +164,7 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
   const { target, parent, root } = call;
   const now = svc.clock.now().toISOString();
   const isTool = target.type === 'version' && target.version.kind === 'tool';
-  const depth = parent ? parent.node.depth + (isTool ? 1 : 0) : 0;
+  const depth = parent ? parent.node.depth + (isTool ? 1 : 0) : (call.attach?.depth ?? 0);
   const node: CallNode = {
     executionId: call.executionId,
     actionId: target.type === 'version' ? target.version.actionId : null,
@@ -163,8 +177,8 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
     output: null,
     error: null,
     principal: root.principal,
-    parentId: parent?.node.executionId ?? null,
-    rootId: parent?.node.rootId ?? call.executionId,
+    parentId: parent?.node.executionId ?? call.attach?.parentId ?? null,
+    rootId: parent?.node.rootId ?? call.attach?.rootId ?? call.executionId,
     depth,
     attempt: call.attempt ?? parent?.node.attempt ?? 1,
     started: now,
@@ -188,6 +202,7 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
   try {
     checkBounds(svc, node, parent, root);
     call.authorize?.();
+    if (target.type === 'version') checkInvocable(target.version);
     const inputText = checkInputBytes(svc, node.actionName, call.input);
     if (target.type === 'version') validate(svc, target.version, 'input', call.input);
     let output: unknown;
@@ -219,7 +234,8 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
 
 function kindOf(target: CallTarget): ExecutionKind {
   if (target.type === 'native') return target.name === 'graphql' ? 'GRAPHQL' : 'CEL';
-  return target.version.kind === 'graphql' ? 'GRAPHQL' : 'TOOL';
+  const kind = target.version.kind;
+  return kind === 'graphql' ? 'GRAPHQL' : kind === 'model' ? 'MODEL' : kind === 'agent' ? 'AGENT' : 'TOOL';
 }
 
 function checkBounds(svc: ExecutionServices, node: CallNode, parent: CallFrame | null, root: RootState): void {
@@ -491,20 +507,20 @@ class CallBridge implements HostBridge {
     return { type: 'version', version };
   }
 
-  /** Fixed input: each reference.input property is CEL over event, tool.input, execution.input, and replaces the caller's value. */
   private fixedInput(reference: ToolReference, input: unknown): unknown {
-    if (!reference.input) return input;
-    const base = input !== null && typeof input === 'object' && !Array.isArray(input) ? { ...(input as Record<string, unknown>) } : {};
-    const bindings = jsonToCel({
-      event: this.frame.event,
-      tool: { input: this.frame.node.input },
-      execution: { input: this.frame.root.input },
-    }) as Record<string, unknown>;
-    for (const [prop, expression] of Object.entries(reference.input)) {
-      base[prop] = celToJson(this.svc.cel.evaluate(expression, bindings));
-    }
-    return base;
+    return fixedInput(this.svc, reference, input, { event: this.frame.event, toolInput: this.frame.node.input, executionInput: this.frame.root.input });
   }
+}
+
+/** Fixed input: each reference.input property is CEL over event, tool.input, execution.input, and replaces the caller's value. */
+export function fixedInput(svc: ExecutionServices, reference: ToolReference, input: unknown, scope: { event: unknown; toolInput: unknown; executionInput: unknown }): unknown {
+  if (!reference.input) return input;
+  const base = input !== null && typeof input === 'object' && !Array.isArray(input) ? { ...(input as Record<string, unknown>) } : {};
+  const bindings = jsonToCel({ event: scope.event, tool: { input: scope.toolInput }, execution: { input: scope.executionInput } }) as Record<string, unknown>;
+  for (const [prop, expression] of Object.entries(reference.input)) {
+    base[prop] = celToJson(svc.cel.evaluate(expression, bindings));
+  }
+  return base;
 }
 
 /** A value a program passed to a host call, as bounded as a client's: at most jsonDepthMax deep. */

@@ -9,6 +9,7 @@ import type { ActionStatements, QueueStatements, TriggerRow } from '../storage/s
 import type { RecordCache } from '../storage/record-cache.js';
 import type { TransactionManager } from '../storage/transaction.js';
 import type { CallFrame, Caller } from './call-tree.js';
+import type { ModelProviders } from '../models/providers.js';
 
 /** The outcome of a GraphQL operation run on behalf of a call. */
 export interface NestedGraphqlResult {
@@ -51,6 +52,8 @@ export interface ExecutionServices {
   newId: () => string;
   /** Sandbox cache keys of programs, memoised per (immutable) config object. */
   programKeys: WeakMap<object, string>;
+  /** The operator's model providers (null: none configured; model and agent runs fail with MODEL_ERROR). */
+  models: ModelProviders | null;
   /** Run a GraphQL operation inside the current transaction, as a call of `frame`. */
   runGraphql(request: { query: string; variables: Record<string, unknown> | null; operationName: string | null }, frame: CallFrame): NestedGraphqlResult;
 }

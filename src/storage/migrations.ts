@@ -285,4 +285,61 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE executions ADD COLUMN transport TEXT;
     `,
   },
+  {
+    version: 8,
+    name: 'model and agent executions',
+    sql: `
+      -- Executions gain two kinds: MODEL (one model call: a model tool, or one turn of an agent run)
+      -- and AGENT (an agent run). SQLite cannot alter a CHECK constraint, so the table is rebuilt
+      -- with its rows, seq values (cursors name them) and indexes as they were.
+      CREATE TABLE executions_v8 (
+        seq               INTEGER PRIMARY KEY,
+        execution_id      TEXT NOT NULL UNIQUE,
+        action_id         TEXT,
+        action_name       TEXT NOT NULL,
+        action_version    INTEGER,
+        kind              TEXT NOT NULL CHECK (kind IN ('TOOL','GRAPHQL','CEL','MODEL','AGENT')),
+        status            TEXT NOT NULL CHECK (status IN ('QUEUED','RUNNING','SUCCEEDED','FAILED','CANCELLED')),
+        input             TEXT NOT NULL,
+        input_fingerprint TEXT,
+        output            TEXT,
+        error             TEXT,
+        principal         TEXT,
+        parent_id         TEXT,
+        root_id           TEXT NOT NULL,
+        depth             INTEGER NOT NULL,
+        attempt           INTEGER NOT NULL,
+        started           TEXT,
+        finished          TEXT,
+        logs              TEXT,
+        created           TEXT NOT NULL,
+        modified          TEXT NOT NULL,
+        run_at            TEXT,
+        max_attempts      INTEGER,
+        lease_owner       TEXT,
+        lease_until       TEXT,
+        trigger_id        TEXT,
+        start_stack       TEXT,
+        trigger_depth     INTEGER NOT NULL DEFAULT 0,
+        transport         TEXT,
+        -- A MODEL execution's call: provider, model, tokens, latency, HTTP tries, stop reason (JSON).
+        model             TEXT
+      );
+      INSERT INTO executions_v8 (seq, execution_id, action_id, action_name, action_version, kind, status, input, input_fingerprint,
+          output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, run_at,
+          max_attempts, lease_owner, lease_until, trigger_id, start_stack, trigger_depth, transport)
+        SELECT seq, execution_id, action_id, action_name, action_version, kind, status, input, input_fingerprint,
+          output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, run_at,
+          max_attempts, lease_owner, lease_until, trigger_id, start_stack, trigger_depth, transport FROM executions;
+      DROP TABLE executions;
+      ALTER TABLE executions_v8 RENAME TO executions;
+      CREATE INDEX executions_by_parent ON executions (parent_id, seq) WHERE parent_id IS NOT NULL;
+      CREATE INDEX executions_by_action ON executions (action_id, seq) WHERE action_id IS NOT NULL;
+      CREATE INDEX executions_active_by_status ON executions (status, seq) WHERE parent_id IS NULL AND status IN ('QUEUED', 'RUNNING');
+      CREATE INDEX executions_by_created ON executions (created) WHERE parent_id IS NULL;
+      -- Due: a QUEUED execution at run_at; a RUNNING model or agent run (which runs outside any
+      -- transaction, holding a lease) at its lease's expiry, when a worker that died left it.
+      CREATE INDEX executions_due ON executions (run_at) WHERE status IN ('QUEUED', 'RUNNING');
+    `,
+  },
 ];

@@ -148,6 +148,7 @@ function startStack(svc: ExecutionServices, refs: Array<{ actionId: string; vers
  * attempt calls fail(). A nested call's error keeps its code, so a BUSY below is still retried.
  */
 export function isRetryable(error: ErrorData): boolean {
-  if (error.code === 'TOOL_FAILED' && (error.details as { retry?: unknown } | undefined)?.retry === false) return false;
+  // A tool that said fail(…, {retry: false}), or an agent run past its whole-run deadline.
+  if ((error.details as { retry?: unknown } | null | undefined)?.retry === false) return false;
   return ERROR_CODES[error.code].retryable;
 }

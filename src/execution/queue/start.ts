@@ -87,6 +87,7 @@ export function enqueue(svc: ExecutionServices, item: Enqueue): void {
     action_id: item.version.actionId,
     action_name: item.version.name,
     action_version: item.version.version,
+    kind: item.version.kind === 'agent' ? 'AGENT' : item.version.kind === 'model' ? 'MODEL' : 'TOOL',
     input: JSON.stringify(item.input ?? null),
     input_fingerprint: item.inputFingerprint,
     principal: item.principal,

@@ -3,6 +3,7 @@ import type { TransactionManager } from '../../storage/transaction.js';
 import type { ExecutionServices } from '../services.js';
 import { EngineError } from '../../errors.js';
 import { type AttemptOutcome, recordBrokenAttempt, runAttempt } from './attempt.js';
+import { AgentRuns } from '../../agents/runner.js';
 
 export interface WorkerOptions {
   /** Names this worker in lease_owner. */
@@ -23,26 +24,65 @@ export class Worker {
   private running = false;
   private stopped: Promise<void> | null = null;
   private wakeUp: (() => void) | null = null;
+  /** Model and agent runs in flight: they run outside transactions, beside the attempts. */
+  private readonly runs: AgentRuns;
+  private runOutcomes = 0;
 
   constructor(
     private readonly svc: ExecutionServices,
     private readonly transactions: TransactionManager,
     private readonly options: WorkerOptions,
-  ) {}
+  ) {
+    this.runs = new AgentRuns(svc, {
+      owner: options.owner,
+      onOutcome: (outcome) => {
+        this.runOutcomes++;
+        this.options.onAttempt?.(outcome);
+      },
+      wake: () => this.wake(),
+    });
+  }
 
-  /** Run the next due attempt, if any. Returns what happened, or null when nothing was due. */
+  /** Model and agent runs this worker has in flight. */
+  get runsInFlight(): number {
+    return this.runs.size;
+  }
+
+  /**
+   * Run the next due attempt, if any, and return what happened (null when nothing was due). A due
+   * model or agent run is claimed and started in the background (see AgentRuns) on the way.
+   */
   runOnce(): AttemptOutcome | null {
+    for (;;) {
+      const next = this.next();
+      if (next !== 'launched') return next;
+    }
+  }
+
+  private next(): AttemptOutcome | 'launched' | null {
     const now = this.svc.clock.now().toISOString();
-    const next = this.svc.queue.nextRunAt.get();
+    const room = this.runs.hasRoom();
+    const next = (room ? this.svc.queue.nextRunAt : this.svc.queue.nextRunAtInTransaction).get();
     if (!next?.run_at || next.run_at > now) return null;
     let claimed: { executionId: string; attempt: number } | null = null;
     try {
-      return this.transactions.run('write', () => {
-        const row = this.svc.queue.nextDue.get(now);
+      const result = this.transactions.run<AttemptOutcome | ReturnType<AgentRuns['claim']> | 'taken' | null>('write', () => {
+        const row = (room ? this.svc.queue.nextDue : this.svc.queue.nextDueInTransaction).get(now);
         if (!row) return { value: null, commit: false };
+        if (row.kind === 'MODEL' || row.kind === 'AGENT') {
+          // Claimed here, run outside this transaction: its model calls take seconds.
+          const claim = this.runs.claim(row);
+          return { value: claim ?? 'taken', commit: claim !== null };
+        }
         claimed = { executionId: row.execution_id, attempt: row.attempt };
         return { value: runAttempt(this.svc, row, this.options.owner), commit: true };
       });
+      if (result === 'taken') return 'launched';
+      if (result !== null && 'owner' in result) {
+        this.runs.launch(result);
+        return 'launched';
+      }
+      return result;
     } catch (error) {
       // The write lock was not to be had: nothing ran, nothing is counted.
       if (claimed === null || (error instanceof EngineError && error.code === 'BUSY')) throw error;
@@ -57,7 +97,7 @@ export class Worker {
     }
   }
 
-  /** Run due attempts until none is due (for tests and `tally worker --drain`). */
+  /** Run due attempts until none is due; model and agent runs are started, not waited for (see drainAll). */
   drain(): number {
     let count = 0;
     for (let outcome = this.runOnce(); outcome; outcome = this.runOnce()) {
@@ -65,6 +105,20 @@ export class Worker {
       this.options.onAttempt?.(outcome);
     }
     return count;
+  }
+
+  /**
+   * Run due attempts, model and agent runs included, until none is due and none is in flight (for
+   * tests and `tally worker --drain`). Returns the attempts that ended.
+   */
+  async drainAll(): Promise<number> {
+    const before = this.runOutcomes;
+    let count = 0;
+    for (;;) {
+      count += this.drain();
+      if (this.runs.size === 0) return count + this.runOutcomes - before;
+      await this.runs.oneSettled();
+    }
   }
 
   /** Started and not stopped: its loop is running attempts as they come due. */
@@ -83,6 +137,8 @@ export class Worker {
     this.running = false;
     this.wakeUp?.();
     await this.stopped;
+    // Runs in flight stop at their next step and go back to the queue, due at once.
+    await this.runs.stop();
   }
 
   wake(): void {
@@ -91,14 +147,14 @@ export class Worker {
 
   private async loop(): Promise<void> {
     while (this.running) {
-      let outcome: AttemptOutcome | null = null;
+      let outcome: AttemptOutcome | 'launched' | null = null;
       try {
-        outcome = this.runOnce();
+        outcome = this.next();
       } catch (error) {
         this.options.onError?.(error);
       }
       if (outcome) {
-        this.options.onAttempt?.(outcome);
+        if (outcome !== 'launched') this.options.onAttempt?.(outcome);
         await new Promise((resolve) => setImmediate(resolve));
         continue;
       }
@@ -116,7 +172,7 @@ export class Worker {
 
   private untilNextMs(): number {
     try {
-      const next = this.svc.queue.nextRunAt.get()?.run_at;
+      const next = (this.runs.hasRoom() ? this.svc.queue.nextRunAt : this.svc.queue.nextRunAtInTransaction).get()?.run_at;
       if (!next) return this.options.pollMs;
       return Math.max(1, Math.min(this.options.pollMs, Date.parse(next) - this.svc.clock.now().getTime()));
     } catch {

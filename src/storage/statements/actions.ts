@@ -42,6 +42,8 @@ export interface ExecutionRow {
   modified: string;
   /** 'mcp' for a top-level call an MCP client made; null otherwise. */
   transport?: string | null;
+  /** A MODEL execution's provider call (JSON of ModelCallRecord). */
+  model?: string | null;
 }
 
 /** Every SQL statement of actions and executions, prepared once per engine. */
@@ -98,11 +100,11 @@ export function actionStatements(db: Db) {
     /** Positional, in the column order below (binding 20 values by name costs more, once per call recorded). */
     insertExecution: db.prepare<
       [string, string | null, string, number | null, string, string, string, string | null, string | null, string | null, string | null,
-        string | null, string, number, number, string | null, string | null, string | null, string, string, string | null]
+        string | null, string, number, number, string | null, string | null, string | null, string, string, string | null, string | null]
     >(
       `INSERT INTO executions (execution_id, action_id, action_name, action_version, kind, status, input, input_fingerprint,
-         output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, transport)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, transport, model)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ),
   };
 }
@@ -152,13 +154,42 @@ export function queueStatements(db: Db) {
     insertQueued: db.prepare(
       `INSERT INTO executions (execution_id, action_id, action_name, action_version, kind, status, input, input_fingerprint,
          output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, run_at, max_attempts, trigger_id, start_stack, trigger_depth)
-       VALUES (@execution_id, @action_id, @action_name, @action_version, 'TOOL', 'QUEUED', @input, @input_fingerprint,
+       VALUES (@execution_id, @action_id, @action_name, @action_version, @kind, 'QUEUED', @input, @input_fingerprint,
          NULL, NULL, @principal, NULL, @execution_id, 0, 0, NULL, NULL, NULL, @created, @created, @run_at, @max_attempts, @trigger_id, @start_stack, @trigger_depth)`,
     ),
+    /**
+     * The next due execution: QUEUED at its run_at, or a RUNNING model or agent run whose lease
+     * (run_at) expired because its worker died. `InTransaction`: only those that run inside a
+     * transaction (a worker whose model and agent slots are all busy asks for these).
+     */
     nextDue: db.prepare<[string], QueueRow>(
-      "SELECT * FROM executions WHERE status = 'QUEUED' AND run_at <= ? ORDER BY run_at, seq LIMIT 1",
+      "SELECT * FROM executions WHERE status IN ('QUEUED', 'RUNNING') AND run_at <= ? ORDER BY run_at, seq LIMIT 1",
     ),
-    nextRunAt: db.prepare<[], { run_at: string | null }>("SELECT min(run_at) AS run_at FROM executions WHERE status = 'QUEUED'"),
+    nextDueInTransaction: db.prepare<[string], QueueRow>(
+      "SELECT * FROM executions WHERE status IN ('QUEUED', 'RUNNING') AND run_at <= ? AND kind NOT IN ('MODEL', 'AGENT') ORDER BY run_at, seq LIMIT 1",
+    ),
+    nextRunAt: db.prepare<[], { run_at: string | null }>("SELECT min(run_at) AS run_at FROM executions WHERE status IN ('QUEUED', 'RUNNING')"),
+    nextRunAtInTransaction: db.prepare<[], { run_at: string | null }>(
+      "SELECT min(run_at) AS run_at FROM executions WHERE status IN ('QUEUED', 'RUNNING') AND kind NOT IN ('MODEL', 'AGENT')",
+    ),
+    /** Claim a model or agent run for one attempt: RUNNING, leased to `owner` until `until` (its run_at while it runs). */
+    claimRun: db.prepare<[{ execution_id: string; owner: string; until: string; now: string }]>(
+      `UPDATE executions SET status = 'RUNNING', attempt = attempt + 1, lease_owner = @owner, lease_until = @until, run_at = @until, modified = @now
+       WHERE execution_id = @execution_id AND status IN ('QUEUED', 'RUNNING') AND run_at <= @now`,
+    ),
+    /** Extend a lease this owner still holds (0 changes: it lost the run to another worker, or it was cancelled). */
+    renewLease: db.prepare<[{ execution_id: string; owner: string; until: string }]>(
+      "UPDATE executions SET lease_until = @until, run_at = @until WHERE execution_id = @execution_id AND status = 'RUNNING' AND lease_owner = @owner",
+    ),
+    /** Give a run back (its worker is stopping): due now, the interrupted attempt not counted. */
+    releaseRun: db.prepare<[{ execution_id: string; owner: string; now: string }]>(
+      `UPDATE executions SET status = 'QUEUED', attempt = attempt - 1, run_at = @now, lease_owner = NULL, lease_until = NULL, modified = @now
+       WHERE execution_id = @execution_id AND status = 'RUNNING' AND lease_owner = @owner`,
+    ),
+    /** A nested agent run's own row, when it ends (its steps are recorded under it). */
+    finishNested: db.prepare<[{ execution_id: string; status: string; output: string | null; error: string | null; finished: string }]>(
+      'UPDATE executions SET status = @status, output = @output, error = @error, finished = @finished, modified = @finished WHERE execution_id = @execution_id',
+    ),
     queueStats: db.prepare<[{ now: string }], { queued: number; due: number; oldest_due: string | null }>(
       `SELECT count(*) AS queued, count(*) FILTER (WHERE run_at <= @now) AS due, min(CASE WHEN run_at <= @now THEN run_at END) AS oldest_due
          FROM executions WHERE status = 'QUEUED'`,

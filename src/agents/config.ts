@@ -1,0 +1,137 @@
+import { EngineError, quote } from '../errors.js';
+import type { Limits } from '../limits.js';
+import type { ModelProviders } from '../models/providers.js';
+
+/** `config` of a `model` action: one model call. */
+export interface ModelConfig {
+  provider: string;
+  model: string;
+  /** The system prompt. */
+  instructions: string | null;
+  /**
+   * The user message, with `{{path}}` replaced by the input's value at that dotted path (strings as
+   * they are, anything else as JSON). Left out: the input as JSON.
+   */
+  prompt: string | null;
+  temperature: number | null;
+  maxTokens: number;
+}
+
+/** `config` of an `agent` action: a loop of model turns and the tool calls they ask for. */
+export interface AgentConfig extends ModelConfig {
+  maxTurns: number;
+  maxToolCalls: number;
+  /** The whole run, from when it was started (queue time and retries included). */
+  runTimeoutMs: number;
+}
+
+export const MODEL_DEFAULTS = { maxTokens: 1024 } as const;
+export const AGENT_DEFAULTS = { maxTurns: 8, maxToolCalls: 16, runTimeoutMs: 120_000 } as const;
+const MAX_TOKENS_MAX = 200_000;
+const TEXT_BYTES_MAX = 32_768;
+
+const MODEL_FIELDS = ['provider', 'model', 'instructions', 'prompt', 'temperature', 'maxTokens'];
+const AGENT_FIELDS = [...MODEL_FIELDS, 'maxTurns', 'maxToolCalls', 'runTimeoutMs'];
+
+/**
+ * Check a model or agent config when a version is made: known fields only, the provider and
+ * model configured by the operator (a version naming another is refused now, not at its first run).
+ */
+export function checkModelConfig(kind: 'model' | 'agent', config: Record<string, unknown>, providers: ModelProviders | null, limits: Readonly<Limits>): ModelConfig | AgentConfig {
+  const fields = kind === 'agent' ? AGENT_FIELDS : MODEL_FIELDS;
+  for (const key of Object.keys(config)) {
+    if (!fields.includes(key)) {
+      throw new EngineError('BAD_REQUEST', `config.${key} is not a field of a ${kind} config`, {
+        hint: key === 'apiKey' || key === 'baseUrl' || key === 'key'
+          ? 'Providers, their URLs and keys are configured by the operator (the server configuration’s providers block), never in an action.'
+          : `A ${kind} config has: ${fields.join(', ')}.`,
+      });
+    }
+  }
+  const provider = text(config.provider, 'provider', true)!;
+  // An engine with no providers at all (a deploy straight into a database file, say) cannot check
+  // the names: it takes the version, and a run fails with MODEL_ERROR until the server has them.
+  if (!providers) return modelConfig(kind, config, limits);
+  if (!providers.has(provider)) {
+    throw new EngineError('BAD_REQUEST', `config.provider ${quote(provider)} is not a configured provider; configured: ${providers.names().join(', ')}`, {
+      hint: 'Name one of the providers in the server configuration.',
+    });
+  }
+  const model = text(config.model, 'model', true)!;
+  providers.checkModel(provider, model);
+  return modelConfig(kind, config, limits);
+}
+
+/**
+ * A stored model or agent config with its defaults filled in. A version stores the config as it
+ * was written (so a deploy of the same file finds it unchanged); runs read it through this.
+ */
+export function modelConfig(kind: 'model' | 'agent', config: Record<string, unknown>, limits: Readonly<Limits>): ModelConfig | AgentConfig {
+  const provider = text(config.provider, 'provider', true)!;
+  const model = text(config.model, 'model', true)!;
+  const temperature = config.temperature ?? null;
+  if (temperature !== null && (typeof temperature !== 'number' || !(temperature >= 0 && temperature <= 2))) {
+    throw new EngineError('BAD_REQUEST', `config.temperature must be a number from 0 to 2, got ${quote(temperature)}`);
+  }
+  const base: ModelConfig = {
+    provider,
+    model,
+    instructions: text(config.instructions, 'instructions', false),
+    prompt: text(config.prompt, 'prompt', false),
+    temperature,
+    maxTokens: integer(config.maxTokens, 'maxTokens', MODEL_DEFAULTS.maxTokens, MAX_TOKENS_MAX, 'the largest answer a model may give'),
+  };
+  if (base.prompt !== null) checkTemplate(base.prompt);
+  if (kind === 'model') return base;
+  return {
+    ...base,
+    maxTurns: integer(config.maxTurns, 'maxTurns', AGENT_DEFAULTS.maxTurns, limits.agentTurnsMax, 'agentTurnsMax'),
+    maxToolCalls: integer(config.maxToolCalls, 'maxToolCalls', AGENT_DEFAULTS.maxToolCalls, limits.agentToolCallsMax, 'agentToolCallsMax'),
+    runTimeoutMs: integer(config.runTimeoutMs, 'runTimeoutMs', Math.min(AGENT_DEFAULTS.runTimeoutMs, limits.agentRunMsMax), limits.agentRunMsMax, 'agentRunMsMax'),
+  };
+}
+
+function text(value: unknown, field: string, required: boolean): string | null {
+  if (value === undefined || value === null) {
+    if (required) throw new EngineError('BAD_REQUEST', `config.${field} is required`, { hint: 'A model or agent config names provider and model.' });
+    return null;
+  }
+  if (typeof value !== 'string' || (required && value.trim() === '')) throw new EngineError('BAD_REQUEST', `config.${field} must be a string, got ${quote(value)}`);
+  if (Buffer.byteLength(value) > TEXT_BYTES_MAX) throw new EngineError('LIMIT_EXCEEDED', `config.${field} is ${Buffer.byteLength(value)} bytes; at most ${TEXT_BYTES_MAX}`);
+  return value;
+}
+
+function integer(value: unknown, field: string, fallback: number, max: number, bound: string): number {
+  if (value === undefined || value === null) return fallback;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1) {
+    throw new EngineError('BAD_REQUEST', `config.${field} must be a positive integer, got ${quote(value)}`);
+  }
+  if (value > max) throw new EngineError('LIMIT_EXCEEDED', `config.${field} ${value} is over ${max} (${bound})`, { hint: `Use at most ${max}.` });
+  return value;
+}
+
+const PLACEHOLDER = /\{\{\s*([^{}]*?)\s*\}\}/g;
+const PATH = /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$/;
+
+function checkTemplate(template: string): void {
+  for (const match of template.matchAll(PLACEHOLDER)) {
+    if (!PATH.test(match[1]!)) {
+      throw new EngineError('BAD_REQUEST', `config.prompt placeholder ${quote(match[0])} is not a dotted path into the input`, { hint: 'Write {{field}} or {{field.inner}}.' });
+    }
+  }
+}
+
+/** The user message of a run: the prompt template filled from the input, or the input as JSON. */
+export function renderPrompt(template: string | null, input: unknown): string {
+  if (template === null) return JSON.stringify(input ?? {});
+  return template.replace(PLACEHOLDER, (_, path: string) => {
+    let value: unknown = input;
+    for (const key of path.split('.')) {
+      value = value !== null && typeof value === 'object' && !Array.isArray(value) && Object.hasOwn(value, key) ? (value as Record<string, unknown>)[key] : undefined;
+    }
+    if (value === undefined) {
+      throw new EngineError('INPUT_INVALID', `the prompt reads input.${path}, which the input does not have`, { hint: 'Require the field in the input schema, or change the prompt.' });
+    }
+    return typeof value === 'string' ? value : JSON.stringify(value);
+  });
+}

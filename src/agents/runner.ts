@@ -1,0 +1,653 @@
+import { randomUUID } from 'node:crypto';
+import { type ActionVersion, DEFAULT_EXECUTION, getVersion, latestActiveVersion, NATIVE_TOOLS, runsOutsideTransactions, type ToolReference } from '../actions/actions.js';
+import { EngineError, type ErrorData } from '../errors.js';
+import { derivedId } from '../ids.js';
+import type { ModelMessage, ModelResponse, ModelToolCall, ModelToolResult, ModelToolSpec } from '../models/types.js';
+import { Authority } from '../policy/authority.js';
+import type { AuthorityLayer } from '../policy/policy.js';
+import type { QueueRow } from '../storage/statements/actions.js';
+import { type CallNode, type Caller, type ModelCallRecord, persistTree, type RootState, rowToNode } from '../execution/call-tree.js';
+import { fixedInput, runCall, toEngineError, validate } from '../execution/invoke.js';
+import type { AttemptOutcome } from '../execution/queue/attempt.js';
+import { isRetryable } from '../execution/queue/attempt.js';
+import { backoffDelayMs } from '../execution/queue/backoff.js';
+import type { ExecutionServices } from '../execution/services.js';
+import { type AgentConfig, type ModelConfig, modelConfig, renderPrompt } from './config.js';
+
+/** Names longer than this are cut in what the model and the records are told. */
+const NAME_SHOWN_MAX = 64;
+/** Tool names listed to a model that asked for one it does not have. */
+const NAMES_LISTED_MAX = 20;
+/** Corrective turns after an answer that does not match the output schema. */
+const CORRECTIONS_MAX = 1;
+
+/** Thrown when this worker no longer holds the run (another one claimed it after the lease expired, or it was cancelled). */
+class LeaseLost extends Error {
+  constructor(readonly executionId: string) {
+    super(`the lease on ${executionId} was lost`);
+  }
+}
+
+/** A model or agent run this worker claimed: RUNNING, leased to `owner`. */
+export interface RunClaim {
+  row: QueueRow;
+  owner: string;
+  attempt: number;
+}
+
+/** One tool an agent declares, as its run offers it to the model. */
+interface OfferedTool {
+  reference: ToolReference;
+  /** The version the run calls (pinned, or the latest ACTIVE one when the run first offered it). */
+  version: ActionVersion | null;
+  native: 'graphql' | 'cel' | null;
+  spec: ModelToolSpec;
+}
+
+interface RunContext {
+  svc: ExecutionServices;
+  claim: RunClaim;
+  executionId: string;
+  version: ActionVersion;
+  config: ModelConfig | AgentConfig;
+  input: unknown;
+  principal: string;
+  /** The tools that were on the starter's stack, then the agent itself: every tool call is bounded by them. */
+  layers: AuthorityLayer[];
+  refs: Array<{ actionId: string; version: number }>;
+  /** Epoch ms past which the run fails (agents: created + runTimeoutMs). */
+  deadline: number;
+  signal: AbortSignal;
+  triggerDepth: number;
+  /** Wake the worker: a tool call may have started executions. */
+  wake: () => void;
+}
+
+export interface AgentRunsOptions {
+  owner: string;
+  onOutcome: (outcome: AttemptOutcome) => void;
+  wake: () => void;
+}
+
+/**
+ * Model and agent runs, outside any transaction. The worker claims one (in its transaction) and
+ * hands it here; the run is a loop of model turns, each recorded in a short transaction of its
+ * own, and tool calls, each an invoke in a request transaction of its own. Every step's execution
+ * id is derived from the run and the step's position, so a run claimed again after its worker
+ * died replays what was recorded (a committed tool call is read back, never run again) and asks
+ * the model again only for a turn that was not recorded. Every write checks the lease first: a
+ * worker that lost its run writes nothing more.
+ */
+export class AgentRuns {
+  private readonly inflight = new Map<string, { done: Promise<void>; abort: AbortController }>();
+  private stopping = false;
+
+  constructor(
+    private readonly svc: ExecutionServices,
+    private readonly options: AgentRunsOptions,
+  ) {}
+
+  get size(): number {
+    return this.inflight.size;
+  }
+
+  hasRoom(): boolean {
+    return !this.stopping && this.inflight.size < this.svc.limits.agentRunsConcurrentMax;
+  }
+
+  /** Inside the worker's write transaction: lease the row to this worker for one attempt. */
+  claim(row: QueueRow): RunClaim | null {
+    const now = this.svc.clock.now();
+    const owner = `${this.options.owner}#${randomUUID()}`;
+    const changed = this.svc.queue.claimRun.run({ execution_id: row.execution_id, owner, until: leaseUntil(this.svc, now), now: now.toISOString() }).changes;
+    return changed === 1 ? { row, owner, attempt: row.attempt + 1 } : null;
+  }
+
+  /** Run a claimed attempt in the background. */
+  launch(claim: RunClaim): void {
+    const abort = new AbortController();
+    const done = this.run(claim, abort.signal).finally(() => {
+      this.inflight.delete(claim.row.execution_id);
+      this.options.wake();
+    });
+    this.inflight.set(claim.row.execution_id, { done, abort });
+  }
+
+  /** Resolves when any run in flight ends. */
+  async oneSettled(): Promise<void> {
+    if (this.inflight.size > 0) await Promise.race([...this.inflight.values()].map((r) => r.done.catch(() => undefined)));
+  }
+
+  /** Resolves when no run is in flight. */
+  async settled(): Promise<void> {
+    while (this.inflight.size > 0) await Promise.allSettled([...this.inflight.values()].map((r) => r.done));
+  }
+
+  /** Stop every run at its next step and give it back to the queue (due at once, the attempt not counted). */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    for (const run of this.inflight.values()) run.abort.abort(new Error('the worker is stopping'));
+    await this.settled();
+  }
+
+  private async run(claim: RunClaim, signal: AbortSignal): Promise<void> {
+    const { svc } = this;
+    const startedAt = svc.clock.now();
+    const startedMs = performance.now();
+    const lease = new LeaseKeeper(svc, claim);
+    const aborts = AbortSignal.any([signal, lease.lost.signal]);
+    let output: unknown = null;
+    let error: ErrorData | null = null;
+    let backoff = DEFAULT_EXECUTION.backoff;
+    try {
+      const ctx = this.load(claim, aborts);
+      backoff = ctx.version.execution.backoff;
+      output = ctx.version.kind === 'agent' ? await runAgent(ctx, ctx.executionId, ctx.version, ctx.input, 1) : await runModel(ctx, ctx.executionId, ctx.version, ctx.input, 1);
+    } catch (e) {
+      if (e instanceof LeaseLost || lease.lost.signal.aborted) return;
+      if (signal.aborted) {
+        // The worker is stopping: give the run back, due now, this attempt not counted.
+        tryWrite(svc, () => svc.queue.releaseRun.run({ execution_id: claim.row.execution_id, owner: claim.owner, now: svc.clock.now().toISOString() }));
+        return;
+      }
+      const failure = toEngineError(e);
+      if (failure.code === 'INTERNAL') svc.logError(e);
+      error = failure.toData();
+    } finally {
+      lease.stop();
+    }
+    this.finish(claim, { startedAt, startedMs, output, error, backoff });
+  }
+
+  /** The run's version and authority, read now: a deleted starter or a revoked policy fails it. */
+  private load(claim: RunClaim, signal: AbortSignal): RunContext {
+    const { svc } = this;
+    const row = claim.row;
+    return svc.transactions.run('read', () => {
+      const input: unknown = JSON.parse(row.input);
+      const caller = svc.callerOf(row.principal ?? 'system');
+      if (!caller) {
+        throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(row.principal)} no longer exists`, { hint: 'Start it again as an existing client.' });
+      }
+      const refs = row.start_stack ? (JSON.parse(row.start_stack) as Array<{ actionId: string; version: number }>) : [];
+      const outer = refs.map((ref) => layerOf(getVersion(svc.actions, { id: ref.actionId, version: ref.version })));
+      new Authority(svc.cel, caller.principal, { principal: caller.principal }, caller.client, null, outer).check({
+        action: 'INSERT', resource: 'actions.Execution', document: { action: row.action_name, version: row.action_version, input },
+      });
+      const version = getVersion(svc.actions, { id: row.action_id!, version: row.action_version! });
+      if (version.status !== 'ACTIVE') throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is ${version.status}`);
+      const config = modelConfig(version.kind as 'model' | 'agent', version.config, svc.limits) as AgentConfig;
+      const runTimeoutMs = version.kind === 'agent' ? config.runTimeoutMs : svc.limits.agentRunMsMax;
+      return {
+        value: {
+          svc, claim, executionId: row.execution_id, version, config, input, principal: caller.principal,
+          layers: [...outer, layerOf(version)], refs: [...refs, { actionId: version.actionId, version: version.version }],
+          deadline: Date.parse(row.created) + runTimeoutMs, signal, triggerDepth: row.trigger_depth, wake: this.options.wake,
+        },
+        commit: false,
+      };
+    });
+  }
+
+  private finish(claim: RunClaim, { startedAt, startedMs, output, error, backoff }: { startedAt: Date; startedMs: number; output: unknown; error: ErrorData | null; backoff: typeof DEFAULT_EXECUTION.backoff }): void {
+    const { svc } = this;
+    const row = claim.row;
+    const succeeded = error === null;
+    const maxAttempts = row.max_attempts ?? 1;
+    const retry = !succeeded && isRetryable(error!) && claim.attempt < maxAttempts;
+    const status = succeeded ? 'SUCCEEDED' : retry ? 'QUEUED' : 'FAILED';
+    let written = false;
+    tryWrite(svc, () => {
+      if (svc.queue.renewLease.run({ execution_id: row.execution_id, owner: claim.owner, until: leaseUntil(svc, svc.clock.now()) }).changes !== 1) return;
+      const finished = svc.clock.now().toISOString();
+      const runAt = retry ? new Date(svc.clock.now().getTime() + backoffDelayMs(backoff, claim.attempt, svc.random)).toISOString() : null;
+      const outputText = succeeded ? JSON.stringify(output ?? null) : null;
+      const errorText = error ? JSON.stringify(error) : null;
+      svc.queue.finishAttempt.run({
+        execution_id: row.execution_id, status, attempt: claim.attempt, output: outputText, error: errorText,
+        started: startedAt.toISOString(), finished, logs: null, run_at: runAt, lease_owner: this.options.owner,
+      });
+      svc.queue.insertInvocation.run({
+        execution_id: row.execution_id, attempt: claim.attempt, status: succeeded ? 'SUCCEEDED' : 'FAILED', output: outputText, error: errorText, started: startedAt.toISOString(), finished, logs: null,
+      });
+      written = true;
+      this.options.onOutcome({
+        executionId: row.execution_id, action: row.action_name, version: row.action_version, attempt: claim.attempt, maxAttempts,
+        status, error, runAt, durationMs: performance.now() - startedMs,
+      });
+    });
+    if (!written) svc.log.warn({ event: 'attempt', executionId: row.execution_id, outcome: 'LOST' }, 'the run was claimed by another worker; its outcome here is dropped');
+  }
+}
+
+function layerOf(version: ActionVersion): AuthorityLayer {
+  return { name: `tool ${version.name}@${version.version}`, policies: version.policies };
+}
+
+function leaseUntil(svc: ExecutionServices, now: Date): string {
+  return new Date(now.getTime() + svc.limits.agentLeaseMs).toISOString();
+}
+
+/** A write transaction of its own; BUSY and other driver failures are logged, not thrown. */
+function tryWrite(svc: ExecutionServices, fn: () => void): void {
+  try {
+    svc.transactions.run('write', () => {
+      fn();
+      return { value: undefined, commit: true };
+    });
+  } catch (error) {
+    svc.logError(error);
+  }
+}
+
+/** Renews the lease every leaseMs / 3 while a run waits on its model; aborts the run when it is lost. */
+class LeaseKeeper {
+  readonly lost = new AbortController();
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(
+    private readonly svc: ExecutionServices,
+    private readonly claim: RunClaim,
+  ) {
+    this.timer = setInterval(() => this.renew(), Math.max(50, Math.floor(svc.limits.agentLeaseMs / 3)));
+    this.timer.unref();
+  }
+
+  private renew(): void {
+    if (this.svc.transactions.inTransaction) return;
+    try {
+      const held = this.svc.transactions.run('write', () => ({
+        value: this.svc.queue.renewLease.run({ execution_id: this.claim.row.execution_id, owner: this.claim.owner, until: leaseUntil(this.svc, this.svc.clock.now()) }).changes === 1,
+        commit: true,
+      }));
+      if (!held) this.lost.abort(new LeaseLost(this.claim.row.execution_id));
+    } catch {
+      // BUSY: the next tick tries again; the lease has two more ticks before it expires.
+    }
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+}
+
+/**
+ * A write step of the run: checks (and renews) the lease in the same transaction, so a worker
+ * that lost the run writes nothing.
+ */
+function step<T>(ctx: RunContext, fn: () => T): T {
+  const { svc } = ctx;
+  return svc.transactions.run('write', () => {
+    const held = svc.queue.renewLease.run({ execution_id: ctx.executionId, owner: ctx.claim.owner, until: leaseUntil(svc, svc.clock.now()) }).changes === 1;
+    if (!held) throw new LeaseLost(ctx.executionId);
+    return { value: fn(), commit: true };
+  });
+}
+
+function recorded(ctx: RunContext, executionId: string): CallNode | null {
+  const row = ctx.svc.transactions.run('read', () => ({ value: ctx.svc.st.executionById.get(executionId), commit: false }));
+  return row ? rowToNode(row) : null;
+}
+
+function checkDeadline(ctx: RunContext, what: string): void {
+  if (ctx.signal.aborted) throw ctx.signal.reason instanceof Error ? ctx.signal.reason : new Error('aborted');
+  if (Date.now() > ctx.deadline) {
+    throw new EngineError('TIMEOUT', `${ctx.version.name} ran past its whole-run deadline before ${what}`, {
+      hint: ctx.version.kind === 'agent' ? 'Raise config.runTimeoutMs (at most agentRunMsMax), or give the agent less to do.' : 'The model did not answer in time; raise the provider’s timeout.',
+      details: { retry: false },
+    });
+  }
+}
+
+/** Ids of a run's steps: derived from the run and the position, keyed with the database's secret. */
+function stepId(ctx: RunContext, runId: string, ...position: Array<string | number>): string {
+  return derivedId(ctx.svc.derivedIdKey, 'agent-step', runId, ...position.map(String));
+}
+
+function baseNode(ctx: RunContext, fields: Pick<CallNode, 'executionId' | 'actionId' | 'actionName' | 'actionVersion' | 'kind' | 'input' | 'parentId' | 'rootId' | 'depth'>): CallNode {
+  const now = ctx.svc.clock.now().toISOString();
+  return {
+    ...fields, status: 'RUNNING', inputFingerprint: null, output: null, error: null, principal: ctx.principal, attempt: ctx.claim.attempt,
+    started: now, finished: null, logs: [], logBytes: 0, created: now, children: [],
+  };
+}
+
+/**
+ * One model call, recorded as a MODEL execution under `parentId` with a derived id: a turn that
+ * was recorded is read back; one that was not is asked (again). A failed call is recorded under a
+ * fresh id (it is not the turn) and fails the attempt, which is retried from this turn.
+ */
+async function modelTurn(ctx: RunContext, runId: string, turn: number, depth: number, request: { config: ModelConfig; messages: ModelMessage[]; tools: OfferedTool[]; instructions: string | null; responseSchema: { name: string; schema: Record<string, unknown> } | null }): Promise<ModelResponse> {
+  const { svc } = ctx;
+  const turnId = stepId(ctx, runId, 'turn', turn);
+  const known = recorded(ctx, turnId);
+  if (known) return answerOf(known);
+  checkDeadline(ctx, `model turn ${turn}`);
+  const bytes = Buffer.byteLength(JSON.stringify(request.messages));
+  if (bytes > svc.limits.agentConversationBytesMax) {
+    throw new EngineError('LIMIT_EXCEEDED', `the conversation of ${ctx.version.name} is ${bytes} bytes at turn ${turn}; agentConversationBytesMax is ${svc.limits.agentConversationBytesMax}`, {
+      hint: 'Have the tools return less (ids and totals), or give the agent fewer turns.',
+    });
+  }
+  const { config } = request;
+  const node = baseNode(ctx, {
+    executionId: turnId, actionId: null, actionName: 'model', actionVersion: null, kind: 'MODEL',
+    input: { turn, messages: request.messages.length, tools: request.tools.map((t) => (t.version ? { name: t.reference.name, version: t.version.version } : { name: t.reference.name })) },
+    parentId: runId, rootId: ctx.executionId, depth,
+  });
+  const startedMs = performance.now();
+  let response: ModelResponse;
+  try {
+    if (!svc.models) throw new EngineError('MODEL_ERROR', `${ctx.version.name} uses provider ${JSON.stringify(config.provider)}, and no model providers are configured here`, { hint: 'Configure the providers block of the server configuration (the file TALLY_CONFIG names).' });
+    if (!svc.models.has(config.provider)) throw new EngineError('MODEL_ERROR', `${ctx.version.name} uses provider ${JSON.stringify(config.provider)}, which is not configured here; configured: ${svc.models.names().join(', ')}`, { hint: 'Configure it in the server configuration, or update the action.' });
+    const provider = svc.models.get(config.provider);
+    // The SDK's timeout ends at the response headers: a body that stalls is ended by this one,
+    // every try's timeout in a row, and never past the run's deadline.
+    const { timeoutMs, maxRetries } = provider.config;
+    const bound = Math.max(1, Math.min(ctx.deadline - Date.now(), timeoutMs * (maxRetries + 1)));
+    response = await provider.complete({
+      model: config.model, instructions: request.instructions, messages: request.messages, tools: request.tools.map((t) => t.spec),
+      temperature: config.temperature, maxTokens: config.maxTokens, responseSchema: request.responseSchema, signal: AbortSignal.any([ctx.signal, AbortSignal.timeout(bound)]),
+    });
+  } catch (error) {
+    if (ctx.signal.aborted) throw error;
+    const failure = toEngineError(error);
+    // Recorded under a fresh id: the turn is asked again at the next attempt.
+    step(ctx, () => {
+      persistTree(svc.st, {
+        ...node, executionId: svc.newId(), status: 'FAILED', error: failure.toData(), finished: svc.clock.now().toISOString(),
+        model: { provider: config.provider, model: config.model, inputTokens: null, outputTokens: null, latencyMs: Math.round(performance.now() - startedMs), httpAttempts: (failure.details as { attempts?: number } | undefined)?.attempts ?? 1, stopReason: null },
+      });
+    });
+    throw failure;
+  }
+  const call: ModelCallRecord = {
+    provider: config.provider, model: response.model || config.model, inputTokens: response.usage.inputTokens, outputTokens: response.usage.outputTokens,
+    latencyMs: Math.round(response.latencyMs), httpAttempts: response.httpAttempts, stopReason: response.stopReason,
+  };
+  const answer = { text: response.text, toolCalls: response.toolCalls };
+  step(ctx, () => persistTree(svc.st, { ...node, status: 'SUCCEEDED', output: answer, finished: svc.clock.now().toISOString(), model: call }));
+  return response;
+}
+
+function answerOf(node: CallNode): ModelResponse {
+  const output = node.output as { text: string | null; toolCalls: ModelToolCall[] };
+  const call = node.model;
+  return {
+    text: output.text, toolCalls: output.toolCalls, stopReason: call?.stopReason ?? null,
+    usage: { inputTokens: call?.inputTokens ?? null, outputTokens: call?.outputTokens ?? null }, latencyMs: call?.latencyMs ?? 0, httpAttempts: call?.httpAttempts ?? 0, model: call?.model ?? '',
+  };
+}
+
+/** The answer as the tool's output: `{text}` without an output schema, else the JSON it must be. */
+function finalOutput(ctx: RunContext, version: ActionVersion, text: string | null): { ok: true; output: unknown } | { ok: false; problem: string } {
+  if (version.tool.outputSchema === null) return { ok: true, output: { text: text ?? '' } };
+  let value: unknown;
+  try {
+    value = JSON.parse(stripFence(text ?? ''));
+  } catch {
+    return { ok: false, problem: `the answer is not JSON (it starts ${JSON.stringify((text ?? '').slice(0, 80))})` };
+  }
+  try {
+    validate(ctx.svc, version, 'output', value);
+  } catch (error) {
+    return { ok: false, problem: (error as Error).message };
+  }
+  return { ok: true, output: value };
+}
+
+function stripFence(text: string): string {
+  const fenced = /^\s*```(?:json)?\s*\n([\s\S]*?)\n\s*```\s*$/.exec(text);
+  return fenced ? fenced[1]! : text;
+}
+
+function schemaNote(version: ActionVersion): string {
+  return `Give your final answer as JSON only (no prose, no code fence), matching this JSON schema: ${JSON.stringify(version.tool.outputSchema)}`;
+}
+
+function joinInstructions(...parts: Array<string | null>): string | null {
+  const kept = parts.filter((p): p is string => p !== null && p !== '');
+  return kept.length ? kept.join('\n\n') : null;
+}
+
+/** A model tool: one call (structured output where the provider has it), and one corrective call if its answer does not fit. */
+async function runModel(ctx: RunContext, runId: string, version: ActionVersion, input: unknown, depth: number): Promise<unknown> {
+  const config = modelConfig('model', version.config, ctx.svc.limits);
+  const schema = version.tool.outputSchema;
+  const structured = schema !== null && ctx.svc.models?.has(config.provider) === true && ctx.svc.models.get(config.provider).config.structuredOutput;
+  const instructions = joinInstructions(config.instructions, schema !== null && !structured ? schemaNote(version) : null);
+  const messages: ModelMessage[] = [{ role: 'user', text: renderPrompt(config.prompt, input) }];
+  for (let turn = 1; ; turn++) {
+    const answer = await modelTurn(ctx, runId, turn, depth, { config, messages, tools: [], instructions, responseSchema: structured ? { name: version.name, schema: schema! } : null });
+    const result = finalOutput(ctx, version, answer.text);
+    if (result.ok) return result.output;
+    if (turn > CORRECTIONS_MAX) throw outputInvalid(version, result.problem);
+    messages.push({ role: 'assistant', text: answer.text, toolCalls: [] }, { role: 'user', text: correction(version, result.problem) });
+  }
+}
+
+function correction(version: ActionVersion, problem: string): string {
+  return `Your answer was not accepted: ${problem}. ${schemaNote(version)}`;
+}
+
+function outputInvalid(version: ActionVersion, problem: string): EngineError {
+  return new EngineError('OUTPUT_INVALID', `the answer of ${version.name}@${version.version} does not match its output schema after ${CORRECTIONS_MAX} corrective turn: ${problem}`, {
+    hint: 'Make the instructions clearer about the answer, or loosen the output schema.',
+  });
+}
+
+/** The tools an agent offers its model: pinned versions, or the latest ACTIVE one (as recorded at turn 1, when the run resumes). */
+function offeredTools(ctx: RunContext, agent: ActionVersion, runId: string): OfferedTool[] {
+  const { svc } = ctx;
+  const first = recorded(ctx, stepId(ctx, runId, 'turn', 1));
+  const offered = new Map(((first?.input as { tools?: Array<{ name: string; version?: number }> } | null)?.tools ?? []).map((t) => [t.name, t.version]));
+  return svc.transactions.run('read', () => ({
+    value: agent.tools.map((reference): OfferedTool => {
+      if ((NATIVE_TOOLS as readonly string[]).includes(reference.name)) {
+        const native = reference.name as 'graphql' | 'cel';
+        return { reference, version: null, native, spec: { name: native, ...NATIVE_SPECS[native] } };
+      }
+      const pinned = reference.version ?? offered.get(reference.name) ?? null;
+      let version: ActionVersion;
+      if (pinned !== null) {
+        version = getVersion(svc.actions, { name: reference.name, version: pinned });
+      } else {
+        const action = getVersion(svc.actions, { name: reference.name });
+        const active = latestActiveVersion(svc.actions, action.actionId);
+        if (!active) throw new EngineError('VERSION_LOCKED', `${reference.name}, a tool of ${agent.name}, has no ACTIVE version`, { hint: 'Activate a version, or pin one.' });
+        version = active;
+      }
+      return { reference, version, native: null, spec: { name: reference.name, description: version.tool.description, inputSchema: withoutFixed(version.tool.inputSchema, reference) } };
+    }),
+    commit: false,
+  }));
+}
+
+const NATIVE_SPECS = {
+  graphql: {
+    description: 'Run one GraphQL operation against the ledger (reads, and writes the agent’s policies allow).',
+    inputSchema: { type: 'object', properties: { query: { type: 'string' }, variables: { type: 'object' } }, required: ['query'], additionalProperties: false },
+  },
+  cel: {
+    description: 'Evaluate a CEL expression (exact decimal arithmetic); performs no operation.',
+    inputSchema: { type: 'object', properties: { expression: { type: 'string' }, bindings: { type: 'object' } }, required: ['expression'], additionalProperties: false },
+  },
+} as const;
+
+/** The schema the model sees: fixed properties are removed (the model cannot set them; the reference does). */
+function withoutFixed(schema: Record<string, unknown>, reference: ToolReference): Record<string, unknown> {
+  if (!reference.input) return schema;
+  const fixed = new Set(Object.keys(reference.input));
+  const properties = schema.properties as Record<string, unknown> | undefined;
+  const required = schema.required as string[] | undefined;
+  return {
+    ...schema,
+    ...(properties ? { properties: Object.fromEntries(Object.entries(properties).filter(([k]) => !fixed.has(k))) } : {}),
+    ...(required ? { required: required.filter((k) => !fixed.has(k)) } : {}),
+  };
+}
+
+/** An agent run: model turn → the tool calls it asked for → their results → the next turn, until an answer. */
+async function runAgent(ctx: RunContext, runId: string, agent: ActionVersion, input: unknown, depth: number): Promise<unknown> {
+  const config = modelConfig('agent', agent.config, ctx.svc.limits) as AgentConfig;
+  const tools = offeredTools(ctx, agent, runId);
+  const instructions = joinInstructions(config.instructions, agent.tool.outputSchema !== null ? schemaNote(agent) : null);
+  const messages: ModelMessage[] = [{ role: 'user', text: renderPrompt(config.prompt, input) }];
+  const scope = { event: { data: input, execution: { executionId: runId, actionId: agent.actionId, actionVersion: agent.version, attempt: ctx.claim.attempt }, caller: { principal: ctx.principal } }, toolInput: input, executionInput: ctx.input };
+  let toolCalls = 0;
+  let corrections = 0;
+  for (let turn = 1; ; turn++) {
+    if (turn > config.maxTurns) {
+      throw new EngineError('LIMIT_EXCEEDED', `${agent.name} did not answer within maxTurns (${config.maxTurns}) model turns`, { hint: 'Raise config.maxTurns (at most agentTurnsMax), or make the task smaller.' });
+    }
+    const answer = await modelTurn(ctx, runId, turn, depth, { config, messages, tools, instructions, responseSchema: null });
+    messages.push({ role: 'assistant', text: answer.text, toolCalls: answer.toolCalls });
+    if (answer.toolCalls.length === 0) {
+      const result = finalOutput(ctx, agent, answer.text);
+      if (result.ok) return result.output;
+      if (corrections++ >= CORRECTIONS_MAX) throw outputInvalid(agent, result.problem);
+      messages.push({ role: 'user', text: correction(agent, result.problem) });
+      continue;
+    }
+    const turnId = stepId(ctx, runId, 'turn', turn);
+    const results: ModelToolResult[] = [];
+    for (const [index, call] of answer.toolCalls.entries()) {
+      toolCalls++;
+      if (toolCalls > config.maxToolCalls) {
+        throw new EngineError('LIMIT_EXCEEDED', `${agent.name} asked for tool call ${toolCalls}; its maxToolCalls is ${config.maxToolCalls}`, {
+          hint: 'Raise config.maxToolCalls (at most agentToolCallsMax), or give the agent tools that do more per call.',
+        });
+      }
+      const node = await toolCall(ctx, { runId, turnId, index, call, tools, scope, depth: depth });
+      results.push({
+        toolCallId: call.id, name: call.name,
+        content: JSON.stringify(node.status === 'SUCCEEDED' ? (node.output ?? null) : { error: { code: node.error?.code, message: node.error?.message, hint: node.error?.hint } }),
+        isError: node.status !== 'SUCCEEDED',
+      });
+    }
+    messages.push({ role: 'tool', results });
+  }
+}
+
+interface ToolStep {
+  runId: string;
+  turnId: string;
+  index: number;
+  call: ModelToolCall;
+  tools: OfferedTool[];
+  scope: { event: unknown; toolInput: unknown; executionInput: unknown };
+  depth: number;
+}
+
+/**
+ * One tool call the model asked for, exactly once: read back when it was recorded; otherwise run
+ * as an invoke in a transaction of its own (checking the lease), under the starter's authority
+ * narrowed by every tool on the start stack, the agent, and the tool. Whatever fails is recorded
+ * as a FAILED call under the turn, and its code, message and hint go back to the model.
+ */
+async function toolCall(ctx: RunContext, s: ToolStep): Promise<CallNode> {
+  const { svc } = ctx;
+  const callId = stepId(ctx, s.runId, 'call', s.turnId, s.index);
+  const known = recorded(ctx, callId);
+  if (known) return known;
+  checkDeadline(ctx, `tool call ${s.call.name.slice(0, NAME_SHOWN_MAX)}`);
+  const attach = { parentId: s.turnId, rootId: ctx.executionId, depth: s.depth };
+  const failed = (error: EngineError, name: string, input: unknown, tool: OfferedTool | null): CallNode =>
+    step(ctx, () => {
+      const node: CallNode = {
+        ...baseNode(ctx, {
+          executionId: callId, actionId: tool?.version?.actionId ?? null, actionName: name, actionVersion: tool?.version?.version ?? null,
+          kind: tool?.native === 'graphql' ? 'GRAPHQL' : tool?.native === 'cel' ? 'CEL' : 'TOOL', input, ...attach,
+        }),
+        status: 'FAILED', error: error.toData(), finished: svc.clock.now().toISOString(),
+      };
+      persistTree(svc.st, node);
+      return node;
+    });
+
+  const tool = s.tools.find((t) => t.reference.name === s.call.name);
+  if (!tool) {
+    const names = s.tools.map((t) => t.reference.name);
+    const shown = `${names.slice(0, NAMES_LISTED_MAX).join(', ')}${names.length > NAMES_LISTED_MAX ? `, … (${names.length} in all)` : ''}`;
+    const name = s.call.name.slice(0, NAME_SHOWN_MAX);
+    return failed(
+      new EngineError('NOT_FOUND', `there is no tool ${JSON.stringify(name)}${s.call.name.length > NAME_SHOWN_MAX ? ' (name cut)' : ''}; the tools you can call are: ${shown || 'none'}`, {
+        hint: 'Call one of the tools listed, by its exact name.',
+      }),
+      name, argumentsOf(s.call), null,
+    );
+  }
+  const args = argumentsOf(s.call);
+  if (args === null || typeof args !== 'object' || Array.isArray(args)) {
+    return failed(
+      new EngineError('INPUT_INVALID', `the arguments of ${tool.reference.name} must be a JSON object; got ${JSON.stringify(s.call.arguments.slice(0, 200))}`, { hint: 'Send the arguments as one JSON object matching the tool’s schema.' }),
+      tool.reference.name, { arguments: s.call.arguments.slice(0, 2000) }, tool,
+    );
+  }
+  let input: unknown;
+  try {
+    input = svc.transactions.run('read', () => ({ value: fixedInput(svc, tool.reference, args, s.scope), commit: false }));
+  } catch (error) {
+    return failed(toEngineError(error), tool.reference.name, args, tool);
+  }
+  if (tool.version && runsOutsideTransactions(tool.version.kind)) {
+    return failed(
+      new EngineError('BAD_REQUEST', `${tool.reference.name} is ${tool.version.kind === 'agent' ? 'an agent' : 'a model'}; an agent cannot call one yet`, { hint: 'Give the agent tools of kind tool or graphql.' }),
+      tool.reference.name, input, tool,
+    );
+  }
+  let fatal: EngineError | null = null;
+  try {
+    return step(ctx, () => {
+      const caller = svc.callerOf(ctx.principal);
+      if (!caller) throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(ctx.principal)} no longer exists`);
+      const target = tool.native ? ({ type: 'native', name: tool.native } as const) : ({ type: 'version', version: tool.version! } as const);
+      const timeoutMs = tool.version?.execution.timeoutMs ?? svc.limits.toolTimeoutMs;
+      const deadline = Math.min(Date.now() + timeoutMs, ctx.deadline);
+      const callCaller: Caller = { ...caller, deadline };
+      const root: RootState = {
+        deadline, calls: 0, principal: caller.principal, caller: callCaller, fatal: null, resolved: new Map(), input: ctx.input, ids: new Set(),
+        outerLayers: ctx.layers, outerRefs: ctx.refs,
+      };
+      svc.triggerDepth.current = ctx.triggerDepth;
+      try {
+        const run = svc.cel.withDeadline(deadline, () =>
+          runCall(svc, {
+            target, input, executionId: callId, parent: null, root, inputFingerprint: null, attach,
+            authorize: () =>
+              new Authority(svc.cel, caller.principal, { principal: caller.principal }, caller.client, null, ctx.layers).check({
+                action: 'INSERT', resource: 'actions.Execution', document: { action: tool.reference.name, version: tool.version?.version ?? null, input },
+              }),
+          }),
+        );
+        const node = run.value;
+        const overran = callCaller.overran ?? run.overran;
+        if (root.fatal || overran) {
+          fatal = toEngineError(root.fatal ?? overran);
+          throw fatal;
+        }
+        persistTree(svc.st, node);
+        return node;
+      } finally {
+        svc.triggerDepth.current = 0;
+      }
+    });
+  } catch (error) {
+    if (error instanceof LeaseLost || error !== fatal || fatal === null) throw error;
+    // The call ran past its deadline (or hit a busy database) and rolled back whole: recorded as
+    // its failure, so the model hears of it and the run goes on.
+    const reason: EngineError = fatal;
+    if (reason.code === 'BUSY') throw reason;
+    return failed(reason, tool.reference.name, input, tool);
+  } finally {
+    ctx.wake();
+  }
+}
+
+function argumentsOf(call: ModelToolCall): unknown {
+  try {
+    return JSON.parse(call.arguments === '' ? '{}' : call.arguments);
+  } catch {
+    return call.arguments;
+  }
+}
