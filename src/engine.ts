@@ -15,7 +15,7 @@ import { EngineError, type ErrorData, isErrorCode } from './errors.js';
 import { orderedIds } from './ids.js';
 import type { CallFrame, Caller } from './execution/call-tree.js';
 import type { ExecutionServices, NestedGraphqlResult } from './execution/services.js';
-import type { RequestContext } from './graphql/context.js';
+import type { ExecutionWait, RequestContext } from './graphql/context.js';
 import {
   DocumentCache,
   engineGraphqlError,
@@ -87,6 +87,17 @@ export interface RequestOptions {
   transport?: 'mcp';
 }
 
+/** What executeAsync takes beyond a request's options: how its waits end early. */
+export interface AsyncRequestOptions extends RequestOptions {
+  /** Aborts the waits (the HTTP client went away); the request then runs again at once. */
+  signal?: AbortSignal;
+  /** The longest all the request's waits may take together (the HTTP server's requestTimeoutMs left). */
+  waitMsMax?: number;
+}
+
+/** Statuses an execution never leaves. */
+const TERMINAL_STATUSES = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
+
 export interface OperationSummary {
   type: 'query' | 'mutation';
   /** The operation's name in the document (client-chosen), or null when anonymous. */
@@ -100,6 +111,21 @@ export interface Engine {
   /** Run one GraphQL request as one SQLite transaction. */
   graphql(query: string, variables?: Record<string, unknown> | null, options?: RequestOptions): FormattedResult;
   execute(request: GraphqlRequest, options?: RequestOptions): FormattedResult;
+  /**
+   * execute, then, when the query asked to wait (`actions.execution(waitMs:)` on an execution not yet
+   * terminal), wait outside any transaction for each such execution (one shared deadline), and run
+   * the request again once, in a fresh read transaction: that second answer is returned. Used by the
+   * HTTP server and MCP; `execute` and `graphql` answer at once.
+   */
+  executeAsync(request: GraphqlRequest, options?: AsyncRequestOptions): Promise<FormattedResult>;
+  graphqlAsync(query: string, variables?: Record<string, unknown> | null, options?: AsyncRequestOptions & { operationName?: string | null }): Promise<FormattedResult>;
+  /**
+   * Resolves as soon as the execution is terminal (SUCCEEDED, FAILED, CANCELLED) or does not exist,
+   * or after timeoutMs, or on abort. Wakes on this process's attempt outcomes for that id, and reads
+   * its status every executionWaitPollMs for workers in other processes. Holds no transaction. With
+   * executionWaitersMax waits in flight it resolves at once.
+   */
+  waitForExecution(executionId: string, timeoutMs: number, signal?: AbortSignal): Promise<void>;
   /** 'query' or 'mutation' for a document that validates; undefined otherwise. */
   operationType(request: GraphqlRequest): 'query' | 'mutation' | undefined;
   /** The operation a request would run (type, name, @dryRun), when its document validates. */
@@ -132,7 +158,17 @@ export interface Engine {
   /** Resolves when the sandbox is usable (it is replaced after a crash). */
   sandboxReady(): Promise<void>;
   /** Cache and pool sizes, so tests can check they stay within their limits. */
-  stats(): { documentCacheSize: number; documentCacheBytes: number; celCacheSize: number; recordCacheSize: number; idleSandboxContexts: number };
+  stats(): {
+    documentCacheSize: number;
+    documentCacheBytes: number;
+    celCacheSize: number;
+    recordCacheSize: number;
+    idleSandboxContexts: number;
+    /** waitForExecution calls in flight (at most executionWaitersMax). */
+    executionWaiters: number;
+    /** Waits that returned at once because executionWaitersMax were in flight. */
+    executionWaitsRefused: number;
+  };
   /** The raw connection, for tests and benchmarks that check the database directly. */
   readonly db: Db;
 }
@@ -263,7 +299,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   }
 
   const clientDeps: ClientDeps = { st: authStatements(db), cel, clock, pageSizeMax: limits.pageSizeMax, policiesMax: limits.policiesMax };
-  const contextFor = (caller: Caller, frame: CallFrame | null): RequestContext => ({
+  const contextFor = (caller: Caller, frame: CallFrame | null, waits?: ExecutionWait[]): RequestContext => ({
     ledger,
     cel,
     limits,
@@ -273,6 +309,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     caller,
     frame,
     authority: new Authority(cel, caller.principal, { principal: caller.principal }, caller.client, frame, frame?.root.outerLayers ?? []),
+    ...(waits ? { waits } : {}),
   });
 
   const asCaller = (client: Client): Caller => ({
@@ -309,7 +346,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     };
   }
 
-  function execute(request: GraphqlRequest, requestOptions: RequestOptions = {}): FormattedResult {
+  function execute(request: GraphqlRequest, requestOptions: RequestOptions = {}, waits?: ExecutionWait[]): FormattedResult {
     const prepared = documents.prepare(request.query);
     if ('errors' in prepared) return { errors: prepared.errors.map((e) => formatError(e, logError)) };
     const plan = planOperation(prepared.document, request.operationName);
@@ -325,7 +362,9 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
           const known = requestCaller(requestOptions);
           if (known instanceof EngineError) return { value: known, commit: false };
           const caller: Caller = { ...known, deadline: Date.now() + limits.requestDeadlineMs, ...(requestOptions.transport ? { transport: requestOptions.transport } : {}) };
-          const run = cel.withDeadline(caller.deadline!, () => executePrepared(schema, prepared, request, contextFor(caller, null), limits));
+          const run = cel.withDeadline(caller.deadline!, () =>
+            executePrepared(schema, prepared, request, contextFor(caller, null, plan.mode === 'read' ? waits : undefined), limits),
+          );
           let executed = run.value;
           const overran = caller.overran ?? run.overran;
           if (overran) executed = { errors: [engineGraphqlError(overran)] };
@@ -352,6 +391,80 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     return formatted;
   }
 
+  // Waits on executions (waitForExecution): the wakers of each id, and how many are in flight.
+  const waitersById = new Map<string, Set<(status: string) => void>>();
+  let waitersInFlight = 0;
+  let waitsRefused = 0;
+  const executionStatus = queue.executionStatus;
+
+  /** The execution's status, read in a statement of its own; null when it does not exist. */
+  function statusOf(executionId: string): string | null {
+    return (executionStatus.get(executionId) as string | undefined) ?? null;
+  }
+
+  async function waitForExecution(executionId: string, timeoutMs: number, signal?: AbortSignal): Promise<void> {
+    if (!(timeoutMs > 0) || signal?.aborted) return;
+    if (waitersInFlight >= limits.executionWaitersMax) {
+      waitsRefused++;
+      return;
+    }
+    waitersInFlight++;
+    try {
+      await new Promise<void>((resolve) => {
+        let finished = false;
+        const finish = () => {
+          if (finished) return;
+          finished = true;
+          clearTimeout(timer);
+          clearInterval(poll);
+          signal?.removeEventListener('abort', finish);
+          const set = waitersById.get(executionId);
+          set?.delete(wake);
+          if (set?.size === 0) waitersById.delete(executionId);
+          resolve();
+        };
+        const check = () => {
+          if (finished) return;
+          try {
+            const status = statusOf(executionId);
+            if (status === null || TERMINAL_STATUSES.has(status)) finish();
+          } catch (error) {
+            // A read that failed (the database busy or closed) ends the wait: the answer is read again anyway.
+            if (db.open) logError(error);
+            finish();
+          }
+        };
+        const wake = (status: string) => (TERMINAL_STATUSES.has(status) ? finish() : check());
+        const timer = setTimeout(finish, timeoutMs);
+        const poll = setInterval(check, Math.max(1, limits.executionWaitPollMs));
+        signal?.addEventListener('abort', finish, { once: true });
+        let set = waitersById.get(executionId);
+        if (!set) waitersById.set(executionId, (set = new Set()));
+        set.add(wake);
+        check();
+      });
+    } finally {
+      waitersInFlight--;
+    }
+  }
+
+  async function executeAsync(request: GraphqlRequest, options: AsyncRequestOptions = {}): Promise<FormattedResult> {
+    const { signal, waitMsMax, ...requestOptions } = options;
+    const waits: ExecutionWait[] = [];
+    const first = execute(request, requestOptions, waits);
+    if (waits.length === 0) return first;
+    const started = Date.now();
+    const longest = Math.max(...waits.map((w) => w.waitMs));
+    const deadline = started + Math.min(longest, waitMsMax ?? longest);
+    for (const wait of waits) {
+      const left = Math.min(deadline, started + wait.waitMs) - Date.now();
+      if (left <= 0 || signal?.aborted) continue;
+      await waitForExecution(wait.executionId, left, signal);
+    }
+    // Once, without recording waits: the answer as it is now.
+    return execute(request, requestOptions);
+  }
+
   function describeOperation(request: GraphqlRequest): OperationSummary | undefined {
     const prepared = documents.prepare(request.query);
     if ('errors' in prepared) return undefined;
@@ -361,7 +474,13 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   }
 
   const changedListeners: Array<() => void> = [];
-  const attemptListeners: Array<(outcome: AttemptOutcome) => void> = [(outcome) => logAttempt(logger, outcome)];
+  const attemptListeners: Array<(outcome: AttemptOutcome) => void> = [
+    (outcome) => logAttempt(logger, outcome),
+    (outcome) => {
+      const set = waitersById.get(outcome.executionId);
+      if (set) for (const wake of [...set]) wake(outcome.status);
+    },
+  ];
   const readinessCheck = db.prepare('BEGIN IMMEDIATE');
   const rollbackCheck = db.prepare('ROLLBACK');
 
@@ -395,6 +514,12 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
         ...(opts?.apiKey === undefined ? {} : { apiKey: opts.apiKey }),
         ...(opts?.transport === undefined ? {} : { transport: opts.transport }),
       }),
+    executeAsync,
+    graphqlAsync: (query, variables, opts = {}) => {
+      const { operationName, ...rest } = opts;
+      return executeAsync({ query, variables: variables ?? null, operationName: operationName ?? null }, rest);
+    },
+    waitForExecution,
     createWorker: (workerOptions = {}) =>
       new Worker(services, transactions, {
         owner: workerOptions.owner ?? `worker-${process.pid}`,
@@ -437,6 +562,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       celCacheSize: cel.size,
       recordCacheSize: Math.max(ledgerDeps.cache.journals.size, ledgerDeps.cache.tranCodesByCode.size, services.activeTriggers.size, ledger.tranCodeCacheSize, actionDeps.versions.size, actionDeps.documents.size),
       idleSandboxContexts: sandboxes.current()?.idleContexts ?? 0,
+      executionWaiters: waitersInFlight,
+      executionWaitsRefused: waitsRefused,
     }),
     sandboxReady: () => sandboxes.ready(),
   };

@@ -194,6 +194,27 @@ export interface Limits {
   agentLeaseMs: number;
   /** The conversation an agent run sends to its model, in bytes of JSON: past it the run fails. */
   agentConversationBytesMax: number;
+  /**
+   * Longest one wait of `actions.execution(executionId:, waitMs:)` (a long-poll over HTTP and MCP):
+   * the request answers when the execution is terminal or after waitMs. Over HTTP it is also cut
+   * short to answer within requestTimeoutMs of the request's start.
+   */
+  executionWaitMsMax: number;
+  /**
+   * How often a waiting request reads the execution's status (one indexed SELECT, outside any
+   * transaction), for a worker in another process; one in this process wakes the wait at once.
+   */
+  executionWaitPollMs: number;
+  /**
+   * Waits in flight in one process (each holds a timer and a listener, never a transaction). Past
+   * it a wait returns at once and the field answers the execution's current state.
+   */
+  executionWaitersMax: number;
+  /**
+   * How long MCP tools/call of a model or agent tool (started, then waited for) waits in total;
+   * past it the call answers with the execution id and status, to be read later.
+   */
+  mcpCallWaitMs: number;
 }
 
 export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
@@ -255,6 +276,10 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   agentRunsConcurrentMax: 16,
   agentLeaseMs: 30_000,
   agentConversationBytesMax: 1_048_576,
+  executionWaitMsMax: 30_000,
+  executionWaitPollMs: 250,
+  executionWaitersMax: 256,
+  mcpCallWaitMs: 120_000,
 });
 
 export function resolveLimits(overrides: Partial<Limits> = {}): Readonly<Limits> {

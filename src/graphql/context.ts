@@ -21,4 +21,16 @@ export interface RequestContext {
   authority: Authority;
   /** The call this operation runs inside; null for a client's own request. */
   frame: CallFrame | null;
+  /**
+   * Where `actions.execution(waitMs:)` records a wait, for a request run by engine.executeAsync
+   * (HTTP, MCP): it waits after the transaction ends and runs the request again. Absent for
+   * in-process requests and calls made by programs, which answer at once.
+   */
+  waits?: ExecutionWait[];
+}
+
+/** A client's request to be answered when an execution is terminal, or after waitMs. */
+export interface ExecutionWait {
+  executionId: string;
+  waitMs: number;
 }

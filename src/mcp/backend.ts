@@ -7,13 +7,20 @@ import type { FormattedResult } from '../graphql/executor.js';
  * same policies, recorded like any other call: there is no side door.
  */
 export interface McpBackend {
-  graphql(query: string, variables: Record<string, unknown>): Promise<FormattedResult>;
+  graphql(query: string, variables: Record<string, unknown>, signal?: AbortSignal): Promise<FormattedResult>;
+  /**
+   * The longest `waitMs` a long-poll query sent through this backend should ask for: the engine's
+   * executionWaitMsMax in-process; for a remote server, less than the request's own timeout.
+   */
+  readonly waitMsMax: number;
 }
 
 /** The client is `principal` (stdio in-process) or the holder of `apiKey` (HTTP), re-checked on every request. */
 export function engineBackend(engine: Engine, identity: { principal: string } | { apiKey: string }): McpBackend {
   return {
-    graphql: async (query, variables) => engine.graphql(query, variables, { ...identity, transport: 'mcp' }),
+    // graphqlAsync: a long-poll (`execution(waitMs:)`) waits, outside any transaction.
+    graphql: (query, variables, signal) => engine.graphqlAsync(query, variables, { ...identity, transport: 'mcp', ...(signal ? { signal } : {}) }),
+    waitMsMax: engine.limits.executionWaitMsMax,
   };
 }
 
@@ -25,14 +32,16 @@ export function engineBackend(engine: Engine, identity: { principal: string } | 
 export function remoteBackend(server: string, apiKey: string, timeoutMs: number): McpBackend {
   const url = new URL('/graphql', server).toString();
   return {
-    graphql: async (query, variables) => {
+    // The server's own bound is its executionWaitMsMax (DEFAULT 30 s): ask for less than this request's timeout.
+    waitMsMax: Math.max(1000, Math.min(25_000, timeoutMs - 5000)),
+    graphql: async (query, variables, signal) => {
       let response: Response;
       try {
         response = await fetch(url, {
           method: 'POST',
           headers: { 'content-type': 'application/json', accept: 'application/graphql-response+json, application/json', authorization: `Bearer ${apiKey}`, 'tally-transport': 'mcp' },
           body: JSON.stringify({ query, variables }),
-          signal: AbortSignal.timeout(timeoutMs),
+          signal: signal ? AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]) : AbortSignal.timeout(timeoutMs),
         });
       } catch (error) {
         const code = (error as Error).name === 'TimeoutError' ? 'TIMEOUT' : 'UNAVAILABLE';

@@ -1,6 +1,6 @@
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { invalidKey } from '../auth/clients.js';
-import type { Engine } from '../engine.js';
+import type { Engine, RequestOptions } from '../engine.js';
 import { EngineError, quote } from '../errors.js';
 import type { Worker } from '../execution/queue/worker.js';
 import type { FormattedResult, GraphqlRequest } from '../graphql/executor.js';
@@ -170,7 +170,7 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops
       res.setHeader('allow', 'POST');
       return sendErrors(res, 405, mediaType, [new EngineError('BAD_REQUEST', 'mutations must be sent with POST', { hint: 'POST the request as JSON.' })]);
     }
-    return sendResult(res, mediaType, engine.execute(request, { apiKey }));
+    return sendResult(res, mediaType, await executeWaiting(engine, req, res, request, { apiKey }));
   }
 
   if (req.method !== 'POST') {
@@ -193,7 +193,29 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops
   traceOperation(engine, res, request);
   // `tally mcp --server` proxies MCP tool calls here and says so: its executions record the transport.
   const transport = req.headers['tally-transport'] === 'mcp' ? { transport: 'mcp' as const } : {};
-  return sendResult(res, mediaType, engine.execute(request, { apiKey, ...transport }));
+  return sendResult(res, mediaType, await executeWaiting(engine, req, res, request, { apiKey, ...transport }));
+}
+
+/**
+ * engine.executeAsync: a query that asks to wait (`execution(waitMs:)`) waits outside any transaction.
+ * The wait ends when the client goes away (its slot among executionWaitersMax is freed at once) and
+ * in time to answer within requestTimeoutMs of the request's start (less a margin for the answer).
+ */
+async function executeWaiting(engine: Engine, req: IncomingMessage, res: ServerResponse, request: GraphqlRequest, options: RequestOptions): Promise<FormattedResult> {
+  const gone = new AbortController();
+  const abort = () => gone.abort();
+  res.once('close', abort);
+  req.socket.once('close', abort);
+  try {
+    const timeoutMs = engine.limits.requestTimeoutMs;
+    const startedMs = traces.get(res)?.startedMs ?? performance.now();
+    const margin = Math.min(1000, Math.floor(timeoutMs / 10));
+    const waitMsMax = timeoutMs > 0 ? Math.max(0, Math.floor(timeoutMs - margin - (performance.now() - startedMs))) : undefined;
+    return await engine.executeAsync(request, { ...options, signal: gone.signal, ...(waitMsMax === undefined ? {} : { waitMsMax }) });
+  } finally {
+    res.off('close', abort);
+    req.socket.off('close', abort);
+  }
 }
 
 /**

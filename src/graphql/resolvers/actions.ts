@@ -13,6 +13,8 @@ import { type ToolAccess, type ToolWritesMemo, callerAccess, toolAccess, toolWri
 const AA = 'actions.Action';
 const AE = 'actions.Execution';
 const AT = 'actions.Trigger';
+/** Statuses an execution never leaves. */
+const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
 
 type Args = Record<string, any>;
 
@@ -55,6 +57,8 @@ export interface ToolNode {
   actionId: string;
   name: string;
   version: number;
+  /** tool, graphql, model or agent: MCP starts a model or agent tool and waits for it. */
+  kind: string;
   title: string;
   description: string;
   inputSchema: unknown;
@@ -67,6 +71,7 @@ function toolNode(ctx: RequestContext, version: ActionVersion, access: ToolAcces
     actionId: version.actionId,
     name: version.name,
     version: version.version,
+    kind: version.kind,
     title: version.tool.name,
     description: version.tool.description,
     inputSchema: version.tool.inputSchema,
@@ -160,10 +165,20 @@ export const actionResolvers = {
   ActionsQuery: {
     action: (_: unknown, { id, name, version }: Args, ctx: RequestContext) => guard(ctx, 'SELECT', AA, actions.getVersion(ctx.services.actions, { id, name, version })),
     actions: (_: unknown, { first, after }: Args, ctx: RequestContext) => visible(ctx, AA, actions.listActions(ctx.services.actions, first, after)),
-    execution: (_: unknown, { executionId }: Args, ctx: RequestContext) => {
+    execution: (_: unknown, { executionId, waitMs }: Args, ctx: RequestContext) => {
+      const waitMsMax = ctx.limits.executionWaitMsMax;
+      if (waitMs != null && (waitMs < 0 || waitMs > waitMsMax)) {
+        throw new EngineError(waitMs < 0 ? 'BAD_REQUEST' : 'LIMIT_EXCEEDED', `waitMs ${waitMs} is out of range: 0 to executionWaitMsMax (${waitMsMax} ms)`, {
+          hint: 'Wait at most executionWaitMsMax per request, and ask again while the execution is QUEUED or RUNNING.',
+          details: { waitMs, executionWaitMsMax: waitMsMax },
+        });
+      }
       const row = ctx.services.st.executionById.get(executionId);
       if (!row) throw new EngineError('NOT_FOUND', `execution ${executionId} does not exist`, { hint: 'Executions of a request that rolled back are not kept.' });
-      return guard(ctx, 'SELECT', AE, rowToNode(row));
+      const node = guard(ctx, 'SELECT', AE, rowToNode(row));
+      // Only after the guard: a client that may not see the execution never waits on it.
+      if (waitMs > 0 && ctx.waits && ctx.frame === null && !TERMINAL.has(row.status)) ctx.waits.push({ executionId, waitMs });
+      return node;
     },
     executions: (_: unknown, args: Args, ctx: RequestContext) => visible(ctx, AE, listExecutions(ctx, args)),
     tools: (_: unknown, { first, after }: Args, ctx: RequestContext) => listTools(ctx, first, after),

@@ -195,6 +195,8 @@ export function queueStatements(db: Db) {
          FROM executions WHERE status = 'QUEUED'`,
     ),
     queuedById: db.prepare<[string], QueueRow>('SELECT * FROM executions WHERE execution_id = ?'),
+    /** Just the status, for a client waiting on an execution (polled; see Engine.waitForExecution). */
+    executionStatus: db.prepare<[string], string>('SELECT status FROM executions WHERE execution_id = ?').pluck(),
     finishAttempt: db.prepare(
       `UPDATE executions SET status = @status, attempt = @attempt, output = @output, error = @error, started = @started,
          finished = @finished, logs = @logs, run_at = @run_at, modified = @finished, lease_owner = @lease_owner, lease_until = NULL
