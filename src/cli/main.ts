@@ -111,7 +111,7 @@ async function run(command: string, positionals: string[], options: Options): Pr
       noArgs();
       const { createEngine } = await import('../engine.js');
       const { schemaVersion } = await import('../storage/database.js');
-      const engine = await createEngine({ path: localDb });
+      const engine = await createEngine({ path: localDb, ...(await serverConfig()) });
       io.out(`tally: ${localDb} is at schema version ${schemaVersion(engine.db)}\n`);
       engine.close();
       return EXIT.ok;
@@ -206,7 +206,7 @@ async function serve(db: string, options: Options): Promise<void> {
   const logger = cliLogger(options['log-level'], (message) => new UsageError(message));
   const { createEngine } = await import('../engine.js');
   const { createServer } = await import('../server/http.js');
-  const engine = await createEngine({ path: db, logger });
+  const engine = await createEngine({ path: db, logger, ...(await serverConfig()) });
   const worker = options['no-worker'] === true ? null : engine.createWorker({ owner: `serve-${process.pid}` });
   const server = createServer(engine, { logger, ...(worker ? { worker } : {}) });
   let rotate: boolean;
@@ -270,7 +270,7 @@ async function serveMcp(options: Options): Promise<void> {
   const commands = await import('./commands.js');
   commands.requireDatabase(db);
   const { createEngine } = await import('../engine.js');
-  const engine = await createEngine({ path: db });
+  const engine = await createEngine({ path: db, ...(await serverConfig()) });
   try {
     if (!hasClient(engine, String(options.as))) {
       throw new OperationError(`no client has principal ${JSON.stringify(String(options.as))}`, 'UNAUTHENTICATED', 'Name a client of this database (see clients.json, or auth.createClient).');
@@ -296,10 +296,10 @@ async function runWorker(db: string, options: Options): Promise<void> {
   const { cliLogger } = await import('./logging.js');
   const logger = cliLogger(options['log-level'], (message) => new UsageError(message));
   const { createEngine } = await import('../engine.js');
-  const engine = await createEngine({ path: db, logger });
+  const engine = await createEngine({ path: db, logger, ...(await serverConfig()) });
   const worker = engine.createWorker({ owner: `worker-${process.pid}` });
   if (drain) {
-    const attempts = worker.drain();
+    const attempts = await worker.drainAll();
     process.stdout.write(`tally: ran ${attempts} attempt(s)\n`);
     engine.close();
     return;
@@ -316,6 +316,13 @@ async function runWorker(db: string, options: Options): Promise<void> {
   process.once('SIGTERM', () => stop('SIGTERM'));
   process.once('SIGINT', () => stop('SIGINT'));
   await new Promise(() => {});
+}
+
+/** The engine options of the server configuration TALLY_CONFIG names (providers, limits); none when unset. */
+async function serverConfig(): Promise<{ providers: unknown; limits: Record<string, number> }> {
+  const { readServerConfig } = await import('../server/config.js');
+  const config = readServerConfig();
+  return { providers: config.providers, limits: config.limits };
 }
 
 main(process.argv.slice(2)).then(

@@ -51,7 +51,9 @@ export function serverTarget(url: string, apiKey: string | undefined, timeoutMs 
 export async function databaseTarget(path: string): Promise<Target & { engine: Engine }> {
   // Loaded here, not above: a CLI command that talks to a server never needs the engine.
   const { createEngine } = await import('../engine.js');
-  const engine = await createEngine({ path });
+  const { readServerConfig } = await import('../server/config.js');
+  const config = readServerConfig();
+  const engine = await createEngine({ path, providers: config.providers, limits: config.limits });
   return {
     engine,
     describe: path,

@@ -1,0 +1,154 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type ScriptedModel, startScriptedModel, toolResults } from '../examples/scripted-model/server.mjs';
+import { createAccount, createTransferCode, id, newEngine, ok } from './helpers.js';
+
+const BIN = join(import.meta.dirname, '..', 'bin', 'tally.mjs');
+const RUNS = 50;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * The agent asks for two transfers in its first turn and answers in its second. Each transfer is a
+ * tool that posts under a fresh random transaction id (cel('uuid.New()')): a tool call run twice
+ * would post twice, so the count of transactions is the count of tool calls that ran.
+ */
+async function prepare(dir: string, model: ScriptedModel): Promise<{ path: string; config: string }> {
+  const path = join(dir, 'agents.db');
+  const config = join(dir, 'tally.config.json');
+  const providers = [{ name: 'local', format: 'openai', baseUrl: `${model.url}/v1`, models: ['mover'] }];
+  writeFileSync(config, JSON.stringify({ providers, limits: { agentLeaseMs: 1000 } }));
+  const engine = await newEngine({ path, providers });
+  createAccount(engine, 1);
+  createAccount(engine, 2);
+  createTransferCode(engine);
+  const create = `mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }`;
+  ok(engine, create, {
+    id: id(1),
+    input: {
+      name: 'post_random',
+      config: {
+        runtime: 'javascript',
+        src: `function run(event) {
+  const tx = cel('uuid.New()');
+  graphql('mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }',
+    { i: { transactionId: tx, tranCode: 'TRANSFER', params: { from: '${id(1)}', to: '${id(2)}', amount: event.data.amount } } });
+  return { tx };
+}`,
+      },
+      tool: { description: 'Move an amount from account 1 to account 2.', inputSchema: { type: 'object', properties: { amount: { type: 'string' } }, required: ['amount'] } },
+      policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
+    },
+  });
+  ok(engine, create, {
+    id: id(2),
+    input: {
+      name: 'mover',
+      kind: 'agent',
+      config: { provider: 'local', model: 'mover', instructions: 'Make the two transfers asked for, then say done.' },
+      tool: { description: 'Makes two transfers.', inputSchema: { type: 'object', properties: { n: { type: 'integer' } } } },
+      tools: [{ name: 'post_random', version: 1 }],
+      policies: [
+        { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] },
+        { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] },
+      ],
+      execution: { maxAttempts: 50, backoff: { initialMs: 10, multiplier: 1, maxMs: 10 } },
+    },
+  });
+  for (let i = 0; i < RUNS; i++) {
+    ok(engine, `mutation($e: UUID!, $n: Int!) { actions { startAction(name: "mover", input: {executionId: $e, input: {n: $n}}) { status } } }`, { e: id(10_000 + i), n: i });
+  }
+  engine.close();
+  return { path, config };
+}
+
+function worker(path: string, config: string): ChildProcess {
+  return spawn(process.execPath, [BIN, 'worker', '--db', path, '--log-level', 'silent'], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TALLY_CONFIG: config } });
+}
+
+/** Resolves once the worker says it runs. */
+function running(child: ChildProcess): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout!.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      if (out.includes('running executions')) resolve();
+    });
+    child.once('exit', () => reject(new Error(`worker exited before running: ${out}`)));
+  });
+}
+
+function exited(child: ChildProcess): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) resolve();
+    else child.once('exit', () => resolve());
+  });
+}
+
+function facts(path: string) {
+  const db = new Database(path, { readonly: true });
+  const result = {
+    statuses: Object.fromEntries(
+      (db.prepare("SELECT status, count(*) AS n FROM executions WHERE parent_id IS NULL AND kind = 'AGENT' GROUP BY status").all() as Array<{ status: string; n: number }>).map((r) => [r.status, r.n]),
+    ),
+    transactions: (db.prepare('SELECT count(*) AS n FROM transactions').get() as { n: number }).n,
+    toolCalls: (db.prepare("SELECT count(*) AS n FROM executions WHERE action_name = 'post_random' AND status = 'SUCCEEDED'").get() as { n: number }).n,
+    turns: (db.prepare("SELECT count(*) AS n FROM executions WHERE kind = 'MODEL' AND status = 'SUCCEEDED'").get() as { n: number }).n,
+    reclaimed: (db.prepare("SELECT count(*) AS n FROM executions WHERE kind = 'AGENT' AND attempt > 1").get() as { n: number }).n,
+    balance: db.prepare('SELECT settled_dr, settled_cr FROM balances WHERE account_id = ?').get(id(1)) as { settled_dr: string; settled_cr: string },
+  };
+  db.close();
+  return result;
+}
+
+describe('agent runs survive kill -9 of their worker at any point', () => {
+  let model: ScriptedModel;
+  beforeAll(async () => {
+    model = await startScriptedModel({
+      rules: [
+        (request) => {
+          const results = toolResults(request);
+          // A little latency, so kills land while a model call is in flight too.
+          const delayMs = 20 + Math.floor(Math.random() * 130);
+          if (results.length === 0) {
+            return { delayMs, toolCalls: [{ name: 'post_random', arguments: { amount: '1.00' } }, { name: 'post_random', arguments: { amount: '2.00' } }] };
+          }
+          return { delayMs, text: `done: ${results.filter((r) => !r.isError).length} transfers` };
+        },
+      ],
+    });
+  });
+  afterAll(() => model.close());
+
+  it('50 runs of two transfers each, the worker killed 8 times at random: every run finishes and there are exactly 100 transfers', async () => {
+    const { path, config } = await prepare(mkdtempSync(join(tmpdir(), 'tally-agent-crash-')), model);
+    let kills = 0;
+    for (; kills < 8; kills++) {
+      const child = worker(path, config);
+      await running(child);
+      await sleep(50 + Math.random() * 350);
+      child.kill('SIGKILL');
+      await exited(child);
+      if (facts(path).statuses.SUCCEEDED === RUNS) break;
+    }
+    // The last worker runs undisturbed until every run has finished.
+    const last = worker(path, config);
+    const deadline = Date.now() + 60_000;
+    while (Date.now() < deadline && (facts(path).statuses.SUCCEEDED ?? 0) < RUNS) await sleep(200);
+    last.kill('SIGTERM');
+    await exited(last);
+
+    const after = facts(path);
+    expect(after.statuses).toEqual({ SUCCEEDED: RUNS });
+    expect(after.transactions).toBe(2 * RUNS);
+    expect(after.toolCalls).toBe(2 * RUNS);
+    expect(after.turns).toBe(2 * RUNS);
+    expect(after.balance).toEqual({ settled_dr: '150', settled_cr: '0' });
+    // The kills landed mid-run: some runs were claimed again after their worker died.
+    expect(after.reclaimed).toBeGreaterThan(0);
+    console.log(`kills: ${kills}, runs claimed again after a kill: ${after.reclaimed}`);
+  }, 120_000);
+});
