@@ -204,7 +204,7 @@ export class McpHttp {
   }
 
   private get toolOptions(): McpServerOptions {
-    return { toolsPageSize: this.engine.limits.mcpToolsPageSize };
+    return { toolsPageSize: this.engine.limits.mcpToolsPageSize, callWaitMs: this.engine.limits.mcpCallWaitMs };
   }
 
   /** Close the sessions (among those `which` picks) whose key no longer authenticates. */

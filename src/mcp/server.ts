@@ -12,19 +12,27 @@ import {
   ReadResourceRequestSchema,
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
+import { DEFAULT_LIMITS } from '../limits.js';
 import type { McpBackend } from './backend.js';
 
 export interface McpServerOptions {
   /** Tools per tools/list page (mcpToolsPageSize). */
   toolsPageSize: number;
+  /** How long tools/call of a model or agent tool waits for its run in total (default: the mcpCallWaitMs limit's default). */
+  callWaitMs?: number;
 }
 
 const TOOL_FIELDS = 'name version description inputSchema outputSchema access { readOnly destructive }';
 const TOOLS_PAGE = `query($first: Int!, $after: String) { actions { tools(first: $first, after: $after) { nodes { ${TOOL_FIELDS} } pageInfo { hasNextPage endCursor } } } }`;
 const NATIVE_TOOLS = '{ actions { nativeTools { name access { readOnly destructive } } } }';
-const TOOL_BY_NAME = `query($name: String!) { actions { tool(name: $name) { version } } }`;
-const INVOKE = `mutation($name: String!, $input: InvokeInput!) { actions { invokeAction(name: $name, input: $input) {
-  executionId status output error { code message hint details } } } }`;
+const TOOL_BY_NAME = `query($name: String!) { actions { tool(name: $name) { version kind } } }`;
+const EXECUTION_FIELDS = 'executionId status output error { code message hint details }';
+const INVOKE = `mutation($name: String!, $input: InvokeInput!) { actions { invokeAction(name: $name, input: $input) { ${EXECUTION_FIELDS} } } }`;
+const START = `mutation($name: String!, $input: InvokeInput!) { actions { startAction(name: $name, input: $input) { ${EXECUTION_FIELDS} } } }`;
+const WAIT = `query($id: UUID!, $waitMs: Int) { actions { execution(executionId: $id, waitMs: $waitMs) { ${EXECUTION_FIELDS} } } }`;
+/** Kinds that run in the worker, outside transactions: tools/call starts them and waits. */
+const STARTED_KINDS = new Set(['model', 'agent']);
+const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
 const ACCOUNT = `query($code: String!) { account(code: $code) { accountId code name status normalBalanceType
   balances(first: 100) { nodes { journalId currency settled { normalBalance { units } } pending { normalBalance { units } } encumbrance { normalBalance { units } } available(layer: ENCUMBRANCE) { normalBalance { units } } } } } }`;
 
@@ -75,10 +83,10 @@ export function createMcpServer(backend: McpBackend, options: McpServerOptions):
 
   server.setRequestHandler(ListToolsRequestSchema, async (request) => listTools(backend, options, request.params?.cursor));
 
-  server.setRequestHandler(CallToolRequestSchema, async (request) => {
+  server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     const meta = request.params._meta as Record<string, unknown> | undefined;
     const executionId = typeof meta?.executionId === 'string' ? meta.executionId : randomUUID();
-    return callTool(backend, options, request.params.name, request.params.arguments ?? {}, executionId);
+    return callTool(backend, options, request.params.name, request.params.arguments ?? {}, executionId, extra.signal);
   });
 
   server.setRequestHandler(ListResourcesRequestSchema, async () => ({ resources: [] }));
@@ -141,8 +149,16 @@ function toMcpTool(node: ToolNode): Tool {
  * invokeAction of the latest ACTIVE version. A failed call (or a refused one) is a tool result with
  * isError and the code, message and hint, so a model can correct itself.
  */
-export async function callTool(backend: McpBackend, options: McpServerOptions, name: string, args: Record<string, unknown>, executionId: string): Promise<CallToolResult> {
+export async function callTool(
+  backend: McpBackend,
+  options: McpServerOptions,
+  name: string,
+  args: Record<string, unknown>,
+  executionId: string,
+  signal?: AbortSignal,
+): Promise<CallToolResult> {
   let actionVersion: number | null = null;
+  let kind = 'tool';
   if (name !== 'graphql' && name !== 'cel') {
     const found = await backend.graphql(TOOL_BY_NAME, { name });
     const error = found.errors?.[0];
@@ -150,11 +166,27 @@ export async function callTool(backend: McpBackend, options: McpServerOptions, n
       if (error.extensions?.code !== 'NOT_FOUND') return failure(error);
       return failure({ ...error, message: error.message, extensions: { ...error.extensions, hint: await availableNames(backend, options) } });
     }
-    actionVersion = (found.data as { actions: { tool: { version: number } } }).actions.tool.version;
+    ({ version: actionVersion, kind } = (found.data as { actions: { tool: { version: number; kind: string } } }).actions.tool);
   }
-  const result = await backend.graphql(INVOKE, { name, input: { executionId, actionVersion, input: args } });
-  if (result.errors?.length) return failure(result.errors[0]!);
-  const execution = (result.data as { actions: { invokeAction: { executionId: string; status: string; output: unknown; error: ErrorShape | null } } }).actions.invokeAction;
+  let execution: ExecutionShape;
+  if (STARTED_KINDS.has(kind)) {
+    // A model or agent tool cannot be invoked: start it (same id and input, the version found) and wait.
+    const started = await backend.graphql(START, { name, input: { executionId, actionVersion, input: args } });
+    if (started.errors?.length) return failure(started.errors[0]!);
+    const waited = await waitForRun(backend, options, (started.data as { actions: { startAction: ExecutionShape } }).actions.startAction, signal);
+    if ('failed' in waited) return waited.failed;
+    execution = waited.execution;
+    if (!TERMINAL.has(execution.status)) {
+      return {
+        content: [{ type: 'text', text: `execution ${execution.executionId} is still ${execution.status} after ${Math.round((options.callWaitMs ?? DEFAULT_LIMITS.mcpCallWaitMs) / 1000)} s; read it later with the graphql tool: { actions { execution(executionId: "${execution.executionId}", waitMs: ${backend.waitMsMax}) { status output error { code message hint } } } }` }],
+        _meta: { executionId: execution.executionId, status: execution.status },
+      };
+    }
+  } else {
+    const result = await backend.graphql(INVOKE, { name, input: { executionId, actionVersion, input: args } });
+    if (result.errors?.length) return failure(result.errors[0]!);
+    execution = (result.data as { actions: { invokeAction: ExecutionShape } }).actions.invokeAction;
+  }
   if (execution.status !== 'SUCCEEDED') {
     return failure({ message: execution.error?.message ?? execution.status, extensions: { code: execution.error?.code ?? execution.status, hint: execution.error?.hint, details: execution.error?.details } }, execution.executionId);
   }
@@ -165,6 +197,42 @@ export async function callTool(backend: McpBackend, options: McpServerOptions, n
     ...(structured ? { structuredContent: execution.output as Record<string, unknown> } : {}),
     _meta: { executionId: execution.executionId },
   };
+}
+
+/**
+ * Long-poll a started execution (`execution(waitMs:)`, each wait at most the backend's waitMsMax)
+ * until it is terminal, callWaitMs passed or the MCP request was cancelled; returns it as last read.
+ */
+async function waitForRun(
+  backend: McpBackend,
+  options: McpServerOptions,
+  execution: ExecutionShape,
+  signal?: AbortSignal,
+): Promise<{ execution: ExecutionShape } | { failed: CallToolResult }> {
+  const end = Date.now() + (options.callWaitMs ?? DEFAULT_LIMITS.mcpCallWaitMs);
+  let waitMsMax = backend.waitMsMax;
+  while (!TERMINAL.has(execution.status) && !signal?.aborted) {
+    const left = end - Date.now();
+    if (left <= 0) break;
+    const read = await backend.graphql(WAIT, { id: execution.executionId, waitMs: Math.min(waitMsMax, left) }, signal);
+    const error = read.errors?.[0];
+    const smaller = (error?.extensions?.details as { executionWaitMsMax?: unknown } | undefined)?.executionWaitMsMax;
+    if (error?.extensions?.code === 'LIMIT_EXCEEDED' && typeof smaller === 'number' && smaller > 0 && smaller < waitMsMax) {
+      // A server configured with a smaller executionWaitMsMax: ask for that.
+      waitMsMax = smaller;
+      continue;
+    }
+    if (error) return { failed: failure(error, execution.executionId) };
+    execution = (read.data as { actions: { execution: ExecutionShape } }).actions.execution;
+  }
+  return { execution };
+}
+
+interface ExecutionShape {
+  executionId: string;
+  status: string;
+  output: unknown;
+  error: ErrorShape | null;
 }
 
 interface ErrorShape {

@@ -20,7 +20,8 @@ export type StdioTarget = { engine: Engine; principal: string } | { server: stri
  */
 export async function serveStdio(target: StdioTarget, log: (line: string) => void): Promise<void> {
   const backend: McpBackend = 'engine' in target ? engineBackend(target.engine, { principal: target.principal }) : remoteBackend(target.server, target.apiKey, DEFAULT_LIMITS.requestTimeoutMs);
-  const options = { toolsPageSize: 'engine' in target ? target.engine.limits.mcpToolsPageSize : DEFAULT_LIMITS.mcpToolsPageSize };
+  const limits = 'engine' in target ? target.engine.limits : DEFAULT_LIMITS;
+  const options = { toolsPageSize: limits.mcpToolsPageSize, callWaitMs: limits.mcpCallWaitMs };
   const server = createMcpServer(backend, options);
   if ('engine' in target) {
     // In-process, a change made through this engine (a tool calling createAction) is seen at once.
