@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { databaseTarget, type GraphqlResponse, serverTarget, type Target } from '../deploy/target.js';
+import type { Engine } from '../engine.js';
 import { EXIT, OperationError, UsageError } from './errors.js';
 
 export interface Options {
@@ -201,6 +202,48 @@ function formatError(error: { code: string; message: string; hint?: string | nul
   return `${indent}${error.code}: ${error.message}${error.hint ? `\n${indent}  hint: ${error.hint}` : ''}\n`;
 }
 
+/** How long `tally start --wait` waits by default, in seconds. */
+const WAIT_TIMEOUT_S = 120;
+/** One long-poll's waitMs: under the server's executionWaitMsMax (30 s by default) and its requestTimeoutMs. */
+const WAIT_POLL_MS = 25_000;
+const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
+const WAIT_QUERY = `query($e: UUID!, $w: Int) { actions { execution(executionId: $e, waitMs: $w) { ${EXECUTION_FIELDS} } } }`;
+
+/**
+ * Wait for a started execution until it is terminal or timeoutMs passed; returns it as last read.
+ * A server: long-polls (`execution(waitMs:)`). A database file: nothing else may be running its
+ * queue, so this process runs a worker (drainAll) until the execution ends or time runs out.
+ */
+async function waitForExecution(target: Target, execution: Record<string, any>, timeoutMs: number): Promise<Record<string, any>> {
+  const end = Date.now() + timeoutMs;
+  const read = async (waitMs: number) => (await call(target, WAIT_QUERY, { e: execution.executionId, w: waitMs })).actions.execution as Record<string, any>;
+  if (!('engine' in target)) {
+    while (!TERMINAL.has(execution.status)) {
+      const left = end - Date.now();
+      if (left <= 0) break;
+      execution = await read(Math.min(WAIT_POLL_MS, left));
+    }
+    return execution;
+  }
+  const worker = (target as Target & { engine: Engine }).engine.createWorker({ owner: `cli-${process.pid}` });
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), Math.max(0, end - Date.now()))));
+  try {
+    while (!TERMINAL.has(execution.status) && Date.now() < end) {
+      if ((await Promise.race([worker.drainAll(), timedOut])) === 'timeout') break;
+      execution = await read(0);
+      // Not due yet (a retry's backoff): look again shortly.
+      if (!TERMINAL.has(execution.status)) await Promise.race([new Promise((resolve) => setTimeout(resolve, 250)), timedOut]);
+    }
+    execution = await read(0);
+  } finally {
+    clearTimeout(timer);
+    // A run still in flight goes back to the queue, due at once, for the next worker.
+    await worker.stop();
+  }
+  return execution;
+}
+
 export async function runCommand(verb: 'invoke' | 'start', args: string[], options: Options, io: Io): Promise<number> {
   const name = onlyArg(args, 'tool');
   if (!name) throw new UsageError('say which tool');
@@ -209,6 +252,9 @@ export async function runCommand(verb: 'invoke' | 'start', args: string[], optio
   const input = parseJsonOption(options.input, 'input');
   const version = positiveInt(options.version, 'version');
   const executionId = options['execution-id'] === undefined ? randomUUID() : requireUuid(String(options['execution-id']), '--execution-id');
+  const wait = options.wait === true;
+  if (options.timeout !== undefined && !wait) throw new UsageError('--timeout applies to --wait');
+  const timeoutMs = (positiveInt(options.timeout, 'timeout') ?? WAIT_TIMEOUT_S) * 1000;
   const target = await openTarget(options, io);
   try {
     const actionVersion = version ?? (verb === 'invoke' ? await latestVersion(target, name) : undefined);
@@ -217,12 +263,21 @@ export async function runCommand(verb: 'invoke' | 'start', args: string[], optio
       n: name,
       i: { executionId, actionVersion: actionVersion ?? null, input },
     });
-    const execution = data.actions[field];
+    let execution = data.actions[field];
+    let waitedOut = false;
+    if (verb === 'start' && wait && !TERMINAL.has(execution.status)) {
+      execution = await waitForExecution(target, execution, timeoutMs);
+      waitedOut = !TERMINAL.has(execution.status);
+    }
     if (options.json) io.out(`${JSON.stringify(execution, null, 2)}\n`);
     else {
       io.out(`${execution.actionName}@${execution.actionVersion} ${execution.executionId} ${execution.status}\n`);
       if (execution.output !== null && execution.output !== undefined) io.out(`${JSON.stringify(execution.output, null, 2)}\n`);
       if (execution.error) io.out(`${formatError(execution.error)}  (tally execution ${execution.executionId} shows the stack, logs and attempts)\n`);
+    }
+    if (waitedOut) {
+      io.err(`still ${execution.status} after ${timeoutMs / 1000} s; tally execution ${execution.executionId} shows it\n`);
+      return EXIT.failed;
     }
     return execution.status === 'FAILED' ? EXIT.failed : EXIT.ok;
   } finally {

@@ -109,14 +109,21 @@ export const COMMANDS: Record<string, CommandSpec> = {
   },
   start: {
     name: 'start',
-    args: '<tool> --input JSON|@file [--version N] [--execution-id ID]',
-    summary: 'Queue a tool to run later (a worker runs it, with retries); prints the QUEUED execution.',
+    args: '<tool> --input JSON|@file [--version N] [--execution-id ID] [--wait [--timeout SECONDS]]',
+    summary: 'Queue a tool to run later (a worker runs it, with retries); prints the QUEUED execution.\n'
+      + 'With --wait, waits for it to end (model and agent tools too) and prints it as invoke does (exit 1 when it FAILED\n'
+      + 'or is still running at the timeout); with --db the command runs the worker itself while it waits.',
     options: {
       input: { type: 'string', value: 'JSON|@file', help: 'the tool\'s input, as JSON or @ a JSON file (required)' },
       version: { type: 'string', value: 'N', help: 'the tool version (default: the latest when it runs)' },
       'execution-id': { type: 'string', value: 'ID', help: 'the idempotency key (default: a new UUID)' },
+      wait: { type: 'boolean', help: 'wait until the execution ends and print its output' },
+      timeout: { type: 'string', value: 'SECONDS', help: 'with --wait: how long to wait (default 120)' },
     },
-    examples: ['tally start notify_large --input \'{"transaction_id": "c0000000-0000-4000-8000-000000000011", "amount": "15000"}\''],
+    examples: [
+      'tally start notify_large --input \'{"transaction_id": "c0000000-0000-4000-8000-000000000011", "amount": "15000"}\'',
+      'tally start teller --input \'{"account_id": "b0000000-0000-4000-8000-000000000011", "message": "what is my balance?"}\' --wait --timeout 60',
+    ],
     target: true,
   },
   executions: {
