@@ -18,6 +18,8 @@ import { type AgentConfig, type ModelConfig, modelConfig, renderPrompt } from '.
 const NAME_SHOWN_MAX = 64;
 /** Tool names listed to a model that asked for one it does not have. */
 const NAMES_LISTED_MAX = 20;
+/** Allowance per try for the provider client's pause before a retry, in the bound on a whole model call. */
+const RETRY_PAUSE_MS = 10_000;
 /** Corrective turns after an answer that does not match the output schema. */
 const CORRECTIONS_MAX = 1;
 
@@ -139,8 +141,9 @@ export class AgentRuns {
     let output: unknown = null;
     let error: ErrorData | null = null;
     let backoff = DEFAULT_EXECUTION.backoff;
+    let ctx: RunContext | null = null;
     try {
-      const ctx = this.load(claim, aborts);
+      ctx = this.load(claim, aborts);
       backoff = ctx.version.execution.backoff;
       output = ctx.version.kind === 'agent' ? await runAgent(ctx, ctx.executionId, ctx.version, ctx.input, 1) : await runModel(ctx, ctx.executionId, ctx.version, ctx.input, 1);
     } catch (e) {
@@ -150,8 +153,15 @@ export class AgentRuns {
         tryWrite(svc, () => svc.queue.releaseRun.run({ execution_id: claim.row.execution_id, owner: claim.owner, now: svc.clock.now().toISOString() }));
         return;
       }
-      const failure = toEngineError(e);
+      let failure = toEngineError(e);
       if (failure.code === 'INTERNAL') svc.logError(e);
+      if (ctx && Date.now() > ctx.deadline && isRetryable(failure.toData())) {
+        // Cut short by the whole-run deadline (a model call aborted at it): another attempt could not run.
+        failure = new EngineError('TIMEOUT', `${ctx.version.name} ran past its whole-run deadline (${failure.code}: ${failure.message})`, {
+          hint: 'Raise config.runTimeoutMs (at most agentRunMsMax), or give the agent less to do.',
+          details: { retry: false },
+        });
+      }
       error = failure.toData();
     } finally {
       lease.stop();
@@ -344,11 +354,26 @@ async function modelTurn(ctx: RunContext, runId: string, turn: number, depth: nu
     // The SDK's timeout ends at the response headers: a body that stalls is ended by this one,
     // every try's timeout in a row, and never past the run's deadline.
     const { timeoutMs, maxRetries } = provider.config;
-    const bound = Math.max(1, Math.min(ctx.deadline - Date.now(), timeoutMs * (maxRetries + 1)));
-    response = await provider.complete({
-      model: config.model, instructions: request.instructions, messages: request.messages, tools: request.tools.map((t) => t.spec),
-      temperature: config.temperature, maxTokens: config.maxTokens, responseSchema: request.responseSchema, signal: AbortSignal.any([ctx.signal, AbortSignal.timeout(bound)]),
-    });
+    const untilDeadline = ctx.deadline - Date.now();
+    const bound = Math.max(1, Math.min(untilDeadline, (timeoutMs + RETRY_PAUSE_MS) * (maxRetries + 1)));
+    const cut = new AbortController();
+    const timer = setTimeout(
+      () =>
+        cut.abort(
+          bound === untilDeadline
+            ? new EngineError('TIMEOUT', `${ctx.version.name} reached its whole-run deadline while provider ${config.provider} (model ${config.model}) was answering`, { details: { retry: false } })
+            : new EngineError('TIMEOUT', `provider ${config.provider} (model ${config.model}) did not finish answering within ${bound} ms`),
+        ),
+      bound,
+    );
+    try {
+      response = await provider.complete({
+        model: config.model, instructions: request.instructions, messages: request.messages, tools: request.tools.map((t) => t.spec),
+        temperature: config.temperature, maxTokens: config.maxTokens, responseSchema: request.responseSchema, signal: AbortSignal.any([ctx.signal, cut.signal]),
+      });
+    } finally {
+      clearTimeout(timer);
+    }
   } catch (error) {
     if (ctx.signal.aborted) throw error;
     const failure = toEngineError(error);

@@ -49,7 +49,7 @@ function latestResult(request) {
   if (result.isError) return { kind: 'error', message: errorMessage(result, parsed) };
   if (parsed && typeof parsed.account_id === 'string') return { kind: 'balance', value: parsed };
   if (parsed && 'from_available' in parsed && 'to_available' in parsed) return { kind: 'transfer', value: parsed };
-  if (parsed && 'code' in parsed) return { kind: 'error', message: errorMessage(result, parsed) };
+  if (parsed && ('code' in parsed || (parsed.error && typeof parsed.error === 'object'))) return { kind: 'error', message: errorMessage(result, parsed) };
   return { kind: 'other' };
 }
 
