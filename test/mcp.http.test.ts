@@ -302,9 +302,10 @@ describe('/mcp resource bounds: hostile initialize bodies, list checks after com
     // The first read of each key's list (the baseline) is done.
     await new Promise((r) => setTimeout(r, 1200));
     const engine = running.engine;
-    const original = engine.graphql;
+    // MCP sessions send their requests through graphqlAsync (a long-poll may wait).
+    const original = engine.graphqlAsync;
     let mcpCalls = 0;
-    engine.graphql = (query, variables, options) => {
+    engine.graphqlAsync = (query, variables, options) => {
       if (options?.transport === 'mcp') mcpCalls++;
       return original(query, variables, options);
     };
@@ -328,7 +329,7 @@ describe('/mcp resource bounds: hostile initialize bodies, list checks after com
       expect(mcpCalls).toBeLessThanOrEqual(8);
     } finally {
       foreign.close();
-      engine.graphql = original;
+      engine.graphqlAsync = original;
       await Promise.all(clients.map(({ client }) => client.close()));
     }
   });
