@@ -250,7 +250,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     checkProgram: (fileName, source) => sandbox().checkSyntax({ fileName, source }),
   };
   const providerConfigs = options.providers === undefined ? [] : parseProviders(options.providers);
-  const models = providerConfigs.length > 0 ? new ModelProviders(providerConfigs, limits) : null;
+  const models = providerConfigs.length > 0 ? await ModelProviders.create(providerConfigs, limits) : null;
   actionDeps.providers = models;
   const schema: GraphQLSchema = buildSchema(limits);
   const documents = new DocumentCache(schema, limits);

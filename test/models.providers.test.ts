@@ -1,4 +1,4 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startScriptedModel, type ScriptedModel } from '../examples/scripted-model/server.mjs';
 import { EngineError } from '../src/errors.js';
 import { resolveLimits, type Limits } from '../src/limits.js';
@@ -494,7 +494,10 @@ describe('ModelProviders', () => {
     { name: 'local', format: 'openai', baseUrl: 'http://127.0.0.1:1/v1', models: ['llama3.2', 'qwen'] },
     { name: 'claude', format: 'anthropic', baseUrl: 'http://127.0.0.1:1', models: ['claude-x'], apiKeyEnv: 'UNSET_KEY_VAR' },
   ]);
-  const providers = new ModelProviders(configs, resolveLimits(), {});
+  let providers: ModelProviders;
+  beforeAll(async () => {
+    providers = await ModelProviders.create(configs, resolveLimits(), {});
+  });
 
   it('lists, gets and checks providers and models', () => {
     expect(providers.names()).toEqual(['local', 'claude']);

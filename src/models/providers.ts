@@ -5,8 +5,6 @@
  */
 import { EngineError, quote } from '../errors.js';
 import type { Limits } from '../limits.js';
-import { AnthropicProvider } from './anthropic.js';
-import { OpenAiProvider } from './openai.js';
 import type { ModelFormat, ModelProvider, ProviderConfig } from './types.js';
 
 const NAME = /^[a-z][a-z0-9]*(?:[_-][a-z0-9]+)*$/;
@@ -140,12 +138,21 @@ export function parseProviders(value: unknown, env: NodeJS.ProcessEnv = process.
 export class ModelProviders {
   readonly #providers = new Map<string, ModelProvider>();
 
-  constructor(configs: ProviderConfig[], limits: Readonly<Limits>, env: NodeJS.ProcessEnv = process.env) {
+  /**
+   * The SDK of each wire format is loaded only when a provider uses it (~0.5 s of start-up for
+   * both): a process without providers never loads either.
+   */
+  static async create(configs: ProviderConfig[], limits: Readonly<Limits>, env: NodeJS.ProcessEnv = process.env): Promise<ModelProviders> {
+    const formats = new Set(configs.map((c) => c.format));
+    const openai = formats.has('openai') ? (await import('./openai.js')).OpenAiProvider : null;
+    const anthropic = formats.has('anthropic') ? (await import('./anthropic.js')).AnthropicProvider : null;
+    return new ModelProviders(configs, (config) => (config.format === 'openai' ? new openai!(config, limits, env) : new anthropic!(config, limits, env)));
+  }
+
+  private constructor(configs: ProviderConfig[], make: (config: ProviderConfig) => ModelProvider) {
     for (const config of configs) {
       if (this.#providers.has(config.name)) throw bad(`provider ${quote(config.name)} is configured twice`, 'Give each provider its own name.');
-      const provider =
-        config.format === 'openai' ? new OpenAiProvider(config, limits, env) : new AnthropicProvider(config, limits, env);
-      this.#providers.set(config.name, provider);
+      this.#providers.set(config.name, make(config));
     }
   }
 
