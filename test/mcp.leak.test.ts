@@ -78,7 +78,7 @@ describe('actions.tools / actions.tool / MCP tools/list show what calling a tool
   });
 
   it('Tool has no config, source, policies, references or execution settings to ask for', () => {
-    for (const field of ['config', 'policies { assertions }', 'tools { name }', 'execution { timeoutMs }', 'tool { name }', 'versions { config }', 'kind', 'status']) {
+    for (const field of ['config', 'policies { assertions }', 'tools { name }', 'execution { timeoutMs }', 'tool { name }', 'versions { config }', 'status']) {
       for (const query of [`{ actions { tools(first: 10) { nodes { ${field} } } } }`, `{ actions { tool(name: "pub") { ${field} } } }`]) {
         const result = as(engine, 'attacker', query);
         expect(result.data ?? null, query).toBeNull();
@@ -86,7 +86,8 @@ describe('actions.tools / actions.tool / MCP tools/list show what calling a tool
       }
     }
     const fields = ok(engine, '{ __type(name: "Tool") { fields { name } } }').__type.fields.map((f: { name: string }) => f.name);
-    expect(fields.sort()).toEqual(['access', 'actionId', 'description', 'inputSchema', 'name', 'outputSchema', 'title', 'version']);
+    // kind is what calling it needs: a model or agent tool is started and waited for, not invoked.
+    expect(fields.sort()).toEqual(['access', 'actionId', 'description', 'inputSchema', 'kind', 'name', 'outputSchema', 'title', 'version']);
   });
 
   it('the attacker gets what calling pub needs, through tools and tool, and nothing of its program', () => {
