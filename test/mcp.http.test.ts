@@ -99,7 +99,7 @@ describe('/mcp on tally serve: Streamable HTTP with the SDK client against a rea
 
   beforeAll(async () => {
     ({ path, keys } = await bankDatabase());
-    // Two actions a page: examples/bank's five tools take three pages (mcpToolsPageSize crossed).
+    // Two actions a page: examples/bank's seven tools take four pages (mcpToolsPageSize crossed).
     running = await startServer(ADMIN, { path, limits: { mcpToolsPageSize: 2 } });
     mcpUrl = running.url.replace('/graphql', '/mcp');
   }, 30_000);
@@ -112,8 +112,8 @@ describe('/mcp on tally serve: Streamable HTTP with the SDK client against a rea
     const { client, transport } = await connect(mcpUrl, keys.operator!);
     expect(transport.sessionId).toMatch(/^[0-9a-f-]{36}$/);
     const { tools, pages } = await allTools(client);
-    expect(pages).toBe(3);
-    expect(tools.map((t) => t.name)).toEqual(expect.arrayContaining(['graphql', 'cel', 'transfer', 'refund', 'lock_account']));
+    expect(pages).toBe(4);
+    expect(tools.map((t) => t.name)).toEqual(expect.arrayContaining(['graphql', 'cel', 'transfer', 'refund', 'lock_account', 'balance', 'teller']));
     const executionId = 'd0000000-0000-4000-8000-000000000101';
     const args = { transaction_id: tx(101), from: ALICE, to: BOB, amount: '25' };
     const result = (await client.callTool({ name: 'transfer', arguments: args, _meta: { executionId } })) as CallToolResult;
