@@ -91,11 +91,10 @@ async function chat(messages: unknown[]): Promise<any> {
 }
 /** The same two turns and the posting, by hand: no records, no authority, no sandbox. */
 async function rawRun(n: number): Promise<void> {
-  const [from, to] = pair(n);
   const messages: unknown[] = [{ role: 'system', content: 'Post the transfer asked for.' }, { role: 'user', content: `run ${n}` }];
   const first = await chat(messages);
   const call = first.choices[0].message.tool_calls[0];
-  raw.post(n, from, to, 100);
+  raw.post(n);
   messages.push(first.choices[0].message, { role: 'tool', tool_call_id: call.id, content: JSON.stringify({ posted: JSON.parse(call.function.arguments).n }) });
   const second = await chat(messages);
   if (second.choices[0].message.content !== 'done') throw new Error('unexpected answer');

@@ -43,7 +43,7 @@ export interface Limits {
    * Largest cost of one operation, computed before any resolver runs: every field costs 1, and the
    * fields below a connection count once per `first` (a plain list: per item its limit allows). So
    * nested connections multiply, and one short query cannot ask for millions of rows. The costliest
-   * query the repo sends (`tally tree`: seven levels of an execution's calls) costs 66,573, GraphiQL's
+   * query the repo sends (`tally execution`: seven levels of an execution's calls, with model turns) costs 98,412, GraphiQL's
    * introspection ~7,200; with full pages a unit is ~10-40 µs of work, so ~1-4 s at the bound.
    */
   queryCostMax: number;

@@ -328,14 +328,17 @@ export async function executionsCommand(args: string[], options: Options, io: Io
 
 const TREE_DEPTH = 6;
 function treeFields(depth: number): string {
-  const own = 'executionId kind actionName actionVersion status error { code message } invocation { durationMs }';
+  const own = 'executionId kind actionName actionVersion status error { code message } invocation { durationMs } model { model inputTokens outputTokens latencyMs }';
   return depth === 0 ? own : `${own} children { ${treeFields(depth - 1)} }`;
 }
 
 /** The call tree, one line per call: status, duration, error code. */
 export function drawTree(node: Record<string, any>, prefix = '', last = true, root = true): string {
-  const label = `${node.kind === 'TOOL' ? `${node.actionName}@${node.actionVersion ?? '?'}` : node.actionName} ${node.status}`;
-  const ms = node.invocation?.durationMs;
+  const model = node.model as { model: string; inputTokens: number | null; outputTokens: number | null; latencyMs: number } | null | undefined;
+  const name = node.kind === 'TOOL' || node.kind === 'AGENT' || (node.kind === 'MODEL' && node.actionVersion !== null) ? `${node.actionName}@${node.actionVersion ?? '?'}` : node.actionName;
+  const tokens = model && (model.inputTokens !== null || model.outputTokens !== null) ? ` ${model.inputTokens ?? '?'}→${model.outputTokens ?? '?'} tokens` : '';
+  const label = `${name}${model ? ` ${model.model}` : ''} ${node.status}${tokens}`;
+  const ms = node.invocation?.durationMs ?? model?.latencyMs;
   const line = `${root ? '' : `${prefix}${last ? '└─ ' : '├─ '}`}${label}${ms === null || ms === undefined ? '' : ` ${ms} ms`}${node.error ? ` ${node.error.code}` : ''}\n`;
   const children = (node.children ?? []) as Array<Record<string, any>>;
   const childPrefix = root ? '' : `${prefix}${last ? '   ' : '│  '}`;
