@@ -188,6 +188,11 @@ export interface Limits {
   /** Model and agent runs one worker keeps in flight at once (each mostly waits on its provider). */
   agentRunsConcurrentMax: number;
   /**
+   * Of those, the runs of one client (starter): its further due runs wait while other clients'
+   * runs are taken, so one client starting many slow runs cannot hold every slot.
+   */
+  agentRunsPerClientMax: number;
+  /**
    * How long a worker holds a claimed model or agent run without a step; a run whose worker died is
    * picked up again after it. Renewed at every step and every leaseMs / 3 while a model answers.
    */
@@ -274,6 +279,7 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   agentToolCallsMax: 64,
   agentRunMsMax: 15 * 60_000,
   agentRunsConcurrentMax: 16,
+  agentRunsPerClientMax: 4,
   agentLeaseMs: 30_000,
   agentConversationBytesMax: 1_048_576,
   executionWaitMsMax: 30_000,

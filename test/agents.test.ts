@@ -406,3 +406,76 @@ describe('the agent limits, each crossed', () => {
     }
   });
 });
+
+const LIMIT_PER_CLIENT = 2;
+
+describe('runs in the worker: fairness between clients, stopping, structured output', () => {
+  it('the attacker: one client starting many slow runs holds at most agentRunsPerClientMax slots; another client’s run starts at once', async () => {
+    const { engine, model } = await bank(
+      'openai',
+      [(request) => (request.messages.some((m) => m.role === 'user' && m.text.startsWith('slow')) ? { delayMs: 800, text: 'slow done' } : { text: 'quick done' })],
+      {},
+      { agentRunsConcurrentMax: 4, agentRunsPerClientMax: LIMIT_PER_CLIENT },
+    );
+    try {
+      ok(engine, `mutation($p: [PolicyInput!]!) { auth { createClient(input: {principal: "hog", name: "Hog", policies: $p}) { apiKey } } }`, {
+        p: [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['*'] }, { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }],
+      });
+      for (let i = 0; i < 8; i++) ok(engine, START, { n: 'teller', e: tx(6000 + i), i: { account_id: ALICE, message: `slow ${i}` } }, 'hog');
+      ok(engine, START, { n: 'teller', e: tx(6100), i: { account_id: ALICE, message: 'quick' } }, 'operator');
+      await engine.createWorker().drainAll();
+      const rows = engine.db.prepare("SELECT execution_id, principal, status, started, finished FROM executions WHERE kind = 'AGENT' ORDER BY execution_id").all() as Array<{ execution_id: string; principal: string; status: string; started: string; finished: string }>;
+      expect(rows.every((r) => r.status === 'SUCCEEDED')).toBe(true);
+      const victim = rows.find((r) => r.principal === 'operator')!;
+      const hogStarts = rows.filter((r) => r.principal === 'hog').map((r) => r.started).sort();
+      // Two of the hog's runs started first; its others waited for those, and the victim for none.
+      expect(victim.finished < hogStarts[2]!).toBe(true);
+      expect(hogStarts[1]! < hogStarts[2]!).toBe(true);
+    } finally {
+      engine.close();
+      await model.close();
+    }
+  });
+
+  it('a worker that stops gives its runs back (due at once, the attempt not counted), and another worker finishes them', async () => {
+    let slow = true;
+    const { engine, model } = await bank('openai', [() => (slow ? { delayMs: 3000, text: 'late' } : { text: 'on time' })]);
+    try {
+      const e = tx(7000);
+      ok(engine, START, { n: 'teller', e, i: { account_id: ALICE, message: 'hello' } }, 'operator');
+      const worker = engine.createWorker({ pollMs: 10 });
+      worker.start();
+      for (let i = 0; i < 200 && ok(engine, TREE, { e }).actions.execution.status !== 'RUNNING'; i++) await new Promise((r) => setTimeout(r, 10));
+      expect(worker.runsInFlight).toBe(1);
+      await worker.stop();
+      expect(ok(engine, TREE, { e }).actions.execution).toMatchObject({ status: 'QUEUED', attempt: 0, children: [] });
+      slow = false;
+      await engine.createWorker().drainAll();
+      expect(ok(engine, TREE, { e }).actions.execution).toMatchObject({ status: 'SUCCEEDED', attempt: 1, output: { text: 'on time' } });
+    } finally {
+      engine.close();
+      await model.close();
+    }
+  });
+
+  it('a model tool over the anthropic format answers through the forced respond tool, validated against its schema', async () => {
+    const { engine, model } = await bank('anthropic', [(request) => ({ json: { category: request.forcedTool === 'respond' ? 'rent' : 'other' } })]);
+    try {
+      ok(engine, CREATE, {
+        id: tx(902),
+        input: {
+          name: 'classify', kind: 'model',
+          config: { provider: 'local', model: 'other', prompt: 'Memo: {{memo}}' },
+          tool: { description: 'Classify a payment memo.', inputSchema: { type: 'object', properties: { memo: { type: 'string' } }, required: ['memo'] },
+            outputSchema: { type: 'object', properties: { category: { enum: ['rent', 'food', 'other'] } }, required: ['category'] } },
+        },
+      });
+      const run1 = await run(engine, 'classify', { memo: 'November rent' });
+      expect(run1).toMatchObject({ status: 'SUCCEEDED', kind: 'MODEL', output: { category: 'rent' } });
+      expect(model.requests.at(-1)!.responseSchema).toMatchObject({ properties: { category: { enum: ['rent', 'food', 'other'] } } });
+    } finally {
+      engine.close();
+      await model.close();
+    }
+  });
+});

@@ -81,7 +81,7 @@ export interface AgentRunsOptions {
  * worker that lost its run writes nothing more.
  */
 export class AgentRuns {
-  private readonly inflight = new Map<string, { done: Promise<void>; abort: AbortController }>();
+  private readonly inflight = new Map<string, { done: Promise<void>; abort: AbortController; principal: string }>();
   private stopping = false;
 
   constructor(
@@ -95,6 +95,18 @@ export class AgentRuns {
 
   hasRoom(): boolean {
     return !this.stopping && this.inflight.size < this.svc.limits.agentRunsConcurrentMax;
+  }
+
+  /**
+   * What the queue may hand this worker: model and agent runs when it has a slot (`runs`), except
+   * those of principals that already have agentRunsPerClientMax runs in flight here (`busy`).
+   */
+  claimable(): { runs: number; busy: string } {
+    if (!this.hasRoom()) return { runs: 0, busy: '[]' };
+    const counts = new Map<string, number>();
+    for (const run of this.inflight.values()) counts.set(run.principal, (counts.get(run.principal) ?? 0) + 1);
+    const busy = [...counts].filter(([, n]) => n >= this.svc.limits.agentRunsPerClientMax).map(([principal]) => principal);
+    return { runs: 1, busy: JSON.stringify(busy) };
   }
 
   /** Inside the worker's write transaction: lease the row to this worker for one attempt. */
@@ -112,7 +124,7 @@ export class AgentRuns {
       this.inflight.delete(claim.row.execution_id);
       this.options.wake();
     });
-    this.inflight.set(claim.row.execution_id, { done, abort });
+    this.inflight.set(claim.row.execution_id, { done, abort, principal: claim.row.principal ?? '' });
   }
 
   /** Resolves when any run in flight ends. */

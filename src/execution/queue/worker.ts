@@ -61,13 +61,13 @@ export class Worker {
 
   private next(): AttemptOutcome | 'launched' | null {
     const now = this.svc.clock.now().toISOString();
-    const room = this.runs.hasRoom();
-    const next = (room ? this.svc.queue.nextRunAt : this.svc.queue.nextRunAtInTransaction).get();
+    const which = this.runs.claimable();
+    const next = this.svc.queue.nextRunAt.get(which);
     if (!next?.run_at || next.run_at > now) return null;
     let claimed: { executionId: string; attempt: number } | null = null;
     try {
       const result = this.transactions.run<AttemptOutcome | ReturnType<AgentRuns['claim']> | 'taken' | null>('write', () => {
-        const row = (room ? this.svc.queue.nextDue : this.svc.queue.nextDueInTransaction).get(now);
+        const row = this.svc.queue.nextDue.get({ now, ...which });
         if (!row) return { value: null, commit: false };
         if (row.kind === 'MODEL' || row.kind === 'AGENT') {
           // Claimed here, run outside this transaction: its model calls take seconds.
@@ -172,7 +172,7 @@ export class Worker {
 
   private untilNextMs(): number {
     try {
-      const next = (this.runs.hasRoom() ? this.svc.queue.nextRunAt : this.svc.queue.nextRunAtInTransaction).get()?.run_at;
+      const next = this.svc.queue.nextRunAt.get(this.runs.claimable())?.run_at;
       if (!next) return this.options.pollMs;
       return Math.max(1, Math.min(this.options.pollMs, Date.parse(next) - this.svc.clock.now().getTime()));
     } catch {

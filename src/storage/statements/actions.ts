@@ -159,18 +159,19 @@ export function queueStatements(db: Db) {
     ),
     /**
      * The next due execution: QUEUED at its run_at, or a RUNNING model or agent run whose lease
-     * (run_at) expired because its worker died. `InTransaction`: only those that run inside a
-     * transaction (a worker whose model and agent slots are all busy asks for these).
+     * (run_at) expired because its worker died. Model and agent runs only when `runs` is 1 (the
+     * worker has a slot), and not those of the principals in `busy` (a JSON array: those at their
+     * share of the slots), so one client's runs cannot take every slot.
      */
-    nextDue: db.prepare<[string], QueueRow>(
-      "SELECT * FROM executions WHERE status IN ('QUEUED', 'RUNNING') AND run_at <= ? ORDER BY run_at, seq LIMIT 1",
+    nextDue: db.prepare<[{ now: string; runs: number; busy: string }], QueueRow>(
+      `SELECT * FROM executions WHERE status IN ('QUEUED', 'RUNNING') AND run_at <= @now
+         AND (kind NOT IN ('MODEL', 'AGENT') OR (@runs = 1 AND coalesce(principal, '') NOT IN (SELECT value FROM json_each(@busy))))
+       ORDER BY run_at, seq LIMIT 1`,
     ),
-    nextDueInTransaction: db.prepare<[string], QueueRow>(
-      "SELECT * FROM executions WHERE status IN ('QUEUED', 'RUNNING') AND run_at <= ? AND kind NOT IN ('MODEL', 'AGENT') ORDER BY run_at, seq LIMIT 1",
-    ),
-    nextRunAt: db.prepare<[], { run_at: string | null }>("SELECT min(run_at) AS run_at FROM executions WHERE status IN ('QUEUED', 'RUNNING')"),
-    nextRunAtInTransaction: db.prepare<[], { run_at: string | null }>(
-      "SELECT min(run_at) AS run_at FROM executions WHERE status IN ('QUEUED', 'RUNNING') AND kind NOT IN ('MODEL', 'AGENT')",
+    /** When the next execution nextDue would take is due (the same conditions, without `now`). */
+    nextRunAt: db.prepare<[{ runs: number; busy: string }], { run_at: string | null }>(
+      `SELECT min(run_at) AS run_at FROM executions WHERE status IN ('QUEUED', 'RUNNING')
+         AND (kind NOT IN ('MODEL', 'AGENT') OR (@runs = 1 AND coalesce(principal, '') NOT IN (SELECT value FROM json_each(@busy))))`,
     ),
     /** Claim a model or agent run for one attempt: RUNNING, leased to `owner` until `until` (its run_at while it runs). */
     claimRun: db.prepare<[{ execution_id: string; owner: string; until: string; now: string }]>(
