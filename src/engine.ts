@@ -125,7 +125,7 @@ export interface Engine {
    * its status every executionWaitPollMs for workers in other processes. Holds no transaction. With
    * executionWaitersMax waits in flight it resolves at once.
    */
-  waitForExecution(executionId: string, timeoutMs: number, signal?: AbortSignal): Promise<void>;
+  waitForExecution(executionId: string, timeoutMs: number, signal?: AbortSignal, principal?: string): Promise<void>;
   /** 'query' or 'mutation' for a document that validates; undefined otherwise. */
   operationType(request: GraphqlRequest): 'query' | 'mutation' | undefined;
   /** The operation a request would run (type, name, @dryRun), when its document validates. */
@@ -395,6 +395,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const waitersById = new Map<string, Set<(status: string) => void>>();
   let waitersInFlight = 0;
   let waitsRefused = 0;
+  const waitersByPrincipal = new Map<string, number>();
   const executionStatus = queue.executionStatus;
 
   /** The execution's status, read in a statement of its own; null when it does not exist. */
@@ -402,13 +403,15 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     return (executionStatus.get(executionId) as string | undefined) ?? null;
   }
 
-  async function waitForExecution(executionId: string, timeoutMs: number, signal?: AbortSignal): Promise<void> {
+  async function waitForExecution(executionId: string, timeoutMs: number, signal?: AbortSignal, principal?: string): Promise<void> {
     if (!(timeoutMs > 0) || signal?.aborted) return;
-    if (waitersInFlight >= limits.executionWaitersMax) {
+    const mine = principal === undefined ? 0 : (waitersByPrincipal.get(principal) ?? 0);
+    if (waitersInFlight >= limits.executionWaitersMax || mine >= limits.executionWaitersPerClientMax) {
       waitsRefused++;
       return;
     }
     waitersInFlight++;
+    if (principal !== undefined) waitersByPrincipal.set(principal, mine + 1);
     try {
       await new Promise<void>((resolve) => {
         let finished = false;
@@ -445,6 +448,11 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       });
     } finally {
       waitersInFlight--;
+      if (principal !== undefined) {
+        const left = (waitersByPrincipal.get(principal) ?? 1) - 1;
+        if (left === 0) waitersByPrincipal.delete(principal);
+        else waitersByPrincipal.set(principal, left);
+      }
     }
   }
 
@@ -459,7 +467,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     for (const wait of waits) {
       const left = Math.min(deadline, started + wait.waitMs) - Date.now();
       if (left <= 0 || signal?.aborted) continue;
-      await waitForExecution(wait.executionId, left, signal);
+      await waitForExecution(wait.executionId, left, signal, wait.principal);
     }
     // Once, without recording waits: the answer as it is now.
     return execute(request, requestOptions);

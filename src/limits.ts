@@ -215,6 +215,8 @@ export interface Limits {
    * it a wait returns at once and the field answers the execution's current state.
    */
   executionWaitersMax: number;
+  /** Of those, the waits of one client: past it that client's further waits answer at once, the others' are unaffected. */
+  executionWaitersPerClientMax: number;
   /**
    * How long MCP tools/call of a model or agent tool (started, then waited for) waits in total;
    * past it the call answers with the execution id and status, to be read later.
@@ -285,6 +287,7 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   executionWaitMsMax: 30_000,
   executionWaitPollMs: 250,
   executionWaitersMax: 256,
+  executionWaitersPerClientMax: 16,
   mcpCallWaitMs: 120_000,
 });
 

@@ -33,4 +33,6 @@ export interface RequestContext {
 export interface ExecutionWait {
   executionId: string;
   waitMs: number;
+  /** Who waits: one client holds at most executionWaitersPerClientMax waits. */
+  principal: string;
 }

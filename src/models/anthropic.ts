@@ -17,6 +17,7 @@ import {
   type CallContext,
   type HttpCallState,
   type SdkErrorClasses,
+  redactResponse,
 } from './http.js';
 import type { ModelProvider, ModelRequest, ModelResponse, ModelToolCall, ProviderConfig } from './types.js';
 
@@ -208,7 +209,7 @@ export class AnthropicProvider implements ModelProvider {
       // Other blocks (thinking, redacted_thinking, server tools) are not part of the turn we record.
     }
     const usage = isRecord(answer.usage) ? answer.usage : {};
-    return {
+    return redactResponse({
       text: structured ?? (texts.length > 0 ? texts.join('') : null),
       toolCalls: respond ? [] : toolCalls,
       stopReason: typeof answer.stop_reason === 'string' ? answer.stop_reason : null,
@@ -216,6 +217,6 @@ export class AnthropicProvider implements ModelProvider {
       latencyMs: elapsedMs(start),
       httpAttempts: state.attempts,
       model: typeof answer.model === 'string' && answer.model !== '' ? answer.model : request.model,
-    };
+    }, this.#key.value);
   }
 }

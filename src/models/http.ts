@@ -100,6 +100,21 @@ export function missingKeyError(config: ProviderConfig, model: string, variable:
 }
 
 /** Replace every occurrence of the key (and its JSON-escaped form) with `[redacted]`. */
+/**
+ * A successful answer with the key taken out of everything a record keeps (its text, tool names
+ * and arguments): a provider, or a proxy before it, that echoes its request headers cannot put the
+ * key into an execution the starter reads.
+ */
+export function redactResponse<T extends { text: string | null; toolCalls: Array<{ id: string; name: string; arguments: string }>; model: string }>(response: T, key: string | null): T {
+  if (key === null || key === '') return response;
+  return {
+    ...response,
+    text: response.text === null ? null : redact(response.text, key),
+    toolCalls: response.toolCalls.map((call) => ({ id: redact(call.id, key), name: redact(call.name, key), arguments: redact(call.arguments, key) })),
+    model: redact(response.model, key),
+  };
+}
+
 export function redact(text: string, key: string | null): string {
   if (key === null || key === '') return text;
   let out = text.split(key).join('[redacted]');

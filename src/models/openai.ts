@@ -21,6 +21,7 @@ import {
   type CallContext,
   type HttpCallState,
   type SdkErrorClasses,
+  redactResponse,
 } from './http.js';
 import type { ModelProvider, ModelRequest, ModelResponse, ModelToolCall, ProviderConfig } from './types.js';
 
@@ -153,7 +154,7 @@ export class OpenAiProvider implements ModelProvider {
       }
     }
     const usage = isRecord(completion.usage) ? completion.usage : {};
-    return {
+    return redactResponse({
       text: typeof message.content === 'string' ? message.content : null,
       toolCalls,
       stopReason: typeof choice.finish_reason === 'string' ? choice.finish_reason : null,
@@ -161,6 +162,6 @@ export class OpenAiProvider implements ModelProvider {
       latencyMs: elapsedMs(start),
       httpAttempts: state.attempts,
       model: typeof completion.model === 'string' && completion.model !== '' ? completion.model : request.model,
-    };
+    }, this.#key.value);
   }
 }

@@ -177,7 +177,7 @@ export const actionResolvers = {
       if (!row) throw new EngineError('NOT_FOUND', `execution ${executionId} does not exist`, { hint: 'Executions of a request that rolled back are not kept.' });
       const node = guard(ctx, 'SELECT', AE, rowToNode(row));
       // Only after the guard: a client that may not see the execution never waits on it.
-      if (waitMs > 0 && ctx.waits && ctx.frame === null && !TERMINAL.has(row.status)) ctx.waits.push({ executionId, waitMs });
+      if (waitMs > 0 && ctx.waits && ctx.frame === null && !TERMINAL.has(row.status)) ctx.waits.push({ executionId, waitMs, principal: ctx.principal });
       return node;
     },
     executions: (_: unknown, args: Args, ctx: RequestContext) => visible(ctx, AE, listExecutions(ctx, args)),
