@@ -219,3 +219,52 @@ describe('tally start --wait', () => {
     expect(run.out).toContain('"echo": 5');
   }, 30_000);
 });
+
+describe('waits that end by polling, and MCP calls past mcpCallWaitMs', () => {
+  it('a worker in another process (another engine on the file) is seen by polling every executionWaitPollMs', async () => {
+    const path = join(mkdtempSync(join(tmpdir(), 'tally-wait-poll-')), 'poll.db');
+    const running = await startServer(ADMIN, { path, limits: { executionWaitPollMs: 50, executionWaitMsMax: 10_000 } });
+    const other = await newEngine({ path });
+    try {
+      ok(running.engine, CREATE, { id: id(1), input: PING });
+      expect((await gql(running.url, ADMIN, START, { n: 'ping', e: id(501), i: { n: 5 } })).errors).toBeUndefined();
+      const waiting = gql(running.url, ADMIN, WAIT, { e: id(501), w: 10_000 });
+      await new Promise((r) => setTimeout(r, 100));
+      expect(running.engine.stats().executionWaiters).toBe(1);
+      // The other engine's worker runs it: no attempt listener of the server's engine hears of it.
+      expect(other.createWorker().drain()).toBe(1);
+      const answer = await waiting;
+      expect(answer.data.actions.execution).toMatchObject({ status: 'SUCCEEDED', output: { ok: true, echo: 5 } });
+      expect(running.engine.stats().executionWaiters).toBe(0);
+    } finally {
+      other.close();
+      await running.stop();
+    }
+  });
+
+  it('an MCP call of an agent still running after mcpCallWaitMs answers with its id and status, not an error', async () => {
+    const model = await startScriptedModel({ rules: [() => ({ delayMs: 1500, text: 'late' })] });
+    const running = await startServer(ADMIN, { providers: [{ name: 'local', format: 'openai', baseUrl: `${model.url}/v1`, models: ['m'] }], limits: { mcpCallWaitMs: 300 } });
+    const worker = running.engine.createWorker({ pollMs: 50 });
+    running.engine.onStarted(() => worker.wake());
+    worker.start();
+    const client = new Client({ name: 'test', version: '1.0.0' });
+    try {
+      ok(running.engine, CREATE, {
+        id: id(2),
+        input: { name: 'slowpoke', kind: 'agent', config: { provider: 'local', model: 'm' }, tool: { description: 'Takes its time', inputSchema: { type: 'object' } }, policies: [] },
+      });
+      await client.connect(new StreamableHTTPClientTransport(new URL(running.url.replace('/graphql', '/mcp')), { requestInit: { headers: { authorization: `Bearer ${ADMIN}` } } }));
+      const executionId = id(601);
+      const result = (await client.callTool({ name: 'slowpoke', arguments: {}, _meta: { executionId } })) as CallToolResult;
+      expect(result.isError).toBeFalsy();
+      expect((result.content[0] as { text: string }).text).toContain(executionId);
+      expect(result._meta).toMatchObject({ executionId, status: 'RUNNING' });
+    } finally {
+      await client.close();
+      await worker.stop();
+      await running.stop();
+      await model.close();
+    }
+  });
+});
