@@ -14,7 +14,7 @@ import { type Clock, systemClock } from './clock.js';
 import { EngineError, type ErrorData, isErrorCode } from './errors.js';
 import { orderedIds } from './ids.js';
 import type { CallFrame, Caller } from './execution/call-tree.js';
-import type { ExecutionServices, NestedGraphqlResult } from './execution/services.js';
+import type { ExecutionServices, ModelCallSample, NestedGraphqlResult } from './execution/services.js';
 import type { ExecutionWait, RequestContext } from './graphql/context.js';
 import {
   DocumentCache,
@@ -142,6 +142,8 @@ export interface Engine {
   onActionsChanged(listener: () => void): void;
   /** Called after every attempt any worker of this engine runs (the server counts them). */
   onAttempt(listener: (outcome: AttemptOutcome) => void): void;
+  /** Called after every model call a model or agent run of this engine's workers made. */
+  onModelCall(listener: (call: ModelCallSample) => void): void;
   /**
    * What /readyz checks: null when the database takes a write now (without waiting: the caller
    * waits between tries, so a busy database never blocks the process) and the sandbox is loaded;
@@ -256,6 +258,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const documents = new DocumentCache(schema, limits);
 
   let startedInTransaction = false;
+  const modelCallListeners: Array<(call: ModelCallSample) => void> = [];
   const startedListeners: Array<() => void> = [];
   const queue = queueStatements(db);
   const services: ExecutionServices = {
@@ -284,6 +287,9 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     newId,
     runGraphql: (request, frame) => runNested(request, frame),
     models,
+    onModelCall: (call) => {
+      for (const listener of modelCallListeners) listener(call);
+    },
   };
 
   ledgerDeps.onChange = (change) => dispatchChange(services, change);
@@ -543,6 +549,9 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     },
     onAttempt: (listener) => {
       attemptListeners.push(listener);
+    },
+    onModelCall: (listener) => {
+      modelCallListeners.push(listener);
     },
     onActionsChanged: (listener) => {
       changedListeners.push(listener);

@@ -6,6 +6,7 @@ import { deploy } from '../src/deploy/deploy.js';
 import { readProject } from '../src/deploy/project.js';
 import type { Engine } from '../src/engine.js';
 import { type Rule, type ScriptedModel, startScriptedModel, toolResults } from '../examples/scripted-model/server.mjs';
+import { ServerMetrics } from '../src/server/metrics.js';
 import { newEngine } from './helpers.js';
 
 const BANK = join(import.meta.dirname, '..', 'examples', 'bank');
@@ -116,6 +117,16 @@ for (const format of ['openai', 'anthropic'] as const) {
       // The key is in no record.
       const dump = JSON.stringify(engine.db.prepare('SELECT * FROM executions').all());
       expect(dump).not.toContain(KEY);
+    });
+
+    it('/metrics counts each model call, its tokens and its latency by provider and model', async () => {
+      const metrics = new ServerMetrics(engine);
+      await run(engine, 'teller', { account_id: ALICE, message: 'move 1 from Alice to Bob' });
+      const text = await metrics.registry.metrics();
+      expect(text).toContain('tally_model_calls_total{provider="local",model="scripted-teller",outcome="ok"} 3');
+      expect(text).toMatch(/tally_model_tokens_total\{provider="local",model="scripted-teller",direction="input"\} [1-9]\d*/);
+      expect(text).toMatch(/tally_model_tokens_total\{provider="local",model="scripted-teller",direction="output"\} [1-9]\d*/);
+      expect(text).toContain('tally_model_call_duration_seconds_count{provider="local",model="scripted-teller"} 3');
     });
 
     it('a run started again with the same executionId and input is the same run: nothing runs twice', async () => {

@@ -389,6 +389,7 @@ async function modelTurn(ctx: RunContext, runId: string, turn: number, depth: nu
   } catch (error) {
     if (ctx.signal.aborted) throw error;
     const failure = toEngineError(error);
+    svc.onModelCall({ provider: config.provider, model: config.model, outcome: failure.code, inputTokens: null, outputTokens: null, latencyMs: performance.now() - startedMs });
     // Recorded under a fresh id: the turn is asked again at the next attempt.
     step(ctx, () => {
       persistTree(svc.st, {
@@ -402,6 +403,7 @@ async function modelTurn(ctx: RunContext, runId: string, turn: number, depth: nu
     provider: config.provider, model: response.model || config.model, inputTokens: response.usage.inputTokens, outputTokens: response.usage.outputTokens,
     latencyMs: Math.round(response.latencyMs), httpAttempts: response.httpAttempts, stopReason: response.stopReason,
   };
+  svc.onModelCall({ provider: config.provider, model: config.model, outcome: 'ok', inputTokens: call.inputTokens, outputTokens: call.outputTokens, latencyMs: response.latencyMs });
   const answer = { text: response.text, toolCalls: response.toolCalls };
   step(ctx, () => persistTree(svc.st, { ...node, status: 'SUCCEEDED', output: answer, finished: svc.clock.now().toISOString(), model: call }));
   return response;

@@ -19,6 +19,16 @@ export interface NestedGraphqlResult {
   dryRun: boolean;
 }
 
+/** One model call, as /metrics counts it: `outcome` is 'ok' or the error code. */
+export interface ModelCallSample {
+  provider: string;
+  model: string;
+  outcome: string;
+  inputTokens: number | null;
+  outputTokens: number | null;
+  latencyMs: number;
+}
+
 /** What the execution layer needs from the rest of the engine; built once in engine.ts. */
 export interface ExecutionServices {
   transactions: TransactionManager;
@@ -54,6 +64,8 @@ export interface ExecutionServices {
   programKeys: WeakMap<object, string>;
   /** The operator's model providers (null: none configured; model and agent runs fail with MODEL_ERROR). */
   models: ModelProviders | null;
+  /** Called after every model call a run of this process made (the server's metrics count them). */
+  onModelCall(call: ModelCallSample): void;
   /** Run a GraphQL operation inside the current transaction, as a call of `frame`. */
   runGraphql(request: { query: string; variables: Record<string, unknown> | null; operationName: string | null }, frame: CallFrame): NestedGraphqlResult;
 }

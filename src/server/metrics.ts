@@ -31,6 +31,8 @@ export class BoundedLabels {
 }
 
 const LATENCY_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
+/** A model call takes from tens of milliseconds (a local model) to minutes. */
+const MODEL_BUCKETS_S = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 
 /**
  * The server's Prometheus registry (its own, so two servers in one process do not share series).
@@ -45,6 +47,10 @@ export class ServerMetrics {
   private readonly requestSeconds: Histogram<'type' | 'operation'>;
   private readonly attempts: Counter<'action' | 'status'>;
   private readonly attemptSeconds: Histogram<'action'>;
+  private readonly modelCalls: Counter<'provider' | 'model' | 'outcome'>;
+  private readonly modelTokens: Counter<'provider' | 'model' | 'direction'>;
+  private readonly modelSeconds: Histogram<'provider' | 'model'>;
+  private readonly models: BoundedLabels;
 
   constructor(engine: Engine) {
     const registers = [this.registry];
@@ -78,6 +84,34 @@ export class ServerMetrics {
       registers,
     });
     engine.onAttempt((outcome) => this.recordAttempt(outcome));
+    // Provider and model names come from the operator's configuration; bounded all the same.
+    this.models = new BoundedLabels(engine.limits.metricsLabelValuesMax);
+    this.modelCalls = new Counter({
+      name: 'tally_model_calls_total',
+      help: 'Model calls made by model and agent runs of this process, by provider, model and outcome ("ok" or the error code).',
+      labelNames: ['provider', 'model', 'outcome'],
+      registers,
+    });
+    this.modelTokens = new Counter({
+      name: 'tally_model_tokens_total',
+      help: 'Tokens the providers reported, by provider, model and direction (input or output).',
+      labelNames: ['provider', 'model', 'direction'],
+      registers,
+    });
+    this.modelSeconds = new Histogram({
+      name: 'tally_model_call_duration_seconds',
+      help: 'Wall time of one model call, its client retries included, by provider and model.',
+      labelNames: ['provider', 'model'],
+      buckets: MODEL_BUCKETS_S,
+      registers,
+    });
+    engine.onModelCall((call) => {
+      const labels = { provider: this.models.label(call.provider), model: this.models.label(call.model) };
+      this.modelCalls.inc({ ...labels, outcome: call.outcome });
+      this.modelSeconds.observe(labels, call.latencyMs / 1000);
+      if (call.inputTokens !== null) this.modelTokens.inc({ ...labels, direction: 'input' }, call.inputTokens);
+      if (call.outputTokens !== null) this.modelTokens.inc({ ...labels, direction: 'output' }, call.outputTokens);
+    });
 
     const gauge = (name: string, help: string, read: () => number) =>
       new Gauge({ name, help, registers, collect() { this.set(read()); } });
