@@ -490,3 +490,91 @@ describe('runs in the worker: fairness between clients, stopping, structured out
     }
   });
 });
+
+describe('an agent calls a model tool and another agent, each a run of its own in the tree', () => {
+  it('boss → classify (a model) and teller (an agent): one posting, every turn recorded where it ran, and a stopped worker resumes the nested run', async () => {
+    const teller = ((await import(join(BANK, 'model', 'teller.mjs'))) as { default: Rule[] }).default;
+    let slowTeller = false;
+    const boss: Rule = (request) => {
+      const results = toolResults(request);
+      if (request.turn === 1) return { toolCalls: [{ name: 'classify', arguments: { memo: 'November rent' } }] };
+      if (request.turn === 2) return { toolCalls: [{ name: 'teller', arguments: { message: 'move 5 from Alice to Bob' } }] };
+      return { text: `done: ${results.map((r) => r.content).join(' | ')}` };
+    };
+    const { engine, model } = await bank('openai', [
+      (request) => (request.system?.includes('Classify') ? { json: { category: 'rent' } } : undefined),
+      async (request) => {
+        if (!request.system?.includes('bank teller')) return undefined;
+        if (slowTeller && request.turn === 2) await new Promise((r) => setTimeout(r, 1500));
+        for (const rule of teller) {
+          const reply = await rule(request);
+          if (reply) return reply;
+        }
+        return undefined;
+      },
+      boss,
+    ]);
+    try {
+      ok(engine, CREATE, {
+        id: tx(903),
+        input: {
+          name: 'classify', kind: 'model',
+          config: { provider: 'local', model: 'other', instructions: 'Classify the memo.', prompt: 'Memo: {{memo}}' },
+          tool: { description: 'Classify a payment memo.', inputSchema: { type: 'object', properties: { memo: { type: 'string' } }, required: ['memo'] },
+            outputSchema: { type: 'object', properties: { category: { type: 'string' } }, required: ['category'] } },
+        },
+      });
+      ok(engine, CREATE, {
+        id: tx(904),
+        input: {
+          name: 'boss', kind: 'agent',
+          config: { provider: 'local', model: 'other', instructions: 'You run the back office.' },
+          tool: { description: 'Back office.', inputSchema: { type: 'object', properties: { account_id: { type: 'string' } } } },
+          tools: [{ name: 'classify', version: 1 }, { name: 'teller', version: 1, input: { account_id: 'execution.input.account_id' } }],
+          policies: [
+            { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] },
+            { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] },
+          ],
+          execution: { maxAttempts: 5, backoff: { initialMs: 1, multiplier: 1, maxMs: 1 } },
+        },
+      });
+      const before = transactions(engine);
+      const e = tx(++seq);
+      slowTeller = true;
+      ok(engine, START, { n: 'boss', e, i: { account_id: ALICE } }, 'operator');
+      // Stop the worker while the teller (an agent inside the boss's run) waits on its second turn.
+      const worker = engine.createWorker({ pollMs: 10 });
+      worker.start();
+      const tellerRow = () => engine.db.prepare("SELECT status FROM executions WHERE kind = 'AGENT' AND action_name = 'teller' AND root_id = ?").get(e) as { status: string } | undefined;
+      for (let i = 0; i < 300 && !(tellerRow() && model.requests.filter((r) => r.system?.includes('bank teller')).length >= 2); i++) await new Promise((r) => setTimeout(r, 10));
+      await worker.stop();
+      expect(tellerRow()).toEqual({ status: 'RUNNING' });
+      slowTeller = false;
+      const done = await (async () => {
+        const w = engine.createWorker();
+        for (let i = 0; i < 100; i++) {
+          await w.drainAll();
+          const tree = ok(engine, TREE, { e }).actions.execution;
+          if (tree.status === 'SUCCEEDED' || tree.status === 'FAILED') return tree;
+          await new Promise((r) => setTimeout(r, 10));
+        }
+        return ok(engine, TREE, { e }).actions.execution;
+      })();
+      expect(done).toMatchObject({ status: 'SUCCEEDED', kind: 'AGENT', attempt: 1 });
+      expect(done.output.text).toContain('Moved 5 from Alice to Bob');
+      const [first, second] = done.children;
+      expect(first.children[0]).toMatchObject({ kind: 'MODEL', actionName: 'classify', actionVersion: 1, status: 'SUCCEEDED', output: { category: 'rent' } });
+      expect(second.children[0]).toMatchObject({ kind: 'AGENT', actionName: 'teller', status: 'SUCCEEDED', input: { account_id: ALICE, message: 'move 5 from Alice to Bob' } });
+      const nested = ok(engine, `query($e: UUID!) { actions { execution(executionId: $e) { children { kind status children { kind actionName status } } } } }`, { e: second.children[0].executionId ?? (engine.db.prepare("SELECT execution_id FROM executions WHERE action_name = 'teller' AND root_id = ?").get(e) as { execution_id: string }).execution_id }).actions.execution;
+      expect(nested.children.map((t: any) => [t.kind, t.status, t.children.map((c: any) => c.actionName)])).toEqual([
+        ['MODEL', 'SUCCEEDED', ['balance']],
+        ['MODEL', 'SUCCEEDED', ['transfer']],
+        ['MODEL', 'SUCCEEDED', []],
+      ]);
+      expect(transactions(engine)).toBe(before + 1);
+    } finally {
+      engine.close();
+      await model.close();
+    }
+  });
+});

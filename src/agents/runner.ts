@@ -588,7 +588,8 @@ async function toolCall(ctx: RunContext, s: ToolStep): Promise<CallNode> {
   const { svc } = ctx;
   const callId = stepId(ctx, s.runId, 'call', s.turnId, s.index);
   const known = recorded(ctx, callId);
-  if (known) return known;
+  // A model or agent it called that was cut short is RUNNING: it resumes below, from its own steps.
+  if (known && known.status !== 'RUNNING') return known;
   checkDeadline(ctx, `tool call ${s.call.name.slice(0, NAME_SHOWN_MAX)}`);
   const attach = { parentId: s.turnId, rootId: ctx.executionId, depth: s.depth };
   const failed = (error: EngineError, name: string, input: unknown, tool: OfferedTool | null): CallNode =>
@@ -596,7 +597,7 @@ async function toolCall(ctx: RunContext, s: ToolStep): Promise<CallNode> {
       const node: CallNode = {
         ...baseNode(ctx, {
           executionId: callId, actionId: tool?.version?.actionId ?? null, actionName: name, actionVersion: tool?.version?.version ?? null,
-          kind: tool?.native === 'graphql' ? 'GRAPHQL' : tool?.native === 'cel' ? 'CEL' : 'TOOL', input, ...attach,
+          kind: kindOf(tool), input, ...attach,
         }),
         status: 'FAILED', error: error.toData(), finished: svc.clock.now().toISOString(),
       };
@@ -630,10 +631,12 @@ async function toolCall(ctx: RunContext, s: ToolStep): Promise<CallNode> {
     return failed(toEngineError(error), tool.reference.name, args, tool);
   }
   if (tool.version && runsOutsideTransactions(tool.version.kind)) {
-    return failed(
-      new EngineError('BAD_REQUEST', `${tool.reference.name} is ${tool.version.kind === 'agent' ? 'an agent' : 'a model'}; an agent cannot call one yet`, { hint: 'Give the agent tools of kind tool or graphql.' }),
-      tool.reference.name, input, tool,
-    );
+    try {
+      return await nestedRun(ctx, s, callId, tool, tool.version, input, known !== null);
+    } catch (error) {
+      if (!(error instanceof NestedRefusal)) throw error;
+      return failed(error.cause, tool.reference.name, input, tool);
+    }
   }
   let fatal: EngineError | null = null;
   try {
@@ -681,6 +684,72 @@ async function toolCall(ctx: RunContext, s: ToolStep): Promise<CallNode> {
   } finally {
     ctx.wake();
   }
+}
+
+function kindOf(tool: OfferedTool | null): CallNode['kind'] {
+  if (tool?.native) return tool.native === 'graphql' ? 'GRAPHQL' : 'CEL';
+  const kind = tool?.version?.kind;
+  return kind === 'model' ? 'MODEL' : kind === 'agent' ? 'AGENT' : kind === 'graphql' ? 'GRAPHQL' : 'TOOL';
+}
+
+/** A model or agent call an agent could not start (refused, or its input invalid): recorded as its FAILED call. */
+class NestedRefusal extends Error {
+  constructor(override readonly cause: EngineError) {
+    super(cause.message);
+  }
+}
+
+/**
+ * A model or agent an agent calls: a run of its own inside this one, outside any transaction like
+ * it. Its row (RUNNING) is written first, then its steps under it with ids derived from it, then
+ * its outcome; a run resumed after a crash continues it from its recorded steps. It runs under the
+ * starter's authority narrowed by every layer above it and its own policies, shares the run's
+ * deadline and lease, and counts as one tool call of the agent that called it. A failure another
+ * attempt could mend (a provider down, a timeout) fails the whole attempt, to be resumed; any other
+ * is its outcome, and goes back to the model like a failed tool call.
+ */
+async function nestedRun(ctx: RunContext, s: ToolStep, callId: string, tool: OfferedTool, version: ActionVersion, input: unknown, resumed: boolean): Promise<CallNode> {
+  const { svc } = ctx;
+  const depth = s.depth + 1;
+  if (!resumed) {
+    try {
+      step(ctx, () => {
+        if (depth > svc.limits.toolDepthMax) {
+          throw new EngineError('LIMIT_EXCEEDED', `${version.name} would run at tool depth ${depth}; toolDepthMax is ${svc.limits.toolDepthMax}`, { hint: 'Flatten the chain of agents calling agents.' });
+        }
+        const caller = svc.callerOf(ctx.principal);
+        if (!caller) throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(ctx.principal)} no longer exists`);
+        new Authority(svc.cel, caller.principal, { principal: caller.principal }, caller.client, null, ctx.layers).check({
+          action: 'INSERT', resource: 'actions.Execution', document: { action: tool.reference.name, version: version.version, input },
+        });
+        if (version.status !== 'ACTIVE') throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is ${version.status}`);
+        validate(svc, version, 'input', input);
+        persistTree(svc.st, baseNode(ctx, {
+          executionId: callId, actionId: version.actionId, actionName: tool.reference.name, actionVersion: version.version, kind: kindOf(tool), input,
+          parentId: s.turnId, rootId: ctx.executionId, depth: s.depth,
+        }));
+      });
+    } catch (error) {
+      if (error instanceof LeaseLost) throw error;
+      throw new NestedRefusal(toEngineError(error));
+    }
+  }
+  const inner: RunContext = { ...ctx, version, layers: [...ctx.layers, layerOf(version)], refs: [...ctx.refs, { actionId: version.actionId, version: version.version }] };
+  let output: unknown = null;
+  let error: ErrorData | null = null;
+  try {
+    output = version.kind === 'agent' ? await runAgent(inner, callId, version, input, depth) : await runModel(inner, callId, version, input, depth);
+  } catch (e) {
+    if (e instanceof LeaseLost || ctx.signal.aborted) throw e;
+    const failure = toEngineError(e);
+    if (isRetryable(failure.toData())) throw failure;
+    error = failure.toData();
+  }
+  return step(ctx, () => {
+    const finished = svc.clock.now().toISOString();
+    svc.queue.finishNested.run({ execution_id: callId, status: error ? 'FAILED' : 'SUCCEEDED', output: error ? null : JSON.stringify(output ?? null), error: error ? JSON.stringify(error) : null, finished });
+    return rowToNode(svc.st.executionById.get(callId)!);
+  });
 }
 
 function argumentsOf(call: ModelToolCall): unknown {
