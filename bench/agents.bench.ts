@@ -11,8 +11,8 @@
  */
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
-import { createEngine, type Engine } from '../src/engine.js';
-import { ACCOUNTS, benchDir, median, ok, pair, rawPoster, uuid } from './common.js';
+import type { Engine } from '../src/engine.js';
+import { benchDir, median, ok, pair, rawPoster, setupEngine, uuid } from './common.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const PER_ROUND = Number(process.env.BENCH_RUNS ?? 100);
@@ -29,15 +29,8 @@ const url = await new Promise<string>((resolve, reject) => {
 });
 
 const { dir, cleanup } = benchDir();
-const engine: Engine = await createEngine({ path: join(dir, 'agents.db'), providers: [{ name: 'local', format: 'openai', baseUrl: `${url}/v1`, models: ['bench'] }] });
-for (let i = 0; i < ACCOUNTS; i++) {
-  ok(engine, 'mutation($i: AccountInput!) { createAccount(input: $i) { code } }', { i: { accountId: uuid(i + 1), code: `A${i + 1}`, name: `Account ${i + 1}` } });
-}
-ok(engine, `mutation { createTranCode(input: {tranCodeId: "${uuid(999_999)}", code: "TRANSFER",
-    params: [{name: "from", type: UUID}, {name: "to", type: UUID}, {name: "amount", type: DECIMAL}],
-    transaction: {effective: "date.Today()"},
-    entries: [{accountId: "params.from", units: "params.amount", currency: "'USD'", direction: "DEBIT", layer: "SETTLED"},
-              {accountId: "params.to", units: "params.amount", currency: "'USD'", direction: "CREDIT", layer: "SETTLED"}]}) { code } }`);
+// setupEngine's TRANSFER tran code and accounts, with the scripted model as the provider.
+const engine: Engine = await setupEngine(join(dir, 'agents.db'), { providers: [{ name: 'local', format: 'openai', baseUrl: `${url}/v1`, models: ['bench'] }] });
 const CREATE = 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }';
 ok(engine, CREATE, {
   id: uuid(777_001),

@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { createEngine, type Engine } from '../src/engine.js';
+import { createEngine, type Engine, type EngineOptions } from '../src/engine.js';
 import { DEFAULT_CHECKPOINT_INTERVAL_MS as CHECKPOINT_INTERVAL_MS } from '../src/engine.js';
 import { DEFAULT_LIMITS } from '../src/limits.js';
 import { Checkpointer } from '../src/storage/checkpointer.js';
@@ -115,8 +115,8 @@ export function rawOnTallySchema(path: string) {
 
 export const POST = `mutation Post($input: TransactionInput!) { postTransaction(input: $input) { transactionId } }`;
 
-export async function setupEngine(path: string): Promise<Engine> {
-  const engine = await createEngine({ path });
+export async function setupEngine(path: string, options: Omit<EngineOptions, 'path'> = {}): Promise<Engine> {
+  const engine = await createEngine({ path, ...options });
   for (let i = 0; i < ACCOUNTS; i++) {
     ok(engine, 'mutation($i: AccountInput!) { createAccount(input: $i) { code } }', { i: { accountId: uuid(i + 1), code: `A${i + 1}`, name: `Account ${i + 1}` } });
   }

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ScriptedModel, startScriptedModel, toolResults } from '../examples/scripted-model/server.mjs';
+import { exited, running } from './processes.js';
 import { createAccount, createTransferCode, id, newEngine, ok } from './helpers.js';
 
 const BIN = join(import.meta.dirname, '..', 'bin', 'tally.mjs');
@@ -69,24 +70,7 @@ function worker(path: string, config: string): ChildProcess {
   return spawn(process.execPath, [BIN, 'worker', '--db', path, '--log-level', 'silent'], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TALLY_CONFIG: config } });
 }
 
-/** Resolves once the worker says it runs. */
-function running(child: ChildProcess): Promise<void> {
-  return new Promise((resolve, reject) => {
-    let out = '';
-    child.stdout!.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-      if (out.includes('running executions')) resolve();
-    });
-    child.once('exit', () => reject(new Error(`worker exited before running: ${out}`)));
-  });
-}
 
-function exited(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) resolve();
-    else child.once('exit', () => resolve());
-  });
-}
 
 function facts(path: string) {
   const db = new Database(path, { readonly: true });

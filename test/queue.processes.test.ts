@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
+import { exited, running } from './processes.js';
 import { createAccount, createTransferCode, id, newEngine, ok } from './helpers.js';
 
 const BIN = join(import.meta.dirname, '..', 'bin', 'tally.mjs');
@@ -42,24 +43,7 @@ function worker(path: string, ...args: string[]): ChildProcess {
   return spawn(process.execPath, [BIN, 'worker', '--db', path, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
 }
 
-/** Resolves once the worker says it runs (its SIGTERM handler is installed from then on). */
-function running(child: ChildProcess): Promise<void> {
-  return new Promise((resolve, reject) => {
-    let out = '';
-    child.stdout!.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-      if (out.includes('running executions')) resolve();
-    });
-    child.once('exit', () => reject(new Error(`worker exited before running: ${out}`)));
-  });
-}
 
-function exited(child: ChildProcess): Promise<number | null> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) resolve(child.exitCode);
-    else child.once('exit', (code) => resolve(code));
-  });
-}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -18,6 +18,8 @@ import {
   type HttpCallState,
   type SdkErrorClasses,
   redactResponse,
+  isRecord,
+  count,
 } from './http.js';
 import type { ModelProvider, ModelRequest, ModelResponse, ModelToolCall, ProviderConfig } from './types.js';
 
@@ -46,9 +48,6 @@ export interface AnthropicRequestBody {
   tool_choice?: { type: 'tool'; name: string };
 }
 
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
-}
 
 /**
  * tool_use.input must be an object. The stored arguments are the model's raw text: when they do
@@ -136,9 +135,6 @@ export function toAnthropicRequest(config: ProviderConfig, request: ModelRequest
   return body;
 }
 
-function count(value: unknown): number | null {
-  return typeof value === 'number' && Number.isFinite(value) ? value : null;
-}
 
 export class AnthropicProvider implements ModelProvider {
   readonly config: ProviderConfig;

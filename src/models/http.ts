@@ -258,3 +258,12 @@ export function wireFormatError(ctx: CallContext, what: string): EngineError {
 export function elapsedMs(start: number): number {
   return Math.ceil(performance.now() - start);
 }
+
+export function isRecord(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+/** A token count as the provider reported it, or null when it reported none. */
+export function count(value: unknown): number | null {
+  return typeof value === 'number' && Number.isFinite(value) ? value : null;
+}

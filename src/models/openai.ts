@@ -22,6 +22,8 @@ import {
   type HttpCallState,
   type SdkErrorClasses,
   redactResponse,
+  isRecord,
+  count,
 } from './http.js';
 import type { ModelProvider, ModelRequest, ModelResponse, ModelToolCall, ProviderConfig } from './types.js';
 
@@ -82,13 +84,7 @@ export function toOpenAiRequest(config: ProviderConfig, request: ModelRequest): 
   return body;
 }
 
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
-}
 
-function count(value: unknown): number | null {
-  return typeof value === 'number' && Number.isFinite(value) ? value : null;
-}
 
 export class OpenAiProvider implements ModelProvider {
   readonly config: ProviderConfig;

@@ -5,6 +5,7 @@
  */
 import { EngineError, quote } from '../errors.js';
 import type { Limits } from '../limits.js';
+import { isRecord } from './http.js';
 import type { ModelFormat, ModelProvider, ProviderConfig } from './types.js';
 
 const NAME = /^[a-z][a-z0-9]*(?:[_-][a-z0-9]+)*$/;
@@ -24,9 +25,6 @@ function bad(message: string, hint = HINT): EngineError {
   return new EngineError('BAD_REQUEST', message, { hint });
 }
 
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
-}
 
 function integerIn(path: string, value: unknown, min: number, max: number): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
