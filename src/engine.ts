@@ -249,6 +249,10 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     clock,
     limits,
     providers: null,
+    // Replaced by src/skills once skills are stored (see there).
+    checkSkill: (ref, what) => {
+      throw new EngineError('NOT_FOUND', `${what} refers to skill ${JSON.stringify(ref.name)}, which does not exist`, { hint: 'Create the skill first (createSkill, or skills/<name>.md in a project).' });
+    },
     checkProgram: (fileName, source) => sandbox().checkSyntax({ fileName, source }),
   };
   const providerConfigs = options.providers === undefined ? [] : parseProviders(options.providers);

@@ -199,6 +199,16 @@ export interface Limits {
   agentLeaseMs: number;
   /** The conversation an agent run sends to its model, in bytes of JSON: past it the run fails. */
   agentConversationBytesMax: number;
+  /** Longest an approval may wait for a decision (a reference's approval.timeoutMs; its default too). */
+  approvalTimeoutMsMax: number;
+  /** A session unused this long expires: it takes no more messages. */
+  sessionIdleMs: number;
+  /** Messages a session keeps (both sides); older ones are dropped, from the record and from what its turns send the model. */
+  sessionHistoryMax: number;
+  /** Characters of one session message. */
+  sessionMessageCharsMax: number;
+  /** Characters of one skill's body (its markdown guidance). */
+  skillBodyCharsMax: number;
   /**
    * Longest one wait of `actions.execution(executionId:, waitMs:)` (a long-poll over HTTP and MCP):
    * the request answers when the execution is terminal or after waitMs. Over HTTP it is also cut
@@ -284,6 +294,11 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   agentRunsPerClientMax: 4,
   agentLeaseMs: 30_000,
   agentConversationBytesMax: 1_048_576,
+  approvalTimeoutMsMax: 24 * 3_600_000,
+  sessionIdleMs: 24 * 3_600_000,
+  sessionHistoryMax: 100,
+  sessionMessageCharsMax: 8000,
+  skillBodyCharsMax: 65_536,
   executionWaitMsMax: 30_000,
   executionWaitPollMs: 250,
   executionWaitersMax: 256,

@@ -23,8 +23,16 @@ export type VersionStatus = 'ACTIVE' | 'LOCKED' | 'DRAFT';
 export interface ToolReference {
   name: string;
   version: number | null;
-  /** Top-level input properties fixed by CEL over event, tool.input and execution.input. */
+  /** Top-level input properties fixed by CEL over event, tool.input and execution.input (an agent's: session too). */
   input: Record<string, string> | null;
+  /** An agent's reference: a person approves each call (when `when`, CEL over `input`, is true) before it runs. */
+  approval?: { when: string | null; timeoutMs: number } | null;
+}
+
+/** A skill an agent declares: pinned, or the latest version when a run starts. */
+export interface SkillReference {
+  name: string;
+  version: number | null;
 }
 
 export interface ExecutionSettings {
@@ -38,6 +46,8 @@ export interface ToolDefinition {
   description: string;
   inputSchema: Record<string, unknown>;
   outputSchema: Record<string, unknown> | null;
+  /** An agent's: the schema of its sessions' input; an agent with one runs only in sessions. */
+  sessionSchema?: Record<string, unknown> | null;
 }
 
 /** One immutable version of an action, as stored. */
@@ -49,6 +59,8 @@ export interface ActionVersionDocument {
   config: Record<string, unknown>;
   tool: ToolDefinition;
   tools: ToolReference[];
+  /** An agent's skills (absent in versions made before skills). */
+  skills?: SkillReference[];
   policies: Policy[];
   execution: ExecutionSettings;
   created: string;
@@ -63,8 +75,9 @@ export interface ActionInput {
   name?: string | null;
   kind?: string | null;
   config?: unknown;
-  tool?: { name?: string | null; description?: string | null; inputSchema?: unknown; outputSchema?: unknown } | null;
-  tools?: Array<{ name: string; version?: number | null; input?: unknown }> | null;
+  tool?: { name?: string | null; description?: string | null; inputSchema?: unknown; outputSchema?: unknown; sessionSchema?: unknown } | null;
+  tools?: Array<{ name: string; version?: number | null; input?: unknown; approval?: { when?: string | null; timeoutMs?: number | null } | null }> | null;
+  skills?: Array<{ name: string; version?: number | null }> | null;
   policies?: Array<{ effect: PolicyEffect; actions: PolicyAction[]; resources: string[]; assertions?: unknown }> | null;
   execution?: { maxAttempts?: number | null; backoff?: { initialMs?: number | null; multiplier?: number | null; maxMs?: number | null } | null; timeoutMs?: number | null } | null;
   draft?: boolean | null;
@@ -96,6 +109,8 @@ export interface ActionDeps {
   limits: Readonly<Limits>;
   /** The operator's model providers (model and agent configs must name one); null when none are configured. */
   providers: ModelProviders | null;
+  /** Throws NOT_FOUND unless the skill (and the pinned version) exists (src/skills). */
+  checkSkill(ref: SkillReference, what: string): void;
   /** Compile-checks a program; returns a problem with line and column, or null. */
   checkProgram(fileName: string, source: string): { message: string; line?: number; column?: number } | null;
 }
@@ -163,13 +178,19 @@ function buildDocument(deps: ActionDeps, base: { actionId: string; name: string;
     inputSchema: (toolIn?.inputSchema ?? previous?.tool.inputSchema ?? (kind === 'graphql' ? GRAPHQL_INPUT_SCHEMA : { type: 'object' })) as Record<string, unknown>,
     outputSchema: (toolIn?.outputSchema === undefined ? previous?.tool.outputSchema ?? null : toolIn.outputSchema) as Record<string, unknown> | null,
   };
+  const sessionSchema = (toolIn?.sessionSchema === undefined ? previous?.tool.sessionSchema ?? null : toolIn.sessionSchema) as Record<string, unknown> | null;
+  if (sessionSchema !== null) {
+    if (kind !== 'agent') throw new EngineError('BAD_REQUEST', `tool.sessionSchema is for agents; this is a ${kind}`, { hint: 'Leave sessionSchema out, or make the action an agent.' });
+    deps.schemas.compile(sessionSchema, 'tool.sessionSchema');
+    tool.sessionSchema = sessionSchema;
+  }
   if (!NAME_PATTERN.test(tool.name)) {
     throw new EngineError('BAD_REQUEST', `tool.name ${quote(tool.name)} is not a tool name`, { hint: 'Use lower_snake_case: a letter, then letters, digits and _.' });
   }
   deps.schemas.compile(tool.inputSchema, 'tool.inputSchema');
   if (tool.outputSchema !== null) deps.schemas.compile(tool.outputSchema, 'tool.outputSchema');
 
-  const tools = input.tools === undefined || input.tools === null ? previous?.tools ?? [] : input.tools.map((ref, i) => checkReference(deps, ref, i));
+  const tools = input.tools === undefined || input.tools === null ? previous?.tools ?? [] : input.tools.map((ref, i) => checkReference(deps, ref, i, kind));
   if (tools.length > deps.limits.toolReferencesMax) {
     throw new EngineError('LIMIT_EXCEEDED', `${tools.length} tool references; toolReferencesMax is ${deps.limits.toolReferencesMax}`);
   }
@@ -180,7 +201,16 @@ function buildDocument(deps: ActionDeps, base: { actionId: string; name: string;
   }
   const policies = input.policies === undefined || input.policies === null ? previous?.policies ?? [] : parsePolicies(deps.cel, input.policies, deps.limits.policiesMax);
   const execution = checkExecution(input.execution, previous?.execution ?? DEFAULT_EXECUTION, deps.limits);
-  const document = { ...base, kind, config, tool, tools, policies, execution };
+  const skillsIn = input.skills === undefined || input.skills === null ? previous?.skills ?? [] : input.skills;
+  if (skillsIn.length > 0 && kind !== 'agent') throw new EngineError('BAD_REQUEST', `skills are for agents; this is a ${kind}`, { hint: 'Leave skills out, or make the action an agent.' });
+  if (skillsIn.length > deps.limits.toolReferencesMax) throw new EngineError('LIMIT_EXCEEDED', `${skillsIn.length} skills; toolReferencesMax is ${deps.limits.toolReferencesMax}`);
+  const skills: SkillReference[] = skillsIn.map((ref, i) => {
+    const checked = { name: ref.name, version: ref.version ?? null };
+    deps.checkSkill(checked, `skills[${i}]`);
+    return checked;
+  });
+  if (new Set(skills.map((k) => k.name)).size !== skills.length) throw new EngineError('BAD_REQUEST', 'a skill is declared twice', { hint: 'Declare each skill once.' });
+  const document = { ...base, kind, config, tool, tools, ...(skills.length ? { skills } : {}), policies, execution };
   // The program has its own bound; the rest (description, schemas, policies, references) this one.
   // A version no larger than the one before passes, so a tool made under a higher limit can still
   // get a new program.
@@ -220,7 +250,7 @@ function readsIdentifier(ast: unknown, name: string): boolean {
   return false;
 }
 
-function checkReference(deps: ActionDeps, ref: { name: string; version?: number | null; input?: unknown }, i: number): ToolReference {
+function checkReference(deps: ActionDeps, ref: { name: string; version?: number | null; input?: unknown; approval?: { when?: string | null; timeoutMs?: number | null } | null }, i: number, kind: ActionKind): ToolReference {
   const what = `tools[${i}]`;
   if (!(NATIVE_TOOLS as readonly string[]).includes(ref.name)) {
     const target = deps.st.actionByName.get(ref.name);
@@ -245,15 +275,31 @@ function checkReference(deps: ActionDeps, ref: { name: string; version?: number 
       } catch (error) {
         throw new EngineError('BAD_REQUEST', `${what}.input.${prop}: ${(error as Error).message}`);
       }
-      if (readsIdentifier((compiled as { ast?: unknown }).ast, 'session')) {
-        throw new EngineError('BAD_REQUEST', `${what}.input.${prop} reads session (${quote(expression)}), which does not exist yet: a call has no session`, {
-          hint: 'Reference input sees event, tool.input and execution.input; take the value from one of those.',
+      if (kind !== 'agent' && readsIdentifier((compiled as { ast?: unknown }).ast, 'session')) {
+        throw new EngineError('BAD_REQUEST', `${what}.input.${prop} reads session (${quote(expression)}): only an agent's references run in a session`, {
+          hint: 'Reference input of a tool sees event, tool.input and execution.input; take the value from one of those.',
         });
       }
       input[prop] = expression;
     }
   }
-  return { name: ref.name, version: ref.version ?? null, input };
+  let approval: ToolReference['approval'] = null;
+  if (ref.approval != null) {
+    if (kind !== 'agent') throw new EngineError('BAD_REQUEST', `${what}.approval is for an agent's references; this is a ${kind}`, { hint: 'A person approves calls an agent’s model asks for.' });
+    const when = ref.approval.when ?? null;
+    if (when !== null) {
+      try {
+        deps.cel.compile(when);
+      } catch (error) {
+        throw new EngineError('BAD_REQUEST', `${what}.approval.when: ${(error as Error).message}`, { hint: 'A CEL expression over input, e.g. "decimal(input.amount) > decimal(\\"1000\\")".' });
+      }
+    }
+    const timeoutMs = ref.approval.timeoutMs ?? deps.limits.approvalTimeoutMsMax;
+    if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new EngineError('BAD_REQUEST', `${what}.approval.timeoutMs must be a positive integer, got ${quote(timeoutMs)}`);
+    if (timeoutMs > deps.limits.approvalTimeoutMsMax) throw new EngineError('LIMIT_EXCEEDED', `${what}.approval.timeoutMs ${timeoutMs} is over approvalTimeoutMsMax (${deps.limits.approvalTimeoutMsMax})`);
+    approval = { when, timeoutMs };
+  }
+  return { name: ref.name, version: ref.version ?? null, input, ...(approval ? { approval } : {}) };
 }
 
 function checkExecution(input: ActionInput['execution'], previous: ExecutionSettings, limits: Readonly<Limits>): ExecutionSettings {

@@ -290,8 +290,9 @@ export const MIGRATIONS: readonly Migration[] = [
     name: 'model and agent executions',
     sql: `
       -- Executions gain two kinds: MODEL (one model call: a model tool, or one turn of an agent run)
-      -- and AGENT (an agent run). SQLite cannot alter a CHECK constraint, so the table is rebuilt
-      -- with its rows, seq values (cursors name them) and indexes as they were.
+      -- and AGENT (an agent run), and a status: WAITING_APPROVAL (an agent run parked until a person
+      -- decides on a call). SQLite cannot alter a CHECK constraint, so the table is rebuilt with its
+      -- rows, seq values (cursors name them) and indexes as they were.
       CREATE TABLE executions_v8 (
         seq               INTEGER PRIMARY KEY,
         execution_id      TEXT NOT NULL UNIQUE,
@@ -299,7 +300,7 @@ export const MIGRATIONS: readonly Migration[] = [
         action_name       TEXT NOT NULL,
         action_version    INTEGER,
         kind              TEXT NOT NULL CHECK (kind IN ('TOOL','GRAPHQL','CEL','MODEL','AGENT')),
-        status            TEXT NOT NULL CHECK (status IN ('QUEUED','RUNNING','SUCCEEDED','FAILED','CANCELLED')),
+        status            TEXT NOT NULL CHECK (status IN ('QUEUED','RUNNING','WAITING_APPROVAL','SUCCEEDED','FAILED','CANCELLED')),
         input             TEXT NOT NULL,
         input_fingerprint TEXT,
         output            TEXT,
@@ -323,7 +324,11 @@ export const MIGRATIONS: readonly Migration[] = [
         trigger_depth     INTEGER NOT NULL DEFAULT 0,
         transport         TEXT,
         -- A MODEL execution's call: provider, model, tokens, latency, HTTP tries, stop reason (JSON).
-        model             TEXT
+        model             TEXT,
+        -- The session whose turn this agent run is.
+        session_id        TEXT,
+        -- cancelExecution asked a RUNNING run to stop at its next step.
+        cancel_requested  INTEGER NOT NULL DEFAULT 0
       );
       INSERT INTO executions_v8 (seq, execution_id, action_id, action_name, action_version, kind, status, input, input_fingerprint,
           output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, run_at,
@@ -338,8 +343,76 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX executions_active_by_status ON executions (status, seq) WHERE parent_id IS NULL AND status IN ('QUEUED', 'RUNNING');
       CREATE INDEX executions_by_created ON executions (created) WHERE parent_id IS NULL;
       -- Due: a QUEUED execution at run_at; a RUNNING model or agent run (which runs outside any
-      -- transaction, holding a lease) at its lease's expiry, when a worker that died left it.
-      CREATE INDEX executions_due ON executions (run_at) WHERE status IN ('QUEUED', 'RUNNING');
+      -- transaction, holding a lease) at its lease's expiry, when a worker that died left it; one
+      -- WAITING_APPROVAL when its approval expires (a decision makes it due at once).
+      CREATE INDEX executions_due ON executions (run_at) WHERE status IN ('QUEUED', 'RUNNING', 'WAITING_APPROVAL');
+      CREATE INDEX executions_by_session ON executions (session_id, seq) WHERE session_id IS NOT NULL;
+    `,
+  },
+  {
+    version: 9,
+    name: 'sessions, approvals, skills',
+    sql: `
+      -- A conversation with one agent about one subject (input, fixed for the session).
+      CREATE TABLE sessions (
+        session_id     TEXT PRIMARY KEY,
+        action_id      TEXT NOT NULL,
+        action_name    TEXT NOT NULL,
+        action_version INTEGER NOT NULL,
+        input          TEXT NOT NULL,
+        principal      TEXT NOT NULL,
+        status         TEXT NOT NULL CHECK (status IN ('OPEN','CLOSED')),
+        last_active    TEXT NOT NULL,
+        created        TEXT NOT NULL,
+        modified       TEXT NOT NULL
+      );
+      CREATE INDEX sessions_by_principal ON sessions (principal, created);
+      -- Its messages: the person's (USER, keyed by their messageId) and each turn's answer (ASSISTANT).
+      CREATE TABLE session_messages (
+        seq          INTEGER PRIMARY KEY,
+        session_id   TEXT NOT NULL REFERENCES sessions(session_id),
+        message_id   TEXT NOT NULL,
+        role         TEXT NOT NULL CHECK (role IN ('USER','ASSISTANT')),
+        text         TEXT NOT NULL,
+        execution_id TEXT,
+        created      TEXT NOT NULL,
+        UNIQUE (session_id, role, message_id)
+      );
+      -- A call an agent's model asked for that waits for a person (one per call: its id is derived from the call's).
+      CREATE TABLE approvals (
+        approval_id  TEXT PRIMARY KEY,
+        execution_id TEXT NOT NULL,
+        call_id      TEXT NOT NULL UNIQUE,
+        tool         TEXT NOT NULL,
+        tool_version INTEGER,
+        input        TEXT NOT NULL,
+        requested_by TEXT NOT NULL,
+        status       TEXT NOT NULL CHECK (status IN ('PENDING','APPROVED','REJECTED','EXPIRED','CANCELLED')),
+        reason       TEXT,
+        decided_by   TEXT,
+        decided      TEXT,
+        expires      TEXT NOT NULL,
+        created      TEXT NOT NULL
+      );
+      CREATE INDEX approvals_by_status ON approvals (status, created);
+      CREATE INDEX approvals_by_execution ON approvals (execution_id);
+      -- Versioned guidance documents for agents (load_skill reads a body).
+      CREATE TABLE skills (
+        skill_id       TEXT PRIMARY KEY,
+        name           TEXT NOT NULL UNIQUE,
+        latest_version INTEGER NOT NULL,
+        created        TEXT NOT NULL,
+        modified       TEXT NOT NULL
+      );
+      CREATE TABLE skill_versions (
+        skill_id    TEXT NOT NULL REFERENCES skills(skill_id),
+        version     INTEGER NOT NULL,
+        description TEXT NOT NULL,
+        body        TEXT NOT NULL,
+        tools       TEXT NOT NULL,
+        created     TEXT NOT NULL,
+        PRIMARY KEY (skill_id, version)
+      ) WITHOUT ROWID;
     `,
   },
 ];
