@@ -36,6 +36,8 @@ import { Checkpointer } from './storage/checkpointer.js';
 import { mapDriverError } from './storage/driver-errors.js';
 import { CacheEpoch, RecordCache, watchCachedTables, watchToolTables } from './storage/record-cache.js';
 import { actionStatements } from './storage/statements/actions.js';
+import { skillStatements } from './storage/statements/skills.js';
+import { checkSkillReference, type SkillDeps, skillServices } from './skills/skills.js';
 import { ledgerStatements } from './storage/statements/ledger.js';
 import { TransactionManager } from './storage/transaction.js';
 import { ModelProviders, parseProviders } from './models/providers.js';
@@ -240,6 +242,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   };
   const ledger = new Ledger(ledgerDeps);
   const st = actionStatements(db);
+  const skillDeps: SkillDeps = { st: skillStatements(db), actions: st, clock, limits };
   const actionDeps: ActionDeps = {
     st,
     documents: new Map(),
@@ -249,10 +252,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     clock,
     limits,
     providers: null,
-    // Replaced by src/skills once skills are stored (see there).
-    checkSkill: (ref, what) => {
-      throw new EngineError('NOT_FOUND', `${what} refers to skill ${JSON.stringify(ref.name)}, which does not exist`, { hint: 'Create the skill first (createSkill, or skills/<name>.md in a project).' });
-    },
+    checkSkill: (ref, what) => checkSkillReference(skillDeps, ref, what),
     checkProgram: (fileName, source) => sandbox().checkSyntax({ fileName, source }),
   };
   const providerConfigs = options.providers === undefined ? [] : parseProviders(options.providers);
@@ -281,6 +281,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     transactions,
     sandbox,
     actions: actionDeps,
+    skills: skillServices(skillDeps),
     st,
     cel,
     clock,

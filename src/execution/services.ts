@@ -10,6 +10,7 @@ import type { RecordCache } from '../storage/record-cache.js';
 import type { TransactionManager } from '../storage/transaction.js';
 import type { CallFrame, Caller } from './call-tree.js';
 import type { ModelProviders } from '../models/providers.js';
+import type { SkillServices } from '../skills/skills.js';
 
 /** The outcome of a GraphQL operation run on behalf of a call. */
 export interface NestedGraphqlResult {
@@ -35,6 +36,12 @@ export interface ExecutionServices {
   /** The sandbox in use; throws BUSY while a poisoned one is being replaced. */
   sandbox(): Sandbox;
   actions: ActionDeps;
+  /**
+   * Skills (src/skills): `resolve(refs)` gives an agent's declared skills, each pinned or the latest
+   * now (name, version, description, tools; NOT_FOUND for one that is gone), for a run to offer its
+   * model; `read(name, version)` gives one version's body for load_skill (null when there is none).
+   */
+  skills: SkillServices;
   st: ActionStatements;
   cel: Cel;
   clock: Clock;
