@@ -7,6 +7,7 @@ import type { RequestContext } from './context.js';
 import { actionResolvers } from './resolvers/actions.js';
 import { authResolvers } from './resolvers/auth.js';
 import { ledgerResolvers } from './resolvers/ledger.js';
+import { skillResolvers } from './resolvers/skills.js';
 import { jsonScalar, scalars } from './scalars.js';
 
 export const SCHEMA_PATH = fileURLToPath(new URL('../../schema.graphql', import.meta.url));
@@ -15,7 +16,7 @@ export const SCHEMA_PATH = fileURLToPath(new URL('../../schema.graphql', import.
 export function buildSchema(limits: { jsonDepthMax: number; requestDeadlineMs: number }): GraphQLSchema {
   const schema = makeExecutableSchema({
     typeDefs: readFileSync(SCHEMA_PATH, 'utf8'),
-    resolvers: [{ ...scalars, JSON: jsonScalar(limits.jsonDepthMax) }, ledgerResolvers, actionResolvers, authResolvers],
+    resolvers: [{ ...scalars, JSON: jsonScalar(limits.jsonDepthMax) }, ledgerResolvers, actionResolvers, skillResolvers, authResolvers],
     resolverValidationOptions: { requireResolversToMatchSchema: 'error' },
   });
   checkDeadlineInResolvers(schema, limits.requestDeadlineMs);
