@@ -74,7 +74,7 @@ function projectServer(options: Options): string | null {
  * Where to send GraphQL, the first that is given: --db, --server, $TALLY_SERVER, "server" of
  * tally.json (deploy's project folder, else --project or the current folder).
  */
-async function openTarget(options: Options, io: Io, deployServer?: string | null, createDb = false): Promise<Target> {
+export async function openTarget(options: Options, io: Io, deployServer?: string | null, createDb = false): Promise<Target> {
   if (options.db !== undefined) {
     if (options.key !== undefined) {
       // With the file in hand the engine runs with its own authority: a key there would only
@@ -101,7 +101,7 @@ function operationError(result: GraphqlResponse): OperationError | null {
   return new OperationError(error.message, code, hint, error.extensions?.code !== undefined);
 }
 
-async function call(target: Target, query: string, variables?: Record<string, unknown>): Promise<Record<string, any>> {
+export async function call(target: Target, query: string, variables?: Record<string, unknown>): Promise<Record<string, any>> {
   const result = await target.request(query, variables);
   const error = operationError(result);
   if (error) throw error;
@@ -120,7 +120,7 @@ function readArgFile(path: string, what: string): string {
 }
 
 /** A JSON option: the text itself, or @file. */
-function parseJsonOption(value: string | boolean | string[] | undefined, name: string): unknown {
+export function parseJsonOption(value: string | boolean | string[] | undefined, name: string): unknown {
   if (value === undefined) return undefined;
   const text = String(value).startsWith('@') ? readArgFile(String(value).slice(1), `--${name}`) : String(value);
   try {
@@ -130,23 +130,23 @@ function parseJsonOption(value: string | boolean | string[] | undefined, name: s
   }
 }
 
-function positiveInt(value: string | boolean | string[] | undefined, name: string): number | undefined {
+export function positiveInt(value: string | boolean | string[] | undefined, name: string): number | undefined {
   if (value === undefined) return undefined;
   const n = Number(value);
   if (!Number.isInteger(n) || n < 1) throw new UsageError(`--${name} must be a positive integer, got ${JSON.stringify(value)}`);
   return n;
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-function requireUuid(value: string | undefined, what: string): string {
+export function requireUuid(value: string | undefined, what: string): string {
   if (value === undefined) throw new UsageError(`say which ${what}`);
   if (!UUID.test(value)) throw new UsageError(`${what} ${JSON.stringify(value)} is not a UUID`);
   return value;
 }
 
 /** At most one positional argument, the one a command names. */
-function onlyArg(args: string[], what: string): string | undefined {
+export function onlyArg(args: string[], what: string): string | undefined {
   if (args.length > 1) throw new UsageError(`one ${what}, got ${args.length}: ${args.map((a) => JSON.stringify(a)).join(' ')}`);
   return args[0];
 }
@@ -198,7 +198,7 @@ async function latestVersion(target: Target, name: string): Promise<number> {
 }
 
 /** `code: message` and the hint under it, as every error of an execution is shown. */
-function formatError(error: { code: string; message: string; hint?: string | null }, indent = ''): string {
+export function formatError(error: { code: string; message: string; hint?: string | null }, indent = ''): string {
   return `${indent}${error.code}: ${error.message}${error.hint ? `\n${indent}  hint: ${error.hint}` : ''}\n`;
 }
 
@@ -412,7 +412,7 @@ export async function accountsCommand(args: string[], options: Options, io: Io):
 }
 
 /** Columns padded to their widest cell; the columns named in `right` (amounts) aligned right. */
-function formatTable(header: string[], rows: string[][], right: number[] = []): string {
+export function formatTable(header: string[], rows: string[][], right: number[] = []): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => String(r[i] ?? '').length)));
   const line = (cells: string[]) => cells.map((c, i) => (i === cells.length - 1 ? c : right.includes(i) ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join('  ').trimEnd();
   return [header, ...rows].map(line).join('\n') + '\n';

@@ -125,6 +125,19 @@ async function run(command: string, positionals: string[], options: Options): Pr
       return await commands.executionsCommand(positionals, options, io);
     case 'execution':
       return await commands.executionCommand(positionals, options, io);
+    case 'chat': {
+      const { chatCommand } = await import('./chat.js');
+      return await chatCommand(positionals, options, io);
+    }
+    case 'approvals': {
+      const { approvalsCommand } = await import('./chat.js');
+      return await approvalsCommand(positionals, options, io);
+    }
+    case 'approve':
+    case 'reject': {
+      const { decideCommand } = await import('./chat.js');
+      return await decideCommand(command, positionals, options, io);
+    }
     case 'accounts':
       return await commands.accountsCommand(positionals, options, io);
     case 'balance':

@@ -150,6 +150,57 @@ export const COMMANDS: Record<string, CommandSpec> = {
     examples: ['tally execution c0000000-0000-4000-8000-000000009040', 'tally execution c0000000-0000-4000-8000-000000009040 --json'],
     target: true,
   },
+  chat: {
+    name: 'chat',
+    args: '<agent> [--input JSON|@file] [--session ID]',
+    summary: 'Talk with an agent in a session: each line of standard input is a message, each answer is printed.\n'
+      + 'Opens a session (or resumes one, printing its history first); during a turn its tool calls are printed as they\n'
+      + 'happen (→ call, ← result), then the answer.\n'
+      + 'A call that needs approval is shown with "approve? [y/N] reason:"; on a pipe the next line is the answer\n'
+      + '("y looks fine" approves, "n too much" or an empty line rejects). /quit or the end of input closes the session.\n'
+      + 'With --db the command runs the turns itself (an in-process worker) while the chat lasts.',
+    options: {
+      input: { type: 'string', value: 'JSON|@file', help: 'the session\'s input (what it is about), as JSON or @ a JSON file; fixed for the session' },
+      session: { type: 'string', value: 'ID', help: 'resume this session (its history is printed first) instead of opening one' },
+    },
+    examples: [
+      'tally chat teller --input \'{"account_id": "b0000000-0000-4000-8000-000000000011"}\'',
+      'tally chat teller --session c0000000-0000-4000-8000-000000000500',
+      'printf \'move 25 to bob\\ny looks fine\\n\' | tally chat teller --input @session.json --db ./data/tally.db',
+    ],
+    target: true,
+  },
+  approvals: {
+    name: 'approvals',
+    args: '[--status S] [--limit N] [--after CURSOR]',
+    summary: 'Calls agents asked for that wait for a person\'s decision, oldest first (--status for decided ones).\n'
+      + 'When there are more, the last line is "more… --after CURSOR".',
+    options: {
+      status: { type: 'string', value: 'S', help: 'PENDING (default), APPROVED, REJECTED, EXPIRED, CANCELLED, or ALL' },
+      limit: limit('approvals', 20),
+      after: { type: 'string', value: 'CURSOR', help: 'the page after the "more…" line of the previous one' },
+    },
+    examples: ['tally approvals', 'tally approvals --status ALL --limit 50 --json'],
+    target: true,
+  },
+  approve: {
+    name: 'approve',
+    args: '<approvalId> [--reason TEXT]',
+    summary: 'Approve a PENDING call: the waiting run resumes and the call runs under its starter\'s authority.\n'
+      + 'Prints the decided approval; exit 1 when it is refused (not PENDING any more, or not yours to decide).',
+    options: { reason: { type: 'string', value: 'TEXT', help: 'why, recorded with the decision' } },
+    examples: ['tally approve c0000000-0000-4000-8000-000000000700 --reason "checked with the customer"'],
+    target: true,
+  },
+  reject: {
+    name: 'reject',
+    args: '<approvalId> [--reason TEXT]',
+    summary: 'Reject a PENDING call: the waiting run resumes, the model is told, and the call never runs.\n'
+      + 'Prints the decided approval; exit 1 when it is refused (not PENDING any more, or not yours to decide).',
+    options: { reason: { type: 'string', value: 'TEXT', help: 'why, recorded with the decision' } },
+    examples: ['tally reject c0000000-0000-4000-8000-000000000700 --reason "over the daily limit"'],
+    target: true,
+  },
   accounts: {
     name: 'accounts',
     args: '[--currency C] [--limit N]',
