@@ -1,12 +1,12 @@
 import { DEFAULT_EXECUTION } from '../actions/actions.js';
 import { canonicalJson, isUuid } from '../ids.js';
-import { type Project, ProjectError, type ToolFile } from './project.js';
+import { type Project, ProjectError, type SkillFile, type ToolFile } from './project.js';
 import type { GraphqlResponse, Target } from './target.js';
 
 export type Change = 'create' | 'update' | 'unchanged';
 
 export interface PlanItem {
-  kind: 'account' | 'tran code' | 'tool' | 'trigger' | 'client';
+  kind: 'account' | 'tran code' | 'skill' | 'tool' | 'trigger' | 'client';
   name: string;
   change: Change;
   /** For versioned things: the version the deploy makes, or keeps. */
@@ -79,6 +79,7 @@ function toolDesired(tool: ToolFile) {
       outputSchema: m.outputSchema ?? null,
     },
     tools: (m.tools ?? []).map((r: any) => ({ name: r.name, version: r.version ?? null, input: r.input ?? null })),
+    skills: (m.skills ?? []).map((r: any) => ({ name: r.name, version: r.version ?? null })),
     policies: (m.policies ?? []).map((p: any) => ({ effect: p.effect, actions: p.actions, resources: p.resources, assertions: p.assertions ?? null })),
     execution: {
       maxAttempts: m.execution?.maxAttempts ?? DEFAULT_EXECUTION.maxAttempts,
@@ -88,27 +89,61 @@ function toolDesired(tool: ToolFile) {
   };
 }
 
-/** Order tools so that every tool comes after the project tools it references. */
-function byReferences(tools: ToolFile[]): ToolFile[] {
-  const byName = new Map(tools.map((t) => [t.name, t]));
-  const ordered: ToolFile[] = [];
+type Versioned = { kind: 'tool'; tool: ToolFile } | { kind: 'skill'; skill: SkillFile };
+
+/**
+ * Order tools and skills so that each comes after what it needs from the project: a tool after the
+ * tools it references and the skills it declares, a skill after the tools it lists. Tools keep
+ * their order otherwise; a skill no tool declares comes last.
+ */
+function byReferences(tools: ToolFile[], skills: SkillFile[] = []): Versioned[] {
+  const toolsByName = new Map(tools.map((t) => [t.name, t]));
+  const skillsByName = new Map(skills.map((k) => [k.name, k]));
+  const ordered: Versioned[] = [];
   const state = new Map<string, 'visiting' | 'done'>();
-  const visit = (tool: ToolFile) => {
-    if (state.get(tool.name) === 'done') return;
-    if (state.get(tool.name) === 'visiting') throw new ProjectError('tools reference each other in a cycle', tool.manifestPath);
-    state.set(tool.name, 'visiting');
-    for (const ref of tool.manifest.tools ?? []) {
-      const dep = byName.get(ref.name);
-      if (dep) visit(dep);
+  const visit = (item: Versioned) => {
+    const key = item.kind === 'tool' ? `tool:${item.tool.name}` : `skill:${item.skill.name}`;
+    if (state.get(key) === 'done') return;
+    if (state.get(key) === 'visiting') {
+      throw new ProjectError(item.kind === 'tool' ? 'tools (and the skills they declare) reference each other in a cycle' : 'a skill lists a tool that declares it, directly or through other tools', item.kind === 'tool' ? item.tool.manifestPath : item.skill.path);
     }
-    state.set(tool.name, 'done');
-    ordered.push(tool);
+    state.set(key, 'visiting');
+    if (item.kind === 'tool') {
+      for (const ref of item.tool.manifest.skills ?? []) {
+        const dep = skillsByName.get(ref?.name);
+        if (dep) visit({ kind: 'skill', skill: dep });
+      }
+      for (const ref of item.tool.manifest.tools ?? []) {
+        const dep = toolsByName.get(ref?.name);
+        if (dep) visit({ kind: 'tool', tool: dep });
+      }
+    } else {
+      for (const name of item.skill.tools) {
+        const dep = toolsByName.get(name);
+        if (dep) visit({ kind: 'tool', tool: dep });
+      }
+    }
+    state.set(key, 'done');
+    ordered.push(item);
   };
-  tools.forEach(visit);
+  tools.forEach((tool) => visit({ kind: 'tool', tool }));
+  skills.forEach((skill) => visit({ kind: 'skill', skill }));
   return ordered;
 }
 
-const ACTION_FIELDS = `version config tool { name description inputSchema outputSchema } tools { name version input }
+async function planSkill(target: Target, skill: SkillFile): Promise<PlanItem> {
+  const existing = await current(target, 'query($name: String!) { actions { skill(name: $name) { skillId version description body tools } } }', { name: skill.name }, (d) => d.actions.skill);
+  const desired = { description: skill.description, body: skill.body, tools: skill.tools };
+  if (!existing) {
+    if (!isUuid(skill.skillId)) throw new ProjectError(`needs a "skillId:" that is a UUID in its front matter to create the skill, got ${JSON.stringify(skill.skillId)}`, skill.path);
+    return { kind: 'skill', name: skill.name, change: 'create', version: 1, field: 'createSkill(id: $ID, input: $VAR) { version }', id: { type: 'UUID!', value: skill.skillId }, variableType: 'SkillInput!', variable: { name: skill.name, ...desired }, file: skill.path };
+  }
+  const { skillId, version, ...have } = existing;
+  if (same(have, desired)) return { kind: 'skill', name: skill.name, change: 'unchanged', version, file: skill.path };
+  return { kind: 'skill', name: skill.name, change: 'update', version: version + 1, field: 'updateSkill(id: $ID, input: $VAR) { version }', id: { type: 'UUID!', value: skillId }, variableType: 'SkillInput!', variable: desired, file: skill.path };
+}
+
+const ACTION_FIELDS = `version config tool { name description inputSchema outputSchema } tools { name version input } skills { name version }
   policies { effect actions resources assertions } execution { maxAttempts backoff { initialMs multiplier maxMs } timeoutMs }`;
 const TRAN_CODE_FIELDS = `tranCodeId version description params { name type default description } vars metadata
   transaction { effective journalId correlationId externalId description metadata }
@@ -117,7 +152,7 @@ const TRAN_CODE_FIELDS = `tranCodeId version description params { name type defa
 /** Compare the project with the target and list what a deploy would do. Reads only. */
 export async function planDeploy(project: Project, target: Target, onProgress?: (done: number, total: number) => void): Promise<PlanItem[]> {
   const plan: PlanItem[] = [];
-  const total = project.accounts.length + project.tranCodes.length + project.tools.length + project.triggers.length + project.clients.length;
+  const total = project.accounts.length + project.tranCodes.length + project.tools.length + project.skills.length + project.triggers.length + project.clients.length;
   const tick = () => onProgress?.(plan.length, total);
 
   for (const account of project.accounts) {
@@ -148,7 +183,13 @@ export async function planDeploy(project: Project, target: Target, onProgress?: 
     tick();
   }
 
-  for (const tool of byReferences(project.tools)) {
+  for (const item of byReferences(project.tools, project.skills)) {
+    if (item.kind === 'skill') {
+      plan.push(await planSkill(target, item.skill));
+      tick();
+      continue;
+    }
+    const { tool } = item;
     const existing = await current(target, `query($name: String!) { actions { action(name: $name) { actionId ${ACTION_FIELDS} } } }`, { name: tool.name }, (d) => d.actions.action);
     const desired = toolDesired(tool);
     if (!existing && !isUuid(tool.manifest.actionId)) throw new ProjectError(`needs an "actionId" that is a UUID to create the tool, got ${JSON.stringify(tool.manifest.actionId ?? null)}`, tool.manifestPath);
@@ -201,7 +242,7 @@ function normalizeTranCode(d: Record<string, any>) {
 
 /** Where a mutation lives in the schema's namespaces. */
 function namespaceOf(item: PlanItem): 'root' | 'actions' | 'auth' {
-  if (item.kind === 'tool' || item.kind === 'trigger') return 'actions';
+  if (item.kind === 'tool' || item.kind === 'skill' || item.kind === 'trigger') return 'actions';
   if (item.kind === 'client') return 'auth';
   return 'root';
 }
@@ -230,7 +271,7 @@ export async function deploy(project: Project, target: Target, options: { dryRun
     }
     groups[namespaceOf(item)].push(`c${i}: ${field}`);
   });
-  // Fields of one mutation run in order: ledger records, then tools and triggers, then clients.
+  // Fields of one mutation run in order: ledger records, then skills, tools and triggers (in plan order), then clients.
   const body = [
     ...groups.root,
     groups.actions.length ? `actions { ${groups.actions.join('\n')} }` : '',

@@ -11,6 +11,8 @@ import { basename, join, relative, sep } from 'node:path';
  *   tools/<name>.json          beside it, the rest: {actionId, description, inputSchema, outputSchema,
  *                              tools, policies, execution}
  *   triggers/<name>.json       {triggerId, name, on, filter, action: {name, version?}, input}
+ *   skills/<name>.md           guidance an agent declares: a front matter block (description, tools,
+ *                              skillId), then the markdown body
  *   clients.json               [{principal, name, policies}]
  *
  * The program stays a plain .js file (reviewable, lintable, typed with sandbox/tally.d.ts); what
@@ -25,6 +27,17 @@ export interface ToolFile {
   manifest: Record<string, any>;
 }
 
+/** A skill's file: `---`, the front matter (description, tools, skillId), `---`, the markdown body. */
+export interface SkillFile {
+  name: string;
+  /** Relative to the project, for messages. */
+  path: string;
+  skillId: string | null;
+  description: string | null;
+  tools: string[];
+  body: string;
+}
+
 export interface Project {
   dir: string;
   name: string;
@@ -32,6 +45,7 @@ export interface Project {
   accounts: Array<Record<string, any>>;
   tranCodes: Array<{ path: string; definition: Record<string, any> }>;
   tools: ToolFile[];
+  skills: SkillFile[];
   triggers: Array<{ path: string; definition: Record<string, any> }>;
   clients: Array<Record<string, any>>;
 }
@@ -153,7 +167,7 @@ export function readProject(dir: string): Project {
       const manifestPath = join('tools', `${name}.json`);
       if (!existsSync(join(dir, manifestPath))) throw new ProjectError(`has no ${manifestPath} beside it (description, schemas, policies)`, programPath);
       const manifest = readObject(dir, manifestPath);
-      for (const key of ['tools', 'policies']) {
+      for (const key of ['tools', 'skills', 'policies']) {
         const list = manifest[key];
         if (list !== undefined && (!Array.isArray(list) || !list.every(isObject))) {
           throw new ProjectError(`"${key}" must be a JSON array of objects`, manifestPath);
@@ -172,7 +186,70 @@ export function readProject(dir: string): Project {
     accounts,
     tranCodes: listJson(dir, 'tran-codes').map((path) => ({ path, definition: readObject(dir, path) })),
     tools,
+    skills: listSkills(dir).map((path) => parseSkill(path, readText(dir, path))),
     triggers: listJson(dir, 'triggers').map((path) => ({ path, definition: readObject(dir, path) })),
     clients,
+  };
+}
+
+function listSkills(dir: string): string[] {
+  const full = join(dir, 'skills');
+  if (!existsSync(full)) return [];
+  if (!isDirectory(full)) throw new ProjectError('must be a folder', 'skills');
+  return readdirSync(full).filter((f) => f.endsWith('.md')).sort().map((f) => join('skills', f));
+}
+
+/** A front matter value: plain text, or a JSON string when it starts with a double quote. */
+function scalar(raw: string, path: string, line: number): string {
+  const value = raw.trim();
+  if (!value.startsWith('"')) return value;
+  try {
+    const parsed: unknown = JSON.parse(value);
+    if (typeof parsed === 'string') return parsed;
+  } catch {
+    // reported below
+  }
+  throw new ProjectError(`${JSON.stringify(value)} is not a quoted string (write it as JSON: "…", with \\" for a quote inside)`, path, line);
+}
+
+/**
+ * A skill file: the front matter holds only `description: …`, `tools: [a, b]` and `skillId: …`
+ * (one per line; blank lines and lines starting with # are skipped); everything after the closing
+ * `---` is the body (leading blank lines and trailing whitespace dropped, line ends as \n).
+ */
+export function parseSkill(path: string, text: string): SkillFile {
+  const lines = text.replace(/^\uFEFF/, '').replace(/\r\n?/g, '\n').split('\n');
+  if (lines[0]?.trim() !== '---') throw new ProjectError('must start with a front matter block: a line "---", then description, tools and skillId, then "---"', path, 1);
+  const end = lines.findIndex((l, i) => i > 0 && l.trim() === '---');
+  if (end < 0) throw new ProjectError('the front matter block has no closing "---" line', path, 1);
+  const seen = new Map<string, string>();
+  for (let i = 1; i < end; i++) {
+    const line = lines[i]!;
+    if (line.trim() === '' || line.trimStart().startsWith('#')) continue;
+    const match = /^([A-Za-z]+)\s*:(.*)$/.exec(line);
+    if (!match) throw new ProjectError(`${JSON.stringify(line)} is not "key: value" (keys: description, tools, skillId)`, path, i + 1);
+    const key = match[1]!;
+    if (key !== 'description' && key !== 'tools' && key !== 'skillId') throw new ProjectError(`unknown key ${JSON.stringify(key)} (keys: description, tools, skillId)`, path, i + 1);
+    if (seen.has(key)) throw new ProjectError(`${key} is given twice`, path, i + 1);
+    const value = match[2]!;
+    if (key === 'tools') {
+      const list = value.trim();
+      if (!list.startsWith('[') || !list.endsWith(']')) throw new ProjectError(`tools must be a list in brackets, e.g. [balance, transfer], got ${JSON.stringify(list)}`, path, i + 1);
+      const inner = list.slice(1, -1).trim();
+      const names = inner === '' ? [] : inner.split(',').map((item) => scalar(item, path, i + 1));
+      if (names.some((n) => n === '')) throw new ProjectError(`tools has an empty name: ${JSON.stringify(list)}`, path, i + 1);
+      seen.set(key, JSON.stringify(names));
+    } else {
+      seen.set(key, scalar(value, path, i + 1));
+    }
+  }
+  const body = lines.slice(end + 1).join('\n').replace(/^(?:[ \t]*\n)+/, '').replace(/\s+$/, '');
+  return {
+    name: basename(path, '.md'),
+    path,
+    skillId: seen.get('skillId') ?? null,
+    description: seen.get('description') ?? null,
+    tools: seen.has('tools') ? (JSON.parse(seen.get('tools')!) as string[]) : [],
+    body,
   };
 }
