@@ -43,6 +43,11 @@ export const PRELUDE = String.raw`
     return call('cel', expression, strictStringify(bindings === undefined ? {} : bindings, 'bindings', true));
   }
 
+  // Whether cancelExecution was asked of the run this call belongs to: a long program can stop early.
+  function cancelled() {
+    return call('cancelled') === true;
+  }
+
   function fail(message, hint, options) {
     const retry = options !== null && typeof options === 'object' && options.retry === false ? false : undefined;
     throw { [FAIL]: true, message: String(message), hint: hint === undefined || hint === null ? undefined : String(hint), retry };
@@ -586,7 +591,7 @@ export const PRELUDE = String.raw`
 
   // invoke() is the host's alone: it is the prelude's result, never a global (a program that could
   // call it would skip the reseed of Math.random and read the state the previous caller left).
-  const api = { graphql, cel, tools, fail, decimal, money, console };
+  const api = { graphql, cel, tools, fail, cancelled, decimal, money, console };
   for (const name of Object.keys(api)) {
     Object.defineProperty(globalThis, name, { value: api[name], writable: false, enumerable: false, configurable: false });
   }

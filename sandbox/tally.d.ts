@@ -55,6 +55,9 @@ declare const tools: {
 /** Ends the call as FAILED (TOOL_FAILED) with this message and hint. `{ retry: false }` stops retries of a started execution. */
 declare function fail(message: string, hint?: string | null, options?: { retry?: boolean }): never;
 
+/** Whether cancelExecution was asked of the run this call belongs to (an agent run it is a tool call of): stop early if so. */
+declare function cancelled(): boolean;
+
 type RoundingMode = 'half_even' | 'half_up' | 'half_down' | 'up' | 'down' | 'ceiling' | 'floor' | Uppercase<'half_even' | 'half_up' | 'half_down' | 'up' | 'down' | 'ceiling' | 'floor'>;
 type DecimalLike = TallyDecimal | string | number | bigint;
 

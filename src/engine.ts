@@ -36,6 +36,7 @@ import { Checkpointer } from './storage/checkpointer.js';
 import { mapDriverError } from './storage/driver-errors.js';
 import { CacheEpoch, RecordCache, watchCachedTables, watchToolTables } from './storage/record-cache.js';
 import { actionStatements } from './storage/statements/actions.js';
+import { sessionStatements } from './storage/statements/sessions.js';
 import { skillStatements } from './storage/statements/skills.js';
 import { checkSkillReference, type SkillDeps, skillServices } from './skills/skills.js';
 import { ledgerStatements } from './storage/statements/ledger.js';
@@ -98,7 +99,8 @@ export interface AsyncRequestOptions extends RequestOptions {
 }
 
 /** Statuses an execution never leaves. */
-const TERMINAL_STATUSES = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
+/** Where a wait on an execution ends: it is over, or it waits for a person (WAITING_APPROVAL). */
+const TERMINAL_STATUSES = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'WAITING_APPROVAL']);
 
 export interface OperationSummary {
   type: 'query' | 'mutation';
@@ -292,6 +294,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     newId,
     runGraphql: (request, frame) => runNested(request, frame),
     models,
+    sessions: sessionStatements(db),
     onModelCall: (call) => {
       for (const listener of modelCallListeners) listener(call);
     },

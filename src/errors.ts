@@ -34,6 +34,8 @@ export const ERROR_CODES = {
   GRAPHQL_PARSE_FAILED: { retryable: false, hint: 'Fix the GraphQL syntax at the location shown.' },
   GRAPHQL_VALIDATION_FAILED: { retryable: false, hint: 'Check the document against schema.graphql.' },
   BUSY: { retryable: true, hint: 'The database was busy; retry the request.' },
+  APPROVAL_REJECTED: { retryable: false, hint: 'A person rejected the call; it did not run.' },
+  APPROVAL_EXPIRED: { retryable: false, hint: 'Nobody approved the call in time; it did not run.' },
   MODEL_UNAVAILABLE: { retryable: true, hint: 'The model provider was unreachable, overloaded or rate-limited after its retries; the run is retried with backoff.' },
   MODEL_ERROR: { retryable: false, hint: 'The model provider refused the request or answered outside its wire format; check the provider configuration and the action config.' },
   INTERNAL: { retryable: true, hint: 'This is a bug in Tally; the server log has the details.' },

@@ -8,6 +8,7 @@ import type { AuthorityLayer } from '../policy/policy.js';
 import type { QueueRow } from '../storage/statements/actions.js';
 import { type CallNode, type Caller, type ModelCallRecord, persistTree, type RootState, rowToNode } from '../execution/call-tree.js';
 import { fixedInput, runCall, toEngineError, validate } from '../execution/invoke.js';
+import { jsonToCel } from '../cel/values.js';
 import type { AttemptOutcome } from '../execution/queue/attempt.js';
 import { isRetryable } from '../execution/queue/attempt.js';
 import { backoffDelayMs } from '../execution/queue/backoff.js';
@@ -27,6 +28,20 @@ const CORRECTIONS_MAX = 1;
 class LeaseLost extends Error {
   constructor(readonly executionId: string) {
     super(`the lease on ${executionId} was lost`);
+  }
+}
+
+/** cancelExecution asked the run to stop: it ends CANCELLED at this step, never inside a tool call. */
+class Cancelled extends Error {
+  constructor(readonly executionId: string) {
+    super(`execution ${executionId} was cancelled`);
+  }
+}
+
+/** The run parked on an approval (WAITING_APPROVAL, its lease given up): a decision or the expiry resumes it. */
+class Parked extends Error {
+  constructor(readonly approvalId: string) {
+    super(`waiting for approval ${approvalId}`);
   }
 }
 
@@ -63,6 +78,8 @@ interface RunContext {
   triggerDepth: number;
   /** Wake the worker: a tool call may have started executions. */
   wake: () => void;
+  /** A session's turn: the session, and the messages before this turn. */
+  session: { id: string; input: unknown; history: Array<{ role: 'USER' | 'ASSISTANT'; text: string }> } | null;
 }
 
 export interface AgentRunsOptions {
@@ -159,6 +176,11 @@ export class AgentRuns {
       backoff = ctx.version.execution.backoff;
       output = ctx.version.kind === 'agent' ? await runAgent(ctx, ctx.executionId, ctx.version, ctx.input, 1) : await runModel(ctx, ctx.executionId, ctx.version, ctx.input, 1);
     } catch (e) {
+      if (e instanceof Parked) return;
+      if (e instanceof Cancelled || lease.lost.signal.reason instanceof Cancelled) {
+        this.finish(claim, { startedAt, startedMs, output: null, error: null, backoff, cancelled: true });
+        return;
+      }
       if (e instanceof LeaseLost || lease.lost.signal.aborted) return;
       if (signal.aborted) {
         // The worker is stopping: give the run back, due now, this attempt not counted.
@@ -178,7 +200,7 @@ export class AgentRuns {
     } finally {
       lease.stop();
     }
-    this.finish(claim, { startedAt, startedMs, output, error, backoff });
+    this.finish(claim, { startedAt, startedMs, output, error, backoff, session: ctx?.session ?? null });
   }
 
   /** The run's version and authority, read now: a deleted starter or a revoked policy fails it. */
@@ -199,25 +221,35 @@ export class AgentRuns {
       const version = getVersion(svc.actions, { id: row.action_id!, version: row.action_version! });
       if (version.status !== 'ACTIVE') throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is ${version.status}`);
       const config = modelConfig(version.kind as 'model' | 'agent', version.config, svc.limits) as AgentConfig;
+      let session: RunContext['session'] = null;
+      if (row.session_id) {
+        const found = svc.sessions.sessionById.get(row.session_id);
+        if (!found) throw new EngineError('NOT_FOUND', `session ${row.session_id} of this turn no longer exists`);
+        const history = svc.sessions.messages.all(row.session_id).filter((m) => m.execution_id !== row.execution_id).map((m) => ({ role: m.role, text: m.text }));
+        session = { id: found.session_id, input: JSON.parse(found.input) as unknown, history };
+      }
       const runTimeoutMs = version.kind === 'agent' ? config.runTimeoutMs : svc.limits.agentRunMsMax;
       return {
         value: {
           svc, claim, executionId: row.execution_id, version, config, input, principal: caller.principal,
           layers: [...outer, layerOf(version)], refs: [...refs, { actionId: version.actionId, version: version.version }],
-          deadline: Date.parse(row.created) + runTimeoutMs, signal, triggerDepth: row.trigger_depth, wake: this.options.wake,
+          deadline: Date.parse(row.created) + runTimeoutMs, signal, triggerDepth: row.trigger_depth, wake: this.options.wake, session,
         },
         commit: false,
       };
     });
   }
 
-  private finish(claim: RunClaim, { startedAt, startedMs, output, error, backoff }: { startedAt: Date; startedMs: number; output: unknown; error: ErrorData | null; backoff: typeof DEFAULT_EXECUTION.backoff }): void {
+  private finish(
+    claim: RunClaim,
+    { startedAt, startedMs, output, error, backoff, cancelled = false, session = null }: { startedAt: Date; startedMs: number; output: unknown; error: ErrorData | null; backoff: typeof DEFAULT_EXECUTION.backoff; cancelled?: boolean; session?: RunContext['session'] },
+  ): void {
     const { svc } = this;
     const row = claim.row;
-    const succeeded = error === null;
+    const succeeded = error === null && !cancelled;
     const maxAttempts = row.max_attempts ?? 1;
-    const retry = !succeeded && isRetryable(error!) && claim.attempt < maxAttempts;
-    const status = succeeded ? 'SUCCEEDED' : retry ? 'QUEUED' : 'FAILED';
+    const retry = !succeeded && !cancelled && isRetryable(error!) && claim.attempt < maxAttempts;
+    const status = cancelled ? 'CANCELLED' : succeeded ? 'SUCCEEDED' : retry ? 'QUEUED' : 'FAILED';
     let written = false;
     tryWrite(svc, () => {
       if (svc.queue.renewLease.run({ execution_id: row.execution_id, owner: claim.owner, until: leaseUntil(svc, svc.clock.now()) }).changes !== 1) return;
@@ -230,12 +262,19 @@ export class AgentRuns {
         started: startedAt.toISOString(), finished, logs: null, run_at: runAt, lease_owner: this.options.owner,
       });
       svc.queue.insertInvocation.run({
-        execution_id: row.execution_id, attempt: claim.attempt, status: succeeded ? 'SUCCEEDED' : 'FAILED', output: outputText, error: errorText, started: startedAt.toISOString(), finished, logs: null,
+        execution_id: row.execution_id, attempt: claim.attempt, status: cancelled ? 'CANCELLED' : succeeded ? 'SUCCEEDED' : 'FAILED', output: outputText, error: errorText, started: startedAt.toISOString(), finished, logs: null,
       });
+      if (session && succeeded) {
+        // The turn's answer joins the session's history, which keeps its newest sessionHistoryMax messages.
+        const text = typeof (output as { text?: unknown } | null)?.text === 'string' ? (output as { text: string }).text : JSON.stringify(output);
+        svc.sessions.insertMessage.run({ session_id: session.id, message_id: row.execution_id, role: 'ASSISTANT', text, execution_id: row.execution_id, created: finished });
+        svc.sessions.touchSession.run(finished, finished, session.id);
+        svc.sessions.trimMessages.run(session.id, session.id, svc.limits.sessionHistoryMax);
+      }
       written = true;
       this.options.onOutcome({
         executionId: row.execution_id, action: row.action_name, version: row.action_version, attempt: claim.attempt, maxAttempts,
-        status, error, runAt, durationMs: performance.now() - startedMs,
+        status: status === 'CANCELLED' ? 'FAILED' : status, error, runAt, durationMs: performance.now() - startedMs,
       });
     });
     if (!written) svc.log.warn({ event: 'attempt', executionId: row.execution_id, outcome: 'LOST' }, 'the run was claimed by another worker; its outcome here is dropped');
@@ -271,7 +310,9 @@ class LeaseKeeper {
     private readonly svc: ExecutionServices,
     private readonly claim: RunClaim,
   ) {
-    this.timer = setInterval(() => this.renew(), Math.max(50, Math.floor(svc.limits.agentLeaseMs / 3)));
+    // Every leaseMs / 3 for the lease; at least every 250 ms for a cancellation, so one stops a model
+    // that is thinking soon.
+    this.timer = setInterval(() => this.renew(), Math.max(50, Math.min(250, Math.floor(svc.limits.agentLeaseMs / 3))));
     this.timer.unref();
   }
 
@@ -283,6 +324,7 @@ class LeaseKeeper {
         commit: true,
       }));
       if (!held) this.lost.abort(new LeaseLost(this.claim.row.execution_id));
+      else if (this.svc.st.cancelRequested.get(this.claim.row.execution_id) === 1) this.lost.abort(new Cancelled(this.claim.row.execution_id));
     } catch {
       // BUSY: the next tick tries again; the lease has two more ticks before it expires.
     }
@@ -302,6 +344,7 @@ function step<T>(ctx: RunContext, fn: () => T): T {
   return svc.transactions.run('write', () => {
     const held = svc.queue.renewLease.run({ execution_id: ctx.executionId, owner: ctx.claim.owner, until: leaseUntil(svc, svc.clock.now()) }).changes === 1;
     if (!held) throw new LeaseLost(ctx.executionId);
+    if (svc.st.cancelRequested.get(ctx.executionId) === 1) throw new Cancelled(ctx.executionId);
     return { value: fn(), commit: true };
   });
 }
@@ -313,6 +356,7 @@ function recorded(ctx: RunContext, executionId: string): CallNode | null {
 
 function checkDeadline(ctx: RunContext, what: string): void {
   if (ctx.signal.aborted) throw ctx.signal.reason instanceof Error ? ctx.signal.reason : new Error('aborted');
+  if (ctx.svc.st.cancelRequested.get(ctx.executionId) === 1) throw new Cancelled(ctx.executionId);
   if (Date.now() > ctx.deadline) {
     throw new EngineError('TIMEOUT', `${ctx.version.name} ran past its whole-run deadline before ${what}`, {
       hint: ctx.version.kind === 'agent' ? 'Raise config.runTimeoutMs (at most agentRunMsMax), or give the agent less to do.' : 'The model did not answer in time; raise the provider’s timeout.',
@@ -531,8 +575,16 @@ async function runAgent(ctx: RunContext, runId: string, agent: ActionVersion, in
   const config = modelConfig('agent', agent.config, ctx.svc.limits) as AgentConfig;
   const tools = offeredTools(ctx, agent, runId);
   const instructions = joinInstructions(config.instructions, agent.tool.outputSchema !== null ? schemaNote(agent) : null);
-  const messages: ModelMessage[] = [{ role: 'user', text: renderPrompt(config.prompt, input) }];
-  const scope = { event: { data: input, execution: { executionId: runId, actionId: agent.actionId, actionVersion: agent.version, attempt: ctx.claim.attempt }, caller: { principal: ctx.principal } }, toolInput: input, executionInput: ctx.input };
+  // A session's turn sees the session's history first (its own run at the top level only).
+  const history: ModelMessage[] =
+    ctx.session && runId === ctx.executionId
+      ? ctx.session.history.map((m) => (m.role === 'USER' ? { role: 'user', text: m.text } : { role: 'assistant', text: m.text, toolCalls: [] }))
+      : [];
+  const messages: ModelMessage[] = [...history, { role: 'user', text: renderPrompt(config.prompt, input) }];
+  const scope = {
+    event: { data: input, execution: { executionId: runId, actionId: agent.actionId, actionVersion: agent.version, attempt: ctx.claim.attempt }, caller: { principal: ctx.principal } },
+    toolInput: input, executionInput: ctx.input, session: ctx.session ? { id: ctx.session.id, input: ctx.session.input } : null,
+  };
   let toolCalls = 0;
   let corrections = 0;
   for (let turn = 1; ; turn++) {
@@ -574,7 +626,7 @@ interface ToolStep {
   index: number;
   call: ModelToolCall;
   tools: OfferedTool[];
-  scope: { event: unknown; toolInput: unknown; executionInput: unknown };
+  scope: { event: unknown; toolInput: unknown; executionInput: unknown; session: { id: string; input: unknown } | null };
   depth: number;
 }
 
@@ -629,6 +681,10 @@ async function toolCall(ctx: RunContext, s: ToolStep): Promise<CallNode> {
     input = svc.transactions.run('read', () => ({ value: fixedInput(svc, tool.reference, args, s.scope), commit: false }));
   } catch (error) {
     return failed(toEngineError(error), tool.reference.name, args, tool);
+  }
+  if (tool.reference.approval) {
+    const refused = awaitApproval(ctx, callId, tool, input);
+    if (refused) return failed(refused, tool.reference.name, input, tool);
   }
   if (tool.version && runsOutsideTransactions(tool.version.kind)) {
     try {
@@ -686,6 +742,56 @@ async function toolCall(ctx: RunContext, s: ToolStep): Promise<CallNode> {
   }
 }
 
+/**
+ * A call that needs a person's approval. Its approval (one per call: its id derived from the
+ * call's) is created PENDING and the run parks (WAITING_APPROVAL, due when the approval expires:
+ * the queue never polls a parked run); a decision makes the run due at once, and it replays to here.
+ * Returns null when the call may run, or the error the model is told instead (the call never runs).
+ */
+function awaitApproval(ctx: RunContext, callId: string, tool: OfferedTool, input: unknown): EngineError | null {
+  const { svc } = ctx;
+  const rule = tool.reference.approval!;
+  if (rule.when !== null) {
+    let needed: unknown;
+    try {
+      needed = svc.transactions.run('read', () => ({ value: svc.cel.evaluate(rule.when!, jsonToCel({ input }) as Record<string, unknown>), commit: false }));
+    } catch (error) {
+      return toEngineError(error);
+    }
+    if (needed !== true) return null;
+  }
+  const existing = svc.transactions.run('read', () => ({ value: svc.sessions.approvalByCall.get(callId), commit: false }));
+  const now = svc.clock.now();
+  if (existing?.status === 'APPROVED') return null;
+  if (existing?.status === 'REJECTED') {
+    return new EngineError('APPROVAL_REJECTED', `${existing.decided_by ?? 'a person'} rejected this call of ${tool.reference.name}${existing.reason ? `: ${existing.reason}` : ''}`, {
+      hint: 'Do not retry the same call; tell the person, or ask differently.',
+    });
+  }
+  if (existing?.status === 'CANCELLED') throw new Cancelled(ctx.executionId);
+  if (existing && Date.parse(existing.expires) <= now.getTime()) {
+    step(ctx, () => svc.sessions.decideApproval.run({ approval_id: existing.approval_id, status: 'EXPIRED', reason: null, decided_by: null, decided: now.toISOString() }));
+    return new EngineError('APPROVAL_EXPIRED', `nobody approved this call of ${tool.reference.name} before it expired (${rule.timeoutMs} ms)`, {
+      hint: 'The call did not run. Tell the person it needs an approval.',
+    });
+  }
+  if (existing?.status === 'EXPIRED') {
+    return new EngineError('APPROVAL_EXPIRED', `nobody approved this call of ${tool.reference.name} before it expired (${rule.timeoutMs} ms)`, { hint: 'The call did not run. Tell the person it needs an approval.' });
+  }
+  const approvalId = existing?.approval_id ?? derivedId(svc.derivedIdKey, 'approval', callId);
+  const expires = existing?.expires ?? new Date(now.getTime() + rule.timeoutMs).toISOString();
+  step(ctx, () => {
+    if (!existing) {
+      svc.sessions.insertApproval.run({
+        approval_id: approvalId, execution_id: ctx.executionId, call_id: callId, tool: tool.reference.name, tool_version: tool.version?.version ?? null,
+        input: JSON.stringify(input), requested_by: ctx.principal, expires, created: now.toISOString(),
+      });
+    }
+    svc.sessions.parkRun.run({ execution_id: ctx.executionId, owner: ctx.claim.owner, expires, now: now.toISOString() });
+  });
+  throw new Parked(approvalId);
+}
+
 function kindOf(tool: OfferedTool | null): CallNode['kind'] {
   if (tool?.native) return tool.native === 'graphql' ? 'GRAPHQL' : 'CEL';
   const kind = tool?.version?.kind;
@@ -730,7 +836,7 @@ async function nestedRun(ctx: RunContext, s: ToolStep, callId: string, tool: Off
         }));
       });
     } catch (error) {
-      if (error instanceof LeaseLost) throw error;
+      if (error instanceof LeaseLost || error instanceof Cancelled) throw error;
       throw new NestedRefusal(toEngineError(error));
     }
   }
@@ -740,7 +846,7 @@ async function nestedRun(ctx: RunContext, s: ToolStep, callId: string, tool: Off
   try {
     output = version.kind === 'agent' ? await runAgent(inner, callId, version, input, depth) : await runModel(inner, callId, version, input, depth);
   } catch (e) {
-    if (e instanceof LeaseLost || ctx.signal.aborted) throw e;
+    if (e instanceof LeaseLost || e instanceof Parked || e instanceof Cancelled || ctx.signal.aborted) throw e;
     const failure = toEngineError(e);
     if (isRetryable(failure.toData())) throw failure;
     error = failure.toData();

@@ -16,7 +16,7 @@ export interface ModelCallRecord {
   httpAttempts: number;
   stopReason: string | null;
 }
-export type ExecutionStatus = 'QUEUED' | 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED';
+export type ExecutionStatus = 'QUEUED' | 'RUNNING' | 'WAITING_APPROVAL' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED';
 
 /**
  * One call, as it ran. A call tree is built in memory while it runs and written in one go when its
@@ -56,6 +56,9 @@ export interface CallNode {
   transport?: string | null;
   /** A MODEL execution: the provider call it made. */
   model?: ModelCallRecord | null;
+  /** An agent run that is a session's turn. */
+  sessionId?: string | null;
+  cancelRequested?: boolean;
 }
 
 /** The caller at the root of a tree: its principal and (for an API client) its policies. */
@@ -158,6 +161,8 @@ export function rowToNode(row: ExecutionRow): CallNode {
     triggerDepth: (row as { trigger_depth?: number }).trigger_depth ?? 0,
     transport: row.transport ?? null,
     model: row.model ? (JSON.parse(row.model) as ModelCallRecord) : null,
+    sessionId: row.session_id ?? null,
+    cancelRequested: row.cancel_requested === 1,
   };
 }
 

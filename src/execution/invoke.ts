@@ -401,6 +401,7 @@ class CallBridge implements HostBridge {
         return envelope(this.child({ type: 'native', name: 'cel' }, { expression: args[0], bindings: parseArg(args[1], 'bindings', this.svc.limits.jsonDepthMax) }));
       }
       if (op === 'tool') return this.tool(args[0] ?? '', parseArg(args[1], 'input', this.svc.limits.jsonDepthMax), parseArg(args[2], 'options', this.svc.limits.jsonDepthMax));
+      if (op === 'cancelled') return JSON.stringify({ ok: true, value: this.svc.st.cancelRequested.get(this.frame.node.rootId) === 1 });
       throw new EngineError('BAD_REQUEST', `unknown host operation ${quote(op)}`);
     } catch (error) {
       return JSON.stringify({ ok: false, error: toEngineError(error).toData() });
@@ -513,10 +514,11 @@ class CallBridge implements HostBridge {
 }
 
 /** Fixed input: each reference.input property is CEL over event, tool.input, execution.input, and replaces the caller's value. */
-export function fixedInput(svc: ExecutionServices, reference: ToolReference, input: unknown, scope: { event: unknown; toolInput: unknown; executionInput: unknown }): unknown {
+export function fixedInput(svc: ExecutionServices, reference: ToolReference, input: unknown, scope: { event: unknown; toolInput: unknown; executionInput: unknown; session?: { id: string; input: unknown } | null }): unknown {
   if (!reference.input) return input;
   const base = input !== null && typeof input === 'object' && !Array.isArray(input) ? { ...(input as Record<string, unknown>) } : {};
-  const bindings = jsonToCel({ event: scope.event, tool: { input: scope.toolInput }, execution: { input: scope.executionInput } }) as Record<string, unknown>;
+  // An agent's references also see session (null outside a session).
+  const bindings = jsonToCel({ event: scope.event, tool: { input: scope.toolInput }, execution: { input: scope.executionInput }, session: scope.session ?? null }) as Record<string, unknown>;
   for (const [prop, expression] of Object.entries(reference.input)) {
     base[prop] = celToJson(svc.cel.evaluate(expression, bindings));
   }

@@ -10,6 +10,7 @@ import type { RecordCache } from '../storage/record-cache.js';
 import type { TransactionManager } from '../storage/transaction.js';
 import type { CallFrame, Caller } from './call-tree.js';
 import type { ModelProviders } from '../models/providers.js';
+import type { SessionStatements } from '../storage/statements/sessions.js';
 import type { SkillServices } from '../skills/skills.js';
 
 /** The outcome of a GraphQL operation run on behalf of a call. */
@@ -71,6 +72,8 @@ export interface ExecutionServices {
   programKeys: WeakMap<object, string>;
   /** The operator's model providers (null: none configured; model and agent runs fail with MODEL_ERROR). */
   models: ModelProviders | null;
+  /** Sessions, their messages, approvals, and the run states they park and wake. */
+  sessions: SessionStatements;
   /** Called after every model call a run of this process made (the server's metrics count them). */
   onModelCall(call: ModelCallSample): void;
   /** Run a GraphQL operation inside the current transaction, as a call of `frame`. */

@@ -6,6 +6,7 @@ import { type CallFrame, type CallNode, type Caller, rowToNode } from '../call-t
 import { checkInputBytes, checkNewInTree, executionIdConflict, isStarted, validate } from '../invoke.js';
 import { checkOwner, checkReplay } from '../replay.js';
 import type { ExecutionServices } from '../services.js';
+import { needsSession } from '../../agents/sessions.js';
 
 export interface StartRequest {
   id?: string | null;
@@ -25,6 +26,7 @@ export function startAction(svc: ExecutionServices, caller: Caller, request: Sta
     throw new EngineError('BAD_REQUEST', `the native ${request.name} tool cannot be started`, { hint: 'Invoke it, or start a tool that calls it.' });
   }
   const version = resolveStartVersion(svc, request);
+  refuseWithoutSession(version);
   const input = request.input ?? {};
   const inputFingerprint = fingerprint(canonicalJson({ target: `${version.actionId}@${request.actionVersion ?? 'active'}`, input }));
   checkNewInTree(frame, request.executionId);
@@ -51,6 +53,14 @@ export function startAction(svc: ExecutionServices, caller: Caller, request: Sta
   });
   frame?.root.ids.add(request.executionId);
   return rowToNode(svc.st.executionById.get(request.executionId)!);
+}
+
+/** An agent that talks in sessions (a sessionSchema, or references reading session) runs only as a session's turn. */
+export function refuseWithoutSession(version: ActionVersion): void {
+  if (!needsSession(version)) return;
+  throw new EngineError('BAD_REQUEST', `${version.name} runs only in a session (it has a sessionSchema or its references read session), so it cannot be started on its own`, {
+    hint: 'Open a session with createSession, then sendMessage: each message starts a turn.',
+  });
 }
 
 export function resolveStartVersion(svc: ExecutionServices, ref: { id?: string | null; name?: string | null; actionVersion?: number | null }): ActionVersion {

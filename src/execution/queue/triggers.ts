@@ -6,7 +6,7 @@ import { requiredText } from '../../ledger/records.js';
 import { type Connection, pageRequest, toConnection } from '../../paging.js';
 import type { QueueRow, TriggerRow } from '../../storage/statements/actions.js';
 import type { ExecutionServices } from '../services.js';
-import { enqueue, resolveStartVersion } from './start.js';
+import { enqueue, refuseWithoutSession, resolveStartVersion } from './start.js';
 
 import { LEDGER_EVENTS as TRIGGER_EVENTS, type LedgerChange, type LedgerEvent as TriggerEvent } from '../../ledger/deps.js';
 
@@ -197,6 +197,7 @@ function dispatchToTriggers(svc: ExecutionServices, change: LedgerChange, trigge
       }
       for (const [prop, expression] of Object.entries(trigger.input ?? {})) input[prop] = celToJson(svc.cel.evaluate(expression, bindings));
       const version = resolveStartVersion(svc, { name: trigger.action.name, actionVersion: trigger.action.version });
+      refuseWithoutSession(version);
       enqueue(svc, { executionId, version, input, inputFingerprint: null, principal: trigger.principal, triggerId: trigger.triggerId, triggerDepth: depth });
       const fields = { event: 'trigger', trigger: trigger.name, on: change.event, executionId, action: `${version.name}@${version.version}`, triggerDepth: depth };
       svc.transactions.afterCommit(() => svc.log.info(fields, 'trigger started an execution'));

@@ -8,13 +8,18 @@ import * as triggers from '../../execution/queue/triggers.js';
 import { pageRequest, toConnection } from '../../paging.js';
 import type { RequestContext } from '../context.js';
 import { guard, visible } from './guard.js';
+import * as sessions from '../../agents/sessions.js';
+import type { ApprovalRow, SessionMessageRow, SessionRow } from '../../storage/statements/sessions.js';
 import { type ToolAccess, type ToolWritesMemo, callerAccess, toolAccess, toolWritesMemo } from '../../actions/tool-access.js';
 
 const AA = 'actions.Action';
 const AE = 'actions.Execution';
 const AT = 'actions.Trigger';
+const AS = 'actions.Session';
+const AP = 'actions.Approval';
 /** Statuses an execution never leaves. */
-const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
+/** A long-poll ends when the execution is over, or waits for a person's decision. */
+const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'WAITING_APPROVAL']);
 
 type Args = Record<string, any>;
 
@@ -193,6 +198,32 @@ export const actionResolvers = {
         name,
         access: name === 'cel' ? { readOnly: true, destructive: false } : callerAccess(ctx.caller.client?.policies ?? null),
       })),
+    session: (_: unknown, { sessionId }: Args, ctx: RequestContext) => {
+      const row = sessions.getSession(ctx.services, sessionId);
+      guard(ctx, 'SELECT', AS, sessions.sessionDocument(ctx.services, row));
+      return row;
+    },
+    sessions: (_: unknown, { first, after, where }: Args, ctx: RequestContext) => {
+      const req = pageRequest<number>(first, after, ctx.limits.pageSizeMax, 'number', 'sessions');
+      // Newest first; a filter is applied to the page read (a page may be short: follow endCursor).
+      const rows = ctx.services.sessions.sessionsPage.all({ after: req.after ?? Number.MAX_SAFE_INTEGER, limit: req.fetch });
+      const page = toConnection(rows, req, (r) => r.rowid, (r) => r);
+      const keep = (r: (typeof rows)[number]) =>
+        (where?.status == null || sessions.sessionStatus(ctx.services, r) === where.status) && (where?.agent == null || r.action_name === where.agent) &&
+        ctx.authority.allows({ action: 'SELECT', resource: AS, document: sessions.sessionDocument(ctx.services, r) });
+      const edges = page.edges.filter((e) => keep(e.node));
+      return { ...page, edges, nodes: edges.map((e) => e.node) };
+    },
+    approval: (_: unknown, { approvalId }: Args, ctx: RequestContext) => {
+      const row = sessions.getApproval(ctx.services, approvalId);
+      guard(ctx, 'SELECT', AP, sessions.approvalDocument(row));
+      return row;
+    },
+    approvals: (_: unknown, { first, after, where }: Args, ctx: RequestContext) => {
+      const req = pageRequest<number>(first, after, ctx.limits.pageSizeMax, 'number', 'approvals');
+      const rows = ctx.services.sessions.approvalsPage.all({ after: req.after ?? 0, limit: req.fetch, status: where?.status ?? null });
+      return visible(ctx, AP, toConnection(rows, req, (r) => r.rowid, (r) => r), (r) => sessions.approvalDocument(r));
+    },
     queue: (_: unknown, __: Args, ctx: RequestContext) => {
       guard(ctx, 'SELECT', AE, {});
       const counts = Object.fromEntries(ctx.services.queue.counts.all().map((r) => [r.status, r.n]));
@@ -236,11 +267,42 @@ export const actionResolvers = {
         // Its attempt is the one running this call: it is QUEUED until the attempt's outcome is written.
         throw new EngineError('BAD_REQUEST', `execution ${executionId} is running this call and cannot cancel itself`, { hint: 'Fail it with fail(message, hint, {retry: false}) instead.' });
       }
-      if (row.status !== 'QUEUED') {
-        throw new EngineError('BAD_REQUEST', `execution ${executionId} is ${row.status}; only a QUEUED execution can be cancelled`);
+      if (row.status !== 'QUEUED' && !sessions.cancelRun(ctx.services, row)) {
+        throw new EngineError('BAD_REQUEST', `execution ${executionId} is ${row.status}; only a QUEUED execution, or a model or agent run that is RUNNING or WAITING_APPROVAL, can be cancelled`, {
+          hint: row.status === 'RUNNING' ? 'A tool attempt runs in one transaction and cannot be stopped from outside; it ends within its timeout.' : 'It has ended already.',
+        });
       }
-      ctx.services.queue.cancel.run(ctx.services.clock.now().toISOString(), executionId);
+      if (row.status === 'QUEUED') ctx.services.queue.cancel.run(ctx.services.clock.now().toISOString(), executionId);
       return rowToNode(ctx.services.st.executionById.get(executionId)!);
+    },
+    createSession: (_: unknown, { sessionId, agent, input }: Args, ctx: RequestContext) => {
+      guard(ctx, 'INSERT', AS, { sessionId, agent, input: input ?? {}, principal: ctx.principal });
+      // Its turns start the agent: the caller must be allowed that too, as for startAction.
+      guard(ctx, 'INSERT', AE, { action: agent, version: null, input: input ?? {} });
+      return sessions.createSession(ctx.services, ctx.caller, ctx.frame, { sessionId, agent, input });
+    },
+    sendMessage: (_: unknown, { sessionId, messageId, text }: Args, ctx: RequestContext) => {
+      const row = ctx.services.sessions.sessionById.get(sessionId);
+      if (row && row.principal === ctx.principal) {
+        const version = sessions.sessionAgent(ctx.services, row);
+        guard(ctx, 'INSERT', AE, { action: version.name, version: version.version, input: sessions.turnInput(row, text) });
+      }
+      return sessions.sendMessage(ctx.services, ctx.caller, ctx.frame, { sessionId, messageId, text });
+    },
+    closeSession: (_: unknown, { sessionId }: Args, ctx: RequestContext) => {
+      const row = sessions.getSession(ctx.services, sessionId);
+      guard(ctx, 'UPDATE', AS, sessions.sessionDocument(ctx.services, row));
+      return sessions.closeSession(ctx.services, ctx.frame, row);
+    },
+    approveCall: (_: unknown, { approvalId, reason }: Args, ctx: RequestContext) => {
+      const row = sessions.getApproval(ctx.services, approvalId);
+      guard(ctx, 'UPDATE', AP, { ...sessions.approvalDocument(row), decision: 'APPROVED' });
+      return sessions.decide(ctx.services, ctx.caller, ctx.frame, row, 'APPROVED', reason ?? null);
+    },
+    rejectCall: (_: unknown, { approvalId, reason }: Args, ctx: RequestContext) => {
+      const row = sessions.getApproval(ctx.services, approvalId);
+      guard(ctx, 'UPDATE', AP, { ...sessions.approvalDocument(row), decision: 'REJECTED' });
+      return sessions.decide(ctx.services, ctx.caller, ctx.frame, row, 'REJECTED', reason ?? null);
     },
     createTrigger: (_: unknown, { input }: Args, ctx: RequestContext) => {
       if (ctx.frame) {
@@ -268,7 +330,35 @@ export const actionResolvers = {
     access: (v: ActionVersion, _: Args, ctx: RequestContext) => toolAccess(ctx.services.actions, v, ctx.caller.client?.policies ?? null, memoOf(ctx)),
     versions: (v: ActionVersion, _: Args, ctx: RequestContext) => actions.listVersions(ctx.services.actions, v.actionId).filter((x) => ctx.authority.allows({ action: 'SELECT', resource: AA, document: x })),
   },
+  Session: {
+    sessionId: (r: SessionRow) => r.session_id,
+    agent: (r: SessionRow) => r.action_name,
+    agentVersion: (r: SessionRow) => r.action_version,
+    input: (r: SessionRow) => JSON.parse(r.input),
+    status: (r: SessionRow, _: Args, ctx: RequestContext) => sessions.sessionStatus(ctx.services, r),
+    lastActive: (r: SessionRow) => r.last_active,
+    expires: (r: SessionRow, _: Args, ctx: RequestContext) => (r.status === 'CLOSED' ? null : new Date(Date.parse(r.last_active) + ctx.limits.sessionIdleMs).toISOString()),
+    messages: (r: SessionRow, _: Args, ctx: RequestContext) => ctx.services.sessions.messages.all(r.session_id),
+  },
+  SessionMessage: {
+    messageId: (m: SessionMessageRow) => m.message_id,
+    execution: (m: SessionMessageRow, _: Args, ctx: RequestContext) => {
+      const row = m.execution_id ? ctx.services.st.executionById.get(m.execution_id) : undefined;
+      return row && ctx.authority.allows({ action: 'SELECT', resource: AE, document: rowToNode(row) }) ? rowToNode(row) : null;
+    },
+  },
+  Approval: {
+    approvalId: (r: ApprovalRow) => r.approval_id,
+    executionId: (r: ApprovalRow) => r.execution_id,
+    execution: (r: ApprovalRow, _: Args, ctx: RequestContext) => guard(ctx, 'SELECT', AE, rowToNode(ctx.services.st.executionById.get(r.execution_id)!)),
+    toolVersion: (r: ApprovalRow) => r.tool_version,
+    input: (r: ApprovalRow) => JSON.parse(r.input),
+    requestedBy: (r: ApprovalRow) => r.requested_by,
+    decidedBy: (r: ApprovalRow) => r.decided_by,
+  },
   Execution: {
+    sessionId: (n: CallNode) => n.sessionId ?? null,
+    cancelRequested: (n: CallNode) => n.cancelRequested === true,
     action: (n: CallNode, _: Args, ctx: RequestContext) =>
       n.actionId && n.actionVersion ? guard(ctx, 'SELECT', AA, actions.getVersion(ctx.services.actions, { id: n.actionId, version: n.actionVersion })) : null,
     invocation: (n: CallNode, _: Args, ctx: RequestContext) => invocations(ctx, n).at(-1) ?? null,

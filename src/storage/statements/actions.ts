@@ -44,7 +44,15 @@ export interface ExecutionRow {
   transport?: string | null;
   /** A MODEL execution's provider call (JSON of ModelCallRecord). */
   model?: string | null;
+  /** The session whose turn this agent run is. */
+  session_id?: string | null;
+  /** 1 once cancelExecution asked a RUNNING run to stop. */
+  cancel_requested?: number;
 }
+
+/** A session's turns run in order: one is due only when no earlier turn of its session is unfinished. */
+const EARLIER_TURN_DONE = `(e.session_id IS NULL OR NOT EXISTS (SELECT 1 FROM executions p WHERE p.session_id = e.session_id AND p.seq < e.seq
+  AND p.status IN ('QUEUED', 'RUNNING', 'WAITING_APPROVAL')))`;
 
 /** Every SQL statement of actions and executions, prepared once per engine. */
 export function actionStatements(db: Db) {
@@ -72,6 +80,8 @@ export function actionStatements(db: Db) {
     ),
 
     executionById: db.prepare<[string], ExecutionRow>('SELECT * FROM executions WHERE execution_id = ?'),
+    /** 1 when cancelExecution asked the run to stop (undefined: no such execution). */
+    cancelRequested: db.prepare<[string], number>('SELECT cancel_requested FROM executions WHERE execution_id = ?').pluck(),
     /** The idempotency check of every invoke: only the fingerprint (undefined: no such execution). */
     fingerprintOfExecution: db.prepare<[string], string | null>('SELECT input_fingerprint FROM executions WHERE execution_id = ?').pluck(),
     executionChildren: db.prepare<[string], ExecutionRow>('SELECT * FROM executions WHERE parent_id = ? ORDER BY seq'),
@@ -164,19 +174,21 @@ export function queueStatements(db: Db) {
      * share of the slots), so one client's runs cannot take every slot.
      */
     nextDue: db.prepare<[{ now: string; runs: number; busy: string }], QueueRow>(
-      `SELECT * FROM executions WHERE status IN ('QUEUED', 'RUNNING') AND run_at <= @now
+      `SELECT * FROM executions e WHERE status IN ('QUEUED', 'RUNNING', 'WAITING_APPROVAL') AND run_at <= @now
          AND (kind NOT IN ('MODEL', 'AGENT') OR (@runs = 1 AND coalesce(principal, '') NOT IN (SELECT value FROM json_each(@busy))))
+         AND ${EARLIER_TURN_DONE}
        ORDER BY run_at, seq LIMIT 1`,
     ),
     /** When the next execution nextDue would take is due (the same conditions, without `now`). */
     nextRunAt: db.prepare<[{ runs: number; busy: string }], { run_at: string | null }>(
-      `SELECT min(run_at) AS run_at FROM executions WHERE status IN ('QUEUED', 'RUNNING')
-         AND (kind NOT IN ('MODEL', 'AGENT') OR (@runs = 1 AND coalesce(principal, '') NOT IN (SELECT value FROM json_each(@busy))))`,
+      `SELECT min(run_at) AS run_at FROM executions e WHERE status IN ('QUEUED', 'RUNNING', 'WAITING_APPROVAL')
+         AND (kind NOT IN ('MODEL', 'AGENT') OR (@runs = 1 AND coalesce(principal, '') NOT IN (SELECT value FROM json_each(@busy))))
+         AND ${EARLIER_TURN_DONE}`,
     ),
     /** Claim a model or agent run for one attempt: RUNNING, leased to `owner` until `until` (its run_at while it runs). */
     claimRun: db.prepare<[{ execution_id: string; owner: string; until: string; now: string }]>(
       `UPDATE executions SET status = 'RUNNING', attempt = attempt + 1, lease_owner = @owner, lease_until = @until, run_at = @until, modified = @now
-       WHERE execution_id = @execution_id AND status IN ('QUEUED', 'RUNNING') AND run_at <= @now`,
+       WHERE execution_id = @execution_id AND status IN ('QUEUED', 'RUNNING', 'WAITING_APPROVAL') AND run_at <= @now`,
     ),
     /** Extend a lease this owner still holds (0 changes: it lost the run to another worker, or it was cancelled). */
     renewLease: db.prepare<[{ execution_id: string; owner: string; until: string }]>(
