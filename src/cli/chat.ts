@@ -28,6 +28,8 @@ function stdinLines(): Lines {
   const tty = process.stdin.isTTY === true && process.stdout.isTTY === true;
   // On a pipe readline has no output: nothing is echoed, no prompt is drawn.
   const rl = createInterface({ input: process.stdin, ...(tty ? { output: process.stdout, terminal: true } : { terminal: false }) });
+  // Ctrl+C on a terminal is /quit: the input ends, the session is closed.
+  rl.on('SIGINT', () => rl.close());
   const iterator = rl[Symbol.asyncIterator]();
   let ended = false;
   return {
