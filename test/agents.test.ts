@@ -110,7 +110,9 @@ for (const format of ['openai', 'anthropic'] as const) {
       expect([available(engine, ALICE), available(engine, BOB)]).toEqual(['75.00', '75.00']);
       // Every request carried the key the operator named, and the model saw transfer without `from`.
       const seen = model.requests.at(-1)!;
-      expect(seen.tools.map((t) => t.name)).toEqual(['balance', 'transfer']);
+      expect(seen.tools.map((t) => t.name)).toEqual(['balance', 'transfer', 'load_skill']);
+      // The teller declares the transfers skill: the model sees its name and description, and can load it.
+      expect(seen.system).toContain('- transfers: ');
       expect(Object.keys((seen.tools[1]!.inputSchema as any).properties)).toEqual(['transaction_id', 'to', 'amount', 'fee']);
       expect((seen.tools[1]!.inputSchema as any).required).toEqual(['transaction_id', 'to', 'amount']);
       expect(seen.system).toContain('bank teller');

@@ -14,6 +14,7 @@ import { isRetryable } from '../execution/queue/attempt.js';
 import { backoffDelayMs } from '../execution/queue/backoff.js';
 import type { ExecutionServices } from '../execution/services.js';
 import { type AgentConfig, type ModelConfig, modelConfig, renderPrompt } from './config.js';
+import type { ResolvedSkill } from '../skills/skills.js';
 
 /** Names longer than this are cut in what the model and the records are told. */
 const NAME_SHOWN_MAX = 64;
@@ -59,6 +60,8 @@ interface OfferedTool {
   version: ActionVersion | null;
   native: 'graphql' | 'cel' | null;
   spec: ModelToolSpec;
+  /** The built-in load_skill tool, offered to an agent that declares skills: these are its skills. */
+  skills?: ResolvedSkill[];
 }
 
 interface RunContext {
@@ -398,7 +401,10 @@ async function modelTurn(ctx: RunContext, runId: string, turn: number, depth: nu
   const { config } = request;
   const node = baseNode(ctx, {
     executionId: turnId, actionId: null, actionName: 'model', actionVersion: null, kind: 'MODEL',
-    input: { turn, messages: request.messages.length, tools: request.tools.map((t) => (t.version ? { name: t.reference.name, version: t.version.version } : { name: t.reference.name })) },
+    input: {
+      turn, messages: request.messages.length, tools: request.tools.map((t) => (t.version ? { name: t.reference.name, version: t.version.version } : { name: t.reference.name })),
+      ...(request.tools.some((t) => t.skills) ? { skills: request.tools.find((t) => t.skills)!.skills!.map((k) => ({ name: k.name, version: k.version })) } : {}),
+    },
     parentId: runId, rootId: ctx.executionId, depth,
   });
   const startedMs = performance.now();
@@ -546,6 +552,32 @@ function offeredTools(ctx: RunContext, agent: ActionVersion, runId: string): Off
   }));
 }
 
+/**
+ * The built-in load_skill tool, when the agent declares skills: pinned versions, or the latest
+ * (as recorded at turn 1 when the run resumes). The model sees each skill's name and description.
+ */
+function offeredSkills(ctx: RunContext, agent: ActionVersion, runId: string): OfferedTool | null {
+  const declared = agent.skills ?? [];
+  if (declared.length === 0) return null;
+  const first = recorded(ctx, stepId(ctx, runId, 'turn', 1));
+  const recordedVersions = new Map(((first?.input as { skills?: Array<{ name: string; version: number }> } | null)?.skills ?? []).map((k) => [k.name, k.version]));
+  const refs = declared.map((ref) => ({ name: ref.name, version: ref.version ?? recordedVersions.get(ref.name) ?? null }));
+  const skills = ctx.svc.transactions.run('read', () => ({ value: ctx.svc.skills.resolve(refs), commit: false }));
+  return {
+    reference: { name: LOAD_SKILL, version: null, input: null },
+    version: null,
+    native: null,
+    skills,
+    spec: {
+      name: LOAD_SKILL,
+      description: 'Load the guidance of one of your skills (its markdown body) by name, before doing what it is about.',
+      inputSchema: { type: 'object', properties: { name: { type: 'string', enum: skills.map((k) => k.name) } }, required: ['name'], additionalProperties: false },
+    },
+  };
+}
+
+const LOAD_SKILL = 'load_skill';
+
 const NATIVE_SPECS = {
   graphql: {
     description: 'Run one GraphQL operation against the ledger (reads, and writes the agent’s policies allow).',
@@ -574,7 +606,13 @@ function withoutFixed(schema: Record<string, unknown>, reference: ToolReference)
 async function runAgent(ctx: RunContext, runId: string, agent: ActionVersion, input: unknown, depth: number): Promise<unknown> {
   const config = modelConfig('agent', agent.config, ctx.svc.limits) as AgentConfig;
   const tools = offeredTools(ctx, agent, runId);
-  const instructions = joinInstructions(config.instructions, agent.tool.outputSchema !== null ? schemaNote(agent) : null);
+  const skills = offeredSkills(ctx, agent, runId);
+  if (skills) tools.push(skills);
+  const instructions = joinInstructions(
+    config.instructions,
+    skills ? `Skills you can load with load_skill before you act (name: what it is for):\n${skills.skills!.map((k) => `- ${k.name}: ${k.description}`).join('\n')}` : null,
+    agent.tool.outputSchema !== null ? schemaNote(agent) : null,
+  );
   // A session's turn sees the session's history first (its own run at the top level only).
   const history: ModelMessage[] =
     ctx.session && runId === ctx.executionId
@@ -670,6 +708,27 @@ async function toolCall(ctx: RunContext, s: ToolStep): Promise<CallNode> {
     );
   }
   const args = argumentsOf(s.call);
+  if (tool.skills) {
+    // load_skill: the body of a declared skill, recorded like any call.
+    const name = (args as { name?: unknown } | null)?.name;
+    const skill = tool.skills.find((k) => k.name === name);
+    if (!skill) {
+      return failed(
+        new EngineError('NOT_FOUND', `there is no skill ${JSON.stringify(String(name).slice(0, NAME_SHOWN_MAX))}; your skills are: ${tool.skills.map((k) => k.name).join(', ')}`, { hint: 'Load one of the skills listed, by its exact name.' }),
+        LOAD_SKILL, args, tool,
+      );
+    }
+    const document = svc.transactions.run('read', () => ({ value: svc.skills.read(skill.name, skill.version), commit: false }));
+    if (!document) return failed(new EngineError('NOT_FOUND', `skill ${skill.name} version ${skill.version} no longer exists`), LOAD_SKILL, args, tool);
+    return step(ctx, () => {
+      const node: CallNode = {
+        ...baseNode(ctx, { executionId: callId, actionId: null, actionName: LOAD_SKILL, actionVersion: null, kind: 'TOOL', input: { name: skill.name }, ...attach }),
+        status: 'SUCCEEDED', output: { name: document.name, version: document.version, body: document.body }, finished: svc.clock.now().toISOString(),
+      };
+      persistTree(svc.st, node);
+      return node;
+    });
+  }
   if (args === null || typeof args !== 'object' || Array.isArray(args)) {
     return failed(
       new EngineError('INPUT_INVALID', `the arguments of ${tool.reference.name} must be a JSON object; got ${JSON.stringify(s.call.arguments.slice(0, 200))}`, { hint: 'Send the arguments as one JSON object matching the tool’s schema.' }),
