@@ -136,3 +136,71 @@ describe('agent runs survive kill -9 of their worker at any point', () => {
     console.log(`kills: ${kills}, runs claimed again after a kill: ${after.reclaimed}`);
   }, 120_000);
 });
+
+describe('a call waiting for approval survives kill -9 of the worker', () => {
+  it('parked, killed, approved, killed again while it resumes: the call runs exactly once', async () => {
+    const model = await startScriptedModel({
+      rules: [(request) => (toolResults(request).length === 0 ? { delayMs: 100, toolCalls: [{ name: 'post_random', arguments: { amount: '500.00' } }] } : { delayMs: 100, text: 'paid' })],
+    });
+    try {
+      const dir = mkdtempSync(join(tmpdir(), 'tally-approval-crash-'));
+      const path = join(dir, 'approval.db');
+      const config = join(dir, 'tally.config.json');
+      const providers = [{ name: 'local', format: 'openai', baseUrl: `${model.url}/v1`, models: ['mover'] }];
+      writeFileSync(config, JSON.stringify({ providers, limits: { agentLeaseMs: 1000 } }));
+      const engine = await newEngine({ path, providers });
+      createAccount(engine, 1);
+      createAccount(engine, 2);
+      createTransferCode(engine);
+      const create = `mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }`;
+      ok(engine, create, {
+        id: id(1),
+        input: {
+          name: 'post_random',
+          config: { runtime: 'javascript', src: `function run(event) {
+  graphql('mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }',
+    { i: { transactionId: cel('uuid.New()'), tranCode: 'TRANSFER', params: { from: '${id(1)}', to: '${id(2)}', amount: event.data.amount } } });
+  return { ok: true };
+}` },
+          tool: { description: 'Move an amount.', inputSchema: { type: 'object', properties: { amount: { type: 'string' } }, required: ['amount'] } },
+          policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
+        },
+      });
+      ok(engine, create, {
+        id: id(2),
+        input: {
+          name: 'careful', kind: 'agent', config: { provider: 'local', model: 'mover' },
+          tool: { description: 'Pays after a yes.', inputSchema: { type: 'object' } },
+          tools: [{ name: 'post_random', version: 1, approval: { timeoutMs: 600_000 } }],
+          policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }, { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
+          execution: { maxAttempts: 20 },
+        },
+      });
+      ok(engine, `mutation { actions { startAction(name: "careful", input: {executionId: "${id(777)}", input: {}}) { status } } }`);
+      const status = () => (engine.db.prepare('SELECT status FROM executions WHERE execution_id = ?').get(id(777)) as { status: string }).status;
+      const first = worker(path, config);
+      await running(first);
+      for (let i = 0; i < 500 && status() !== 'WAITING_APPROVAL'; i++) await sleep(20);
+      first.kill('SIGKILL');
+      await exited(first);
+      expect(status()).toBe('WAITING_APPROVAL');
+      const approval = engine.db.prepare("SELECT approval_id FROM approvals WHERE status = 'PENDING'").get() as { approval_id: string };
+      ok(engine, `mutation { actions { approveCall(approvalId: "${approval.approval_id}", reason: "ok") { status } } }`);
+      // Killed again at once after it resumes, then left to finish.
+      const second = worker(path, config);
+      await running(second);
+      await sleep(150);
+      second.kill('SIGKILL');
+      await exited(second);
+      const last = worker(path, config);
+      for (let i = 0; i < 600 && status() !== 'SUCCEEDED'; i++) await sleep(50);
+      last.kill('SIGTERM');
+      await exited(last);
+      expect(status()).toBe('SUCCEEDED');
+      expect((engine.db.prepare('SELECT count(*) AS n FROM transactions').get() as { n: number }).n).toBe(1);
+      engine.close();
+    } finally {
+      await model.close();
+    }
+  }, 90_000);
+});
