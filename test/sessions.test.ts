@@ -167,6 +167,28 @@ describe('a session with the bank teller, for Alice', () => {
     }
   });
 
+  it('sessionMessageCharsMax and approvalTimeoutMsMax are crossed with a clear refusal', async () => {
+    const s = tx(++seq);
+    ok(engine, CREATE_SESSION, { s, a: 'teller', i: { account_id: ALICE } }, 'operator');
+    const long = fails(engine, SEND, { s, m: 'long', t: 'x'.repeat(8001) }, 'operator');
+    expect(long).toMatchObject({ code: 'LIMIT_EXCEEDED' });
+    expect(long.message).toContain('sessionMessageCharsMax is 8000');
+    const slow = fails(engine, CREATE, {
+      id: tx(8100),
+      input: { name: 'slow_approver', kind: 'agent', config: { provider: 'local', model: 'other' }, tools: [{ name: 'balance', version: 1, approval: { timeoutMs: 86_400_001 } }] },
+    });
+    expect(slow).toMatchObject({ code: 'LIMIT_EXCEEDED' });
+    expect(slow.message).toContain('approvalTimeoutMsMax');
+    expect(fails(engine, CREATE, {
+      id: tx(8101),
+      input: { name: 'bad_rule', kind: 'agent', config: { provider: 'local', model: 'other' }, tools: [{ name: 'balance', version: 1, approval: { when: 'input.amount >' } }] },
+    }).message).toContain('approval.when');
+    expect(fails(engine, CREATE, {
+      id: tx(8102),
+      input: { name: 'tool_with_rule', config: { runtime: 'javascript', src: 'function run() { return {}; }' }, tools: [{ name: 'balance', version: 1, approval: {} }] },
+    }).message).toContain("approval is for an agent's references");
+  });
+
   it('sessionHistoryMax keeps the newest messages; sessionIdleMs expires an unused session', async () => {
     const { engine: small, model: m2 } = await bank([() => ({ text: 'noted' })], { sessionHistoryMax: 3, sessionIdleMs: 300 });
     try {
