@@ -44,6 +44,20 @@ function tally(args: string[], options: { env?: Record<string, string>; stdin?: 
   });
 }
 
+/** tally in a child process whose output can be watched while it runs. */
+function spawnTally(args: string[], options: { env?: Record<string, string>; stdin?: string } = {}) {
+  const child = spawn(process.execPath, [BIN, ...args], { cwd: scratch, env: cleanEnv(options.env), stdio: ['pipe', 'pipe', 'pipe'] });
+  const run: Run = { status: null, out: '', err: '' };
+  child.stdout.on('data', (chunk: Buffer) => (run.out += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (run.err += chunk.toString()));
+  child.stdin.end(options.stdin ?? '');
+  const done = new Promise<Run>((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (status) => resolve({ ...run, status }));
+  });
+  return { run, done };
+}
+
 /** The actions of these tests: `x` (doubles n) and `helper`, an agent whose every call of x needs a person's approval. */
 const SETUP = `mutation {
   actions {
@@ -219,6 +233,29 @@ describe('approvals, approve and reject against a server', () => {
     const unknown = await asAdmin('approve', id(999));
     expect(unknown.status).toBe(1);
     expect(unknown.err).toMatch(/^tally: NOT_FOUND: /);
+  }, 60_000);
+
+  it('a chatter who may not approve its own call sees ACCESS_DENIED and waits; when someone else approves, the turn goes on', async () => {
+    const made = await gql(`mutation { auth { createClient(input: {principal: "maker", name: "Maker", policies: [
+      {effect: ALLOW, actions: [SELECT], resources: ["*"]},
+      {effect: ALLOW, actions: [INSERT], resources: ["actions.Execution", "actions.Session"]},
+      {effect: ALLOW, actions: [UPDATE], resources: ["actions.Session"]},
+      {effect: ALLOW, actions: [UPDATE], resources: ["actions.Approval"], assertions: {not_mine: "!has(context.document.requestedBy) || context.document.requestedBy != context.auth.claims.principal"}}
+    ]}) { apiKey } } }`);
+    expect(made.status, made.out).toBe(0);
+    const makerKey = JSON.parse(made.out).data.auth.createClient.apiKey as string;
+    const chat = spawnTally(['chat', 'helper', '--server', url, '--key', makerKey], { stdin: 'use x\ny mine\n' });
+    for (let i = 0; i < 300 && !chat.run.out.includes('waiting for someone who may decide'); i++) await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(chat.run.out).toContain('approve? [y/N] reason: y mine\n');
+    expect(chat.run.out).toMatch(/\n {2}ACCESS_DENIED: /);
+    const approvalId = /needs approval ([0-9a-f-]{36})/.exec(chat.run.out)![1]!;
+    const approved = await asAdmin('approve', approvalId, '--reason', 'four eyes');
+    expect(approved.status, approved.err).toBe(0);
+    const run = await chat.done;
+    expect(run.status, run.out + run.err).toBe(0);
+    expect(run.out).toContain('  ← x: {"doubled":42}\n');
+    expect(run.out).toContain('helper> x answered {"doubled":42}');
+    expect(run.out).toMatch(/closed\n$/);
   }, 60_000);
 
   it('tally chat against the server follows the turn by long-polling, and decides the approval from the pipe', async () => {
