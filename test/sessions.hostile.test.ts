@@ -1,6 +1,6 @@
 // A hostile review of sessions, approvals, skills and cancellation: two clients (alice, the victim,
 // and mallory), a real SQLite file, the real scripted model server over HTTP, no mocks. Tests of
-// confirmed weaknesses are `it.fails` (the suite stays green) with a comment saying what is wrong;
+// weaknesses it found are fixed; their tests say what they were;
 // the attacks that are refused are plain `it`.
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -154,14 +154,10 @@ describe('another client’s session', () => {
     expect(paid(engine)).toBe(0);
   });
 
-  // WEAKNESS (low): an id is said not to be a capability, and sendMessage answers NOT_FOUND for
-  // another client's session, but session(sessionId) and closeSession answer ACCESS_DENIED for an
-  // existing session of another client and NOT_FOUND for an unknown id, so mallory can tell which
-  // session ids exist (createSession's ALREADY_EXISTS is the same oracle, and lets mallory squat an
-  // id alice will use, if alice's ids are predictable). Fix: when the guard refuses, answer NOT_FOUND
-  // as sendMessage does; for createSession, key sessions by (principal, sessionId) so another
-  // client's id is neither visible nor squattable.
-  it.fails('mallory cannot tell alice’s session id from an id nobody used (session, closeSession)', () => {
+  // Was a weakness (low): session(sessionId) and closeSession answered ACCESS_DENIED for another
+  // client's session and NOT_FOUND for an unknown id. Both answer NOT_FOUND now. (createSession's
+  // ALREADY_EXISTS still says an id is taken: ids are random UUIDs a client chooses.)
+  it('mallory cannot tell alice’s session id from an id nobody used (session, closeSession)', () => {
     const fresh = sid(++seq);
     expect(fails(f.engine, SESSION, { s }, 'mallory').code).toBe(fails(f.engine, SESSION, { s: fresh }, 'mallory').code);
     expect(fails(f.engine, CLOSE, { s }, 'mallory').code).toBe(fails(f.engine, CLOSE, { s: fresh }, 'mallory').code);
@@ -391,7 +387,8 @@ describe('the queue and session turns', () => {
   // before its own: the model answers "first" having been told "second" already. README: a turn
   // "sees the session's history (the earlier messages, both sides) before the new one". Fix: keep
   // only messages with seq below the turn's own USER message (or created before the turn).
-  it.fails('a turn does not see messages sent after its own (queued behind it)', async () => {
+  // Was a weakness (low): a turn's history held the messages queued after it.
+  it('a turn does not see messages sent after its own (queued behind it)', async () => {
     const { engine, model } = f;
     const s = openSession(engine, 'alice');
     const a = send(engine, 'alice', s, 'first question');
@@ -402,14 +399,14 @@ describe('the queue and session turns', () => {
     expect(first.messages.map((m) => (m as any).text)).not.toContain('second question');
   });
 
-  it('closing a session stops nothing already queued, but takes no new message', async () => {
-    // Documented: closeSession stops new messages; a turn already sent still runs under alice.
+  it('closing a session cancels its turns that have not run, and takes no new message', async () => {
+    // Was a design note: a turn already sent ran after its session closed. Closing cancels it now.
     const { engine } = f;
     const s = openSession(engine, 'alice');
-    const e = send(engine, 'alice', s, 'still runs');
+    const e = send(engine, 'alice', s, 'never runs');
     ok(engine, CLOSE, { s }, 'alice');
     expect(fails(engine, SEND, { s, m: 'late', t: 'late' }, 'alice').message).toContain('CLOSED');
-    expect((await settle(engine, e)).status).toBe('SUCCEEDED');
+    expect((await settle(engine, e)).status).toBe('CANCELLED');
   });
 });
 
@@ -447,7 +444,8 @@ describe('sessionHistoryMax trimming', () => {
   // "UNIQUE constraint failed: executions.execution_id" instead of its message; no second turn runs
   // (the derived turn id collides), so the ledger is safe. Fix: on a miss, look the derived turn id
   // up in executions and answer from it (or keep message ids beyond the trimmed text).
-  it.fails('re-sending a message trimmed from the history answers the same turn (idempotent by messageId)', () => {
+  // Was a weakness (low): the retry of a trimmed message failed with a raw UNIQUE constraint error.
+  it('re-sending a message trimmed from the history answers the same turn (idempotent by messageId)', () => {
     const { engine } = f;
     const s = openSession(engine, 'alice');
     const t1 = send(engine, 'alice', s, 'hello', 'h1');
@@ -497,15 +495,9 @@ describe('skills', () => {
     expect(fails(f.engine, `{ actions { skill(name: "secret_playbook") { body } } }`, {}, 'mdev').code).toBe('ACCESS_DENIED');
   });
 
-  // WEAKNESS (medium): SELECT on actions.Skill is checked by skill(s) but neither when an agent
-  // version declaring a skill is created (checkSkillReference only checks it exists) nor when
-  // load_skill reads it. So a client that may create agents but may not read a skill declares it in
-  // an agent of its own, starts it, and reads the body from the load_skill call in its own run's
-  // tree (or the model's answer). By design the *agent* is trusted with its declared skills, but
-  // here the declarer is the very client that was denied. Fix: at createAction/updateAction, check
-  // SELECT on actions.Skill for each declared skill (document: the skill) against the creating
-  // stack, as grants are checked; optionally at load time against the starter too.
-  it.fails('a client without SELECT on actions.Skill cannot read a skill through an agent of its own', async () => {
+  // Was a weakness (medium): declaring a skill did not check SELECT on it, so a client denied the
+  // skill read it through an agent of its own. Declaring is reading now (createAction/updateAction).
+  it('a client without SELECT on actions.Skill cannot read a skill through an agent of its own', async () => {
     const { engine } = f;
     const created = gql(engine, CREATE, { id: sid(73), input: {
       name: 'peek', kind: 'agent', config: { provider: 'local', model: 'm', prompt: '{{message}}', maxTurns: 3 },
@@ -513,7 +505,8 @@ describe('skills', () => {
       skills: [{ name: 'secret_playbook' }],
       policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }],
     } }, 'mdev');
-    if (created.errors) return; // refused at declaration: the fix
+    expect(created.errors?.[0]?.extensions?.code).toBe('ACCESS_DENIED');
+    if (created.errors) return;
     const e = sid(++seq);
     ok(engine, START, { n: 'peek', e, i: { message: 'skill secret_playbook' } }, 'mdev');
     const run = await settle(engine, e);

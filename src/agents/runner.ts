@@ -228,7 +228,13 @@ export class AgentRuns {
       if (row.session_id) {
         const found = svc.sessions.sessionById.get(row.session_id);
         if (!found) throw new EngineError('NOT_FOUND', `session ${row.session_id} of this turn no longer exists`);
-        const history = svc.sessions.messages.all(row.session_id).filter((m) => m.execution_id !== row.execution_id).map((m) => ({ role: m.role, text: m.text }));
+        // The earlier turns' messages and answers; not the person's messages queued behind this one.
+        // (Turns run in order, so every answer recorded now is an earlier turn's.)
+        const all = svc.sessions.messages.all(row.session_id);
+        const own = all.find((m) => m.role === 'USER' && m.execution_id === row.execution_id);
+        const history = all
+          .filter((m) => m.execution_id !== row.execution_id && (m.role === 'ASSISTANT' || own === undefined || m.seq < own.seq))
+          .map((m) => ({ role: m.role, text: m.text }));
         session = { id: found.session_id, input: JSON.parse(found.input) as unknown, history };
       }
       const runTimeoutMs = version.kind === 'agent' ? config.runTimeoutMs : svc.limits.agentRunMsMax;

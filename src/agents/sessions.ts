@@ -118,12 +118,20 @@ export function sendMessage(svc: ExecutionServices, caller: Caller, frame: CallF
     if (existing.text === request.text) return existing;
     throw new EngineError('EXECUTION_ID_CONFLICT', `message ${quote(request.messageId)} was sent to session ${request.sessionId} with another text`, { hint: 'Use a new messageId for each message.' });
   }
+  const executionId = derivedId(svc.derivedIdKey, 'session-turn', row.session_id, request.messageId);
+  const sent = svc.st.executionById.get(executionId);
+  if (sent) {
+    // Sent before, and trimmed from the history since (sessionHistoryMax): the same turn answers.
+    if ((JSON.parse(sent.input) as { message?: unknown }).message !== request.text) {
+      throw new EngineError('EXECUTION_ID_CONFLICT', `message ${quote(request.messageId)} was sent to session ${request.sessionId} with another text`, { hint: 'Use a new messageId for each message.' });
+    }
+    return { seq: 0, session_id: row.session_id, message_id: request.messageId, role: 'USER', text: request.text, execution_id: executionId, created: sent.created };
+  }
   const version = sessionAgent(svc, row);
   if (version.status !== 'ACTIVE') throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version}, the session's agent, is ${version.status}`, { hint: 'Open a new session.' });
   const input = turnInput(row, request.text);
   checkInputBytes(svc, version.name, input);
   validate(svc, version, 'input', input, "A session turn's input is the session's input with `message`: the agent's inputSchema must accept it.");
-  const executionId = derivedId(svc.derivedIdKey, 'session-turn', row.session_id, request.messageId);
   const now = svc.clock.now().toISOString();
   enqueue(svc, {
     executionId, version, input, inputFingerprint: fingerprint(canonicalJson({ target: `${version.actionId}@${version.version}`, input })), principal: caller.principal, triggerId: null,
@@ -135,9 +143,15 @@ export function sendMessage(svc: ExecutionServices, caller: Caller, frame: CallF
   return svc.sessions.messageByKey.get(row.session_id, 'USER', request.messageId)!;
 }
 
+/** Close a session: it takes no more messages, and its turns that have not run (or wait for an approval) are cancelled; a running one stops at its next step. */
 export function closeSession(svc: ExecutionServices, frame: CallFrame | null, row: SessionRow): SessionRow {
   refuseInsideCall(frame, 'closeSession');
-  svc.sessions.closeSession.run(svc.clock.now().toISOString(), row.session_id);
+  const now = svc.clock.now().toISOString();
+  svc.sessions.closeSession.run(now, row.session_id);
+  for (const turn of svc.sessions.unfinishedTurns.all(row.session_id)) {
+    if (turn.status === 'QUEUED') svc.queue.cancel.run(now, turn.execution_id);
+    else cancelRun(svc, turn);
+  }
   return svc.sessions.sessionById.get(row.session_id)!;
 }
 

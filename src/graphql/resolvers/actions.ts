@@ -48,6 +48,28 @@ function guardExecution(ctx: RequestContext, id: string | null | undefined, name
   return version;
 }
 
+/**
+ * A session the stack may read (or update): one it may not is NOT_FOUND, as one that does not
+ * exist, so a session id tells another client nothing.
+ */
+function visibleSession(ctx: RequestContext, sessionId: string, action: 'SELECT' | 'UPDATE'): SessionRow {
+  const row = ctx.services.sessions.sessionById.get(sessionId);
+  if (!row || !ctx.authority.allows({ action, resource: AS, document: sessions.sessionDocument(ctx.services, row) })) {
+    throw new EngineError('NOT_FOUND', `session ${sessionId} does not exist`, { hint: 'Open one with createSession.' });
+  }
+  return row;
+}
+
+/**
+ * An agent's model reads the skills it declares (load_skill): declaring one is reading it, so the
+ * caller must be allowed SELECT on each (actions.Skill, the skill as document).
+ */
+function guardSkills(ctx: RequestContext, input: Args): void {
+  const refs = (input?.skills ?? []) as Array<{ name: string; version?: number | null }>;
+  if (refs.length === 0) return;
+  for (const skill of ctx.services.skills.resolve(refs.map((r) => ({ name: r.name, version: r.version ?? null })))) guard(ctx, 'SELECT', 'actions.Skill', skill);
+}
+
 /** One ToolWritesMemo per request: the listing and each `access` share what they read. */
 const toolMemos = new WeakMap<RequestContext, ToolWritesMemo>();
 
@@ -198,11 +220,7 @@ export const actionResolvers = {
         name,
         access: name === 'cel' ? { readOnly: true, destructive: false } : callerAccess(ctx.caller.client?.policies ?? null),
       })),
-    session: (_: unknown, { sessionId }: Args, ctx: RequestContext) => {
-      const row = sessions.getSession(ctx.services, sessionId);
-      guard(ctx, 'SELECT', AS, sessions.sessionDocument(ctx.services, row));
-      return row;
-    },
+    session: (_: unknown, { sessionId }: Args, ctx: RequestContext) => visibleSession(ctx, sessionId, 'SELECT'),
     sessions: (_: unknown, { first, after, where }: Args, ctx: RequestContext) => {
       const req = pageRequest<number>(first, after, ctx.limits.pageSizeMax, 'number', 'sessions');
       // Newest first; a filter is applied to the page read (a page may be short: follow endCursor).
@@ -235,10 +253,12 @@ export const actionResolvers = {
   ActionsMutation: {
     createAction: (_: unknown, { id, input }: Args, ctx: RequestContext) => {
       guard(ctx, 'INSERT', AA, { actionId: id, ...input });
+      guardSkills(ctx, input);
       return actions.createAction(ctx.services.actions, id, input);
     },
     updateAction: (_: unknown, { id, input }: Args, ctx: RequestContext) => {
       guard(ctx, 'UPDATE', AA, actions.getVersion(ctx.services.actions, { id }));
+      guardSkills(ctx, input);
       return actions.updateAction(ctx.services.actions, id, input);
     },
     lockAction: (_: unknown, { id, version }: Args, ctx: RequestContext) => {
@@ -289,11 +309,7 @@ export const actionResolvers = {
       }
       return sessions.sendMessage(ctx.services, ctx.caller, ctx.frame, { sessionId, messageId, text });
     },
-    closeSession: (_: unknown, { sessionId }: Args, ctx: RequestContext) => {
-      const row = sessions.getSession(ctx.services, sessionId);
-      guard(ctx, 'UPDATE', AS, sessions.sessionDocument(ctx.services, row));
-      return sessions.closeSession(ctx.services, ctx.frame, row);
-    },
+    closeSession: (_: unknown, { sessionId }: Args, ctx: RequestContext) => sessions.closeSession(ctx.services, ctx.frame, visibleSession(ctx, sessionId, 'UPDATE')),
     approveCall: (_: unknown, { approvalId, reason }: Args, ctx: RequestContext) => {
       const row = sessions.getApproval(ctx.services, approvalId);
       guard(ctx, 'UPDATE', AP, { ...sessions.approvalDocument(row), decision: 'APPROVED' });

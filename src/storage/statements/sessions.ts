@@ -93,6 +93,9 @@ export function sessionStatements(db: Db) {
     cancelParked: db.prepare<[{ id: string; now: string }]>(
       "UPDATE executions SET status = 'CANCELLED', run_at = NULL, finished = @now, modified = @now WHERE execution_id = @id AND status = 'WAITING_APPROVAL'",
     ),
+    unfinishedTurns: db.prepare<[string], { execution_id: string; status: string; kind: string; parent_id: string | null }>(
+      "SELECT execution_id, status, kind, parent_id FROM executions WHERE session_id = ? AND status IN ('QUEUED', 'RUNNING', 'WAITING_APPROVAL')",
+    ),
     /** Session turns: the queue row carries its session, so its turns run one after another. */
     setSession: db.prepare<[string, string]>('UPDATE executions SET session_id = ? WHERE execution_id = ?'),
   };
