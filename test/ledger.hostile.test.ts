@@ -262,9 +262,9 @@ describe('hostile input is refused cleanly and writes nothing', () => {
     for (const n of [10, 11]) ok(old, POST, { input: { transactionId: id(n), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } } });
     ok(old, `mutation { voidTransaction(id: "${id(11)}") { transactionId } }`);
     // What an earlier version wrote: '' as the correlation id (a void copied it), at schema version 4
-    // (so without what migrations 6 and 7 add).
+    // (so without what migrations 6 to 9 add).
     old.db.exec(`UPDATE transactions SET correlation_id = ''; DROP TABLE settings; ALTER TABLE executions DROP COLUMN trigger_depth; ALTER TABLE executions DROP COLUMN transport;
-      ALTER TABLE triggers DROP COLUMN previous_principal; PRAGMA user_version = 4;`);
+      ALTER TABLE triggers DROP COLUMN previous_principal; DROP TABLE session_messages; DROP TABLE sessions; DROP TABLE approvals; DROP TABLE skill_versions; DROP TABLE skills; PRAGMA user_version = 4;`);
     old.close();
     const reopened = await newEngine({ path });
     const read = ok(reopened, `{ transaction(id: "${id(10)}") { correlationId correlated(first: 10) { nodes { transactionId } } } }`);

@@ -216,7 +216,7 @@ describe('F8: a trigger’s execution id cannot be claimed in advance', () => {
     // What a version-5 database looks like: no settings, no trigger depth, no previous owner.
     const { default: Database } = await import('better-sqlite3');
     const raw = new Database(path);
-    raw.exec('DROP TABLE settings; ALTER TABLE executions DROP COLUMN trigger_depth; ALTER TABLE triggers DROP COLUMN previous_principal; ALTER TABLE executions DROP COLUMN transport; PRAGMA user_version = 5;');
+    raw.exec('DROP TABLE session_messages; DROP TABLE sessions; DROP TABLE approvals; DROP TABLE skill_versions; DROP TABLE skills; DROP TABLE settings; ALTER TABLE executions DROP COLUMN trigger_depth; ALTER TABLE triggers DROP COLUMN previous_principal; ALTER TABLE executions DROP COLUMN transport; PRAGMA user_version = 5;');
     raw.close();
     const migrated = await newEngine({ path });
     const key = keyOf(migrated);
