@@ -17,7 +17,8 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
  * tool that posts under a fresh random transaction id (cel('uuid.New()')): a tool call run twice
  * would post twice, so the count of transactions is the count of tool calls that ran.
  */
-async function prepare(dir: string, model: ScriptedModel): Promise<{ path: string; config: string }> {
+/** A database file with accounts 1 and 2, TRANSFER, and post_random; and a TALLY_CONFIG file naming the scripted model. */
+async function ledgerWithPostRandom(dir: string, model: ScriptedModel): Promise<{ path: string; config: string; engine: Awaited<ReturnType<typeof newEngine>> }> {
   const path = join(dir, 'agents.db');
   const config = join(dir, 'tally.config.json');
   const providers = [{ name: 'local', format: 'openai', baseUrl: `${model.url}/v1`, models: ['mover'] }];
@@ -26,8 +27,7 @@ async function prepare(dir: string, model: ScriptedModel): Promise<{ path: strin
   createAccount(engine, 1);
   createAccount(engine, 2);
   createTransferCode(engine);
-  const create = `mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }`;
-  ok(engine, create, {
+  ok(engine, CREATE_ACTION, {
     id: id(1),
     input: {
       name: 'post_random',
@@ -44,6 +44,14 @@ async function prepare(dir: string, model: ScriptedModel): Promise<{ path: strin
       policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
     },
   });
+  return { path, config, engine };
+}
+
+const CREATE_ACTION = `mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }`;
+
+async function prepare(dir: string, model: ScriptedModel): Promise<{ path: string; config: string }> {
+  const { path, config, engine } = await ledgerWithPostRandom(dir, model);
+  const create = CREATE_ACTION;
   ok(engine, create, {
     id: id(2),
     input: {
@@ -143,29 +151,8 @@ describe('a call waiting for approval survives kill -9 of the worker', () => {
       rules: [(request) => (toolResults(request).length === 0 ? { delayMs: 100, toolCalls: [{ name: 'post_random', arguments: { amount: '500.00' } }] } : { delayMs: 100, text: 'paid' })],
     });
     try {
-      const dir = mkdtempSync(join(tmpdir(), 'tally-approval-crash-'));
-      const path = join(dir, 'approval.db');
-      const config = join(dir, 'tally.config.json');
-      const providers = [{ name: 'local', format: 'openai', baseUrl: `${model.url}/v1`, models: ['mover'] }];
-      writeFileSync(config, JSON.stringify({ providers, limits: { agentLeaseMs: 1000 } }));
-      const engine = await newEngine({ path, providers });
-      createAccount(engine, 1);
-      createAccount(engine, 2);
-      createTransferCode(engine);
-      const create = `mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }`;
-      ok(engine, create, {
-        id: id(1),
-        input: {
-          name: 'post_random',
-          config: { runtime: 'javascript', src: `function run(event) {
-  graphql('mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }',
-    { i: { transactionId: cel('uuid.New()'), tranCode: 'TRANSFER', params: { from: '${id(1)}', to: '${id(2)}', amount: event.data.amount } } });
-  return { ok: true };
-}` },
-          tool: { description: 'Move an amount.', inputSchema: { type: 'object', properties: { amount: { type: 'string' } }, required: ['amount'] } },
-          policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
-        },
-      });
+      const { path, config, engine } = await ledgerWithPostRandom(mkdtempSync(join(tmpdir(), 'tally-approval-crash-')), model);
+      const create = CREATE_ACTION;
       ok(engine, create, {
         id: id(2),
         input: {
