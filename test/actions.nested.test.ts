@@ -184,7 +184,27 @@ describe('nesting limits', () => {
     expect(result.status).toBe('FAILED');
     expect(result.error.code).toBe('NOT_FOUND');
     expect(result.error.message).toBe('tools.helpr is not declared by caller; declared: helper, cel');
-    expect(result.children).toEqual([]);
+    // The made-up name is a call too: recorded FAILED in the tree, and nothing ran.
+    expect(result.children.map((c: any) => [c.actionName, c.status])).toEqual([['helpr', 'FAILED']]);
+  });
+
+  it('made-up names are cut to 64 characters and count toward callsPerExecutionMax', async () => {
+    const small = await newEngine({ limits: { callsPerExecutionMax: 5 } });
+    const long = 'x'.repeat(200);
+    ok(small, `mutation($input: ActionInput!) { actions { createAction(id: "${id(52)}", input: $input) { version } } }`, {
+      input: {
+        name: 'guesser',
+        config: { runtime: 'javascript', src: `function run() { const seen = []; for (let i = 0; i < 50; i++) { const r = tools['${long}' + i]({}, { check: false }); seen.push(r.error.code); if (r.error.code !== 'NOT_FOUND') break; } return { seen }; }` },
+      },
+    });
+    const run = ok(small, `mutation { actions { invokeAction(name: "guesser", input: {executionId: "${eid()}", actionVersion: 1, input: {}}) { status output children { actionName status error { message } } } } }`).actions.invokeAction;
+    expect(run.status).toBe('SUCCEEDED');
+    // Five recorded (the budget), the sixth refused by callsPerExecutionMax, then the program stopped.
+    expect(run.output.seen).toEqual(['NOT_FOUND', 'NOT_FOUND', 'NOT_FOUND', 'NOT_FOUND', 'NOT_FOUND', 'LIMIT_EXCEEDED']);
+    expect(run.children).toHaveLength(5);
+    expect(run.children[0].actionName).toBe('x'.repeat(64));
+    expect(run.children[0].error.message).toContain(`tools.${'x'.repeat(64)}… (201 characters) is not declared by guesser`);
+    small.close();
   });
 });
 

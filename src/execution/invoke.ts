@@ -10,6 +10,10 @@ import type { ExecutionRow } from '../storage/statements/actions.js';
 import { checkOwner, checkReplay } from './replay.js';
 import type { ExecutionServices } from './services.js';
 
+/** Names longer than this are cut in messages and records; at most NAMES_LISTED_MAX names are listed. */
+const NAME_SHOWN_MAX = 64;
+const NAMES_LISTED_MAX = 20;
+
 /** What a call runs: a tool version (program or graphql kind), or a native tool. */
 export type CallTarget = { type: 'version'; version: ActionVersion } | { type: 'native'; name: 'graphql' | 'cel' };
 
@@ -441,15 +445,27 @@ class CallBridge implements HostBridge {
   private tool(name: string, input: unknown, options: unknown): string {
     const version = this.frame.version;
     const references = version?.tools ?? [];
-    const reference = references.find((r) => r.name === name);
+    const check = !(options !== null && typeof options === 'object' && (options as { check?: unknown }).check === false);
+    const reference = references.find((r) => r.name === name) ?? this.byAlias(references, name);
     if (!reference) {
+      // A name it does not declare is still a call: recorded as FAILED in the tree and counted
+      // toward callsPerExecutionMax (a loop over made-up names stops like any other).
       const declared = references.map((r) => r.name);
-      const list = declared.length === 0 ? 'it declares none' : `declared: ${declared.slice(0, 20).join(', ')}${declared.length > 20 ? `, … (${declared.length} in all)` : ''}`;
-      throw new EngineError('NOT_FOUND', `tools.${name} is not declared by ${version?.name ?? 'this call'}; ${list}`, {
+      const list = declared.length === 0 ? 'it declares none' : `declared: ${declared.slice(0, NAMES_LISTED_MAX).join(', ')}${declared.length > NAMES_LISTED_MAX ? `, … (${declared.length} in all)` : ''}`;
+      const shown = name.length > NAME_SHOWN_MAX ? `${name.slice(0, NAME_SHOWN_MAX)}… (${name.length} characters)` : name;
+      const refusal = new EngineError('NOT_FOUND', `tools.${shown} is not declared by ${version?.name ?? 'this call'}; ${list}`, {
         hint: 'Add it to the action’s tools list (with a version to pin it) and deploy a new version.',
       });
+      try {
+        this.count();
+      } catch (error) {
+        // Past the budget: refused without a record (a loop catching it must not write a row a turn).
+        if (check) throw error;
+        return JSON.stringify({ ok: true, value: { ok: false, output: null, error: toEngineError(error).toData() } });
+      }
+      const node = this.failedChild(name.slice(0, NAME_SHOWN_MAX), input, refusal);
+      return check ? envelope(node) : JSON.stringify({ ok: true, value: { ok: false, output: null, error: node.error } });
     }
-    const check = !(options !== null && typeof options === 'object' && (options as { check?: unknown }).check === false);
     let node: CallNode;
     try {
       const target = this.resolveReference(reference);
@@ -464,6 +480,31 @@ class CallBridge implements HostBridge {
       return JSON.stringify({ ok: true, value: { ok: node.status === 'SUCCEEDED', output: node.output ?? null, error: node.error } });
     }
     return envelope(node);
+  }
+
+  /** A declared tool that answers to `name` as one of its aliases (tool.aliases of the version it resolves to). */
+  private byAlias(references: readonly ToolReference[], name: string): ToolReference | undefined {
+    for (const reference of references) {
+      if ((NATIVE_TOOLS as readonly string[]).includes(reference.name)) continue;
+      try {
+        const target = this.resolveReference(reference);
+        if (target.type === 'version' && ((target.version.tool as { aliases?: string[] }).aliases ?? []).includes(name)) return reference;
+      } catch {
+        // A reference that cannot resolve answers to no alias.
+      }
+    }
+    return undefined;
+  }
+
+  /** Count a call that never reaches runCall (an undeclared name) against callsPerExecutionMax. */
+  private count(): void {
+    const root = this.frame.root;
+    root.calls++;
+    if (root.calls > this.svc.limits.callsPerExecutionMax) {
+      throw new EngineError('LIMIT_EXCEEDED', `call ${root.calls} beneath one execution is over callsPerExecutionMax (${this.svc.limits.callsPerExecutionMax})`, {
+        hint: 'Do the work in fewer calls (batch it in one graphql operation), or start it as separate executions.',
+      });
+    }
   }
 
   private failedChild(name: string, input: unknown, error: EngineError): CallNode {
