@@ -388,3 +388,29 @@ describe('exact arithmetic in programs', () => {
     expect(mixed.error.message).toContain('USD and EUR');
   });
 });
+
+describe('input defaults', () => {
+  it('a schema default is filled in before validation: the program receives it and the execution records it; the caller’s input is not', async () => {
+    const engine = await newEngine();
+    ok(engine, `mutation($input: ActionInput!) { actions { createAction(id: "${id(7001)}", input: $input) { version } } }`, {
+      input: {
+        name: 'search',
+        config: { runtime: 'javascript', src: 'function run(event) { return { got: event.data }; }' },
+        tool: {
+          description: 'Search with a default page size.',
+          inputSchema: { type: 'object', properties: { q: { type: 'string' }, maxResults: { type: 'integer', default: 5, maximum: 50 }, filters: { type: 'object', properties: { archived: { type: 'boolean', default: false } }, default: {} } }, required: ['q'], additionalProperties: false },
+        },
+      },
+    });
+    const run = (input: unknown, n: number) =>
+      engine.graphql(`mutation($i: JSON) { actions { invokeAction(name: "search", input: {executionId: "${id(7100 + n)}", actionVersion: 1, input: $i}) { status input output error { code message } } } }`, { i: input }).data!.actions.invokeAction;
+    expect(run({ q: 'rent' }, 1)).toMatchObject({ status: 'SUCCEEDED', input: { q: 'rent', maxResults: 5, filters: { archived: false } }, output: { got: { q: 'rent', maxResults: 5, filters: { archived: false } } } });
+    expect(run({ q: 'rent', maxResults: 9 }, 2).output.got.maxResults).toBe(9);
+    // The default is applied, then validated: a bad value is still refused, and a missing required one too.
+    expect(run({ q: 'rent', maxResults: 99 }, 3)).toMatchObject({ status: 'FAILED', error: { code: 'INPUT_INVALID' } });
+    expect(run({}, 4)).toMatchObject({ status: 'FAILED', error: { code: 'INPUT_INVALID' } });
+    // The same executionId and the same input as sent (without the defaults) is the same call.
+    expect(run({ q: 'rent' }, 1).status).toBe('SUCCEEDED');
+    engine.close();
+  });
+});

@@ -27,7 +27,10 @@ export interface SchemaProblem {
  */
 export class SchemaCache {
   private readonly ajv: Ajv;
+  /** The same, applying `default`s (inputs only: the program receives the input with them filled in). */
+  private readonly ajvDefaults: Ajv;
   private readonly validators = new WeakMap<object, ValidateFunction>();
+  private readonly defaulting = new WeakMap<object, ValidateFunction>();
   /** Pattern-matching budget left in the validation running now. */
   private left = Infinity;
 
@@ -52,6 +55,25 @@ export class SchemaCache {
     );
     this.ajv = new Ajv({ strict: true, allErrors: true, addUsedSchema: false, validateFormats: true, code: { regExp } });
     addFormats(this.ajv);
+    this.ajvDefaults = new Ajv({ strict: true, allErrors: true, addUsedSchema: false, validateFormats: true, code: { regExp }, useDefaults: true });
+    addFormats(this.ajvDefaults);
+  }
+
+  /**
+   * The input with the schema's `default`s filled in (a copy: the caller's value is untouched) and
+   * its problems. Ajv applies a default where the property is missing, in properties and items,
+   * not inside anyOf/oneOf (see its useDefaults).
+   */
+  withDefaults(schema: object, value: unknown, what: string): { value: unknown; problems: SchemaProblem[] } {
+    let validate = this.defaulting.get(schema);
+    if (!validate) {
+      this.compile(schema, what);
+      validate = this.ajvDefaults.compile(schema);
+      this.ajvDefaults.removeSchema(schema);
+      this.defaulting.set(schema, validate);
+    }
+    const copy = value === undefined ? undefined : (JSON.parse(JSON.stringify(value)) as unknown);
+    return { value: copy, problems: this.problems(validate, copy) };
   }
 
   /** Compile a schema, refusing an invalid one with BAD_REQUEST naming `what`. */

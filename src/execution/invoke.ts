@@ -207,8 +207,16 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
     checkBounds(svc, node, parent, root);
     call.authorize?.();
     if (target.type === 'version') checkInvocable(target.version);
-    const inputText = checkInputBytes(svc, node.actionName, call.input);
-    if (target.type === 'version') validate(svc, target.version, 'input', call.input);
+    let inputText = checkInputBytes(svc, node.actionName, call.input);
+    if (target.type === 'version') {
+      // The program receives (and the execution records) the input with its schema's defaults.
+      const input = inputWithDefaults(svc, target.version, call.input);
+      if (input !== call.input) {
+        node.input = input;
+        (frame.event as { data: unknown }).data = input;
+        inputText = checkInputBytes(svc, node.actionName, input);
+      }
+    }
     let output: unknown;
     try {
       output = svc.transactions.savepoint(() => {
@@ -259,6 +267,28 @@ function checkBounds(svc: ExecutionServices, node: CallNode, parent: CallFrame |
   if (Date.now() > root.deadline) {
     throw new EngineError('TIMEOUT', `the execution's deadline passed before ${node.actionName} could run`);
   }
+}
+
+/** Whether an input schema (a frozen, cached document object) has a `default` anywhere: most have none, and skip the copy. */
+const schemasWithDefaults = new WeakMap<object, boolean>();
+
+/**
+ * A call's input checked against its version's input schema, with the schema's `default`s filled
+ * in (the caller's value itself is left as it was); INPUT_INVALID with JSON pointers.
+ */
+export function inputWithDefaults(svc: ExecutionServices, version: ActionVersion, value: unknown): unknown {
+  const schema = version.tool.inputSchema;
+  let defaults = schemasWithDefaults.get(schema);
+  if (defaults === undefined) schemasWithDefaults.set(schema, (defaults = JSON.stringify(schema).includes('"default"')));
+  if (!defaults) {
+    validate(svc, version, 'input', value);
+    return value;
+  }
+  const { value: filled, problems } = svc.actions.schemas.withDefaults(schema, value, 'tool.inputSchema');
+  if (problems.length > 0) {
+    throw new EngineError('INPUT_INVALID', `input of ${version.name}@${version.version} does not match its schema: ${problems.map((p) => `${p.pointer} ${p.message}`).join('; ')}`, { details: { problems } });
+  }
+  return filled;
 }
 
 /** Check a value against a version's input or output schema; INPUT_INVALID / OUTPUT_INVALID with JSON pointers. */
