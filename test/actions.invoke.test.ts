@@ -403,7 +403,7 @@ describe('input defaults', () => {
       },
     });
     const run = (input: unknown, n: number) =>
-      engine.graphql(`mutation($i: JSON) { actions { invokeAction(name: "search", input: {executionId: "${id(7100 + n)}", actionVersion: 1, input: $i}) { status input output error { code message } } } }`, { i: input }).data!.actions.invokeAction;
+      (engine.graphql(`mutation($i: JSON) { actions { invokeAction(name: "search", input: {executionId: "${id(7100 + n)}", actionVersion: 1, input: $i}) { status input output error { code message } } } }`, { i: input }).data as any).actions.invokeAction;
     expect(run({ q: 'rent' }, 1)).toMatchObject({ status: 'SUCCEEDED', input: { q: 'rent', maxResults: 5, filters: { archived: false } }, output: { got: { q: 'rent', maxResults: 5, filters: { archived: false } } } });
     expect(run({ q: 'rent', maxResults: 9 }, 2).output.got.maxResults).toBe(9);
     // The default is applied, then validated: a bad value is still refused, and a missing required one too.

@@ -10,7 +10,7 @@ import { type CallNode, type Caller, type ModelCallRecord, persistTree, type Roo
 import { fixedInput, runCall, toEngineError, validate } from '../execution/invoke.js';
 import { jsonToCel } from '../cel/values.js';
 import type { AttemptOutcome } from '../execution/queue/attempt.js';
-import { isRetryable } from '../execution/queue/attempt.js';
+import { isRetryable, retryRule, shouldRetry } from '../execution/queue/attempt.js';
 import { backoffDelayMs } from '../execution/queue/backoff.js';
 import type { ExecutionServices } from '../execution/services.js';
 import { type AgentConfig, type ModelConfig, modelConfig, renderPrompt } from './config.js';
@@ -257,7 +257,7 @@ export class AgentRuns {
     const row = claim.row;
     const succeeded = error === null && !cancelled;
     const maxAttempts = row.max_attempts ?? 1;
-    const retry = !succeeded && !cancelled && isRetryable(error!) && claim.attempt < maxAttempts;
+    const retry = !succeeded && !cancelled && (ctxRetry(this.svc, claim, error!)) && claim.attempt < maxAttempts;
     const status = cancelled ? 'CANCELLED' : succeeded ? 'SUCCEEDED' : retry ? 'QUEUED' : 'FAILED';
     let written = false;
     tryWrite(svc, () => {
@@ -288,6 +288,18 @@ export class AgentRuns {
     });
     if (!written) svc.log.warn({ event: 'attempt', executionId: row.execution_id, outcome: 'LOST' }, 'the run was claimed by another worker; its outcome here is dropped');
   }
+}
+
+/** The run's version's retryIf (when it has one) decides, like an attempt's; a deadline-bound failure never retries. */
+function ctxRetry(svc: ExecutionServices, claim: RunClaim, error: ErrorData): boolean {
+  if ((error.details as { retry?: unknown } | null | undefined)?.retry === false) return false;
+  let rule: string | null = null;
+  try {
+    rule = retryRule(getVersion(svc.actions, { id: claim.row.action_id!, version: claim.row.action_version! }));
+  } catch {
+    // The version cannot be read: the default rule.
+  }
+  return shouldRetry(svc, rule, error, claim.attempt);
 }
 
 function layerOf(version: ActionVersion): AuthorityLayer {

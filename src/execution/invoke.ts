@@ -220,9 +220,28 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
     let output: unknown;
     try {
       output = svc.transactions.savepoint(() => {
-        const result = execute(svc, target, frame, inputText);
+        const hooks = target.type === 'version' ? hooksOf(target.version) : null;
+        if (hooks?.before && target.type === 'version') {
+          // The before hook sees the input and may change it (its output, unless null) or refuse the call.
+          const changed = runHook(svc, frame, hooks.before, 'before', node.input);
+          if (changed !== null) {
+            const input = inputWithDefaults(svc, target.version, changed);
+            node.input = input;
+            (frame.event as { data: unknown }).data = input;
+            inputText = checkInputBytes(svc, node.actionName, input);
+          }
+        }
+        let result = execute(svc, target, frame, inputText);
         if (target.type === 'version') validate(svc, target.version, 'output', result);
         if (result instanceof DryRunRollback) throw result;
+        if (hooks?.after && target.type === 'version') {
+          // The after hook sees {input, output} and may change the output (its output, unless null).
+          const changed = runHook(svc, frame, hooks.after, 'after', { input: node.input, output: result });
+          if (changed !== null) {
+            validate(svc, target.version, 'output', changed);
+            result = changed;
+          }
+        }
         return result;
       });
     } catch (error) {
@@ -242,6 +261,47 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
     node.finished = svc.clock.now().toISOString();
   }
   return node;
+}
+
+/** An action's before/after hooks: tool references (absent in versions made before hooks). */
+function hooksOf(version: ActionVersion): { before?: ToolReference | null; after?: ToolReference | null } | null {
+  return (version as { hooks?: { before?: ToolReference | null; after?: ToolReference | null } | null }).hooks ?? null;
+}
+
+/**
+ * A hook: a child call of the call it hooks (in its tree, under its savepoint and the same
+ * authority chain, counted and bounded like any call), authorized like a tools.x() call of it.
+ * Returns its output (null: no change); a hook that fails fails the call with its reason.
+ */
+function runHook(svc: ExecutionServices, frame: CallFrame, reference: ToolReference, phase: 'before' | 'after', input: unknown): unknown {
+  const { root } = frame;
+  const version =
+    reference.version != null
+      ? getVersion(svc.actions, { name: reference.name, version: reference.version })
+      : (() => {
+          const action = getVersion(svc.actions, { name: reference.name });
+          const active = latestActiveVersion(svc.actions, action.actionId);
+          if (!active) throw new EngineError('VERSION_LOCKED', `${reference.name}, the ${phase} hook of ${frame.node.actionName}, has no ACTIVE version`, { hint: 'Activate a version, or pin one.' });
+          return active;
+        })();
+  checkRunnable(version);
+  const target: CallTarget = { type: 'version', version };
+  const node = runCall(svc, {
+    target, input, executionId: svc.newId(), parent: frame, root, inputFingerprint: null,
+    authorize: () =>
+      new Authority(svc.cel, root.principal, { principal: root.principal }, root.caller.client, frame, root.outerLayers).check({
+        action: 'INSERT', resource: 'actions.Execution', document: { action: reference.name, version: version.version, input },
+      }),
+  });
+  if (root.fatal) throw root.fatal;
+  if (node.status !== 'SUCCEEDED') {
+    const error = node.error!;
+    throw new EngineError(error.code === 'TOOL_FAILED' || error.code === 'INPUT_INVALID' ? 'TOOL_FAILED' : error.code, `the ${phase} hook ${reference.name} refused the call: ${error.message}`, {
+      hint: error.hint ?? `See the ${phase} hook's execution in the call tree.`,
+      details: { hook: reference.name, phase, ...(error.code === 'TOOL_FAILED' ? { retry: (error.details as { retry?: unknown } | undefined)?.retry } : {}) },
+    });
+  }
+  return node.output ?? null;
 }
 
 function kindOf(target: CallTarget): ExecutionKind {

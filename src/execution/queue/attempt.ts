@@ -7,6 +7,7 @@ import { type CallNode, persistTree } from '../call-tree.js';
 import { runCall, toEngineError } from '../invoke.js';
 import type { ExecutionServices } from '../services.js';
 import { backoffDelayMs } from './backoff.js';
+import { jsonToCel } from '../../cel/values.js';
 
 export interface AttemptOutcome {
   executionId: string;
@@ -36,6 +37,7 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
   let node: CallNode | null = null;
   let error: ErrorData | null = null;
   let backoff = DEFAULT_EXECUTION.backoff;
+  let retryIf: string | null = null;
   try {
     const caller = svc.callerOf(row.principal ?? 'system');
     if (!caller) {
@@ -47,6 +49,7 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
     authority.check({ action: 'INSERT', resource: 'actions.Execution', document: { action: row.action_name, version: row.action_version, input } });
     const version = getVersion(svc.actions, { id: row.action_id!, version: row.action_version! });
     backoff = version.execution.backoff;
+    retryIf = retryRule(version);
     if (version.status !== 'ACTIVE') throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is ${version.status}`);
     const timeoutMs = version.execution.timeoutMs ?? svc.limits.toolTimeoutMs;
     // The attempt is the request here: its deadline bounds the resolvers of its graphql calls too.
@@ -79,7 +82,7 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
     svc.triggerDepth.current = 0;
   }
 
-  return finish(svc, row, owner, { attempt, startedAt, startedMs, node, error, backoff });
+  return finish(svc, row, owner, { attempt, startedAt, startedMs, node, error, backoff, retryIf });
 }
 
 /**
@@ -105,11 +108,11 @@ function finish(
   svc: ExecutionServices,
   row: QueueRow,
   owner: string,
-  { attempt, startedAt, startedMs, node, error, backoff }: { attempt: number; startedAt: Date; startedMs: number; node: CallNode | null; error: ErrorData | null; backoff: typeof DEFAULT_EXECUTION.backoff },
+  { attempt, startedAt, startedMs, node, error, backoff, retryIf = null }: { attempt: number; startedAt: Date; startedMs: number; node: CallNode | null; error: ErrorData | null; backoff: typeof DEFAULT_EXECUTION.backoff; retryIf?: string | null },
 ): AttemptOutcome {
   const succeeded = node?.status === 'SUCCEEDED';
   const maxAttempts = row.max_attempts ?? 1;
-  const retry = !succeeded && error !== null && isRetryable(error) && attempt < maxAttempts;
+  const retry = !succeeded && error !== null && shouldRetry(svc, retryIf, error, attempt) && attempt < maxAttempts;
   const status = succeeded ? 'SUCCEEDED' : retry ? 'QUEUED' : 'FAILED';
   const finished = svc.clock.now().toISOString();
   const runAt = retry ? new Date(svc.clock.now().getTime() + backoffDelayMs(backoff, attempt, svc.random)).toISOString() : null;
@@ -138,6 +141,28 @@ function startStack(svc: ExecutionServices, refs: Array<{ actionId: string; vers
     const version = getVersion(svc.actions, { id: ref.actionId, version: ref.version });
     return { name: `tool ${version.name}@${version.version}`, policies: version.policies };
   });
+}
+
+/** A version's `execution.retryIf` (CEL over the failed attempt's error), or null. */
+export function retryRule(version: { execution: unknown }): string | null {
+  return (version.execution as { retryIf?: string | null }).retryIf ?? null;
+}
+
+/**
+ * Whether a failed attempt is tried again: the version's retryIf when it has one — CEL over
+ * `error` {code, message, hint, attempt, retryable} that must give true — else isRetryable. A
+ * retryIf that does not evaluate to a bool retries nothing (and says so in the log).
+ */
+export function shouldRetry(svc: ExecutionServices, retryIf: string | null, error: ErrorData, attempt: number): boolean {
+  if (retryIf === null) return isRetryable(error);
+  try {
+    const verdict = svc.cel.evaluate(retryIf, jsonToCel({ error: { code: error.code, message: error.message, hint: error.hint ?? null, attempt, retryable: isRetryable(error) } }) as Record<string, unknown>);
+    if (typeof verdict === 'boolean') return verdict;
+    svc.log.warn({ event: 'retryIf', retryIf, result: String(verdict) }, 'retryIf did not give a bool: not retried');
+  } catch (e) {
+    svc.log.warn({ event: 'retryIf', retryIf, error: (e as Error).message }, 'retryIf failed to evaluate: not retried');
+  }
+  return false;
 }
 
 /**
