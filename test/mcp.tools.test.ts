@@ -12,7 +12,8 @@ const SRC = 'function run(event) { return {}; }';
 const INVOKES = { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] };
 
 function tool(engine: Engine, n: number, name: string, policies: unknown[], extra: Record<string, unknown> = {}): void {
-  ok(engine, CREATE, { id: id(n), input: { name, kind: 'tool', config: { runtime: 'javascript', src: SRC }, policies, ...extra } });
+  // MCP lists only tools with a description.
+  ok(engine, CREATE, { id: id(n), input: { name, kind: 'tool', config: { runtime: 'javascript', src: SRC }, tool: { description: `The ${name} tool.` }, policies, ...extra } });
 }
 
 async function toolsOf(engine: Engine, principal: string): Promise<Record<string, Tool>> {

@@ -6,6 +6,7 @@ import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { RecordCache } from '../storage/record-cache.js';
 import type { ActionRow, ActionStatements, ActionVersionRow } from '../storage/statements/actions.js';
 import { type Policy, type PolicyAction, type PolicyEffect, parsePolicies } from '../policy/policy.js';
+import { isReadOnly } from './tool-access.js';
 
 export type { Policy, PolicyAction, PolicyEffect };
 import type { SchemaCache } from './schemas.js';
@@ -39,11 +40,21 @@ export interface ExecutionSettings {
   maxAttempts: number;
   backoff: { initialMs: number; multiplier: number; maxMs: number };
   timeoutMs: number | null;
+  /** CEL over `error` {code, message, attempt}: retry a failed attempt only when true (null: every retryable failure). Absent in older versions. */
+  retryIf?: string | null;
+  /** Keep a read-only tool's result this long for the same input (null: no caching). Absent in older versions. */
+  cacheTtlMs?: number | null;
 }
 
 export interface ToolDefinition {
   name: string;
+  /** A short human name (absent in older versions: null). */
+  title?: string | null;
   description: string;
+  /** Other names the tool answers to, unique across all actions (absent in older versions: none). */
+  aliases?: string[];
+  /** Free JSON object, returned as it is (absent in older versions: null). */
+  metadata?: Record<string, unknown> | null;
   inputSchema: Record<string, unknown>;
   outputSchema: Record<string, unknown> | null;
   /** An agent's: the schema of its sessions' input; an agent with one runs only in sessions. */
@@ -75,22 +86,45 @@ export interface ActionInput {
   name?: string | null;
   kind?: string | null;
   config?: unknown;
-  tool?: { name?: string | null; description?: string | null; inputSchema?: unknown; outputSchema?: unknown; sessionSchema?: unknown } | null;
+  tool?: {
+    name?: string | null;
+    title?: string | null;
+    description?: string | null;
+    aliases?: string[] | null;
+    metadata?: unknown;
+    inputSchema?: unknown;
+    outputSchema?: unknown;
+    sessionSchema?: unknown;
+  } | null;
   tools?: Array<{ name: string; version?: number | null; input?: unknown; approval?: { when?: string | null; timeoutMs?: number | null } | null }> | null;
   skills?: Array<{ name: string; version?: number | null }> | null;
   policies?: Array<{ effect: PolicyEffect; actions: PolicyAction[]; resources: string[]; assertions?: unknown }> | null;
-  execution?: { maxAttempts?: number | null; backoff?: { initialMs?: number | null; multiplier?: number | null; maxMs?: number | null } | null; timeoutMs?: number | null } | null;
+  execution?: {
+    maxAttempts?: number | null;
+    backoff?: { initialMs?: number | null; multiplier?: number | null; maxMs?: number | null } | null;
+    timeoutMs?: number | null;
+    retryIf?: string | null;
+    cacheTtlMs?: number | null;
+  } | null;
   draft?: boolean | null;
 }
 
 /** Names of the native tools every tenant has; no action may take them. */
 export const NATIVE_TOOLS = ['graphql', 'cel'] as const;
 const NAME_PATTERN = /^[a-z][a-z0-9_]{0,63}$/;
+/** Names no alias may take besides the native tools: the agent runner's own tool. */
+const RESERVED_NAMES = [...NATIVE_TOOLS, 'load_skill'] as const;
+export const TOOL_TITLE_MAX = 200;
+export const TOOL_ALIASES_MAX = 8;
+/** The longest execution.cacheTtlMs: one hour. */
+export const CACHE_TTL_MS_MAX = 3_600_000;
 
 export const DEFAULT_EXECUTION: ExecutionSettings = {
   maxAttempts: 3,
   backoff: { initialMs: 1000, multiplier: 2, maxMs: 60_000 },
   timeoutMs: null,
+  retryIf: null,
+  cacheTtlMs: null,
 };
 
 export interface ActionDeps {
@@ -178,6 +212,23 @@ function buildDocument(deps: ActionDeps, base: { actionId: string; name: string;
     inputSchema: (toolIn?.inputSchema ?? previous?.tool.inputSchema ?? (kind === 'graphql' ? GRAPHQL_INPUT_SCHEMA : { type: 'object' })) as Record<string, unknown>,
     outputSchema: (toolIn?.outputSchema === undefined ? previous?.tool.outputSchema ?? null : toolIn.outputSchema) as Record<string, unknown> | null,
   };
+  const title = toolIn?.title === undefined ? previous?.tool.title ?? null : toolIn.title;
+  if (title !== null) {
+    if (typeof title !== 'string') throw new EngineError('BAD_REQUEST', `tool.title must be a string, got ${quote(title)}`);
+    if (title.length > TOOL_TITLE_MAX) {
+      throw new EngineError('LIMIT_EXCEEDED', `tool.title ${quote(`${title.slice(0, 40)}…`)} is ${title.length} characters; at most ${TOOL_TITLE_MAX}`, { hint: 'A title is a short human name; put the rest in the description.' });
+    }
+    tool.title = title;
+  }
+  const aliases = checkAliases(deps, base, toolIn?.aliases === undefined ? previous?.tool.aliases ?? [] : toolIn.aliases ?? []);
+  if (aliases.length > 0) tool.aliases = aliases;
+  const metadata = toolIn?.metadata === undefined ? previous?.tool.metadata ?? null : toolIn.metadata;
+  if (metadata !== null) {
+    if (typeof metadata !== 'object' || Array.isArray(metadata)) {
+      throw new EngineError('BAD_REQUEST', `tool.metadata must be a JSON object, got ${quote(metadata)}`, { hint: 'Send an object, e.g. {"owner": "payments"}, or null.' });
+    }
+    tool.metadata = metadata as Record<string, unknown>;
+  }
   const sessionSchema = (toolIn?.sessionSchema === undefined ? previous?.tool.sessionSchema ?? null : toolIn.sessionSchema) as Record<string, unknown> | null;
   if (sessionSchema !== null) {
     if (kind !== 'agent') throw new EngineError('BAD_REQUEST', `tool.sessionSchema is for agents; this is a ${kind}`, { hint: 'Leave sessionSchema out, or make the action an agent.' });
@@ -200,7 +251,8 @@ function buildDocument(deps: ActionDeps, base: { actionId: string; name: string;
     seen.add(ref.name);
   }
   const policies = input.policies === undefined || input.policies === null ? previous?.policies ?? [] : parsePolicies(deps.cel, input.policies, deps.limits.policiesMax);
-  const execution = checkExecution(input.execution, previous?.execution ?? DEFAULT_EXECUTION, deps.limits);
+  const execution = checkExecution(deps, input.execution, previous?.execution ?? DEFAULT_EXECUTION);
+  if (kind === 'agent') checkDescribed(deps, tools);
   const skillsIn = input.skills === undefined || input.skills === null ? previous?.skills ?? [] : input.skills;
   if (skillsIn.length > 0 && kind !== 'agent') throw new EngineError('BAD_REQUEST', `skills are for agents; this is a ${kind}`, { hint: 'Leave skills out, or make the action an agent.' });
   if (skillsIn.length > deps.limits.toolReferencesMax) throw new EngineError('LIMIT_EXCEEDED', `${skillsIn.length} skills; toolReferencesMax is ${deps.limits.toolReferencesMax}`);
@@ -210,7 +262,12 @@ function buildDocument(deps: ActionDeps, base: { actionId: string; name: string;
     return checked;
   });
   if (new Set(skills.map((k) => k.name)).size !== skills.length) throw new EngineError('BAD_REQUEST', 'a skill is declared twice', { hint: 'Declare each skill once.' });
-  const document = { ...base, kind, config, tool, tools, ...(skills.length ? { skills } : {}), policies, execution };
+  const document: ActionVersionDocument = { ...base, kind, config, tool, tools, ...(skills.length ? { skills } : {}), policies, execution };
+  if (execution.cacheTtlMs != null && !isReadOnly(deps, { ...document, status: 'DRAFT', modified: base.created })) {
+    throw new EngineError('BAD_REQUEST', `execution.cacheTtlMs ${execution.cacheTtlMs}: ${base.name} is not read-only (its policies, or those of a tool it references, allow writes)`, {
+      hint: 'a tool whose policies allow writes cannot cache: its result depends on what it changed',
+    });
+  }
   // The program has its own bound; the rest (description, schemas, policies, references) this one.
   // A version no larger than the one before passes, so a tool made under a higher limit can still
   // get a new program.
@@ -302,7 +359,92 @@ function checkReference(deps: ActionDeps, ref: { name: string; version?: number 
   return { name: ref.name, version: ref.version ?? null, input, ...(approval ? { approval } : {}) };
 }
 
-function checkExecution(input: ActionInput['execution'], previous: ExecutionSettings, limits: Readonly<Limits>): ExecutionSettings {
+/**
+ * A tool's aliases: each a tool name, not a native tool or load_skill, not the action's own name,
+ * listed once, at most TOOL_ALIASES_MAX, and no other action's name or alias (its latest version).
+ */
+function checkAliases(deps: ActionDeps, base: { actionId: string; name: string }, aliases: unknown): string[] {
+  if (!Array.isArray(aliases)) throw new EngineError('BAD_REQUEST', `tool.aliases must be a list of tool names, got ${quote(aliases)}`);
+  if (aliases.length > TOOL_ALIASES_MAX) {
+    throw new EngineError('LIMIT_EXCEEDED', `tool.aliases has ${aliases.length} names; at most ${TOOL_ALIASES_MAX}`, { hint: 'Keep the few names callers really use.' });
+  }
+  const seen = new Set<string>();
+  for (const alias of aliases as unknown[]) {
+    if (typeof alias !== 'string' || !NAME_PATTERN.test(alias)) {
+      throw new EngineError('BAD_REQUEST', `tool.aliases: ${quote(alias)} is not a tool name`, { hint: 'Use lower_snake_case: a letter, then letters, digits and _ (at most 64).' });
+    }
+    if ((RESERVED_NAMES as readonly string[]).includes(alias)) {
+      throw new EngineError('BAD_REQUEST', `tool.aliases: ${quote(alias)} is a native tool's name`, { hint: 'Choose another alias: graphql, cel and load_skill always name the native tools.' });
+    }
+    if (alias === base.name) throw new EngineError('BAD_REQUEST', `tool.aliases: ${quote(alias)} is the action's own name`, { hint: 'Leave it out: the tool answers to its name already.' });
+    if (seen.has(alias)) throw new EngineError('BAD_REQUEST', `tool.aliases: ${quote(alias)} is listed twice`);
+    seen.add(alias);
+    const named = deps.st.actionByName.get(alias);
+    if (named && named.action_id !== base.actionId) {
+      throw new EngineError('ALREADY_EXISTS', `tool.aliases: ${quote(alias)} of ${base.name} is the name of another action (${named.name})`, { hint: 'Choose another alias: names and aliases are unique across all actions.' });
+    }
+    const owner = findByAlias(deps, alias);
+    if (owner && owner.action_id !== base.actionId) {
+      throw new EngineError('ALREADY_EXISTS', `tool.aliases: ${quote(alias)} of ${base.name} is already an alias of ${owner.name}`, { hint: 'Choose another alias: names and aliases are unique across all actions.' });
+    }
+  }
+  return [...seen];
+}
+
+/** The key of the alias index in the versions RecordCache (no version key contains '#'). */
+const ALIAS_INDEX_KEY = '#aliases';
+
+/**
+ * The action that answers to `name` as an alias (in its latest version), or undefined. The index of
+ * every alias is built by one scan of the actions (each latest version, its parsed document reused)
+ * and cached in `deps.versions`: dropped with it when the record-cache epoch moves (any write to
+ * action_versions, a rollback, another connection's commit), and rebuilt on each call outside a
+ * transaction the TransactionManager runs (no cache is used there).
+ */
+export function findByAlias(deps: ActionDeps, name: string): ActionRow | undefined {
+  const index = deps.versions.get(ALIAS_INDEX_KEY, () => aliasIndex(deps) as unknown as ActionVersion) as unknown as Map<string, ActionRow>;
+  return index.get(name);
+}
+
+function aliasIndex(deps: ActionDeps): Map<string, ActionRow> {
+  const index = new Map<string, ActionRow>();
+  let rowid = 0;
+  const batch = 256;
+  for (;;) {
+    const rows = deps.st.actionsPage.all(rowid, batch);
+    for (const row of rows) {
+      rowid = row.rowid;
+      const stored = deps.st.version.get(row.action_id, row.latest_version);
+      if (!stored) continue;
+      const { rowid: _, ...action } = row;
+      for (const alias of versionOfRow(deps, stored).tool.aliases ?? []) if (!index.has(alias)) index.set(alias, action);
+    }
+    if (rows.length < batch) return index;
+  }
+}
+
+/**
+ * An agent's model reads a tool's description to decide when to call it: every action the agent
+ * references (the pinned version, or the latest ACTIVE one) must have one.
+ */
+function checkDescribed(deps: ActionDeps, tools: readonly ToolReference[]): void {
+  for (const ref of tools) {
+    if ((NATIVE_TOOLS as readonly string[]).includes(ref.name)) continue;
+    const action = deps.st.actionByName.get(ref.name);
+    if (!action) continue;
+    const row = ref.version != null ? deps.st.version.get(action.action_id, ref.version) : deps.st.latestActiveVersion.get(action.action_id);
+    if (!row) continue;
+    if (versionOfRow(deps, row).tool.description.trim() === '') {
+      throw new EngineError('BAD_REQUEST', `tool ${quote(ref.name)} (version ${row.version}) has no description`, {
+        hint: 'it is what the model reads; give it a description',
+        details: { tool: ref.name, version: row.version },
+      });
+    }
+  }
+}
+
+function checkExecution(deps: ActionDeps, input: ActionInput['execution'], previous: ExecutionSettings): ExecutionSettings {
+  const limits = deps.limits;
   if (!input) return previous;
   const positiveInt = (value: number | null | undefined, fallback: number, what: string, max: number): number => {
     if (value == null) return fallback;
@@ -323,7 +465,23 @@ function checkExecution(input: ActionInput['execution'], previous: ExecutionSett
       maxMs: positiveInt(backoff.maxMs, previous.backoff.maxMs, 'backoff.maxMs', 86_400_000),
     },
     timeoutMs: input.timeoutMs === undefined ? previous.timeoutMs : input.timeoutMs === null ? null : positiveInt(input.timeoutMs, 0, 'timeoutMs', limits.toolTimeoutMsMax),
+    retryIf: input.retryIf === undefined ? previous.retryIf ?? null : checkRetryIf(deps, input.retryIf),
+    cacheTtlMs: input.cacheTtlMs === undefined ? previous.cacheTtlMs ?? null : input.cacheTtlMs === null ? null : positiveInt(input.cacheTtlMs, 0, 'cacheTtlMs', CACHE_TTL_MS_MAX),
   };
+}
+
+/** execution.retryIf: a CEL expression over error {code, message, attempt}, compiled now. */
+function checkRetryIf(deps: ActionDeps, expression: string | null): string | null {
+  if (expression === null) return null;
+  if (typeof expression !== 'string' || expression.trim() === '') throw new EngineError('BAD_REQUEST', `execution.retryIf must be a CEL expression, got ${quote(expression)}`);
+  try {
+    deps.cel.compile(expression);
+  } catch (error) {
+    throw new EngineError('BAD_REQUEST', `execution.retryIf ${quote(expression)}: ${(error as Error).message}`, {
+      hint: 'A CEL expression over error {code, message, attempt}, e.g. error.code == "TIMEOUT" && error.attempt < 3.',
+    });
+  }
+  return expression;
 }
 
 export function createAction(deps: ActionDeps, actionId: string, input: ActionInput): ActionVersion {
@@ -338,6 +496,8 @@ export function createAction(deps: ActionDeps, actionId: string, input: ActionIn
     throw new EngineError('ALREADY_EXISTS', `${quote(name)} is a native tool`, { hint: 'Choose another name; a graphql-kind action can narrow the native graphql tool under its own name.' });
   }
   if (deps.st.actionByName.get(name)) throw new EngineError('ALREADY_EXISTS', `an action named ${quote(name)} already exists`);
+  const aliasOf = findByAlias(deps, name);
+  if (aliasOf) throw new EngineError('ALREADY_EXISTS', `${quote(name)} is an alias of ${aliasOf.name}`, { hint: 'Choose another name: names and aliases are unique across all actions.' });
   const now = deps.clock.now().toISOString();
   const document = buildDocument(deps, { actionId, name, version: 1, created: now }, input, null);
   deps.st.insertAction.run({ action_id: actionId, name, latest_version: 1, created: now, modified: now });
@@ -406,18 +566,25 @@ export function setVersionStatus(deps: ActionDeps, actionId: string, version: nu
 export function findAction(deps: ActionDeps, ref: { id?: string | null; name?: string | null }): ActionRow {
   let row: ActionRow | undefined;
   if (ref.id) row = deps.st.actionById.get(ref.id);
-  else if (ref.name) row = deps.st.actionByName.get(ref.name);
+  else if (ref.name) row = deps.st.actionByName.get(ref.name) ?? findByAlias(deps, ref.name);
   else throw new EngineError('BAD_REQUEST', 'an action needs an id or a name');
   if (!row) {
     throw new EngineError('NOT_FOUND', `action ${quote(ref.id ?? ref.name)} does not exist`, { hint: 'Create it with createAction, or check the id or name.' });
   }
-  checkName(row.name, ref);
+  checkName(deps, row, ref);
   return row;
 }
 
-/** Given both an id and a name, they must name the same action. */
-function checkName(name: string, ref: { id?: string | null; name?: string | null }): void {
-  if (ref.id && ref.name != null && ref.name !== name) {
+/** The action name `name` stands for: itself, or the action it is an alias of (unknown names as they are). */
+export function canonicalName(deps: ActionDeps, name: string): string {
+  if (deps.st.actionByName.get(name)) return name;
+  return findByAlias(deps, name)?.name ?? name;
+}
+
+/** Given both an id and a name, they must name the same action (the name may be one of its aliases). */
+function checkName(deps: ActionDeps, action: { name: string }, ref: { id?: string | null; name?: string | null }): void {
+  const name = action.name;
+  if (ref.id && ref.name != null && ref.name !== name && findByAlias(deps, ref.name)?.name !== name) {
     throw new EngineError('BAD_REQUEST', `action ${ref.id} is named ${quote(name)}, not ${quote(ref.name)}`, { hint: 'Pass the id or the name, or both of the same action.' });
   }
 }
@@ -432,7 +599,7 @@ export function getVersion(deps: ActionDeps, ref: { id?: string | null; name?: s
       return row && versionOfRow(deps, row);
     });
     if (found) {
-      checkName(found.name, ref);
+      checkName(deps, found, ref);
       return found;
     }
   }

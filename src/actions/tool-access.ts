@@ -100,10 +100,20 @@ export function toolAccess(deps: ActionDeps, version: ActionVersion, callerPolic
   const callerWrites = callerPolicies === null ? null : policyWrites(callerPolicies);
   const usable = callerWrites === null ? writes : writes.filter((w) => overlaps(w, callerWrites));
   return {
+    // isReadOnly's rule, on the writes already walked.
     readOnly: writes.length === 0,
     destructive: usable.some((w) => w.action === 'UPDATE' || w.action === 'DELETE'),
     hidden: writes.length > 0 && usable.length === 0,
   };
+}
+
+/**
+ * Whether a version only reads: no ALLOW policy of its own, or of a tool it references
+ * (transitively), allows a write. The rule MCP's readOnlyHint and Action.tool.readOnly show, and
+ * execution.cacheTtlMs requires.
+ */
+export function isReadOnly(deps: ActionDeps, version: ActionVersion, memo?: ToolWritesMemo): boolean {
+  return toolWrites(deps, version, memo).length === 0;
 }
 
 function resolveReference(deps: ActionDeps, name: string, version: number | null): ActionVersion | null {

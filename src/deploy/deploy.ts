@@ -74,7 +74,10 @@ function toolDesired(tool: ToolFile) {
     config: programless ? m.config : { runtime: 'javascript', src: tool.src },
     tool: {
       name: tool.name,
+      title: m.title ?? null,
       description: m.description ?? '',
+      aliases: m.aliases ?? [],
+      metadata: m.metadata ?? null,
       inputSchema: m.inputSchema ?? { type: 'object' },
       outputSchema: m.outputSchema ?? null,
     },
@@ -85,6 +88,8 @@ function toolDesired(tool: ToolFile) {
       maxAttempts: m.execution?.maxAttempts ?? DEFAULT_EXECUTION.maxAttempts,
       backoff: { ...DEFAULT_EXECUTION.backoff, ...(m.execution?.backoff ?? {}) },
       timeoutMs: m.execution?.timeoutMs ?? null,
+      retryIf: m.execution?.retryIf ?? null,
+      cacheTtlMs: m.execution?.cacheTtlMs ?? null,
     },
   };
 }
@@ -143,8 +148,8 @@ async function planSkill(target: Target, skill: SkillFile): Promise<PlanItem> {
   return { kind: 'skill', name: skill.name, change: 'update', version: version + 1, field: 'updateSkill(id: $ID, input: $VAR) { version }', id: { type: 'UUID!', value: skillId }, variableType: 'SkillInput!', variable: desired, file: skill.path };
 }
 
-const ACTION_FIELDS = `version config tool { name description inputSchema outputSchema } tools { name version input } skills { name version }
-  policies { effect actions resources assertions } execution { maxAttempts backoff { initialMs multiplier maxMs } timeoutMs }`;
+const ACTION_FIELDS = `version config tool { name title description aliases metadata inputSchema outputSchema } tools { name version input } skills { name version }
+  policies { effect actions resources assertions } execution { maxAttempts backoff { initialMs multiplier maxMs } timeoutMs retryIf cacheTtlMs }`;
 const TRAN_CODE_FIELDS = `tranCodeId version description params { name type default description } vars metadata
   transaction { effective journalId correlationId externalId description metadata }
   entries { accountId units currency direction entryType layer description metadata condition }`;

@@ -8,8 +8,8 @@ import { basename, join, relative, sep } from 'node:path';
  *   accounts.json              the chart of accounts: [{accountId, code, name, normalBalanceType, ...}]
  *   tran-codes/<CODE>.json     one tran code each: {tranCodeId, code, params, transaction, entries, ...}
  *   tools/<name>.js            a tool's program: function run(event) { ... }
- *   tools/<name>.json          beside it, the rest: {actionId, description, inputSchema, outputSchema,
- *                              tools, policies, execution}
+ *   tools/<name>.json          beside it, the rest: {actionId, title, description, aliases, metadata,
+ *                              inputSchema, outputSchema, tools, policies, execution}
  *   triggers/<name>.json       {triggerId, name, on, filter, action: {name, version?}, input}
  *   skills/<name>.md           guidance an agent declares: a front matter block (description, tools,
  *                              skillId), then the markdown body

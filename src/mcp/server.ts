@@ -117,7 +117,8 @@ export async function listTools(backend: McpBackend, options: McpServerOptions, 
   const page = await backend.graphql(TOOLS_PAGE, { first: options.toolsPageSize, after: cursor ?? null });
   if (page.errors?.length) throw new McpError(cursor ? ErrorCode.InvalidParams : ErrorCode.InternalError, describeErrors(page.errors));
   const connection = (page.data as { actions: { tools: { nodes: ToolNode[]; pageInfo: { hasNextPage: boolean; endCursor: string | null } } } }).actions.tools;
-  const tools = connection.nodes.map(toMcpTool);
+  // A tool without a description is not offered: the description is what the model reads to choose it.
+  const tools = connection.nodes.filter((node) => node.description.trim() !== '').map(toMcpTool);
   if (cursor === undefined) {
     const natives = await backend.graphql(NATIVE_TOOLS, {});
     const listed = (natives.data as { actions?: { nativeTools: Array<{ name: string; access: ToolNode['access'] }> } } | null)?.actions?.nativeTools ?? [];
@@ -187,7 +188,7 @@ export async function callTool(
     if (result.errors?.length) return failure(result.errors[0]!);
     execution = (result.data as { actions: { invokeAction: ExecutionShape } }).actions.invokeAction;
   }
-  if (execution.status !== 'SUCCEEDED') {
+  if (execution.status !== 'SUCCEEDED' && execution.status !== 'CACHED') {
     return failure({ message: execution.error?.message ?? execution.status, extensions: { code: execution.error?.code ?? execution.status, hint: execution.error?.hint, details: execution.error?.details } }, execution.executionId);
   }
   const text = JSON.stringify(execution.output);

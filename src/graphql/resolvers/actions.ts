@@ -1,5 +1,5 @@
 import * as actions from '../../actions/actions.js';
-import type { ActionVersion } from '../../actions/actions.js';
+import type { ActionVersion, ExecutionSettings, ToolDefinition } from '../../actions/actions.js';
 import { EngineError } from '../../errors.js';
 import { type CallNode, rowToNode } from '../../execution/call-tree.js';
 import { invokeAction } from '../../execution/invoke.js';
@@ -10,7 +10,10 @@ import type { RequestContext } from '../context.js';
 import { guard, visible } from './guard.js';
 import * as sessions from '../../agents/sessions.js';
 import type { ApprovalRow, SessionMessageRow, SessionRow } from '../../storage/statements/sessions.js';
-import { type ToolAccess, type ToolWritesMemo, callerAccess, toolAccess, toolWritesMemo } from '../../actions/tool-access.js';
+import { type ToolAccess, type ToolWritesMemo, callerAccess, isReadOnly, toolAccess, toolWritesMemo } from '../../actions/tool-access.js';
+
+/** Action.tool's copy of the definition names its version (ToolDefinition.readOnly walks its policies). */
+const VERSION_OF = Symbol('version');
 
 const AA = 'actions.Action';
 const AE = 'actions.Execution';
@@ -43,7 +46,8 @@ function listExecutions(ctx: RequestContext, { first, after, where, order }: Arg
 /** Check the stack may run the action; returns the version when it had to load it (invoke reuses it). */
 function guardExecution(ctx: RequestContext, id: string | null | undefined, name: string | null | undefined, input: Args): ActionVersion | undefined {
   const version = id && input.actionVersion != null ? actions.getVersion(ctx.services.actions, { id, name, version: input.actionVersion }) : undefined;
-  const actionName = !id ? name : version ? version.name : actions.findAction(ctx.services.actions, { id, name }).name;
+  // An alias is guarded as the action it names: a policy on the name holds whatever name the caller used.
+  const actionName = !id ? (name == null ? name : actions.canonicalName(ctx.services.actions, name)) : version ? version.name : actions.findAction(ctx.services.actions, { id, name }).name;
   guard(ctx, 'INSERT', AE, { action: actionName, version: input.actionVersion ?? null, input: input.input ?? null });
   return version;
 }
@@ -343,8 +347,23 @@ export const actionResolvers = {
   },
   Action: {
     pending: (v: ActionVersion) => v.status === 'DRAFT',
+    // The definition carries its version along, for readOnly (a getter-free copy; the document is frozen).
+    tool: (v: ActionVersion) => ({ ...v.tool, [VERSION_OF]: v }),
     access: (v: ActionVersion, _: Args, ctx: RequestContext) => toolAccess(ctx.services.actions, v, ctx.caller.client?.policies ?? null, memoOf(ctx)),
     versions: (v: ActionVersion, _: Args, ctx: RequestContext) => actions.listVersions(ctx.services.actions, v.actionId).filter((x) => ctx.authority.allows({ action: 'SELECT', resource: AA, document: x })),
+  },
+  ToolDefinition: {
+    title: (t: ToolDefinition) => t.title ?? null,
+    aliases: (t: ToolDefinition) => t.aliases ?? [],
+    metadata: (t: ToolDefinition) => t.metadata ?? null,
+    readOnly: (t: ToolDefinition & { [VERSION_OF]?: ActionVersion }, _: Args, ctx: RequestContext) => {
+      const version = t[VERSION_OF];
+      return version ? isReadOnly(ctx.services.actions, version, memoOf(ctx)) : false;
+    },
+  },
+  ExecutionSettings: {
+    retryIf: (e: ExecutionSettings) => e.retryIf ?? null,
+    cacheTtlMs: (e: ExecutionSettings) => e.cacheTtlMs ?? null,
   },
   Session: {
     sessionId: (r: SessionRow) => r.session_id,
