@@ -34,7 +34,8 @@ import { type AttemptOutcome, isRetryable } from './execution/queue/attempt.js';
 import { type Db, openDatabase } from './storage/database.js';
 import { Checkpointer } from './storage/checkpointer.js';
 import { mapDriverError } from './storage/driver-errors.js';
-import { CacheEpoch, RecordCache, watchCachedTables, watchToolTables } from './storage/record-cache.js';
+import { CacheEpoch, RecordCache, watchCachedTables, watchDataTables, watchToolTables } from './storage/record-cache.js';
+import { ResultCache } from './execution/result-cache.js';
 import { actionStatements } from './storage/statements/actions.js';
 import { sessionStatements } from './storage/statements/sessions.js';
 import { skillStatements } from './storage/statements/skills.js';
@@ -295,6 +296,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     runGraphql: (request, frame) => runNested(request, frame),
     models,
     sessions: sessionStatements(db),
+    results: new ResultCache(db, watchDataTables(db), limits.recordCacheMax),
     onModelCall: (call) => {
       for (const listener of modelCallListeners) listener(call);
     },

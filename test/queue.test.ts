@@ -281,3 +281,36 @@ describe('observability', () => {
     expect(execution(id(900))).toMatchObject({ status: 'SUCCEEDED', output: 'ran' });
   });
 });
+
+describe('execution.retryIf', () => {
+  it('CEL over the failed attempt’s error decides: a deterministic failure retried on purpose, a retryable one not, attempts counted', async () => {
+    const clock = new ManualClock(new Date('2026-11-30T10:00:00Z'));
+    const engine = await newEngine({ clock, random: () => 0 });
+    const make = (n: number, name: string, src: string, retryIf: string) =>
+      ok(engine, `mutation($input: ActionInput!) { actions { createAction(id: "${id(n)}", input: $input) { version } } }`, {
+        input: { name, config: { runtime: 'javascript', src }, execution: { maxAttempts: 4, backoff: { initialMs: 1000, multiplier: 1, maxMs: 1000 }, retryIf } },
+      });
+    // A ReferenceError (SCRIPT_ERROR) is never retried by default; this rule retries it twice.
+    make(7201, 'flaky_bug', 'function run(event) { return undefinedThing; }', "error.code == 'SCRIPT_ERROR' && error.attempt < 3");
+    // TOOL_FAILED is retryable by default; this rule says no when the message says so.
+    make(7202, 'gives_up', 'function run(event) { fail("card declined: do not retry"); }', "error.retryable && !error.message.contains('do not retry')");
+    const start = (name: string, e: number) => ok(engine, `mutation { actions { startAction(name: "${name}", input: {executionId: "${id(e)}", input: {}}) { status } } }`);
+    start('flaky_bug', 7301);
+    start('gives_up', 7302);
+    const worker = engine.createWorker();
+    for (let i = 0; i < 6; i++) {
+      worker.drain();
+      clock.advance(1000);
+    }
+    const state = (e: number) => ok(engine, `{ actions { execution(executionId: "${id(e)}") { status attempt error { code } } } }`).actions.execution;
+    expect(state(7301)).toEqual({ status: 'FAILED', attempt: 3, error: { code: 'SCRIPT_ERROR' } });
+    expect(state(7302)).toEqual({ status: 'FAILED', attempt: 1, error: { code: 'TOOL_FAILED' } });
+    // A rule that does not compile is refused when the version is made.
+    const bad = fails(engine, `mutation($input: ActionInput!) { actions { createAction(id: "${id(7203)}", input: $input) { version } } }`, {
+      input: { name: 'bad_rule', config: { runtime: 'javascript', src: 'function run() { return {}; }' }, execution: { retryIf: 'error.code ==' } },
+    });
+    expect(bad.code).toBe('BAD_REQUEST');
+    expect(bad.message).toContain('retryIf');
+    engine.close();
+  });
+});

@@ -7,7 +7,7 @@ import { Authority } from '../policy/authority.js';
 import type { AuthorityLayer } from '../policy/policy.js';
 import type { QueueRow } from '../storage/statements/actions.js';
 import { type CallNode, type Caller, type ModelCallRecord, persistTree, type RootState, rowToNode } from '../execution/call-tree.js';
-import { fixedInput, runCall, toEngineError, validate } from '../execution/invoke.js';
+import { fixedInput, runCall, succeeded, toEngineError, validate } from '../execution/invoke.js';
 import { jsonToCel } from '../cel/values.js';
 import type { AttemptOutcome } from '../execution/queue/attempt.js';
 import { isRetryable, retryRule, shouldRetry } from '../execution/queue/attempt.js';
@@ -668,8 +668,8 @@ async function runAgent(ctx: RunContext, runId: string, agent: ActionVersion, in
       const node = await toolCall(ctx, { runId, turnId, index, call, tools, scope, depth: depth });
       results.push({
         toolCallId: call.id, name: call.name,
-        content: JSON.stringify(node.status === 'SUCCEEDED' ? (node.output ?? null) : { error: { code: node.error?.code, message: node.error?.message, hint: node.error?.hint } }),
-        isError: node.status !== 'SUCCEEDED',
+        content: JSON.stringify(succeeded(node) ? (node.output ?? null) : { error: { code: node.error?.code, message: node.error?.message, hint: node.error?.hint } }),
+        isError: !succeeded(node),
       });
     }
     messages.push({ role: 'tool', results });

@@ -10,7 +10,7 @@ import { EXIT, OperationError, UsageError } from './errors.js';
  * (a session), and the people's side of the calls an agent may make only once someone approves them.
  */
 
-const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
+const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'CACHED']);
 /** How often a turn's tree is read while it runs (and how long one long-poll waits on a server). */
 const POLL_MS = 200;
 const APPROVAL_STATUSES = ['PENDING', 'APPROVED', 'REJECTED', 'EXPIRED', 'CANCELLED'];

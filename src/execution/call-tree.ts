@@ -16,7 +16,7 @@ export interface ModelCallRecord {
   httpAttempts: number;
   stopReason: string | null;
 }
-export type ExecutionStatus = 'QUEUED' | 'RUNNING' | 'WAITING_APPROVAL' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED';
+export type ExecutionStatus = 'QUEUED' | 'RUNNING' | 'WAITING_APPROVAL' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'CACHED';
 
 /**
  * One call, as it ran. A call tree is built in memory while it runs and written in one go when its
@@ -59,6 +59,8 @@ export interface CallNode {
   /** An agent run that is a session's turn. */
   sessionId?: string | null;
   cancelRequested?: boolean;
+  /** A CACHED call: the execution whose recorded output it returned. */
+  cachedFrom?: string | null;
 }
 
 /** The caller at the root of a tree: its principal and (for an API client) its policies. */
@@ -130,6 +132,7 @@ export function nodeToRow(node: CallNode): Omit<ExecutionRow, 'seq'> {
     modified: node.finished ?? node.created,
     transport: node.transport ?? null,
     model: node.model ? JSON.stringify(node.model) : null,
+    cached_from: node.cachedFrom ?? null,
   };
 }
 
@@ -163,6 +166,7 @@ export function rowToNode(row: ExecutionRow): CallNode {
     model: row.model ? (JSON.parse(row.model) as ModelCallRecord) : null,
     sessionId: row.session_id ?? null,
     cancelRequested: row.cancel_requested === 1,
+    cachedFrom: row.cached_from ?? null,
   };
 }
 
@@ -178,7 +182,7 @@ export function persistTree(st: ActionStatements, root: CallNode, undone = false
     const r = nodeToRow(node);
     st.insertExecution.run(
       r.execution_id, r.action_id, r.action_name, r.action_version, r.kind, r.status, r.input, nodeUndone ? null : r.input_fingerprint, r.output, r.error,
-      r.principal, r.parent_id, r.root_id, r.depth, r.attempt, r.started, r.finished, r.logs, r.created, r.modified, r.transport ?? null, r.model ?? null,
+      r.principal, r.parent_id, r.root_id, r.depth, r.attempt, r.started, r.finished, r.logs, r.created, r.modified, r.transport ?? null, r.model ?? null, r.cached_from ?? null,
     );
     const childrenUndone = nodeUndone || node.status !== 'SUCCEEDED' || node.undone === true;
     for (let i = node.children.length - 1; i >= 0; i--) stack.push([node.children[i]!, childrenUndone]);

@@ -8,6 +8,7 @@ import { Authority } from '../policy/authority.js';
 import { type CallFrame, type CallNode, type Caller, type ExecutionKind, persistTree, type RootState, rowToNode } from './call-tree.js';
 import type { ExecutionRow } from '../storage/statements/actions.js';
 import { checkOwner, checkReplay } from './replay.js';
+import { cacheable, ResultCache } from './result-cache.js';
 import type { ExecutionServices } from './services.js';
 
 /** Names longer than this are cut in messages and records; at most NAMES_LISTED_MAX names are listed. */
@@ -217,6 +218,16 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
         inputText = checkInputBytes(svc, node.actionName, input);
       }
     }
+    // A read-only tool with cacheTtlMs answers from an earlier call while nothing has written since.
+    const ttl = target.type === 'version' ? ((target.version.execution as { cacheTtlMs?: number | null }).cacheTtlMs ?? null) : null;
+    const cacheKey = ttl !== null && target.type === 'version' ? ResultCache.key(target.version, node.input) : null;
+    const hit = cacheKey !== null ? svc.results.get(cacheKey) : null;
+    if (hit) {
+      node.status = 'CACHED';
+      node.output = hit.output;
+      node.cachedFrom = hit.executionId;
+      return node;
+    }
     let output: unknown;
     try {
       output = svc.transactions.savepoint(() => {
@@ -251,6 +262,7 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
     }
     node.status = 'SUCCEEDED';
     node.output = output;
+    if (cacheKey !== null && !node.undone && target.type === 'version' && cacheable(svc.actions, target.version)) svc.results.set(cacheKey, node.executionId, output, ttl!);
   } catch (error) {
     const failure = toEngineError(error);
     if (failure.code === 'INTERNAL') svc.logError(error);
@@ -294,7 +306,7 @@ function runHook(svc: ExecutionServices, frame: CallFrame, reference: ToolRefere
       }),
   });
   if (root.fatal) throw root.fatal;
-  if (node.status !== 'SUCCEEDED') {
+  if (!succeeded(node)) {
     const error = node.error!;
     throw new EngineError(error.code === 'TOOL_FAILED' || error.code === 'INPUT_INVALID' ? 'TOOL_FAILED' : error.code, `the ${phase} hook ${reference.name} refused the call: ${error.message}`, {
       hint: error.hint ?? `See the ${phase} hook's execution in the call tree.`,
@@ -470,6 +482,11 @@ function executeGraphql(svc: ExecutionServices, frame: CallFrame, input: unknown
   return result.dryRun ? new DryRunRollback(result.data) : result.data;
 }
 
+/** A call that answered: it ran and succeeded, or a cached answer stood for it. */
+export function succeeded(node: Pick<CallNode, 'status'>): boolean {
+  return node.status === 'SUCCEEDED' || node.status === 'CACHED';
+}
+
 export function toEngineError(error: unknown): EngineError {
   if (error instanceof EngineError) return error;
   return new EngineError('INTERNAL', error instanceof Error ? error.message : String(error), { cause: error });
@@ -567,7 +584,7 @@ class CallBridge implements HostBridge {
       node = this.failedChild(reference.name, input, toEngineError(error));
     }
     if (!check) {
-      return JSON.stringify({ ok: true, value: { ok: node.status === 'SUCCEEDED', output: node.output ?? null, error: node.error } });
+      return JSON.stringify({ ok: true, value: { ok: succeeded(node), output: node.output ?? null, error: node.error } });
     }
     return envelope(node);
   }
@@ -670,6 +687,6 @@ function parseArg(text: string | undefined, what: string, depthMax: number): unk
 }
 
 function envelope(node: CallNode): string {
-  if (node.status === 'SUCCEEDED') return JSON.stringify({ ok: true, value: node.output ?? null });
+  if (succeeded(node)) return JSON.stringify({ ok: true, value: node.output ?? null });
   return JSON.stringify({ ok: false, error: node.error as ErrorData });
 }

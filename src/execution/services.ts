@@ -11,6 +11,7 @@ import type { TransactionManager } from '../storage/transaction.js';
 import type { CallFrame, Caller } from './call-tree.js';
 import type { ModelProviders } from '../models/providers.js';
 import type { SessionStatements } from '../storage/statements/sessions.js';
+import type { ResultCache } from './result-cache.js';
 import type { SkillServices } from '../skills/skills.js';
 
 /** The outcome of a GraphQL operation run on behalf of a call. */
@@ -72,6 +73,8 @@ export interface ExecutionServices {
   programKeys: WeakMap<object, string>;
   /** The operator's model providers (null: none configured; model and agent runs fail with MODEL_ERROR). */
   models: ModelProviders | null;
+  /** Outputs of read-only tools with execution.cacheTtlMs (see result-cache.ts). */
+  results: ResultCache;
   /** Sessions, their messages, approvals, and the run states they park and wake. */
   sessions: SessionStatements;
   /** Called after every model call a run of this process made (the server's metrics count them). */

@@ -290,8 +290,8 @@ export const MIGRATIONS: readonly Migration[] = [
     name: 'model and agent executions',
     sql: `
       -- Executions gain two kinds: MODEL (one model call: a model tool, or one turn of an agent run)
-      -- and AGENT (an agent run), and a status: WAITING_APPROVAL (an agent run parked until a person
-      -- decides on a call). SQLite cannot alter a CHECK constraint, so the table is rebuilt with its
+      -- and AGENT (an agent run), and statuses: WAITING_APPROVAL (an agent run parked until a person
+      -- decides on a call) and CACHED (a read-only call answered from an earlier one's output). SQLite cannot alter a CHECK constraint, so the table is rebuilt with its
       -- rows, seq values (cursors name them) and indexes as they were.
       CREATE TABLE executions_v8 (
         seq               INTEGER PRIMARY KEY,
@@ -300,7 +300,7 @@ export const MIGRATIONS: readonly Migration[] = [
         action_name       TEXT NOT NULL,
         action_version    INTEGER,
         kind              TEXT NOT NULL CHECK (kind IN ('TOOL','GRAPHQL','CEL','MODEL','AGENT')),
-        status            TEXT NOT NULL CHECK (status IN ('QUEUED','RUNNING','WAITING_APPROVAL','SUCCEEDED','FAILED','CANCELLED')),
+        status            TEXT NOT NULL CHECK (status IN ('QUEUED','RUNNING','WAITING_APPROVAL','SUCCEEDED','FAILED','CANCELLED','CACHED')),
         input             TEXT NOT NULL,
         input_fingerprint TEXT,
         output            TEXT,
@@ -328,7 +328,9 @@ export const MIGRATIONS: readonly Migration[] = [
         -- The session whose turn this agent run is.
         session_id        TEXT,
         -- cancelExecution asked a RUNNING run to stop at its next step.
-        cancel_requested  INTEGER NOT NULL DEFAULT 0
+        cancel_requested  INTEGER NOT NULL DEFAULT 0,
+        -- A CACHED call: the execution whose recorded output it returned.
+        cached_from       TEXT
       );
       INSERT INTO executions_v8 (seq, execution_id, action_id, action_name, action_version, kind, status, input, input_fingerprint,
           output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, run_at,

@@ -87,6 +87,27 @@ export function watchCachedTables(db: Db, epoch: CacheEpoch): void {
   watchWrites(db, 'cache', CACHED_TABLES, () => epoch.bump());
 }
 
+/**
+ * Every table a read-only tool's result can depend on, but for the call records themselves
+ * (executions, invocations) and rows that only change together with a transaction row (entries,
+ * balances): one TEMP trigger call per write on this connection, committed or not.
+ */
+const DATA_TABLES = [
+  'accounts', 'journals', 'tran_codes', 'tran_code_versions', 'transactions', 'triggers', 'actions', 'action_versions', 'clients',
+  'sessions', 'session_messages', 'approvals', 'skills', 'skill_versions',
+] as const;
+
+/** Counts this connection's writes to DATA_TABLES (see the result cache in src/execution/result-cache.ts). */
+export function watchDataTables(db: Db): { readonly writes: number } {
+  let writes = 0;
+  watchWrites(db, 'data', DATA_TABLES, () => writes++);
+  return {
+    get writes() {
+      return writes;
+    },
+  };
+}
+
 /** The tables that decide what a client may call: its tools, their versions, the clients. */
 const TOOL_TABLES = ['actions', 'action_versions', 'clients'] as const;
 

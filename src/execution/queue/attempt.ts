@@ -4,7 +4,7 @@ import { Authority } from '../../policy/authority.js';
 import type { AuthorityLayer } from '../../policy/policy.js';
 import type { QueueRow } from '../../storage/statements/actions.js';
 import { type CallNode, persistTree } from '../call-tree.js';
-import { runCall, toEngineError } from '../invoke.js';
+import { runCall, succeeded as answered, toEngineError } from '../invoke.js';
 import type { ExecutionServices } from '../services.js';
 import { backoffDelayMs } from './backoff.js';
 import { jsonToCel } from '../../cel/values.js';
@@ -110,7 +110,7 @@ function finish(
   owner: string,
   { attempt, startedAt, startedMs, node, error, backoff, retryIf = null }: { attempt: number; startedAt: Date; startedMs: number; node: CallNode | null; error: ErrorData | null; backoff: typeof DEFAULT_EXECUTION.backoff; retryIf?: string | null },
 ): AttemptOutcome {
-  const succeeded = node?.status === 'SUCCEEDED';
+  const succeeded = node !== null && answered(node);
   const maxAttempts = row.max_attempts ?? 1;
   const retry = !succeeded && error !== null && shouldRetry(svc, retryIf, error, attempt) && attempt < maxAttempts;
   const status = succeeded ? 'SUCCEEDED' : retry ? 'QUEUED' : 'FAILED';

@@ -48,6 +48,8 @@ export interface ExecutionRow {
   session_id?: string | null;
   /** 1 once cancelExecution asked a RUNNING run to stop. */
   cancel_requested?: number;
+  /** A CACHED call: the execution whose output it returned. */
+  cached_from?: string | null;
 }
 
 /** A session's turns run in order: one is due only when no earlier turn of its session is unfinished. */
@@ -110,11 +112,11 @@ export function actionStatements(db: Db) {
     /** Positional, in the column order below (binding 20 values by name costs more, once per call recorded). */
     insertExecution: db.prepare<
       [string, string | null, string, number | null, string, string, string, string | null, string | null, string | null, string | null,
-        string | null, string, number, number, string | null, string | null, string | null, string, string, string | null, string | null]
+        string | null, string, number, number, string | null, string | null, string | null, string, string, string | null, string | null, string | null]
     >(
       `INSERT INTO executions (execution_id, action_id, action_name, action_version, kind, status, input, input_fingerprint,
-         output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, transport, model)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, transport, model, cached_from)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ),
   };
 }
