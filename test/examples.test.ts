@@ -45,7 +45,7 @@ describe('examples/bank, deployed into a fresh database, walked through', () => 
     engine = await newEngine({ path: join(mkdtempSync(join(tmpdir(), 'tally-bank-')), 'bank.db') });
     const result = await deploy(readProject(BANK), engineTarget(engine));
     expect(result.plan.every((item) => item.change === 'create')).toBe(true);
-    expect(result.plan).toHaveLength(21);
+    expect(result.plan).toHaveLength(22);
     keys = result.keys;
   });
 

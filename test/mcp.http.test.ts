@@ -117,7 +117,7 @@ describe('/mcp on tally serve: Streamable HTTP with the SDK client against a rea
     const executionId = 'd0000000-0000-4000-8000-000000000101';
     const args = { transaction_id: tx(101), from: ALICE, to: BOB, amount: '25' };
     const result = (await client.callTool({ name: 'transfer', arguments: args, _meta: { executionId } })) as CallToolResult;
-    expect(result.structuredContent).toEqual({ transaction_id: tx(101), from_available: '75.00', to_available: '25.00' });
+    expect(result.structuredContent).toEqual({ transaction_id: tx(101), from_available: '75.00', to_available: '25.00', receipt: '25.00 USD sent; the sender has 75.00 available' });
     const retry = (await client.callTool({ name: 'transfer', arguments: args, _meta: { executionId } })) as CallToolResult;
     expect(retry.structuredContent).toEqual(result.structuredContent);
     expect(settled(path, 'alice')).toBe('75.00');

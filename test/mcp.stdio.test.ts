@@ -50,7 +50,7 @@ describe('tally mcp over stdio, in-process as one client (the SDK Client spawnin
     const args = { transaction_id: tx(2), from: ALICE, to: BOB, amount: '30' };
     const first = (await operator.callTool({ name: 'transfer', arguments: args, _meta: { executionId } })) as CallToolResult;
     expect(first.isError).toBeFalsy();
-    expect(first.structuredContent).toEqual({ transaction_id: tx(2), from_available: '70.00', to_available: '30.00' });
+    expect(first.structuredContent).toEqual({ transaction_id: tx(2), from_available: '70.00', to_available: '30.00', receipt: '30.00 USD sent; the sender has 70.00 available' });
     expect(JSON.parse(text(first))).toEqual(first.structuredContent);
     // The same execution id again (an idempotent retry): the recorded result, no second posting.
     const again = (await operator.callTool({ name: 'transfer', arguments: args, _meta: { executionId } })) as CallToolResult;

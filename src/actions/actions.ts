@@ -27,7 +27,7 @@ export interface ToolReference {
   /** Top-level input properties fixed by CEL over event, tool.input and execution.input (an agent's: session too). */
   input: Record<string, string> | null;
   /** An agent's reference: a person approves each call (when `when`, CEL over `input`, is true) before it runs. */
-  approval?: { when: string | null; timeoutMs: number } | null;
+  approval?: { when: string | null; timeoutMs: number | null } | null;
 }
 
 /** A skill an agent declares: pinned, or the latest version when a run starts. */
@@ -72,6 +72,8 @@ export interface ActionVersionDocument {
   tools: ToolReference[];
   /** An agent's skills (absent in versions made before skills). */
   skills?: SkillReference[];
+  /** Tools run before a call (may change its input, or refuse it) and after it (may change its output). */
+  hooks?: { before?: ToolReference | null; after?: ToolReference | null };
   policies: Policy[];
   execution: ExecutionSettings;
   created: string;
@@ -98,6 +100,7 @@ export interface ActionInput {
   } | null;
   tools?: Array<{ name: string; version?: number | null; input?: unknown; approval?: { when?: string | null; timeoutMs?: number | null } | null }> | null;
   skills?: Array<{ name: string; version?: number | null }> | null;
+  hooks?: { before?: { name: string; version?: number | null } | null; after?: { name: string; version?: number | null } | null } | null;
   policies?: Array<{ effect: PolicyEffect; actions: PolicyAction[]; resources: string[]; assertions?: unknown }> | null;
   execution?: {
     maxAttempts?: number | null;
@@ -262,7 +265,10 @@ function buildDocument(deps: ActionDeps, base: { actionId: string; name: string;
     return checked;
   });
   if (new Set(skills.map((k) => k.name)).size !== skills.length) throw new EngineError('BAD_REQUEST', 'a skill is declared twice', { hint: 'Declare each skill once.' });
-  const document: ActionVersionDocument = { ...base, kind, config, tool, tools, ...(skills.length ? { skills } : {}), policies, execution };
+  const hooks = input.hooks === undefined ? previous?.hooks ?? null : input.hooks === null ? null : checkHooks(deps, base.name, kind, input.hooks);
+  const document: ActionVersionDocument = {
+    ...base, kind, config, tool, tools, ...(skills.length ? { skills } : {}), ...(hooks && (hooks.before || hooks.after) ? { hooks } : {}), policies, execution,
+  };
   if (execution.cacheTtlMs != null && !isReadOnly(deps, { ...document, status: 'DRAFT', modified: base.created })) {
     throw new EngineError('BAD_REQUEST', `execution.cacheTtlMs ${execution.cacheTtlMs}: ${base.name} is not read-only (its policies, or those of a tool it references, allow writes)`, {
       hint: 'a tool whose policies allow writes cannot cache: its result depends on what it changed',
@@ -305,6 +311,28 @@ function readsIdentifier(ast: unknown, name: string): boolean {
     }
   }
   return false;
+}
+
+/**
+ * An action's before/after hooks: tool or graphql actions that exist (a pinned version too), never
+ * the action itself, never a model or agent (a hook runs inside the call's transaction).
+ */
+function checkHooks(deps: ActionDeps, name: string, kind: ActionKind, hooks: NonNullable<ActionInput['hooks']>): NonNullable<ActionVersionDocument['hooks']> {
+  if (runsOutsideTransactions(kind)) throw new EngineError('BAD_REQUEST', `hooks are for tools; this is a ${kind}`, { hint: 'Hook the tools the agent calls instead.' });
+  const one = (ref: { name: string; version?: number | null } | null | undefined, phase: 'before' | 'after'): ToolReference | null => {
+    if (ref == null) return null;
+    const what = `hooks.${phase}`;
+    if ((NATIVE_TOOLS as readonly string[]).includes(ref.name)) throw new EngineError('BAD_REQUEST', `${what} cannot be the native ${ref.name} tool`, { hint: 'Hook a tool of your own.' });
+    if (ref.name === name) throw new EngineError('BAD_REQUEST', `${what} cannot be ${name} itself`, { hint: 'A hook is another tool.' });
+    const target = deps.st.actionByName.get(ref.name);
+    if (!target) throw new EngineError('NOT_FOUND', `${what} refers to tool ${quote(ref.name)}, which does not exist`, { hint: 'Create the hook tool first.' });
+    const version = deps.st.version.get(target.action_id, ref.version ?? target.latest_version);
+    if (!version) throw new EngineError('NOT_FOUND', `${what} pins ${ref.name} version ${ref.version}; its latest is ${target.latest_version}`);
+    const hookKind = (JSON.parse(version.document) as ActionVersionDocument).kind;
+    if (runsOutsideTransactions(hookKind)) throw new EngineError('BAD_REQUEST', `${what} refers to ${ref.name}, a ${hookKind}: a hook runs inside the call's transaction`, { hint: 'Use a tool or graphql action as a hook.' });
+    return { name: ref.name, version: ref.version ?? null, input: null };
+  };
+  return { before: one(hooks.before, 'before'), after: one(hooks.after, 'after') };
 }
 
 function checkReference(deps: ActionDeps, ref: { name: string; version?: number | null; input?: unknown; approval?: { when?: string | null; timeoutMs?: number | null } | null }, i: number, kind: ActionKind): ToolReference {
@@ -351,9 +379,10 @@ function checkReference(deps: ActionDeps, ref: { name: string; version?: number 
         throw new EngineError('BAD_REQUEST', `${what}.approval.when: ${(error as Error).message}`, { hint: 'A CEL expression over input, e.g. "decimal(input.amount) > decimal(\\"1000\\")".' });
       }
     }
-    const timeoutMs = ref.approval.timeoutMs ?? deps.limits.approvalTimeoutMsMax;
-    if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new EngineError('BAD_REQUEST', `${what}.approval.timeoutMs must be a positive integer, got ${quote(timeoutMs)}`);
-    if (timeoutMs > deps.limits.approvalTimeoutMsMax) throw new EngineError('LIMIT_EXCEEDED', `${what}.approval.timeoutMs ${timeoutMs} is over approvalTimeoutMsMax (${deps.limits.approvalTimeoutMsMax})`);
+    // Stored as written (null: approvalTimeoutMsMax when the call is asked), so a redeploy of the same file is unchanged.
+    const timeoutMs = ref.approval.timeoutMs ?? null;
+    if (timeoutMs !== null && (!Number.isInteger(timeoutMs) || timeoutMs < 1)) throw new EngineError('BAD_REQUEST', `${what}.approval.timeoutMs must be a positive integer, got ${quote(timeoutMs)}`);
+    if (timeoutMs !== null && timeoutMs > deps.limits.approvalTimeoutMsMax) throw new EngineError('LIMIT_EXCEEDED', `${what}.approval.timeoutMs ${timeoutMs} is over approvalTimeoutMsMax (${deps.limits.approvalTimeoutMsMax})`);
     approval = { when, timeoutMs };
   }
   return { name: ref.name, version: ref.version ?? null, input, ...(approval ? { approval } : {}) };

@@ -848,15 +848,15 @@ function awaitApproval(ctx: RunContext, callId: string, tool: OfferedTool, input
   if (existing?.status === 'CANCELLED') throw new Cancelled(ctx.executionId);
   if (existing && Date.parse(existing.expires) <= now.getTime()) {
     step(ctx, () => svc.sessions.decideApproval.run({ approval_id: existing.approval_id, status: 'EXPIRED', reason: null, decided_by: null, decided: now.toISOString() }));
-    return new EngineError('APPROVAL_EXPIRED', `nobody approved this call of ${tool.reference.name} before it expired (${rule.timeoutMs} ms)`, {
+    return new EngineError('APPROVAL_EXPIRED', `nobody approved this call of ${tool.reference.name} before it expired (${rule.timeoutMs ?? svc.limits.approvalTimeoutMsMax} ms)`, {
       hint: 'The call did not run. Tell the person it needs an approval.',
     });
   }
   if (existing?.status === 'EXPIRED') {
-    return new EngineError('APPROVAL_EXPIRED', `nobody approved this call of ${tool.reference.name} before it expired (${rule.timeoutMs} ms)`, { hint: 'The call did not run. Tell the person it needs an approval.' });
+    return new EngineError('APPROVAL_EXPIRED', `nobody approved this call of ${tool.reference.name} before it expired (${rule.timeoutMs ?? svc.limits.approvalTimeoutMsMax} ms)`, { hint: 'The call did not run. Tell the person it needs an approval.' });
   }
   const approvalId = existing?.approval_id ?? derivedId(svc.derivedIdKey, 'approval', callId);
-  const expires = existing?.expires ?? new Date(now.getTime() + rule.timeoutMs).toISOString();
+  const expires = existing?.expires ?? new Date(now.getTime() + (rule.timeoutMs ?? svc.limits.approvalTimeoutMsMax)).toISOString();
   step(ctx, () => {
     if (!existing) {
       svc.sessions.insertApproval.run({

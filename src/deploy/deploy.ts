@@ -81,8 +81,9 @@ function toolDesired(tool: ToolFile) {
       inputSchema: m.inputSchema ?? { type: 'object' },
       outputSchema: m.outputSchema ?? null,
     },
-    tools: (m.tools ?? []).map((r: any) => ({ name: r.name, version: r.version ?? null, input: r.input ?? null })),
+    tools: (m.tools ?? []).map((r: any) => ({ name: r.name, version: r.version ?? null, input: r.input ?? null, approval: r.approval ? { when: r.approval.when ?? null, timeoutMs: r.approval.timeoutMs ?? null } : null })),
     skills: (m.skills ?? []).map((r: any) => ({ name: r.name, version: r.version ?? null })),
+    hooks: m.hooks ? { before: hookOf(m.hooks.before), after: hookOf(m.hooks.after) } : null,
     policies: (m.policies ?? []).map((p: any) => ({ effect: p.effect, actions: p.actions, resources: p.resources, assertions: p.assertions ?? null })),
     execution: {
       maxAttempts: m.execution?.maxAttempts ?? DEFAULT_EXECUTION.maxAttempts,
@@ -93,6 +94,8 @@ function toolDesired(tool: ToolFile) {
     },
   };
 }
+
+const hookOf = (ref: any) => (ref ? { name: ref.name, version: ref.version ?? null } : null);
 
 type Versioned = { kind: 'tool'; tool: ToolFile } | { kind: 'skill'; skill: SkillFile };
 
@@ -118,7 +121,7 @@ function byReferences(tools: ToolFile[], skills: SkillFile[] = []): Versioned[] 
         const dep = skillsByName.get(ref?.name);
         if (dep) visit({ kind: 'skill', skill: dep });
       }
-      for (const ref of item.tool.manifest.tools ?? []) {
+      for (const ref of [...(item.tool.manifest.tools ?? []), item.tool.manifest.hooks?.before, item.tool.manifest.hooks?.after]) {
         const dep = toolsByName.get(ref?.name);
         if (dep) visit({ kind: 'tool', tool: dep });
       }
@@ -148,7 +151,7 @@ async function planSkill(target: Target, skill: SkillFile): Promise<PlanItem> {
   return { kind: 'skill', name: skill.name, change: 'update', version: version + 1, field: 'updateSkill(id: $ID, input: $VAR) { version }', id: { type: 'UUID!', value: skillId }, variableType: 'SkillInput!', variable: desired, file: skill.path };
 }
 
-const ACTION_FIELDS = `version config tool { name title description aliases metadata inputSchema outputSchema } tools { name version input } skills { name version }
+const ACTION_FIELDS = `version config tool { name title description aliases metadata inputSchema outputSchema } tools { name version input approval { when timeoutMs } } skills { name version } hooks { before { name version } after { name version } }
   policies { effect actions resources assertions } execution { maxAttempts backoff { initialMs multiplier maxMs } timeoutMs retryIf cacheTtlMs }`;
 const TRAN_CODE_FIELDS = `tranCodeId version description params { name type default description } vars metadata
   transaction { effective journalId correlationId externalId description metadata }

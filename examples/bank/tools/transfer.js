@@ -8,8 +8,8 @@ function available(accountId) {
 }
 
 function run(event) {
-  const { transaction_id, from, to, amount } = event.data;
-  const fee = event.data.fee ?? '0';
+  // fee has a default in the input schema ("0"): it is always there.
+  const { transaction_id, from, to, amount, fee } = event.data;
   const needed = decimal(amount).plus(fee);
   if (needed.gt(available(from))) {
     fail(`insufficient funds: ${needed} needed`, 'Deposit first, or send less.', { retry: false });
