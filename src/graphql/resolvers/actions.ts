@@ -103,7 +103,7 @@ function toolNode(ctx: RequestContext, version: ActionVersion, access: ToolAcces
     name: version.name,
     version: version.version,
     kind: version.kind,
-    title: version.tool.name,
+    title: (version.tool as { title?: string | null }).title ?? version.tool.name,
     description: version.tool.description,
     inputSchema: version.tool.inputSchema,
     outputSchema: version.tool.outputSchema ?? null,
