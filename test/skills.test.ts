@@ -25,7 +25,7 @@ const PROGRAM = { runtime: 'javascript', src: 'function run(event) { return even
 const AGENT_CONFIG = { provider: 'local', model: 'scripted', instructions: 'Help.' };
 
 function createTool(engine: Engine, n: number, name: string, src = PROGRAM.src, policies: unknown[] = []) {
-  return ok(engine, CREATE_ACTION, { id: id(n), i: { name, config: { runtime: 'javascript', src }, policies } }).actions.createAction;
+  return ok(engine, CREATE_ACTION, { id: id(n), i: { name, config: { runtime: 'javascript', src }, tool: { description: `The ${name} tool.` }, policies } }).actions.createAction;
 }
 
 function createSkill(engine: Engine, n: number, input: Record<string, unknown>) {
