@@ -7,7 +7,7 @@ import { readProject } from '../src/deploy/project.js';
 import type { Engine } from '../src/engine.js';
 import { type Rule, type ScriptedModel, startScriptedModel, toolResults } from '../examples/scripted-model/server.mjs';
 import { ServerMetrics } from '../src/server/metrics.js';
-import { newEngine } from './helpers.js';
+import { fails, newEngine, ok } from './helpers.js';
 
 const BANK = join(import.meta.dirname, '..', 'examples', 'bank');
 const ALICE = 'b0000000-0000-4000-8000-000000000011';
@@ -15,17 +15,7 @@ const BOB = 'b0000000-0000-4000-8000-000000000012';
 const tx = (n: number) => `c0000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
 const KEY = 'sk-test-teller-0123456789';
 
-function ok(engine: Engine, query: string, variables: Record<string, unknown> = {}, principal?: string): any {
-  const result = engine.graphql(query, variables, principal === undefined ? {} : { principal });
-  if (result.errors) throw new Error(JSON.stringify(result.errors));
-  return result.data;
-}
 
-function fails(engine: Engine, query: string, variables: Record<string, unknown> = {}, principal?: string) {
-  const result = engine.graphql(query, variables, principal === undefined ? {} : { principal });
-  expect(result.errors, JSON.stringify(result.data)).toBeDefined();
-  return { message: result.errors![0]!.message, code: result.errors![0]!.extensions?.code, hint: String(result.errors![0]!.extensions?.hint ?? '') };
-}
 
 const START = `mutation($n: String!, $e: UUID!, $i: JSON) { actions { startAction(name: $n, input: {executionId: $e, input: $i}) { executionId status kind } } }`;
 const TREE = `query($e: UUID!) { actions { execution(executionId: $e) { status kind output error { code message hint } attempt

@@ -10,16 +10,16 @@ export function newEngine(options: EngineOptions = {}): Promise<Engine> {
   return createEngine({ logError: () => {}, ...options });
 }
 
-/** Run a request that must succeed; returns its data. */
-export function ok<T = any>(engine: Engine, query: string, variables?: Record<string, unknown>): T {
-  const result = engine.graphql(query, variables);
+/** Run a request that must succeed (as `principal`, or the engine itself); returns its data. */
+export function ok<T = any>(engine: Engine, query: string, variables?: Record<string, unknown>, principal?: string): T {
+  const result = engine.graphql(query, variables, principal === undefined ? {} : { principal });
   if (result.errors) throw new Error(`unexpected errors: ${JSON.stringify(result.errors, null, 2)}`);
   return result.data as T;
 }
 
-/** Run a request that must fail; returns its first error (message and extensions). */
-export function fails(engine: Engine, query: string, variables?: Record<string, unknown>) {
-  const result = engine.graphql(query, variables);
+/** Run a request that must fail (as `principal`, or the engine itself); returns its first error (message and extensions). */
+export function fails(engine: Engine, query: string, variables?: Record<string, unknown>, principal?: string) {
+  const result = engine.graphql(query, variables, principal === undefined ? {} : { principal });
   expect(result.errors, `expected errors, got ${JSON.stringify(result.data)}`).toBeDefined();
   const error = result.errors![0]!;
   return { message: error.message, code: error.extensions?.code as string, hint: error.extensions?.hint as string | undefined, result };

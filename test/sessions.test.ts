@@ -6,7 +6,7 @@ import { deploy } from '../src/deploy/deploy.js';
 import { readProject } from '../src/deploy/project.js';
 import type { Engine } from '../src/engine.js';
 import { type Rule, type ScriptedModel, startScriptedModel, toolResults } from '../examples/scripted-model/server.mjs';
-import { newEngine } from './helpers.js';
+import { fails, newEngine, ok } from './helpers.js';
 
 const BANK = join(import.meta.dirname, '..', 'examples', 'bank');
 const ALICE = 'b0000000-0000-4000-8000-000000000011';
@@ -14,17 +14,7 @@ const BOB = 'b0000000-0000-4000-8000-000000000012';
 const tx = (n: number) => `c0000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
 let seq = 5000;
 
-function ok(engine: Engine, query: string, variables: Record<string, unknown> = {}, principal?: string): any {
-  const result = engine.graphql(query, variables, principal === undefined ? {} : { principal });
-  if (result.errors) throw new Error(JSON.stringify(result.errors));
-  return result.data;
-}
 
-function fails(engine: Engine, query: string, variables: Record<string, unknown> = {}, principal?: string) {
-  const result = engine.graphql(query, variables, principal === undefined ? {} : { principal });
-  expect(result.errors, JSON.stringify(result.data)).toBeDefined();
-  return { message: result.errors![0]!.message, code: result.errors![0]!.extensions?.code as string, hint: String(result.errors![0]!.extensions?.hint ?? '') };
-}
 
 const CREATE_SESSION = `mutation($s: UUID!, $a: String!, $i: JSON) { actions { createSession(sessionId: $s, agent: $a, input: $i) { sessionId status agent agentVersion } } }`;
 const SEND = `mutation($s: UUID!, $m: String!, $t: String!) { actions { sendMessage(sessionId: $s, messageId: $m, text: $t) { messageId role text execution { executionId status sessionId } } } }`;
