@@ -85,3 +85,35 @@ describe('result caching for read-only tools (execution.cacheTtlMs)', () => {
     engine.close();
   });
 });
+
+describe('a cached answer is never another client’s', () => {
+  it('the same read-only tool and input, asked by two clients whose policies see different rows, answer each their own', async () => {
+    const engine = await newEngine();
+    createAccount(engine, 1);
+    createAccount(engine, 2);
+    ok(engine, CREATE, {
+      id: id(4),
+      input: {
+        name: 'my_accounts',
+        config: { runtime: 'javascript', src: 'function run() { return { codes: graphql("{ accounts(first: 100) { nodes { code } } }").accounts.nodes.map((a) => a.code) }; }' },
+        policies: [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] }],
+        execution: { cacheTtlMs: 60_000 },
+      },
+    });
+    const client = (principal: string, code: string) =>
+      ok(engine, `mutation($p: [PolicyInput!]!) { auth { createClient(input: {principal: "${principal}", name: "${principal}", policies: $p}) { apiKey } } }`, {
+        p: [
+          { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] },
+          { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.Account'], assertions: { own: `context.document.code == '${code}'` } },
+        ],
+      });
+    client('alice', 'ACC-1');
+    client('mallory', 'ACC-2');
+    const call = (principal: string, n: number) => ok(engine, INVOKE, { n: 'my_accounts', e: id(3000 + n), i: {} }, principal).actions.invokeAction;
+    expect(call('alice', 1)).toMatchObject({ status: 'SUCCEEDED', output: { codes: ['ACC-1'] } });
+    expect(call('mallory', 2)).toMatchObject({ status: 'SUCCEEDED', output: { codes: ['ACC-2'] } });
+    expect(call('alice', 3)).toMatchObject({ status: 'CACHED', output: { codes: ['ACC-1'] } });
+    expect(call('mallory', 4)).toMatchObject({ status: 'CACHED', output: { codes: ['ACC-2'] } });
+    engine.close();
+  });
+});

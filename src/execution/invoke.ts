@@ -220,7 +220,7 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
     }
     // A read-only tool with cacheTtlMs answers from an earlier call while nothing has written since.
     const ttl = target.type === 'version' ? ((target.version.execution as { cacheTtlMs?: number | null }).cacheTtlMs ?? null) : null;
-    const cacheKey = ttl !== null && target.type === 'version' ? ResultCache.key(target.version, node.input) : null;
+    const cacheKey = ttl !== null && target.type === 'version' ? ResultCache.key(target.version, node.input, root.principal, authorityStack(frame)) : null;
     const hit = cacheKey !== null ? svc.results.get(cacheKey) : null;
     if (hit) {
       node.status = 'CACHED';
@@ -273,6 +273,14 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
     node.finished = svc.clock.now().toISOString();
   }
   return node;
+}
+
+/** The tools whose policies bound a call: those that started its execution, then those calling it. */
+function authorityStack(frame: CallFrame): string[] {
+  const stack = frame.root.outerRefs.map((ref) => versionKey(ref.actionId, ref.version));
+  const calling: string[] = [];
+  for (let f = frame.parent; f; f = f.parent) if (f.version) calling.unshift(versionKey(f.version.actionId, f.version.version));
+  return [...stack, ...calling];
 }
 
 /** An action's before/after hooks: tool references (absent in versions made before hooks). */

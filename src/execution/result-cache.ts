@@ -34,8 +34,14 @@ export class ResultCache {
     this.recorded = db.prepare<[string], number>('SELECT 1 FROM executions WHERE execution_id = ?').pluck();
   }
 
-  static key(version: ActionVersion, input: unknown): string {
-    return `${version.actionId}@${version.version}:${fingerprint(canonicalJson(input ?? null))}`;
+  /**
+   * What a cached answer is keyed by: the version and input, and who asked under which authority —
+   * the principal (a change to its policies is a write to clients, which empties the cache) and the
+   * tools above the call (their versions' policies). A read-only tool's output depends on what its
+   * caller may see: one client's answer is never another's.
+   */
+  static key(version: ActionVersion, input: unknown, principal: string, stack: readonly string[]): string {
+    return `${version.actionId}@${version.version}:${fingerprint(canonicalJson({ input: input ?? null, principal, stack }))}`;
   }
 
   get(key: string): { executionId: string; output: unknown } | null {
