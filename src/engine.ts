@@ -264,6 +264,11 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const schema: GraphQLSchema = buildSchema(limits);
   const documents = new DocumentCache(schema, limits);
 
+  // Results of read-only tools (execution.cacheTtlMs): valid while no data write happened since;
+  // a rollback that undid writes empties it (an entry may have seen them).
+  const dataWrites = watchDataTables(db);
+  const resultCache = new ResultCache(db, dataWrites, limits.recordCacheMax);
+  transactions.watchUndoneWrites(() => dataWrites.writes, () => resultCache.clear());
   let startedInTransaction = false;
   const modelCallListeners: Array<(call: ModelCallSample) => void> = [];
   const startedListeners: Array<() => void> = [];
@@ -296,7 +301,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     runGraphql: (request, frame) => runNested(request, frame),
     models,
     sessions: sessionStatements(db),
-    results: new ResultCache(db, watchDataTables(db), limits.recordCacheMax),
+    results: resultCache,
     onModelCall: (call) => {
       for (const listener of modelCallListeners) listener(call);
     },

@@ -29,17 +29,10 @@ async function ledger(): Promise<Engine> {
 }
 
 describe('result cache: answers computed on writes that were rolled back', () => {
-  // CONFIRMED: ResultCache entries remember this connection's write counter (TEMP triggers) and
-  // data_version, but a savepoint ROLLBACK fires no trigger. A read-only tool called (nested) after
-  // its parent wrote sees the parent's uncommitted rows and stores its answer with the counter as it
-  // is then; the parent fails, its writes roll back, but the call tree is "recorded as it ran" (so
-  // the entry's execution is recorded) and the counter has not moved: later calls with the same
-  // principal, stack and input get an answer about rows that never existed.
-  // Fix: bump the write counter (or clear the cache) whenever a savepoint/transaction that wrote is
-  // rolled back (e.g. in transactions.savepoint's catch path and on request rollback), or do not
-  // store entries computed while the enclosing transaction has uncommitted data writes
-  // (writes-at-savepoint-start != writes-now for any open savepoint).
-  it.fails('a failed parent’s rolled-back posting is not served later by a cached read-only tool', async () => {
+  // Was a weakness (medium): a rollback fires no trigger, so an entry computed on a parent's
+  // uncommitted writes outlived their rollback. A rollback that undid data writes now empties the
+  // cache (TransactionManager.watchUndoneWrites).
+  it('a failed parent’s rolled-back posting is not served later by a cached read-only tool', async () => {
     const engine = await ledger();
     ok(engine, CREATE, { id: id(1), input: { name: 'count_tx', config: js(COUNT_SRC), policies: [READS], execution: { cacheTtlMs: 60_000 } } });
     ok(engine, CREATE, { id: id(2), input: {

@@ -59,6 +59,11 @@ export class ResultCache {
     this.entries.set(key, { executionId, output, writes: this.data.writes, dataVersion: this.dataVersion.get() as number, expires: Date.now() + ttlMs });
   }
 
+  /** Everything goes (a rollback undid writes some entry may have seen). */
+  clear(): void {
+    this.entries.clear();
+  }
+
   get size(): number {
     return this.entries.size;
   }

@@ -18,6 +18,10 @@ export class TransactionManager {
   private savepointDepth = 0;
   /** What to do once the open transaction commits (see afterCommit); dropped when it rolls back. */
   private committed: Array<() => void> = [];
+  /** Counts data writes (see watchUndoneWrites); told when a rollback undid some. */
+  private writes: (() => number) | null = null;
+  private onUndoneWrites: (() => void) | null = null;
+  private writesAtBegin = 0;
   /** SAVEPOINT / RELEASE / ROLLBACK TO statements by depth, prepared once. */
   private readonly savepointStatements: Array<{ open: Statement<[]>; release: Statement<[]>; rollbackTo: Statement<[]> }> = [];
 
@@ -30,6 +34,15 @@ export class TransactionManager {
     this.beginImmediate = db.prepare('BEGIN IMMEDIATE');
     this.commit = db.prepare('COMMIT');
     this.rollback = db.prepare('ROLLBACK');
+  }
+
+  /**
+   * Call `undone` whenever a rollback (of a transaction or a savepoint) undid data writes, as
+   * `writes` counts them: what was computed from those writes (a cached result) must go.
+   */
+  watchUndoneWrites(writes: () => number, undone: () => void): void {
+    this.writes = writes;
+    this.onUndoneWrites = undone;
   }
 
   get inTransaction(): boolean {
@@ -55,6 +68,7 @@ export class TransactionManager {
     if (this.db.inTransaction) throw new Error('bug: a transaction is already open on this connection');
     try {
       (mode === 'write' ? this.beginImmediate : this.begin).run();
+      this.writesAtBegin = this.writes?.() ?? 0;
       if (this.epoch) {
         // Another connection committed since our last transaction: cached rows may be stale.
         const version = this.dataVersion.get() as number;
@@ -103,6 +117,7 @@ export class TransactionManager {
     const sp = this.statementsFor(depth);
     sp.open.run();
     const registered = this.committed.length;
+    const writesBefore = this.writes?.() ?? 0;
     try {
       const value = fn();
       sp.release.run();
@@ -114,6 +129,7 @@ export class TransactionManager {
       }
       this.committed.length = Math.min(this.committed.length, registered);
       this.epoch?.bump();
+      if (this.writes && this.writes() !== writesBefore) this.onUndoneWrites?.();
       throw error;
     } finally {
       this.savepointDepth--;
@@ -140,6 +156,8 @@ export class TransactionManager {
     this.savepointDepth = 0;
     this.committed = [];
     this.epoch?.bump();
+    const undid = this.db.inTransaction && this.writes !== null && this.writes() !== this.writesAtBegin;
     if (this.db.inTransaction) this.rollback.run();
+    if (undid) this.onUndoneWrites?.();
   }
 }
