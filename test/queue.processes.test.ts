@@ -68,7 +68,9 @@ describe('the worker as a process', () => {
     let kills = 0;
     for (let round = 0; round < 4; round++) {
       const child = worker(path);
-      await sleep(1200 + Math.floor(Math.random() * 900));
+      // Killed at a random moment after it started running (its start-up alone can take seconds on a loaded machine).
+      await running(child);
+      await sleep(100 + Math.floor(Math.random() * 900));
       child.kill('SIGKILL');
       await exited(child);
       kills++;
