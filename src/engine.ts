@@ -36,6 +36,7 @@ import { Checkpointer } from './storage/checkpointer.js';
 import { mapDriverError } from './storage/driver-errors.js';
 import { CacheEpoch, RecordCache, watchCachedTables, watchDataTables, watchToolTables } from './storage/record-cache.js';
 import { ResultCache } from './execution/result-cache.js';
+import { WAIT_ENDS } from './execution/status.js';
 import { actionStatements } from './storage/statements/actions.js';
 import { sessionStatements } from './storage/statements/sessions.js';
 import { skillStatements } from './storage/statements/skills.js';
@@ -100,8 +101,6 @@ export interface AsyncRequestOptions extends RequestOptions {
 }
 
 /** Statuses an execution never leaves. */
-/** Where a wait on an execution ends: it is over, or it waits for a person (WAITING_APPROVAL). */
-const TERMINAL_STATUSES = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'WAITING_APPROVAL']);
 
 export interface OperationSummary {
   type: 'query' | 'mutation';
@@ -451,14 +450,14 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
           if (finished) return;
           try {
             const status = statusOf(executionId);
-            if (status === null || TERMINAL_STATUSES.has(status)) finish();
+            if (status === null || WAIT_ENDS.has(status)) finish();
           } catch (error) {
             // A read that failed (the database busy or closed) ends the wait: the answer is read again anyway.
             if (db.open) logError(error);
             finish();
           }
         };
-        const wake = (status: string) => (TERMINAL_STATUSES.has(status) ? finish() : check());
+        const wake = (status: string) => (WAIT_ENDS.has(status) ? finish() : check());
         const timer = setTimeout(finish, timeoutMs);
         const poll = setInterval(check, Math.max(1, limits.executionWaitPollMs));
         signal?.addEventListener('abort', finish, { once: true });

@@ -268,3 +268,42 @@ describe('waits that end by polling, and MCP calls past mcpCallWaitMs', () => {
     }
   });
 });
+
+describe('a run that parks for an approval ends every wait', () => {
+  it('an MCP call of an agent whose call waits for a person answers at once with WAITING_APPROVAL, without polling', async () => {
+    const model = await startScriptedModel({ rules: [() => ({ toolCalls: [{ name: 'ping', arguments: { n: 1 } }] })] });
+    const running = await startServer(ADMIN, { providers: [{ name: 'local', format: 'openai', baseUrl: `${model.url}/v1`, models: ['m'] }], limits: { mcpCallWaitMs: 60_000 } });
+    const worker = running.engine.createWorker({ pollMs: 50 });
+    running.engine.onStarted(() => worker.wake());
+    worker.start();
+    const client = new Client({ name: 'test', version: '1.0.0' });
+    try {
+      ok(running.engine, CREATE, { id: id(1), input: PING });
+      ok(running.engine, CREATE, {
+        id: id(2),
+        input: {
+          name: 'careful', kind: 'agent', config: { provider: 'local', model: 'm' }, tool: { description: 'Asks first.', inputSchema: { type: 'object' } },
+          tools: [{ name: 'ping', version: 1, approval: {} }], policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }],
+        },
+      });
+      await client.connect(new StreamableHTTPClientTransport(new URL(running.url.replace('/graphql', '/mcp')), { requestInit: { headers: { authorization: `Bearer ${ADMIN}` } } }));
+      let reads = 0;
+      const graphqlAsync = running.engine.graphqlAsync.bind(running.engine);
+      running.engine.graphqlAsync = (...args: Parameters<typeof graphqlAsync>) => {
+        reads++;
+        return graphqlAsync(...args);
+      };
+      const result = (await client.callTool({ name: 'careful', arguments: {}, _meta: { executionId: id(701) } })) as CallToolResult;
+      expect(result.isError).toBeFalsy();
+      expect(result._meta).toMatchObject({ executionId: id(701), status: 'WAITING_APPROVAL' });
+      expect((result.content[0] as { text: string }).text).toContain('approvals');
+      // The tool lookup, the start and a few waits — not a request a millisecond for mcpCallWaitMs.
+      expect(reads).toBeLessThan(10);
+    } finally {
+      await client.close();
+      await worker.stop();
+      await running.stop();
+      await model.close();
+    }
+  });
+});

@@ -4,13 +4,14 @@ import type { Target } from '../deploy/target.js';
 import type { Engine } from '../engine.js';
 import { call, formatError, formatTable, type Io, onlyArg, openTarget, type Options, parseJsonOption, positiveInt, requireUuid } from './commands.js';
 import { EXIT, OperationError, UsageError } from './errors.js';
+import { FINISHED_STATUSES } from '../execution/status.js';
 
 /**
  * `tally chat`, `tally approvals`, `tally approve` and `tally reject`: a conversation with an agent
  * (a session), and the people's side of the calls an agent may make only once someone approves them.
  */
 
-const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'CACHED']);
+const TERMINAL = FINISHED_STATUSES;
 /** How often a turn's tree is read while it runs (and how long one long-poll waits on a server). */
 const POLL_MS = 200;
 const APPROVAL_STATUSES = ['PENDING', 'APPROVED', 'REJECTED', 'EXPIRED', 'CANCELLED'];
@@ -185,7 +186,7 @@ async function followTurn(chat: Chat, executionId: string): Promise<boolean> {
           shown.set(c.executionId, 'called');
         }
         if (TERMINAL.has(c.status) && shown.get(c.executionId) !== 'done') {
-          const result = c.status === 'SUCCEEDED' ? compact(c.output) : c.error ? `${c.status} ${c.error.code}: ${c.error.message}` : c.status;
+          const result = c.status === 'SUCCEEDED' || c.status === 'CACHED' ? compact(c.output) : c.error ? `${c.status} ${c.error.code}: ${c.error.message}` : c.status;
           say({ event: 'result', call: { executionId: c.executionId, tool: c.actionName, status: c.status, output: c.output, error: c.error } }, `  ← ${c.actionName}: ${result}`);
           shown.set(c.executionId, 'done');
         }

@@ -3,6 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { databaseTarget, type GraphqlResponse, serverTarget, type Target } from '../deploy/target.js';
 import type { Engine } from '../engine.js';
+import { WAIT_ENDS } from '../execution/status.js';
 import { EXIT, OperationError, UsageError } from './errors.js';
 
 export interface Options {
@@ -206,7 +207,6 @@ export function formatError(error: { code: string; message: string; hint?: strin
 const WAIT_TIMEOUT_S = 120;
 /** One long-poll's waitMs: under the server's executionWaitMsMax (30 s by default) and its requestTimeoutMs. */
 const WAIT_POLL_MS = 25_000;
-const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
 const WAIT_QUERY = `query($e: UUID!, $w: Int) { actions { execution(executionId: $e, waitMs: $w) { ${EXECUTION_FIELDS} } } }`;
 
 /**
@@ -218,7 +218,7 @@ async function waitForExecution(target: Target, execution: Record<string, any>, 
   const end = Date.now() + timeoutMs;
   const read = async (waitMs: number) => (await call(target, WAIT_QUERY, { e: execution.executionId, w: waitMs })).actions.execution as Record<string, any>;
   if (!('engine' in target)) {
-    while (!TERMINAL.has(execution.status)) {
+    while (!WAIT_ENDS.has(execution.status)) {
       const left = end - Date.now();
       if (left <= 0) break;
       execution = await read(Math.min(WAIT_POLL_MS, left));
@@ -229,11 +229,11 @@ async function waitForExecution(target: Target, execution: Record<string, any>, 
   let timer: NodeJS.Timeout | undefined;
   const timedOut = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), Math.max(0, end - Date.now()))));
   try {
-    while (!TERMINAL.has(execution.status) && Date.now() < end) {
+    while (!WAIT_ENDS.has(execution.status) && Date.now() < end) {
       if ((await Promise.race([worker.drainAll(), timedOut])) === 'timeout') break;
       execution = await read(0);
       // Not due yet (a retry's backoff): look again shortly.
-      if (!TERMINAL.has(execution.status)) await Promise.race([new Promise((resolve) => setTimeout(resolve, 250)), timedOut]);
+      if (!WAIT_ENDS.has(execution.status)) await Promise.race([new Promise((resolve) => setTimeout(resolve, 250)), timedOut]);
     }
     execution = await read(0);
   } finally {
@@ -265,9 +265,9 @@ export async function runCommand(verb: 'invoke' | 'start', args: string[], optio
     });
     let execution = data.actions[field];
     let waitedOut = false;
-    if (verb === 'start' && wait && !TERMINAL.has(execution.status)) {
+    if (verb === 'start' && wait && !WAIT_ENDS.has(execution.status)) {
       execution = await waitForExecution(target, execution, timeoutMs);
-      waitedOut = !TERMINAL.has(execution.status);
+      waitedOut = !WAIT_ENDS.has(execution.status);
     }
     if (options.json) io.out(`${JSON.stringify(execution, null, 2)}\n`);
     else {
@@ -277,6 +277,10 @@ export async function runCommand(verb: 'invoke' | 'start', args: string[], optio
     }
     if (waitedOut) {
       io.err(`still ${execution.status} after ${timeoutMs / 1000} s; tally execution ${execution.executionId} shows it\n`);
+      return EXIT.failed;
+    }
+    if (execution.status === 'WAITING_APPROVAL') {
+      io.err(`waiting for a person to approve a call: tally approvals, then tally approve <id> (or reject); tally execution ${execution.executionId} shows the run\n`);
       return EXIT.failed;
     }
     return execution.status === 'FAILED' ? EXIT.failed : EXIT.ok;

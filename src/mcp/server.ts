@@ -12,6 +12,7 @@ import {
   ReadResourceRequestSchema,
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
+import { FINISHED_STATUSES, WAIT_ENDS } from '../execution/status.js';
 import { DEFAULT_LIMITS } from '../limits.js';
 import type { McpBackend } from './backend.js';
 
@@ -32,7 +33,6 @@ const START = `mutation($name: String!, $input: InvokeInput!) { actions { startA
 const WAIT = `query($id: UUID!, $waitMs: Int) { actions { execution(executionId: $id, waitMs: $waitMs) { ${EXECUTION_FIELDS} } } }`;
 /** Kinds that run in the worker, outside transactions: tools/call starts them and waits. */
 const STARTED_KINDS = new Set(['model', 'agent']);
-const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
 const ACCOUNT = `query($code: String!) { account(code: $code) { accountId code name status normalBalanceType
   balances(first: 100) { nodes { journalId currency settled { normalBalance { units } } pending { normalBalance { units } } encumbrance { normalBalance { units } } available(layer: ENCUMBRANCE) { normalBalance { units } } } } } }`;
 
@@ -177,7 +177,14 @@ export async function callTool(
     const waited = await waitForRun(backend, options, (started.data as { actions: { startAction: ExecutionShape } }).actions.startAction, signal);
     if ('failed' in waited) return waited.failed;
     execution = waited.execution;
-    if (!TERMINAL.has(execution.status)) {
+    if (execution.status === 'WAITING_APPROVAL') {
+      // A person must decide on a call first: waiting here would only poll.
+      return {
+        content: [{ type: 'text', text: `execution ${execution.executionId} is WAITING_APPROVAL: a call it made waits for a person's decision (actions.approvals(where: {status: PENDING})); read it later with the graphql tool: { actions { execution(executionId: "${execution.executionId}", waitMs: ${backend.waitMsMax}) { status output error { code message hint } } } }` }],
+        _meta: { executionId: execution.executionId, status: execution.status },
+      };
+    }
+    if (!FINISHED_STATUSES.has(execution.status)) {
       return {
         content: [{ type: 'text', text: `execution ${execution.executionId} is still ${execution.status} after ${Math.round((options.callWaitMs ?? DEFAULT_LIMITS.mcpCallWaitMs) / 1000)} s; read it later with the graphql tool: { actions { execution(executionId: "${execution.executionId}", waitMs: ${backend.waitMsMax}) { status output error { code message hint } } } }` }],
         _meta: { executionId: execution.executionId, status: execution.status },
@@ -212,7 +219,7 @@ async function waitForRun(
 ): Promise<{ execution: ExecutionShape } | { failed: CallToolResult }> {
   const end = Date.now() + (options.callWaitMs ?? DEFAULT_LIMITS.mcpCallWaitMs);
   let waitMsMax = backend.waitMsMax;
-  while (!TERMINAL.has(execution.status) && !signal?.aborted) {
+  while (!WAIT_ENDS.has(execution.status) && !signal?.aborted) {
     const left = end - Date.now();
     if (left <= 0) break;
     const read = await backend.graphql(WAIT, { id: execution.executionId, waitMs: Math.min(waitMsMax, left) }, signal);

@@ -8,6 +8,7 @@ import * as triggers from '../../execution/queue/triggers.js';
 import { pageRequest, toConnection } from '../../paging.js';
 import type { RequestContext } from '../context.js';
 import { guard, visible } from './guard.js';
+import { WAIT_ENDS } from '../../execution/status.js';
 import * as sessions from '../../agents/sessions.js';
 import type { ApprovalRow, SessionMessageRow, SessionRow } from '../../storage/statements/sessions.js';
 import { type ToolAccess, type ToolWritesMemo, callerAccess, isReadOnly, toolAccess, toolWritesMemo } from '../../actions/tool-access.js';
@@ -21,8 +22,6 @@ const AT = 'actions.Trigger';
 const AS = 'actions.Session';
 const AP = 'actions.Approval';
 /** Statuses an execution never leaves. */
-/** A long-poll ends when the execution is over, or waits for a person's decision. */
-const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'WAITING_APPROVAL']);
 
 type Args = Record<string, any>;
 
@@ -208,7 +207,7 @@ export const actionResolvers = {
       if (!row) throw new EngineError('NOT_FOUND', `execution ${executionId} does not exist`, { hint: 'Executions of a request that rolled back are not kept.' });
       const node = guard(ctx, 'SELECT', AE, rowToNode(row));
       // Only after the guard: a client that may not see the execution never waits on it.
-      if (waitMs > 0 && ctx.waits && ctx.frame === null && !TERMINAL.has(row.status)) ctx.waits.push({ executionId, waitMs, principal: ctx.principal });
+      if (waitMs > 0 && ctx.waits && ctx.frame === null && !WAIT_ENDS.has(row.status)) ctx.waits.push({ executionId, waitMs, principal: ctx.principal });
       return node;
     },
     executions: (_: unknown, args: Args, ctx: RequestContext) => visible(ctx, AE, listExecutions(ctx, args)),
