@@ -143,6 +143,16 @@ describe('a session with the bank teller, for Alice', () => {
     expect(refused.message).toContain('runs only in a session');
     expect(refused.hint).toContain('createSession');
     expect(fails(engine, CREATE_SESSION, { s: tx(++seq), a: 'concierge', i: { account: 'nope' } }, 'operator')).toMatchObject({ code: 'INPUT_INVALID' });
+    // The word in a string, or a field named session, is not the session variable: such an agent starts.
+    ok(engine, CREATE, {
+      id: tx(8005),
+      input: {
+        name: 'plain_agent', kind: 'agent', config: { provider: 'local', model: 'other' }, tool: { description: 'Not a session agent.', inputSchema: { type: 'object' } },
+        tools: [{ name: 'whoami', version: 1, input: { account: "'session notes'", session: 'execution.input.session' } }],
+        policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }],
+      },
+    });
+    expect(ok(engine, `mutation { actions { startAction(name: "plain_agent", input: {executionId: "${tx(++seq)}", input: {}}) { status } } }`, {}, 'operator').actions.startAction.status).toBe('QUEUED');
 
     // In a session, the reference reads session.id and session.input; the model cannot set either.
     model.setRules([(request) => (toolResults(request).length === 0 ? { toolCalls: [{ name: 'whoami', arguments: { account: BOB, session: 'forged' } }] } : { text: toolResults(request)[0]!.content })]);

@@ -298,7 +298,7 @@ const GRAPHQL_INPUT_SCHEMA = deepFreeze({
 });
 
 /** Does a parsed CEL expression name this identifier anywhere (as a variable, not a field)? */
-function readsIdentifier(ast: unknown, name: string): boolean {
+export function readsIdentifier(ast: unknown, name: string): boolean {
   const stack: unknown[] = [ast];
   while (stack.length > 0) {
     const node = stack.pop();

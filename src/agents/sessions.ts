@@ -1,4 +1,5 @@
-import { type ActionVersion, getVersion, runsOutsideTransactions } from '../actions/actions.js';
+import { type ActionVersion, getVersion, readsIdentifier, runsOutsideTransactions } from '../actions/actions.js';
+import type { Cel } from '../cel/cel.js';
 import { EngineError, quote } from '../errors.js';
 import { canonicalJson, derivedId, fingerprint } from '../ids.js';
 import type { CallFrame, Caller } from '../execution/call-tree.js';
@@ -19,11 +20,15 @@ function refuseInsideCall(frame: CallFrame | null, what: string): void {
   }
 }
 
-/** An agent that needs a session: it has a sessionSchema, or a reference reads session. Such an agent is never started on its own. */
-export function needsSession(version: ActionVersion): boolean {
+/**
+ * An agent that needs a session: it has a sessionSchema, or a reference's fixed input reads the
+ * `session` variable (the same AST check that refuses it in a tool's references; a string or a
+ * field named session does not count). Such an agent is never started on its own.
+ */
+export function needsSession(cel: Cel, version: ActionVersion): boolean {
   if (version.kind !== 'agent') return false;
   if (version.tool.sessionSchema) return true;
-  return version.tools.some((ref) => Object.values(ref.input ?? {}).some((expression) => /\bsession\b/.test(expression)));
+  return version.tools.some((ref) => Object.values(ref.input ?? {}).some((expression) => readsIdentifier((cel.compile(expression) as { ast?: unknown }).ast, 'session')));
 }
 
 export function sessionStatus(svc: ExecutionServices, row: SessionRow): SessionStatus {

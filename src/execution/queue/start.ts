@@ -26,7 +26,7 @@ export function startAction(svc: ExecutionServices, caller: Caller, request: Sta
     throw new EngineError('BAD_REQUEST', `the native ${request.name} tool cannot be started`, { hint: 'Invoke it, or start a tool that calls it.' });
   }
   const version = resolveStartVersion(svc, request);
-  refuseWithoutSession(version);
+  refuseWithoutSession(svc, version);
   const input = request.input ?? {};
   const inputFingerprint = fingerprint(canonicalJson({ target: `${version.actionId}@${request.actionVersion ?? 'active'}`, input }));
   checkNewInTree(frame, request.executionId);
@@ -56,8 +56,8 @@ export function startAction(svc: ExecutionServices, caller: Caller, request: Sta
 }
 
 /** An agent that talks in sessions (a sessionSchema, or references reading session) runs only as a session's turn. */
-export function refuseWithoutSession(version: ActionVersion): void {
-  if (!needsSession(version)) return;
+export function refuseWithoutSession(svc: ExecutionServices, version: ActionVersion): void {
+  if (!needsSession(svc.cel, version)) return;
   throw new EngineError('BAD_REQUEST', `${version.name} runs only in a session (it has a sessionSchema or its references read session), so it cannot be started on its own`, {
     hint: 'Open a session with createSession, then sendMessage: each message starts a turn.',
   });

@@ -197,7 +197,7 @@ function dispatchToTriggers(svc: ExecutionServices, change: LedgerChange, trigge
       }
       for (const [prop, expression] of Object.entries(trigger.input ?? {})) input[prop] = celToJson(svc.cel.evaluate(expression, bindings));
       const version = resolveStartVersion(svc, { name: trigger.action.name, actionVersion: trigger.action.version });
-      refuseWithoutSession(version);
+      refuseWithoutSession(svc, version);
       enqueue(svc, { executionId, version, input, inputFingerprint: null, principal: trigger.principal, triggerId: trigger.triggerId, triggerDepth: depth });
       const fields = { event: 'trigger', trigger: trigger.name, on: change.event, executionId, action: `${version.name}@${version.version}`, triggerDepth: depth };
       svc.transactions.afterCommit(() => svc.log.info(fields, 'trigger started an execution'));
