@@ -153,6 +153,35 @@ function checkDigits(text: string, intDigits: number, fracDigits: number, what: 
   }
 }
 
+/**
+ * Amounts keep the scale they were written with, as the reference ledger's do: "21.00" stays
+ * "21.00", and a sum or difference takes the larger scale of its operands ("0" + "21.00" is
+ * "21.00"; a total nothing was ever added to stays "0").
+ */
+export function scaleOf(text: string): number {
+  const point = text.indexOf('.');
+  return point < 0 ? 0 : text.length - point - 1;
+}
+
+/** `d` written out in full with at least `scale` fraction digits (never fewer than it has). */
+export function withScale(d: Dec, scale: number): string {
+  const dp = d.decimalPlaces();
+  return d.toFixed(Math.max(dp, scale));
+}
+
+/** Exact a + b of two decimal strings, at the larger of their scales. */
+export function addText(a: string, b: string): string {
+  if (b === '0') return a;
+  if (a === '0') return b;
+  return withScale(new Dec(a).plus(b), Math.max(scaleOf(a), scaleOf(b)));
+}
+
+/** Exact a − b of two decimal strings, at the larger of their scales. */
+export function subText(a: string, b: string): string {
+  if (b === '0') return a;
+  return withScale(new Dec(a).minus(b), Math.max(scaleOf(a), scaleOf(b)));
+}
+
 /** Plain notation, never an exponent, with at least `minFractionDigits` digits after the point. */
 export function formatDecimal(value: Dec, minFractionDigits = 0): string {
   const dp = value.decimalPlaces();

@@ -41,7 +41,10 @@ import { actionStatements } from './storage/statements/actions.js';
 import { sessionStatements } from './storage/statements/sessions.js';
 import { skillStatements } from './storage/statements/skills.js';
 import { checkSkillReference, type SkillDeps, skillServices } from './skills/skills.js';
+import { calculationStatements } from './storage/statements/calculations.js';
 import { ledgerStatements } from './storage/statements/ledger.js';
+import { velocityStatements } from './storage/statements/velocity.js';
+import { viewStatements } from './storage/statements/views.js';
 import { TransactionManager } from './storage/transaction.js';
 import { ModelProviders, parseProviders } from './models/providers.js';
 import type { ProviderConfig } from './models/types.js';
@@ -235,12 +238,21 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const newId = orderedIds();
   const ledgerDeps: LedgerDeps = {
     st: ledgerStatements(db),
+    calc: calculationStatements(db),
+    vel: velocityStatements(db),
+    views: viewStatements(db),
     cel,
     clock,
     limits,
     newId,
     epoch,
-    cache: { journals: new RecordCache(epoch, limits.recordCacheMax), tranCodesByCode: new RecordCache(epoch, limits.recordCacheMax) },
+    cache: {
+      journals: new RecordCache(epoch, limits.recordCacheMax),
+      tranCodesByCode: new RecordCache(epoch, limits.recordCacheMax),
+      // One entry per account posted to (small lists): ten times the row caches' bound.
+      setsAbove: new RecordCache(epoch, limits.recordCacheMax * 10),
+      posting: new RecordCache(epoch, limits.recordCacheMax * 10),
+    },
   };
   const ledger = new Ledger(ledgerDeps);
   const st = actionStatements(db);
@@ -372,7 +384,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     const plan = planOperation(prepared.document, request.operationName);
     if (!('mode' in plan)) return { errors: [formatError(plan, logError)] };
 
-    // A mutation with any error rolls back whole (data: null); @dryRun always rolls back.
+    // A mutation with any error rolls back whole; @dryRun always rolls back.
     let result: ExecutionResult | EngineError;
     const toolWritesBefore = toolsChange.writes;
     try {
@@ -391,7 +403,9 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
           const failed = (executed.errors?.length ?? 0) > 0;
           const commit = plan.mode === 'read' || (!failed && !plan.dryRun);
           if (!commit) startedInTransaction = false;
-          return { value: plan.mode === 'write' && failed ? { errors: executed.errors } : executed, commit };
+          // A failed mutation wrote nothing; its data is what GraphQL's null propagation left, as the
+          // reference ledger answers (a field that failed is null, and so is a non-null parent of it).
+          return { value: executed, commit };
         }),
       );
     } catch (error) {

@@ -21,6 +21,10 @@ export const ERROR_CODES = {
   OUTPUT_INVALID: { retryable: false, hint: 'The tool returned output that does not match its output schema.' },
   TRAN_CODE_ERROR: { retryable: false, hint: 'Check the tran code templates and the params sent.' },
   UNBALANCED: { retryable: false, hint: 'Debits must equal credits for every currency and layer.' },
+  BALANCE_VELOCITY_EXCEEDED: {
+    retryable: false,
+    hint: 'A velocity control attached to an account or set refused the posting: see extensions.exception for the limit and the balance.',
+  },
   ACCOUNT_LOCKED: { retryable: false, hint: 'Unlock the account (updateAccount status: ACTIVE) before posting.' },
   JOURNAL_LOCKED: { retryable: false, hint: 'Unlock the journal (updateJournal status: ACTIVE) before posting.' },
   TRAN_CODE_LOCKED: { retryable: false, hint: 'Use an active tran code, or unlock this one.' },
@@ -56,12 +60,16 @@ export class EngineError extends Error {
   readonly hint: string | undefined;
   readonly details: unknown;
 
-  constructor(code: ErrorCode, message: string, options: { hint?: string; details?: unknown; cause?: unknown } = {}) {
+  /** The reference ledger's `extensions.exception` (a velocity control's refusal). */
+  readonly exception: unknown;
+
+  constructor(code: ErrorCode, message: string, options: { hint?: string; details?: unknown; cause?: unknown; exception?: unknown } = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'EngineError';
     this.code = code;
     this.hint = options.hint ?? ERROR_CODES[code].hint;
     this.details = options.details;
+    this.exception = options.exception;
   }
 
   get retryable(): boolean {
@@ -70,9 +78,11 @@ export class EngineError extends Error {
 
   /** graphql-js copies `extensions` of an original error onto the GraphQLError it wraps it in. */
   get extensions(): Record<string, unknown> {
-    const ext: Record<string, unknown> = { code: this.code, retryable: this.retryable };
+    // retriableError is the reference ledger's name for the same fact (what its @retry looks at).
+    const ext: Record<string, unknown> = { code: this.code, retryable: this.retryable, retriableError: this.retryable };
     if (this.hint !== undefined) ext.hint = this.hint;
     if (this.details !== undefined) ext.details = this.details;
+    if (this.exception !== undefined) ext.exception = this.exception;
     return ext;
   }
 

@@ -1,4 +1,4 @@
-import { createHmac, hash, randomUUID } from 'node:crypto';
+import { createHash, createHmac, hash, randomUUID } from 'node:crypto';
 import { EngineError, quote } from './errors.js';
 
 const UUID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -75,4 +75,16 @@ function sortKeys(value: unknown): unknown {
     return out;
   }
   return value;
+}
+
+/**
+ * RFC 4122 name-based UUIDs (version 3 with MD5, version 5 with SHA-1), as Go's uuid.NewMD5/NewSHA1.
+ * `namespace` is a UUID in canonical text (CEL's uuid.NewSHA1 checks it first).
+ */
+export function nameBasedUuid(algorithm: 'md5' | 'sha1', version: number, namespace: string, name: Uint8Array): string {
+  const digest = createHash(algorithm).update(Buffer.from(namespace.replace(/-/g, ''), 'hex')).update(name).digest();
+  digest[6] = (digest[6]! & 0x0f) | (version << 4);
+  digest[8] = (digest[8]! & 0x3f) | 0x80;
+  const hex = digest.subarray(0, 16).toString('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }

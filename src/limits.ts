@@ -103,6 +103,26 @@ export interface Limits {
   decimalIntegerDigitsMax: number;
   /** Digits after the decimal point of any amount. 18 is what ETH-style tokens need. */
   decimalFractionDigitsMax: number;
+  /** Longest chain of nested account sets (a set in a set in a set: 3). */
+  accountSetDepthMax: number;
+  /** Sets one account may roll up into (directly or through other sets): each posting updates each of them. */
+  accountSetAncestorsMax: number;
+  /**
+   * Entries one calculation backfill may read: creating a GLOBAL calculation, or attaching a LOCAL
+   * one, applies the existing entries it covers inside the request's transaction (holding the
+   * write lock). Past it the request fails and nothing is written.
+   */
+  calculationBackfillEntriesMax: number;
+  /** Custom dimensions of one calculation: each is one CEL evaluation per entry and set it counts. */
+  calculationDimensionsMax: number;
+  /** Active calculations (children not counted): each GLOBAL one is evaluated for every entry posted. */
+  calculationsMax: number;
+  /** Velocity controls attached to one account or set: each posting checks every one of its accounts and their sets. */
+  velocityControlsPerAccountMax: number;
+  /** Limits in one velocity control. */
+  velocityLimitsPerControlMax: number;
+  /** Window keys of one velocity limit. */
+  velocityWindowKeysMax: number;
   /** How long a writer waits for SQLite's write lock before failing with BUSY. */
   busyTimeoutMs: number;
   /**
@@ -232,6 +252,27 @@ export interface Limits {
    * past it the call answers with the execution id and status, to be read later.
    */
   mcpCallWaitMs: number;
+
+  /** Views (schema.createView): every posting evaluates each view whose sources it touches. */
+  viewsMax: number;
+  /** Document fields of one view: each is one CEL evaluation per record a posting updates. */
+  viewDocumentFieldsMax: number;
+  /**
+   * Records one source record may update in one view: the length of the view's normalize list
+   * (an entry's account and its sets: accountSetAncestorsMax + 1 by default). Longer lists fail the posting.
+   */
+  viewRecordsPerSourceMax: number;
+  /** Custom indexes (schema.createIndex), all record types together: each posting maintains each one on its record type. */
+  indexesMax: number;
+  /** Partition keys, and sort keys, of one view or index (each list): sort keys are stored in fixed columns. */
+  indexKeysMax: number;
+  /** Index rows one record may have in one index: the length of a list a partition expression returns. */
+  indexRowsPerRecordMax: number;
+  /**
+   * Records createIndex indexes at once (the records that exist when it is created, in its own
+   * transaction): past it the index is refused, so creating one never holds the write lock for long.
+   */
+  indexBackfillMax: number;
 }
 
 export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
@@ -263,6 +304,14 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   celValueSizeMax: 100_000,
   decimalIntegerDigitsMax: 30,
   decimalFractionDigitsMax: 18,
+  accountSetDepthMax: 10,
+  accountSetAncestorsMax: 50,
+  calculationBackfillEntriesMax: 100_000,
+  calculationDimensionsMax: 16,
+  calculationsMax: 64,
+  velocityControlsPerAccountMax: 16,
+  velocityLimitsPerControlMax: 16,
+  velocityWindowKeysMax: 8,
   busyTimeoutMs: 5000,
   readinessWaitMs: 100,
   metricsLabelValuesMax: 100,
@@ -304,6 +353,14 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   executionWaitersMax: 256,
   executionWaitersPerClientMax: 16,
   mcpCallWaitMs: 120_000,
+
+  viewsMax: 32,
+  viewDocumentFieldsMax: 32,
+  viewRecordsPerSourceMax: 64,
+  indexesMax: 32,
+  indexKeysMax: 4,
+  indexRowsPerRecordMax: 64,
+  indexBackfillMax: 10_000,
 });
 
 export function resolveLimits(overrides: Partial<Limits> = {}): Readonly<Limits> {

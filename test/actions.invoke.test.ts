@@ -89,7 +89,7 @@ describe('a failed call is a FAILED execution, its writes undone, the rest of th
       error: { code: 'TOOL_FAILED', message: 'the card network refused', hint: 'retry after 5 minutes' },
     });
     expect(fails(engine, `{ account(id: "${id(99)}") { code } }`).code).toBe('NOT_FOUND');
-    expect(balanceOf(engine, b).settled.normalBalance.units).toBe('5.00');
+    expect(balanceOf(engine, b).settled.normalBalance.units).toBe('5');
     const recorded = ok(engine, `{ actions { execution(executionId: "${id(500)}") { status error { code message hint } children { kind status } } } }`).actions.execution;
     expect(recorded).toEqual({
       status: 'FAILED',

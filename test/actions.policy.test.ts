@@ -76,7 +76,7 @@ describe('the policy chain', () => {
     // With INSERT on financial.* it posts (entries and balances included).
     const wide = tool(14, 'wide_poster', POSTER, [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }]);
     expect(invokeAs('admin2', wide, { tx: id(103), from: id(1), to: id(2) }).status).toBe('SUCCEEDED');
-    expect(balanceOf(engine, id(2)).settled.normalBalance.units).toBe('5.00');
+    expect(balanceOf(engine, id(2)).settled.normalBalance.units).toBe('5');
   });
 
   it('a DENY anywhere on the stack wins: in the client, in the tool, or in a nested tool', () => {

@@ -95,3 +95,18 @@ export async function startServer(key: string, options: EngineOptions = {}, serv
     },
   };
 }
+
+/**
+ * SQL that takes a database of today's schema back to schema version 9 (before account sets,
+ * velocity controls, calculations, views and balance history), for tests that rebuild an older
+ * database: the caller drops the rest and sets user_version.
+ */
+export const UNDO_MIGRATIONS_10_TO_14 = `
+  DROP TABLE custom_index_rows; DROP TABLE custom_indexes; DROP TABLE view_record_versions; DROP TABLE view_records; DROP TABLE views;
+  DROP TABLE calculation_balances; DROP TABLE calculation_attachments; DROP TABLE calculations;
+  DROP TABLE velocity_balances; DROP TABLE velocity_attachments; DROP TABLE velocity_control_limits; DROP TABLE velocity_controls; DROP TABLE velocity_limits;
+  DROP TABLE set_entries; DROP TABLE account_set_members;
+  ALTER TABLE transactions DROP COLUMN exceptions;
+  ALTER TABLE entries DROP COLUMN balance_after; ALTER TABLE entries DROP COLUMN balance_version; ALTER TABLE entries DROP COLUMN parent_account_ids;
+  ALTER TABLE accounts DROP COLUMN enable_concurrent_posting; ALTER TABLE accounts DROP COLUMN journal_id; ALTER TABLE accounts DROP COLUMN is_account_set;
+`;

@@ -43,7 +43,7 @@ describe('GraphQL over HTTP', () => {
     expect((await posted.json() as any).data.postTransaction.transactionId).toBe(id(100));
     const balance = await get(`{ balance(accountId: "${id(2)}", currency: "USD") { settled { normalBalance { units currency } } } }`);
     expect(balance.headers.get('content-type')).toContain('application/json');
-    expect(await balance.json() as any).toEqual({ data: { balance: { settled: { normalBalance: { units: '50.00', currency: 'USD' } } } } });
+    expect(await balance.json() as any).toEqual({ data: { balance: { settled: { normalBalance: { units: '50', currency: 'USD' } } } } });
   });
 
   it('answers malformed JSON, a non-object body, a missing query and wrong variable types with 400 and a code', async () => {

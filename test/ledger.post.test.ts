@@ -22,15 +22,15 @@ describe('postTransaction', () => {
   it('writes a transaction with two entries and updates both balances', async () => {
     const t = post(1, '50');
     expect(t).toMatchObject({ transactionId: id(1001), correlationId: id(1001), voidedBy: null });
-    expect(balanceOf(engine, bob).settled.normalBalance).toEqual({ units: '50.00', currency: 'USD' });
-    expect(balanceOf(engine, alice).settled).toMatchObject({ drBalance: { units: '50.00' }, normalBalance: { units: '50.00' } });
+    expect(balanceOf(engine, bob).settled.normalBalance).toEqual({ units: '50', currency: 'USD' });
+    expect(balanceOf(engine, alice).settled).toMatchObject({ drBalance: { units: '50' }, normalBalance: { units: '50' } });
     expect(count(engine, 'entries')).toBe(2);
   });
 
   it('adds 0.1 + 0.2 exactly, and keeps 18 fractional digits and 30 integer digits', async () => {
     post(1, '0.1');
     post(2, '0.2');
-    expect(balanceOf(engine, bob).settled.normalBalance.units).toBe('0.30');
+    expect(balanceOf(engine, bob).settled.normalBalance.units).toBe('0.3');
     post(3, '0.000000000000000001', { currency: 'ETH' });
     post(4, '123456789012345678901234567890.123456789012345678', { currency: 'ETH' });
     expect(balanceOf(engine, bob, 'ETH').settled.normalBalance.units).toBe('123456789012345678901234567890.123456789012345679');
@@ -41,7 +41,7 @@ describe('postTransaction', () => {
     const again = post(1, '10');
     expect(again).toEqual(first);
     expect(count(engine, 'transactions')).toBe(1);
-    expect(balanceOf(engine, bob).settled.normalBalance.units).toBe('10.00');
+    expect(balanceOf(engine, bob).settled.normalBalance.units).toBe('10');
     const conflict = fails(engine, POST, { input: { transactionId: id(1001), tranCode: 'TRANSFER', params: { from: alice, to: bob, amount: '11' } } });
     expect(conflict.code).toBe('TRANSACTION_ID_CONFLICT');
     expect(conflict.message).toContain(id(1001));
@@ -96,7 +96,7 @@ describe('postTransaction', () => {
     expect(count(engine, 'balances')).toBe(0);
     ok(engine, `mutation { updateAccount(id: "${bob}", input: {status: INACTIVE}) { status } }`);
     post(1, '5');
-    expect(balanceOf(engine, bob).settled.normalBalance.units).toBe('5.00');
+    expect(balanceOf(engine, bob).settled.normalBalance.units).toBe('5');
   });
 
   it('names a missing required param', async () => {
@@ -130,7 +130,7 @@ describe('postTransaction', () => {
     expect(result.errors?.[0]?.extensions?.code).toBe('NOT_FOUND');
     expect(count(engine, 'transactions')).toBe(0);
     expect(fails(engine, `{ account(id: "${id(77)}") { code } }`).code).toBe('NOT_FOUND');
-    expect(balanceOf(engine, bob).settled.normalBalance.units).toBe('0.00');
+    expect(balanceOf(engine, bob).settled.normalBalance.units).toBe('0');
   });
 
   it('Mutation.queries reads the request’s own uncommitted writes', async () => {
@@ -139,8 +139,8 @@ describe('postTransaction', () => {
       p2: postTransaction(input: {transactionId: "${id(2)}", tranCode: "TRANSFER", params: {from: "${alice}", to: "${bob}", amount: "12.5"}}) { transactionId }
       queries { balance(accountId: "${bob}") { available(layer: SETTLED) { normalBalance { units } } }
         entries(first: 100, where: {accountId: "${bob}"}) { nodes { amount { units } metadata transaction { metadata description } } } } }`);
-    expect(data.queries.balance.available.normalBalance.units).toBe('42.50');
-    expect(data.queries.entries.nodes.map((n: any) => n.amount.units)).toEqual(['30.00', '12.50']);
+    expect(data.queries.balance.available.normalBalance.units).toBe('42.5');
+    expect(data.queries.entries.nodes.map((n: any) => n.amount.units)).toEqual(['30', '12.5']);
     expect(data.queries.entries.nodes[1].transaction.description).toBe('transfer 12.5');
   });
 
@@ -148,9 +148,9 @@ describe('postTransaction', () => {
     const dry = ok(engine, `mutation Try @dryRun {
       postTransaction(input: {transactionId: "${id(1)}", tranCode: "TRANSFER", params: {from: "${alice}", to: "${bob}", amount: "7"}}) { transactionId }
       queries { balance(accountId: "${bob}") { settled { normalBalance { units } } } } }`);
-    expect(dry.queries.balance.settled.normalBalance.units).toBe('7.00');
+    expect(dry.queries.balance.settled.normalBalance.units).toBe('7');
     expect(count(engine, 'transactions')).toBe(0);
-    expect(balanceOf(engine, bob).settled.normalBalance.units).toBe('0.00');
+    expect(balanceOf(engine, bob).settled.normalBalance.units).toBe('0');
     ok(engine, POST, { input: { transactionId: id(1), tranCode: 'TRANSFER', params: { from: alice, to: bob, amount: '7' } } });
     expect(count(engine, 'transactions')).toBe(1);
   });
@@ -203,31 +203,35 @@ describe('balances', () => {
       s: available(layer: SETTLED) { normalBalance { units } } p: available(layer: PENDING) { normalBalance { units } }
       e: available(layer: ENCUMBRANCE) { normalBalance { units } } version } }`).balance;
     expect([data.settled, data.pending, data.encumbrance, data.s, data.p, data.e].map((b: any) => b.normalBalance.units)).toEqual([
-      '100.00', '20.00', '3.00', '100.00', '120.00', '123.00',
+      '100', '20', '3', '100', '120', '123',
     ]);
     expect(data.version).toBe(3);
   });
 
   it('computes normal balances by the account’s side: credit-normal CR − DR, debit-normal DR − CR', async () => {
     post(1, '5');
-    expect(balanceOf(engine, alice).settled.normalBalance.units).toBe('5.00'); // debit-normal, debited
-    expect(balanceOf(engine, bob).settled.normalBalance.units).toBe('5.00'); // credit-normal, credited
+    expect(balanceOf(engine, alice).settled.normalBalance.units).toBe('5'); // debit-normal, debited
+    expect(balanceOf(engine, bob).settled.normalBalance.units).toBe('5'); // credit-normal, credited
     ok(engine, POST, { input: { transactionId: id(2), tranCode: 'TRANSFER', params: { from: bob, to: alice, amount: '8' } } });
-    expect(balanceOf(engine, bob).settled.normalBalance.units).toBe('-3.00');
+    expect(balanceOf(engine, bob).settled.normalBalance.units).toBe('-3');
   });
 
   it('reads a zero balance for an account with no entries, and NOT_FOUND for an unknown account', async () => {
-    expect(balanceOf(engine, bob).settled.normalBalance).toEqual({ units: '0.00', currency: 'USD' });
+    expect(balanceOf(engine, bob).settled.normalBalance).toEqual({ units: '0', currency: 'USD' });
     expect(fails(engine, `{ balance(accountId: "${id(999)}") { version } }`).code).toBe('NOT_FOUND');
   });
 
-  it('renders units with the currency’s minor-unit digits', async () => {
+  it('keeps the scale amounts were posted with, as the reference ledger does: a sum takes the larger scale', async () => {
     post(1, '5', { currency: 'JPY' });
-    post(2, '5', { currency: 'BTC' });
+    post(2, '5.00000000', { currency: 'BTC' });
     post(3, '5.5', { currency: 'KWD' });
+    post(4, '0.250', { currency: 'KWD' });
     expect(balanceOf(engine, bob, 'JPY').settled.normalBalance.units).toBe('5');
     expect(balanceOf(engine, bob, 'BTC').settled.normalBalance.units).toBe('5.00000000');
-    expect(balanceOf(engine, bob, 'KWD').settled.normalBalance.units).toBe('5.500');
+    expect(balanceOf(engine, bob, 'KWD').settled).toMatchObject({ crBalance: { units: '5.750' }, drBalance: { units: '0' }, normalBalance: { units: '5.750' } });
+    // A total nothing was added to stays "0"; the entries keep their own text.
+    const entries = ok(engine, `{ entries(first: 10, where: {accountId: "${bob}", currency: "KWD"}) { nodes { units amount { units } } } }`).entries.nodes;
+    expect(entries).toEqual([{ units: '5.5', amount: { units: '5.5' } }, { units: '0.250', amount: { units: '0.250' } }]);
   });
 
   it('reads through the primary key only: the balance statement never touches entries (O(1) in the number of entries)', async () => {

@@ -37,8 +37,8 @@ describe('journals', () => {
     });
     ok(engine, POST, { input: { transactionId: id(1), tranCode: 'BOOK', params: { journal: id(5) } } });
     const eur = ok(engine, `{ account(id: "${b}") { balance(journalId: "${id(5)}", currency: "EUR") { settled { normalBalance { units } } } } }`);
-    expect(eur.account.balance.settled.normalBalance.units).toBe('1.00');
-    expect(balanceOf(engine, b, 'EUR').settled.normalBalance.units).toBe('0.00');
+    expect(eur.account.balance.settled.normalBalance.units).toBe('1');
+    expect(balanceOf(engine, b, 'EUR').settled.normalBalance.units).toBe('0');
     ok(engine, `mutation { updateJournal(id: "${id(5)}", input: {status: LOCKED}) { status } }`);
     expect(fails(engine, POST, { input: { transactionId: id(2), tranCode: 'BOOK', params: { journal: id(5) } } }).code).toBe('JOURNAL_LOCKED');
     expect(fails(engine, POST, { input: { transactionId: id(3), tranCode: 'BOOK', params: { journal: id(55) } } }).code).toBe('NOT_FOUND');
@@ -178,7 +178,7 @@ describe('tran codes', () => {
     expect(t1.metadata).toEqual({ urgent: true, extra: { k: 'v' }, hour: 10 });
     expect(t1.entries.nodes).toEqual([
       { entryType: 'EVERYTHING_DR', direction: 'DEBIT', layer: 'SETTLED', units: '10.25' },
-      { entryType: 'EVERYTHING_CR', direction: 'CREDIT', layer: 'SETTLED', units: '10.00' },
+      { entryType: 'EVERYTHING_CR', direction: 'CREDIT', layer: 'SETTLED', units: '10' },
       { entryType: 'FEE', direction: 'CREDIT', layer: 'SETTLED', units: '0.25' },
     ]);
     const t2 = ok(engine, `mutation { postTransaction(input: {transactionId: "${id(2)}", tranCode: "EVERYTHING", params: {from: "${a}", to: "${b}", amount: "5"}}) {
@@ -243,7 +243,7 @@ describe('reads', () => {
     expect(correlated.entries.pageInfo.hasNextPage).toBe(true);
     const entryId = correlated.entries.nodes[0].entryId;
     const entry = ok(engine, `{ entry(id: "${entryId}") { direction units currency account { code } transaction { transactionId } } }`).entry;
-    expect(entry).toEqual({ direction: 'DEBIT', units: '2.00', currency: 'EUR', account: { code: 'ACC-1' }, transaction: { transactionId: id(10) } });
+    expect(entry).toEqual({ direction: 'DEBIT', units: '2', currency: 'EUR', account: { code: 'ACC-1' }, transaction: { transactionId: id(10) } });
     const next = ok(engine, `{ transaction(id: "${id(10)}") { entries(first: 5, after: "${correlated.entries.pageInfo.endCursor}") { nodes { direction } } } }`).transaction.entries.nodes;
     expect(next).toEqual([{ direction: 'CREDIT' }]);
     const account = ok(engine, `{ account(id: "${b}") {
@@ -251,7 +251,7 @@ describe('reads', () => {
       usd: entries(first: 10, where: {currency: "USD"}) { nodes { transactionId } }
       second: entries(first: 10, where: {journalId: "${id(5)}"}) { nodes { transactionId } } } }`).account;
     expect(account.balances.nodes.map((n: any) => [n.journalId === DEFAULT_JOURNAL_ID ? 'default' : 'second', n.currency, n.settled.normalBalance.units]).sort()).toEqual([
-      ['default', 'USD', '2.00'], ['second', 'EUR', '2.00'], ['second', 'USD', '2.00'],
+      ['default', 'USD', '2'], ['second', 'EUR', '2'], ['second', 'USD', '2'],
     ]);
     expect(account.usd.nodes.map((n: any) => n.transactionId)).toEqual([id(11), id(12)]);
     expect(account.second.nodes.map((n: any) => n.transactionId)).toEqual([id(10), id(12)]);
@@ -264,7 +264,8 @@ describe('evaluate (CEL REPL)', () => {
   it('evaluates one expression or a map where later keys see earlier ones, with a document', async () => {
     expect(ok(engine, `mutation { evaluate(expression: "decimal('0.1') + decimal('0.2') == decimal('0.3')") }`).evaluate).toBe(true);
     const map = ok(engine, `mutation($d: JSON) { evaluate(expressions: {a: "decimal(document.amount) * 2", b: {c: "this.a + decimal('1')"}}, document: $d) }`, { d: { amount: '2.50' } });
-    expect(map.evaluate).toEqual({ a: '5', b: { c: '6' } });
+    // Decimals keep their scale: 2.50 × 2 is 5.00 (scales add), and + takes the larger scale.
+    expect(map.evaluate).toEqual({ a: '5.00', b: { c: '6.00' } });
     expect(ok(engine, `mutation { evaluate(expression: "decimal.Round(decimal('1.005'), 'half_up', 2)") }`).evaluate).toBe('1.01');
     expect(ok(engine, `mutation { evaluate(expression: "money('1.5', 'USD') + money('2', 'USD')") }`).evaluate).toEqual({ units: '3.50', currency: 'USD' });
     expect(ok(engine, `mutation { evaluate(expression: "document.n + 1", document: {n: 41}) }`).evaluate).toBe(42);

@@ -70,7 +70,7 @@ describe('queued executions stay consistent', () => {
     clock.advance(10);
     worker.drain();
     expect(execution(engine, id(501))).toMatchObject({ status: 'SUCCEEDED', attempt: 2, output: 'paid' });
-    expect(balanceOf(engine, id(2)).settled.normalBalance.units).toBe('100.00');
+    expect(balanceOf(engine, id(2)).settled.normalBalance.units).toBe('100');
     // Children are labelled with the attempt they ran in.
     expect(execution(engine, id(501)).children.map((c: { attempt: number; status: string }) => `${c.attempt} ${c.status}`)).toEqual(['1 SUCCEEDED', '2 SUCCEEDED']);
     engine.close();

@@ -87,8 +87,8 @@ describe('the worker as a process', () => {
     expect(after.attempts.most).toBe(1);
     // Balances agree with what 1,000 posts of 1.01 must give.
     expect(after.balances).toEqual([
-      { account_id: id(1), settled_dr: '1010', settled_cr: '0' },
-      { account_id: id(2), settled_dr: '0', settled_cr: '1010' },
+      { account_id: id(1), settled_dr: '1010.00', settled_cr: '0' },
+      { account_id: id(2), settled_dr: '0', settled_cr: '1010.00' },
     ]);
   }, 120_000);
 

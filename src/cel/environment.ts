@@ -2,8 +2,9 @@ import { randomUUID } from 'node:crypto';
 import type { Decimal } from 'decimal.js';
 import { Environment } from '@marcbachmann/cel-js';
 import { type Clock, utcDate } from '../clock.js';
-import { Dec, exactDecimal, exactDiv, exactMinus, exactPlus, exactTimes, parseCurrency } from '../decimal.js';
+import { Dec, exactDecimal, scaleOf, exactDiv, exactMinus, exactPlus, exactTimes, parseCurrency } from '../decimal.js';
 import { EngineError, quote } from '../errors.js';
+import { nameBasedUuid as namedUuid } from '../ids.js';
 import {
   CelDecimal,
   CelMoney,
@@ -65,7 +66,38 @@ function sameCurrency(a: CelMoney, b: CelMoney, op: string): void {
   }
 }
 
-const dec = (d: Dec) => new CelDecimal(d);
+const dec = (d: Dec, scale?: number) => new CelDecimal(d, scale);
+
+/** The scale of a result of + or −: the larger of the operands'. */
+const wider = (a: { scale: number }, b: { scale: number }) => Math.max(a.scale, b.scale);
+
+/** `uint` values reach host functions as the library's UnsignedInteger (valueOf() is a bigint). */
+function uintValue(value: unknown): bigint {
+  const inner = typeof value === 'bigint' ? value : (value as { valueOf(): unknown })?.valueOf?.();
+  if (typeof inner === 'bigint') return inner;
+  if (typeof inner === 'number' && Number.isInteger(inner)) return BigInt(inner);
+  throw new EngineError('CEL_ERROR', `expected an unsigned integer, got ${quote(String(value))}`);
+}
+
+const UUID_TEXT = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+function uuidText(s: string): string {
+  if (!UUID_TEXT.test(s)) {
+    throw new EngineError('CEL_ERROR', `uuid(${quote(s)}): not a UUID`, { hint: 'Write it as 8-4-4-4-12 hex digits, e.g. uuid(\'6c6affb0-5cf5-402b-8d84-01bfc1624a2c\').' });
+  }
+  return s.toLowerCase();
+}
+
+/** RFC 4122 name-based UUIDs (see nameBasedUuid in src/ids.ts), with the namespace checked as CEL's uuid() does. */
+function nameBasedUuid(algorithm: 'md5' | 'sha1', version: number, namespace: string, name: Uint8Array): string {
+  return namedUuid(algorithm, version, uuidText(namespace), name);
+}
+
+function nameBytes(value: unknown): Uint8Array {
+  if (value instanceof Uint8Array) return value;
+  if (typeof value === 'string') return Buffer.from(value, 'utf8');
+  throw new EngineError('CEL_ERROR', `a UUID name must be bytes or a string, got ${quote(String(value))}`);
+}
 
 /**
  * The one CEL environment of the engine: standard CEL plus exact `Decimal` and `Money` types with
@@ -105,7 +137,7 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
 
   // Constructors.
   env
-    .registerFunction('decimal(string): Decimal', (s: string) => dec(toDec(s)))
+    .registerFunction('decimal(string): Decimal', (s: string) => dec(toDec(s), scaleOf(s.trim())))
     .registerFunction('decimal(int): Decimal', (i: bigint) => dec(new Dec(i.toString())))
     .registerFunction('decimal(double): Decimal', (d: number) => {
       if (!Number.isFinite(d)) throw new EngineError('CEL_ERROR', `decimal(${d}): not a finite number`);
@@ -117,28 +149,29 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
       return dec(new Dec(String(d)));
     })
     .registerFunction('decimal(Decimal): Decimal', (d: CelDecimal) => d)
-    .registerFunction('decimal(Money): Decimal', (m: CelMoney) => dec(m.units))
-    .registerFunction('money(Decimal, string): Money', (d: CelDecimal, c: string) => new CelMoney(d.value, currency(c)))
-    .registerFunction('money(string, string): Money', (s: string, c: string) => new CelMoney(toDec(s), currency(c)))
+    .registerFunction('decimal(Money): Decimal', (m: CelMoney) => dec(m.units, m.scale))
+    .registerFunction('money(Decimal, string): Money', (d: CelDecimal, c: string) => new CelMoney(d.value, currency(c), d.scale))
+    .registerFunction('money(string, string): Money', (s: string, c: string) => new CelMoney(toDec(s), currency(c), scaleOf(s.trim())))
     .registerFunction('money(int, string): Money', (i: bigint, c: string) => new CelMoney(new Dec(i.toString()), currency(c)))
     .registerFunction('string(Decimal): string', (d: CelDecimal) => d.toString())
     .registerFunction('string(Money): string', (m: CelMoney) => m.toString())
     .registerFunction('double(Decimal): double', (d: CelDecimal) => d.value.toNumber());
 
   // Decimal operators, with ints mixing in where the meaning is exact.
-  const arith: Array<[string, (a: Dec, b: Dec) => Dec]> = [
-    ['+', exactPlus],
-    ['-', exactMinus],
-    ['*', exactTimes],
+  // Each with the scale of its result: + and − the larger operand scale, × their sum, ÷ the exact quotient's.
+  const arith: Array<[string, (a: Dec, b: Dec) => Dec, (a: number, b: number) => number | undefined]> = [
+    ['+', exactPlus, Math.max],
+    ['-', exactMinus, Math.max],
+    ['*', exactTimes, (a, b) => a + b],
     ['/', (a, b) => {
       if (b.isZero()) throw new EngineError('CEL_ERROR', 'division by zero');
       return exactDiv(a, b);
-    }],
+    }, () => undefined],
   ];
-  for (const [op, fn] of arith) {
-    env.registerOperator(`Decimal ${op} Decimal`, (a: CelDecimal, b: CelDecimal) => dec(fn(a.value, b.value)));
-    env.registerOperator(`Decimal ${op} int`, (a: CelDecimal, b: bigint) => dec(fn(a.value, new Dec(b.toString()))));
-    env.registerOperator(`int ${op} Decimal`, (a: bigint, b: CelDecimal) => dec(fn(new Dec(a.toString()), b.value)));
+  for (const [op, fn, scale] of arith) {
+    env.registerOperator(`Decimal ${op} Decimal`, (a: CelDecimal, b: CelDecimal) => dec(fn(a.value, b.value), scale(a.scale, b.scale)));
+    env.registerOperator(`Decimal ${op} int`, (a: CelDecimal, b: bigint) => dec(fn(a.value, new Dec(b.toString())), scale(a.scale, 0)));
+    env.registerOperator(`int ${op} Decimal`, (a: bigint, b: CelDecimal) => dec(fn(new Dec(a.toString()), b.value), scale(0, b.scale)));
   }
   const compare: Array<[string, (c: number) => boolean]> = [
     ['<', (c) => c < 0],
@@ -161,31 +194,36 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
     .registerOperator('Decimal == int', (a: CelDecimal, b: bigint) => a.value.eq(b.toString()))
     .registerOperator('Money == Money', (a: CelMoney, b: CelMoney) => a.currency === b.currency && a.units.eq(b.units));
   env
-    .registerOperator('-Decimal', (a: CelDecimal) => dec(a.value.neg()))
+    .registerOperator('-Decimal', (a: CelDecimal) => dec(a.value.neg(), a.scale))
     .registerOperator('Money + Money', (a: CelMoney, b: CelMoney) => {
       sameCurrency(a, b, 'add');
-      return new CelMoney(exactPlus(a.units, b.units), a.currency);
+      return new CelMoney(exactPlus(a.units, b.units), a.currency, wider(a, b));
     })
     .registerOperator('Money - Money', (a: CelMoney, b: CelMoney) => {
       sameCurrency(a, b, 'subtract');
-      return new CelMoney(exactMinus(a.units, b.units), a.currency);
+      return new CelMoney(exactMinus(a.units, b.units), a.currency, wider(a, b));
     });
 
   // decimal.* namespace (names as in the reference ledger's CEL).
   const D = 'DecimalNamespace';
   env
-    .registerFunction(`${D}.Add(Decimal, Decimal): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal) => dec(exactPlus(a.value, b.value)))
-    .registerFunction(`${D}.Sub(Decimal, Decimal): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal) => dec(exactMinus(a.value, b.value)))
-    .registerFunction(`${D}.Mul(Decimal, Decimal): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal) => dec(exactTimes(a.value, b.value)))
-    .registerFunction(`${D}.Quo(Decimal, Decimal, int): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal, p: bigint) => {
-      if (b.value.isZero()) throw new EngineError('CEL_ERROR', 'division by zero');
-      return dec(a.value.div(b.value).toDecimalPlaces(places(p), Dec.ROUND_HALF_EVEN));
-    })
-    .registerFunction(`${D}.Round(Decimal, string, int): Decimal`, (_: unknown, d: CelDecimal, mode: string, p: bigint) =>
-      dec(d.value.toDecimalPlaces(places(p), roundingMode(mode))),
-    )
-    .registerFunction(`${D}.Abs(Decimal): Decimal`, (_: unknown, d: CelDecimal) => dec(d.value.abs()))
-    .registerFunction(`${D}.Neg(Decimal): Decimal`, (_: unknown, d: CelDecimal) => dec(d.value.neg()))
+    .registerFunction(`${D}.Add(Decimal, Decimal): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal) => dec(exactPlus(a.value, b.value), wider(a, b)))
+    .registerFunction(`${D}.Sub(Decimal, Decimal): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal) => dec(exactMinus(a.value, b.value), wider(a, b)))
+    .registerFunction(`${D}.Mul(Decimal, Decimal): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal) => dec(exactTimes(a.value, b.value), a.scale + b.scale));
+  // Quo and Round take their places as an int or (as the reference's examples write it) a uint.
+  for (const t of ['int', 'uint']) {
+    env
+      .registerFunction(`${D}.Quo(Decimal, Decimal, ${t}): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal, p: unknown) => {
+        if (b.value.isZero()) throw new EngineError('CEL_ERROR', 'division by zero');
+        return dec(a.value.div(b.value).toDecimalPlaces(places(uintValue(p)), Dec.ROUND_HALF_EVEN));
+      })
+      .registerFunction(`${D}.Round(Decimal, string, ${t}): Decimal`, (_: unknown, d: CelDecimal, mode: string, p: unknown) =>
+        dec(d.value.toDecimalPlaces(places(uintValue(p)), roundingMode(mode)), places(uintValue(p))),
+      );
+  }
+  env
+    .registerFunction(`${D}.Abs(Decimal): Decimal`, (_: unknown, d: CelDecimal) => dec(d.value.abs(), d.scale))
+    .registerFunction(`${D}.Neg(Decimal): Decimal`, (_: unknown, d: CelDecimal) => dec(d.value.neg(), d.scale))
     .registerFunction(`${D}.Ceil(Decimal): Decimal`, (_: unknown, d: CelDecimal) => dec(d.value.ceil()))
     .registerFunction(`${D}.Floor(Decimal): Decimal`, (_: unknown, d: CelDecimal) => dec(d.value.floor()))
     .registerFunction(`${D}.Cmp(Decimal, Decimal): int`, (_: unknown, a: CelDecimal, b: CelDecimal) => BigInt(a.value.cmp(b.value)))
@@ -195,20 +233,39 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
   env
     .registerFunction(`${M}.Add(Money, Money): Money`, (_: unknown, a: CelMoney, b: CelMoney) => {
       sameCurrency(a, b, 'add');
-      return new CelMoney(exactPlus(a.units, b.units), a.currency);
+      return new CelMoney(exactPlus(a.units, b.units), a.currency, wider(a, b));
     })
     .registerFunction(`${M}.Sub(Money, Money): Money`, (_: unknown, a: CelMoney, b: CelMoney) => {
       sameCurrency(a, b, 'subtract');
-      return new CelMoney(exactMinus(a.units, b.units), a.currency);
+      return new CelMoney(exactMinus(a.units, b.units), a.currency, wider(a, b));
     })
-    .registerFunction(`${M}.Mul(Money, string): Money`, (_: unknown, m: CelMoney, f: string) => new CelMoney(exactTimes(m.units, toDec(f)), m.currency))
+    .registerFunction(`${M}.Mul(Money, string): Money`, (_: unknown, m: CelMoney, f: string) => new CelMoney(exactTimes(m.units, toDec(f)), m.currency, m.scale + scaleOf(f.trim())))
     .registerFunction('Money.currency(): string', (m: CelMoney) => m.currency)
-    .registerFunction('Money.decimal(): Decimal', (m: CelMoney) => dec(m.units))
-    .registerFunction('Decimal.toString(): string', (d: CelDecimal) => d.toString());
+    .registerFunction('Money.decimal(): Decimal', (m: CelMoney) => dec(m.units, m.scale))
+    .registerFunction('Decimal.toString(): string', (d: CelDecimal) => d.toString())
+    // A UUID is a string in this CEL; `transaction_id.toString()` (the reference's spelling) is the string itself.
+    .registerFunction('string.toString(): string', (s: string) => s);
 
   env
+    .registerFunction('uuid(string): string', (s: string) => uuidText(s))
     .registerFunction('UuidNamespace.New(): string', () => randomUUID())
+    .registerFunction('UuidNamespace.NewSHA1(string, bytes): string', (_: unknown, ns: string, name: Uint8Array) => nameBasedUuid('sha1', 5, ns, nameBytes(name)))
+    .registerFunction('UuidNamespace.NewSHA1(string, string): string', (_: unknown, ns: string, name: string) => nameBasedUuid('sha1', 5, ns, nameBytes(name)))
+    .registerFunction('UuidNamespace.NewMD5(string, bytes): string', (_: unknown, ns: string, name: Uint8Array) => nameBasedUuid('md5', 3, ns, nameBytes(name)))
+    .registerFunction('UuidNamespace.NewMD5(string, string): string', (_: unknown, ns: string, name: string) => nameBasedUuid('md5', 3, ns, nameBytes(name)))
     .registerFunction('DateNamespace.Today(): string', () => utcDate(clock.now()))
+    // Dates are YYYY-MM-DD strings in this CEL: date(timestamp) is its UTC date, date(string) checks one.
+    .registerFunction('date(google.protobuf.Timestamp): string', (t: Date) => {
+      if (Number.isNaN(t.getTime())) throw new EngineError('CEL_ERROR', 'date(timestamp): the timestamp is out of range');
+      return utcDate(t);
+    })
+    .registerFunction('date(string): string', (s: string) => {
+      const d = /^\d{4}-\d{2}-\d{2}$/.test(s) ? new Date(`${s}T00:00:00Z`) : null;
+      if (!d || Number.isNaN(d.getTime()) || d.toISOString().slice(0, 10) !== s) {
+        throw new EngineError('CEL_ERROR', `date(${quote(s)}): not a date YYYY-MM-DD`, { hint: 'Write dates as YYYY-MM-DD, e.g. date(\'2026-01-31\').' });
+      }
+      return s;
+    })
     .registerFunction('TimeNamespace.Now(): google.protobuf.Timestamp', () => clock.now());
 
   const S = 'StringsNamespace';

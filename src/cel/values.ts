@@ -1,23 +1,33 @@
 import { EngineError } from '../errors.js';
-import { Dec, formatDecimal, minorUnits } from '../decimal.js';
+import { type Dec, formatDecimal, minorUnits, withScale } from '../decimal.js';
 import { setOwn } from '../json.js';
 
-/** CEL's `Decimal` type: an exact decimal. */
+/**
+ * CEL's `Decimal` type: an exact decimal and the scale it is written with ("21.00" has scale 2,
+ * kept through + and −, which take the larger scale; see scaleOf in src/decimal.ts).
+ */
 export class CelDecimal {
-  constructor(readonly value: Dec) {}
+  readonly scale: number;
+  constructor(readonly value: Dec, scale?: number) {
+    this.scale = scale ?? value.decimalPlaces();
+  }
   toString(): string {
-    return formatDecimal(this.value);
+    return withScale(this.value, this.scale);
   }
 }
 
-/** CEL's `Money` type: an exact decimal amount in one currency. */
+/** CEL's `Money` type: an exact decimal amount in one currency, with the scale of its units. */
 export class CelMoney {
+  readonly scale: number;
   constructor(
     readonly units: Dec,
     readonly currency: string,
-  ) {}
+    scale?: number,
+  ) {
+    this.scale = scale ?? units.decimalPlaces();
+  }
   toString(): string {
-    return `${formatDecimal(this.units, minorUnits(this.currency))} ${this.currency}`;
+    return `${formatDecimal(this.units, Math.max(this.scale, minorUnits(this.currency)))} ${this.currency}`;
   }
 }
 
@@ -53,8 +63,8 @@ export function celToJson(value: unknown): unknown {
     default:
       break;
   }
-  if (value instanceof CelDecimal) return formatDecimal(value.value);
-  if (value instanceof CelMoney) return { units: formatDecimal(value.units, minorUnits(value.currency)), currency: value.currency };
+  if (value instanceof CelDecimal) return value.toString();
+  if (value instanceof CelMoney) return { units: formatDecimal(value.units, Math.max(value.scale, minorUnits(value.currency))), currency: value.currency };
   if (value instanceof Date) {
     const year = value.getUTCFullYear();
     if (Number.isNaN(value.getTime()) || year < 1 || year > 9999) {

@@ -16,9 +16,11 @@ import {
   type ValidationContext,
   type ValidationRule,
 } from 'graphql';
+import type { Cel } from '../cel/cel.js';
 import { EngineError, ERROR_CODES, type ErrorCode, isErrorCode } from '../errors.js';
 import type { Limits } from '../limits.js';
 import { mapDriverError } from '../storage/driver-errors.js';
+import { type CelDefault, celDefaultValues, extractCelDefaults } from './cel-variables.js';
 import { countFieldComparisons, countFields } from './document-shape.js';
 import { type CostOptions, listBounds, type OperationCost, operationCost } from './query-cost.js';
 
@@ -43,6 +45,8 @@ export interface PreparedDocument {
   costedPerRequest: ReadonlySet<OperationDefinitionNode>;
   /** Estimated heap the cached document holds (see estimateDocumentBytes). */
   bytes: number;
+  /** `@cel` variable defaults by operation name (null: the anonymous operation). */
+  celDefaults?: ReadonlyMap<string | null, CelDefault[]>;
 }
 
 /**
@@ -88,12 +92,14 @@ export class DocumentCache {
     }
     const parsed = parseBounded(source, this.limits);
     if (parsed instanceof GraphQLError) return { errors: [parsed] };
-    const { document, fields } = parsed;
+    const { fields } = parsed;
+    const { document, defaults } = extractCelDefaults(parsed.document);
     const invalid = validate(this.schema, document, this.rules);
     if (invalid.length > 0) return { errors: this.located(source, invalid) };
     const costedPerRequest = this.costOperations(document);
     if (costedPerRequest instanceof GraphQLError) return { errors: [costedPerRequest] };
     const prepared: PreparedDocument = { document, costedPerRequest, bytes: estimateDocumentBytes(source, document, fields) };
+    if (defaults.size > 0) prepared.celDefaults = defaults;
     this.remember(source, prepared);
     return prepared;
   }
@@ -101,7 +107,7 @@ export class DocumentCache {
   /** The validation errors again from a parse with locations (the cached form has none), so they say where. */
   private located(source: string, errors: readonly GraphQLError[]): GraphQLError[] {
     try {
-      return [...validate(this.schema, parse(source, { maxTokens: this.limits.documentTokensMax }), this.rules)];
+      return [...validate(this.schema, extractCelDefaults(parse(source, { maxTokens: this.limits.documentTokensMax })).document, this.rules)];
     } catch {
       return [...errors];
     }
@@ -254,6 +260,17 @@ export function executePrepared(
   contextValue: unknown,
   limits: Readonly<Limits>,
 ): ExecutionResult {
+  if (prepared.celDefaults) {
+    const operation = getOperationAST(prepared.document, request.operationName ?? undefined);
+    const defaults = operation ? prepared.celDefaults.get(operation.name?.value ?? null) : undefined;
+    if (defaults) {
+      try {
+        request = { ...request, variables: celDefaultValues((contextValue as { cel: Cel }).cel, defaults, request.variables ?? {}) };
+      } catch (error) {
+        return { errors: [engineGraphqlError(error as EngineError)] };
+      }
+    }
+  }
   if (prepared.costedPerRequest.size > 0) {
     const operation = getOperationAST(prepared.document, request.operationName ?? undefined);
     if (operation && prepared.costedPerRequest.has(operation)) {
@@ -396,5 +413,6 @@ export function formatError(error: GraphQLError, log?: (error: unknown) => void)
   } else {
     extensions = { code: 'GRAPHQL_VALIDATION_FAILED', retryable: false, hint: ERROR_CODES.GRAPHQL_VALIDATION_FAILED.hint };
   }
+  if (typeof extensions.retryable === 'boolean' && extensions.retriableError === undefined) extensions = { ...extensions, retriableError: extensions.retryable };
   return { ...formatted, message, extensions };
 }

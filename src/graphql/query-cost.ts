@@ -73,6 +73,18 @@ export function listBounds(limits: Readonly<Limits>): Record<string, ListBound> 
     'Action.tools': { size: limits.toolReferencesMax },
     'TranCode.params': { size: limits.tranCodeParamsMax },
     'TranCode.entries': { size: limits.entriesPerTransactionMax },
+    'Calculation.dimensions': { size: limits.calculationDimensionsMax + 3 },
+    'Calculation.children': { size: 3 },
+    'VelocityLimit.window': { size: limits.velocityWindowKeysMax },
+    'VelocityLimit.params': { size: limits.tranCodeParamsMax },
+    'VelocityLimitSpec.balance': { size: 6 },
+    'VelocityControl.limits': { size: limits.velocityLimitsPerControlMax },
+    // One row per limit of each control attached to the account or set, and per balance limit in it.
+    'Query.velocity': { size: limits.velocityControlsPerAccountMax * limits.velocityLimitsPerControlMax * 6 },
+    'Account.velocity': { size: limits.velocityControlsPerAccountMax * limits.velocityLimitsPerControlMax * 6 },
+    'AccountSet.velocity': { size: limits.velocityControlsPerAccountMax * limits.velocityLimitsPerControlMax * 6 },
+    // At most one exception per control, limit and account or set an entry reached.
+    'Transaction.exceptions': { size: limits.velocityControlsPerAccountMax * limits.velocityLimitsPerControlMax },
   };
 }
 

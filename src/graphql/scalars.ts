@@ -43,11 +43,31 @@ export const scalars = {
     return new Date(v).toISOString();
   }),
   CurrencyCode: stringScalar('CurrencyCode', 'Currency code', (v) => parseCurrency(v, 'CurrencyCode')),
-  Expression: stringScalar('Expression', 'CEL', (v) => {
-    if (typeof v !== 'string') throw new EngineError('BAD_REQUEST', `Expression must be a string, got ${quote(v)}`);
-    return v;
-  }),
+  Expression: expressionScalar(),
 };
+
+/**
+ * CEL text. A number or boolean literal is taken as its text (`default: 0` is the expression "0"),
+ * as the reference ledger takes it; anything else must be a string.
+ */
+function expressionScalar(): GraphQLScalarType {
+  const parse = (v: unknown): string => {
+    if (typeof v === 'string') return v;
+    if (typeof v === 'boolean' || (typeof v === 'number' && Number.isFinite(v))) return String(v);
+    throw new EngineError('BAD_REQUEST', `Expression must be a string, got ${quote(v)}`, { hint: 'Quote the Expression value.' });
+  };
+  return new GraphQLScalarType({
+    name: 'Expression',
+    description: 'CEL',
+    serialize: (value) => value,
+    parseValue: parse,
+    parseLiteral(ast: ValueNode) {
+      if (ast.kind === Kind.STRING || ast.kind === Kind.INT || ast.kind === Kind.FLOAT) return ast.value;
+      if (ast.kind === Kind.BOOLEAN) return String(ast.value);
+      throw new EngineError('BAD_REQUEST', `Expression must be a string literal, got ${ast.kind}`, { hint: 'Quote the Expression value.' });
+    },
+  });
+}
 
 /** The JSON scalar, bounded in depth (a deep value would overflow recursive code further on). */
 export function jsonScalar(depthMax: number): GraphQLScalarType {

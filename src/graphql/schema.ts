@@ -6,8 +6,11 @@ import { EngineError } from '../errors.js';
 import type { RequestContext } from './context.js';
 import { actionResolvers } from './resolvers/actions.js';
 import { authResolvers } from './resolvers/auth.js';
+import { calculationResolvers } from './resolvers/calculations.js';
 import { ledgerResolvers } from './resolvers/ledger.js';
 import { skillResolvers } from './resolvers/skills.js';
+import { viewResolvers } from './resolvers/views.js';
+import { velocityResolvers } from './resolvers/velocity.js';
 import { jsonScalar, scalars } from './scalars.js';
 
 export const SCHEMA_PATH = fileURLToPath(new URL('../../schema.graphql', import.meta.url));
@@ -16,7 +19,7 @@ export const SCHEMA_PATH = fileURLToPath(new URL('../../schema.graphql', import.
 export function buildSchema(limits: { jsonDepthMax: number; requestDeadlineMs: number }): GraphQLSchema {
   const schema = makeExecutableSchema({
     typeDefs: readFileSync(SCHEMA_PATH, 'utf8'),
-    resolvers: [{ ...scalars, JSON: jsonScalar(limits.jsonDepthMax) }, ledgerResolvers, actionResolvers, skillResolvers, authResolvers],
+    resolvers: [{ ...scalars, JSON: jsonScalar(limits.jsonDepthMax) }, ledgerResolvers, actionResolvers, skillResolvers, authResolvers, velocityResolvers, calculationResolvers, viewResolvers],
     resolverValidationOptions: { requireResolversToMatchSchema: 'error' },
   });
   checkDeadlineInResolvers(schema, limits.requestDeadlineMs);

@@ -2,6 +2,7 @@ import { EngineError, quote } from '../errors.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { AccountRow } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
+import { addToAccountSet } from './account-sets.js';
 import { insertUnique } from './journals.js';
 import {
   type Account,
@@ -22,9 +23,14 @@ export interface AccountInput {
   status?: AccountStatus | null;
   normalBalanceType?: Direction | null;
   metadata?: unknown;
+  /** Sets (of any journal) the account joins as it is created. */
+  accountSetIds?: string[] | null;
+  config?: { enableConcurrentPosting?: boolean | null; upsert?: boolean | null } | null;
 }
 
-export type AccountUpdate = Partial<Omit<AccountInput, 'accountId'>>;
+export type AccountUpdate = Partial<Omit<AccountInput, 'accountId' | 'accountSetIds' | 'config'>> & {
+  config?: { enableConcurrentPosting?: boolean | null } | null;
+};
 
 export function toAccount(row: AccountRow): Account {
   return {
@@ -36,6 +42,7 @@ export function toAccount(row: AccountRow): Account {
     status: row.status as AccountStatus,
     normalBalanceType: row.normal_balance_type as Direction,
     metadata: readJson(row.metadata),
+    config: { enableConcurrentPosting: row.enable_concurrent_posting === 1, isAccountSet: row.is_account_set === 1 },
     version: row.version,
     created: row.created,
     modified: row.modified,
@@ -44,7 +51,10 @@ export function toAccount(row: AccountRow): Account {
 
 export function findAccountRow(deps: LedgerDeps, accountId: string): AccountRow {
   const row = deps.st.accountById.get(accountId);
-  if (!row) {
+  if (!row || row.is_account_set === 1) {
+    if (row) {
+      throw new EngineError('NOT_FOUND', `${quote(accountId)} is an account set, not an account`, { hint: 'Read it with accountSet(id: ...).' });
+    }
     throw new EngineError('NOT_FOUND', `account ${quote(accountId)} does not exist`, {
       hint: 'Create it with createAccount, or check the id.',
     });
@@ -63,10 +73,17 @@ export function getAccount(deps: LedgerDeps, ref: { id?: string | null; code?: s
 }
 
 export function createAccount(deps: LedgerDeps, input: AccountInput): Account {
-  if (deps.st.accountById.get(input.accountId)) {
-    throw new EngineError('ALREADY_EXISTS', `account ${quote(input.accountId)} already exists`, {
-      hint: 'Use updateAccount to change it.',
+  const existing = deps.st.accountById.get(input.accountId);
+  if (existing) {
+    // upsert: creating what exists leaves it as it is (the reference ledger's config.upsert).
+    if (input.config?.upsert && existing.is_account_set === 0) return toAccount(existing);
+    throw new EngineError('ALREADY_EXISTS', `${existing.is_account_set ? 'account set' : 'account'} ${quote(input.accountId)} already exists`, {
+      hint: existing.is_account_set ? 'Accounts and account sets share one id space: choose another id.' : 'Use updateAccount to change it, or pass config: {upsert: true}.',
     });
+  }
+  const setIds = input.accountSetIds ?? [];
+  if (!Array.isArray(setIds) || setIds.length > deps.limits.accountSetAncestorsMax) {
+    throw new EngineError('LIMIT_EXCEEDED', `accountSetIds lists ${Array.isArray(setIds) ? setIds.length : 'a non-list of'} sets; accountSetAncestorsMax is ${deps.limits.accountSetAncestorsMax}`);
   }
   checkUnique(deps, input.accountId, input.code, input.externalId);
   const now = deps.clock.now().toISOString();
@@ -82,10 +99,14 @@ export function createAccount(deps: LedgerDeps, input: AccountInput): Account {
     version: 1,
     created: now,
     modified: now,
+    is_account_set: 0,
+    journal_id: null,
+    enable_concurrent_posting: input.config?.enableConcurrentPosting ? 1 : 0,
   };
   insertUnique(() => deps.st.insertAccount.run(row), `account code ${quote(row.code)} or externalId ${quote(row.external_id)}`);
   const account = toAccount(row);
   deps.st.insertAccountVersion.run(row.account_id, 1, JSON.stringify(account));
+  for (const setId of setIds) addToAccountSet(deps, setId, { memberType: 'ACCOUNT', memberId: row.account_id });
   deps.onChange?.({ event: 'account.inserted', recordId: account.accountId, recordVersion: 1, document: () => account, previous: null });
   return account;
 }
@@ -107,6 +128,7 @@ export function updateAccount(deps: LedgerDeps, accountId: string, input: Accoun
     status: input.status ?? current.status,
     normal_balance_type: input.normalBalanceType ?? current.normal_balance_type,
     metadata: input.metadata === undefined ? current.metadata : jsonObjectText(input.metadata, 'metadata', deps.limits.jsonBytesMax),
+    enable_concurrent_posting: input.config?.enableConcurrentPosting == null ? current.enable_concurrent_posting : input.config.enableConcurrentPosting ? 1 : 0,
     version: current.version + 1,
     modified: deps.clock.now().toISOString(),
   };

@@ -1,12 +1,14 @@
-import { Dec, ZERO } from '../decimal.js';
-import { type Connection, pageRequest, toConnection } from '../paging.js';
-import type { BalanceColumn, BalanceRow } from '../storage/statements/ledger.js';
+import { addText, subText } from '../decimal.js';
+import { EngineError } from '../errors.js';
+import { type Connection, encodeCursor, pageRequest, toConnection } from '../paging.js';
+import type { BalanceAfter, BalanceColumn, BalanceRow, EntryRow } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
 import type { Direction, Layer } from './records.js';
 
+/** Debit and credit totals as exact decimal text, each with the scale of what was added to it. */
 export interface LayerTotals {
-  dr: Dec;
-  cr: Dec;
+  dr: string;
+  cr: string;
 }
 
 /** One balance record: an account × journal × currency, with debit and credit totals per layer. */
@@ -19,6 +21,9 @@ export interface Balance {
   version: number;
   created: string | null;
   modified: string | null;
+  /** A calculation's balance (src/ledger/calculations.ts): the calculation read, and its dimension values. */
+  calculationId?: string;
+  dimensions?: Record<string, unknown>;
 }
 
 export function toBalance(row: BalanceRow): Balance {
@@ -27,9 +32,9 @@ export function toBalance(row: BalanceRow): Balance {
     journalId: row.journal_id,
     currency: row.currency,
     layers: {
-      SETTLED: { dr: new Dec(row.settled_dr), cr: new Dec(row.settled_cr) },
-      PENDING: { dr: new Dec(row.pending_dr), cr: new Dec(row.pending_cr) },
-      ENCUMBRANCE: { dr: new Dec(row.encumbrance_dr), cr: new Dec(row.encumbrance_cr) },
+      SETTLED: { dr: row.settled_dr, cr: row.settled_cr },
+      PENDING: { dr: row.pending_dr, cr: row.pending_cr },
+      ENCUMBRANCE: { dr: row.encumbrance_dr, cr: row.encumbrance_cr },
     },
     entryId: row.entry_id,
     version: row.version,
@@ -39,7 +44,7 @@ export function toBalance(row: BalanceRow): Balance {
 }
 
 export function emptyBalance(accountId: string, journalId: string, currency: string): Balance {
-  const zero = () => ({ dr: ZERO, cr: ZERO });
+  const zero = () => ({ dr: '0', cr: '0' });
   return {
     accountId,
     journalId,
@@ -58,6 +63,97 @@ export function readBalance(deps: LedgerDeps, accountId: string, journalId: stri
   return row ? toBalance(row) : emptyBalance(accountId, journalId, currency);
 }
 
+/** A balance as a snapshot left it (see migration 14): version and the six totals. */
+function fromSnapshot(accountId: string, journalId: string, currency: string, version: number, after: string, entryId: string, modified: string): Balance {
+  const [sd, sc, pd, pc, ed, ec] = after.split(' ') as [string, string, string, string, string, string];
+  return {
+    accountId,
+    journalId,
+    currency,
+    layers: { SETTLED: { dr: sd, cr: sc }, PENDING: { dr: pd, cr: pc }, ENCUMBRANCE: { dr: ed, cr: ec } },
+    entryId,
+    version,
+    created: null,
+    modified,
+  };
+}
+
+type SnapshotRow = EntryRow & { set_balance_version?: number | null; set_balance_after?: string | null };
+
+/**
+ * Walk the entries behind a balance record newest first (an account's through entries_by_account,
+ * a set's through set_entries), from `fromSeq` down, yielding each version the postings left once.
+ * A filter on journal and currency applies after the index scan, so at most `budget` entries are
+ * read per call; `stoppedAt` says where a call that ran out stopped.
+ */
+function versionsFrom(deps: LedgerDeps, owner: { id: string; isSet: boolean }, journalId: string, currency: string, fromSeq: number, want: number, budget: number) {
+  const found: Array<{ balance: Balance; seq: number }> = [];
+  let cursor = fromSeq;
+  let lastVersion = Number.MAX_SAFE_INTEGER;
+  let stoppedAt: number | null = null;
+  const batch = Math.min(Math.max(want * 2, 16), 1000);
+  for (;;) {
+    const rows: SnapshotRow[] = owner.isSet ? deps.st.setEntriesDescFrom.all(owner.id, cursor, batch) : deps.st.entriesByAccountDescFrom.all(owner.id, cursor, batch);
+    for (const row of rows) {
+      budget--;
+      const version = owner.isSet ? row.set_balance_version : row.balance_version;
+      const after = owner.isSet ? row.set_balance_after : row.balance_after;
+      if (row.journal_id !== journalId || row.currency !== currency || version == null || after == null || version >= lastVersion) continue;
+      lastVersion = version;
+      found.push({ balance: fromSnapshot(owner.id, journalId, currency, version, after, row.entry_id, row.created), seq: row.seq });
+      if (found.length === want) return { found, stoppedAt };
+    }
+    if (rows.length < batch) return { found, stoppedAt };
+    cursor = rows.at(-1)!.seq - 1;
+    if (budget <= 0) return { found, stoppedAt: cursor };
+  }
+}
+
+/**
+ * Every version of a balance record the postings left, newest first (a version made by adding or
+ * removing a set member, which posts nothing, is not listed; the next posting's version is).
+ */
+export function balanceHistory(deps: LedgerDeps, owner: { id: string; isSet: boolean }, journalId: string, currency: string, first: number, after?: string | null): Connection<Balance> {
+  const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', 'balance-history');
+  const from = req.after === undefined || req.after === null ? Number.MAX_SAFE_INTEGER : req.after - 1;
+  const { found, stoppedAt } = versionsFrom(deps, owner, journalId, currency, from, req.fetch, deps.limits.pageSizeMax * 10);
+  const page = toConnection(found, req, (f) => f.seq, (f) => f.balance);
+  if (stoppedAt === null || found.length >= req.fetch) return page;
+  return { ...page, pageInfo: { ...page.pageInfo, hasNextPage: true, endCursor: encodeCursor(req.kind, stoppedAt + 1) } };
+}
+
+/**
+ * The balance in force at `at`: the version the last posting at or before it left (an empty
+ * balance before the first). Entries are written in time order, so the last entry at `at` is found
+ * by a binary search over seq (O(log entries) primary-key reads), then the record's own entries are
+ * read back from there through its index.
+ */
+export function balanceAsOf(deps: LedgerDeps, owner: { id: string; isSet: boolean }, journalId: string, currency: string, at: string): Balance {
+  const current = deps.st.balance.get(owner.id, journalId, currency);
+  if (!current) return emptyBalance(owner.id, journalId, currency);
+  if (current.modified <= at) return toBalance(current);
+  let lo = 1;
+  let hi = deps.st.lastEntrySeq.get()?.seq ?? 0;
+  let bound = 0;
+  while (lo <= hi) {
+    const mid = Math.floor((lo + hi) / 2);
+    const created = deps.st.entryCreatedAt.get(mid);
+    if (created === undefined) break;
+    if (created <= at) {
+      bound = mid;
+      lo = mid + 1;
+    } else hi = mid - 1;
+  }
+  if (bound === 0) return emptyBalance(owner.id, journalId, currency);
+  const { found, stoppedAt } = versionsFrom(deps, owner, journalId, currency, bound, 1, deps.limits.pageSizeMax * 10);
+  if (found.length === 0 && stoppedAt !== null) {
+    throw new EngineError('LIMIT_EXCEEDED', `the balance of ${owner.id} as of ${at} is more than ${deps.limits.pageSizeMax * 10} entries of other journals or currencies back`, {
+      hint: 'Read Balance.history in pages instead.',
+    });
+  }
+  return found[0]?.balance ?? emptyBalance(owner.id, journalId, currency);
+}
+
 export function listBalances(deps: LedgerDeps, accountId: string, first: number, after?: string | null): Connection<Balance> {
   const req = pageRequest<string>(first, after, deps.limits.pageSizeMax, 'string', 'balances');
   const rows = deps.st.balancesByAccountPage.all(accountId, req.after ?? '', req.fetch);
@@ -68,18 +164,18 @@ export function listBalances(deps: LedgerDeps, accountId: string, first: number,
 export function layerTotals(balance: Balance, layer: Layer, cumulative: boolean): LayerTotals {
   if (!cumulative) return balance.layers[layer];
   const order: Layer[] = ['SETTLED', 'PENDING', 'ENCUMBRANCE'];
-  let dr = ZERO;
-  let cr = ZERO;
+  let dr = '0';
+  let cr = '0';
   for (const l of order.slice(0, order.indexOf(layer) + 1)) {
-    dr = dr.plus(balance.layers[l].dr);
-    cr = cr.plus(balance.layers[l].cr);
+    dr = addText(dr, balance.layers[l].dr);
+    cr = addText(cr, balance.layers[l].cr);
   }
   return { dr, cr };
 }
 
 /** Debit-normal accounts (assets, expenses) count DR − CR; credit-normal ones CR − DR. */
-export function normalBalance(totals: LayerTotals, normalBalanceType: Direction): Dec {
-  return normalBalanceType === 'DEBIT' ? totals.dr.minus(totals.cr) : totals.cr.minus(totals.dr);
+export function normalBalance(totals: LayerTotals, normalBalanceType: Direction): string {
+  return normalBalanceType === 'DEBIT' ? subText(totals.dr, totals.cr) : subText(totals.cr, totals.dr);
 }
 
 export interface BalanceDelta {
@@ -88,16 +184,19 @@ export interface BalanceDelta {
   currency: string;
   layer: Layer;
   direction: Direction;
-  units: Dec;
+  /** Exact decimal text. */
+  units: string;
   entryId: string;
 }
 
 /**
  * Apply a transaction's entries to the running balances: the entries are summed per balance record
  * and layer here, and each record gets one upsert that adds those sums to its stored totals.
+ * Returns each record as the upsert left it (by `${accountId} ${journalId} ${currency}`), for the
+ * entries' history snapshot.
  */
-export function applyToBalances(deps: LedgerDeps, deltas: readonly BalanceDelta[], modified: string): void {
-  const sums = new Map<string, { delta: BalanceDelta; totals: Record<string, Dec> }>();
+export function applyToBalances(deps: LedgerDeps, deltas: readonly BalanceDelta[], modified: string): Map<string, BalanceAfter> {
+  const sums = new Map<string, { delta: BalanceDelta; totals: Record<string, string> }>();
   for (const delta of deltas) {
     const key = `${delta.accountId} ${delta.journalId} ${delta.currency}`;
     let sum = sums.get(key);
@@ -106,18 +205,19 @@ export function applyToBalances(deps: LedgerDeps, deltas: readonly BalanceDelta[
       sums.set(key, sum);
     }
     const column = `${delta.layer.toLowerCase()}_${delta.direction === 'DEBIT' ? 'dr' : 'cr'}`;
-    sum.totals[column] = (sum.totals[column] ?? ZERO).plus(delta.units);
+    sum.totals[column] = addText(sum.totals[column] ?? '0', delta.units);
     sum.delta = delta;
   }
-  for (const { delta, totals } of sums.values()) {
+  const after = new Map<string, BalanceAfter>();
+  for (const [key, { delta, totals }] of sums) {
     const columns = Object.keys(totals);
     if (columns.length === 1) {
       const column = columns[0] as BalanceColumn;
-      deps.st.addToBalanceColumn[column].run(delta.accountId, delta.journalId, delta.currency, totals[column]!.toFixed(), delta.entryId, modified, modified);
+      after.set(key, deps.st.addToBalanceColumn[column].get(delta.accountId, delta.journalId, delta.currency, totals[column]!, delta.entryId, modified, modified) as BalanceAfter);
       continue;
     }
-    const text = (column: string) => totals[column]?.toFixed() ?? '0';
-    deps.st.addToBalance.run({
+    const text = (column: string) => totals[column] ?? '0';
+    after.set(key, deps.st.addToBalance.get({
       account_id: delta.accountId,
       journal_id: delta.journalId,
       currency: delta.currency,
@@ -129,6 +229,7 @@ export function applyToBalances(deps: LedgerDeps, deltas: readonly BalanceDelta[
       encumbrance_cr: text('encumbrance_cr'),
       entry_id: delta.entryId,
       modified,
-    });
+    }) as BalanceAfter);
   }
+  return after;
 }

@@ -2,7 +2,10 @@ import type { Cel } from '../cel/cel.js';
 import type { Clock } from '../clock.js';
 import type { Limits } from '../limits.js';
 import type { CacheEpoch, RecordCache } from '../storage/record-cache.js';
+import type { CalculationStatements } from '../storage/statements/calculations.js';
 import type { JournalRow, LedgerStatements, TranCodeRow } from '../storage/statements/ledger.js';
+import type { VelocityStatements } from '../storage/statements/velocity.js';
+import type { ViewStatements } from '../storage/statements/views.js';
 
 /** The changes a trigger can listen to. */
 export const LEDGER_EVENTS = ['transaction.inserted', 'account.inserted', 'account.updated'] as const;
@@ -22,6 +25,12 @@ export interface LedgerChange {
 /** What every ledger operation needs; built once per engine. */
 export interface LedgerDeps {
   st: LedgerStatements;
+  /** Calculations and their balances (src/ledger/calculations.ts). */
+  calc: CalculationStatements;
+  /** Velocity limits and controls (src/ledger/velocity.ts). */
+  vel: VelocityStatements;
+  /** Views and custom indexes (src/ledger/views.ts). */
+  views: ViewStatements;
   cel: Cel;
   clock: Clock;
   limits: Readonly<Limits>;
@@ -30,7 +39,14 @@ export interface LedgerDeps {
   /** Moves when cached rows may be stale (see CacheEpoch). */
   epoch: CacheEpoch;
   /** Rows every posting reads: the journal by id, the tran code by code. */
-  cache: { journals: RecordCache<JournalRow>; tranCodesByCode: RecordCache<TranCodeRow> };
+  cache: {
+    journals: RecordCache<JournalRow>;
+    tranCodesByCode: RecordCache<TranCodeRow>;
+    /** The sets above an account in a journal, by `${accountId} ${journalId}`. */
+    setsAbove: RecordCache<string[]>;
+    /** Anything else a posting consults and that changes only with the cached tables (see velocity.ts). */
+    posting: RecordCache<unknown>;
+  };
   /** Told of every change, in the same transaction (triggers start executions from here). */
   onChange?: (change: LedgerChange) => void;
 }

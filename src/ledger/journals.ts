@@ -39,7 +39,13 @@ export function getJournal(deps: LedgerDeps, journalId: string): Journal {
 }
 
 export function createJournal(deps: LedgerDeps, input: JournalInput): Journal {
-  if (deps.st.journalById.get(input.journalId)) {
+  const existing = deps.st.journalById.get(input.journalId);
+  // The default journal exists from the start; creating it by its id (as a client written against
+  // the reference ledger does first) names it, once, while it is still the version the ledger made.
+  if (existing && input.journalId === DEFAULT_JOURNAL_ID && existing.version === 1) {
+    return updateJournal(deps, input.journalId, { name: input.name, description: input.description ?? null, status: input.status ?? 'ACTIVE', code: input.code ?? existing.code });
+  }
+  if (existing) {
     throw new EngineError('ALREADY_EXISTS', `journal ${quote(input.journalId)} already exists`);
   }
   const now = deps.clock.now().toISOString();

@@ -1,4 +1,5 @@
 import * as accounts from './accounts.js';
+import * as sets from './account-sets.js';
 import * as balances from './balances.js';
 import type { LedgerDeps } from './deps.js';
 import * as journals from './journals.js';
@@ -31,6 +32,19 @@ export class Ledger {
   updateAccount = (id: string, input: accounts.AccountUpdate) => accounts.updateAccount(this.deps, id, input);
   accountHistory = (id: string, first: number, after?: string | null) => accounts.accountHistory(this.deps, id, first, after);
 
+  getAccountSet = (id: string) => sets.getAccountSet(this.deps, id);
+  listAccountSets = (first: number, after?: string | null) => sets.listAccountSets(this.deps, first, after);
+  createAccountSet = (input: sets.AccountSetInput) => sets.createAccountSet(this.deps, input);
+  updateAccountSet = (id: string, input: sets.AccountSetUpdate) => sets.updateAccountSet(this.deps, id, input);
+  deleteAccountSet = (id: string) => sets.deleteAccountSet(this.deps, id);
+  addToAccountSet = (id: string, member: sets.SetMember) => sets.addToAccountSet(this.deps, id, member);
+  removeFromAccountSet = (id: string, member: sets.SetMember) => sets.removeFromAccountSet(this.deps, id, member);
+  setMembers = (id: string, first: number, after?: string | null) => sets.membersOf(this.deps, id, first, after);
+  setsOf = (memberId: string, first: number, after?: string | null) => sets.setsOf(this.deps, memberId, first, after);
+  setEntries = (id: string, first: number, after?: string | null, currency?: string | null) => sets.setEntries(this.deps, id, first, after, currency);
+  /** An account or an account set by id: what a balance belongs to. */
+  balanceOwner = (id: string) => sets.balanceOwner(this.deps, id);
+
   getTranCode = (ref: Parameters<typeof tranCodes.getTranCode>[1]) => tranCodes.getTranCode(this.deps, ref);
   listTranCodes = (first: number, after?: string | null) => tranCodes.listTranCodes(this.deps, first, after);
   tranCodeHistory = (id: string, first: number, after?: string | null) => tranCodes.tranCodeHistory(this.deps, id, first, after);
@@ -47,5 +61,8 @@ export class Ledger {
   getEntry = (id: string) => reads.getEntry(this.deps, id);
 
   readBalance = (accountId: string, journalId: string, currency: string) => balances.readBalance(this.deps, accountId, journalId, currency);
+  balanceAsOf = (owner: { id: string; isSet: boolean }, journalId: string, currency: string, at: string) => balances.balanceAsOf(this.deps, owner, journalId, currency, at);
+  balanceHistory = (owner: { id: string; isSet: boolean }, journalId: string, currency: string, first: number, after?: string | null) =>
+    balances.balanceHistory(this.deps, owner, journalId, currency, first, after);
   listBalances = (accountId: string, first: number, after?: string | null) => balances.listBalances(this.deps, accountId, first, after);
 }

@@ -1,5 +1,5 @@
 import { CelDecimal, jsonToCel } from '../cel/values.js';
-import { Dec, parseDecimal } from '../decimal.js';
+import { Dec, parseDecimal, scaleOf } from '../decimal.js';
 import { EngineError, quote } from '../errors.js';
 import { isUuid } from '../ids.js';
 import type { LedgerDeps } from './deps.js';
@@ -82,7 +82,8 @@ function coerceParam(deps: LedgerDeps, type: ParamType, value: unknown, what: st
       if (value instanceof CelDecimal) return value;
       if (fromCel && typeof value === 'bigint') return new CelDecimal(new Dec(value.toString()));
       try {
-        return new CelDecimal(parseDecimal(value, what, deps.limits));
+        const parsed = parseDecimal(value, what, deps.limits);
+        return new CelDecimal(parsed, typeof value === 'string' ? scaleOf(value) : 0);
       } catch (error) {
         throw new EngineError('TRAN_CODE_ERROR', (error as Error).message, { hint: (error as EngineError).hint });
       }

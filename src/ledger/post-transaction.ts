@@ -1,18 +1,21 @@
 import { isBudgetError } from '../cel/cost.js';
 import { CelDecimal, CelMoney, celToJson } from '../cel/values.js';
 import { utcDate } from '../clock.js';
-import { checkDecimalBounds, Dec, parseCurrency, parseDecimal } from '../decimal.js';
+import { checkDecimalBounds, Dec, parseCurrency, parseDecimal, scaleOf, withScale } from '../decimal.js';
 import { EngineError, quote } from '../errors.js';
 import { checkCelValueSize } from '../cel/cel.js';
 import { canonicalJson, fingerprint, isUuid } from '../ids.js';
 import { setOwn } from '../json.js';
 import type { EntryRow, TranCodeRow, TransactionRow } from '../storage/statements/ledger.js';
+import { setsAbove } from './account-sets.js';
+import { afterPosting, type Posted } from './after-posting.js';
 import { applyToBalances, type BalanceDelta } from './balances.js';
 import type { LedgerDeps } from './deps.js';
 import { DEFAULT_JOURNAL_ID } from './journals.js';
 import { bindParams, isDate } from './params.js';
 import { type Direction, type Entry, type JsonObject, jsonObjectText, type Layer, readJson, type Transaction } from './records.js';
 import { type CompiledField, type CompiledTranCode, findTranCodeRow, type TranCodeCache } from './tran-codes.js';
+import { enforceVelocity, type VelocityProperties } from './velocity.js';
 
 /** An entry about to be written, as the authorization hook sees it. */
 export interface EntryToWrite {
@@ -28,7 +31,7 @@ export interface EntryToWrite {
 export type WriteGuard = (entries: readonly EntryToWrite[]) => void;
 
 function toWrite(entries: readonly PlannedEntry[], journalId: string): EntryToWrite[] {
-  return entries.map((e) => ({ accountId: e.accountId, journalId, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units.toFixed() }));
+  return entries.map((e) => ({ accountId: e.accountId, journalId, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units }));
 }
 
 export interface PostTransactionInput {
@@ -36,6 +39,8 @@ export interface PostTransactionInput {
   tranCode: string;
   tranCodeVersion?: number | null;
   params?: unknown;
+  /** Velocity enforcement override, or an exception to record (the posting is then voided at once). */
+  properties?: VelocityProperties | null;
 }
 
 export function toTransaction(row: TransactionRow): Transaction {
@@ -51,6 +56,7 @@ export function toTransaction(row: TransactionRow): Transaction {
     metadata: readJson(row.metadata),
     voidOf: row.void_of,
     voidedBy: row.voided_by,
+    exceptions: row.exceptions === null || row.exceptions === undefined ? [] : (JSON.parse(row.exceptions) as Transaction['exceptions']),
     version: row.version,
     created: row.created,
     modified: row.modified,
@@ -71,6 +77,7 @@ export function toEntry(row: EntryRow): Entry {
     currency: row.currency,
     description: row.description,
     metadata: readJson(row.metadata),
+    parentAccountIds: row.parent_account_ids === null ? [] : (JSON.parse(row.parent_account_ids) as string[]),
     created: row.created,
   };
 }
@@ -78,7 +85,8 @@ export function toEntry(row: EntryRow): Entry {
 /** An entry computed from a template, before it is written. */
 interface PlannedEntry {
   accountId: string;
-  units: Dec;
+  /** Exact decimal text, with the scale it was computed with ("21.00"). */
+  units: string;
   currency: string;
   direction: Direction;
   layer: Layer;
@@ -100,8 +108,18 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
     });
   }
   const paramsText = jsonObjectText(params, 'params', deps.limits.jsonBytesMax);
+  const properties = input.properties ?? null;
+  if (properties !== null && (typeof properties !== 'object' || Array.isArray(properties))) {
+    throw new EngineError('BAD_REQUEST', `properties must be an object, got ${quote(properties)}`);
+  }
+  // Properties count toward the idempotency key only when sent: fingerprints from before stay valid.
   const inputFingerprint = fingerprint(
-    canonicalJson({ tranCode: input.tranCode, tranCodeVersion: input.tranCodeVersion ?? null, params: JSON.parse(paramsText ?? '{}') }),
+    canonicalJson({
+      tranCode: input.tranCode,
+      tranCodeVersion: input.tranCodeVersion ?? null,
+      params: JSON.parse(paramsText ?? '{}'),
+      ...(properties !== null && Object.keys(properties).length > 0 ? { properties } : {}),
+    }),
   );
 
   const existing = deps.st.fingerprintOfTransaction.get(input.transactionId);
@@ -138,7 +156,7 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
   guard?.(toWrite(expanded.entries, expanded.journalId));
 
   const now = deps.clock.now().toISOString();
-  const row: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count'> = {
+  const row: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count' | 'exceptions'> = {
     transaction_id: input.transactionId,
     tran_code_id: tranCodeRow.tran_code_id,
     tran_code_version: version,
@@ -155,7 +173,11 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
     created: now,
     modified: now,
   };
-  const written = toTransaction(writeTransaction(deps, row, expanded.entries));
+  const posted = writeTransaction(deps, row, expanded.entries);
+  const velocity = enforceVelocity(deps, posted, properties);
+  if (velocity.exceptions.length > 0) deps.vel.setExceptions.run(JSON.stringify(velocity.exceptions), row.transaction_id);
+  if (velocity.voidIt) voidTransaction(deps, row.transaction_id, guard);
+  const written = velocity.exceptions.length > 0 || velocity.voidIt ? toTransaction(deps.st.transactionById.get(row.transaction_id)!) : toTransaction(posted.transaction);
   announce(deps, written, compiled.document.code, () => JSON.parse(paramsText ?? '{}'), expanded.entries);
   return written;
 }
@@ -168,7 +190,7 @@ function announce(deps: LedgerDeps, transaction: Transaction, tranCode: string, 
     ...transaction,
     tranCode,
     params: params(),
-    entries: entries.map((e) => ({ accountId: e.accountId, units: e.units.toFixed(), currency: e.currency, direction: e.direction, layer: e.layer, entryType: e.entryType })),
+    entries: entries.map((e) => ({ accountId: e.accountId, units: e.units, currency: e.currency, direction: e.direction, layer: e.layer, entryType: e.entryType })),
   });
   deps.onChange({ event: 'transaction.inserted', recordId: transaction.transactionId, recordVersion: 1, document, previous: null });
 }
@@ -203,7 +225,7 @@ export function voidTransaction(deps: LedgerDeps, transactionId: string, guard?:
 
   const now = deps.clock.now();
   const { seq: _seq, first_entry_seq: _first, entry_count: _count, ...kept } = original;
-  const reversal: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count'> = {
+  const reversal: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count' | 'exceptions'> = {
     ...kept,
     // A fresh id: a derived one could be taken by a client first, making the void impossible.
     transaction_id: deps.newId(),
@@ -218,7 +240,7 @@ export function voidTransaction(deps: LedgerDeps, transactionId: string, guard?:
   };
   const planned: PlannedEntry[] = entries.map((e) => ({
     accountId: e.account_id,
-    units: new Dec(e.units),
+    units: e.units,
     currency: e.currency,
     direction: e.direction === 'DEBIT' ? 'CREDIT' : 'DEBIT',
     layer: e.layer as Layer,
@@ -227,7 +249,7 @@ export function voidTransaction(deps: LedgerDeps, transactionId: string, guard?:
     metadata: e.metadata,
   }));
   guard?.(toWrite(planned, reversal.journal_id));
-  const written = writeTransaction(deps, reversal, planned);
+  const written = writeTransaction(deps, reversal, planned).transaction;
   deps.st.markVoided.run(reversal.transaction_id, now.toISOString(), transactionId);
   const reversed = toTransaction(written);
   announce(deps, reversed, tranCode?.code ?? '', () => null, planned);
@@ -240,26 +262,50 @@ export function voidTransaction(deps: LedgerDeps, transactionId: string, guard?:
  */
 function writeTransaction(
   deps: LedgerDeps,
-  partial: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count'>,
+  partial: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count' | 'exceptions'>,
   entries: readonly PlannedEntry[],
-): TransactionRow {
+): Posted {
   const firstEntrySeq = (deps.st.lastEntrySeq.get()?.seq ?? 0) + 1;
-  const row = { ...partial, first_entry_seq: firstEntrySeq, entry_count: entries.length };
+  const row = { ...partial, first_entry_seq: firstEntrySeq, entry_count: entries.length, exceptions: null };
   const info = deps.st.insertTransaction.run(
     row.transaction_id, row.tran_code_id, row.tran_code_version, row.journal_id, row.correlation_id, row.external_id, row.effective,
     row.description, row.metadata, row.void_of, row.input_fingerprint, row.first_entry_seq, row.entry_count, row.created, row.modified,
   );
   const deltas: BalanceDelta[] = [];
-  entries.forEach((e, i) => {
-    const entryId = deps.newId();
-    deps.st.insertEntry.run(
-      firstEntrySeq + i, entryId, row.transaction_id, e.accountId, row.journal_id, i + 1, e.entryType, e.layer,
-      e.direction, e.units.toFixed(), e.currency, e.description, e.metadata, row.created,
-    );
-    deltas.push({ accountId: e.accountId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId });
+  // The sets above each account in this journal: the entry rolls up into each (Entry.parentAccountIds).
+  const parents = new Map<string, string[]>();
+  for (const e of entries) if (!parents.has(e.accountId)) parents.set(e.accountId, setsAbove(deps, e.accountId, row.journal_id));
+  const written: EntryRow[] = entries.map((e, i) => {
+    const sets = parents.get(e.accountId)!;
+    const entry: EntryRow = {
+      seq: firstEntrySeq + i, entry_id: deps.newId(), transaction_id: row.transaction_id, account_id: e.accountId, journal_id: row.journal_id,
+      sequence: i + 1, entry_type: e.entryType, layer: e.layer, direction: e.direction, units: e.units, currency: e.currency,
+      description: e.description, metadata: e.metadata, created: row.created, parent_account_ids: sets.length ? JSON.stringify(sets) : null,
+      balance_version: null, balance_after: null,
+    };
+    deltas.push({ accountId: e.accountId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId: entry.entry_id });
+    for (const setId of sets) deltas.push({ accountId: setId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId: entry.entry_id });
+    return entry;
   });
-  applyToBalances(deps, deltas, row.modified);
-  return { ...row, seq: Number(info.lastInsertRowid) };
+  // Balances first: each entry (and each set row) keeps the record as this posting left it (history).
+  const after = applyToBalances(deps, deltas, row.modified);
+  for (const entry of written) {
+    const own = after.get(`${entry.account_id} ${entry.journal_id} ${entry.currency}`)!;
+    entry.balance_version = own.version;
+    entry.balance_after = own.after;
+    deps.st.insertEntry.run(
+      entry.seq, entry.entry_id, entry.transaction_id, entry.account_id, entry.journal_id, entry.sequence, entry.entry_type, entry.layer,
+      entry.direction, entry.units, entry.currency, entry.description, entry.metadata, entry.created, entry.parent_account_ids, own.version, own.after,
+    );
+    for (const setId of parents.get(entry.account_id)!) {
+      const set = after.get(`${setId} ${entry.journal_id} ${entry.currency}`)!;
+      deps.st.insertSetEntry.run(setId, entry.seq, set.version, set.after);
+    }
+  }
+  const transaction: TransactionRow = { ...row, seq: Number(info.lastInsertRowid) };
+  const posted = { transaction, entries: written };
+  afterPosting(deps, posted);
+  return posted;
 }
 
 /** The tran code row by code, from the cache when it is current. */
@@ -273,9 +319,14 @@ function checkPostable(deps: LedgerDeps, accountIds: readonly string[]): void {
   for (const accountId of accountIds) {
     if (checked.has(accountId)) continue;
     checked.add(accountId);
-    const account = deps.st.accountStatus.get(accountId) as [code: string, status: string] | undefined;
+    const account = deps.st.accountStatus.get(accountId) as [code: string, status: string, isSet: number] | undefined;
     if (!account) {
       throw new EngineError('NOT_FOUND', `account ${quote(accountId)} does not exist`, { hint: 'Create the account before posting to it.' });
+    }
+    if (account[2] === 1) {
+      throw new EngineError('BAD_REQUEST', `${account[0]} (${accountId}) is an account set; entries are never posted to a set`, {
+        hint: 'Post to an account in the set: its balance rolls up into the set.',
+      });
     }
     if (account[1] === 'LOCKED') {
       throw new EngineError('ACCOUNT_LOCKED', `account ${account[0]} (${accountId}) is LOCKED and accepts no postings`, {
@@ -290,7 +341,8 @@ function checkBalanced(code: string, entries: readonly PlannedEntry[]): void {
   const sums = new Map<string, Dec>();
   for (const e of entries) {
     const key = `${e.currency} ${e.layer}`;
-    const signed = e.direction === 'DEBIT' ? e.units : e.units.neg();
+    const units = new Dec(e.units);
+    const signed = e.direction === 'DEBIT' ? units : units.neg();
     sums.set(key, (sums.get(key) ?? new Dec(0)).plus(signed));
   }
   const off = [...sums].filter(([, sum]) => !sum.isZero());
@@ -322,7 +374,8 @@ export function expand(deps: LedgerDeps, compiled: CompiledTranCode, transaction
   const code = compiled.document.code;
   const params = bindParams(deps, compiled, input);
   const vars: Record<string, unknown> = {};
-  const context = { params, vars };
+  // transaction_id: the id being posted (the reference's templates write transaction_id.toString()).
+  const context = { params, vars, transaction_id: transactionId };
   for (const { path, field } of compiled.vars) {
     let target = vars;
     for (const key of path.slice(0, -1)) {
@@ -358,7 +411,7 @@ export function expand(deps: LedgerDeps, compiled: CompiledTranCode, transaction
     const units = unitsOf(deps, code, template.units!, run(code, template.units!, context), currency);
     entries.push({
       accountId: uuidOf(code, template.accountId!, run(code, template.accountId!, context)),
-      units: units.isZero() ? units.abs() : units,
+      units,
       currency,
       direction,
       layer: template.layer ? layerOf(code, template.layer, run(code, template.layer, context)) : 'SETTLED',
@@ -439,14 +492,24 @@ function layerOf(code: string, field: CompiledField, value: unknown): Layer {
   throw fieldError(code, field, `evaluated to ${quote(celToJson(value))}, not a layer`, 'Use SETTLED, PENDING or ENCUMBRANCE (or 0 / 1 / 2).');
 }
 
-function unitsOf(deps: LedgerDeps, code: string, field: CompiledField, value: unknown, currency: string): Dec {
+/** The entry's units as exact text, keeping the scale the template computed them with ("21.00"). */
+function unitsOf(deps: LedgerDeps, code: string, field: CompiledField, value: unknown, currency: string): string {
   let units: Dec;
+  let scale = 0;
   try {
-    if (value instanceof CelDecimal) units = checkDecimalBounds(value.value, `${field.path}`, deps.limits);
-    else if (value instanceof CelMoney) units = checkDecimalBounds(value.units, `${field.path}`, deps.limits);
+    if (value instanceof CelDecimal) {
+      units = checkDecimalBounds(value.value, `${field.path}`, deps.limits);
+      scale = value.scale;
+    } else if (value instanceof CelMoney) {
+      units = checkDecimalBounds(value.units, `${field.path}`, deps.limits);
+      scale = value.scale;
+    }
     else if (typeof value === 'bigint' && (value > INT64_MAX || value < -INT64_MAX - 1n)) {
       throw fieldError(code, field, `evaluated to ${value}, outside CEL's 64-bit int range (an overflow)`);
-    } else if (typeof value === 'bigint' || typeof value === 'string') units = parseDecimal(value, field.path, deps.limits);
+    } else if (typeof value === 'bigint' || typeof value === 'string') {
+      units = parseDecimal(value, field.path, deps.limits);
+      if (typeof value === 'string') scale = scaleOf(value);
+    }
     else if (typeof value === 'number') {
       throw fieldError(code, field, `evaluated to the double ${value}`, `Amounts must be exact: use decimal("${value}") or a DECIMAL param.`);
     } else throw fieldError(code, field, `evaluated to ${quote(celToJson(value))}, not a decimal`);
@@ -461,7 +524,8 @@ function unitsOf(deps: LedgerDeps, code: string, field: CompiledField, value: un
   if (units.isNegative() && !units.isZero()) {
     throw fieldError(code, field, `evaluated to ${units.toFixed()}, a negative amount`, 'Entry units are never negative: flip the direction instead.');
   }
-  return units;
+  // -0 is 0; trailing zeros past decimalFractionDigitsMax are not kept.
+  return withScale(units.abs(), Math.min(scale, deps.limits.decimalFractionDigitsMax));
 }
 
 function metadataOf(deps: LedgerDeps, code: string, field: CompiledField, value: unknown): string | null {

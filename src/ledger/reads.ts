@@ -44,21 +44,25 @@ export function entriesOfTransaction(deps: LedgerDeps, transactionId: string, fi
   return toConnection(rows, req, (r) => r.sequence, toEntry);
 }
 
-/** An account's entries in posting order, optionally of one journal and currency. */
+/**
+ * An account's entries in posting order (or newest first: the entries behind a balance),
+ * optionally of one journal and currency.
+ */
 export function entriesOfAccount(
   deps: LedgerDeps,
-  args: { accountId: string; first: number; after?: string | null; journalId?: string | null; currency?: string | null },
+  args: { accountId: string; first: number; after?: string | null; journalId?: string | null; currency?: string | null; newestFirst?: boolean },
 ): Connection<Entry> {
-  const req = pageRequest<number>(args.first, args.after, deps.limits.pageSizeMax, 'number', 'account-entries');
+  const req = pageRequest<number>(args.first, args.after, deps.limits.pageSizeMax, 'number', args.newestFirst ? 'balance-entries' : 'account-entries');
   const nodes: ReturnType<typeof deps.st.entriesByAccountPage.all> = [];
-  let after = req.after ?? 0;
+  const statement = args.newestFirst ? deps.st.entriesByAccountDescPage : deps.st.entriesByAccountPage;
+  let after = req.after ?? (args.newestFirst ? Number.MAX_SAFE_INTEGER : 0);
   // Filters apply after the index range scan; keep scanning until the page is full, but read at
   // most ten pages' worth of entries per request: past that, a short page comes back with a
   // cursor where the scan stopped (hasNextPage), so a filter that rarely matches stays bounded.
   let budget = deps.limits.pageSizeMax * 10;
   let stopped = false;
   for (;;) {
-    const rows = deps.st.entriesByAccountPage.all(args.accountId, after, req.fetch);
+    const rows = statement.all(args.accountId, after, req.fetch);
     let scanned = 0;
     for (const row of rows) {
       scanned++;

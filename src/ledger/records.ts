@@ -27,6 +27,22 @@ export interface Account {
   status: AccountStatus;
   normalBalanceType: Direction;
   metadata: JsonObject | null;
+  config: { enableConcurrentPosting: boolean; isAccountSet: boolean };
+  version: number;
+  created: string;
+  modified: string;
+}
+
+/** A set of accounts and other sets of one journal, whose balances roll up theirs. */
+export interface AccountSet {
+  accountSetId: string;
+  journalId: string;
+  code: string;
+  name: string;
+  description: string | null;
+  normalBalanceType: Direction;
+  metadata: JsonObject | null;
+  config: { enableConcurrentPosting: boolean };
   version: number;
   created: string;
   modified: string;
@@ -44,6 +60,8 @@ export interface Transaction {
   metadata: JsonObject | null;
   voidOf: string | null;
   voidedBy: string | null;
+  /** Velocity exceptions the posting recorded (WARN, VOID, or an exception sent with it). */
+  exceptions: Array<{ type: string; message: string; detail: Record<string, unknown> }>;
   version: number;
   created: string;
   modified: string;
@@ -62,6 +80,8 @@ export interface Entry {
   currency: string;
   description: string | null;
   metadata: JsonObject | null;
+  /** The sets the account rolled up into (in this journal) when the entry was posted. */
+  parentAccountIds: string[];
   created: string;
 }
 

@@ -253,12 +253,13 @@ function checkBalancedForSomeInput(deps: LedgerDeps, compiled: CompiledTranCode)
     groups.set(key, group);
     const sign = entry.direction === 'DEBIT' ? 1 : -1;
     group.entries.push(`entries[${i}] ${entry.direction} ${units.source}`);
-    group.sample = group.sample.plus(sign === 1 ? entry.units : entry.units.neg());
+    const amount = new Dec(entry.units);
+    group.sample = group.sample.plus(sign === 1 ? amount : amount.neg());
     if (readsInput(units)) {
       const term = units.source.replace(/\s+/g, '');
       group.terms.set(term, (group.terms.get(term) ?? 0) + sign);
     } else {
-      group.constant = group.constant.plus(sign === 1 ? entry.units : entry.units.neg());
+      group.constant = group.constant.plus(sign === 1 ? amount : amount.neg());
     }
   });
   for (const [key, group] of groups) {

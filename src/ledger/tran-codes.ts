@@ -4,6 +4,7 @@ import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { TranCodeRow, TranCodeVersionRow } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
 import { insertUnique } from './journals.js';
+import { literalDefault } from './param-defaults.js';
 import { checkTranCodeCanPost } from './tran-code-checks.js';
 import { type JsonObject, jsonObjectText, optionalText, requiredText, type Status } from './records.js';
 
@@ -115,9 +116,12 @@ export function compileTranCode(deps: LedgerDeps, document: TranCodeDocument): C
     if (!PARAM_TYPES.includes(definition.type)) {
       throw tranCodeError(`params[${i}].type ${quote(definition.type)} is not one of ${PARAM_TYPES.join(', ')}`);
     }
+    if (definition.default == null) return { definition, defaultValue: null };
+    const literal = literalDefault(definition.type, definition.default, (source) => deps.cel.compile(source) as unknown as { ast?: unknown });
+    const path = `params[${i}].default`;
     return {
       definition,
-      defaultValue: definition.default == null ? null : compileField(`params[${i}].default`, definition.default),
+      defaultValue: literal ? { path, source: definition.default, evaluate: () => literal.value } : compileField(path, definition.default),
     };
   });
 

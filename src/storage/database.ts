@@ -1,7 +1,7 @@
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
-import { Dec } from '../decimal.js';
+import { addText } from '../decimal.js';
 import { EngineError } from '../errors.js';
 import { MIGRATIONS, type Migration } from './migrations.js';
 
@@ -85,9 +85,9 @@ function registerFunctions(db: Db): void {
 const SMALL = /^(\d{1,15})(?:\.(\d{1,15}))?$/;
 
 /**
- * `a + b` for decimal strings, as decimal.js's plus(...).toFixed() gives it. Balance totals are
- * non-negative and mostly short, so when both fit in 15 digits the sum is done on the scaled
- * integers as doubles (exact below 2^53) and only other cases pay for decimal.js.
+ * `a + b` for decimal strings at the larger of their scales ("0" + "21.00" = "21.00"; see
+ * addText). Balance totals are non-negative and mostly short, so when both fit in 15 digits the sum
+ * is done on the scaled integers as doubles (exact below 2^53) and only other cases pay for decimal.js.
  */
 export function decAdd(a: unknown, b: unknown): unknown {
   if (b === '0') return a;
@@ -102,12 +102,10 @@ export function decAdd(a: unknown, b: unknown): unknown {
       const sum = Number(ma[1] + fa.padEnd(scale, '0')) + Number(mb[1] + fb.padEnd(scale, '0'));
       if (scale === 0) return String(sum);
       const digits = String(sum).padStart(scale + 1, '0');
-      const fraction = digits.slice(-scale).replace(/0+$/, '');
-      const whole = digits.slice(0, -scale);
-      return fraction === '' ? whole : `${whole}.${fraction}`;
+      return `${digits.slice(0, -scale)}.${digits.slice(-scale)}`;
     }
   }
-  return new Dec(String(a)).plus(String(b)).toFixed();
+  return addText(String(a), String(b));
 }
 
 export function schemaVersion(db: Db): number {

@@ -5,6 +5,9 @@
  * Amounts are TEXT holding exact decimal strings (see src/decimal.ts); SQLite never does arithmetic
  * on them. Every table has `version`, `created`, `modified` like the records it stores.
  */
+import { CALCULATIONS_MIGRATION_SQL } from './statements/calculations.js';
+import { VIEWS_MIGRATION_SQL } from './statements/views.js';
+
 export interface Migration {
   version: number;
   name: string;
@@ -415,6 +418,119 @@ export const MIGRATIONS: readonly Migration[] = [
         created     TEXT NOT NULL,
         PRIMARY KEY (skill_id, version)
       ) WITHOUT ROWID;
+    `,
+  },
+  {
+    version: 10,
+    name: 'account sets',
+    sql: `
+      -- An account set is an account row (one id space, one code space, balances keyed alike) that
+      -- belongs to one journal and never takes entries directly: is_account_set marks it.
+      ALTER TABLE accounts ADD COLUMN is_account_set INTEGER NOT NULL DEFAULT 0;
+      -- The set's journal (checked when the set is created; no constraint, so the column can be dropped).
+      ALTER TABLE accounts ADD COLUMN journal_id TEXT;
+      ALTER TABLE accounts ADD COLUMN enable_concurrent_posting INTEGER NOT NULL DEFAULT 0;
+      CREATE TABLE account_set_members (
+        account_set_id TEXT NOT NULL REFERENCES accounts(account_id),
+        member_id      TEXT NOT NULL REFERENCES accounts(account_id),
+        member_type    TEXT NOT NULL CHECK (member_type IN ('ACCOUNT','ACCOUNT_SET')),
+        created        TEXT NOT NULL,
+        PRIMARY KEY (account_set_id, member_id)
+      ) WITHOUT ROWID;
+      CREATE INDEX account_set_members_by_member ON account_set_members (member_id, account_set_id);
+      -- The sets (in the entry's journal, transitively) its account belonged to when it was posted.
+      ALTER TABLE entries ADD COLUMN parent_account_ids TEXT;
+      -- A set's entries: one row per entry and set it rolled up into, in posting order.
+      CREATE TABLE set_entries (
+        account_set_id TEXT NOT NULL,
+        seq            INTEGER NOT NULL,
+        PRIMARY KEY (account_set_id, seq)
+      ) WITHOUT ROWID;
+    `,
+  },
+  {
+    version: 11,
+    name: 'velocity controls',
+    sql: `
+      -- A limit: window (partition keys), condition, and balance limits, all CEL (document JSON),
+      -- with params whose values are given when a control holding it is attached.
+      CREATE TABLE velocity_limits (
+        velocity_limit_id TEXT PRIMARY KEY,
+        name              TEXT NOT NULL,
+        description       TEXT,
+        document          TEXT NOT NULL,
+        version           INTEGER NOT NULL,
+        created           TEXT NOT NULL,
+        modified          TEXT NOT NULL
+      );
+      CREATE TABLE velocity_controls (
+        velocity_control_id TEXT PRIMARY KEY,
+        name                TEXT NOT NULL,
+        description         TEXT,
+        enforcement         TEXT NOT NULL CHECK (enforcement IN ('WARN','VOID','REJECT')),
+        condition           TEXT,
+        status              TEXT NOT NULL CHECK (status IN ('ACTIVE','LOCKED')),
+        version             INTEGER NOT NULL,
+        created             TEXT NOT NULL,
+        modified            TEXT NOT NULL
+      );
+      CREATE TABLE velocity_control_limits (
+        velocity_control_id TEXT NOT NULL REFERENCES velocity_controls(velocity_control_id),
+        velocity_limit_id   TEXT NOT NULL REFERENCES velocity_limits(velocity_limit_id),
+        position            INTEGER NOT NULL,
+        PRIMARY KEY (velocity_control_id, velocity_limit_id)
+      ) WITHOUT ROWID;
+      CREATE INDEX velocity_control_limits_by_limit ON velocity_control_limits (velocity_limit_id);
+      -- A control attached to an account or a set (in one journal, or in every journal: ''), with
+      -- the values of its limits' params.
+      CREATE TABLE velocity_attachments (
+        account_id          TEXT NOT NULL REFERENCES accounts(account_id),
+        velocity_control_id TEXT NOT NULL REFERENCES velocity_controls(velocity_control_id),
+        journal_id          TEXT NOT NULL,
+        params              TEXT,
+        created             TEXT NOT NULL,
+        modified            TEXT NOT NULL,
+        PRIMARY KEY (account_id, velocity_control_id)
+      ) WITHOUT ROWID;
+      CREATE INDEX velocity_attachments_by_control ON velocity_attachments (velocity_control_id);
+      -- Running totals of a windowed or conditional limit for one account or set: counted from
+      -- when a control holding the limit was attached there.
+      CREATE TABLE velocity_balances (
+        velocity_limit_id TEXT NOT NULL,
+        account_id        TEXT NOT NULL,
+        journal_id        TEXT NOT NULL,
+        currency          TEXT NOT NULL,
+        window            TEXT NOT NULL,
+        settled_dr        TEXT NOT NULL,
+        settled_cr        TEXT NOT NULL,
+        pending_dr        TEXT NOT NULL,
+        pending_cr        TEXT NOT NULL,
+        encumbrance_dr    TEXT NOT NULL,
+        encumbrance_cr    TEXT NOT NULL,
+        entry_id          TEXT NOT NULL,
+        version           INTEGER NOT NULL,
+        created           TEXT NOT NULL,
+        modified          TEXT NOT NULL,
+        PRIMARY KEY (velocity_limit_id, account_id, journal_id, currency, window)
+      ) WITHOUT ROWID;
+      -- Velocity exceptions a posting recorded (WARN, VOID, or properties.exception): a JSON list.
+      ALTER TABLE transactions ADD COLUMN exceptions TEXT;
+    `,
+  },
+  { version: 12, name: 'calculations', sql: CALCULATIONS_MIGRATION_SQL },
+  { version: 13, name: 'views and indexes', sql: VIEWS_MIGRATION_SQL },
+  {
+    version: 14,
+    name: 'balance history',
+    sql: `
+      -- Each entry keeps its balance record as the posting left it (version and the six totals,
+      -- space-separated), and so does each set_entries row for the set: Balance.history and the
+      -- balance as of a past time read these, through the indexes the entries already have. Rows
+      -- are appended in posting order, so this costs no page beyond those the posting writes anyway.
+      ALTER TABLE entries ADD COLUMN balance_version INTEGER;
+      ALTER TABLE entries ADD COLUMN balance_after TEXT;
+      ALTER TABLE set_entries ADD COLUMN balance_version INTEGER;
+      ALTER TABLE set_entries ADD COLUMN balance_after TEXT;
     `,
   },
 ];

@@ -1,7 +1,12 @@
 import type { Db } from './database.js';
 
 /** The tables whose rows the caches copy. */
-export const CACHED_TABLES = ['journals', 'tran_codes', 'tran_code_versions', 'triggers', 'action_versions'] as const;
+export const CACHED_TABLES = [
+  'journals', 'tran_codes', 'tran_code_versions', 'triggers', 'action_versions',
+  // What postings consult beside the tran code: sets above an account, velocity controls, calculations, views and indexes.
+  'account_set_members', 'velocity_limits', 'velocity_controls', 'velocity_control_limits', 'velocity_attachments',
+  'calculations', 'calculation_attachments', 'views', 'custom_indexes',
+] as const;
 
 /**
  * When cached copies of rows may have gone stale. The number moves whenever a row that some cache
@@ -95,6 +100,9 @@ export function watchCachedTables(db: Db, epoch: CacheEpoch): void {
 const DATA_TABLES = [
   'accounts', 'journals', 'tran_codes', 'tran_code_versions', 'transactions', 'triggers', 'actions', 'action_versions', 'clients',
   'sessions', 'session_messages', 'approvals', 'skills', 'skill_versions',
+  // Set membership moves balances, and a calculation's backfill writes its balances, without a transaction row.
+  'account_set_members', 'velocity_limits', 'velocity_controls', 'velocity_control_limits', 'velocity_attachments',
+  'calculations', 'calculation_attachments', 'views', 'custom_indexes',
 ] as const;
 
 /** Counts this connection's writes to DATA_TABLES (see the result cache in src/execution/result-cache.ts). */

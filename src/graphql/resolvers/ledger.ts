@@ -1,10 +1,12 @@
-import { Dec, formatDecimal, minorUnits } from '../../decimal.js';
 import { EngineError } from '../../errors.js';
 import { type Balance, layerTotals, normalBalance } from '../../ledger/balances.js';
 import { DEFAULT_JOURNAL_ID } from '../../ledger/journals.js';
-import type { Account, Direction, Entry, Layer, Transaction } from '../../ledger/records.js';
+import type { Account, AccountSet, Direction, Entry, Layer, Transaction } from '../../ledger/records.js';
 import type { TranCode } from '../../ledger/tran-codes.js';
+import { entriesByIndex, transactionsByIndex } from '../../ledger/indexes.js';
+import { getIndex } from '../../ledger/views.js';
 import { evaluateCel, evaluateDocument } from '../evaluate.js';
+import { calculationBalance } from './calculations.js';
 import { guard, visible } from './guard.js';
 import type { RequestContext } from '../context.js';
 
@@ -17,8 +19,9 @@ interface BalanceView {
   normalBalanceType: Direction;
 }
 
-function money(units: Dec, currency: string) {
-  return { units: formatDecimal(units, minorUnits(currency)), currency };
+/** Amounts as stored: exact text with the scale they were posted with (see scaleOf in src/decimal.ts). */
+function money(units: string, currency: string) {
+  return { units, currency };
 }
 
 function amounts(view: BalanceView, layer: Layer, cumulative: boolean) {
@@ -31,14 +34,34 @@ function amounts(view: BalanceView, layer: Layer, cumulative: boolean) {
   };
 }
 
-function balanceOf(ctx: RequestContext, account: Account, journalId: string | null | undefined, currencyArg: string | null): BalanceView {
+function balanceOf(ctx: RequestContext, account: Account, journalId: string | null | undefined, currencyArg: string | null, asOf?: string | null): BalanceView {
   // An explicit null means the default, as leaving it out does.
   const currency = currencyArg ?? 'USD';
   const journal = journalId ?? DEFAULT_JOURNAL_ID;
   if (journalId) ctx.ledger.getJournal(journalId);
   guard(ctx, 'SELECT', 'financial.Balance', { accountId: account.accountId, journalId: journal, currency, account });
-  return { balance: ctx.ledger.readBalance(account.accountId, journal, currency), normalBalanceType: account.normalBalanceType };
+  const balance = asOf ? ctx.ledger.balanceAsOf({ id: account.accountId, isSet: false }, journal, currency, asOf) : ctx.ledger.readBalance(account.accountId, journal, currency);
+  return { balance, normalBalanceType: account.normalBalanceType };
 }
+
+/** A set's rolled-up balance: in its own journal unless another is named (where it has none). */
+function setBalanceOf(ctx: RequestContext, set: AccountSet, journalId: string | null | undefined, currencyArg: string | null, asOf?: string | null): BalanceView {
+  const currency = currencyArg ?? 'USD';
+  const journal = journalId ?? set.journalId;
+  if (journalId) ctx.ledger.getJournal(journalId);
+  guard(ctx, 'SELECT', 'financial.Balance', { accountId: set.accountSetId, journalId: journal, currency, accountSet: set });
+  const balance = asOf ? ctx.ledger.balanceAsOf({ id: set.accountSetId, isSet: true }, journal, currency, asOf) : ctx.ledger.readBalance(set.accountSetId, journal, currency);
+  return { balance, normalBalanceType: set.normalBalanceType };
+}
+
+function balancesPage(ctx: RequestContext, id: string, normalBalanceType: Direction, first: number, after: string | null | undefined, owner: Record<string, unknown>) {
+  const page = visible(ctx, 'financial.Balance', ctx.ledger.listBalances(id, first, after), (b) => ({ accountId: b.accountId, journalId: b.journalId, currency: b.currency, ...owner }));
+  const view = (balance: Balance): BalanceView => ({ balance, normalBalanceType });
+  return { ...page, nodes: page.nodes.map(view), edges: page.edges.map((e) => ({ cursor: e.cursor, node: view(e.node) })) };
+}
+
+const AS = 'financial.AccountSet';
+const ASM = 'financial.AccountSetMember';
 
 const J = 'financial.Journal';
 const A = 'financial.Account';
@@ -72,10 +95,25 @@ const query: Record<string, Resolver> = {
   tranCode: (_, { id, code, version }, ctx) => guard(ctx, 'SELECT', TC, ctx.ledger.getTranCode({ id, code, version })),
   tranCodes: (_, { first, after }, ctx) => visible(ctx, TC, ctx.ledger.listTranCodes(first, after)),
   transaction: (_, { id }, ctx) => guard(ctx, 'SELECT', T, ctx.ledger.getTransaction(id)),
-  transactions: (_, { first, after, where }, ctx) =>
-    visible(ctx, T, ctx.ledger.listTransactions({ first, after, correlationId: where?.correlationId, journalId: where?.journalId })),
+  transactions: (_, { first, after, where }, ctx) => {
+    if (where?.custom) {
+      if (where.correlationId != null || where.journalId != null) {
+        throw new EngineError('BAD_REQUEST', 'transactions takes where.custom alone', { hint: 'Put the other conditions in the custom index (partition, sort, constraints).' });
+      }
+      guard(ctx, 'SELECT', 'financial.Index', getIndex(ctx.ledger.deps, where.custom.index, 'Transaction'));
+      return visible(ctx, T, transactionsByIndex(ctx.ledger.deps, where.custom, first, after));
+    }
+    return visible(ctx, T, ctx.ledger.listTransactions({ first, after, correlationId: where?.correlationId, journalId: where?.journalId }));
+  },
   entry: (_, { id }, ctx) => guard(ctx, 'SELECT', E, ctx.ledger.getEntry(id)),
   entries: (_, { first, after, where }, ctx) => {
+    if (where.custom) {
+      if (where.accountId || where.transactionId || where.journalId || where.currency) {
+        throw new EngineError('BAD_REQUEST', 'entries takes where.custom alone', { hint: 'Put the other conditions in the custom index (partition, sort, constraints).' });
+      }
+      guard(ctx, 'SELECT', 'financial.Index', getIndex(ctx.ledger.deps, where.custom.index, 'Entry'));
+      return visible(ctx, E, entriesByIndex(ctx.ledger.deps, where.custom, first, after));
+    }
     if (where.accountId && where.transactionId) {
       throw new EngineError('BAD_REQUEST', 'entries takes where.accountId or where.transactionId, not both', { hint: 'Read the transaction\'s entries, and keep those of the account.' });
     }
@@ -90,7 +128,16 @@ const query: Record<string, Resolver> = {
       hint: 'Entries are read through an account or a transaction index.',
     });
   },
-  balance: (_, { accountId, journalId, currency }, ctx) => balanceOf(ctx, ctx.ledger.getAccount({ id: accountId }), journalId, currency),
+  balance: (_, args, ctx) => {
+    const { accountId, journalId, currency } = args;
+    if (args.calculationId != null || args.dimension != null || args.effective != null) return calculationBalance(ctx, args);
+    const owner = ctx.ledger.balanceOwner(accountId);
+    return owner.isSet
+      ? setBalanceOf(ctx, ctx.ledger.getAccountSet(accountId), journalId, currency)
+      : balanceOf(ctx, ctx.ledger.getAccount({ id: accountId }), journalId, currency);
+  },
+  accountSet: (_, { id }, ctx) => guard(ctx, 'SELECT', AS, ctx.ledger.getAccountSet(id)),
+  accountSets: (_, { first, after }, ctx) => visible(ctx, AS, ctx.ledger.listAccountSets(first, after)),
 };
 
 const mutation: Record<string, Resolver> = {
@@ -100,11 +147,36 @@ const mutation: Record<string, Resolver> = {
     guard(ctx, 'UPDATE', J, ctx.ledger.getJournal(id));
     return ctx.ledger.updateJournal(id, input);
   },
-  createAccount: (_, { input }, ctx) => ctx.ledger.createAccount(guard(ctx, 'INSERT', A, input)),
+  createAccount: (_, { input }, ctx) => {
+    guard(ctx, 'INSERT', A, input);
+    for (const setId of input.accountSetIds ?? []) guard(ctx, 'INSERT', ASM, { accountSetId: setId, memberId: input.accountId, memberType: 'ACCOUNT' });
+    return ctx.ledger.createAccount(input);
+  },
   updateAccount: (_, { id, input }, ctx) => {
     // The record as it is decides (an assertion on context.document sees its current metadata).
     guard(ctx, 'UPDATE', A, ctx.ledger.getAccount({ id }));
     return ctx.ledger.updateAccount(id, input);
+  },
+  createAccountSet: (_, { input }, ctx) => {
+    guard(ctx, 'INSERT', AS, input);
+    for (const parent of input.accountSetIds ?? []) guard(ctx, 'INSERT', ASM, { accountSetId: parent, memberId: input.accountSetId, memberType: 'ACCOUNT_SET' });
+    return ctx.ledger.createAccountSet(input);
+  },
+  updateAccountSet: (_, { id, input }, ctx) => {
+    guard(ctx, 'UPDATE', AS, ctx.ledger.getAccountSet(id));
+    return ctx.ledger.updateAccountSet(id, input);
+  },
+  deleteAccountSet: (_, { id }, ctx) => {
+    guard(ctx, 'DELETE', AS, ctx.ledger.getAccountSet(id));
+    return ctx.ledger.deleteAccountSet(id);
+  },
+  addToAccountSet: (_, { id, member }, ctx) => {
+    guard(ctx, 'INSERT', ASM, { accountSetId: id, ...member, accountSet: ctx.ledger.getAccountSet(id) });
+    return ctx.ledger.addToAccountSet(id, member);
+  },
+  removeFromAccountSet: (_, { id, member }, ctx) => {
+    guard(ctx, 'DELETE', ASM, { accountSetId: id, ...member, accountSet: ctx.ledger.getAccountSet(id) });
+    return ctx.ledger.removeFromAccountSet(id, member);
   },
   createTranCode: (_, { input }, ctx) => ctx.ledger.createTranCode(guard(ctx, 'INSERT', TC, input)),
   updateTranCode: (_, { id, input }, ctx) => {
@@ -133,15 +205,29 @@ export const ledgerResolvers = {
   Query: query,
   Mutation: mutation,
   Account: {
-    balance: (a: Account, { journalId, currency }: Args, ctx: RequestContext) => balanceOf(ctx, a, journalId, currency),
-    balances: (a: Account, { first, after }: Args, ctx: RequestContext) => {
-      const page = visible(ctx, 'financial.Balance', ctx.ledger.listBalances(a.accountId, first, after), (b) => ({ accountId: b.accountId, journalId: b.journalId, currency: b.currency, account: a }));
-      const view = (balance: Balance): BalanceView => ({ balance, normalBalanceType: a.normalBalanceType });
-      return { ...page, nodes: page.nodes.map(view), edges: page.edges.map((e) => ({ cursor: e.cursor, node: view(e.node) })) };
-    },
+    balance: (a: Account, { journalId, currency, asOf }: Args, ctx: RequestContext) => balanceOf(ctx, a, journalId, currency, asOf),
+    balances: (a: Account, { first, after }: Args, ctx: RequestContext) => balancesPage(ctx, a.accountId, a.normalBalanceType, first, after, { account: a }),
+    sets: (a: Account, { first, after }: Args, ctx: RequestContext) => visible(ctx, AS, ctx.ledger.setsOf(a.accountId, first, after)),
     entries: (a: Account, { first, after, where }: Args, ctx: RequestContext) =>
       visible(ctx, E, ctx.ledger.entriesOfAccount({ accountId: a.accountId, first, after, journalId: where?.journalId, currency: where?.currency })),
     history: (a: Account, { first, after }: Args, ctx: RequestContext) => visible(ctx, A, ctx.ledger.accountHistory(a.accountId, first, after)),
+  },
+  AccountSet: {
+    journal: (set: AccountSet, _: Args, ctx: RequestContext) => guard(ctx, 'SELECT', J, ctx.ledger.getJournal(set.journalId)),
+    balance: (set: AccountSet, { currency, asOf }: Args, ctx: RequestContext) => setBalanceOf(ctx, set, null, currency, asOf),
+    balances: (set: AccountSet, { first, after }: Args, ctx: RequestContext) => balancesPage(ctx, set.accountSetId, set.normalBalanceType, first, after, { accountSet: set }),
+    entries: (set: AccountSet, { first, after, where }: Args, ctx: RequestContext) => visible(ctx, E, ctx.ledger.setEntries(set.accountSetId, first, after, where?.currency)),
+    members: (set: AccountSet, { first, after }: Args, ctx: RequestContext) => {
+      const page = visible(ctx, ASM, ctx.ledger.setMembers(set.accountSetId, first, after), (m) => ({ accountSetId: m.account_set_id, memberId: m.member_id, memberType: m.member_type }));
+      const node = (m: { member_id: string; member_type: string }) =>
+        m.member_type === 'ACCOUNT_SET' ? guard(ctx, 'SELECT', AS, ctx.ledger.getAccountSet(m.member_id)) : guard(ctx, 'SELECT', A, ctx.ledger.getAccount({ id: m.member_id }));
+      return { pageInfo: page.pageInfo, nodes: page.nodes.map(node), edges: page.edges.map((e) => ({ cursor: e.cursor, node: node(e.node) })) };
+    },
+    sets: (set: AccountSet, { first, after }: Args, ctx: RequestContext) => visible(ctx, AS, ctx.ledger.setsOf(set.accountSetId, first, after)),
+    history: (set: AccountSet, { first, after }: Args, ctx: RequestContext) => visible(ctx, AS, ctx.ledger.accountHistory(set.accountSetId, first, after)),
+  },
+  AccountSetMember: {
+    __resolveType: (node: { accountSetId?: string }) => (node.accountSetId === undefined ? 'Account' : 'AccountSet'),
   },
   TranCode: {
     history: (t: TranCode, { first, after }: Args, ctx: RequestContext) => visible(ctx, TC, ctx.ledger.tranCodeHistory(t.tranCodeId, first, after)),
@@ -154,8 +240,9 @@ export const ledgerResolvers = {
       visible(ctx, T, ctx.ledger.listTransactions({ first, after, correlationId: t.correlationId })),
   },
   Entry: {
-    units: (e: Entry) => formatDecimal(new Dec(e.units), minorUnits(e.currency)),
-    amount: (e: Entry) => money(new Dec(e.units), e.currency),
+    units: (e: Entry) => e.units,
+    description: (e: Entry) => e.description ?? '',
+    amount: (e: Entry) => money(e.units, e.currency),
     transaction: (e: Entry, _: Args, ctx: RequestContext) => guard(ctx, 'SELECT', T, ctx.ledger.getTransaction(e.transactionId)),
     account: (e: Entry, _: Args, ctx: RequestContext) => guard(ctx, 'SELECT', A, ctx.ledger.getAccount({ id: e.accountId })),
   },
@@ -173,5 +260,18 @@ export const ledgerResolvers = {
     pending: (v: BalanceView) => amounts(v, 'PENDING', false),
     encumbrance: (v: BalanceView) => amounts(v, 'ENCUMBRANCE', false),
     available: (v: BalanceView, { layer }: Args) => amounts(v, layer as Layer, true),
+    history: (v: BalanceView, { first, after }: Args, ctx: RequestContext) => {
+      const { accountId, journalId, currency } = v.balance;
+      if ((v.balance as { calculationId?: string | null }).calculationId) {
+        throw new EngineError('BAD_REQUEST', 'the history of a calculation balance is not kept', { hint: 'Read it by effective period instead, or read the history of the account balance.' });
+      }
+      const page = ctx.ledger.balanceHistory(ctx.ledger.balanceOwner(accountId), journalId, currency, first, after);
+      const view = (balance: Balance): BalanceView => ({ balance, normalBalanceType: v.normalBalanceType });
+      return { ...page, nodes: page.nodes.map(view), edges: page.edges.map((e) => ({ cursor: e.cursor, node: view(e.node) })) };
+    },
+    entries: (v: BalanceView, { first, after }: Args, ctx: RequestContext) =>
+      visible(ctx, E, ctx.ledger.entriesOfAccount({ accountId: v.balance.accountId, journalId: v.balance.journalId, currency: v.balance.currency, first, after, newestFirst: true })),
+    calculationId: (v: BalanceView) => v.balance.calculationId ?? null,
+    dimensions: (v: BalanceView) => v.balance.dimensions ?? null,
   },
 };

@@ -25,6 +25,17 @@ export interface AccountRow {
   version: number;
   created: string;
   modified: string;
+  /** 1 for an account set (it then has a journal_id, and never takes entries directly). */
+  is_account_set: number;
+  journal_id: string | null;
+  enable_concurrent_posting: number;
+}
+
+export interface AccountSetMemberRow {
+  account_set_id: string;
+  member_id: string;
+  member_type: 'ACCOUNT' | 'ACCOUNT_SET';
+  created: string;
 }
 
 export interface TranCodeRow {
@@ -60,6 +71,8 @@ export interface TransactionRow {
   input_fingerprint: string | null;
   first_entry_seq: number;
   entry_count: number;
+  /** JSON list of velocity exceptions recorded by the posting; null for none. */
+  exceptions: string | null;
   version: number;
   created: string;
   modified: string;
@@ -80,6 +93,11 @@ export interface EntryRow {
   description: string | null;
   metadata: string | null;
   created: string;
+  /** JSON list of the sets the account rolled up into when the entry was posted; null for none. */
+  parent_account_ids: string | null;
+  /** The account's balance record (journal, currency) as the posting left it: its version and totals. */
+  balance_version: number | null;
+  balance_after: string | null;
 }
 
 export interface BalanceRow {
@@ -119,7 +137,7 @@ export function ledgerStatements(db: Db) {
 
     accountById: db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE account_id = ?'),
     /** What posting checks of an account: [code, status]. */
-    accountStatus: db.prepare<[string], [string, string]>('SELECT code, status FROM accounts WHERE account_id = ?').raw(),
+    accountStatus: db.prepare<[string], [string, string, number]>('SELECT code, status, is_account_set FROM accounts WHERE account_id = ?').raw(),
     accountByCode: db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE code = ?'),
     accountByExternalId: db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE external_id = ?'),
     accountsPage: db.prepare<[number, number], AccountRow & { rowid: number }>(
@@ -130,15 +148,60 @@ export function ledgerStatements(db: Db) {
     ),
     insertAccount: db.prepare(
       `INSERT INTO accounts (account_id, code, name, external_id, description, status, normal_balance_type,
-         metadata, version, created, modified)
+         metadata, version, created, modified, is_account_set, journal_id, enable_concurrent_posting)
        VALUES (@account_id, @code, @name, @external_id, @description, @status, @normal_balance_type,
-         @metadata, @version, @created, @modified)`,
+         @metadata, @version, @created, @modified, @is_account_set, @journal_id, @enable_concurrent_posting)`,
     ),
     updateAccount: db.prepare(
       `UPDATE accounts SET code = @code, name = @name, external_id = @external_id, description = @description,
          status = @status, normal_balance_type = @normal_balance_type, metadata = @metadata,
+         enable_concurrent_posting = @enable_concurrent_posting,
          version = @version, modified = @modified WHERE account_id = @account_id`,
     ),
+
+    // Account sets: members, and the sets above an account in one journal (recursive; nesting is
+    // bounded by accountSetDepthMax when members are added, and cycles are refused there).
+    setMember: db.prepare<[string, string], AccountSetMemberRow>('SELECT * FROM account_set_members WHERE account_set_id = ? AND member_id = ?'),
+    insertSetMember: db.prepare<[string, string, string, string]>(
+      'INSERT INTO account_set_members (account_set_id, member_id, member_type, created) VALUES (?, ?, ?, ?)',
+    ),
+    deleteSetMember: db.prepare<[string, string]>('DELETE FROM account_set_members WHERE account_set_id = ? AND member_id = ?'),
+    setMembersPage: db.prepare<[string, string, number], AccountSetMemberRow>(
+      'SELECT * FROM account_set_members WHERE account_set_id = ? AND member_id > ? ORDER BY member_id LIMIT ?',
+    ),
+    setsOfMemberPage: db.prepare<[string, string, number], AccountSetMemberRow>(
+      'SELECT * FROM account_set_members WHERE member_id = ? AND account_set_id > ? ORDER BY account_set_id LIMIT ?',
+    ),
+    /** Every set above `member` (its sets, theirs, ...) with its distance: 1 for a direct parent. */
+    ancestorsOf: db.prepare<[string], { id: string; depth: number }>(
+      `WITH RECURSIVE up(id, depth) AS (
+         SELECT account_set_id, 1 FROM account_set_members WHERE member_id = ?
+         UNION
+         SELECT m.account_set_id, up.depth + 1 FROM account_set_members m JOIN up ON m.member_id = up.id WHERE up.depth < 64
+       ) SELECT id, max(depth) AS depth FROM up GROUP BY id ORDER BY id`,
+    ),
+    /** The longest chain of members below a set (0 for a set with no set members). */
+    depthBelow: db.prepare<[string], { depth: number | null }>(
+      `WITH RECURSIVE down(id, depth) AS (
+         SELECT ?, 0
+         UNION
+         SELECT m.member_id, down.depth + 1 FROM account_set_members m JOIN down ON m.account_set_id = down.id
+           WHERE m.member_type = 'ACCOUNT_SET' AND down.depth < 64
+       ) SELECT max(depth) AS depth FROM down`,
+    ),
+    insertSetEntry: db.prepare<[string, number, number, string]>('INSERT INTO set_entries (account_set_id, seq, balance_version, balance_after) VALUES (?, ?, ?, ?)'),
+    setEntriesDescPage: db.prepare<[string, number, number], EntryRow>(
+      `SELECT e.* FROM set_entries s JOIN entries e ON e.seq = s.seq
+       WHERE s.account_set_id = ? AND s.seq < ? ORDER BY s.seq DESC LIMIT ?`,
+    ),
+    setsPage: db.prepare<[number, number], AccountRow & { rowid: number }>(
+      'SELECT rowid, * FROM accounts WHERE is_account_set = 1 AND rowid > ? ORDER BY rowid LIMIT ?',
+    ),
+    deleteAccountRow: db.prepare<[string]>('DELETE FROM accounts WHERE account_id = ?'),
+    deleteAccountVersions: db.prepare<[string]>('DELETE FROM account_versions WHERE account_id = ?'),
+    deleteSetEntries: db.prepare<[string]>('DELETE FROM set_entries WHERE account_set_id = ?'),
+    deleteBalancesOf: db.prepare<[string]>('DELETE FROM balances WHERE account_id = ?'),
+    balancesOfJournal: db.prepare<[string, string], BalanceRow>('SELECT * FROM balances WHERE account_id = ? AND journal_id = ?'),
     insertAccountVersion: db.prepare<[string, number, string]>(
       'INSERT INTO account_versions (account_id, version, document) VALUES (?, ?, ?)',
     ),
@@ -197,10 +260,10 @@ export function ledgerStatements(db: Db) {
     ),
 
     /** Positional: the hottest insert, and named binding costs a lookup per parameter. */
-    insertEntry: db.prepare<[number, string, string, string, string, number, string, string, string, string, string, string | null, string | null, string]>(
+    insertEntry: db.prepare<[number, string, string, string, string, number, string, string, string, string, string, string | null, string | null, string, string | null, number, string]>(
       `INSERT INTO entries (seq, entry_id, transaction_id, account_id, journal_id, sequence, entry_type, layer,
-         direction, units, currency, description, metadata, created)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         direction, units, currency, description, metadata, created, parent_account_ids, balance_version, balance_after)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ),
     entryById: db.prepare<[string], EntryRow>('SELECT * FROM entries WHERE entry_id = ?'),
     /** A transaction's entries: seq from first_entry_seq to first_entry_seq + entry_count - 1. */
@@ -211,10 +274,25 @@ export function ledgerStatements(db: Db) {
     entriesByAccountPage: db.prepare<[string, number, number], EntryRow>(
       'SELECT * FROM entries WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?',
     ),
+    /** Newest first: the entries behind a balance. */
+    entriesByAccountDescPage: db.prepare<[string, number, number], EntryRow>(
+      'SELECT * FROM entries WHERE account_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?',
+    ),
 
     balance: db.prepare<[string, string, string], BalanceRow>(
       'SELECT * FROM balances WHERE account_id = ? AND journal_id = ? AND currency = ?',
     ),
+    /** An account's entries newest first from a seq down, with the balance each left (history, as-of). */
+    entriesByAccountDescFrom: db.prepare<[string, number, number], EntryRow>(
+      'SELECT * FROM entries WHERE account_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?',
+    ),
+    /** A set's entries newest first from a seq down, with the set's balance each left. */
+    setEntriesDescFrom: db.prepare<[string, number, number], EntryRow & { set_balance_version: number | null; set_balance_after: string | null }>(
+      `SELECT e.*, s.balance_version AS set_balance_version, s.balance_after AS set_balance_after FROM set_entries s JOIN entries e ON e.seq = s.seq
+       WHERE s.account_set_id = ? AND s.seq <= ? ORDER BY s.seq DESC LIMIT ?`,
+    ),
+    /** When entry `seq` was written (a binary search over seq finds the last entry at a time). */
+    entryCreatedAt: db.prepare<[number], string>('SELECT created FROM entries WHERE seq = ?').pluck(),
     balancesByAccountPage: db.prepare<[string, string, number], BalanceRow>(
       `SELECT * FROM balances WHERE account_id = ? AND (journal_id || ' ' || currency) > ?
        ORDER BY journal_id, currency LIMIT ?`,
@@ -233,7 +311,8 @@ export function ledgerStatements(db: Db) {
          pending_dr = dec_add(pending_dr, excluded.pending_dr), pending_cr = dec_add(pending_cr, excluded.pending_cr),
          encumbrance_dr = dec_add(encumbrance_dr, excluded.encumbrance_dr),
          encumbrance_cr = dec_add(encumbrance_cr, excluded.encumbrance_cr),
-         entry_id = excluded.entry_id, version = balances.version + 1, modified = excluded.modified`,
+         entry_id = excluded.entry_id, version = balances.version + 1, modified = excluded.modified
+       RETURNING ${BALANCE_AFTER}`,
     ),
     /**
      * The common case, one layer and side changing: only that column is added to, so SQLite calls
@@ -247,7 +326,8 @@ export function ledgerStatements(db: Db) {
            VALUES (?, ?, ?, ${BALANCE_COLUMNS.map((c) => (c === column ? '?' : "'0'")).join(', ')}, ?, 1, ?, ?)
            ON CONFLICT (account_id, journal_id, currency) DO UPDATE SET
              ${column} = dec_add(${column}, excluded.${column}), entry_id = excluded.entry_id,
-             version = balances.version + 1, modified = excluded.modified`,
+             version = balances.version + 1, modified = excluded.modified
+           RETURNING ${BALANCE_AFTER}`,
         ),
       ]),
     ) as Record<BalanceColumn, Statement<[string, string, string, string, string, string, string]>>,
@@ -256,6 +336,14 @@ export function ledgerStatements(db: Db) {
 }
 
 export const BALANCE_COLUMNS = ['settled_dr', 'settled_cr', 'pending_dr', 'pending_cr', 'encumbrance_dr', 'encumbrance_cr'] as const;
+
+/** What a balance upsert returns: the record as it left it, for the entries' history snapshot. */
+const BALANCE_AFTER = `version, settled_dr || ' ' || settled_cr || ' ' || pending_dr || ' ' || pending_cr || ' ' || encumbrance_dr || ' ' || encumbrance_cr AS after`;
+export interface BalanceAfter {
+  version: number;
+  /** The six totals, space-separated, in BALANCE_COLUMNS order. */
+  after: string;
+}
 export type BalanceColumn = (typeof BALANCE_COLUMNS)[number];
 
 export type LedgerStatements = ReturnType<typeof ledgerStatements>;

@@ -1,0 +1,783 @@
+import { CelDecimal, jsonToCel } from '../cel/values.js';
+import { addText, Dec, subText, withScale } from '../decimal.js';
+import { EngineError, quote } from '../errors.js';
+import { canonicalJson } from '../ids.js';
+import { setOwn } from '../json.js';
+import { type Connection, pageRequest, toConnection } from '../paging.js';
+import type { AccountRow, BalanceRow, EntryRow } from '../storage/statements/ledger.js';
+import { BALANCE_COLUMNS } from '../storage/statements/ledger.js';
+import type { VelocityAttachmentRow, VelocityControlRow, VelocityLimitRow } from '../storage/statements/velocity.js';
+import type { Posted } from './after-posting.js';
+import type { LedgerDeps } from './deps.js';
+import { accountDocument, type CelDocument, entryDocument, transactionDocument } from './documents.js';
+import { identifiersOf, literalDefault } from './param-defaults.js';
+import { bindParams } from './params.js';
+import { type Direction, jsonObjectText, type Layer, LAYERS, optionalText, requiredText } from './records.js';
+import { type CompiledField, type CompiledTranCode, PARAM_TYPES, type ParamDefinition, type ParamType } from './tran-codes.js';
+
+/**
+ * Velocity controls: limits on an account's (or a set's rolled-up) balance, checked on every
+ * posting inside its transaction, after the entries and balances are written (so the balance
+ * checked is the one the posting would leave). A limit says which entries count (condition), how
+ * they are partitioned (window: extra keys beside account, journal and currency, e.g. the
+ * effective date for a daily limit) and, per layer, the most the available balance may reach
+ * (its normal side given by normalBalanceType), with params whose values come at attach time. A
+ * control holds limits, a condition (does this posting concern it?) and an enforcement: REJECT
+ * fails the request with BALANCE_VELOCITY_EXCEEDED, VOID writes the posting and voids it at once,
+ * WARN writes it; VOID and WARN record the exception on Transaction.exceptions.
+ *
+ * A limit without window and condition reads the account's (or set's) own balance; one with
+ * either keeps running totals per window in velocity_balances, counted from when a control holding
+ * it was attached to that account or set. Voids are not checked: a void restores an earlier state.
+ */
+
+export const ENFORCEMENTS = ['WARN', 'VOID', 'REJECT'] as const;
+export type Enforcement = (typeof ENFORCEMENTS)[number];
+
+export interface PartitionKey {
+  alias: string;
+  value: string;
+  type?: string | null;
+}
+
+export interface BalanceLimit {
+  layer: string;
+  amount: string;
+  normalBalanceType?: string | null;
+  start?: string | null;
+  end?: string | null;
+}
+
+export interface VelocityLimitDocument {
+  window: PartitionKey[];
+  condition: string | null;
+  currency: string;
+  limit: { timestampSource: string | null; balance: BalanceLimit[] };
+  params: ParamDefinition[];
+}
+
+export interface VelocityLimitInput {
+  velocityLimitId: string;
+  name: string;
+  description?: string | null;
+  window?: PartitionKey[] | null;
+  condition?: string | null;
+  currency?: string | null;
+  limit: { timestampSource?: string | null; balance: BalanceLimit[] };
+  params?: Array<{ name: string; type?: ParamType | null; default?: string | null; description?: string | null }> | null;
+}
+
+export interface VelocityLimit extends VelocityLimitDocument {
+  velocityLimitId: string;
+  name: string;
+  description: string | null;
+  version: number;
+  created: string;
+  modified: string;
+}
+
+export interface VelocityControlInput {
+  velocityControlId: string;
+  name: string;
+  description?: string | null;
+  enforcement?: { action?: Enforcement | null } | null;
+  condition?: string | null;
+  velocityLimitIds?: string[] | null;
+}
+
+export interface VelocityControl {
+  velocityControlId: string;
+  name: string;
+  description: string | null;
+  enforcement: { action: Enforcement };
+  condition: string | null;
+  status: 'ACTIVE' | 'LOCKED';
+  version: number;
+  created: string;
+  modified: string;
+}
+
+export interface Attachment {
+  accountId: string;
+  velocityControlId: string;
+  journalId: string | null;
+  params: Record<string, unknown> | null;
+  created: string;
+  modified: string;
+}
+
+export interface TransactionException {
+  type: string;
+  message: string;
+  detail: Record<string, unknown>;
+}
+
+export function toLimit(row: VelocityLimitRow): VelocityLimit {
+  const doc = JSON.parse(row.document) as VelocityLimitDocument;
+  return { velocityLimitId: row.velocity_limit_id, name: row.name, description: row.description, ...doc, version: row.version, created: row.created, modified: row.modified };
+}
+
+export function toControl(row: VelocityControlRow): VelocityControl {
+  return {
+    velocityControlId: row.velocity_control_id,
+    name: row.name,
+    description: row.description,
+    enforcement: { action: row.enforcement },
+    condition: row.condition,
+    status: row.status,
+    version: row.version,
+    created: row.created,
+    modified: row.modified,
+  };
+}
+
+function toAttachment(row: VelocityAttachmentRow): Attachment {
+  return {
+    accountId: row.account_id,
+    velocityControlId: row.velocity_control_id,
+    journalId: row.journal_id || null,
+    params: row.params === null ? null : (JSON.parse(row.params) as Record<string, unknown>),
+    created: row.created,
+    modified: row.modified,
+  };
+}
+
+// ----------------------------------------------------------------------------------------------
+// Definitions
+
+const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
+
+function compileCel(deps: LedgerDeps, what: string, source: unknown): void {
+  if (typeof source !== 'string' || source.trim() === '') throw new EngineError('BAD_REQUEST', `${what} must be a CEL expression, got ${quote(source)}`);
+  try {
+    deps.cel.compile(source);
+  } catch (error) {
+    const e = error as EngineError;
+    throw new EngineError(e.code === 'LIMIT_EXCEEDED' ? 'LIMIT_EXCEEDED' : 'CEL_ERROR', `${what}: ${e.message}`, { hint: e.hint, details: e.details });
+  }
+}
+
+function limitDocument(deps: LedgerDeps, input: VelocityLimitInput): VelocityLimitDocument {
+  const window = (input.window ?? []).map((k, i) => {
+    if (!IDENTIFIER.test(k?.alias ?? '')) throw new EngineError('BAD_REQUEST', `window[${i}].alias ${quote(k?.alias)} is not an identifier`, { hint: 'Use letters, digits and _.' });
+    compileCel(deps, `window[${i}].value`, k.value);
+    return { alias: k.alias, value: k.value, type: k.type ?? null };
+  });
+  if (new Set(window.map((k) => k.alias)).size !== window.length) throw new EngineError('BAD_REQUEST', 'window aliases must be distinct');
+  if (window.length > deps.limits.velocityWindowKeysMax) {
+    throw new EngineError('LIMIT_EXCEEDED', `window has ${window.length} keys; velocityWindowKeysMax is ${deps.limits.velocityWindowKeysMax}`);
+  }
+  if (input.condition != null) compileCel(deps, 'condition', input.condition);
+  const currency = input.currency ?? '';
+  if (currency !== '' && !/^[A-Z][A-Z0-9]{2,9}$/.test(currency)) {
+    throw new EngineError('BAD_REQUEST', `currency ${quote(currency)} is not a currency code`, { hint: 'Use "" for any currency, or a code such as "USD".' });
+  }
+  const balance = input.limit?.balance;
+  if (!Array.isArray(balance) || balance.length === 0) {
+    throw new EngineError('BAD_REQUEST', 'limit.balance needs at least one {layer, amount}', { hint: 'e.g. limit: {balance: [{layer: "SETTLED", amount: "params.amount", normalBalanceType: "DEBIT"}]}' });
+  }
+  if (balance.length > LAYERS.length * 2) throw new EngineError('LIMIT_EXCEEDED', `limit.balance has ${balance.length} entries; at most ${LAYERS.length * 2}`);
+  const limits = balance.map((b, i) => {
+    compileCel(deps, `limit.balance[${i}].layer`, b?.layer);
+    compileCel(deps, `limit.balance[${i}].amount`, b?.amount);
+    for (const field of ['normalBalanceType', 'start', 'end'] as const) if (b[field] != null) compileCel(deps, `limit.balance[${i}].${field}`, b[field]);
+    return { layer: b.layer, amount: b.amount, normalBalanceType: b.normalBalanceType ?? null, start: b.start ?? null, end: b.end ?? null };
+  });
+  if (input.limit.timestampSource != null) compileCel(deps, 'limit.timestampSource', input.limit.timestampSource);
+  const params = (input.params ?? []).map((p, i): ParamDefinition => {
+    if (!IDENTIFIER.test(p?.name ?? '')) throw new EngineError('BAD_REQUEST', `params[${i}].name ${quote(p?.name)} is not an identifier`);
+    const type = (p.type ?? 'STRING') as ParamType;
+    if (!PARAM_TYPES.includes(type)) throw new EngineError('BAD_REQUEST', `params[${i}].type ${quote(type)} is not one of ${PARAM_TYPES.join(', ')}`);
+    if (p.default != null && !literalDefault(type, p.default, (s) => deps.cel.compile(s) as unknown as { ast?: unknown })) compileCel(deps, `params[${i}].default`, p.default);
+    return { name: p.name, type, default: p.default ?? null, description: p.description ?? null };
+  });
+  if (new Set(params.map((p) => p.name)).size !== params.length) throw new EngineError('BAD_REQUEST', 'params names must be distinct');
+  return { window, condition: input.condition ?? null, currency, limit: { timestampSource: input.limit.timestampSource ?? null, balance: limits }, params };
+}
+
+export function createVelocityLimit(deps: LedgerDeps, input: VelocityLimitInput): VelocityLimit {
+  if (deps.vel.limitById.get(input.velocityLimitId)) throw new EngineError('ALREADY_EXISTS', `velocity limit ${quote(input.velocityLimitId)} already exists`, { hint: 'Use updateVelocityLimit to change it.' });
+  const now = deps.clock.now().toISOString();
+  const row: VelocityLimitRow = {
+    velocity_limit_id: input.velocityLimitId,
+    name: requiredText(input.name, 'name'),
+    description: optionalText(input.description, 'description'),
+    document: JSON.stringify(limitDocument(deps, input)),
+    version: 1,
+    created: now,
+    modified: now,
+  };
+  deps.vel.insertLimit.run(row);
+  return toLimit(row);
+}
+
+export function updateVelocityLimit(deps: LedgerDeps, id: string, input: Partial<Omit<VelocityLimitInput, 'velocityLimitId'>>): VelocityLimit {
+  const current = getVelocityLimit(deps, id);
+  const merged: VelocityLimitInput = {
+    velocityLimitId: id,
+    name: input.name ?? current.name,
+    description: input.description === undefined ? current.description : input.description,
+    window: input.window ?? current.window,
+    condition: input.condition === undefined ? current.condition : input.condition,
+    currency: input.currency ?? current.currency,
+    limit: input.limit ?? current.limit,
+    params: input.params ?? current.params,
+  };
+  const row: VelocityLimitRow = {
+    velocity_limit_id: id,
+    name: requiredText(merged.name, 'name'),
+    description: optionalText(merged.description, 'description'),
+    document: JSON.stringify(limitDocument(deps, merged)),
+    version: current.version + 1,
+    created: current.created,
+    modified: deps.clock.now().toISOString(),
+  };
+  deps.vel.updateLimit.run(row);
+  return toLimit(row);
+}
+
+export function deleteVelocityLimit(deps: LedgerDeps, id: string): VelocityLimit {
+  const limit = getVelocityLimit(deps, id);
+  const controls = deps.vel.controlsOfLimit.all(id);
+  if (controls.length > 0) {
+    throw new EngineError('BAD_REQUEST', `velocity limit ${limit.name} is in ${controls.length} control(s): ${controls.slice(0, 5).join(', ')}`, { hint: 'Remove it from them (removeLimitFromControl) first.' });
+  }
+  deps.vel.deleteLimit.run(id);
+  return limit;
+}
+
+export function getVelocityLimit(deps: LedgerDeps, id: string): VelocityLimit {
+  const row = deps.vel.limitById.get(id);
+  if (!row) throw new EngineError('NOT_FOUND', `velocity limit ${quote(id)} does not exist`, { hint: 'Create it with createVelocityLimit.' });
+  return toLimit(row);
+}
+
+export function listVelocityLimits(deps: LedgerDeps, first: number, after?: string | null): Connection<VelocityLimit> {
+  const req = pageRequest<string>(first, after, deps.limits.pageSizeMax, 'string', 'velocity-limits');
+  return toConnection(deps.vel.limitsPage.all(req.after ?? '', req.fetch), req, (r) => r.velocity_limit_id, toLimit);
+}
+
+function enforcementOf(input: VelocityControlInput['enforcement'], fallback: Enforcement): Enforcement {
+  const action = input?.action ?? fallback;
+  if (!ENFORCEMENTS.includes(action)) throw new EngineError('BAD_REQUEST', `enforcement.action ${quote(action)} is not one of ${ENFORCEMENTS.join(', ')}`);
+  return action;
+}
+
+export function createVelocityControl(deps: LedgerDeps, input: VelocityControlInput): VelocityControl {
+  if (deps.vel.controlById.get(input.velocityControlId)) throw new EngineError('ALREADY_EXISTS', `velocity control ${quote(input.velocityControlId)} already exists`, { hint: 'Use updateVelocityControl to change it.' });
+  if (input.condition != null) compileCel(deps, 'condition', input.condition);
+  const now = deps.clock.now().toISOString();
+  const row: VelocityControlRow = {
+    velocity_control_id: input.velocityControlId,
+    name: requiredText(input.name, 'name'),
+    description: optionalText(input.description, 'description'),
+    enforcement: enforcementOf(input.enforcement, 'REJECT'),
+    condition: input.condition ?? null,
+    status: 'ACTIVE',
+    version: 1,
+    created: now,
+    modified: now,
+  };
+  deps.vel.insertControl.run(row);
+  for (const limitId of input.velocityLimitIds ?? []) addLimitToControl(deps, row.velocity_control_id, limitId);
+  return toControl(row);
+}
+
+export function updateVelocityControl(
+  deps: LedgerDeps,
+  id: string,
+  input: { name?: string | null; description?: string | null; enforcement?: VelocityControlInput['enforcement']; condition?: string | null; status?: 'ACTIVE' | 'LOCKED' | null },
+): VelocityControl {
+  const current = findControlRow(deps, id);
+  if (input.condition != null) compileCel(deps, 'condition', input.condition);
+  if (input.status != null && input.status !== 'ACTIVE' && input.status !== 'LOCKED') throw new EngineError('BAD_REQUEST', `status ${quote(input.status)} is not ACTIVE or LOCKED`);
+  const row: VelocityControlRow = {
+    ...current,
+    name: input.name == null ? current.name : requiredText(input.name, 'name'),
+    description: input.description === undefined ? current.description : optionalText(input.description, 'description'),
+    enforcement: input.enforcement === undefined ? current.enforcement : enforcementOf(input.enforcement, current.enforcement),
+    condition: input.condition === undefined ? current.condition : input.condition,
+    status: input.status ?? current.status,
+    version: current.version + 1,
+    modified: deps.clock.now().toISOString(),
+  };
+  deps.vel.updateControl.run(row);
+  return toControl(row);
+}
+
+export function deleteVelocityControl(deps: LedgerDeps, id: string): VelocityControl {
+  const control = toControl(findControlRow(deps, id));
+  const attached = deps.vel.attachmentsOfControlCount.get(id) ?? 0;
+  if (attached > 0) throw new EngineError('BAD_REQUEST', `velocity control ${control.name} is attached to ${attached} account(s) or set(s)`, { hint: 'Detach it (detachVelocityControl) first.' });
+  deps.vel.removeAllLimitsFromControl.run(id);
+  deps.vel.deleteControl.run(id);
+  return control;
+}
+
+function findControlRow(deps: LedgerDeps, id: string): VelocityControlRow {
+  const row = deps.vel.controlById.get(id);
+  if (!row) throw new EngineError('NOT_FOUND', `velocity control ${quote(id)} does not exist`, { hint: 'Create it with createVelocityControl.' });
+  return row;
+}
+
+export function getVelocityControl(deps: LedgerDeps, id: string): VelocityControl {
+  return toControl(findControlRow(deps, id));
+}
+
+export function listVelocityControls(deps: LedgerDeps, first: number, after?: string | null): Connection<VelocityControl> {
+  const req = pageRequest<string>(first, after, deps.limits.pageSizeMax, 'string', 'velocity-controls');
+  return toConnection(deps.vel.controlsPage.all(req.after ?? '', req.fetch), req, (r) => r.velocity_control_id, toControl);
+}
+
+export function limitsOfControl(deps: LedgerDeps, controlId: string): VelocityLimit[] {
+  return deps.vel.limitsOfControl.all(controlId).map(toLimit);
+}
+
+export function addLimitToControl(deps: LedgerDeps, controlId: string, limitId: string): VelocityControl {
+  const control = findControlRow(deps, controlId);
+  getVelocityLimit(deps, limitId);
+  if (deps.vel.limitsOfControl.all(controlId).some((l) => l.velocity_limit_id === limitId)) {
+    throw new EngineError('ALREADY_EXISTS', `velocity limit ${limitId} is already in control ${control.name}`);
+  }
+  const count = deps.vel.controlLimitCount.get(controlId) ?? 0;
+  if (count >= deps.limits.velocityLimitsPerControlMax) {
+    throw new EngineError('LIMIT_EXCEEDED', `velocity control ${control.name} has ${count} limits; velocityLimitsPerControlMax is ${deps.limits.velocityLimitsPerControlMax}`);
+  }
+  deps.vel.addLimitToControl.run(controlId, limitId, controlId);
+  return toControl(control);
+}
+
+export function removeLimitFromControl(deps: LedgerDeps, controlId: string, limitId: string): VelocityControl {
+  const control = findControlRow(deps, controlId);
+  if (deps.vel.removeLimitFromControl.run(controlId, limitId).changes === 0) {
+    throw new EngineError('NOT_FOUND', `velocity limit ${quote(limitId)} is not in control ${control.name}`);
+  }
+  return toControl(control);
+}
+
+export function removeAllLimitsFromControl(deps: LedgerDeps, controlId: string): VelocityControl {
+  const control = findControlRow(deps, controlId);
+  deps.vel.removeAllLimitsFromControl.run(controlId);
+  return toControl(control);
+}
+
+/**
+ * Attach a control to an account or a set (in one journal, or every journal when left out), with
+ * the values of its limits' params. Attaching it again replaces the journal and params.
+ */
+export function attachVelocityControl(deps: LedgerDeps, args: { velocityControlId: string; accountId: string; journalId?: string | null; params?: unknown }): Attachment {
+  const control = findControlRow(deps, args.velocityControlId);
+  const target = deps.st.accountById.get(args.accountId);
+  if (!target) throw new EngineError('NOT_FOUND', `account or account set ${quote(args.accountId)} does not exist`);
+  if (args.journalId != null && !deps.st.journalById.get(args.journalId)) throw new EngineError('NOT_FOUND', `journal ${quote(args.journalId)} does not exist`);
+  const existing = deps.vel.attachment.get(args.accountId, args.velocityControlId);
+  if (!existing && deps.vel.attachmentsOf.all(args.accountId).length >= deps.limits.velocityControlsPerAccountMax) {
+    throw new EngineError('LIMIT_EXCEEDED', `${target.code} has ${deps.limits.velocityControlsPerAccountMax} velocity controls attached; velocityControlsPerAccountMax is ${deps.limits.velocityControlsPerAccountMax}`, {
+      hint: 'Each posting checks every control of its accounts and their sets: combine limits into fewer controls.',
+    });
+  }
+  const params = args.params == null ? null : jsonObjectText(args.params, 'params', deps.limits.jsonBytesMax);
+  // Bind them now against every limit, so a bad value is refused here and not at the next posting.
+  for (const limit of limitsOfControl(deps, control.velocity_control_id)) bindLimitParams(deps, limit, params === null ? {} : JSON.parse(params));
+  const now = deps.clock.now().toISOString();
+  deps.vel.upsertAttachment.run({ account_id: args.accountId, velocity_control_id: args.velocityControlId, journal_id: args.journalId ?? '', params, now });
+  return toAttachment(deps.vel.attachment.get(args.accountId, args.velocityControlId)!);
+}
+
+export function detachVelocityControl(deps: LedgerDeps, args: { velocityControlId: string; accountId: string }): Attachment {
+  const row = deps.vel.attachment.get(args.accountId, args.velocityControlId);
+  if (!row) throw new EngineError('NOT_FOUND', `velocity control ${quote(args.velocityControlId)} is not attached to ${quote(args.accountId)}`);
+  deps.vel.deleteAttachment.run(args.accountId, args.velocityControlId);
+  return toAttachment(row);
+}
+
+export function attachedControls(deps: LedgerDeps, accountId: string, first: number, after?: string | null): Connection<Attachment> {
+  const req = pageRequest<string>(first, after, deps.limits.pageSizeMax, 'string', 'attached-controls');
+  return toConnection(deps.vel.attachmentsOfPage.all(accountId, req.after ?? '', req.fetch), req, (r) => r.velocity_control_id, toAttachment);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Params and amounts
+
+const INFINITE = /^([+-]?)(inf|infinity)$/i;
+
+/** A limit's params: the attach-time values, else each param's default. "inf" / "-inf" are ±Infinity. */
+function bindLimitParams(deps: LedgerDeps, limit: VelocityLimit, values: Record<string, unknown>): Record<string, unknown> {
+  const input: Record<string, unknown> = {};
+  // Values for params the limit does not declare are kept as they are (the reference ledger's
+  // controls pass more than a limit reads, e.g. a layer beside the amount).
+  const extra: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(values)) {
+    const param = limit.params.find((p) => p.name === name);
+    if (!param) {
+      setOwn(extra, name, jsonToCel(value));
+      continue;
+    }
+    const infinite = typeof value === 'string' ? INFINITE.exec(value.trim()) : null;
+    setOwn(input, name, param.type === 'DECIMAL' && infinite ? new CelDecimal(new Dec(infinite[1] === '-' ? -Infinity : Infinity)) : value);
+  }
+  const compiled = {
+    document: { code: `velocity limit ${limit.name}` },
+    params: limit.params.map((definition, i) => {
+      if (definition.default == null) return { definition, defaultValue: null };
+      const literal = literalDefault(definition.type, definition.default, (s) => deps.cel.compile(s) as unknown as { ast?: unknown });
+      const evaluate = literal ? () => literal.value : deps.cel.compile(definition.default);
+      return { definition, defaultValue: { path: `params[${i}].default`, source: definition.default, evaluate } as CompiledField };
+    }),
+  } as unknown as CompiledTranCode;
+  try {
+    return { ...extra, ...bindParams(deps, compiled, input) };
+  } catch (error) {
+    const e = error as EngineError;
+    throw new EngineError('BAD_REQUEST', e.message.replace(/tran code /, ''), { hint: e.hint ?? `The params of velocity limit ${limit.name}: ${limit.params.map((p) => `${p.name} (${p.type})`).join(', ') || 'none'}.` });
+  }
+}
+
+function amountText(d: Dec, scale: number): string {
+  return d.isFinite() ? withScale(d, scale) : d.isNegative() ? '-Infinity' : 'Infinity';
+}
+
+function layerOf(value: unknown, what: string): Layer {
+  if (value === 0n || value === 'SETTLED') return 'SETTLED';
+  if (value === 1n || value === 'PENDING') return 'PENDING';
+  if (value === 2n || value === 'ENCUMBRANCE') return 'ENCUMBRANCE';
+  throw new EngineError('CEL_ERROR', `${what} evaluated to ${quote(String(value))}, not a layer`, { hint: 'Use SETTLED, PENDING or ENCUMBRANCE.' });
+}
+
+function directionOf(value: unknown, what: string): Direction {
+  if (value === 0n || value === 'DEBIT') return 'DEBIT';
+  if (value === 1n || value === 'CREDIT') return 'CREDIT';
+  throw new EngineError('CEL_ERROR', `${what} evaluated to ${quote(String(value))}, not DEBIT or CREDIT`);
+}
+
+function decimalOf(value: unknown, what: string): { d: Dec; scale: number } {
+  if (value instanceof CelDecimal) return { d: value.value, scale: value.scale };
+  if (typeof value === 'bigint') return { d: new Dec(value.toString()), scale: 0 };
+  if (typeof value === 'string') {
+    const infinite = INFINITE.exec(value.trim());
+    if (infinite) return { d: new Dec(infinite[1] === '-' ? -Infinity : Infinity), scale: 0 };
+    if (/^[+-]?\d+(\.\d+)?$/.test(value)) return { d: new Dec(value), scale: value.includes('.') ? value.length - value.indexOf('.') - 1 : 0 };
+  }
+  throw new EngineError('CEL_ERROR', `${what} evaluated to ${quote(String(value))}, not a decimal`);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Enforcement at posting
+
+type Totals = Pick<BalanceRow, (typeof BALANCE_COLUMNS)[number]>;
+
+/** The available balance at `layer` (cumulative: S, S+P, S+P+E) on the `side` normal side. */
+function availableNormal(totals: Totals | undefined, layer: Layer, side: Direction): string {
+  let dr = '0';
+  let cr = '0';
+  if (totals) {
+    for (const l of LAYERS.slice(0, LAYERS.indexOf(layer) + 1)) {
+      const key = l.toLowerCase() as 'settled' | 'pending' | 'encumbrance';
+      dr = addText(dr, totals[`${key}_dr` as const]);
+      cr = addText(cr, totals[`${key}_cr` as const]);
+    }
+  }
+  return side === 'DEBIT' ? subText(dr, cr) : subText(cr, dr);
+}
+
+/** Does this limit keep running totals of its own (a window or a condition), or read the balance? */
+const keepsTotals = (limit: VelocityLimit) => limit.window.length > 0 || limit.condition !== null;
+
+function evaluate(deps: LedgerDeps, expression: string, context: Record<string, unknown>, what: string): unknown {
+  try {
+    return deps.cel.evaluate(expression, context);
+  } catch (error) {
+    const e = error as EngineError;
+    throw new EngineError(e.code === 'LIMIT_EXCEEDED' ? 'LIMIT_EXCEEDED' : 'CEL_ERROR', `${what}: ${e.message}`, { hint: e.hint });
+  }
+}
+
+function truthy(deps: LedgerDeps, expression: string | null, context: Record<string, unknown>, what: string): boolean {
+  if (expression === null) return true;
+  const value = evaluate(deps, expression, context, what);
+  if (typeof value !== 'boolean') throw new EngineError('CEL_ERROR', `${what} evaluated to ${quote(String(value))}, not a bool`);
+  return value;
+}
+
+function windowKey(deps: LedgerDeps, limit: VelocityLimit, context: Record<string, unknown>): string {
+  if (limit.window.length === 0) return '[]';
+  return canonicalJson(limit.window.map((k) => {
+    const value = evaluate(deps, k.value, context, `velocity limit ${limit.name} window ${k.alias}`);
+    return value instanceof Date ? value.toISOString() : typeof value === 'bigint' ? value.toString() : String(value);
+  }));
+}
+
+interface Check {
+  attachment: Attachment;
+  control: VelocityControl;
+  limit: VelocityLimit;
+  target: AccountRow;
+  entry: EntryRow;
+  window: string;
+  /** The CEL context of the entry and the account or set (built on first use). */
+  context: () => Record<string, unknown>;
+}
+
+/** The controls attached to an account or set, cached until a velocity table changes. */
+function attachedTo(deps: LedgerDeps, accountId: string): Attachment[] {
+  return deps.cache.posting.get(`velocity attachments ${accountId}`, () => deps.vel.attachmentsOf.all(accountId).map(toAttachment)) as Attachment[];
+}
+
+function controlOf(deps: LedgerDeps, id: string): { control: VelocityControl; limits: VelocityLimit[] } {
+  return deps.cache.posting.get(`velocity control ${id}`, () => ({ control: getVelocityControl(deps, id), limits: limitsOfControl(deps, id) })) as {
+    control: VelocityControl;
+    limits: VelocityLimit[];
+  };
+}
+
+/** Names a balance limit's fields may read and still be known before any posting: params and constants. */
+const STATIC_ROOTS: ReadonlySet<string> = new Set(['params', 'DEBIT', 'CREDIT', 'SETTLED', 'PENDING', 'ENCUMBRANCE', 'decimal', 'money', 'uuid', 'date', 'time', 'strings']);
+
+interface Spec {
+  layer: Layer;
+  side: Direction | null;
+  amount: { d: Dec; scale: number };
+}
+
+/**
+ * A limit's balance limits as evaluated for one attachment, when none of their fields reads
+ * anything but params and constants (the usual case): cached until a velocity table changes.
+ * null when any field reads the posting (evaluated per check then).
+ */
+function staticSpecs(deps: LedgerDeps, limit: VelocityLimit, attachment: Attachment): Spec[] | null {
+  const key = `velocity specs ${attachment.accountId} ${attachment.velocityControlId} ${limit.velocityLimitId}`;
+  const cached = deps.cache.posting.get(key, () => {
+    const fields = limit.limit.balance.flatMap((b) => [b.layer, b.amount, b.normalBalanceType, b.start, b.end]).filter((f): f is string => f != null);
+    const fixed = fields.every((f) => [...identifiersOf((deps.cel.compile(f) as unknown as { ast?: unknown }).ast)].every((n) => STATIC_ROOTS.has(n)));
+    if (!fixed || limit.limit.balance.some((b) => b.start != null || b.end != null)) return { specs: null };
+    const context = { params: bindLimitParams(deps, limit, attachment.params ?? {}) };
+    return {
+      specs: limit.limit.balance.map((b, i): Spec => {
+        const what = `velocity limit ${limit.name} limit.balance[${i}]`;
+        return {
+          layer: layerOf(evaluate(deps, b.layer, context, `${what}.layer`), `${what}.layer`),
+          side: b.normalBalanceType == null ? null : directionOf(evaluate(deps, b.normalBalanceType, context, `${what}.normalBalanceType`), `${what}.normalBalanceType`),
+          amount: decimalOf(evaluate(deps, b.amount, context, `${what}.amount`), `${what}.amount`),
+        };
+      }),
+    };
+  }) as { specs: Spec[] | null };
+  return cached.specs;
+}
+
+export interface VelocityProperties {
+  overrideVelocityEnforcement?: { action?: Enforcement | null } | null;
+  exception?: { type: string; message: string; detail?: unknown } | null;
+}
+
+/**
+ * Check every control attached to the posted entries' accounts and their sets. Throws
+ * BALANCE_VELOCITY_EXCEEDED for a REJECT; returns what VOID and WARN recorded and whether the
+ * posting must be voided.
+ */
+export function enforceVelocity(deps: LedgerDeps, posted: Posted, properties: VelocityProperties | null | undefined): { exceptions: TransactionException[]; voidIt: boolean } {
+  const override = properties?.overrideVelocityEnforcement?.action ?? null;
+  if (override !== null && !ENFORCEMENTS.includes(override)) throw new EngineError('BAD_REQUEST', `overrideVelocityEnforcement.action ${quote(override)} is not one of ${ENFORCEMENTS.join(', ')}`);
+  const exceptions: TransactionException[] = [];
+  let voidIt = false;
+  if (properties?.exception) {
+    const { type, message, detail } = properties.exception;
+    exceptions.push({ type: requiredText(type, 'exception.type', 128), message: requiredText(message, 'exception.message'), detail: (detail ?? {}) as Record<string, unknown> });
+    voidIt = true;
+  }
+  // Attachments of every account and set the entries reach, cached until a velocity table changes:
+  // none attached (the common case) costs a map lookup per account and set.
+  const attachments = new Map<string, Attachment[]>();
+  const targetsOf = (entry: EntryRow) => [entry.account_id, ...(entry.parent_account_ids === null ? [] : (JSON.parse(entry.parent_account_ids) as string[]))];
+  let any = false;
+  for (const entry of posted.entries) {
+    for (const id of targetsOf(entry)) {
+      if (attachments.has(id)) continue;
+      const attached = attachedTo(deps, id);
+      attachments.set(id, attached);
+      if (attached.length > 0) any = true;
+    }
+  }
+  if (!any) return { exceptions, voidIt };
+
+  // The CEL documents are built only when a condition, a window or a balance limit reads them.
+  let transaction: CelDocument | undefined;
+  const checks = new Map<string, Check>();
+  const now = deps.clock.now().toISOString();
+  for (const entry of posted.entries) {
+    let entryDoc: CelDocument | undefined;
+    for (const targetId of targetsOf(entry)) {
+      const attached = attachments.get(targetId)!;
+      if (attached.length === 0) continue;
+      const target = deps.st.accountById.get(targetId);
+      if (!target) continue;
+      let context: Record<string, unknown> | undefined;
+      const contextOf = () => {
+        transaction ??= transactionDocument(posted.transaction);
+        entryDoc ??= entryDocument(entry, posted.transaction);
+        return (context ??= { context: { vars: { account: accountDocument(target), transaction, entry: entryDoc } } });
+      };
+      const counted = new Set<string>();
+      for (const attachment of attached) {
+        if (attachment.journalId !== null && attachment.journalId !== entry.journal_id) continue;
+        const { control, limits } = controlOf(deps, attachment.velocityControlId);
+        if (control.status !== 'ACTIVE') continue;
+        const applies = control.condition === null || truthy(deps, control.condition, contextOf(), `velocity control ${control.name} condition`);
+        for (const limit of limits) {
+          if (limit.currency !== '' && limit.currency !== entry.currency) continue;
+          if (limit.condition !== null && !truthy(deps, limit.condition, contextOf(), `velocity limit ${limit.name} condition`)) continue;
+          const window = limit.window.length === 0 ? '[]' : windowKey(deps, limit, contextOf());
+          // Running totals of a windowed or conditional limit: each entry once per limit and target.
+          if (keepsTotals(limit) && !counted.has(limit.velocityLimitId)) {
+            counted.add(limit.velocityLimitId);
+            const values: Record<string, string> = {};
+            for (const column of BALANCE_COLUMNS) values[column] = '0';
+            values[`${entry.layer.toLowerCase()}_${entry.direction === 'DEBIT' ? 'dr' : 'cr'}`] = entry.units;
+            deps.vel.addToVelocityBalance.run({
+              velocity_limit_id: limit.velocityLimitId, account_id: targetId, journal_id: entry.journal_id, currency: entry.currency, window, ...values, entry_id: entry.entry_id, modified: now,
+            });
+          }
+          if (!applies) continue;
+          const key = `${control.velocityControlId} ${limit.velocityLimitId} ${targetId} ${entry.journal_id} ${entry.currency} ${window}`;
+          if (!checks.has(key)) checks.set(key, { attachment, control, limit, target, entry, window, context: contextOf });
+        }
+      }
+    }
+  }
+
+  for (const check of checks.values()) {
+    const violation = violationOf(deps, check, posted, now);
+    if (!violation) continue;
+    const action = override ?? (properties?.exception ? 'WARN' : check.control.enforcement.action);
+    if (action === 'REJECT') {
+      throw new EngineError('BALANCE_VELOCITY_EXCEEDED', violation.message, {
+        hint: `Velocity control ${check.control.name} on ${check.target.code} refused the posting: nothing was written. An operator may post it with properties: {overrideVelocityEnforcement: {action: WARN}}.`,
+        exception: { transactionId: posted.transaction.transaction_id, type: violation.type, errorMessage: violation.message, detail: violation.detail, created: now },
+      });
+    }
+    exceptions.push(violation);
+    if (action === 'VOID') voidIt = true;
+  }
+  return { exceptions, voidIt };
+}
+
+function violationOf(deps: LedgerDeps, check: Check, posted: Posted, now: string): TransactionException | null {
+  const { limit, attachment, target, entry, control } = check;
+  const totals: Totals | undefined = keepsTotals(limit)
+    ? deps.vel.velocityBalance.get(limit.velocityLimitId, target.account_id, entry.journal_id, entry.currency, check.window)
+    : deps.st.balance.get(target.account_id, entry.journal_id, entry.currency);
+  const violated = (layer: Layer, side: Direction | null, amount: { d: Dec; scale: number }): TransactionException | null => {
+    const balance = availableNormal(totals, layer, side ?? (target.normal_balance_type as Direction));
+    if (new Dec(balance).cmp(amount.d) <= 0) return null;
+    const limitText = amountText(amount.d, amount.scale);
+    const message = `velocity ${limitText} ${entry.currency} exceeded, balance is ${balance} ${entry.currency}`;
+    return {
+      type: 'VELOCITY_CONTROL',
+      message,
+      detail: {
+        accountId: target.account_id,
+        created: now,
+        entryId: entry.entry_id,
+        layer,
+        limit: limitText,
+        modified: now,
+        transactionId: posted.transaction.transaction_id,
+        velocityControlId: control.velocityControlId,
+        velocityLimitId: limit.velocityLimitId,
+        violatingBalance: `${balance} ${entry.currency}`,
+      },
+    };
+  };
+  const specs = staticSpecs(deps, limit, attachment);
+  if (specs) {
+    for (const spec of specs) {
+      const violation = violated(spec.layer, spec.side, spec.amount);
+      if (violation) return violation;
+    }
+    return null;
+  }
+  const context = { ...check.context(), params: bindLimitParams(deps, limit, attachment.params ?? {}) };
+  const timestamp = limit.limit.timestampSource === null ? new Date(posted.transaction.created) : evaluate(deps, limit.limit.timestampSource, context, `velocity limit ${limit.name} timestampSource`);
+  for (const [i, b] of limit.limit.balance.entries()) {
+    const what = `velocity limit ${limit.name} limit.balance[${i}]`;
+    if (b.start != null || b.end != null) {
+      const at = timestamp instanceof Date ? timestamp.getTime() : Date.parse(String(timestamp));
+      const start = b.start == null ? -Infinity : Date.parse(String(celTime(evaluate(deps, b.start, context, `${what}.start`))));
+      const end = b.end == null ? Infinity : Date.parse(String(celTime(evaluate(deps, b.end, context, `${what}.end`))));
+      if (!(at >= start && at < end)) continue;
+    }
+    const layer = layerOf(evaluate(deps, b.layer, context, `${what}.layer`), `${what}.layer`);
+    const side = b.normalBalanceType == null ? null : directionOf(evaluate(deps, b.normalBalanceType, context, `${what}.normalBalanceType`), `${what}.normalBalanceType`);
+    const violation = violated(layer, side, decimalOf(evaluate(deps, b.amount, context, `${what}.amount`), `${what}.amount`));
+    if (violation) return violation;
+  }
+  return null;
+}
+
+function celTime(value: unknown): string {
+  return value instanceof Date ? value.toISOString() : String(value);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Reads
+
+export interface VelocityBalance {
+  velocityControlId: string;
+  velocityLimitId: string;
+  accountId: string;
+  journalId: string;
+  currency: string;
+  window: Record<string, unknown>;
+  layer: Layer;
+  normalBalanceType: Direction;
+  limit: string;
+  spent: string;
+  remaining: string;
+}
+
+/**
+ * What each attached control's limits allow an account or set in one window (values by alias; {}
+ * for limits without a window): spent (the available balance on the limit's normal side) and
+ * remaining (limit − spent), one row per balance limit.
+ */
+export function velocityOf(
+  deps: LedgerDeps,
+  args: { accountId: string; window: unknown; currency?: string | null; velocityLimitId?: string | null; journalId?: string | null },
+): VelocityBalance[] {
+  const target = deps.st.accountById.get(args.accountId);
+  if (!target) throw new EngineError('NOT_FOUND', `account or account set ${quote(args.accountId)} does not exist`);
+  const window = (args.window ?? {}) as Record<string, unknown>;
+  if (typeof window !== 'object' || Array.isArray(window)) throw new EngineError('BAD_REQUEST', `window must be a JSON object of values by alias, got ${quote(window)}`);
+  const currency = args.currency ?? 'USD';
+  const journalId = args.journalId ?? target.journal_id ?? deps.st.journalById.get('00000000-0000-0000-0000-000000000000')!.journal_id;
+  const out: VelocityBalance[] = [];
+  for (const attachment of deps.vel.attachmentsOf.all(target.account_id).map(toAttachment)) {
+    if (attachment.journalId !== null && attachment.journalId !== journalId) continue;
+    const control = getVelocityControl(deps, attachment.velocityControlId);
+    for (const limit of limitsOfControl(deps, control.velocityControlId)) {
+      if (args.velocityLimitId && limit.velocityLimitId !== args.velocityLimitId) continue;
+      if (limit.currency !== '' && limit.currency !== currency) continue;
+      const key = limit.window.length === 0 ? '[]' : canonicalJson(limit.window.map((k) => {
+        const v = window[k.alias];
+        if (v === undefined) throw new EngineError('BAD_REQUEST', `window needs ${quote(k.alias)} for velocity limit ${limit.name}`, { hint: `Its window keys are ${limit.window.map((w) => w.alias).join(', ')}.` });
+        return String(v);
+      }));
+      const totals: Totals | undefined = keepsTotals(limit) ? deps.vel.velocityBalance.get(limit.velocityLimitId, target.account_id, journalId, currency, key) : deps.st.balance.get(target.account_id, journalId, currency);
+      const params = bindLimitParams(deps, limit, attachment.params ?? {});
+      const context = { context: { vars: { account: accountDocument(target) } }, params };
+      for (const [i, b] of limit.limit.balance.entries()) {
+        const what = `velocity limit ${limit.name} limit.balance[${i}]`;
+        const layer = layerOf(evaluate(deps, b.layer, context, `${what}.layer`), `${what}.layer`);
+        const side = b.normalBalanceType == null ? (target.normal_balance_type as Direction) : directionOf(evaluate(deps, b.normalBalanceType, context, `${what}.normalBalanceType`), `${what}.normalBalanceType`);
+        const amount = decimalOf(evaluate(deps, b.amount, context, `${what}.amount`), `${what}.amount`);
+        const spent = availableNormal(totals, layer, side);
+        const remaining = amount.d.isFinite() ? subText(withScale(amount.d, amount.scale), spent) : amountText(amount.d, 0);
+        out.push({
+          velocityControlId: control.velocityControlId, velocityLimitId: limit.velocityLimitId, accountId: target.account_id, journalId, currency, window,
+          layer, normalBalanceType: side, limit: amountText(amount.d, amount.scale), spent, remaining,
+        });
+      }
+    }
+  }
+  return out;
+}
