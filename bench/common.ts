@@ -86,7 +86,8 @@ export function rawOnTallySchema(path: string) {
   const journal = '00000000-0000-0000-0000-000000000000';
   const now = new Date().toISOString();
   db.prepare(`INSERT INTO tran_codes VALUES ('${uuid(999_999)}', 'RAW', 'ACTIVE', 1, '${now}', '${now}')`).run();
-  const insertAccount = db.prepare("INSERT INTO accounts VALUES (?, ?, ?, NULL, NULL, 'ACTIVE', 'CREDIT', NULL, 1, ?, ?)");
+  const insertAccount = db.prepare(`INSERT INTO accounts (account_id, code, name, external_id, description, status, normal_balance_type, metadata, version, created, modified)
+    VALUES (?, ?, ?, NULL, NULL, 'ACTIVE', 'CREDIT', NULL, 1, ?, ?)`);
   for (let i = 0; i < ACCOUNTS; i++) insertAccount.run(uuid(i + 1), `A${i + 1}`, `Account ${i + 1}`, now, now);
   const lastSeq = db.prepare<[], { seq: number | null }>('SELECT max(seq) AS seq FROM entries');
   const insertTxn = db.prepare(`INSERT INTO transactions (transaction_id, tran_code_id, tran_code_version, journal_id, correlation_id, effective,

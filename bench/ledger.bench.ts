@@ -4,10 +4,18 @@
  * postTransaction through engine.graphql (one post per request, one SQLite transaction each) beside
  * the same 2-entry posting written with plain better-sqlite3 statements, interleaved rounds in one
  * run. Then balance reads after 10 and after 100,000 entries on the account.
+ *
+ * The ledger's features are measured one on top of the other, each on its own database:
+ *   sets         every account in one of 10 account sets, the 10 in one top set (each posting
+ *                rolls up into 4 set balances besides its 2 accounts);
+ *   + control    an overdraft guard (REJECT, SETTLED, DEBIT side ≤ inf) attached to the top set;
+ *   + calc       a GLOBAL calculation with one dimension (the entry's layer);
+ *   + effective  the same calculation with effective-date balances (YYYY, YYYY_MM, YYYY_MM_DD children).
+ * BENCH_FEATURES=0 measures only the plain engine.
  */
 import { join } from 'node:path';
 import type { Engine } from '../src/engine.js';
-import { benchDir, compare, median, ok, pair, POST, rawOnTallySchema, rawPoster, setupEngine, table, uuid } from './common.js';
+import { ACCOUNTS, benchDir, compare, median, ok, pair, POST, rawOnTallySchema, rawPoster, setupEngine, table, uuid } from './common.js';
 
 const PER_ROUND = Number(process.env.BENCH_POSTS ?? 5000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -30,15 +38,49 @@ const raw = rawPoster(join(dir, 'raw.db'));
 const rawCheckpointed = rawPoster(join(dir, 'raw-checkpointed.db'), { checkpointed: true });
 const rawTally = rawOnTallySchema(join(dir, 'raw-tally.db'));
 const engine = await setupEngine(join(dir, 'engine.db'));
+const poster = (e: Engine) => (n: number) => {
+  const [from, to] = pair(n);
+  ok(e, POST, { input: { transactionId: uuid(n), tranCode: 'TRANSFER', params: { from, to, amount: `${10 + (n % 5000)}.${n % 100}` } } });
+};
+
+type Feature = 'sets' | 'control' | 'calc' | 'effective';
+const TOP_SET = uuid(3_000_000);
+async function featureEngine(name: string, features: readonly Feature[]): Promise<Engine> {
+  const e = await setupEngine(join(dir, `${name}.db`));
+  if (features.includes('sets')) {
+    ok(e, `mutation { createAccountSet(input: {accountSetId: "${TOP_SET}", name: "all wallets"}) { accountSetId } }`);
+    for (let s = 0; s < 10; s++) {
+      ok(e, `mutation { createAccountSet(input: {accountSetId: "${uuid(3_000_001 + s)}", name: "wallets ${s}", accountSetIds: ["${TOP_SET}"]}) { accountSetId } }`);
+    }
+    for (let i = 0; i < ACCOUNTS; i++) {
+      ok(e, `mutation { addToAccountSet(id: "${uuid(3_000_001 + (i % 10))}", member: {memberType: ACCOUNT, memberId: "${uuid(i + 1)}"}) { accountSetId } }`);
+    }
+  }
+  if (features.includes('control')) {
+    ok(e, `mutation {
+      createVelocityLimit(input: {velocityLimitId: "${uuid(3_100_000)}", name: "overdraft", limit: {balance: [{layer: "SETTLED", amount: "params.amount", normalBalanceType: "DEBIT"}]},
+        params: [{name: "amount", type: DECIMAL, default: "0"}]}) { velocityLimitId }
+      createVelocityControl(input: {velocityControlId: "${uuid(3_100_001)}", name: "no overdraft", enforcement: {action: REJECT}, velocityLimitIds: ["${uuid(3_100_000)}"]}) { velocityControlId }
+      attachVelocityControl(velocityControlId: "${uuid(3_100_001)}", accountId: "${TOP_SET}", params: {amount: "inf"}) { accountId } }`);
+  }
+  if (features.includes('calc') || features.includes('effective')) {
+    ok(e, `mutation { createCalculation(input: {calculationId: "${uuid(3_200_000)}", code: "BY_LAYER", description: "by layer",
+      dimensions: [{alias: "layer", value: "context.vars.entry.layer"}], config: {enableEffectiveBalances: ${features.includes('effective')}}}) { calculationId } }`);
+  }
+  return e;
+}
+const FEATURES = process.env.BENCH_FEATURES !== '0';
+const withSets = FEATURES ? await featureEngine('sets', ['sets']) : null;
+const withControl = FEATURES ? await featureEngine('control', ['sets', 'control']) : null;
+const withCalc = FEATURES ? await featureEngine('calc', ['sets', 'control', 'calc']) : null;
+const withEffective = FEATURES ? await featureEngine('effective', ['sets', 'control', 'effective']) : null;
 const results = compare(
   {
     raw: raw.post,
     rawCheckpointed: rawCheckpointed.post,
     rawTally: rawTally.post,
-    engine: (n) => {
-      const [from, to] = pair(n);
-      ok(engine, POST, { input: { transactionId: uuid(n), tranCode: 'TRANSFER', params: { from, to, amount: `${10 + (n % 5000)}.${n % 100}` } } });
-    },
+    engine: poster(engine),
+    ...(FEATURES ? { sets: poster(withSets!), control: poster(withControl!), calc: poster(withCalc!), effective: poster(withEffective!) } : {}),
   },
   PER_ROUND,
   ROUNDS,
@@ -58,18 +100,41 @@ bulk(few, 10, 90_000_000);
 for (let chunk = 0; chunk < 100; chunk++) bulk(many, 1000, 91_000_000 + chunk * 1000);
 const fewMicros = balanceReadMicros(engine, few);
 const manyMicros = balanceReadMicros(engine, many);
+// A set's rolled-up balance is read the same way: one primary-key read, whatever its members posted.
+const setMicros = withSets ? balanceReadMicros(withSets, TOP_SET) : null;
 
 console.log(`\n${table([
   ['raw better-sqlite3 (txn + 2 entries + 2 balance upserts, 1 per commit)', results.raw!.median, results.raw!.cpuUs],
   ["raw better-sqlite3 with the engine's checkpointing (background thread)", results.rawCheckpointed!.median, results.rawCheckpointed!.cpuUs],
   ["the same statements on Tally's schema (indexes, foreign keys, decimal strings)", results.rawTally!.median, results.rawTally!.cpuUs],
   ['engine.graphql postTransaction (1 per request)', results.engine!.median, results.engine!.cpuUs],
+  ...(FEATURES
+    ? ([
+        ['… every account in a set, 10 sets in a top set (4 set balances per posting)', results.sets!.median, results.sets!.cpuUs],
+        ['… + a REJECT overdraft control on the top set', results.control!.median, results.control!.cpuUs],
+        ['… + a GLOBAL calculation with one dimension', results.calc!.median, results.calc!.cpuUs],
+        ['… + effective-date balances on it instead (3 children)', results.effective!.median, results.effective!.cpuUs],
+      ] as Array<[string, number, number]>)
+    : []),
 ], results.raw!.median)}`);
+if (FEATURES) {
+  const cost = (name: string, slower: number, faster: number) => `${name} ${(1e6 / slower - 1e6 / faster).toFixed(0)} µs`;
+  console.log(`
+wall µs each feature adds per posting: ${[
+    cost('sets', results.sets!.median, results.engine!.median),
+    cost('control', results.control!.median, results.sets!.median),
+    cost('calculation', results.calc!.median, results.control!.median),
+    cost('effective calculation', results.effective!.median, results.control!.median),
+  ].join('; ')}`);
+  console.log(`all features ÷ plain engine: ${(results.calc!.median / results.engine!.median).toFixed(2)} (calculation), ${(results.effective!.median / results.engine!.median).toFixed(2)} (effective)`);
+}
 console.log(`\nengine ÷ raw with the engine's checkpointing: ${(results.engine!.median / results.rawCheckpointed!.median).toFixed(2)}`);
 console.log(`engine ÷ raw on Tally's schema: ${(results.engine!.median / results.rawTally!.median).toFixed(2)}`);
 console.log(`\nrounds: raw ${results.raw!.rounds.map((r) => r.toFixed(0)).join(', ')}; engine ${results.engine!.rounds.map((r) => r.toFixed(0)).join(', ')}`);
 console.log(`\nbalance read through engine.graphql: ${fewMicros.toFixed(1)} µs after 10 entries, ${manyMicros.toFixed(1)} µs after 100,000 entries (ratio ${(manyMicros / fewMicros).toFixed(2)})`);
+if (setMicros !== null) console.log(`top set's rolled-up balance (${(PER_ROUND * (ROUNDS + 1)).toLocaleString('en')}+ postings below it): ${setMicros.toFixed(1)} µs`);
 engine.close();
+for (const e of [withSets, withControl, withCalc, withEffective]) e?.close();
 raw.close();
 rawCheckpointed.close();
 rawTally.close();
