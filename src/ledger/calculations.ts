@@ -26,10 +26,10 @@ import { EngineError, quote } from '../errors.js';
 import { nameBasedUuid } from '../ids.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { CalculationBalanceRow, CalculationRow } from '../storage/statements/calculations.js';
-import type { AccountRow, EntryRow, TransactionRow } from '../storage/statements/ledger.js';
+import type { AccountRow, BalanceRow, EntryRow, TransactionRow } from '../storage/statements/ledger.js';
 import { balanceOwner } from './account-sets.js';
 import type { Posted } from './after-posting.js';
-import type { Balance } from './balances.js';
+import { type Balance, toBalance } from './balances.js';
 import type { LedgerDeps } from './deps.js';
 import { accountDocument, entryDocument, transactionDocument } from './documents.js';
 import { DEFAULT_JOURNAL_ID, getJournal } from './journals.js';
@@ -598,22 +598,8 @@ export interface CalculationBalanceQuery {
 }
 
 function toCalcBalance(row: CalculationBalanceRow, calculationId = row.calculation_id, dimensions?: Record<string, unknown>): Balance {
-  return {
-    accountId: row.account_id,
-    journalId: row.journal_id,
-    currency: row.currency,
-    layers: {
-      SETTLED: { dr: row.settled_dr, cr: row.settled_cr },
-      PENDING: { dr: row.pending_dr, cr: row.pending_cr },
-      ENCUMBRANCE: { dr: row.encumbrance_dr, cr: row.encumbrance_cr },
-    },
-    entryId: row.entry_id,
-    version: row.version,
-    created: row.created,
-    modified: row.modified,
-    calculationId,
-    dimensions: dimensions ?? (JSON.parse(row.dimensions) as Record<string, unknown>),
-  };
+  // The same six layer columns, entry, version and times as an account's balance record.
+  return { ...toBalance(row as unknown as BalanceRow), calculationId, dimensions: dimensions ?? (JSON.parse(row.dimensions) as Record<string, unknown>) };
 }
 
 function emptyCalcBalance(q: { accountId: string; journalId: string; currency: string }, calculationId: string, dimensions: Record<string, unknown>): Balance {
