@@ -117,6 +117,12 @@ export interface Limits {
   calculationDimensionsMax: number;
   /** Active calculations (children not counted): each GLOBAL one is evaluated for every entry posted. */
   calculationsMax: number;
+  /**
+   * CEL budget (celCostMax's units) of everything a posting evaluates beyond its tran code: the
+   * calculations, views, indexes and velocity controls it reaches, together. Whoever defines them,
+   * each posting pays at most this (~10 ms); past it the posting fails with LIMIT_EXCEEDED.
+   */
+  postingCelCostMax: number;
   /** Velocity controls attached to one account or set: each posting checks every one of its accounts and their sets. */
   velocityControlsPerAccountMax: number;
   /** Limits in one velocity control. */
@@ -309,6 +315,7 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   calculationBackfillEntriesMax: 100_000,
   calculationDimensionsMax: 16,
   calculationsMax: 64,
+  postingCelCostMax: 100_000,
   velocityControlsPerAccountMax: 16,
   velocityLimitsPerControlMax: 16,
   velocityWindowKeysMax: 8,

@@ -228,12 +228,11 @@ describe('calculations: balances on posting', () => {
     expect(read(SALES, id(700), { region: 'north' }, { cumulative: '2025-06-30' }).available.normalBalance.units).toBe('8.00');
   });
 
-  it('a dimension that fails on a counted entry fails the posting; a condition that fails counts as false', () => {
+  it('a dimension with no value for an entry counts it under null (one definition never fails others\' postings); a condition that fails counts as false', () => {
     ok(engine, CREATE, { i: { calculationId: id(710), code: 'STRICT', description: 's', dimensions: [{ alias: 'channel', value: 'context.vars.entry.metadata.channel' }] } });
-    const e = fails(engine, `mutation { postTransaction(input: {transactionId: "${id(60_001)}", tranCode: "SALE", params: {amount: "1.00", effective: "2024-01-01"}}) { transactionId } }`);
-    expect(e.code).toBe('CEL_ERROR');
-    expect(e.message).toContain('calculation STRICT: dimension channel failed on entry');
-    expect(count(engine, 'transactions')).toBe(0);
+    ok(engine, `mutation { postTransaction(input: {transactionId: "${id(60_001)}", tranCode: "SALE", params: {amount: "1.00", effective: "2024-01-01"}}) { transactionId } }`);
+    expect(count(engine, 'transactions')).toBe(1);
+    expect(settled(read(SALES, id(710), { channel: null })).cr).toBe('1.00');
     ok(engine, DELETE, { id: id(710) });
     // The condition reads a key the entry lacks: the entry is not counted, the posting goes through.
     ok(engine, CREATE, { i: { calculationId: id(711), code: 'LOOSE', description: 'l', dimensions: [], condition: "context.vars.entry.metadata.channel == 'web'" } });

@@ -288,7 +288,7 @@ describe('views', () => {
     expect(ok(engine, READ, { n: 'stats', w: byAccount(SALES), first: 10 }).view.nodes[0].document.n).toBe(1);
   });
 
-  it('a hostile view (expensive CEL) fails postings within the CEL cost limit, not after minutes', async () => {
+  it('a hostile view (expensive CEL) fails postings within postingCelCostMax, not after minutes', async () => {
     const engine = await shop();
     const expensive = '[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20].all(a, [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20].all(b, [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20].all(c, [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20].all(d, [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20].all(e, a + b + c + d + e > 0)))))';
     ok(engine, CREATE_VIEW, {
@@ -306,7 +306,7 @@ describe('views', () => {
     const error = fails(engine, POST, { i: { transactionId: id(100), tranCode: 'SALE', params: { to: SALES, amount: '1' } } });
     expect(Date.now() - started).toBeLessThan(2000);
     expect(error.code).toBe('LIMIT_EXCEEDED');
-    expect(error.message).toContain('celCostMax');
+    expect(error.message).toContain('postingCelCostMax');
     expect(balanceOf(engine, SALES).settled.normalBalance.units).toBe('0');
     ok(engine, DELETE_VIEW, { n: 'hostile' });
     sale(engine, 100, '1');

@@ -122,12 +122,13 @@ export class Cel {
   }
 
   /**
-   * Run `run` with one budget of celCostMax for every evaluation inside it, for operations that
-   * evaluate many expressions for one request (evaluate's map of expressions).
+   * Run `run` with one budget (celCostMax unless given) for every evaluation inside it, for
+   * operations that evaluate many expressions for one request (evaluate's map of expressions, the
+   * ledger's definitions a posting reaches).
    */
-  scope<T>(label: string, run: () => T): T {
+  scope<T>(label: string, run: () => T, costMax = this.costMax, costMaxName = 'celCostMax'): T {
     if (this.meter.active) return run();
-    this.meter.start(label, this.costMax);
+    this.meter.start(label, costMax, costMaxName);
     try {
       return run();
     } finally {

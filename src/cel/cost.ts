@@ -63,6 +63,8 @@ interface Evaluator {
 export class CostMeter {
   left = Infinity;
   limit = Infinity;
+  /** The name of the limit `limit` is (named in the error). */
+  limitName = 'celCostMax';
   active = false;
   expression = '';
   /** The error of the budget once spent: the same one is thrown again (macros catch and go on). */
@@ -80,10 +82,11 @@ export class CostMeter {
 
   constructor(readonly regexSizeMax: number) {}
 
-  start(expression: string, limit: number): void {
+  start(expression: string, limit: number, limitName = 'celCostMax'): void {
     if (this.deadline !== Infinity && Date.now() > this.deadline) throw this.pastDeadline(expression);
     this.left = limit;
     this.limit = limit;
+    this.limitName = limitName;
     this.nextDeadlineCheck = limit - DEADLINE_CHECK_UNITS;
     this.expression = expression;
     this.error = null;
@@ -171,11 +174,11 @@ export class CostMeter {
   }
 
   exceeded(): EngineError {
-    return (this.error ??= new EngineError('LIMIT_EXCEEDED', `CEL ${quote(this.expression)} costs more than celCostMax (${this.limit}): stopped at a cost of ${this.spent}`, {
+    return (this.error ??= new EngineError('LIMIT_EXCEEDED', `CEL ${quote(this.expression)} costs more than ${this.limitName} (${this.limit}): stopped at a cost of ${this.spent}`, {
       hint:
         'Each sub-expression evaluated costs 1 and each list element or 16 characters a step yields costs 1; all/exists/map/filter repeat their body for each element, ' +
         'so nesting them over one list multiplies the cost. Work over smaller lists, avoid nested macros over the same input, or raise celCostMax.',
-      details: { expression: this.expression, cost: this.spent, celCostMax: this.limit },
+      details: { expression: this.expression, cost: this.spent, [this.limitName]: this.limit },
     }));
   }
 }

@@ -1,6 +1,6 @@
 import { EngineError } from '../errors.js';
 import { type Dec, formatDecimal, minorUnits, withScale } from '../decimal.js';
-import { setOwn } from '../json.js';
+import { isReservedKey, setOwn } from '../json.js';
 
 /**
  * CEL's `Decimal` type: an exact decimal and the scale it is written with ("21.00" has scale 2,
@@ -105,8 +105,12 @@ export function jsonToCel(value: unknown): unknown {
   if (typeof value === 'number') return Number.isSafeInteger(value) ? BigInt(value) : value;
   if (Array.isArray(value)) return value.map(jsonToCel);
   if (value !== null && typeof value === 'object' && !(value instanceof Date) && !(value instanceof CelDecimal) && !(value instanceof CelMoney)) {
+    const entries = Object.entries(value);
+    // The CEL library types a plain object by its `constructor`: an object with its own
+    // __proto__ / constructor / prototype key becomes a Map, which CEL reads the same way.
+    if (entries.some(([k]) => isReservedKey(k))) return new Map(entries.map(([k, v]) => [k, jsonToCel(v)]));
     const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value)) setOwn(out, k, jsonToCel(v));
+    for (const [k, v] of entries) setOwn(out, k, jsonToCel(v));
     return out;
   }
   return value;

@@ -21,6 +21,7 @@ import { EngineError, ERROR_CODES, type ErrorCode, isErrorCode } from '../errors
 import type { Limits } from '../limits.js';
 import { mapDriverError } from '../storage/driver-errors.js';
 import { type CelDefault, celDefaultValues, extractCelDefaults } from './cel-variables.js';
+import { evaluateDocument } from './evaluate.js';
 import { countFieldComparisons, countFields } from './document-shape.js';
 import { type CostOptions, listBounds, type OperationCost, operationCost } from './query-cost.js';
 
@@ -265,7 +266,14 @@ export function executePrepared(
     const defaults = operation ? prepared.celDefaults.get(operation.name?.value ?? null) : undefined;
     if (defaults) {
       try {
-        request = { ...request, variables: celDefaultValues((contextValue as { cel: Cel }).cel, defaults, request.variables ?? {}) };
+        // Evaluating CEL is running the native cel tool: the same policy as evaluate() allows it.
+        const ctx = contextValue as { cel: Cel; authority?: { check(op: { action: 'INSERT'; resource: string; document: unknown }): void } };
+        const sent = request.variables ?? {};
+        for (const { name, expression } of defaults) {
+          if (Object.hasOwn(sent, name) && sent[name] !== undefined) continue;
+          ctx.authority?.check({ action: 'INSERT', resource: 'actions.Execution', document: evaluateDocument({ expression }) });
+        }
+        request = { ...request, variables: celDefaultValues(ctx.cel, defaults, request.variables ?? {}) };
       } catch (error) {
         return { errors: [engineGraphqlError(error as EngineError)] };
       }

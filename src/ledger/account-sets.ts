@@ -5,6 +5,7 @@ import { BALANCE_COLUMNS } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
 import { DEFAULT_JOURNAL_ID, getJournal, insertUnique } from './journals.js';
 import { toEntry } from './post-transaction.js';
+import { checkMovedBalances } from './velocity.js';
 import { type AccountSet, type Direction, type Entry, jsonObjectText, optionalText, readJson, requiredText } from './records.js';
 
 /**
@@ -171,12 +172,23 @@ export function deleteAccountSet(deps: LedgerDeps, accountSetId: string): Accoun
 export function setsAbove(deps: LedgerDeps, accountId: string, journalId: string): string[] {
   return deps.cache.setsAbove.get(`${accountId} ${journalId}`, () => {
     const out: string[] = [];
-    for (const { id } of deps.st.ancestorsOf.all(accountId)) {
+    const above = deps.st.ancestorsOf.all(accountId);
+    // addToAccountSet keeps this bound for the member it adds; sets nested above other sets can
+    // still reach past it through a shared descendant, so the posting checks it too.
+    if (above.length > deps.limits.accountSetAncestorsMax) {
+      throw new EngineError('LIMIT_EXCEEDED', `account ${quote(accountId)} rolls up into ${above.length} sets; accountSetAncestorsMax is ${deps.limits.accountSetAncestorsMax}`, {
+        hint: 'Each posting updates every set above its accounts: remove the account (or a set above it) from some sets.',
+      });
+    }
+    for (const { id } of above) {
       if (deps.st.accountById.get(id)?.journal_id === journalId) out.push(id);
     }
     return out;
   })!;
 }
+
+/** Accounts below a set member whose sets addToAccountSet counts before it adds the member. */
+const ACCOUNTS_CHECKED = 1000;
 
 export function addToAccountSet(deps: LedgerDeps, accountSetId: string, member: SetMember): AccountSet {
   const set = findSetRow(deps, accountSetId);
@@ -211,16 +223,22 @@ export function addToAccountSet(deps: LedgerDeps, accountSetId: string, member: 
       });
     }
   }
-  // Every account below the new member would roll up into these sets: bound what one posting pays.
-  const setsAfter = new Set([...above, ...deps.st.ancestorsOf.all(member.memberId).map((a) => a.id)]);
-  if (setsAfter.size > deps.limits.accountSetAncestorsMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `${quote(member.memberId)} would roll up into ${setsAfter.size} sets; accountSetAncestorsMax is ${deps.limits.accountSetAncestorsMax}`, {
-      hint: 'Each posting updates every set above its accounts: use fewer, flatter sets.',
-    });
+  // Every account below the new member would roll up into these sets too: bound what one posting
+  // pays. The accounts below a set member are checked one by one (the first ACCOUNTS_CHECKED of
+  // them; past that, setsAbove refuses a posting whose account reaches past the bound).
+  const below = type === 'ACCOUNT' ? [member.memberId] : deps.st.accountsBelow.all(member.memberId, ACCOUNTS_CHECKED);
+  for (const accountId of [member.memberId, ...below]) {
+    const setsAfter = new Set([...above, ...deps.st.ancestorsOf.all(accountId).map((a) => a.id)]);
+    if (setsAfter.size > deps.limits.accountSetAncestorsMax) {
+      throw new EngineError('LIMIT_EXCEEDED', `${quote(accountId)} would roll up into ${setsAfter.size} sets; accountSetAncestorsMax is ${deps.limits.accountSetAncestorsMax}`, {
+        hint: 'Each posting updates every set above its accounts: use fewer, flatter sets.',
+      });
+    }
   }
   const now = deps.clock.now().toISOString();
   deps.st.insertSetMember.run(accountSetId, member.memberId, type, now);
   moveBalances(deps, member.memberId, set.journal_id!, above, 1, now);
+  checkMovedBalances(deps, above, set.journal_id!);
   return toAccountSet(set);
 }
 
@@ -234,6 +252,7 @@ export function removeFromAccountSet(deps: LedgerDeps, accountSetId: string, mem
   const now = deps.clock.now().toISOString();
   deps.st.deleteSetMember.run(accountSetId, member.memberId);
   moveBalances(deps, member.memberId, set.journal_id!, above, -1, now);
+  checkMovedBalances(deps, above, set.journal_id!);
   return toAccountSet(set);
 }
 

@@ -20,10 +20,12 @@
  *   a posting costs one comparison.
  */
 import { celError, checkCelValueSize } from '../cel/cel.js';
+import { isBudgetError } from '../cel/cost.js';
 import { celToJson } from '../cel/values.js';
 import { addText, Dec, scaleOf, withScale } from '../decimal.js';
 import { EngineError, quote } from '../errors.js';
 import { nameBasedUuid } from '../ids.js';
+import { isReservedKey } from '../json.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { CalculationBalanceRow, CalculationRow } from '../storage/statements/calculations.js';
 import type { AccountRow, BalanceRow, EntryRow, TransactionRow } from '../storage/statements/ledger.js';
@@ -206,7 +208,7 @@ export function createCalculation(deps: LedgerDeps, input: CalculationInput): Ca
   for (const dim of dims) {
     if (!dim || typeof dim.alias !== 'string' || typeof dim.value !== 'string') throw badRequest('each dimension needs an alias and a value (a CEL expression)');
     checkDimensionName(dim.alias);
-    if (!ALIAS.test(dim.alias)) {
+    if (!ALIAS.test(dim.alias) || isReservedKey(dim.alias)) {
       throw badRequest(`dimension alias ${quote(dim.alias)} must be a name of letters, digits and _ (not starting with a digit, at most 64 characters)`);
     }
     if (seen.has(dim.alias)) throw badRequest(`dimension alias ${quote(dim.alias)} is declared twice`);
@@ -473,7 +475,9 @@ function applyEntry(deps: LedgerDeps, def: Definition, ec: EntryContext, scope: 
     let matched: unknown;
     try {
       matched = def.condition(context);
-    } catch {
+    } catch (error) {
+      // A condition that cannot be evaluated for an entry does not count it; a budget spent is the posting's limit.
+      if (isBudgetError(error)) throw error;
       matched = false;
     }
     if (matched !== true) return;
@@ -487,11 +491,17 @@ function applyEntry(deps: LedgerDeps, def: Definition, ec: EntryContext, scope: 
       checkCelValueSize(value, deps.limits.celValueSizeMax, `dimension ${dim.alias}`);
       value = celToJson(value);
     } catch (error) {
-      const cause = celError(dim.text, error);
-      throw new EngineError(cause.code, `calculation ${def.code}: dimension ${dim.alias} failed on entry ${entry.entry_id}: ${cause.message}`, {
-        hint: 'Guard the calculation with a condition, or write the dimension so it has a value for every entry (e.g. `.?key.orValue(\'\')`).',
-        details: cause.details,
-      });
+      // A budget spent fails the posting (postingCelCostMax). A dimension that has no value for
+      // this entry (a missing key, 1 / 0) counts it under null: one definition's mistake never
+      // fails other clients' postings, and the entry stays visible in the calculation.
+      if (isBudgetError(error) || (error instanceof EngineError && error.code === 'LIMIT_EXCEEDED')) {
+        const cause = celError(dim.text, error);
+        throw new EngineError(cause.code, `calculation ${def.code}: dimension ${dim.alias} failed on entry ${entry.entry_id}: ${cause.message}`, {
+          hint: 'Write the dimension so it costs less (postingCelCostMax bounds what a posting spends on calculations, views and velocity controls).',
+          details: cause.details,
+        });
+      }
+      value = null;
     }
     values.push(value);
     named[dim.alias] = value;

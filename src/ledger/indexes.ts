@@ -2,6 +2,7 @@ import { celError } from '../cel/cel.js';
 import { CelDecimal, CelMoney, celToJson, jsonToCel } from '../cel/values.js';
 import { Dec, scaleOf } from '../decimal.js';
 import { EngineError, quote } from '../errors.js';
+import { isReservedKey } from '../json.js';
 import { type Connection, encodeCursor, pageRequest } from '../paging.js';
 import type { EntryRow, TransactionRow } from '../storage/statements/ledger.js';
 import type { IndexRow, KeyCondition } from '../storage/statements/views.js';
@@ -244,8 +245,8 @@ export function checkName(kind: string, name: unknown): string {
 }
 
 export function checkAlias(what: string, alias: unknown, seen: Set<string>): string {
-  if (typeof alias !== 'string' || !ALIAS.test(alias)) {
-    throw badDefinition(`${what} alias ${quote(alias)} is not valid`, 'An alias is an identifier: letters, digits and _, not starting with a digit, at most 64.');
+  if (typeof alias !== 'string' || !ALIAS.test(alias) || isReservedKey(alias)) {
+    throw badDefinition(`${what} alias ${quote(alias)} is not valid`, 'An alias is an identifier: letters, digits and _, not starting with a digit, at most 64; not __proto__, constructor or prototype.');
   }
   if (seen.has(alias)) throw badDefinition(`${what} alias ${quote(alias)} is given twice`, 'Give each field and key its own alias.');
   seen.add(alias);
@@ -322,7 +323,7 @@ export function compileConditions(deps: LedgerDeps, what: string, map: unknown):
     throw new EngineError('LIMIT_EXCEEDED', `${what} has ${entries.length} expressions; viewDocumentFieldsMax is ${deps.limits.viewDocumentFieldsMax}`);
   }
   return entries.map(([name, value]) => {
-    if (!ALIAS.test(name)) throw badDefinition(`${what} name ${quote(name)} is not valid`, 'Use an identifier.');
+    if (!ALIAS.test(name) || isReservedKey(name)) throw badDefinition(`${what} name ${quote(name)} is not valid`, 'Use an identifier (not __proto__, constructor or prototype).');
     return { name, value: value as string, fn: compileField(deps, `${what} ${name}`, value) };
   });
 }

@@ -15,7 +15,7 @@ import { DEFAULT_JOURNAL_ID } from './journals.js';
 import { bindParams, isDate } from './params.js';
 import { type Direction, type Entry, type JsonObject, jsonObjectText, type Layer, readJson, type Transaction } from './records.js';
 import { type CompiledField, type CompiledTranCode, findTranCodeRow, type TranCodeCache } from './tran-codes.js';
-import { enforceVelocity, type VelocityProperties } from './velocity.js';
+import { enforceVelocity, uncountVoided, type VelocityProperties } from './velocity.js';
 
 /** An entry about to be written, as the authorization hook sees it. */
 export interface EntryToWrite {
@@ -173,8 +173,17 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
     created: now,
     modified: now,
   };
-  const posted = writeTransaction(deps, row, expanded.entries);
-  const velocity = enforceVelocity(deps, posted, properties);
+  // Every calculation, view, index and velocity control the posting reaches shares one CEL budget,
+  // so a costly definition costs each posting at most postingCelCostMax, whoever wrote it.
+  const { posted, velocity } = deps.cel.scope(
+    `the calculations, views, indexes and velocity controls posting ${input.transactionId} reaches`,
+    () => {
+      const posted = writeTransaction(deps, row, expanded.entries);
+      return { posted, velocity: enforceVelocity(deps, posted, properties) };
+    },
+    deps.limits.postingCelCostMax,
+    'postingCelCostMax',
+  );
   if (velocity.exceptions.length > 0) deps.vel.setExceptions.run(JSON.stringify(velocity.exceptions), row.transaction_id);
   if (velocity.voidIt) voidTransaction(deps, row.transaction_id, guard);
   const written = velocity.exceptions.length > 0 || velocity.voidIt ? toTransaction(deps.st.transactionById.get(row.transaction_id)!) : toTransaction(posted.transaction);
@@ -249,8 +258,17 @@ export function voidTransaction(deps: LedgerDeps, transactionId: string, guard?:
     metadata: e.metadata,
   }));
   guard?.(toWrite(planned, reversal.journal_id));
-  const written = writeTransaction(deps, reversal, planned).transaction;
-  deps.st.markVoided.run(reversal.transaction_id, now.toISOString(), transactionId);
+  const written = deps.cel.scope(
+    `the calculations, views, indexes and velocity controls the void of ${transactionId} reaches`,
+    () => {
+      const written = writeTransaction(deps, reversal, planned).transaction;
+      deps.st.markVoided.run(reversal.transaction_id, now.toISOString(), transactionId);
+      uncountVoided(deps, { transaction: original, entries });
+      return written;
+    },
+    deps.limits.postingCelCostMax,
+    'postingCelCostMax',
+  );
   const reversed = toTransaction(written);
   announce(deps, reversed, tranCode?.code ?? '', () => null, planned);
   return reversed;

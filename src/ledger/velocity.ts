@@ -2,7 +2,7 @@ import { CelDecimal, jsonToCel } from '../cel/values.js';
 import { addText, Dec, subText, withScale } from '../decimal.js';
 import { EngineError, quote } from '../errors.js';
 import { canonicalJson } from '../ids.js';
-import { setOwn } from '../json.js';
+import { isReservedKey, setOwn } from '../json.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { AccountRow, BalanceRow, EntryRow } from '../storage/statements/ledger.js';
 import { BALANCE_COLUMNS } from '../storage/statements/ledger.js';
@@ -131,6 +131,23 @@ export function toControl(row: VelocityControlRow): VelocityControl {
   };
 }
 
+/** The first reserved key (__proto__, constructor, prototype) anywhere in a JSON value, or null. */
+function reservedKeyIn(value: unknown): string | null {
+  if (Array.isArray(value)) {
+    for (const item of value) {
+      const found = reservedKeyIn(item);
+      if (found !== null) return found;
+    }
+  } else if (value !== null && typeof value === 'object') {
+    for (const [key, item] of Object.entries(value)) {
+      if (isReservedKey(key)) return key;
+      const found = reservedKeyIn(item);
+      if (found !== null) return found;
+    }
+  }
+  return null;
+}
+
 function toAttachment(row: VelocityAttachmentRow): Attachment {
   return {
     accountId: row.account_id,
@@ -159,7 +176,7 @@ function compileCel(deps: LedgerDeps, what: string, source: unknown): void {
 
 function limitDocument(deps: LedgerDeps, input: VelocityLimitInput): VelocityLimitDocument {
   const window = (input.window ?? []).map((k, i) => {
-    if (!IDENTIFIER.test(k?.alias ?? '')) throw new EngineError('BAD_REQUEST', `window[${i}].alias ${quote(k?.alias)} is not an identifier`, { hint: 'Use letters, digits and _.' });
+    if (!IDENTIFIER.test(k?.alias ?? '') || isReservedKey(k.alias)) throw new EngineError('BAD_REQUEST', `window[${i}].alias ${quote(k?.alias)} is not an identifier`, { hint: 'Use letters, digits and _ (not __proto__, constructor or prototype).' });
     compileCel(deps, `window[${i}].value`, k.value);
     return { alias: k.alias, value: k.value, type: k.type ?? null };
   });
@@ -185,7 +202,7 @@ function limitDocument(deps: LedgerDeps, input: VelocityLimitInput): VelocityLim
   });
   if (input.limit.timestampSource != null) compileCel(deps, 'limit.timestampSource', input.limit.timestampSource);
   const params = (input.params ?? []).map((p, i): ParamDefinition => {
-    if (!IDENTIFIER.test(p?.name ?? '')) throw new EngineError('BAD_REQUEST', `params[${i}].name ${quote(p?.name)} is not an identifier`);
+    if (!IDENTIFIER.test(p?.name ?? '') || isReservedKey(p.name)) throw new EngineError('BAD_REQUEST', `params[${i}].name ${quote(p?.name)} is not an identifier`);
     const type = (p.type ?? 'STRING') as ParamType;
     if (!PARAM_TYPES.includes(type)) throw new EngineError('BAD_REQUEST', `params[${i}].type ${quote(type)} is not one of ${PARAM_TYPES.join(', ')}`);
     if (p.default != null && !literalDefault(type, p.default, (s) => deps.cel.compile(s) as unknown as { ast?: unknown })) compileCel(deps, `params[${i}].default`, p.default);
@@ -377,6 +394,11 @@ export function attachVelocityControl(deps: LedgerDeps, args: { velocityControlI
     });
   }
   const params = args.params == null ? null : jsonObjectText(args.params, 'params', deps.limits.jsonBytesMax);
+  // CEL reads params as maps: a key CEL cannot hold (or that names a prototype) is refused here, not at every posting.
+  const reserved = params === null ? null : reservedKeyIn(JSON.parse(params));
+  if (reserved !== null) {
+    throw new EngineError('BAD_REQUEST', `params hold the key ${quote(reserved)}, which is reserved`, { hint: 'Name params with identifiers other than __proto__, constructor and prototype.' });
+  }
   // Bind them now against every limit, so a bad value is refused here and not at the next posting.
   for (const limit of limitsOfControl(deps, control.velocity_control_id)) bindLimitParams(deps, limit, params === null ? {} : JSON.parse(params));
   const now = deps.clock.now().toISOString();
@@ -565,6 +587,123 @@ function staticSpecs(deps: LedgerDeps, limit: VelocityLimit, attachment: Attachm
   return cached.specs;
 }
 
+/**
+ * Walk the controls attached to each posted entry's account and sets: add (sign 1) or take back
+ * (sign -1, the entries of a transaction being voided) each entry in the running totals of the
+ * windowed or conditional limits that count it, and hand each (control, limit, account or set)
+ * the posting concerns to `check`. Returns whether anything was attached at all.
+ */
+function countTotals(deps: LedgerDeps, posted: Posted, sign: 1 | -1, now: string, check?: (check: Check) => void): boolean {
+  // Attachments of every account and set the entries reach, cached until a velocity table changes:
+  // none attached (the common case) costs a map lookup per account and set.
+  const attachments = new Map<string, Attachment[]>();
+  const targetsOf = (entry: EntryRow) => [entry.account_id, ...(entry.parent_account_ids === null ? [] : (JSON.parse(entry.parent_account_ids) as string[]))];
+  let any = false;
+  for (const entry of posted.entries) {
+    for (const id of targetsOf(entry)) {
+      if (attachments.has(id)) continue;
+      const attached = attachedTo(deps, id);
+      attachments.set(id, attached);
+      if (attached.length > 0) any = true;
+    }
+  }
+  if (!any) return false;
+
+  // The CEL documents are built only when a condition, a window or a balance limit reads them.
+  let transaction: CelDocument | undefined;
+  for (const entry of posted.entries) {
+    let entryDoc: CelDocument | undefined;
+    for (const targetId of targetsOf(entry)) {
+      const attached = attachments.get(targetId)!;
+      if (attached.length === 0) continue;
+      const target = deps.st.accountById.get(targetId);
+      if (!target) continue;
+      let context: Record<string, unknown> | undefined;
+      const contextOf = () => {
+        transaction ??= transactionDocument(posted.transaction);
+        entryDoc ??= entryDocument(entry, posted.transaction);
+        return (context ??= { context: { vars: { account: accountDocument(target), transaction, entry: entryDoc } } });
+      };
+      const counted = new Set<string>();
+      for (const attachment of attached) {
+        if (attachment.journalId !== null && attachment.journalId !== entry.journal_id) continue;
+        const { control, limits } = controlOf(deps, attachment.velocityControlId);
+        if (control.status !== 'ACTIVE') continue;
+        const applies = check !== undefined && (control.condition === null || truthy(deps, control.condition, contextOf(), `velocity control ${control.name} condition`));
+        for (const limit of limits) {
+          if (limit.currency !== '' && limit.currency !== entry.currency) continue;
+          if (!keepsTotals(limit) && !applies) continue;
+          if (limit.condition !== null && !truthy(deps, limit.condition, contextOf(), `velocity limit ${limit.name} condition`)) continue;
+          const window = limit.window.length === 0 ? '[]' : windowKey(deps, limit, contextOf());
+          // Running totals of a windowed or conditional limit: each entry once per limit and target.
+          if (keepsTotals(limit) && !counted.has(limit.velocityLimitId)) {
+            counted.add(limit.velocityLimitId);
+            const values: Record<string, string> = {};
+            for (const column of BALANCE_COLUMNS) values[column] = '0';
+            values[`${entry.layer.toLowerCase()}_${entry.direction === 'DEBIT' ? 'dr' : 'cr'}`] = sign === 1 ? entry.units : `-${entry.units}`;
+            deps.vel.addToVelocityBalance.run({
+              velocity_limit_id: limit.velocityLimitId, account_id: targetId, journal_id: entry.journal_id, currency: entry.currency, window, ...values, entry_id: entry.entry_id, modified: now,
+            });
+          }
+          if (applies) check!({ attachment, control, limit, target, entry, window, context: contextOf });
+        }
+      }
+    }
+  }
+  return true;
+}
+
+/**
+ * A void takes its original's entries back out of the running totals that counted them (with the
+ * windows and conditions as they read the original), so a voided posting no longer spends a limit.
+ * The void itself is not checked: it restores an earlier state.
+ */
+export function uncountVoided(deps: LedgerDeps, original: Posted): void {
+  countTotals(deps, original, -1, deps.clock.now().toISOString());
+}
+
+/**
+ * A membership change moves balances into (or out of) sets without posting: the REJECT controls
+ * attached to those sets are checked against their new balances, so adding an overdrawn account
+ * cannot take a set past its limit. Controls with a condition, and limits with a window or a
+ * condition, are about postings (they read the entry) and are not consulted here.
+ */
+export function checkMovedBalances(deps: LedgerDeps, setIds: readonly string[], journalId: string): void {
+  const now = deps.clock.now().toISOString();
+  for (const setId of setIds) {
+    const attached = attachedTo(deps, setId);
+    if (attached.length === 0) continue;
+    const target = deps.st.accountById.get(setId);
+    if (!target) continue;
+    for (const attachment of attached) {
+      if (attachment.journalId !== null && attachment.journalId !== journalId) continue;
+      const { control, limits } = controlOf(deps, attachment.velocityControlId);
+      if (control.status !== 'ACTIVE' || control.condition !== null || control.enforcement.action !== 'REJECT') continue;
+      for (const limit of limits) {
+        if (keepsTotals(limit)) continue;
+        const specs = staticSpecs(deps, limit, attachment);
+        if (!specs) continue;
+        for (const balance of deps.st.balancesOfJournal.all(setId, journalId)) {
+          if (limit.currency !== '' && limit.currency !== balance.currency) continue;
+          for (const spec of specs) {
+            const value = availableNormal(balance, spec.layer, spec.side ?? (target.normal_balance_type as Direction));
+            if (new Dec(value).cmp(spec.amount.d) <= 0) continue;
+            const limitText = amountText(spec.amount.d, spec.amount.scale);
+            const message = `velocity ${limitText} ${balance.currency} exceeded, balance is ${value} ${balance.currency}`;
+            throw new EngineError('BALANCE_VELOCITY_EXCEEDED', message, {
+              hint: `Velocity control ${control.name} on ${target.code} refuses the membership change: it would take the set past its limit. Nothing was written.`,
+              exception: {
+                transactionId: null, type: 'VELOCITY_CONTROL', errorMessage: message, created: now,
+                detail: { accountId: setId, layer: spec.layer, limit: limitText, velocityControlId: control.velocityControlId, velocityLimitId: limit.velocityLimitId, violatingBalance: `${value} ${balance.currency}` },
+              },
+            });
+          }
+        }
+      }
+    }
+  }
+}
+
 export interface VelocityProperties {
   overrideVelocityEnforcement?: { action?: Enforcement | null } | null;
   exception?: { type: string; message: string; detail?: unknown } | null;
@@ -585,65 +724,13 @@ export function enforceVelocity(deps: LedgerDeps, posted: Posted, properties: Ve
     exceptions.push({ type: requiredText(type, 'exception.type', 128), message: requiredText(message, 'exception.message'), detail: (detail ?? {}) as Record<string, unknown> });
     voidIt = true;
   }
-  // Attachments of every account and set the entries reach, cached until a velocity table changes:
-  // none attached (the common case) costs a map lookup per account and set.
-  const attachments = new Map<string, Attachment[]>();
-  const targetsOf = (entry: EntryRow) => [entry.account_id, ...(entry.parent_account_ids === null ? [] : (JSON.parse(entry.parent_account_ids) as string[]))];
-  let any = false;
-  for (const entry of posted.entries) {
-    for (const id of targetsOf(entry)) {
-      if (attachments.has(id)) continue;
-      const attached = attachedTo(deps, id);
-      attachments.set(id, attached);
-      if (attached.length > 0) any = true;
-    }
-  }
-  if (!any) return { exceptions, voidIt };
-
-  // The CEL documents are built only when a condition, a window or a balance limit reads them.
-  let transaction: CelDocument | undefined;
   const checks = new Map<string, Check>();
   const now = deps.clock.now().toISOString();
-  for (const entry of posted.entries) {
-    let entryDoc: CelDocument | undefined;
-    for (const targetId of targetsOf(entry)) {
-      const attached = attachments.get(targetId)!;
-      if (attached.length === 0) continue;
-      const target = deps.st.accountById.get(targetId);
-      if (!target) continue;
-      let context: Record<string, unknown> | undefined;
-      const contextOf = () => {
-        transaction ??= transactionDocument(posted.transaction);
-        entryDoc ??= entryDocument(entry, posted.transaction);
-        return (context ??= { context: { vars: { account: accountDocument(target), transaction, entry: entryDoc } } });
-      };
-      const counted = new Set<string>();
-      for (const attachment of attached) {
-        if (attachment.journalId !== null && attachment.journalId !== entry.journal_id) continue;
-        const { control, limits } = controlOf(deps, attachment.velocityControlId);
-        if (control.status !== 'ACTIVE') continue;
-        const applies = control.condition === null || truthy(deps, control.condition, contextOf(), `velocity control ${control.name} condition`);
-        for (const limit of limits) {
-          if (limit.currency !== '' && limit.currency !== entry.currency) continue;
-          if (limit.condition !== null && !truthy(deps, limit.condition, contextOf(), `velocity limit ${limit.name} condition`)) continue;
-          const window = limit.window.length === 0 ? '[]' : windowKey(deps, limit, contextOf());
-          // Running totals of a windowed or conditional limit: each entry once per limit and target.
-          if (keepsTotals(limit) && !counted.has(limit.velocityLimitId)) {
-            counted.add(limit.velocityLimitId);
-            const values: Record<string, string> = {};
-            for (const column of BALANCE_COLUMNS) values[column] = '0';
-            values[`${entry.layer.toLowerCase()}_${entry.direction === 'DEBIT' ? 'dr' : 'cr'}`] = entry.units;
-            deps.vel.addToVelocityBalance.run({
-              velocity_limit_id: limit.velocityLimitId, account_id: targetId, journal_id: entry.journal_id, currency: entry.currency, window, ...values, entry_id: entry.entry_id, modified: now,
-            });
-          }
-          if (!applies) continue;
-          const key = `${control.velocityControlId} ${limit.velocityLimitId} ${targetId} ${entry.journal_id} ${entry.currency} ${window}`;
-          if (!checks.has(key)) checks.set(key, { attachment, control, limit, target, entry, window, context: contextOf });
-        }
-      }
-    }
-  }
+  const any = countTotals(deps, posted, 1, now, (check) => {
+    const key = `${check.control.velocityControlId} ${check.limit.velocityLimitId} ${check.target.account_id} ${check.entry.journal_id} ${check.entry.currency} ${check.window}`;
+    if (!checks.has(key)) checks.set(key, check);
+  });
+  if (!any) return { exceptions, voidIt };
 
   for (const check of checks.values()) {
     const violation = violationOf(deps, check, posted, now);
@@ -758,7 +845,7 @@ export function velocityOf(
       if (args.velocityLimitId && limit.velocityLimitId !== args.velocityLimitId) continue;
       if (limit.currency !== '' && limit.currency !== currency) continue;
       const key = limit.window.length === 0 ? '[]' : canonicalJson(limit.window.map((k) => {
-        const v = window[k.alias];
+        const v = Object.hasOwn(window, k.alias) ? window[k.alias] : undefined;
         if (v === undefined) throw new EngineError('BAD_REQUEST', `window needs ${quote(k.alias)} for velocity limit ${limit.name}`, { hint: `Its window keys are ${limit.window.map((w) => w.alias).join(', ')}.` });
         return String(v);
       }));

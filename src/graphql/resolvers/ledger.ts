@@ -63,6 +63,17 @@ function balancesPage(ctx: RequestContext, id: string, normalBalanceType: Direct
 const AS = 'financial.AccountSet';
 const ASM = 'financial.AccountSetMember';
 
+/** UPDATE on a set's member as it is: an account (financial.Account) or a set (financial.AccountSet). */
+function guardMember(ctx: RequestContext, member: { memberType?: string; memberId?: string } | null | undefined): void {
+  if (!member?.memberId) return;
+  const owner = ctx.ledger.balanceOwner(member.memberId);
+  if (owner.isSet) guard(ctx, 'UPDATE', AS, ctx.ledger.getAccountSet(member.memberId));
+  else guard(ctx, 'UPDATE', 'financial.Account', ctx.ledger.getAccount({ id: member.memberId }));
+}
+
+/** The same UPDATE on whatever account or set a velocity control is attached to, exported for its resolvers. */
+export const guardAccountOrSet = (ctx: RequestContext, accountId: string) => guardMember(ctx, { memberId: accountId });
+
 const J = 'financial.Journal';
 const A = 'financial.Account';
 const TC = 'financial.TranCode';
@@ -170,12 +181,16 @@ const mutation: Record<string, Resolver> = {
     guard(ctx, 'DELETE', AS, ctx.ledger.getAccountSet(id));
     return ctx.ledger.deleteAccountSet(id);
   },
+  // Membership changes what the member rolls up into (its balance shows in the set, the set's
+  // velocity controls then limit its postings): the stack must be allowed to change the member too.
   addToAccountSet: (_, { id, member }, ctx) => {
     guard(ctx, 'INSERT', ASM, { accountSetId: id, ...member, accountSet: ctx.ledger.getAccountSet(id) });
+    guardMember(ctx, member);
     return ctx.ledger.addToAccountSet(id, member);
   },
   removeFromAccountSet: (_, { id, member }, ctx) => {
     guard(ctx, 'DELETE', ASM, { accountSetId: id, ...member, accountSet: ctx.ledger.getAccountSet(id) });
+    guardMember(ctx, member);
     return ctx.ledger.removeFromAccountSet(id, member);
   },
   createTranCode: (_, { input }, ctx) => ctx.ledger.createTranCode(guard(ctx, 'INSERT', TC, input)),
@@ -187,7 +202,20 @@ const mutation: Record<string, Resolver> = {
     guard(ctx, 'UPDATE', TC, ctx.ledger.getTranCode({ id }));
     return ctx.ledger.lockTranCode(id);
   },
-  postTransaction: (_, { input }, ctx) => ctx.ledger.postTransaction(guard(ctx, 'INSERT', T, input), postingGuard(ctx)),
+  postTransaction: (_, { input }, ctx) => {
+    guard(ctx, 'INSERT', T, input);
+    // Lowering every velocity control of a posting (an override, or an exception that posts and voids)
+    // is a power over the controls, not over the posting: UPDATE on financial.VelocityControl.
+    const properties = input?.properties;
+    if (properties?.overrideVelocityEnforcement != null || properties?.exception != null) {
+      guard(ctx, 'UPDATE', 'financial.VelocityControl', { transactionId: input.transactionId, tranCode: input.tranCode, properties });
+    }
+    try {
+      return ctx.ledger.postTransaction(input, postingGuard(ctx));
+    } catch (error) {
+      throw redactVelocityError(ctx, error);
+    }
+  },
   voidTransaction: (_, { id }, ctx) => {
     const original = ctx.ledger.getTransaction(id);
     guard(ctx, 'UPDATE', T, original);
@@ -200,6 +228,32 @@ const mutation: Record<string, Resolver> = {
     return evaluateCel(ctx.cel, args as Parameters<typeof evaluateCel>[1], ctx.limits.celValueSizeMax);
   },
 };
+
+/**
+ * A velocity exception names the balance that broke the limit, of any account or set the posting
+ * reached (the counterparty's too): shown only to a stack that may read that balance.
+ */
+function mayReadBalance(ctx: RequestContext, accountId: unknown): boolean {
+  if (typeof accountId !== 'string') return true;
+  return ctx.authority.allows({ action: 'SELECT', resource: 'financial.Balance', document: { accountId } });
+}
+
+function redactException<T extends { message: string; detail: Record<string, unknown> | null }>(ctx: RequestContext, exception: T): T {
+  const detail = exception.detail ?? {};
+  if (!('violatingBalance' in detail) || mayReadBalance(ctx, detail.accountId)) return exception;
+  return { ...exception, message: exception.message.replace(/, balance is .*$/, ''), detail: { ...detail, violatingBalance: null } };
+}
+
+function redactVelocityError(ctx: RequestContext, error: unknown): unknown {
+  if (!(error instanceof EngineError) || error.code !== 'BALANCE_VELOCITY_EXCEEDED') return error;
+  const exception = error.exception as { errorMessage: string; detail: Record<string, unknown> };
+  if (mayReadBalance(ctx, exception.detail?.accountId)) return error;
+  const message = error.message.replace(/, balance is .*$/, '');
+  return new EngineError('BALANCE_VELOCITY_EXCEEDED', message, {
+    hint: error.hint,
+    exception: { ...exception, errorMessage: message, detail: { ...exception.detail, violatingBalance: null } },
+  });
+}
 
 export const ledgerResolvers = {
   Query: query,
@@ -233,6 +287,7 @@ export const ledgerResolvers = {
     history: (t: TranCode, { first, after }: Args, ctx: RequestContext) => visible(ctx, TC, ctx.ledger.tranCodeHistory(t.tranCodeId, first, after)),
   },
   Transaction: {
+    exceptions: (t: Transaction, _: Args, ctx: RequestContext) => t.exceptions.map((e) => redactException(ctx, e)),
     tranCode: (t: Transaction, _: Args, ctx: RequestContext) => guard(ctx, 'SELECT', TC, ctx.ledger.getTranCode({ id: t.tranCodeId, version: t.tranCodeVersion })),
     journal: (t: Transaction, _: Args, ctx: RequestContext) => guard(ctx, 'SELECT', J, ctx.ledger.getJournal(t.journalId)),
     entries: (t: Transaction, { first, after }: Args, ctx: RequestContext) => visible(ctx, E, ctx.ledger.entriesOfTransaction(t.transactionId, first, after)),

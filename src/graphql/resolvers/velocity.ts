@@ -2,6 +2,7 @@ import type { AccountSet, Account } from '../../ledger/records.js';
 import * as velocity from '../../ledger/velocity.js';
 import type { RequestContext } from '../context.js';
 import { guard, visible } from './guard.js';
+import { guardAccountOrSet } from './ledger.js';
 
 type Args = Record<string, any>;
 type Resolver<P = unknown> = (parent: P, args: Args, ctx: RequestContext) => unknown;
@@ -63,12 +64,15 @@ const mutation: Record<string, Resolver> = {
     return velocity.removeAllLimitsFromControl(deps(ctx), velocityControlId);
   },
   // Attaching changes what the account or set may post: UPDATE on the control, with the target in the document.
+  // ... and UPDATE on the account or set it limits: a control decides what that account may post.
   attachVelocityControl: (_, args, ctx) => {
     guard(ctx, 'UPDATE', VC, { ...velocity.getVelocityControl(deps(ctx), args.velocityControlId), accountId: args.accountId, journalId: args.journalId ?? null, params: args.params ?? null });
+    guardAccountOrSet(ctx, args.accountId);
     return velocity.attachVelocityControl(deps(ctx), args as Parameters<typeof velocity.attachVelocityControl>[1]);
   },
   detachVelocityControl: (_, { velocityControlId, accountId }, ctx) => {
     guard(ctx, 'UPDATE', VC, { ...velocity.getVelocityControl(deps(ctx), velocityControlId), accountId });
+    guardAccountOrSet(ctx, accountId);
     return velocity.detachVelocityControl(deps(ctx), { velocityControlId, accountId });
   },
 };

@@ -41,7 +41,15 @@ export const viewResolvers = {
     indexes: (_: unknown, { first, after }: Args, ctx: RequestContext) => visible(ctx, I, views.listIndexes(ctx.ledger.deps, first, after)),
   },
   SchemaMutation: {
-    createView: (_: unknown, { input }: Args, ctx: RequestContext) => views.createView(ctx.ledger.deps, guard(ctx, 'INSERT', V, input)),
+    // A view's records aggregate every source record, whoever may read them: its author must be
+    // allowed to read all of them (a row-level SELECT, whose assertion an empty document fails, is not enough).
+    createView: (_: unknown, { input }: Args, ctx: RequestContext) => {
+      guard(ctx, 'INSERT', V, input);
+      for (const source of Array.isArray(input?.sources) ? input.sources : []) {
+        if (typeof source?.entity === 'string') guard(ctx, 'SELECT', `financial.${source.entity}`, {});
+      }
+      return views.createView(ctx.ledger.deps, input);
+    },
     deleteView: (_: unknown, { name }: Args, ctx: RequestContext) => {
       guard(ctx, 'DELETE', V, views.getView(ctx.ledger.deps, name));
       return views.deleteView(ctx.ledger.deps, name);

@@ -189,6 +189,14 @@ export function ledgerStatements(db: Db) {
            WHERE m.member_type = 'ACCOUNT_SET' AND down.depth < 64
        ) SELECT max(depth) AS depth FROM down`,
     ),
+    /** Accounts below a set (through its set members), at most `limit` of them. */
+    accountsBelow: db.prepare<[string, number], string>(
+      `WITH RECURSIVE down(id, depth) AS (
+         SELECT ?, 0
+         UNION
+         SELECT m.member_id, down.depth + 1 FROM account_set_members m JOIN down ON m.account_set_id = down.id WHERE down.depth < 64
+       ) SELECT DISTINCT down.id FROM down JOIN accounts a ON a.account_id = down.id WHERE a.is_account_set = 0 LIMIT ?`,
+    ).pluck(),
     insertSetEntry: db.prepare<[string, number, number, string]>('INSERT INTO set_entries (account_set_id, seq, balance_version, balance_after) VALUES (?, ?, ?, ?)'),
     setEntriesDescPage: db.prepare<[string, number, number], EntryRow>(
       `SELECT e.* FROM set_entries s JOIN entries e ON e.seq = s.seq
