@@ -138,7 +138,7 @@ describe('agent runs survive kill -9 of their worker at any point', () => {
     expect(after.transactions).toBe(2 * RUNS);
     expect(after.toolCalls).toBe(2 * RUNS);
     expect(after.turns).toBe(2 * RUNS);
-    expect(after.balance).toEqual({ settled_dr: '150', settled_cr: '0' });
+    expect(after.balance).toEqual({ settled_dr: '150.00', settled_cr: '0' });
     // The kills landed mid-run: some runs were claimed again after their worker died.
     expect(after.reclaimed).toBeGreaterThan(0);
     console.log(`kills: ${kills}, runs claimed again after a kill: ${after.reclaimed}`);

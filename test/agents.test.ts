@@ -97,7 +97,7 @@ for (const format of ['openai', 'anthropic'] as const) {
       // The sender is fixed by the reference: the model never sent it.
       expect(second.children[0].input).toMatchObject({ from: ALICE, to: BOB, amount: '25' });
       expect(transactions(engine)).toBe(before + 1);
-      expect([available(engine, ALICE), available(engine, BOB)]).toEqual(['75.00', '75.00']);
+      expect([available(engine, ALICE), available(engine, BOB)]).toEqual(['75', '75']);
       // Every request carried the key the operator named, and the model saw transfer without `from`.
       const seen = model.requests.at(-1)!;
       expect(seen.tools.map((t) => t.name)).toEqual(['balance', 'transfer', 'load_skill']);

@@ -229,7 +229,7 @@ describe('ledger verbs', () => {
     const posted = await inProject('post', 'DEPOSIT', '--param', `account=${ALICE}`, '--param', 'amount=100', '--transaction-id', id(1));
     expect(posted.status, posted.err).toBe(0);
     expect(posted.out).toMatch(new RegExp(`^posted ${id(1)} DEPOSIT@1 effective \\d{4}-\\d\\d-\\d\\d`));
-    expect(posted.out).toMatch(/CREDIT +alice +100\.00 USD SETTLED/);
+    expect(posted.out).toMatch(/CREDIT +alice +100 USD SETTLED/);
     const [again, accounts, accountsJsonRun, transactions] = await Promise.all([
       // The same id and params again is the same transaction (the id is the idempotency key).
       inProject('post', 'DEPOSIT', '--param', `account=${ALICE}`, '--param', 'amount=100', '--transaction-id', id(1), '--json'),
@@ -240,11 +240,11 @@ describe('ledger verbs', () => {
     expect(JSON.parse(again.out).transactionId).toBe(id(1));
     expect(accounts.status, accounts.err).toBe(0);
     expect(accounts.out.split('\n')[0]).toMatch(/^code +accountId +status +normal +settled USD +available +name$/);
-    expect(accounts.out).toMatch(new RegExp(`^alice +${ALICE} +ACTIVE +CREDIT +100\\.00 +100\\.00 +Alice`, 'm'));
+    expect(accounts.out).toMatch(new RegExp(`^alice +${ALICE} +ACTIVE +CREDIT +100 +100 +Alice`, 'm'));
     const accountsJson = JSON.parse(accountsJsonRun.out) as Array<Record<string, string>>;
-    expect(accountsJson.find((a) => a.code === 'alice')).toMatchObject({ accountId: ALICE, currency: 'USD', settled: '100.00', available: '100.00' });
+    expect(accountsJson.find((a) => a.code === 'alice')).toMatchObject({ accountId: ALICE, currency: 'USD', settled: '100', available: '100' });
     expect(transactions.status, transactions.err).toBe(0);
-    expect(transactions.out).toMatch(new RegExp(`${id(1)}  DEPOSIT@1 +CREDIT +100\\.00 USD SETTLED`));
+    expect(transactions.out).toMatch(new RegExp(`${id(1)}  DEPOSIT@1 +CREDIT +100 USD SETTLED`));
 
     const voided = await inProject('void', id(1));
     expect(voided.status, voided.err).toBe(0);
@@ -254,7 +254,7 @@ describe('ledger verbs', () => {
     expect(all.find((t) => t.transactionId === id(1))).toMatchObject({ voidedBy: expect.any(String) });
     expect(all.find((t) => t.voidOf === id(1))).toBeDefined();
     const balance = JSON.parse(balanceRun.out);
-    expect(balance.settled.normalBalance.units).toBe('0.00');
+    expect(balance.settled.normalBalance.units).toBe('0');
   });
 
   it('gql runs a document from a file (variables as JSON or @file) or from stdin; a failing one exits 1', async () => {

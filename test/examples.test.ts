@@ -16,6 +16,8 @@ const ALICE = 'b0000000-0000-4000-8000-000000000011';
 const BOB = 'b0000000-0000-4000-8000-000000000012';
 const FEES = 'b0000000-0000-4000-8000-000000000002';
 const MERCHANTS = 'b0000000-0000-4000-8000-000000000004';
+const SAVINGS = 'b0000000-0000-4000-8000-000000000013';
+const ALICE_SET = 'b0000000-0000-4000-8000-000000000021';
 const tx = (n: number) => `c0000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
 
 function engineTarget(engine: Engine): Target {
@@ -29,7 +31,7 @@ function ok(engine: Engine, query: string, variables: Record<string, unknown> = 
 }
 
 const INVOKE = `mutation($n: String!, $e: UUID!, $i: JSON) { actions { invokeAction(name: $n, input: {executionId: $e, actionVersion: 1, input: $i}) {
-  executionId status output error { code message } children { kind actionName status } } } }`;
+  executionId status output error { code message hint } children { kind actionName status } } } }`;
 const invoke = (engine: Engine, name: string, n: number, input: unknown, principal = 'operator') =>
   ok(engine, INVOKE, { n: name, e: tx(9000 + n), i: input }, principal).actions.invokeAction;
 const available = (engine: Engine, account: string) =>
@@ -45,7 +47,8 @@ describe('examples/bank, deployed into a fresh database, walked through', () => 
     engine = await newEngine({ path: join(mkdtempSync(join(tmpdir(), 'tally-bank-')), 'bank.db') });
     const result = await deploy(readProject(BANK), engineTarget(engine));
     expect(result.plan.every((item) => item.change === 'create')).toBe(true);
-    expect(result.plan).toHaveLength(22);
+    // 7 accounts, 2 sets, the overdraft guard (a limit, a control, 2 attachments), 4 tran codes, 8 tools, a skill, a trigger, 2 clients.
+    expect(result.plan).toHaveLength(29);
     keys = result.keys;
   });
 
@@ -54,7 +57,7 @@ describe('examples/bank, deployed into a fresh database, walked through', () => 
     expect(engine.authenticate(keys.operator!)).toBe('operator');
   });
 
-  it('deposits, then transfers with a fee behind a condition; transfer checks the available balance', () => {
+  it('deposits, then transfers with a fee behind a condition; the overdraft guard refuses what the sender lacks', () => {
     post(engine, 1, 'DEPOSIT', { account: ALICE, amount: '100' });
     const transfer = invoke(engine, 'transfer', 1, { transaction_id: tx(2), from: ALICE, to: BOB, amount: '30', fee: '1.50' });
     expect(transfer).toMatchObject({ status: 'SUCCEEDED', output: { transaction_id: tx(2), from_available: '68.50', to_available: '30.00' } });
@@ -63,7 +66,31 @@ describe('examples/bank, deployed into a fresh database, walked through', () => 
     expect(noFee.output).toMatchObject({ from_available: '25.00', to_available: '73.50' });
     expect(ok(engine, `{ transaction(id: "${tx(3)}") { entries(first: 5) { nodes { entryType } } } }`).transaction.entries.nodes).toHaveLength(2);
     const tooMuch = invoke(engine, 'transfer', 3, { transaction_id: tx(4), from: BOB, to: ALICE, amount: '1000' });
-    expect(tooMuch).toMatchObject({ status: 'FAILED', error: { code: 'TOOL_FAILED', message: 'insufficient funds: 1000 needed' } });
+    expect(tooMuch).toMatchObject({ status: 'FAILED', error: { code: 'TOOL_FAILED', message: "insufficient funds: 1000.00 needed, 25.00 available in Bob's accounts" } });
+  });
+
+  it('the overdraft guard: Alice may overdraw her wallet while her savings cover it, never her accounts together', () => {
+    // Alice: 68.50 + 5 in her wallet (above), 100 into savings.
+    post(engine, 5, 'DEPOSIT', { account: SAVINGS, amount: '100' });
+    const covered = invoke(engine, 'transfer', 5, { transaction_id: tx(6), from: ALICE, to: BOB, amount: '150' });
+    expect(covered).toMatchObject({ status: 'SUCCEEDED', output: { from_available: '-76.50', to_available: '175.00' } });
+    const set = () => ok(engine, `{ accountSet(id: "${ALICE_SET}") { balance { available(layer: PENDING) { normalBalance { units } } } } }`).accountSet.balance.available.normalBalance.units;
+    expect(set()).toBe('23.50');
+    // Past her total: the posting itself is refused, and nothing is written.
+    const transactions = () => ok(engine, '{ transactions(first: 100) { nodes { transactionId } } }').transactions.nodes.length;
+    const before = transactions();
+    const refused = engine.graphql('mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }', { i: { transactionId: tx(7), tranCode: 'TRANSFER', params: { from: SAVINGS, to: BOB, amount: '23.51' } } });
+    expect(refused.data).toBeNull();
+    expect(refused.errors?.[0]).toMatchObject({ message: 'velocity 0 USD exceeded, balance is 0.01 USD', extensions: { code: 'BALANCE_VELOCITY_EXCEEDED', exception: { detail: { accountId: ALICE_SET } } } });
+    expect(transactions()).toBe(before);
+    // Through the tool: its failure says so, in her words, and the balances are as they were.
+    const tooMuch = invoke(engine, 'transfer', 6, { transaction_id: tx(7), from: ALICE, to: BOB, amount: '23.00', fee: '0.51' });
+    expect(tooMuch).toMatchObject({ status: 'FAILED', error: { code: 'TOOL_FAILED', message: "insufficient funds: 23.51 needed, 23.50 available in Alice's accounts", hint: expect.stringContaining('may not go below zero') } });
+    expect(transactions()).toBe(before);
+    expect([set(), available(engine, ALICE).available.normalBalance.units, available(engine, SAVINGS).available.normalBalance.units]).toEqual(['23.50', '-76.50', '100']);
+    // Exactly all of it is fine; then Alice's accounts are at zero together.
+    expect(invoke(engine, 'transfer', 7, { transaction_id: tx(8), from: ALICE, to: BOB, amount: '23.00', fee: '0.50' }).status).toBe('SUCCEEDED');
+    expect(set()).toBe('0.00');
   });
 
   it('a transfer over 10,000 starts notify_large through the trigger; the worker runs it', () => {
@@ -87,7 +114,7 @@ describe('examples/bank, deployed into a fresh database, walked through', () => 
     const after = available(engine, BOB);
     expect(Number(after.settled.normalBalance.units)).toBe(Number(before.settled.normalBalance.units) - 40);
     expect(after.available.normalBalance.units).toBe(after.settled.normalBalance.units);
-    expect(available(engine, MERCHANTS).settled.normalBalance.units).toBe('40.00');
+    expect(available(engine, MERCHANTS).settled.normalBalance.units).toBe('40');
     expect(ok(engine, '{ transactions(first: 10, where: {correlationId: "card-auth-1"}) { nodes { transactionId } } }').transactions.nodes).toHaveLength(3);
   });
 
@@ -157,10 +184,10 @@ describe('tally deploy', () => {
     accounts.push({ accountId: 'b0000000-0000-4000-8000-000000000099', code: 'carol', name: "Carol's wallet" });
     writeFileSync(join(dir, 'accounts.json'), JSON.stringify(accounts));
     const file = join(dir, 'tools', 'transfer.js');
-    writeFileSync(file, readFileSync(file, 'utf8').replace('const needed = decimal(amount).plus(fee);', 'const needed = decimal(amount).plus(fee;'));
+    writeFileSync(file, readFileSync(file, 'utf8').replace('const least = spendable(from);', 'const least = spendable(from;'));
     const error = await deploy(readProject(dir), target).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(DeployError);
-    expect((error as Error).message).toMatch(/^tools\/transfer\.js:13:\d+: the program of transfer@2 does not compile: SyntaxError/);
+    expect((error as Error).message).toMatch(/^tools\/transfer\.js:33:\d+: the program of transfer@2 does not compile: SyntaxError/);
     expect((error as Error).message).toContain('nothing was applied');
     expect(engine.graphql('{ account(code: "carol") { code } }').errors?.[0]?.extensions?.code).toBe('NOT_FOUND');
     expect(ok(engine, '{ actions { action(name: "transfer") { version } } }').actions.action.version).toBe(1);

@@ -120,8 +120,8 @@ describe('/mcp on tally serve: Streamable HTTP with the SDK client against a rea
     expect(result.structuredContent).toEqual({ transaction_id: tx(101), from_available: '75.00', to_available: '25.00', receipt: '25.00 USD sent; the sender has 75.00 available' });
     const retry = (await client.callTool({ name: 'transfer', arguments: args, _meta: { executionId } })) as CallToolResult;
     expect(retry.structuredContent).toEqual(result.structuredContent);
-    expect(settled(path, 'alice')).toBe('75.00');
-    expect(settled(path, 'bob')).toBe('25.00');
+    expect(settled(path, 'alice')).toBe('75');
+    expect(settled(path, 'bob')).toBe('25');
     expect(cli(['executions', '--db', path, '--action', 'transfer'])).toMatch(new RegExp(`${executionId}.*via mcp`));
     await client.close();
   });
@@ -152,7 +152,7 @@ describe('/mcp on tally serve: Streamable HTTP with the SDK client against a rea
     const stolen = await post(mcpUrl, call, { authorization: `Bearer ${attackerKey}`, 'mcp-session-id': transport.sessionId!, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION });
     expect(stolen.status).toBe(404);
     expect(await stolen.text()).not.toContain('transfer');
-    expect(settled(path, 'alice')).toBe('75.00');
+    expect(settled(path, 'alice')).toBe('75');
     // The victim's session still works.
     expect((await victim.listTools()).tools.length).toBeGreaterThan(0);
     await victim.close();

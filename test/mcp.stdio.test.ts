@@ -55,8 +55,8 @@ describe('tally mcp over stdio, in-process as one client (the SDK Client spawnin
     // The same execution id again (an idempotent retry): the recorded result, no second posting.
     const again = (await operator.callTool({ name: 'transfer', arguments: args, _meta: { executionId } })) as CallToolResult;
     expect(again.structuredContent).toEqual(first.structuredContent);
-    expect(settled(path, 'bob')).toBe('30.00');
-    expect(settled(path, 'alice')).toBe('70.00');
+    expect(settled(path, 'bob')).toBe('30');
+    expect(settled(path, 'alice')).toBe('70');
     const executions = cli(['executions', '--db', path, '--action', 'transfer']);
     expect(executions.match(new RegExp(executionId, 'g'))).toHaveLength(1);
     expect(executions).toContain('via mcp');
@@ -94,7 +94,7 @@ describe('tally mcp over stdio, in-process as one client (the SDK Client spawnin
     expect(result.isError).toBe(true);
     expect(text(result)).toMatch(/^ACCESS_DENIED: INSERT on financial.Transaction refused by client reader/);
     // Nothing moved: Alice still has 70.
-    expect(settled(path, 'alice')).toBe('70.00');
+    expect(settled(path, 'alice')).toBe('70');
   });
 
   it('offers each account as a resource through the tally://accounts/{code} template, its balances as JSON', async () => {

@@ -1,5 +1,6 @@
 import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { basename, join, relative, sep } from 'node:path';
+import { isUuid } from '../ids.js';
 
 /**
  * A Tally project on disk:
@@ -14,6 +15,17 @@ import { basename, join, relative, sep } from 'node:path';
  *   skills/<name>.md           guidance an agent declares: a front matter block (description, tools,
  *                              skillId), then the markdown body
  *   clients.json               [{principal, name, policies}]
+ *   account-sets.json          sets of accounts (and of other sets) whose balances roll up:
+ *                              [{accountSetId, code, name, description?, normalBalanceType?, metadata?,
+ *                                journalId?, members: [{memberType: ACCOUNT|ACCOUNT_SET, memberId}]}]
+ *                              deployed after the accounts; members are added and removed to match
+ *   velocity.json              velocity limits and the controls that hold them, attached to accounts
+ *                              or sets: {limits: [{velocityLimitId, name, description?, window?,
+ *                                condition?, currency?, limit: {balance: [{layer, amount, ...}]}, params?}],
+ *                              controls: [{velocityControlId, name, description?, enforcement?: {action},
+ *                                condition?, velocityLimitIds?, attach?: [{accountId, journalId?, params?}]}]}
+ *                              a control's limits and attachments are matched to the file (attachments
+ *                              the file no longer lists are detached)
  *
  * The program stays a plain .js file (reviewable, lintable, typed with sandbox/tally.d.ts); what
  * the engine needs to know about it sits in the JSON beside it.
@@ -48,6 +60,26 @@ export interface Project {
   skills: SkillFile[];
   triggers: Array<{ path: string; definition: Record<string, any> }>;
   clients: Array<Record<string, any>>;
+  accountSets: AccountSetFile[];
+  velocity: { limits: Array<Record<string, any>>; controls: VelocityControlFile[] };
+}
+
+/** One set of account-sets.json, checked. */
+export interface AccountSetFile {
+  accountSetId: string;
+  code: string;
+  name: string;
+  description: string | null;
+  normalBalanceType: 'DEBIT' | 'CREDIT';
+  metadata: Record<string, unknown> | null;
+  journalId: string | null;
+  members: Array<{ memberType: 'ACCOUNT' | 'ACCOUNT_SET'; memberId: string }>;
+}
+
+/** One control of velocity.json, checked: the control's input, and where it is attached. */
+export interface VelocityControlFile {
+  control: Record<string, any>;
+  attach: Array<{ accountId: string; journalId: string | null; params: Record<string, unknown> | null }>;
 }
 
 export class ProjectError extends Error {
@@ -189,7 +221,190 @@ export function readProject(dir: string): Project {
     skills: listSkills(dir).map((path) => parseSkill(path, readText(dir, path))),
     triggers: listJson(dir, 'triggers').map((path) => ({ path, definition: readObject(dir, path) })),
     clients,
+    accountSets: existsSync(join(dir, ACCOUNT_SETS)) ? checkAccountSets(readJson(dir, ACCOUNT_SETS)) : [],
+    velocity: existsSync(join(dir, VELOCITY)) ? checkVelocity(readJson(dir, VELOCITY)) : { limits: [], controls: [] },
   };
+}
+
+export const ACCOUNT_SETS = 'account-sets.json';
+export const VELOCITY = 'velocity.json';
+
+/**
+ * Checks of account-sets.json and velocity.json: each names the file and the field. Values the
+ * server checks anyway (CEL, names) are only type-checked here; unknown fields are refused, since
+ * they would otherwise be dropped without a word.
+ */
+class Fields {
+  constructor(readonly file: string, readonly at: string, readonly value: Record<string, any>) {}
+
+  static of(file: string, at: string, value: unknown, known: string[]): Fields {
+    if (!isObject(value)) throw new ProjectError(`${at || 'the file'} must be a JSON object, got ${describe(value)}`, file);
+    const unknown = Object.keys(value).find((k) => !known.includes(k));
+    if (unknown !== undefined) throw new ProjectError(`${at ? `${at}.` : ''}${unknown} is not a field here (fields: ${known.join(', ')})`, file);
+    return new Fields(file, at, value);
+  }
+
+  path(key: string): string {
+    return this.at ? `${this.at}.${key}` : key;
+  }
+
+  fail(key: string, what: string): never {
+    throw new ProjectError(`${this.path(key)} ${what}, got ${describe(this.value[key])}`, this.file);
+  }
+
+  text(key: string): string {
+    const v = this.value[key];
+    if (typeof v !== 'string' || v.trim() === '') this.fail(key, 'must be a non-empty string');
+    return v;
+  }
+
+  optionalText(key: string): string | null {
+    const v = this.value[key];
+    if (v === undefined || v === null) return null;
+    if (typeof v !== 'string') this.fail(key, 'must be a string');
+    return v;
+  }
+
+  uuid(key: string): string {
+    const v = this.value[key];
+    if (!isUuid(v)) this.fail(key, 'must be a UUID');
+    return v.toLowerCase();
+  }
+
+  optionalUuid(key: string): string | null {
+    return this.value[key] === undefined || this.value[key] === null ? null : this.uuid(key);
+  }
+
+  oneOf<T extends string>(key: string, values: readonly T[], fallback?: T): T {
+    const v = this.value[key];
+    if ((v === undefined || v === null) && fallback !== undefined) return fallback;
+    if (!values.includes(v)) this.fail(key, `must be one of ${values.join(', ')}`);
+    return v;
+  }
+
+  optionalObject(key: string): Record<string, unknown> | null {
+    const v = this.value[key];
+    if (v === undefined || v === null) return null;
+    if (!isObject(v)) this.fail(key, 'must be a JSON object');
+    return v;
+  }
+
+  list(key: string, required = false): unknown[] {
+    const v = this.value[key];
+    if ((v === undefined || v === null) && !required) return [];
+    if (!Array.isArray(v)) this.fail(key, 'must be a JSON array');
+    return v;
+  }
+}
+
+function describe(value: unknown): string {
+  if (value === undefined) return 'nothing';
+  const text = JSON.stringify(value);
+  return text.length > 60 ? `${text.slice(0, 57)}...` : text;
+}
+
+const MEMBER_TYPES = ['ACCOUNT', 'ACCOUNT_SET'] as const;
+const SIDES = ['DEBIT', 'CREDIT'] as const;
+
+function checkAccountSets(value: unknown): AccountSetFile[] {
+  if (!Array.isArray(value)) throw new ProjectError(`must be a JSON array of account sets, got ${describe(value)}`, ACCOUNT_SETS);
+  const ids = new Set<string>();
+  const codes = new Set<string>();
+  return value.map((item, i) => {
+    const f = Fields.of(ACCOUNT_SETS, `[${i}]`, item, ['accountSetId', 'code', 'name', 'description', 'normalBalanceType', 'metadata', 'journalId', 'members']);
+    const set: AccountSetFile = {
+      accountSetId: f.uuid('accountSetId'),
+      code: f.text('code'),
+      name: f.text('name'),
+      description: f.optionalText('description'),
+      normalBalanceType: f.oneOf('normalBalanceType', SIDES, 'CREDIT'),
+      metadata: f.optionalObject('metadata'),
+      journalId: f.optionalUuid('journalId'),
+      members: f.list('members').map((member, j) => {
+        const m = Fields.of(ACCOUNT_SETS, `[${i}].members[${j}]`, member, ['memberType', 'memberId']);
+        return { memberType: m.oneOf('memberType', MEMBER_TYPES), memberId: m.uuid('memberId') };
+      }),
+    };
+    if (ids.has(set.accountSetId)) f.fail('accountSetId', 'is given to two sets');
+    if (codes.has(set.code)) f.fail('code', 'is given to two sets');
+    const seen = new Set<string>();
+    set.members.forEach((m, j) => {
+      if (seen.has(m.memberId)) throw new ProjectError(`[${i}].members[${j}].memberId ${m.memberId} is listed twice`, ACCOUNT_SETS);
+      if (m.memberId === set.accountSetId) throw new ProjectError(`[${i}].members[${j}].memberId: a set cannot contain itself`, ACCOUNT_SETS);
+      seen.add(m.memberId);
+    });
+    ids.add(set.accountSetId);
+    codes.add(set.code);
+    return set;
+  });
+}
+
+const ENFORCEMENTS = ['REJECT', 'VOID', 'WARN'] as const;
+
+function checkVelocity(value: unknown): Project['velocity'] {
+  const top = Fields.of(VELOCITY, '', value, ['limits', 'controls']);
+  const limitIds = new Set<string>();
+  const limits = top.list('limits').map((item, i) => {
+    const f = Fields.of(VELOCITY, `limits[${i}]`, item, ['velocityLimitId', 'name', 'description', 'window', 'condition', 'currency', 'limit', 'params']);
+    const id = f.uuid('velocityLimitId');
+    if (limitIds.has(id)) f.fail('velocityLimitId', 'is given to two limits');
+    limitIds.add(id);
+    f.text('name');
+    f.optionalText('description');
+    f.optionalText('condition');
+    f.optionalText('currency');
+    f.list('window').forEach((k, j) => {
+      const key = Fields.of(VELOCITY, `limits[${i}].window[${j}]`, k, ['alias', 'value', 'type']);
+      key.text('alias');
+      key.text('value');
+      key.optionalText('type');
+    });
+    const spec = Fields.of(VELOCITY, `limits[${i}].limit`, f.value.limit, ['timestampSource', 'balance']);
+    spec.optionalText('timestampSource');
+    const balance = spec.list('balance', true);
+    if (balance.length === 0) spec.fail('balance', 'needs at least one {layer, amount}');
+    balance.forEach((b, j) => {
+      const entry = Fields.of(VELOCITY, `limits[${i}].limit.balance[${j}]`, b, ['layer', 'amount', 'normalBalanceType', 'start', 'end']);
+      entry.text('layer');
+      entry.text('amount');
+      for (const key of ['normalBalanceType', 'start', 'end']) entry.optionalText(key);
+    });
+    f.list('params').forEach((p, j) => {
+      const param = Fields.of(VELOCITY, `limits[${i}].params[${j}]`, p, ['name', 'type', 'default', 'description']);
+      param.text('name');
+      for (const key of ['type', 'default', 'description']) param.optionalText(key);
+    });
+    return { ...f.value, velocityLimitId: id };
+  });
+  const controlIds = new Set<string>();
+  const controls = top.list('controls').map((item, i): VelocityControlFile => {
+    const f = Fields.of(VELOCITY, `controls[${i}]`, item, ['velocityControlId', 'name', 'description', 'enforcement', 'condition', 'velocityLimitIds', 'attach']);
+    const id = f.uuid('velocityControlId');
+    if (controlIds.has(id)) f.fail('velocityControlId', 'is given to two controls');
+    controlIds.add(id);
+    f.text('name');
+    f.optionalText('description');
+    f.optionalText('condition');
+    if (f.value.enforcement !== undefined && f.value.enforcement !== null) {
+      Fields.of(VELOCITY, `controls[${i}].enforcement`, f.value.enforcement, ['action']).oneOf('action', ENFORCEMENTS);
+    }
+    const velocityLimitIds = f.list('velocityLimitIds').map((limitId, j) => {
+      if (!isUuid(limitId)) throw new ProjectError(`controls[${i}].velocityLimitIds[${j}] must be a UUID, got ${describe(limitId)}`, VELOCITY);
+      return limitId.toLowerCase();
+    });
+    if (new Set(velocityLimitIds).size !== velocityLimitIds.length) f.fail('velocityLimitIds', 'lists a limit twice');
+    const targets = new Set<string>();
+    const attach = f.list('attach').map((a, j) => {
+      const at = Fields.of(VELOCITY, `controls[${i}].attach[${j}]`, a, ['accountId', 'journalId', 'params']);
+      const accountId = at.uuid('accountId');
+      if (targets.has(accountId)) at.fail('accountId', 'is attached twice');
+      targets.add(accountId);
+      return { accountId, journalId: at.optionalUuid('journalId'), params: at.optionalObject('params') };
+    });
+    const { attach: _attach, ...control } = f.value;
+    return { control: { ...control, velocityControlId: id, velocityLimitIds }, attach };
+  });
+  return { limits, controls };
 }
 
 function listSkills(dir: string): string[] {
