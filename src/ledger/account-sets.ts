@@ -264,7 +264,8 @@ function moveBalances(deps: LedgerDeps, memberId: string, journalId: string, set
     for (const setId of sets) {
       const values: Record<string, string> = {};
       for (const column of BALANCE_COLUMNS) values[column] = amount(balance[column]);
-      deps.st.addToBalance.run({ account_id: setId, journal_id: journalId, currency: balance.currency, ...values, entry_id: balance.entry_id, modified: now });
+      const row = { account_id: setId, journal_id: journalId, currency: balance.currency, ...values, entry_id: balance.entry_id, modified: now };
+      if (!deps.st.updateBalance.get(row)) deps.st.insertBalance.get(row);
     }
   }
 }

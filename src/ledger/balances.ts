@@ -213,11 +213,13 @@ export function applyToBalances(deps: LedgerDeps, deltas: readonly BalanceDelta[
     const columns = Object.keys(totals);
     if (columns.length === 1) {
       const column = columns[0] as BalanceColumn;
-      after.set(key, deps.st.addToBalanceColumn[column].get(delta.accountId, delta.journalId, delta.currency, totals[column]!, delta.entryId, modified, modified) as BalanceAfter);
+      const amount = totals[column]!;
+      after.set(key, (deps.st.updateBalanceColumn[column].get(amount, delta.entryId, modified, delta.accountId, delta.journalId, delta.currency) ??
+        deps.st.insertBalanceColumn[column].get(delta.accountId, delta.journalId, delta.currency, amount, delta.entryId, modified, modified)) as BalanceAfter);
       continue;
     }
     const text = (column: string) => totals[column] ?? '0';
-    after.set(key, deps.st.addToBalance.get({
+    const row = {
       account_id: delta.accountId,
       journal_id: delta.journalId,
       currency: delta.currency,
@@ -229,7 +231,8 @@ export function applyToBalances(deps: LedgerDeps, deltas: readonly BalanceDelta[
       encumbrance_cr: text('encumbrance_cr'),
       entry_id: delta.entryId,
       modified,
-    }) as BalanceAfter);
+    };
+    after.set(key, (deps.st.updateBalance.get(row) ?? deps.st.insertBalance.get(row)) as BalanceAfter);
   }
   return after;
 }

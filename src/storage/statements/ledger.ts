@@ -306,35 +306,49 @@ export function ledgerStatements(db: Db) {
        ORDER BY journal_id, currency LIMIT ?`,
     ),
     /**
-     * Add a transaction's totals to one balance record in one statement. Amounts are decimal
-     * strings, so the addition is `dec_add` (registered by openDatabase), not SQL `+`.
+     * Add a transaction's totals to one balance record. Amounts are decimal strings, so the
+     * addition is `dec_add` (registered by openDatabase), not SQL `+`. The UPDATE runs first (the
+     * record exists for all but an account's first posting in a currency: one b-tree search instead
+     * of an insert that conflicts, then the update); the INSERT only when it changed nothing.
+     * Each returns the record as it left it (the entries' history snapshot).
      */
-    addToBalance: db.prepare(
+    updateBalance: db.prepare(
+      `UPDATE balances SET
+         settled_dr = dec_add(settled_dr, @settled_dr), settled_cr = dec_add(settled_cr, @settled_cr),
+         pending_dr = dec_add(pending_dr, @pending_dr), pending_cr = dec_add(pending_cr, @pending_cr),
+         encumbrance_dr = dec_add(encumbrance_dr, @encumbrance_dr), encumbrance_cr = dec_add(encumbrance_cr, @encumbrance_cr),
+         entry_id = @entry_id, version = version + 1, modified = @modified
+       WHERE account_id = @account_id AND journal_id = @journal_id AND currency = @currency
+       RETURNING ${BALANCE_AFTER}`,
+    ),
+    insertBalance: db.prepare(
       `INSERT INTO balances (account_id, journal_id, currency, settled_dr, settled_cr, pending_dr, pending_cr,
          encumbrance_dr, encumbrance_cr, entry_id, version, created, modified)
        VALUES (@account_id, @journal_id, @currency, @settled_dr, @settled_cr, @pending_dr, @pending_cr,
          @encumbrance_dr, @encumbrance_cr, @entry_id, 1, @modified, @modified)
-       ON CONFLICT (account_id, journal_id, currency) DO UPDATE SET
-         settled_dr = dec_add(settled_dr, excluded.settled_dr), settled_cr = dec_add(settled_cr, excluded.settled_cr),
-         pending_dr = dec_add(pending_dr, excluded.pending_dr), pending_cr = dec_add(pending_cr, excluded.pending_cr),
-         encumbrance_dr = dec_add(encumbrance_dr, excluded.encumbrance_dr),
-         encumbrance_cr = dec_add(encumbrance_cr, excluded.encumbrance_cr),
-         entry_id = excluded.entry_id, version = balances.version + 1, modified = excluded.modified
        RETURNING ${BALANCE_AFTER}`,
     ),
     /**
      * The common case, one layer and side changing: only that column is added to, so SQLite calls
-     * dec_add once instead of six times. Keyed by column name.
+     * dec_add once instead of six times. Keyed by column name. Positional: update (amount, entry,
+     * modified, account, journal, currency); insert (account, journal, currency, amount, entry,
+     * modified, modified).
      */
-    addToBalanceColumn: Object.fromEntries(
+    updateBalanceColumn: Object.fromEntries(
+      BALANCE_COLUMNS.map((column) => [
+        column,
+        db.prepare<[string, string, string, string, string, string]>(
+          `UPDATE balances SET ${column} = dec_add(${column}, ?), entry_id = ?, version = version + 1, modified = ?
+           WHERE account_id = ? AND journal_id = ? AND currency = ? RETURNING ${BALANCE_AFTER}`,
+        ),
+      ]),
+    ) as Record<BalanceColumn, Statement<[string, string, string, string, string, string]>>,
+    insertBalanceColumn: Object.fromEntries(
       BALANCE_COLUMNS.map((column) => [
         column,
         db.prepare<[string, string, string, string, string, string, string]>(
           `INSERT INTO balances (account_id, journal_id, currency, ${BALANCE_COLUMNS.join(', ')}, entry_id, version, created, modified)
            VALUES (?, ?, ?, ${BALANCE_COLUMNS.map((c) => (c === column ? '?' : "'0'")).join(', ')}, ?, 1, ?, ?)
-           ON CONFLICT (account_id, journal_id, currency) DO UPDATE SET
-             ${column} = dec_add(${column}, excluded.${column}), entry_id = excluded.entry_id,
-             version = balances.version + 1, modified = excluded.modified
            RETURNING ${BALANCE_AFTER}`,
         ),
       ]),
