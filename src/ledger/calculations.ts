@@ -408,7 +408,8 @@ class Deltas {
   write(deps: LedgerDeps, modified: string): void {
     for (const sum of this.sums.values()) {
       sum.modified = modified;
-      deps.calc.addToBalance.run(sum);
+      // Named binding ignores the extra key (dimensions) the UPDATE does not use.
+      if (deps.calc.updateBalance.run(sum).changes === 0) deps.calc.insertBalance.run(sum);
     }
   }
 }

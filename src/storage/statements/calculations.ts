@@ -188,17 +188,21 @@ export function calculationStatements(db: Db) {
          AND dimension_key >= ? AND dimension_key < ? AND (dimension_key, period) > (?, ?)
        ORDER BY dimension_key, period LIMIT ?`,
     ),
-    addToBalance: db.prepare(
+    /** Add to a calculation balance: the UPDATE first (the record usually exists), the INSERT when it changed nothing. */
+    updateBalance: db.prepare(
+      `UPDATE calculation_balances SET
+         settled_dr = dec_add(settled_dr, @settled_dr), settled_cr = dec_add(settled_cr, @settled_cr),
+         pending_dr = dec_add(pending_dr, @pending_dr), pending_cr = dec_add(pending_cr, @pending_cr),
+         encumbrance_dr = dec_add(encumbrance_dr, @encumbrance_dr), encumbrance_cr = dec_add(encumbrance_cr, @encumbrance_cr),
+         entry_id = @entry_id, version = version + 1, modified = @modified
+       WHERE calculation_id = @calculation_id AND account_id = @account_id AND journal_id = @journal_id AND currency = @currency
+         AND dimension_key = @dimension_key AND period = @period`,
+    ) as Statement<[Record<string, string>]>,
+    insertBalance: db.prepare(
       `INSERT INTO calculation_balances (calculation_id, account_id, journal_id, currency, dimension_key, period, dimensions,
          settled_dr, settled_cr, pending_dr, pending_cr, encumbrance_dr, encumbrance_cr, entry_id, version, created, modified)
        VALUES (@calculation_id, @account_id, @journal_id, @currency, @dimension_key, @period, @dimensions,
-         @settled_dr, @settled_cr, @pending_dr, @pending_cr, @encumbrance_dr, @encumbrance_cr, @entry_id, 1, @modified, @modified)
-       ON CONFLICT (calculation_id, account_id, journal_id, currency, dimension_key, period) DO UPDATE SET
-         settled_dr = dec_add(settled_dr, excluded.settled_dr), settled_cr = dec_add(settled_cr, excluded.settled_cr),
-         pending_dr = dec_add(pending_dr, excluded.pending_dr), pending_cr = dec_add(pending_cr, excluded.pending_cr),
-         encumbrance_dr = dec_add(encumbrance_dr, excluded.encumbrance_dr),
-         encumbrance_cr = dec_add(encumbrance_cr, excluded.encumbrance_cr),
-         entry_id = excluded.entry_id, version = calculation_balances.version + 1, modified = excluded.modified`,
+         @settled_dr, @settled_cr, @pending_dr, @pending_cr, @encumbrance_dr, @encumbrance_cr, @entry_id, 1, @modified, @modified)`,
     ) as Statement<[Record<string, string>]>,
     /** A detached calculation's balances of one account or set in one journal (re-attaching backfills anew). */
     deleteBalancesOf: db.prepare<[string, string, string]>(
