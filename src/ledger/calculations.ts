@@ -28,7 +28,7 @@ import { nameBasedUuid } from '../ids.js';
 import { isReservedKey } from '../json.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { CalculationBalanceRow, CalculationRow } from '../storage/statements/calculations.js';
-import type { AccountRow, BalanceRow, EntryRow, TransactionRow } from '../storage/statements/ledger.js';
+import type { AccountRow, EntryRow, TransactionRow } from '../storage/statements/ledger.js';
 import { balanceOwner } from './account-sets.js';
 import type { Posted } from './after-posting.js';
 import { type Balance, toBalance } from './balances.js';
@@ -610,7 +610,7 @@ export interface CalculationBalanceQuery {
 
 function toCalcBalance(row: CalculationBalanceRow, calculationId = row.calculation_id, dimensions?: Record<string, unknown>): Balance {
   // The same six layer columns, entry, version and times as an account's balance record.
-  return { ...toBalance(row as unknown as BalanceRow), calculationId, dimensions: dimensions ?? (JSON.parse(row.dimensions) as Record<string, unknown>) };
+  return { ...toBalance(row), calculationId, dimensions: dimensions ?? (JSON.parse(row.dimensions) as Record<string, unknown>) };
 }
 
 function emptyCalcBalance(q: { accountId: string; journalId: string; currency: string }, calculationId: string, dimensions: Record<string, unknown>): Balance {

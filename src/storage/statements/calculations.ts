@@ -1,6 +1,6 @@
 import type { Statement } from 'better-sqlite3';
 import type { Db } from '../database.js';
-import type { EntryRow } from './ledger.js';
+import type { BalanceRow, EntryRow } from './ledger.js';
 
 /**
  * The tables of migration 12 (calculations).
@@ -92,25 +92,13 @@ export interface CalculationAttachmentRow {
   created: string;
 }
 
-export interface CalculationBalanceRow {
+/** A calculation balance: a balance record's columns, keyed also by calculation, dimension values and period. */
+export type CalculationBalanceRow = BalanceRow & {
   calculation_id: string;
-  account_id: string;
-  journal_id: string;
-  currency: string;
   dimension_key: string;
   period: string;
   dimensions: string;
-  settled_dr: string;
-  settled_cr: string;
-  pending_dr: string;
-  pending_cr: string;
-  encumbrance_dr: string;
-  encumbrance_cr: string;
-  entry_id: string;
-  version: number;
-  created: string;
-  modified: string;
-}
+};
 
 /** Rows of the calculation_balances key that a balance's periods share. */
 type BalanceKey = [calculationId: string, accountId: string, journalId: string, currency: string, dimensionKey: string];
