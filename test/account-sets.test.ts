@@ -59,6 +59,9 @@ describe('account sets', () => {
     post(3, 9, 2, '6');
     const setEntries = ok(engine, `{ accountSet(id: "${id(100)}") { entries(first: 10) { nodes { units accountId } } members(first: 10) { nodes { __typename ... on Account { code } ... on AccountSet { name } } } } }`).accountSet;
     expect(setEntries.entries.nodes).toEqual([{ units: '6', accountId: id(2) }, { units: '3', accountId: id(1) }]);
+    // The same entries are the ones behind the set's balance.
+    const behind = ok(engine, `{ balance(accountId: "${id(100)}") { entries(first: 10) { nodes { units } } } }`).balance.entries.nodes;
+    expect(behind).toEqual([{ units: '6' }, { units: '3' }]);
     expect(setEntries.members.nodes).toEqual([{ __typename: 'Account', code: 'ACC-2' }, { __typename: 'AccountSet', name: 'Set 200' }]); // by member id
     expect(ok(engine, `{ account(id: "${id(1)}") { sets(first: 5) { nodes { accountSetId } } } }`).account.sets.nodes).toEqual([{ accountSetId: id(200) }]);
   });

@@ -324,8 +324,11 @@ export const ledgerResolvers = {
       const view = (balance: Balance): BalanceView => ({ balance, normalBalanceType: v.normalBalanceType });
       return { ...page, nodes: page.nodes.map(view), edges: page.edges.map((e) => ({ cursor: e.cursor, node: view(e.node) })) };
     },
+    // A set's balance is behind the entries that rolled up into it (a set has no entries of its own).
     entries: (v: BalanceView, { first, after }: Args, ctx: RequestContext) =>
-      visible(ctx, E, ctx.ledger.entriesOfAccount({ accountId: v.balance.accountId, journalId: v.balance.journalId, currency: v.balance.currency, first, after, newestFirst: true })),
+      visible(ctx, E, ctx.ledger.balanceOwner(v.balance.accountId).isSet
+        ? ctx.ledger.setEntries(v.balance.accountId, first, after, v.balance.currency)
+        : ctx.ledger.entriesOfAccount({ accountId: v.balance.accountId, journalId: v.balance.journalId, currency: v.balance.currency, first, after, newestFirst: true })),
     calculationId: (v: BalanceView) => v.balance.calculationId ?? null,
     dimensions: (v: BalanceView) => v.balance.dimensions ?? null,
   },
