@@ -152,6 +152,12 @@ describe('velocity controls', () => {
     expect(bad.message).toContain('limit.balance[0].amount');
     expect(fails(engine, LIMIT, { i: { velocityLimitId: id(10), name: 'x', limit: { balance: [] } } }).code).toBe('BAD_REQUEST');
     expect(fails(engine, LIMIT, { i: { velocityLimitId: id(10), name: 'x', currency: 'usd', limit: { balance: [{ layer: 'SETTLED', amount: '1' }] } } }).message).toContain('not a currency code');
+    // Params are declared as a tran code's are: identifiers, distinct, at most tranCodeParamsMax.
+    const params = (n: number) => Array.from({ length: n }, (_, i) => ({ name: `p${i}`, type: 'DECIMAL' }));
+    const many = fails(engine, LIMIT, { i: { velocityLimitId: id(10), name: 'x', params: params(65), limit: { balance: [{ layer: 'SETTLED', amount: '1' }] } } });
+    expect(many.code).toBe('LIMIT_EXCEEDED');
+    expect(many.message).toContain('tranCodeParamsMax is 64');
+    expect(fails(engine, LIMIT, { i: { velocityLimitId: id(10), name: 'x', params: [{ name: 'a' }, { name: 'a' }], limit: { balance: [{ layer: 'SETTLED', amount: '1' }] } } }).message).toContain('declared twice');
     expect(fails(engine, CONTROL, { i: { velocityControlId: id(100), name: 'x', velocityLimitIds: [id(404)] } }).code).toBe('NOT_FOUND');
     expect(count(engine, 'velocity_controls')).toBe(0);
     const c = control(100, 'REJECT', [limit(10)]);

@@ -103,27 +103,7 @@ export function compileTranCode(deps: LedgerDeps, document: TranCodeDocument): C
     }
   };
 
-  if (document.params.length > deps.limits.tranCodeParamsMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `tran code declares ${document.params.length} params; tranCodeParamsMax is ${deps.limits.tranCodeParamsMax}`);
-  }
-  const seen = new Set<string>();
-  const params = document.params.map((definition, i) => {
-    if (!IDENTIFIER.test(definition.name) || isReservedKey(definition.name)) {
-      throw tranCodeError(`params[${i}].name ${quote(definition.name)} is not an identifier`, 'Use letters, digits and _.');
-    }
-    if (seen.has(definition.name)) throw tranCodeError(`param ${quote(definition.name)} is declared twice`);
-    seen.add(definition.name);
-    if (!PARAM_TYPES.includes(definition.type)) {
-      throw tranCodeError(`params[${i}].type ${quote(definition.type)} is not one of ${PARAM_TYPES.join(', ')}`);
-    }
-    if (definition.default == null) return { definition, defaultValue: null };
-    const literal = literalDefault(definition.type, definition.default, (source) => deps.cel.compile(source) as unknown as { ast?: unknown });
-    const path = `params[${i}].default`;
-    return {
-      definition,
-      defaultValue: literal ? { path, source: definition.default, evaluate: () => literal.value } : compileField(path, definition.default),
-    };
-  });
+  const params = compileParams(deps, document.params, 'tran code', compileField, tranCodeError);
 
   const vars: CompiledTranCode['vars'] = [];
   const walkVars = (node: unknown, path: string[]): void => {
@@ -169,6 +149,41 @@ export function compileTranCode(deps: LedgerDeps, document: TranCodeDocument): C
     return compiled;
   });
   return { document, params, vars, transaction, entries };
+}
+
+/**
+ * Check param definitions (identifiers, distinct, typed, at most tranCodeParamsMax) and compile each
+ * default: a literal of its type, or CEL (see param-defaults.ts). Tran codes and velocity limits
+ * declare params alike; `fail` makes their error (TRAN_CODE_ERROR, BAD_REQUEST).
+ */
+export function compileParams(
+  deps: LedgerDeps,
+  definitions: readonly ParamDefinition[],
+  owner: string,
+  compileField: (path: string, source: string) => CompiledField,
+  fail: (message: string, hint?: string) => EngineError,
+): CompiledTranCode['params'] {
+  if (definitions.length > deps.limits.tranCodeParamsMax) {
+    throw new EngineError('LIMIT_EXCEEDED', `${owner} declares ${definitions.length} params; tranCodeParamsMax is ${deps.limits.tranCodeParamsMax}`);
+  }
+  const seen = new Set<string>();
+  return definitions.map((definition, i) => {
+    if (typeof definition?.name !== 'string' || !IDENTIFIER.test(definition.name) || isReservedKey(definition.name)) {
+      throw fail(`params[${i}].name ${quote(definition?.name)} is not an identifier`, 'Use letters, digits and _.');
+    }
+    if (seen.has(definition.name)) throw fail(`param ${quote(definition.name)} is declared twice`);
+    seen.add(definition.name);
+    if (!PARAM_TYPES.includes(definition.type)) {
+      throw fail(`params[${i}].type ${quote(definition.type)} is not one of ${PARAM_TYPES.join(', ')}`);
+    }
+    if (definition.default == null) return { definition, defaultValue: null };
+    const literal = literalDefault(definition.type, definition.default, (source) => deps.cel.compile(source) as unknown as { ast?: unknown });
+    const path = `params[${i}].default`;
+    return {
+      definition,
+      defaultValue: literal ? { path, source: definition.default, evaluate: () => literal.value } : compileField(path, definition.default),
+    };
+  });
 }
 
 export function toTranCode(document: TranCodeDocument, row: TranCodeRow): TranCode {

@@ -1,5 +1,5 @@
 import { CelDecimal, jsonToCel } from '../cel/values.js';
-import { addText, Dec, subText, withScale } from '../decimal.js';
+import { addText, Dec, scaleOf, subText, withScale } from '../decimal.js';
 import { EngineError, quote } from '../errors.js';
 import { canonicalJson } from '../ids.js';
 import { isReservedKey, setOwn } from '../json.js';
@@ -9,11 +9,12 @@ import { BALANCE_COLUMNS } from '../storage/statements/ledger.js';
 import type { VelocityAttachmentRow, VelocityControlRow, VelocityLimitRow } from '../storage/statements/velocity.js';
 import type { Posted } from './after-posting.js';
 import type { LedgerDeps } from './deps.js';
+import { DEFAULT_JOURNAL_ID } from './journals.js';
 import { accountDocument, type CelDocument, entryDocument, transactionDocument } from './documents.js';
-import { identifiersOf, literalDefault } from './param-defaults.js';
+import { identifiersOf } from './param-defaults.js';
 import { bindParams } from './params.js';
 import { type Direction, jsonObjectText, type Layer, LAYERS, optionalText, requiredText } from './records.js';
-import { type CompiledField, type CompiledTranCode, PARAM_TYPES, type ParamDefinition, type ParamType } from './tran-codes.js';
+import { type CompiledTranCode, compileParams, type ParamDefinition, type ParamType } from './tran-codes.js';
 
 /**
  * Velocity controls: limits on an account's (or a set's rolled-up) balance, checked on every
@@ -201,14 +202,8 @@ function limitDocument(deps: LedgerDeps, input: VelocityLimitInput): VelocityLim
     return { layer: b.layer, amount: b.amount, normalBalanceType: b.normalBalanceType ?? null, start: b.start ?? null, end: b.end ?? null };
   });
   if (input.limit.timestampSource != null) compileCel(deps, 'limit.timestampSource', input.limit.timestampSource);
-  const params = (input.params ?? []).map((p, i): ParamDefinition => {
-    if (!IDENTIFIER.test(p?.name ?? '') || isReservedKey(p.name)) throw new EngineError('BAD_REQUEST', `params[${i}].name ${quote(p?.name)} is not an identifier`);
-    const type = (p.type ?? 'STRING') as ParamType;
-    if (!PARAM_TYPES.includes(type)) throw new EngineError('BAD_REQUEST', `params[${i}].type ${quote(type)} is not one of ${PARAM_TYPES.join(', ')}`);
-    if (p.default != null && !literalDefault(type, p.default, (s) => deps.cel.compile(s) as unknown as { ast?: unknown })) compileCel(deps, `params[${i}].default`, p.default);
-    return { name: p.name, type, default: p.default ?? null, description: p.description ?? null };
-  });
-  if (new Set(params.map((p) => p.name)).size !== params.length) throw new EngineError('BAD_REQUEST', 'params names must be distinct');
+  const params = (input.params ?? []).map((p): ParamDefinition => ({ name: p?.name, type: (p?.type ?? 'STRING') as ParamType, default: p?.default ?? null, description: p?.description ?? null }));
+  compiledParams(deps, `velocity limit ${input.name}`, params);
   return { window, condition: input.condition ?? null, currency, limit: { timestampSource: input.limit.timestampSource ?? null, balance: limits }, params };
 }
 
@@ -423,6 +418,20 @@ export function attachedControls(deps: LedgerDeps, accountId: string, first: num
 
 const INFINITE = /^([+-]?)(inf|infinity)$/i;
 
+/** Param definitions of a velocity limit checked and compiled as a tran code's are; errors are BAD_REQUEST / CEL_ERROR. */
+function compiledParams(deps: LedgerDeps, owner: string, params: readonly ParamDefinition[]): CompiledTranCode['params'] {
+  return compileParams(
+    deps,
+    params,
+    owner,
+    (path, source) => {
+      compileCel(deps, path, source);
+      return { path, source, evaluate: deps.cel.compile(source) };
+    },
+    (message, hint) => new EngineError('BAD_REQUEST', message, hint === undefined ? {} : { hint }),
+  );
+}
+
 /** A limit's params: the attach-time values, else each param's default. "inf" / "-inf" are ±Infinity. */
 function bindLimitParams(deps: LedgerDeps, limit: VelocityLimit, values: Record<string, unknown>): Record<string, unknown> {
   const input: Record<string, unknown> = {};
@@ -438,15 +447,11 @@ function bindLimitParams(deps: LedgerDeps, limit: VelocityLimit, values: Record<
     const infinite = typeof value === 'string' ? INFINITE.exec(value.trim()) : null;
     setOwn(input, name, param.type === 'DECIMAL' && infinite ? new CelDecimal(new Dec(infinite[1] === '-' ? -Infinity : Infinity)) : value);
   }
-  const compiled = {
+  // Compiled once per limit version (versions never change), until a velocity table changes.
+  const compiled = deps.cache.posting.get(`velocity params ${limit.velocityLimitId} ${limit.version}`, () => ({
     document: { code: `velocity limit ${limit.name}` },
-    params: limit.params.map((definition, i) => {
-      if (definition.default == null) return { definition, defaultValue: null };
-      const literal = literalDefault(definition.type, definition.default, (s) => deps.cel.compile(s) as unknown as { ast?: unknown });
-      const evaluate = literal ? () => literal.value : deps.cel.compile(definition.default);
-      return { definition, defaultValue: { path: `params[${i}].default`, source: definition.default, evaluate } as CompiledField };
-    }),
-  } as unknown as CompiledTranCode;
+    params: compiledParams(deps, `velocity limit ${limit.name}`, limit.params),
+  })) as unknown as CompiledTranCode;
   try {
     return { ...extra, ...bindParams(deps, compiled, input) };
   } catch (error) {
@@ -478,7 +483,7 @@ function decimalOf(value: unknown, what: string): { d: Dec; scale: number } {
   if (typeof value === 'string') {
     const infinite = INFINITE.exec(value.trim());
     if (infinite) return { d: new Dec(infinite[1] === '-' ? -Infinity : Infinity), scale: 0 };
-    if (/^[+-]?\d+(\.\d+)?$/.test(value)) return { d: new Dec(value), scale: value.includes('.') ? value.length - value.indexOf('.') - 1 : 0 };
+    if (/^[+-]?\d+(\.\d+)?$/.test(value)) return { d: new Dec(value), scale: scaleOf(value) };
   }
   throw new EngineError('CEL_ERROR', `${what} evaluated to ${quote(String(value))}, not a decimal`);
 }
@@ -572,19 +577,32 @@ function staticSpecs(deps: LedgerDeps, limit: VelocityLimit, attachment: Attachm
     const fields = limit.limit.balance.flatMap((b) => [b.layer, b.amount, b.normalBalanceType, b.start, b.end]).filter((f): f is string => f != null);
     const fixed = fields.every((f) => [...identifiersOf((deps.cel.compile(f) as unknown as { ast?: unknown }).ast)].every((n) => STATIC_ROOTS.has(n)));
     if (!fixed || limit.limit.balance.some((b) => b.start != null || b.end != null)) return { specs: null };
-    const context = { params: bindLimitParams(deps, limit, attachment.params ?? {}) };
-    return {
-      specs: limit.limit.balance.map((b, i): Spec => {
-        const what = `velocity limit ${limit.name} limit.balance[${i}]`;
-        return {
-          layer: layerOf(evaluate(deps, b.layer, context, `${what}.layer`), `${what}.layer`),
-          side: b.normalBalanceType == null ? null : directionOf(evaluate(deps, b.normalBalanceType, context, `${what}.normalBalanceType`), `${what}.normalBalanceType`),
-          amount: decimalOf(evaluate(deps, b.amount, context, `${what}.amount`), `${what}.amount`),
-        };
-      }),
-    };
+    return { specs: evaluateSpecs(deps, limit, { params: bindLimitParams(deps, limit, attachment.params ?? {}) }, null) };
   }) as { specs: Spec[] | null };
   return cached.specs;
+}
+
+/**
+ * A limit's balance limits evaluated in `context` (params, and the posting's documents when they
+ * read them). With a `timestamp`, those whose [start, end) does not hold it are left out.
+ */
+function evaluateSpecs(deps: LedgerDeps, limit: VelocityLimit, context: Record<string, unknown>, timestamp: unknown): Spec[] {
+  const specs: Spec[] = [];
+  for (const [i, b] of limit.limit.balance.entries()) {
+    const what = `velocity limit ${limit.name} limit.balance[${i}]`;
+    if (timestamp !== null && (b.start != null || b.end != null)) {
+      const at = timestamp instanceof Date ? timestamp.getTime() : Date.parse(String(timestamp));
+      const start = b.start == null ? -Infinity : Date.parse(celTime(evaluate(deps, b.start, context, `${what}.start`)));
+      const end = b.end == null ? Infinity : Date.parse(celTime(evaluate(deps, b.end, context, `${what}.end`)));
+      if (!(at >= start && at < end)) continue;
+    }
+    specs.push({
+      layer: layerOf(evaluate(deps, b.layer, context, `${what}.layer`), `${what}.layer`),
+      side: b.normalBalanceType == null ? null : directionOf(evaluate(deps, b.normalBalanceType, context, `${what}.normalBalanceType`), `${what}.normalBalanceType`),
+      amount: decimalOf(evaluate(deps, b.amount, context, `${what}.amount`), `${what}.amount`),
+    });
+  }
+  return specs;
 }
 
 /**
@@ -597,10 +615,11 @@ function countTotals(deps: LedgerDeps, posted: Posted, sign: 1 | -1, now: string
   // Attachments of every account and set the entries reach, cached until a velocity table changes:
   // none attached (the common case) costs a map lookup per account and set.
   const attachments = new Map<string, Attachment[]>();
-  const targetsOf = (entry: EntryRow) => [entry.account_id, ...(entry.parent_account_ids === null ? [] : (JSON.parse(entry.parent_account_ids) as string[]))];
+  const targets = new Map<EntryRow, string[]>();
+  for (const entry of posted.entries) targets.set(entry, [entry.account_id, ...(entry.parent_account_ids === null ? [] : (JSON.parse(entry.parent_account_ids) as string[]))]);
   let any = false;
   for (const entry of posted.entries) {
-    for (const id of targetsOf(entry)) {
+    for (const id of targets.get(entry)!) {
       if (attachments.has(id)) continue;
       const attached = attachedTo(deps, id);
       attachments.set(id, attached);
@@ -613,7 +632,7 @@ function countTotals(deps: LedgerDeps, posted: Posted, sign: 1 | -1, now: string
   let transaction: CelDocument | undefined;
   for (const entry of posted.entries) {
     let entryDoc: CelDocument | undefined;
-    for (const targetId of targetsOf(entry)) {
+    for (const targetId of targets.get(entry)!) {
       const attached = attachments.get(targetId)!;
       if (attached.length === 0) continue;
       const target = deps.st.accountById.get(targetId);
@@ -686,22 +705,48 @@ export function checkMovedBalances(deps: LedgerDeps, setIds: readonly string[], 
         for (const balance of deps.st.balancesOfJournal.all(setId, journalId)) {
           if (limit.currency !== '' && limit.currency !== balance.currency) continue;
           for (const spec of specs) {
-            const value = availableNormal(balance, spec.layer, spec.side ?? (target.normal_balance_type as Direction));
-            if (new Dec(value).cmp(spec.amount.d) <= 0) continue;
-            const limitText = amountText(spec.amount.d, spec.amount.scale);
-            const message = `velocity ${limitText} ${balance.currency} exceeded, balance is ${value} ${balance.currency}`;
-            throw new EngineError('BALANCE_VELOCITY_EXCEEDED', message, {
+            const exception = exceptionIfPast(balance, { target, ...spec, currency: balance.currency, control, limit }, { entryId: null, transactionId: null, now });
+            if (!exception) continue;
+            throw new EngineError('BALANCE_VELOCITY_EXCEEDED', exception.message, {
               hint: `Velocity control ${control.name} on ${target.code} refuses the membership change: it would take the set past its limit. Nothing was written.`,
-              exception: {
-                transactionId: null, type: 'VELOCITY_CONTROL', errorMessage: message, created: now,
-                detail: { accountId: setId, layer: spec.layer, limit: limitText, velocityControlId: control.velocityControlId, velocityLimitId: limit.velocityLimitId, violatingBalance: `${value} ${balance.currency}` },
-              },
+              exception: { transactionId: null, type: exception.type, errorMessage: exception.message, detail: exception.detail, created: now },
             });
           }
         }
       }
     }
   }
+}
+
+/**
+ * The exception a balance limit raises when the available balance at its layer, on its normal side
+ * (the account's own when the limit names none), is past its amount; null when it is within.
+ */
+function exceptionIfPast(
+  totals: Totals | undefined,
+  check: { target: AccountRow; layer: Layer; side: Direction | null; amount: { d: Dec; scale: number }; currency: string; control: VelocityControl; limit: VelocityLimit },
+  at: { entryId: string | null; transactionId: string | null; now: string },
+): TransactionException | null {
+  const balance = availableNormal(totals, check.layer, check.side ?? (check.target.normal_balance_type as Direction));
+  if (new Dec(balance).cmp(check.amount.d) <= 0) return null;
+  const limitText = amountText(check.amount.d, check.amount.scale);
+  const message = `velocity ${limitText} ${check.currency} exceeded, balance is ${balance} ${check.currency}`;
+  return {
+    type: 'VELOCITY_CONTROL',
+    message,
+    detail: {
+      accountId: check.target.account_id,
+      created: at.now,
+      entryId: at.entryId,
+      layer: check.layer,
+      limit: limitText,
+      modified: at.now,
+      transactionId: at.transactionId,
+      velocityControlId: check.control.velocityControlId,
+      velocityLimitId: check.limit.velocityLimitId,
+      violatingBalance: `${balance} ${check.currency}`,
+    },
+  };
 }
 
 export interface VelocityProperties {
@@ -753,52 +798,20 @@ function violationOf(deps: LedgerDeps, check: Check, posted: Posted, now: string
   const totals: Totals | undefined = keepsTotals(limit)
     ? deps.vel.velocityBalance.get(limit.velocityLimitId, target.account_id, entry.journal_id, entry.currency, check.window)
     : deps.st.balance.get(target.account_id, entry.journal_id, entry.currency);
-  const violated = (layer: Layer, side: Direction | null, amount: { d: Dec; scale: number }): TransactionException | null => {
-    const balance = availableNormal(totals, layer, side ?? (target.normal_balance_type as Direction));
-    if (new Dec(balance).cmp(amount.d) <= 0) return null;
-    const limitText = amountText(amount.d, amount.scale);
-    const message = `velocity ${limitText} ${entry.currency} exceeded, balance is ${balance} ${entry.currency}`;
-    return {
-      type: 'VELOCITY_CONTROL',
-      message,
-      detail: {
-        accountId: target.account_id,
-        created: now,
-        entryId: entry.entry_id,
-        layer,
-        limit: limitText,
-        modified: now,
-        transactionId: posted.transaction.transaction_id,
-        velocityControlId: control.velocityControlId,
-        velocityLimitId: limit.velocityLimitId,
-        violatingBalance: `${balance} ${entry.currency}`,
-      },
-    };
-  };
-  const specs = staticSpecs(deps, limit, attachment);
-  if (specs) {
-    for (const spec of specs) {
-      const violation = violated(spec.layer, spec.side, spec.amount);
-      if (violation) return violation;
-    }
-    return null;
-  }
-  const context = { ...check.context(), params: bindLimitParams(deps, limit, attachment.params ?? {}) };
-  const timestamp = limit.limit.timestampSource === null ? new Date(posted.transaction.created) : evaluate(deps, limit.limit.timestampSource, context, `velocity limit ${limit.name} timestampSource`);
-  for (const [i, b] of limit.limit.balance.entries()) {
-    const what = `velocity limit ${limit.name} limit.balance[${i}]`;
-    if (b.start != null || b.end != null) {
-      const at = timestamp instanceof Date ? timestamp.getTime() : Date.parse(String(timestamp));
-      const start = b.start == null ? -Infinity : Date.parse(String(celTime(evaluate(deps, b.start, context, `${what}.start`))));
-      const end = b.end == null ? Infinity : Date.parse(String(celTime(evaluate(deps, b.end, context, `${what}.end`))));
-      if (!(at >= start && at < end)) continue;
-    }
-    const layer = layerOf(evaluate(deps, b.layer, context, `${what}.layer`), `${what}.layer`);
-    const side = b.normalBalanceType == null ? null : directionOf(evaluate(deps, b.normalBalanceType, context, `${what}.normalBalanceType`), `${what}.normalBalanceType`);
-    const violation = violated(layer, side, decimalOf(evaluate(deps, b.amount, context, `${what}.amount`), `${what}.amount`));
+  const violated = (layer: Layer, side: Direction | null, amount: { d: Dec; scale: number }) =>
+    exceptionIfPast(totals, { target, layer, side, amount, currency: entry.currency, control, limit }, { entryId: entry.entry_id, transactionId: posted.transaction.transaction_id, now });
+  let evaluated: Record<string, unknown> | undefined;
+  const context = () => (evaluated ??= { ...check.context(), params: bindLimitParams(deps, limit, attachment.params ?? {}) });
+  const specs = staticSpecs(deps, limit, attachment) ?? evaluateSpecs(deps, limit, context(), timestampOf(deps, limit, posted, context));
+  for (const spec of specs) {
+    const violation = violated(spec.layer, spec.side, spec.amount);
     if (violation) return violation;
   }
   return null;
+}
+
+function timestampOf(deps: LedgerDeps, limit: VelocityLimit, posted: Posted, context: () => Record<string, unknown>): unknown {
+  return limit.limit.timestampSource === null ? new Date(posted.transaction.created) : evaluate(deps, limit.limit.timestampSource, context(), `velocity limit ${limit.name} timestampSource`);
 }
 
 function celTime(value: unknown): string {
@@ -836,7 +849,7 @@ export function velocityOf(
   const window = (args.window ?? {}) as Record<string, unknown>;
   if (typeof window !== 'object' || Array.isArray(window)) throw new EngineError('BAD_REQUEST', `window must be a JSON object of values by alias, got ${quote(window)}`);
   const currency = args.currency ?? 'USD';
-  const journalId = args.journalId ?? target.journal_id ?? deps.st.journalById.get('00000000-0000-0000-0000-000000000000')!.journal_id;
+  const journalId = args.journalId ?? target.journal_id ?? DEFAULT_JOURNAL_ID;
   const out: VelocityBalance[] = [];
   for (const attachment of deps.vel.attachmentsOf.all(target.account_id).map(toAttachment)) {
     if (attachment.journalId !== null && attachment.journalId !== journalId) continue;
@@ -850,13 +863,10 @@ export function velocityOf(
         return String(v);
       }));
       const totals: Totals | undefined = keepsTotals(limit) ? deps.vel.velocityBalance.get(limit.velocityLimitId, target.account_id, journalId, currency, key) : deps.st.balance.get(target.account_id, journalId, currency);
-      const params = bindLimitParams(deps, limit, attachment.params ?? {});
-      const context = { context: { vars: { account: accountDocument(target) } }, params };
-      for (const [i, b] of limit.limit.balance.entries()) {
-        const what = `velocity limit ${limit.name} limit.balance[${i}]`;
-        const layer = layerOf(evaluate(deps, b.layer, context, `${what}.layer`), `${what}.layer`);
-        const side = b.normalBalanceType == null ? (target.normal_balance_type as Direction) : directionOf(evaluate(deps, b.normalBalanceType, context, `${what}.normalBalanceType`), `${what}.normalBalanceType`);
-        const amount = decimalOf(evaluate(deps, b.amount, context, `${what}.amount`), `${what}.amount`);
+      const specs = staticSpecs(deps, limit, attachment) ??
+        evaluateSpecs(deps, limit, { context: { vars: { account: accountDocument(target) } }, params: bindLimitParams(deps, limit, attachment.params ?? {}) }, null);
+      for (const { layer, side: named, amount } of specs) {
+        const side = named ?? (target.normal_balance_type as Direction);
         const spent = availableNormal(totals, layer, side);
         const remaining = amount.d.isFinite() ? subText(withScale(amount.d, amount.scale), spent) : amountText(amount.d, 0);
         out.push({
