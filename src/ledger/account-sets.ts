@@ -205,7 +205,8 @@ export function addToAccountSet(deps: LedgerDeps, accountSetId: string, member: 
   if (deps.st.setMember.get(accountSetId, member.memberId)) {
     throw new EngineError('ALREADY_EXISTS', `${quote(member.memberId)} is already a member of account set ${set.code}`);
   }
-  const above = [accountSetId, ...deps.st.ancestorsOf.all(accountSetId).map((a) => a.id)];
+  const ancestors = deps.st.ancestorsOf.all(accountSetId);
+  const above = [accountSetId, ...ancestors.map((a) => a.id)];
   if (type === 'ACCOUNT_SET') {
     if (memberRow.journal_id !== set.journal_id) {
       throw new EngineError('BAD_REQUEST', `account set ${memberRow.code} is in journal ${memberRow.journal_id}, account set ${set.code} in ${set.journal_id}`, {
@@ -216,7 +217,7 @@ export function addToAccountSet(deps: LedgerDeps, accountSetId: string, member: 
       throw new EngineError('BAD_REQUEST', `adding account set ${memberRow.code} to ${set.code} would make a cycle`, { hint: 'A set cannot contain itself, directly or through its members.' });
     }
     // Sets in the longest chain through the new link: those above the set, the set, the member, those below it.
-    const depth = deps.st.ancestorsOf.all(accountSetId).reduce((m, a) => Math.max(m, a.depth), 0) + 2 + (deps.st.depthBelow.get(member.memberId)?.depth ?? 0);
+    const depth = ancestors.reduce((m, a) => Math.max(m, a.depth), 0) + 2 + (deps.st.depthBelow.get(member.memberId)?.depth ?? 0);
     if (depth > deps.limits.accountSetDepthMax) {
       throw new EngineError('LIMIT_EXCEEDED', `adding account set ${memberRow.code} to ${set.code} would nest sets ${depth} deep; accountSetDepthMax is ${deps.limits.accountSetDepthMax}`, {
         hint: 'Flatten the hierarchy.',

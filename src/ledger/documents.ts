@@ -10,7 +10,21 @@ import type { AccountRow, EntryRow, TransactionRow } from '../storage/statements
  */
 export type CelDocument = Record<string, unknown>;
 
+/**
+ * A posting's calculations, views, indexes and velocity controls read the same entries: each row's
+ * document is built once (per row object and transaction row object: a void's rows are new objects).
+ */
+const entryDocuments = new WeakMap<EntryRow, { transaction: object | undefined; doc: CelDocument }>();
+
 export function entryDocument(row: EntryRow, transaction?: Pick<TransactionRow, 'void_of' | 'voided_by'>): CelDocument {
+  const cached = entryDocuments.get(row);
+  if (cached && cached.transaction === transaction) return cached.doc;
+  const doc = buildEntryDocument(row, transaction);
+  entryDocuments.set(row, { transaction, doc });
+  return doc;
+}
+
+function buildEntryDocument(row: EntryRow, transaction?: Pick<TransactionRow, 'void_of' | 'voided_by'>): CelDocument {
   const scale = scaleOf(row.units);
   const units = new Dec(row.units);
   const doc: CelDocument = {
