@@ -65,11 +65,19 @@ export function rawPoster(path: string, options: { checkpointed?: boolean } = {}
     upsert.run(from, 'USD', units, 0);
     upsert.run(to, 'USD', 0, units);
   });
+  const postMany = db.transaction((ns: number[]) => {
+    for (const n of ns) {
+      const [from, to] = pair(n);
+      post(n, from, to, 1000 + (n % 5000));
+    }
+  });
   return {
     post: (n: number) => {
       const [from, to] = pair(n);
       post.immediate(n, from, to, 1000 + (n % 5000));
     },
+    /** The same postings, all in one transaction (one COMMIT). */
+    postMany: (ns: number[]) => postMany.immediate(ns),
     close: () => {
       checkpointer?.stop();
       db.close();
@@ -190,4 +198,217 @@ export function table(rows: Array<[string, number, number?]>, baseline: number):
     lines.push(`| ${name} | ${value.toFixed(0)} | ${(value / baseline).toFixed(2)} | ${cpuUs === undefined ? '' : cpuUs.toFixed(0)} |`);
   }
   return lines.join('\n');
+}
+
+/** Whether the bench was started with `--profile` (npm run bench:ledger -- --profile). */
+export const PROFILE = process.argv.includes('--profile');
+
+/** A statement's kind for the profile: BEGIN, COMMIT, SAVEPOINT, `INSERT entries`, `SELECT accounts`… */
+function statementKind(sql: string): string {
+  const text = sql.trim().replace(/\s+/g, ' ');
+  const word = (text.match(/^\w+/)?.[0] ?? text).toUpperCase();
+  if (word === 'BEGIN' || word === 'COMMIT' || word === 'SAVEPOINT' || word === 'RELEASE' || word === 'PRAGMA') return word === 'PRAGMA' ? text : word;
+  if (word === 'ROLLBACK') return /^ROLLBACK TO/i.test(text) ? 'ROLLBACK TO' : 'ROLLBACK';
+  const table = (pattern: RegExp) => text.match(pattern)?.[1]?.replace(/^main\./, '') ?? '?';
+  if (word === 'INSERT') return `INSERT ${table(/^INSERT (?:OR \w+ )?INTO ([\w.]+)/i)}`;
+  if (word === 'UPDATE') return `UPDATE ${table(/^UPDATE (?:OR \w+ )?([\w.]+)/i)}`;
+  if (word === 'DELETE') return `DELETE ${table(/^DELETE FROM ([\w.]+)/i)}`;
+  if (word === 'WITH') return `WITH … ${table(/\bFROM ([\w.]+)/i)}`;
+  if (word === 'SELECT') {
+    const from = text.match(/\bFROM ([\w.]+)/i)?.[1];
+    return from ? `SELECT ${from}` : `SELECT (no table)`;
+  }
+  return word;
+}
+
+interface PhaseTotals {
+  requests: number;
+  totalUs: number;
+  sql: Map<string, { us: number; calls: number }>;
+  /** Time inside Sandbox.run less its host calls (QuickJS, marshalling), summed over nesting levels. */
+  sandboxUs: number;
+  sandboxCalls: number;
+  /** Time inside Ledger.postTransaction (inclusive of its SQL), and the SQL part of it. */
+  postingUs: number;
+  postingSqlUs: number;
+  postingCalls: number;
+}
+
+/**
+ * The `--profile` mode: every better-sqlite3 statement execution (run, get, all, iterate and the
+ * iterator's steps; BEGIN and COMMIT are statements too) is timed by its SQL text, and the time
+ * inside Sandbox.run less its host calls is counted as the sandbox's. Nothing in src is changed:
+ * the prototypes are wrapped from here. The wrappers cost ~0.1–0.3 µs per statement; the figures
+ * are wall µs, for shares (CPU totals come from the normal mode).
+ */
+export async function installProfiler() {
+  const db = new Database(':memory:');
+  const proto = Object.getPrototypeOf(db.prepare('SELECT 1')) as Record<string, (...args: unknown[]) => unknown>;
+  db.close();
+  const now = () => performance.now() * 1000;
+  let current: PhaseTotals | null = null;
+  let depth = 0;
+  /** Inside Ledger.postTransaction: its statements count toward postingSqlUs too. */
+  let posting = 0;
+  const kinds = new Map<string, string>();
+  const charge = (sql: string, us: number, call: boolean) => {
+    if (!current) return;
+    let kind = kinds.get(sql);
+    if (kind === undefined) kinds.set(sql, (kind = statementKind(sql)));
+    const slot = current.sql.get(kind) ?? { us: 0, calls: 0 };
+    slot.us += us;
+    if (call) slot.calls++;
+    if (posting > 0) current.postingSqlUs += us;
+    current.sql.set(kind, slot);
+  };
+  // Statements run inside a statement (none today: user functions such as dec_add run no SQL) count as the outer one.
+  const timed = <T>(sql: string, run: () => T, call = true): T => {
+    if (depth > 0) return run();
+    depth++;
+    const t0 = now();
+    try {
+      return run();
+    } finally {
+      depth--;
+      charge(sql, now() - t0, call);
+    }
+  };
+  for (const method of ['run', 'get', 'all'] as const) {
+    const original = proto[method]!;
+    proto[method] = function (this: { source: string }, ...args: unknown[]) {
+      return timed(this.source, () => original.apply(this, args));
+    };
+  }
+  const iterate = proto.iterate!;
+  proto.iterate = function (this: { source: string }, ...args: unknown[]) {
+    const source = this.source;
+    const iterator = timed(source, () => iterate.apply(this, args)) as IterableIterator<unknown>;
+    const next = iterator.next.bind(iterator);
+    iterator.next = () => timed(source, next, false);
+    return iterator;
+  };
+  const dbProto = Database.prototype as unknown as { exec(sql: string): unknown };
+  const exec = dbProto.exec;
+  dbProto.exec = function (this: unknown, sql: string) {
+    return timed(sql, () => exec.call(this, sql));
+  };
+
+  // The sandbox: Sandbox.run's own time, without the host calls it makes (they are timed as the rest).
+  const { Sandbox } = await import('../sandbox/sandbox.js');
+  const sandboxProto = Sandbox.prototype as unknown as { run(program: unknown, event: string, bridge: { call(op: string, args: string[]): string; log(line: string): void }, deadline: number): unknown };
+  const run = sandboxProto.run;
+  let hostUs = 0;
+  sandboxProto.run = function (this: unknown, program, event, bridge, deadline) {
+    const hostBefore = hostUs;
+    const t0 = now();
+    const timedBridge = {
+      call: (op: string, args: string[]) => {
+        const h0 = now();
+        try {
+          return bridge.call(op, args);
+        } finally {
+          hostUs += now() - h0;
+        }
+      },
+      log: (line: string) => bridge.log(line),
+    };
+    try {
+      return run.call(this, program, event, timedBridge, deadline);
+    } finally {
+      const inner = hostUs - hostBefore;
+      const total = now() - t0;
+      if (current) {
+        current.sandboxUs += total - inner;
+        current.sandboxCalls++;
+      }
+      // An outer call counts this whole call as its host time.
+      hostUs = hostBefore;
+    }
+  };
+
+  const watched = new WeakSet<Engine>();
+  const fresh = (): PhaseTotals => ({ requests: 0, totalUs: 0, sql: new Map(), sandboxUs: 0, sandboxCalls: 0, postingUs: 0, postingSqlUs: 0, postingCalls: 0 });
+  return {
+    /** Time the ledger's postTransaction of `engine` too (the resolver calls it on this instance). */
+    watchPostings(engine: Engine): void {
+      if (watched.has(engine)) return;
+      watched.add(engine);
+      const ledger = engine.ledger as unknown as { postTransaction: (...args: unknown[]) => unknown };
+      const post = ledger.postTransaction;
+      ledger.postTransaction = (...args: unknown[]) => {
+        const t0 = now();
+        posting++;
+        try {
+          return post(...args);
+        } finally {
+          posting--;
+          if (current) {
+            current.postingUs += now() - t0;
+            current.postingCalls++;
+          }
+        }
+      };
+    },
+    /** `requests` calls of `request(n)`, each timed whole and phase by phase. */
+    measure(requests: number, start: number, request: (n: number) => void): PhaseTotals {
+      const totals = fresh();
+      current = totals;
+      try {
+        for (let i = 0; i < requests; i++) {
+          const t0 = now();
+          request(start + i);
+          totals.totalUs += now() - t0;
+          totals.requests++;
+        }
+      } finally {
+        current = null;
+      }
+      return totals;
+    },
+  };
+}
+
+/** Median per-request figures of several profiled rounds of one side, as a table. */
+export function profileTable(name: string, rounds: PhaseTotals[]): string {
+  const per = (f: (t: PhaseTotals) => number) => median(rounds.map((t) => f(t) / t.requests));
+  const kinds = [...new Set(rounds.flatMap((t) => [...t.sql.keys()]))];
+  const sqlRows = kinds
+    .map((kind) => ({ kind, us: per((t) => t.sql.get(kind)?.us ?? 0), calls: per((t) => t.sql.get(kind)?.calls ?? 0) }))
+    .filter((row) => row.calls > 0 || row.us >= 0.05)
+    .sort((a, b) => b.us - a.us);
+  const sqlUs = per((t) => [...t.sql.values()].reduce((s, x) => s + x.us, 0));
+  const totalUs = per((t) => t.totalUs);
+  const sandboxUs = per((t) => t.sandboxUs);
+  const postingUs = per((t) => t.postingUs);
+  const postingSqlUs = per((t) => t.postingSqlUs);
+  const lines = [`### ${name} (wall µs per request, median of ${rounds.length} rounds × ${rounds[0]?.requests ?? 0})`, '', '| phase | µs | calls |', '|---|---:|---:|'];
+  for (const row of sqlRows) lines.push(`| SQL ${row.kind} | ${row.us.toFixed(1)} | ${row.calls.toFixed(2)} |`);
+  lines.push(`| **SQL total** | **${sqlUs.toFixed(1)}** | ${sqlRows.reduce((s, r) => s + r.calls, 0).toFixed(1)} |`);
+  if (rounds.some((t) => t.sandboxCalls > 0)) {
+    lines.push(`| **sandbox** (Sandbox.run less its host calls: QuickJS, marshalling) | **${sandboxUs.toFixed(1)}** | ${per((t) => t.sandboxCalls).toFixed(2)} |`);
+  }
+  lines.push(`| **JavaScript** (the rest) | **${(totalUs - sqlUs - sandboxUs).toFixed(1)}** | |`);
+  lines.push(`| **total request** | **${totalUs.toFixed(1)}** | |`);
+  if (rounds.some((t) => t.postingCalls > 0)) {
+    lines.push(`| of the total, in Ledger.postTransaction | ${postingUs.toFixed(1)} | ${per((t) => t.postingCalls).toFixed(2)} |`);
+    lines.push(`| … its SQL | ${postingSqlUs.toFixed(1)} | |`);
+    lines.push(`| … its JavaScript | ${(postingUs - postingSqlUs).toFixed(1)} | |`);
+  }
+  return lines.join('\n');
+}
+
+/** Run each side `rounds` times (interleaved) under the profiler and print a table per side. */
+export async function profileSides(sides: Record<string, { request: (n: number) => void; engine?: Engine }>, perRound: number, rounds: number): Promise<void> {
+  const profiler = await installProfiler();
+  const names = Object.keys(sides);
+  for (const name of names) if (sides[name]!.engine) profiler.watchPostings(sides[name]!.engine!);
+  const results: Record<string, PhaseTotals[]> = Object.fromEntries(names.map((n) => [n, []]));
+  names.forEach((name, i) => profiler.measure(Math.min(500, perRound), 50_000_000 + i * 1_000_000, sides[name]!.request)); // warm-up
+  for (let round = 0; round < rounds; round++) {
+    names.forEach((name, i) => {
+      settle();
+      results[name]!.push(profiler.measure(perRound, (i + 1) * 10_000_000 + round * perRound, sides[name]!.request));
+    });
+  }
+  for (const name of names) console.log(`\n${profileTable(name, results[name]!)}`);
 }

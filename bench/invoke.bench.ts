@@ -4,11 +4,15 @@
  * invokeAction of a `transfer` tool (its program makes one graphql postTransaction of 2 entries)
  * through engine.graphql, beside the raw better-sqlite3 posting and the plain postTransaction
  * mutation, interleaved rounds in one run. Each is one request, one SQLite transaction.
+ *
+ * --profile (npm run bench:invoke -- --profile): instead, µs per request in each kind of SQL
+ * statement, SQL in all, the sandbox (Sandbox.run less its host calls), the JavaScript left, and
+ * the time inside Ledger.postTransaction, for each side (see installProfiler).
  */
 import { join } from 'node:path';
-import { benchDir, compare, ok, pair, POST, rawPoster, setupEngine, table, uuid } from './common.js';
+import { benchDir, compare, ok, pair, POST, PROFILE, profileSides, rawPoster, setupEngine, table, uuid } from './common.js';
 
-const PER_ROUND = Number(process.env.BENCH_POSTS ?? 3000);
+const PER_ROUND = Number(process.env.BENCH_POSTS ?? (PROFILE ? 1500 : 3000));
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 
 const TRANSFER_SRC = `function run(event) {
@@ -68,40 +72,44 @@ const POST_AND_NOOP = `mutation Both($input: TransactionInput!, $e: UUID!, $tool
 const INVOKE_NESTED = `mutation Invoke($e: UUID!, $input: JSON) { actions { invokeAction(id: "${uuid(888_889)}", input: {executionId: $e, actionVersion: 1, input: $input}) { status } } }`;
 const INVOKE = `mutation Invoke($e: UUID!, $input: JSON) { actions { invokeAction(id: "${uuid(888_888)}", input: {executionId: $e, actionVersion: 1, input: $input}) { status } } }`;
 
-const results = compare(
-  {
-    raw: raw.post,
-    postTransaction: (n) => {
-      const [from, to] = pair(n);
-      ok(engine, POST, { input: { transactionId: uuid(n), tranCode: 'TRANSFER', params: { from, to, amount: '10.50' } } });
-    },
-    invokeAction: (n) => {
-      const [from, to] = pair(n);
-      const r = ok(engine, INVOKE, { e: uuid(n), input: { transaction_id: uuid(500_000_000 + n), from, to, amount: '10.50' } });
-      if (r.actions.invokeAction.status !== 'SUCCEEDED') throw new Error(JSON.stringify(r));
-    },
-    noop: (n) => {
-      const r = ok(engine, INVOKE_NOOP, { e: uuid(n), input: { transaction_id: uuid(700_000_000 + n) } });
-      if (r.actions.invokeAction.status !== 'SUCCEEDED') throw new Error(JSON.stringify(r));
-    },
-    postAndNoop: (n) => {
-      const [from, to] = pair(n);
-      const r = ok(engine, POST_AND_NOOP, {
-        input: { transactionId: uuid(800_000_000 + n), tranCode: 'TRANSFER', params: { from, to, amount: '10.50' } },
-        e: uuid(n),
-        tool: { transaction_id: uuid(800_000_000 + n) },
-      });
-      if (r.actions.invokeAction.status !== 'SUCCEEDED') throw new Error(JSON.stringify(r));
-    },
-    nested: (n) => {
-      const [from, to] = pair(n);
-      const r = ok(engine, INVOKE_NESTED, { e: uuid(n), input: { transaction_id: uuid(600_000_000 + n), from, to, amount: '10.50' } });
-      if (r.actions.invokeAction.status !== 'SUCCEEDED') throw new Error(JSON.stringify(r));
-    },
+const sides: Record<string, (n: number) => void> = {
+  raw: raw.post,
+  postTransaction: (n) => {
+    const [from, to] = pair(n);
+    ok(engine, POST, { input: { transactionId: uuid(n), tranCode: 'TRANSFER', params: { from, to, amount: '10.50' } } });
   },
-  PER_ROUND,
-  ROUNDS,
-);
+  invokeAction: (n) => {
+    const [from, to] = pair(n);
+    const r = ok(engine, INVOKE, { e: uuid(n), input: { transaction_id: uuid(500_000_000 + n), from, to, amount: '10.50' } });
+    if (r.actions.invokeAction.status !== 'SUCCEEDED') throw new Error(JSON.stringify(r));
+  },
+  noop: (n) => {
+    const r = ok(engine, INVOKE_NOOP, { e: uuid(n), input: { transaction_id: uuid(700_000_000 + n) } });
+    if (r.actions.invokeAction.status !== 'SUCCEEDED') throw new Error(JSON.stringify(r));
+  },
+  postAndNoop: (n) => {
+    const [from, to] = pair(n);
+    const r = ok(engine, POST_AND_NOOP, {
+      input: { transactionId: uuid(800_000_000 + n), tranCode: 'TRANSFER', params: { from, to, amount: '10.50' } },
+      e: uuid(n),
+      tool: { transaction_id: uuid(800_000_000 + n) },
+    });
+    if (r.actions.invokeAction.status !== 'SUCCEEDED') throw new Error(JSON.stringify(r));
+  },
+  nested: (n) => {
+    const [from, to] = pair(n);
+    const r = ok(engine, INVOKE_NESTED, { e: uuid(n), input: { transaction_id: uuid(600_000_000 + n), from, to, amount: '10.50' } });
+    if (r.actions.invokeAction.status !== 'SUCCEEDED') throw new Error(JSON.stringify(r));
+  },
+};
+if (PROFILE) {
+  await profileSides(Object.fromEntries(Object.entries(sides).map(([name, request]) => [name, name === 'raw' ? { request } : { request, engine }])), PER_ROUND, ROUNDS);
+  engine.close();
+  raw.close();
+  cleanup();
+  process.exit(0);
+}
+const results = compare(sides, PER_ROUND, ROUNDS);
 
 console.log(`\n${table([
   ['raw better-sqlite3 posting (1 per commit)', results.raw!.median, results.raw!.cpuUs],

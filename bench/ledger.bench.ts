@@ -12,12 +12,16 @@
  *   + calc       a GLOBAL calculation with one dimension (the entry's layer);
  *   + effective  the same calculation with effective-date balances (YYYY, YYYY_MM, YYYY_MM_DD children).
  * BENCH_FEATURES=0 measures only the plain engine.
+ *
+ * --profile (npm run bench:ledger -- --profile): instead, µs per request in each kind of SQL
+ * statement (BEGIN, COMMIT, each INSERT/UPDATE/SELECT by table), SQL in all, the JavaScript left,
+ * and the time inside Ledger.postTransaction, for each engine side (see installProfiler).
  */
 import { join } from 'node:path';
 import type { Engine } from '../src/engine.js';
-import { ACCOUNTS, benchDir, compare, median, ok, pair, POST, rawOnTallySchema, rawPoster, setupEngine, table, uuid } from './common.js';
+import { ACCOUNTS, benchDir, compare, median, ok, pair, POST, PROFILE, profileSides, rawOnTallySchema, rawPoster, setupEngine, table, uuid } from './common.js';
 
-const PER_ROUND = Number(process.env.BENCH_POSTS ?? 5000);
+const PER_ROUND = Number(process.env.BENCH_POSTS ?? (PROFILE ? 2000 : 5000));
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 
 function balanceReadMicros(engine: Engine, accountId: string, reads = 3000): number {
@@ -74,6 +78,28 @@ const withSets = FEATURES ? await featureEngine('sets', ['sets']) : null;
 const withControl = FEATURES ? await featureEngine('control', ['sets', 'control']) : null;
 const withCalc = FEATURES ? await featureEngine('calc', ['sets', 'control', 'calc']) : null;
 const withEffective = FEATURES ? await featureEngine('effective', ['sets', 'control', 'effective']) : null;
+if (PROFILE) {
+  await profileSides(
+    {
+      'raw statements on Tally\'s schema': { request: rawTally.post },
+      'engine.graphql postTransaction': { request: poster(engine), engine },
+      ...(FEATURES
+        ? {
+            '… + sets (4 set balances per posting)': { request: poster(withSets!), engine: withSets! },
+            '… + a REJECT overdraft control': { request: poster(withControl!), engine: withControl! },
+            '… + a GLOBAL calculation': { request: poster(withCalc!), engine: withCalc! },
+            '… + effective-date balances instead': { request: poster(withEffective!), engine: withEffective! },
+          }
+        : {}),
+    },
+    PER_ROUND,
+    ROUNDS,
+  );
+  for (const e of [engine, withSets, withControl, withCalc, withEffective]) e?.close();
+  for (const r of [raw, rawCheckpointed, rawTally]) r.close();
+  cleanup();
+  process.exit(0);
+}
 const results = compare(
   {
     raw: raw.post,

@@ -131,13 +131,15 @@ export function checkDecimalBounds(value: Dec, what: string, bounds: DecimalBoun
   if (!value.isFinite()) {
     throw new EngineError('BAD_REQUEST', `${what} is ${value.toString()}, not a finite decimal`);
   }
-  const text = value.toFixed();
-  const [int = '', frac = ''] = text.replace(/^-/, '').split('.');
-  checkDigits(text, int.replace(/^0+(?=\d)/, '').length, frac.length, what, bounds);
+  // Digits as toFixed() would write them, read off the exponent: "0.05" has one integer digit.
+  checkDigits(() => value.toFixed(), value.e >= 0 ? value.e + 1 : 1, value.decimalPlaces(), what, bounds);
   return value;
 }
 
-function checkDigits(text: string, intDigits: number, fracDigits: number, what: string, bounds: DecimalBounds): void {
+/** `text` is the amount as the message quotes it: a function when it must first be written out. */
+function checkDigits(text: string | (() => string), intDigits: number, fracDigits: number, what: string, bounds: DecimalBounds): void {
+  if (fracDigits <= bounds.decimalFractionDigitsMax && intDigits <= bounds.decimalIntegerDigitsMax) return;
+  if (typeof text === 'function') text = text();
   if (fracDigits > bounds.decimalFractionDigitsMax) {
     throw new EngineError(
       'LIMIT_EXCEEDED',
@@ -166,7 +168,10 @@ export function scaleOf(text: string): number {
 /** `d` written out in full with at least `scale` fraction digits (never fewer than it has). */
 export function withScale(d: Dec, scale: number): string {
   const dp = d.decimalPlaces();
-  return d.toFixed(Math.max(dp, scale));
+  // toFixed() writes every digit; padding zeros on is exact and cheaper than toFixed(scale).
+  const text = d.toFixed();
+  if (scale <= dp) return text;
+  return dp === 0 ? `${text}.${'0'.repeat(scale)}` : text + '0'.repeat(scale - dp);
 }
 
 /** Exact a + b of two decimal strings, at the larger of their scales. */

@@ -6,6 +6,7 @@ import { EngineError, quote } from '../errors.js';
 import { checkCelValueSize } from '../cel/cel.js';
 import { canonicalJson, fingerprint, isUuid } from '../ids.js';
 import { setOwn } from '../json.js';
+import { RecordCache } from '../storage/record-cache.js';
 import type { EntryRow, TranCodeRow, TransactionRow } from '../storage/statements/ledger.js';
 import { setsAbove } from './account-sets.js';
 import { afterPosting, type Posted } from './after-posting.js';
@@ -13,7 +14,7 @@ import { applyToBalances, type BalanceDelta } from './balances.js';
 import type { LedgerDeps } from './deps.js';
 import { DEFAULT_JOURNAL_ID } from './journals.js';
 import { bindParams, isDate } from './params.js';
-import { type Direction, type Entry, type JsonObject, jsonObjectText, type Layer, readJson, type Transaction } from './records.js';
+import { type Direction, type Entry, isPlainJson, type JsonObject, jsonObjectText, type Layer, readJson, type Transaction } from './records.js';
 import { type CompiledField, type CompiledTranCode, findTranCodeRow, type TranCodeCache } from './tran-codes.js';
 import { enforceVelocity, uncountVoided, type VelocityProperties } from './velocity.js';
 
@@ -108,6 +109,8 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
     });
   }
   const paramsText = jsonObjectText(params, 'params', deps.limits.jsonBytesMax);
+  // Plain JSON reads back as itself: the fingerprint needs no parse of the text just written.
+  const paramsJson = isPlainJson(params) ? params : JSON.parse(paramsText ?? '{}');
   const properties = input.properties ?? null;
   if (properties !== null && (typeof properties !== 'object' || Array.isArray(properties))) {
     throw new EngineError('BAD_REQUEST', `properties must be an object, got ${quote(properties)}`);
@@ -117,7 +120,7 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
     canonicalJson({
       tranCode: input.tranCode,
       tranCodeVersion: input.tranCodeVersion ?? null,
-      params: JSON.parse(paramsText ?? '{}'),
+      params: paramsJson,
       ...(properties !== null && Object.keys(properties).length > 0 ? { properties } : {}),
     }),
   );
@@ -283,7 +286,8 @@ function writeTransaction(
   partial: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count' | 'exceptions'>,
   entries: readonly PlannedEntry[],
 ): Posted {
-  const firstEntrySeq = (deps.st.lastEntrySeq.get()?.seq ?? 0) + 1;
+  const last = lastEntrySeq(deps);
+  const firstEntrySeq = last.seq + 1;
   const row = { ...partial, first_entry_seq: firstEntrySeq, entry_count: entries.length, exceptions: null };
   const info = deps.st.insertTransaction.run(
     row.transaction_id, row.tran_code_id, row.tran_code_version, row.journal_id, row.correlation_id, row.external_id, row.effective,
@@ -315,6 +319,7 @@ function writeTransaction(
       entry.seq, entry.entry_id, entry.transaction_id, entry.account_id, entry.journal_id, entry.sequence, entry.entry_type, entry.layer,
       entry.direction, entry.units, entry.currency, entry.description, entry.metadata, entry.created, entry.parent_account_ids, own.version, own.after,
     );
+    last.seq = entry.seq;
     for (const setId of parents.get(entry.account_id)!) {
       const set = after.get(`${setId} ${entry.journal_id} ${entry.currency}`)!;
       deps.st.insertSetEntry.run(setId, entry.seq, set.version, set.after);
@@ -326,10 +331,44 @@ function writeTransaction(
   return posted;
 }
 
+/** Each engine's highest entry seq, and the cache epoch it was read or written in. */
+const lastEntrySeqs = new WeakMap<LedgerDeps, { epoch: number; seq: number }>();
+
+/**
+ * The highest entry seq written, kept for the cache epoch instead of `SELECT max(seq)` per posting.
+ * Entries are written only by writeTransaction, which moves it; a rollback (of a transaction or a
+ * savepoint) and another connection's commit move the epoch, and the next posting reads it again.
+ * A posting outside the engine's transactions (a caller's own db.transaction, which may commit
+ * or roll back unseen) drops it.
+ */
+function lastEntrySeq(deps: LedgerDeps): { seq: number } {
+  const kept = lastEntrySeqs.get(deps);
+  if (deps.epoch.active && kept && kept.epoch === deps.epoch.value) return kept;
+  const read = { epoch: deps.epoch.value, seq: deps.st.lastEntrySeq.get()?.seq ?? 0 };
+  if (deps.epoch.active) lastEntrySeqs.set(deps, read);
+  else lastEntrySeqs.delete(deps);
+  return read;
+}
+
 /** The tran code row by code, from the cache when it is current. */
 function cachedTranCode(deps: LedgerDeps, code: string): TranCodeRow {
   if (typeof code !== 'string') return findTranCodeRow(deps, { code });
   return deps.cache.tranCodesByCode.get(code, () => findTranCodeRow(deps, { code }))!;
+}
+
+type AccountStatusRow = [code: string, status: string, isSet: number];
+
+/**
+ * Each engine's account rows as postings check them, for the cache epoch (accounts are a cached
+ * table: creating, updating or deleting one moves it). Apart from deps.cache.posting so that many
+ * accounts posted to do not push out what velocity keeps there.
+ */
+const accountStatusCaches = new WeakMap<LedgerDeps, RecordCache<AccountStatusRow>>();
+
+function accountStatus(deps: LedgerDeps, accountId: string): AccountStatusRow | undefined {
+  let cache = accountStatusCaches.get(deps);
+  if (!cache) accountStatusCaches.set(deps, (cache = new RecordCache(deps.epoch, deps.limits.recordCacheMax * 10)));
+  return cache.get(accountId, (id) => deps.st.accountStatus.get(id) as AccountStatusRow | undefined);
 }
 
 function checkPostable(deps: LedgerDeps, accountIds: readonly string[]): void {
@@ -337,7 +376,7 @@ function checkPostable(deps: LedgerDeps, accountIds: readonly string[]): void {
   for (const accountId of accountIds) {
     if (checked.has(accountId)) continue;
     checked.add(accountId);
-    const account = deps.st.accountStatus.get(accountId) as [code: string, status: string, isSet: number] | undefined;
+    const account = accountStatus(deps, accountId);
     if (!account) {
       throw new EngineError('NOT_FOUND', `account ${quote(accountId)} does not exist`, { hint: 'Create the account before posting to it.' });
     }
@@ -354,8 +393,34 @@ function checkPostable(deps: LedgerDeps, accountIds: readonly string[]): void {
   }
 }
 
+/** Units of at most 15 digits in all, as decAdd takes them: exact as doubles once scaled to integers. */
+const SMALL_UNITS = /^(\d{1,15})(?:\.(\d{1,15}))?$/;
+
+/**
+ * True when the units, scaled to integers at their largest scale, are at most 15 digits each and
+ * every currency and layer sums to 0: the sums are then exact as doubles (a partial sum past 2^53
+ * gives up). False when that cannot be shown this way: decimal.js decides, and words the error.
+ */
+function balancedAsSmallUnits(entries: readonly PlannedEntry[]): boolean {
+  let scale = 0;
+  for (const e of entries) scale = Math.max(scale, scaleOf(e.units));
+  const sums = new Map<string, number>();
+  for (const e of entries) {
+    const match = SMALL_UNITS.exec(e.units);
+    if (!match || match[1]!.length + scale > 15) return false;
+    const units = Number(match[1]! + (match[2] ?? '').padEnd(scale, '0'));
+    const key = `${e.currency} ${e.layer}`;
+    const sum = (sums.get(key) ?? 0) + (e.direction === 'DEBIT' ? units : -units);
+    if (!Number.isSafeInteger(sum)) return false;
+    sums.set(key, sum);
+  }
+  for (const sum of sums.values()) if (sum !== 0) return false;
+  return true;
+}
+
 /** Debits equal credits for every currency and every layer; an engine assertion before any write. */
 function checkBalanced(code: string, entries: readonly PlannedEntry[]): void {
+  if (balancedAsSmallUnits(entries)) return;
   const sums = new Map<string, Dec>();
   for (const e of entries) {
     const key = `${e.currency} ${e.layer}`;
@@ -543,7 +608,7 @@ function unitsOf(deps: LedgerDeps, code: string, field: CompiledField, value: un
     throw fieldError(code, field, `evaluated to ${units.toFixed()}, a negative amount`, 'Entry units are never negative: flip the direction instead.');
   }
   // -0 is 0; trailing zeros past decimalFractionDigitsMax are not kept.
-  return withScale(units.abs(), Math.min(scale, deps.limits.decimalFractionDigitsMax));
+  return withScale(units.isNegative() ? units.abs() : units, Math.min(scale, deps.limits.decimalFractionDigitsMax));
 }
 
 function metadataOf(deps: LedgerDeps, code: string, field: CompiledField, value: unknown): string | null {

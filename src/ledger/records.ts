@@ -101,18 +101,57 @@ export function jsonObjectText(value: unknown, what: string, jsonBytesMax: numbe
       hint: 'Send an object such as {"tier": "gold"}.',
     });
   }
-  const text = JSON.stringify(value, (_key, v: unknown) => {
-    if (typeof v === 'number' && !Number.isFinite(v)) {
-      throw new EngineError('BAD_REQUEST', `${what} holds the number ${v}, which JSON cannot store`, { hint: 'Send a finite number, or a string.' });
-    }
-    return v;
-  });
+  // A replacer makes JSON.stringify take its slow path: only values that are not plain JSON need one.
+  const text = isPlainJson(value)
+    ? JSON.stringify(value)
+    : JSON.stringify(value, (_key, v: unknown) => {
+        if (typeof v === 'number' && !Number.isFinite(v)) {
+          throw new EngineError('BAD_REQUEST', `${what} holds the number ${v}, which JSON cannot store`, { hint: 'Send a finite number, or a string.' });
+        }
+        return v;
+      });
   if (Buffer.byteLength(text) > jsonBytesMax) {
     throw new EngineError('LIMIT_EXCEEDED', `${what} is ${Buffer.byteLength(text)} bytes; jsonBytesMax is ${jsonBytesMax}`, {
       hint: 'Keep metadata small; store large documents elsewhere and reference them.',
     });
   }
   return text;
+}
+
+/** Nesting past which isPlainJson gives up (the caller then takes the general path). */
+const PLAIN_JSON_DEPTH_MAX = 32;
+
+/**
+ * Whether `value` is JSON as JSON.parse makes it: strings, finite numbers, booleans, null, arrays
+ * and plain objects of them (no undefined, no toJSON, no other prototypes). For such a value,
+ * JSON.parse(JSON.stringify(value)) has the same keys and values, so the text need not be parsed
+ * back, and JSON.stringify needs no replacer to refuse what JSON cannot store.
+ */
+export function isPlainJson(value: unknown, depth = 0): boolean {
+  if (value === null) return true;
+  switch (typeof value) {
+    case 'string':
+    case 'boolean':
+      return true;
+    case 'number':
+      return Number.isFinite(value);
+    case 'object': {
+      if (depth >= PLAIN_JSON_DEPTH_MAX) return false;
+      if (Array.isArray(value)) {
+        for (let i = 0; i < value.length; i++) if (!isPlainJson(value[i], depth + 1)) return false;
+        return true;
+      }
+      const proto = Object.getPrototypeOf(value);
+      if (proto !== Object.prototype && proto !== null) return false;
+      for (const key in value) {
+        if (!Object.hasOwn(value, key)) return false;
+        if (!isPlainJson((value as Record<string, unknown>)[key], depth + 1)) return false;
+      }
+      return true;
+    }
+    default:
+      return false;
+  }
 }
 
 /** A required, trimmed, non-empty string of bounded length. */
