@@ -2,7 +2,7 @@ import type { ExecutionResult, GraphQLSchema } from 'graphql';
 import { ReplaceableSandbox } from '../sandbox/replaceable.js';
 import type { Sandbox } from '../sandbox/sandbox.js';
 import type { ActionDeps } from './actions/actions.js';
-import { authenticate, type Client, type ClientDeps, ensureAdmin, invalidKey, lookupClient, SYSTEM_PRINCIPAL } from './auth/clients.js';
+import { authenticate, type Client, type ClientDeps, ensureAdmin, hashKey, invalidKey, lookupClient, SYSTEM_PRINCIPAL } from './auth/clients.js';
 import { Authority } from './policy/authority.js';
 import { authStatements } from './storage/statements/auth.js';
 import { queueStatements } from './storage/statements/actions.js';
@@ -23,7 +23,9 @@ import {
   type FormattedResult,
   formatError,
   type GraphqlRequest,
+  type OperationPlan,
   planOperation,
+  type PreparedDocument,
 } from './graphql/executor.js';
 import { buildSchema } from './graphql/schema.js';
 import type { LedgerDeps } from './ledger/deps.js';
@@ -31,7 +33,7 @@ import { Ledger } from './ledger/ledger.js';
 import { type Limits, resolveLimits } from './limits.js';
 import { type Logger, silentLogger } from './log.js';
 import { type AttemptOutcome, isRetryable } from './execution/queue/attempt.js';
-import { type Db, openDatabase } from './storage/database.js';
+import { type Db, type Durability, openDatabase, ReadOnlyTransactions } from './storage/database.js';
 import { Checkpointer } from './storage/checkpointer.js';
 import { mapDriverError } from './storage/driver-errors.js';
 import { CacheEpoch, RecordCache, watchCachedTables, watchDataTables, watchToolTables } from './storage/record-cache.js';
@@ -50,6 +52,8 @@ import { ModelProviders, parseProviders } from './models/providers.js';
 import type { ProviderConfig } from './models/types.js';
 
 export const DEFAULT_CHECKPOINT_INTERVAL_MS = 25;
+/** How long a key seen valid is taken as valid by the checks outside a transaction (Engine.authenticate). */
+const KNOWN_KEY_MS = 1000;
 const SQLITE_WAL_AUTOCHECKPOINT_PAGES = 1000;
 
 export interface EngineOptions {
@@ -76,6 +80,20 @@ export interface EngineOptions {
    * block, checked with parseProviders). Left out: none, and such actions are refused.
    */
   providers?: ProviderConfig[] | unknown;
+  /**
+   * Open `path` (an existing file a writer engine keeps in WAL mode) for reading only, as each
+   * thread of the read pool does (src/server/read-pool.ts): nothing is migrated (a file of another
+   * schema version is refused), no checkpointer runs, and every write (a mutation, ensureAdmin, a
+   * queue worker's attempt) is refused with BAD_REQUEST. A query reads the last commit made
+   * before its transaction began, and never waits for the writer.
+   */
+  readOnly?: boolean;
+  /**
+   * 'normal' (the default): a COMMIT is in the OS when it returns and on disk at the next
+   * checkpoint; a power cut can lose the last commits, a crash of the process cannot. 'full': every
+   * COMMIT syncs the log to disk before it returns (one sync covers a whole group commit).
+   */
+  durability?: Durability;
 }
 
 export interface RequestOptions {
@@ -103,7 +121,11 @@ export interface AsyncRequestOptions extends RequestOptions {
   waitMsMax?: number;
 }
 
-/** Statuses an execution never leaves. */
+/** One request of a group commit (Engine.executeBatch). */
+export interface BatchRequest {
+  request: GraphqlRequest;
+  options?: RequestOptions;
+}
 
 export interface OperationSummary {
   type: 'query' | 'mutation';
@@ -118,6 +140,21 @@ export interface Engine {
   /** Run one GraphQL request as one SQLite transaction. */
   graphql(query: string, variables?: Record<string, unknown> | null, options?: RequestOptions): FormattedResult;
   execute(request: GraphqlRequest, options?: RequestOptions): FormattedResult;
+  /**
+   * Group commit for embedders: run the requests in order, each under a savepoint of its own, as
+   * few SQLite transactions as writeBatchMax and writeBatchWaitMs allow (one COMMIT each). Every
+   * answer is exactly what `execute` would have answered running them one after another; a request
+   * that fails rolls back only its own writes. A COMMIT that fails fails every request of its group
+   * with a retryable error (BUSY unless the database said something retryable itself).
+   */
+  executeBatch(requests: ReadonlyArray<BatchRequest>): FormattedResult[];
+  /**
+   * One group of executeBatch: one transaction, one COMMIT. The answers of requests the group's
+   * bounds left out are undefined: run them in a next group (the HTTP server's write queue does).
+   */
+  executeGroup(requests: ReadonlyArray<BatchRequest>): Array<FormattedResult | undefined>;
+  /** Called after each group commit (or its failure) with the number of requests it ran. */
+  onBatch(listener: (size: number) => void): void;
   /**
    * execute, then, when the query asked to wait (`actions.execution(waitMs:)` on an execution not yet
    * terminal), wait outside any transaction for each such execution (one shared deadline), and run
@@ -159,7 +196,11 @@ export interface Engine {
   readiness(): { database: string | null; sandbox: string | null };
   /** Started executions waiting: all QUEUED, those due now, and how long the oldest due one has waited. */
   queueStats(): { queued: number; due: number; oldestDueAgeMs: number };
-  /** The principal an API key belongs to, or null. */
+  /**
+   * The principal an API key belongs to, or null: the HTTP server's check before it reads a body. A
+   * key seen valid is remembered by its hash for a second at most, less when a client is written;
+   * what a request may do is decided inside its own transaction, never by this.
+   */
   authenticate(apiKey: string): string | null;
   /** Make sure the admin client exists (see ensureAdmin); returns a newly generated key, once. */
   ensureAdmin(apiKey?: string): string | null;
@@ -219,11 +260,11 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
 
   const path = options.path ?? ':memory:';
   const checkpointIntervalMs = options.checkpointIntervalMs ?? DEFAULT_CHECKPOINT_INTERVAL_MS;
-  const background = path !== ':memory:' && checkpointIntervalMs > 0;
+  const background = !options.readOnly && path !== ':memory:' && checkpointIntervalMs > 0;
   // The writer's own threshold: walAutocheckpointPages while the thread copies pages ahead of it;
   // without the thread, SQLite's default unless the limit was set explicitly.
   const ownWalPages = options.limits?.walAutocheckpointPages;
-  const db = openDatabase({ path, busyTimeoutMs: limits.busyTimeoutMs, walAutocheckpointPages: background ? limits.walAutocheckpointPages : ownWalPages });
+  const db = openDatabase({ path, busyTimeoutMs: limits.busyTimeoutMs, walAutocheckpointPages: background ? limits.walAutocheckpointPages : ownWalPages, readOnly: options.readOnly, durability: options.durability });
   const checkpointer = background
     ? new Checkpointer(path, checkpointIntervalMs, logError, () => {
         // The thread ended by itself: the writer checkpoints alone, as often as SQLite would.
@@ -233,7 +274,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const epoch = new CacheEpoch();
   watchCachedTables(db, epoch);
   const toolsChange = watchToolTables(db);
-  const transactions = new TransactionManager(db, epoch);
+  const transactions = options.readOnly ? new ReadOnlyTransactions(db, epoch) : new TransactionManager(db, epoch);
   const cel = new Cel(clock, limits);
   const newId = orderedIds();
   const ledgerDeps: LedgerDeps = {
@@ -330,6 +371,30 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     return value;
   }
 
+  const clientsByKey = new RecordCache<Client>(epoch, limits.recordCacheMax);
+  // The principals of keys seen valid, by key hash, for at most KNOWN_KEY_MS and until the cache
+  // epoch moves (a client written here, or by another connection as seen at a transaction's start).
+  // Only for the server's checks before a body is read and of /metrics: what a request may do is
+  // decided by the check inside its own transaction.
+  const knownKeys = new Map<string, { principal: string; until: number }>();
+  let knownKeysEpoch = -1;
+  function knownPrincipal(apiKey: string): string | null {
+    const hash = hashKey(apiKey);
+    if (knownKeysEpoch !== epoch.value) {
+      knownKeys.clear();
+      knownKeysEpoch = epoch.value;
+    }
+    const now = performance.now();
+    const known = knownKeys.get(hash);
+    if (known !== undefined && known.until > now) return known.principal;
+    const principal = authenticate(clientDeps, apiKey)?.principal ?? null;
+    if (principal === null) knownKeys.delete(hash);
+    else {
+      if (knownKeys.size >= limits.recordCacheMax) knownKeys.clear();
+      knownKeys.set(hash, { principal, until: now + KNOWN_KEY_MS });
+    }
+    return principal;
+  }
   const clientDeps: ClientDeps = { st: authStatements(db), cel, clock, pageSizeMax: limits.pageSizeMax, policiesMax: limits.policiesMax };
   const contextFor = (caller: Caller, frame: CallFrame | null, waits?: ExecutionWait[]): RequestContext => ({
     ledger,
@@ -357,10 +422,17 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     return asCaller(client);
   }
 
-  /** The caller of a request, read inside its transaction: what it may do is what was committed when it began. */
+  /**
+   * The caller of a request, read inside its transaction: what it may do is what was committed when
+   * it began. The client of a key comes from a cache of this epoch (any write to clients, here or by
+   * another connection, empties it), so the HTTP server's check before the body and this one cost
+   * one lookup between them, and a key rotated in between is still refused.
+   */
   function requestCaller(options: RequestOptions): Caller | EngineError {
     if (options.apiKey === undefined) return callerOf(options.principal);
-    const client = authenticate(clientDeps, options.apiKey);
+    const apiKey = options.apiKey;
+    // Cached by the key's hash, as the database holds it: the cache never holds a key.
+    const client = clientsByKey.get(hashKey(apiKey), () => authenticate(clientDeps, apiKey) ?? undefined);
     return client ? asCaller(client) : invalidKey();
   }
 
@@ -378,51 +450,162 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     };
   }
 
-  function execute(request: GraphqlRequest, requestOptions: RequestOptions = {}, waits?: ExecutionWait[]): FormattedResult {
+  /** The request's document (cached) and the operation it runs, or the answer when it cannot run. */
+  function prepareRequest(request: GraphqlRequest): { prepared: PreparedDocument; plan: OperationPlan } | FormattedResult {
     const prepared = documents.prepare(request.query);
     if ('errors' in prepared) return { errors: prepared.errors.map((e) => formatError(e, logError)) };
     const plan = planOperation(prepared.document, request.operationName);
     if (!('mode' in plan)) return { errors: [formatError(plan, logError)] };
+    return { prepared, plan };
+  }
 
-    // A mutation with any error rolls back whole; @dryRun always rolls back.
-    let result: ExecutionResult | EngineError;
-    const toolWritesBefore = toolsChange.writes;
-    try {
-      result = afterCommit(() =>
-        transactions.run<ExecutionResult | EngineError>(plan.mode, () => {
-          // Inside the transaction: a client changed by another process before it began is seen.
-          const known = requestCaller(requestOptions);
-          if (known instanceof EngineError) return { value: known, commit: false };
-          const caller: Caller = { ...known, deadline: Date.now() + limits.requestDeadlineMs, ...(requestOptions.transport ? { transport: requestOptions.transport } : {}) };
-          const run = cel.withDeadline(caller.deadline!, () =>
-            executePrepared(schema, prepared, request, contextFor(caller, null, plan.mode === 'read' ? waits : undefined), limits),
-          );
-          let executed = run.value;
-          const overran = caller.overran ?? run.overran;
-          if (overran) executed = { errors: [engineGraphqlError(overran)] };
-          const failed = (executed.errors?.length ?? 0) > 0;
-          const commit = plan.mode === 'read' || (!failed && !plan.dryRun);
-          if (!commit) startedInTransaction = false;
-          // A failed mutation wrote nothing; its data is what GraphQL's null propagation left, as the
-          // reference ledger answers (a field that failed is null, and so is a non-null parent of it).
-          return { value: executed, commit };
-        }),
-      );
-    } catch (error) {
+  /**
+   * The work of one request inside its transaction (or its savepoint of a batch): the caller read
+   * now, the operation run under the request's deadline, and whether its writes are kept. A
+   * mutation with any error keeps nothing; @dryRun never does.
+   */
+  function requestUnit(
+    request: GraphqlRequest,
+    { prepared, plan }: { prepared: PreparedDocument; plan: OperationPlan },
+    requestOptions: RequestOptions,
+    waits?: ExecutionWait[],
+  ): () => { value: ExecutionResult | EngineError; commit: boolean } {
+    return () => {
+      // Executions this request starts wake the worker only if its writes are kept.
+      const startedBefore = startedInTransaction;
       startedInTransaction = false;
-      const mapped = mapDriverError(error);
-      const engineError = mapped instanceof EngineError ? mapped : new EngineError('INTERNAL', String((mapped as Error)?.message ?? mapped), { cause: mapped });
-      if (engineError.code === 'INTERNAL') logError(error);
-      return { data: null, errors: [formatError(engineGraphqlError(engineError), logError)] };
-    }
+      let commit = false;
+      try {
+        // Inside the transaction: a client changed by another process before it began is seen.
+        const known = requestCaller(requestOptions);
+        if (known instanceof EngineError) return { value: known, commit: false };
+        const caller: Caller = { ...known, deadline: Date.now() + limits.requestDeadlineMs, ...(requestOptions.transport ? { transport: requestOptions.transport } : {}) };
+        const run = cel.withDeadline(caller.deadline!, () =>
+          executePrepared(schema, prepared, request, contextFor(caller, null, plan.mode === 'read' ? waits : undefined), limits),
+        );
+        let executed = run.value;
+        const overran = caller.overran ?? run.overran;
+        if (overran) executed = { errors: [engineGraphqlError(overran)] };
+        const failed = (executed.errors?.length ?? 0) > 0;
+        commit = plan.mode === 'read' || (!failed && !plan.dryRun);
+        // A failed mutation wrote nothing; its data is what GraphQL's null propagation left, as the
+        // reference ledger answers (a field that failed is null, and so is a non-null parent of it).
+        return { value: executed, commit };
+      } finally {
+        startedInTransaction = startedBefore || (commit && startedInTransaction);
+      }
+    };
+  }
+
+  /** The answer of a request whose transaction failed (its COMMIT, or the database). */
+  function failedAnswer(error: unknown): FormattedResult {
+    const mapped = mapDriverError(error);
+    const engineError = mapped instanceof EngineError ? mapped : new EngineError('INTERNAL', String((mapped as Error)?.message ?? mapped), { cause: mapped });
+    if (engineError.code === 'INTERNAL') logError(error);
+    return { data: null, errors: [formatError(engineGraphqlError(engineError), logError)] };
+  }
+
+  function answer(result: ExecutionResult | EngineError): FormattedResult {
     if (result instanceof EngineError) return { errors: [formatError(engineGraphqlError(result), logError)] };
-    if (plan.mode === 'write' && !plan.dryRun && !result.errors?.length && toolsChange.changedSince(toolWritesBefore)) {
-      for (const listener of changedListeners) listener();
-    }
     const formatted: FormattedResult = {};
     if (result.errors?.length) formatted.errors = result.errors.map((e) => formatError(e, logError));
     formatted.data = (result as { data?: Record<string, unknown> | null }).data ?? null;
     return formatted;
+  }
+
+  function notifyToolsChanged(toolWritesBefore: number): void {
+    if (!toolsChange.changedSince(toolWritesBefore)) return;
+    for (const listener of changedListeners) listener();
+  }
+
+  function execute(request: GraphqlRequest, requestOptions: RequestOptions = {}, waits?: ExecutionWait[]): FormattedResult {
+    const ready = prepareRequest(request);
+    if (!('plan' in ready)) return ready;
+    const { plan } = ready;
+    let result: ExecutionResult | EngineError;
+    const toolWritesBefore = toolsChange.writes;
+    try {
+      result = afterCommit(() => transactions.run<ExecutionResult | EngineError>(plan.mode, requestUnit(request, ready, requestOptions, waits)));
+    } catch (error) {
+      startedInTransaction = false;
+      return failedAnswer(error);
+    }
+    if (plan.mode === 'write' && !plan.dryRun && !(result instanceof EngineError) && !result.errors?.length) notifyToolsChanged(toolWritesBefore);
+    return answer(result);
+  }
+
+  /**
+   * Group commit: the requests in one write transaction, a savepoint each, committed once (see
+   * TransactionManager.runBatch), up to writeBatchMax requests and writeBatchWaitMs of work; the
+   * answers of the requests it did not get to are undefined (run them in a next group). Each
+   * answer holds only once the group committed: a COMMIT that fails fails every request of the
+   * group with a retryable error, and nothing of them was written.
+   */
+  function executeGroup(requests: ReadonlyArray<BatchRequest>): Array<FormattedResult | undefined> {
+    const answers: Array<FormattedResult | undefined> = Array.from({ length: requests.length }, () => undefined);
+    const units: Array<() => { value: ExecutionResult | EngineError; commit: boolean }> = [];
+    const unitOf: number[] = [];
+    for (const [i, { request, options }] of requests.entries()) {
+      const ready = prepareRequest(request);
+      if (!('plan' in ready)) {
+        answers[i] = ready;
+        continue;
+      }
+      units.push(requestUnit(request, ready, options ?? {}));
+      unitOf.push(i);
+    }
+    if (units.length === 0) return answers;
+    const toolWritesBefore = toolsChange.writes;
+    const began = performance.now();
+    startedInTransaction = false;
+    const outcomes = transactions.runBatch(units, (ran) => ran < limits.writeBatchMax && performance.now() - began < limits.writeBatchWaitMs);
+    let kept = false;
+    for (const [u, outcome] of outcomes.entries()) {
+      const i = unitOf[u]!;
+      if (outcome.status === 'not-run') continue;
+      if (outcome.status === 'failed') {
+        answers[i] = failedAnswer(outcome.commitFailed ? groupCommitFailed(outcome.error) : outcome.error);
+        continue;
+      }
+      if (outcome.status === 'committed' && !(outcome.value instanceof EngineError) && !outcome.value.errors?.length) kept = true;
+      answers[i] = answer(outcome.value);
+    }
+    const committed = outcomes.every((o) => o.status !== 'failed' || !o.commitFailed);
+    if (!committed) startedInTransaction = false;
+    if (startedInTransaction && committed) {
+      startedInTransaction = false;
+      for (const listener of startedListeners) listener();
+    }
+    if (kept && committed) notifyToolsChanged(toolWritesBefore);
+    batchListeners.forEach((listener) => listener(outcomes.filter((o) => o.status !== 'not-run').length));
+    return answers;
+  }
+
+  /** The error every request of a group gets when its COMMIT failed: retryable, since the request itself did not fail. */
+  function groupCommitFailed(error: unknown): EngineError {
+    const mapped = mapDriverError(error);
+    if (mapped instanceof EngineError && mapped.retryable) return mapped;
+    const why = mapped instanceof Error ? mapped.message : String(mapped);
+    return new EngineError('BUSY', `the commit of this request's group failed, so nothing of the group was written (${why})`, {
+      hint: 'Retry the request: it did not fail itself, the commit it shared with other requests did.',
+      cause: mapped,
+    });
+  }
+
+  function executeBatch(requests: ReadonlyArray<BatchRequest>): FormattedResult[] {
+    const answers: FormattedResult[] = new Array(requests.length);
+    let pending = requests.map((_, i) => i);
+    while (pending.length > 0) {
+      const group = executeGroup(pending.map((i) => requests[i]!));
+      const next: number[] = [];
+      for (let g = 0; g < group.length; g++) {
+        const answer = group[g];
+        if (answer === undefined) next.push(pending[g]!);
+        else answers[pending[g]!] = answer;
+      }
+      pending = next;
+    }
+    return answers;
   }
 
   // Waits on executions (waitForExecution): the wakers of each id, and how many are in flight.
@@ -516,6 +699,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   }
 
   const changedListeners: Array<() => void> = [];
+  const batchListeners: Array<(size: number) => void> = [];
   const attemptListeners: Array<(outcome: AttemptOutcome) => void> = [
     (outcome) => logAttempt(logger, outcome),
     (outcome) => {
@@ -548,6 +732,11 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     ledger,
     db,
     execute,
+    executeBatch,
+    executeGroup,
+    onBatch: (listener) => {
+      batchListeners.push(listener);
+    },
     operationType: (request) => describeOperation(request)?.type,
     describeOperation,
     graphql: (query, variables, opts) =>
@@ -590,7 +779,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       const row = queue.queueStats.get({ now: now.toISOString() })!;
       return { queued: row.queued, due: row.due, oldestDueAgeMs: row.oldest_due ? Math.max(0, now.getTime() - Date.parse(row.oldest_due)) : 0 };
     },
-    authenticate: (apiKey) => authenticate(clientDeps, apiKey)?.principal ?? null,
+    authenticate: knownPrincipal,
     ensureAdmin: (apiKey) =>
       transactions.run('write', () => ({
         value: ensureAdmin(clientDeps, apiKey, (change) => transactions.afterCommit(() => logger.info({ event: 'key', change, client: 'admin' }, `admin key ${change}`))),

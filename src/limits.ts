@@ -132,6 +132,22 @@ export interface Limits {
   /** How long a writer waits for SQLite's write lock before failing with BUSY. */
   busyTimeoutMs: number;
   /**
+   * Group commit: the most write requests one SQLite transaction (one COMMIT) takes, each under a
+   * savepoint of its own. The server groups the mutations that are ready together; 1 turns it off.
+   */
+  writeBatchMax: number;
+  /**
+   * Group commit: once a group has run this long (ms), it commits with what it has and the
+   * requests left wait for the next group, so a group's first request is not held behind many.
+   */
+  writeBatchWaitMs: number;
+  /** Group commit of the queue worker: the most due attempts one transaction runs (each under its savepoint); 1 turns it off. */
+  workerBatchMax: number;
+  /** Mutations the server holds waiting for the database; past it a mutation is answered BUSY (503). */
+  writeQueueMax: number;
+  /** Of writeQueueMax, the most one client may hold, so a flood from one client leaves room for the others. */
+  writeQueuePerClientMax: number;
+  /**
    * How long /readyz keeps trying the write lock while another process holds it (trying again
    * every few milliseconds, never blocking other requests); held longer, the database is reported
    * not ready.
@@ -279,6 +295,22 @@ export interface Limits {
    * transaction): past it the index is refused, so creating one never holds the write lock for long.
    */
   indexBackfillMax: number;
+
+  /**
+   * Threads of the read pool (src/server/read-pool.ts): each has its own read-only connection and
+   * engine, and answers queries from a WAL snapshot beside the writer: a read runs while a mutation
+   * or a tool holds the write lock and the writer's thread, and the writer never waits for a read.
+   * Each holds a page cache and a sandbox module (some tens of MB); more threads than the cores
+   * left beside the writer buy nothing.
+   */
+  readPoolThreads: number;
+  /**
+   * Queries waiting for a read thread, all clients together. Past it a query gets BUSY (retryable)
+   * at once; and when it is full, a query of a client holding fewer of its places than the client
+   * holding most takes the latter's newest place (that query gets BUSY): one client flooding
+   * the pool fills it with its own queries and cannot keep the others' out.
+   */
+  readQueueMax: number;
 }
 
 export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
@@ -320,6 +352,11 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   velocityLimitsPerControlMax: 16,
   velocityWindowKeysMax: 8,
   busyTimeoutMs: 5000,
+  writeBatchMax: 64,
+  writeBatchWaitMs: 10,
+  workerBatchMax: 16,
+  writeQueueMax: 1024,
+  writeQueuePerClientMax: 256,
   readinessWaitMs: 100,
   metricsLabelValuesMax: 100,
   walAutocheckpointPages: 10_000,
@@ -368,6 +405,9 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   indexKeysMax: 4,
   indexRowsPerRecordMax: 64,
   indexBackfillMax: 10_000,
+
+  readPoolThreads: 2,
+  readQueueMax: 256,
 });
 
 export function resolveLimits(overrides: Partial<Limits> = {}): Readonly<Limits> {

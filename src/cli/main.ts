@@ -199,6 +199,27 @@ function removeNewDatabase(db: string, dirExisted: boolean): void {
   if (!dirExisted && readdirSync(dirname(db)).length === 0) rmdirSync(dirname(db));
 }
 
+/** The read pool of `tally serve`, or undefined when its threads cannot start (said in the log; queries then run on the writer). */
+async function startReadPool(db: string, logger: import('../log.js').Logger): Promise<import('../server/read-pool.js').ReadPool | undefined> {
+  const { ReadPool } = await import('../server/read-pool.js');
+  const config = await serverConfig();
+  const logError = (error: unknown) => logger.error({ event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) }, 'read thread failed');
+  try {
+    return await ReadPool.start({ path: db, limits: config.limits, providers: config.providers, logError });
+  } catch (error) {
+    logError(error);
+    return undefined;
+  }
+}
+
+/** --durability normal|full (default: $TALLY_DURABILITY, else normal). */
+function durabilityOption(options: Options): 'normal' | 'full' {
+  const given = options.durability === undefined ? process.env.TALLY_DURABILITY : String(options.durability);
+  if (given === undefined || given === '' || given === 'normal') return 'normal';
+  if (given === 'full') return 'full';
+  throw new UsageError(`--durability ${JSON.stringify(given)} is not a durability: use normal (the default) or full (sync every commit to disk)`);
+}
+
 /**
  * tally serve: the checks that can fail come before anything is written (the admin key's format,
  * then an admin key that differs from the database's, then the port); a database file this start
@@ -218,8 +239,8 @@ async function serve(db: string, options: Options): Promise<void> {
   const { cliLogger } = await import('./logging.js');
   const logger = cliLogger(options['log-level'], (message) => new UsageError(message));
   const { createEngine } = await import('../engine.js');
-  const { createServer } = await import('../server/http.js');
-  const engine = await createEngine({ path: db, logger, ...(await serverConfig()) });
+  const { attachReadPool, createServer } = await import('../server/http.js');
+  const engine = await createEngine({ path: db, logger, durability: durabilityOption(options), ...(await serverConfig()) });
   const worker = options['no-worker'] === true ? null : engine.createWorker({ owner: `serve-${process.pid}` });
   const server = createServer(engine, { logger, ...(worker ? { worker } : {}) });
   let rotate: boolean;
@@ -245,15 +266,30 @@ async function serve(db: string, options: Options): Promise<void> {
   const address = server.address();
   const actual = typeof address === 'object' && address ? address.port : port;
   io.out(`tally: serving ${db} at http://${host}:${actual}/graphql\n`);
+  // Queries on read-only connections in worker threads, beside the writer (readPoolThreads; 0:
+  // none). Started after listening; until its threads are up, queries run on the writer.
+  let readPool: import('../server/read-pool.js').ReadPool | undefined;
+  let stopping = false;
+  const pooled = db !== ':memory:' && engine.limits.readPoolThreads > 0 ? startReadPool(db, logger) : Promise.resolve(undefined);
+  void pooled.then((pool) => {
+    if (!pool) return;
+    if (stopping) return void pool.close();
+    readPool = pool;
+    attachReadPool(server, pool);
+  });
   // Requests run synchronously, so none is ever cut mid-transaction: stop accepting, let the
   // in-flight responses finish, finish the running attempt, then close the database.
   const shutdown = (signal: string) => {
+    stopping = true;
     io.out(`tally: ${signal}, shutting down\n`);
     server.close(() => {
-      void (worker?.stop() ?? Promise.resolve()).then(() => {
-        engine.close();
-        process.exit(0);
-      });
+      void (worker?.stop() ?? Promise.resolve())
+        // The readers close first, so the writer's connection is the last and removes the log.
+        .then(() => readPool?.close())
+        .then(() => {
+          engine.close();
+          process.exit(0);
+        });
     });
     server.closeIdleConnections();
     setTimeout(() => server.closeAllConnections(), 5000).unref();
@@ -309,7 +345,7 @@ async function runWorker(db: string, options: Options): Promise<void> {
   const { cliLogger } = await import('./logging.js');
   const logger = cliLogger(options['log-level'], (message) => new UsageError(message));
   const { createEngine } = await import('../engine.js');
-  const engine = await createEngine({ path: db, logger, ...(await serverConfig()) });
+  const engine = await createEngine({ path: db, logger, durability: durabilityOption(options), ...(await serverConfig()) });
   const worker = engine.createWorker({ owner: `worker-${process.pid}` });
   if (drain) {
     const attempts = await worker.drainAll();

@@ -46,12 +46,18 @@ export const TARGET_OPTIONS: Record<string, OptionSpec> = {
   project: { type: 'string', value: 'DIR', help: 'the folder whose tally.json names the server (default: the current folder)' },
 };
 
+const durability: OptionSpec = {
+  type: 'string',
+  value: 'MODE',
+  help: 'normal (default, or $TALLY_DURABILITY): a power cut can lose the last commits; full: every commit is synced to disk first',
+};
+
 const limit = (what: string, dflt: number): OptionSpec => ({ type: 'string', value: 'N', help: `show at most N ${what} (default ${dflt})` });
 
 export const COMMANDS: Record<string, CommandSpec> = {
   serve: {
     name: 'serve',
-    args: '[--db PATH] [--port N] [--host H] [--no-worker] [--rotate-admin-key]',
+    args: '[--db PATH] [--port N] [--host H] [--no-worker] [--rotate-admin-key] [--durability normal|full]',
     summary: 'Serve GraphQL at /graphql (GraphiQL for browsers) and run started executions in-process.\n'
       + 'On first start it creates the admin client: its key is TALLY_ADMIN_KEY (tly_…) or a generated one, printed once.\n'
       + 'A database that has an admin key refuses a different TALLY_ADMIN_KEY unless --rotate-admin-key is given.',
@@ -61,6 +67,7 @@ export const COMMANDS: Record<string, CommandSpec> = {
       host: { type: 'string', value: 'H', help: 'the address to listen on (default $HOST or 127.0.0.1)' },
       'no-worker': { type: 'boolean', help: 'do not run started executions here (run `tally worker` beside it)' },
       'rotate-admin-key': { type: 'boolean', help: 'replace the admin key of an existing database with TALLY_ADMIN_KEY' },
+      durability,
       ...logLevel,
     },
     examples: [
@@ -71,9 +78,9 @@ export const COMMANDS: Record<string, CommandSpec> = {
   },
   worker: {
     name: 'worker',
-    args: '[--db PATH] [--drain]',
+    args: '[--db PATH] [--drain] [--durability normal|full]',
     summary: 'Run started executions beside a server (or a deploy), from the same database file.',
-    options: { ...localDb, drain: { type: 'boolean', help: 'run what is due now, then exit' }, ...logLevel },
+    options: { ...localDb, drain: { type: 'boolean', help: 'run what is due now, then exit' }, durability, ...logLevel },
     examples: ['tally worker --db ./data/tally.db', 'tally worker --drain'],
   },
   migrate: {

@@ -1,6 +1,6 @@
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { invalidKey } from '../auth/clients.js';
-import type { Engine, RequestOptions } from '../engine.js';
+import type { Engine, OperationSummary, RequestOptions } from '../engine.js';
 import { EngineError, quote } from '../errors.js';
 import type { Worker } from '../execution/queue/worker.js';
 import type { FormattedResult, GraphqlRequest } from '../graphql/executor.js';
@@ -8,6 +8,8 @@ import { type Logger, silentLogger } from '../log.js';
 import { jsonTextTooDeep, McpHttp, sendJsonRpcError } from '../mcp/http.js';
 import { assetReader, consolePage } from './console-page.js';
 import { ServerMetrics } from './metrics.js';
+import type { ReadPool } from './read-pool.js';
+import { WriteQueue } from './write-queue.js';
 
 const GRAPHQL_RESPONSE = 'application/graphql-response+json';
 
@@ -20,6 +22,11 @@ export interface ServerOptions {
   worker?: Worker;
   /** Origins a browser-based MCP client may call /mcp from (default: loopback origins only). */
   mcpAllowedOrigins?: readonly string[];
+  /**
+   * Read-only connections on worker threads (see ReadPool): queries run there, beside the writer,
+   * from the last committed state. Left out, queries run on the writer between mutations.
+   */
+  readPool?: ReadPool;
 }
 
 /** What the server learns about a request as it handles it, for its log line and /metrics. */
@@ -38,9 +45,22 @@ interface RequestTrace {
 }
 
 const traces = new WeakMap<ServerResponse, RequestTrace>();
+const operability = new WeakMap<Server, Operability>();
+
+/**
+ * Hand queries to a read pool from now on (`tally serve` starts the pool after it listens, so
+ * start-up is not held up by the threads; until then queries run on the writer).
+ */
+export function attachReadPool(server: Server, pool: ReadPool): void {
+  const ops = operability.get(server);
+  if (!ops) throw new Error('bug: not a Tally server');
+  ops.reads = pool;
+}
 
 interface Operability {
   metrics: ServerMetrics;
+  writes: WriteQueue;
+  reads: ReadPool | undefined;
   worker: Worker | undefined;
   mcp: McpHttp;
 }
@@ -60,7 +80,7 @@ export function createServer(engine: Engine, options: ServerOptions = {}): Serve
       ? logger.error({ event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) }, 'mcp session failed')
       : (options.log ?? console.error)(`tally: mcp session failed: ${error instanceof Error ? error.message : String(error)}`);
   const mcp = new McpHttp(engine, { logError: logInternal, ...(options.mcpAllowedOrigins ? { allowedOrigins: options.mcpAllowedOrigins } : {}) });
-  const ops: Operability = { metrics: new ServerMetrics(engine), worker: options.worker, mcp };
+  const ops: Operability = { metrics: new ServerMetrics(engine), writes: new WriteQueue(engine), reads: options.readPool, worker: options.worker, mcp };
   const server = createHttpServer({ connectionsCheckingInterval }, (req, res) => {
     const trace: RequestTrace = { startedMs: performance.now(), graphql: false, type: 'unknown', operation: null, dryRun: false, principal: null, outcome: 'ok', changes: 0 };
     traces.set(res, trace);
@@ -72,6 +92,7 @@ export function createServer(engine: Engine, options: ServerOptions = {}): Serve
       else res.end();
     });
   });
+  operability.set(server, ops);
   server.requestTimeout = limits.requestTimeoutMs;
   server.headersTimeout = Math.min(limits.requestTimeoutMs, 60_000);
   server.once('close', () => void mcp.closeAll());
@@ -105,15 +126,19 @@ function finishRequest(logger: Logger, metrics: ServerMetrics, req: IncomingMess
   }
 }
 
-/** Note what a request will run, before it runs (the document is cached: the engine's own lookup is a hit). */
-function traceOperation(engine: Engine, res: ServerResponse, request: GraphqlRequest): void {
+/**
+ * Note what a request will run, before it runs (the document is cached: the engine's own lookup is
+ * a hit), and say what it is: a mutation goes to the group commit.
+ */
+function traceOperation(engine: Engine, res: ServerResponse, request: GraphqlRequest): OperationSummary | undefined {
   const trace = traces.get(res);
   const operation = engine.describeOperation(request);
-  if (!trace || !operation) return;
+  if (!trace || !operation) return operation;
   trace.type = operation.type;
   trace.operation = operation.name;
   trace.dryRun = operation.dryRun;
   if (operation.name === 'Deploy') trace.changes = Object.keys(request.variables ?? {}).filter((name) => /^v\d+$/.test(name)).length;
+  return operation;
 }
 
 async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops: Operability, req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -165,12 +190,11 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops
   if (req.method === 'GET') {
     const request = requestFromSearchParams(url.searchParams);
     if (request instanceof EngineError) return sendErrors(res, 400, mediaType, [request]);
-    traceOperation(engine, res, request);
-    if (isMutation(engine, request)) {
+    if (traceOperation(engine, res, request)?.type === 'mutation') {
       res.setHeader('allow', 'POST');
       return sendErrors(res, 405, mediaType, [new EngineError('BAD_REQUEST', 'mutations must be sent with POST', { hint: 'POST the request as JSON.' })]);
     }
-    return sendResult(res, mediaType, await executeWaiting(engine, req, res, request, { apiKey }));
+    return sendResult(res, mediaType, await executeWaiting(engine, ops.reads, req, res, request, { apiKey }));
   }
 
   if (req.method !== 'POST') {
@@ -190,18 +214,22 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops
   }
   const request = requestFromBody(body);
   if (request instanceof EngineError) return sendErrors(res, 400, mediaType, [request]);
-  traceOperation(engine, res, request);
+  const operation = traceOperation(engine, res, request);
   // `tally mcp --server` proxies MCP tool calls here and says so: its executions record the transport.
   const transport = req.headers['tally-transport'] === 'mcp' ? { transport: 'mcp' as const } : {};
-  return sendResult(res, mediaType, await executeWaiting(engine, req, res, request, { apiKey, ...transport }));
+  // Mutations go through the group commit; they never wait on executions (only queries do).
+  if (operation?.type === 'mutation') return sendResult(res, mediaType, await ops.writes.submit({ request, options: { apiKey, ...transport } }, client.principal));
+  return sendResult(res, mediaType, await executeWaiting(engine, operation?.type === 'query' ? ops.reads : undefined, req, res, request, { apiKey, ...transport }));
 }
 
 /**
  * engine.executeAsync: a query that asks to wait (`execution(waitMs:)`) waits outside any transaction.
  * The wait ends when the client goes away (its slot among executionWaitersMax is freed at once) and
  * in time to answer within requestTimeoutMs of the request's start (less a margin for the answer).
+ * A query runs on the read pool when there is one, but one that may wait on an execution: the
+ * writer hears of its attempts' outcomes at once, where a read thread would poll for them.
  */
-async function executeWaiting(engine: Engine, req: IncomingMessage, res: ServerResponse, request: GraphqlRequest, options: RequestOptions): Promise<FormattedResult> {
+async function executeWaiting(engine: Engine, reads: ReadPool | undefined, req: IncomingMessage, res: ServerResponse, request: GraphqlRequest, options: RequestOptions): Promise<FormattedResult> {
   const gone = new AbortController();
   const abort = () => gone.abort();
   res.once('close', abort);
@@ -211,7 +239,11 @@ async function executeWaiting(engine: Engine, req: IncomingMessage, res: ServerR
     const startedMs = traces.get(res)?.startedMs ?? performance.now();
     const margin = Math.min(1000, Math.floor(timeoutMs / 10));
     const waitMsMax = timeoutMs > 0 ? Math.max(0, Math.floor(timeoutMs - margin - (performance.now() - startedMs))) : undefined;
-    return await engine.executeAsync(request, { ...options, signal: gone.signal, ...(waitMsMax === undefined ? {} : { waitMsMax }) });
+    const waitOptions = { signal: gone.signal, ...(waitMsMax === undefined ? {} : { waitMsMax }) };
+    if (reads && !request.query.includes('waitMs')) {
+      return await reads.execute(request, { ...(options.apiKey === undefined ? {} : { apiKey: options.apiKey }), ...(options.principal === undefined ? {} : { principal: options.principal }), ...(waitMsMax === undefined ? {} : { waitMsMax }) }, gone.signal);
+    }
+    return await engine.executeAsync(request, { ...options, ...waitOptions });
   } finally {
     res.off('close', abort);
     req.socket.off('close', abort);
@@ -319,10 +351,6 @@ function chooseMediaType(accept: string): string {
   return accept.includes(GRAPHQL_RESPONSE) ? GRAPHQL_RESPONSE : 'application/json';
 }
 
-function isMutation(engine: Engine, request: GraphqlRequest): boolean {
-  return engine.operationType(request) === 'mutation';
-}
-
 function readBody(req: IncomingMessage, bytesMax: number): Promise<string | EngineError> {
   return new Promise((resolve) => {
     const declared = Number(req.headers['content-length'] ?? '0');
@@ -407,6 +435,11 @@ function sendResult(res: ServerResponse, mediaType: string, result: FormattedRes
     // The key stopped being valid between its first check and the request's transaction.
     res.setHeader('www-authenticate', 'Bearer realm="tally"');
     return send(res, 401, mediaType, result);
+  }
+  // Nothing ran because there was no room (a full write queue or read queue, the database busy): 503, try again shortly.
+  if ((result.data === undefined || result.data === null) && result.errors?.[0]?.extensions?.code === 'BUSY') {
+    res.setHeader('retry-after', '1');
+    return send(res, 503, mediaType, result);
   }
   // application/graphql-response+json: a request that never executed (no `data`) is a 400.
   const status = mediaType === GRAPHQL_RESPONSE && result.data === undefined ? 400 : 200;

@@ -113,6 +113,14 @@ export class ServerMetrics {
       if (call.outputTokens !== null) this.modelTokens.inc({ ...labels, direction: 'output' }, call.outputTokens);
     });
 
+    // Group commit: requests per COMMIT is the ratio of the two counters.
+    const batches = new Counter({ name: 'tally_write_batches_total', help: 'Group commits: SQLite transactions that ran one or more write requests (each under its own savepoint).', registers });
+    const batchRequests = new Counter({ name: 'tally_write_batch_requests_total', help: 'Write requests run in group commits; divided by tally_write_batches_total, the mean group size.', registers });
+    engine.onBatch((size) => {
+      batches.inc();
+      batchRequests.inc(size);
+    });
+
     const gauge = (name: string, help: string, read: () => number) =>
       new Gauge({ name, help, registers, collect() { this.set(read()); } });
     gauge('tally_queue_depth', 'Started executions waiting to run (QUEUED), due or not.', () => engine.queueStats().queued);

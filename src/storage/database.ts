@@ -4,8 +4,12 @@ import Database from 'better-sqlite3';
 import { addText } from '../decimal.js';
 import { EngineError } from '../errors.js';
 import { MIGRATIONS, type Migration } from './migrations.js';
+import { type BatchOutcome, TransactionManager } from './transaction.js';
 
 export type Db = Database.Database;
+
+/** How much of what was acknowledged survives a power cut (see README "Durability"). */
+export type Durability = 'normal' | 'full';
 
 export interface OpenOptions {
   /** File path, or ':memory:'. Parent folders are created. */
@@ -13,10 +17,18 @@ export interface OpenOptions {
   busyTimeoutMs: number;
   /** The log size, in pages, at which a commit checkpoints (SQLite's default is 1000). */
   walAutocheckpointPages?: number | undefined;
+  /** 'normal' (the default: synchronous=NORMAL) or 'full' (synchronous=FULL: every COMMIT synced). */
+  durability?: Durability | undefined;
+  /**
+   * Open an existing file for reading only (see openReadOnly): nothing in it is created, migrated or
+   * changed, not even its journal mode. For the read pool's connections beside the one writer.
+   */
+  readOnly?: boolean | undefined;
 }
 
-/** Open SQLite with explicit pragmas and bring its schema up to date. */
+/** Open SQLite with explicit pragmas and bring its schema up to date (or, readOnly, check it is). */
 export function openDatabase(options: OpenOptions): Db {
+  if (options.readOnly) return openReadOnly(options);
   if (options.path !== ':memory:') mkdirSync(dirname(options.path), { recursive: true });
   let db: Db;
   try {
@@ -28,9 +40,10 @@ export function openDatabase(options: OpenOptions): Db {
     // Before anything is changed in it (WAL mode, tables): is this a database Tally may use?
     checkOwnership(db, options.path);
     // WAL: readers never block the writer. NORMAL: a commit is durable once the WAL is synced at a
-    // checkpoint; a power cut can lose the last commits but never corrupts the database.
+    // checkpoint; a power cut can lose the last commits but never corrupts the database. FULL: every
+    // COMMIT syncs the WAL first (one sync per group of a group commit), so nothing acknowledged is lost.
     db.pragma('journal_mode = WAL');
-    db.pragma('synchronous = NORMAL');
+    db.pragma(`synchronous = ${options.durability === 'full' ? 'FULL' : 'NORMAL'}`);
     db.pragma('foreign_keys = ON');
     db.pragma(`busy_timeout = ${Math.trunc(options.busyTimeoutMs)}`);
     // A 64 MiB page cache keeps the hot index pages (balances, accounts, recent entries) in memory;
@@ -45,6 +58,96 @@ export function openDatabase(options: OpenOptions): Db {
     throw error;
   }
   return db;
+}
+
+/**
+ * A read-only connection to a database a writer (another engine, in this process or another) keeps
+ * in WAL mode: each read transaction sees the last commit made before it began (a WAL snapshot)
+ * and never waits for the writer, nor the writer for it. The file must exist with exactly this
+ * Tally's schema version, since a reader cannot migrate it; the writer set WAL, which is a property
+ * of the file. Pragmas are the writer's where they mean anything for a reader (busy timeout, page
+ * cache, temp store); writes are refused by SQLite itself (SQLITE_READONLY) and, above it, by
+ * ReadOnlyTransactions.
+ */
+function openReadOnly(options: OpenOptions): Db {
+  const quoted = JSON.stringify(options.path);
+  if (options.path === ':memory:' || options.path === '') {
+    throw new EngineError('BAD_REQUEST', `a read-only engine reads a database file, not ${quoted}`, { hint: 'Pass the path of the file the writer engine uses.' });
+  }
+  let db: Db;
+  try {
+    db = new Database(options.path, { readonly: true, fileMustExist: true });
+  } catch (error) {
+    throw new EngineError('BAD_REQUEST', `cannot open the database ${quoted} for reading: ${(error as Error).message}`, {
+      hint: 'Pass the path of an existing Tally database file; a read-only engine neither creates nor migrates one (start the writer engine on it first).',
+    });
+  }
+  try {
+    checkOwnership(db, options.path);
+    const version = schemaVersion(db);
+    const latest = MIGRATIONS.at(-1)?.version ?? 0;
+    if (version !== latest) {
+      throw new EngineError(
+        'BAD_REQUEST',
+        `${quoted} has Tally schema version ${version}, this Tally's is ${latest}: it was written by another Tally version, and a read-only engine does not migrate`,
+        { hint: version < latest ? 'Start the writer engine of this Tally on it first (it migrates the file), then the readers.' : 'Run the Tally version that wrote it.' },
+      );
+    }
+    const mode = db.pragma('journal_mode', { simple: true }) as string;
+    if (mode !== 'wal') {
+      throw new EngineError('BAD_REQUEST', `${quoted} is in journal mode ${JSON.stringify(mode)}, not WAL: its readers would wait for its writer`, {
+        hint: 'Open it with a writer engine first: it puts the file in WAL mode.',
+      });
+    }
+    db.pragma('foreign_keys = ON');
+    db.pragma(`busy_timeout = ${Math.trunc(options.busyTimeoutMs)}`);
+    db.pragma('cache_size = -65536');
+    db.pragma('temp_store = MEMORY');
+    registerFunctions(db);
+  } catch (error) {
+    db.close();
+    throw error;
+  }
+  return db;
+}
+
+/** What a write on a read-only connection gets. */
+export function readOnlyRefusal(cause?: unknown): EngineError {
+  return new EngineError('BAD_REQUEST', 'this connection only reads: mutations and other writes go to the writer engine', {
+    hint: 'Send mutations to the writer (the server does); a read-only engine answers queries only.',
+    ...(cause === undefined ? {} : { cause }),
+  });
+}
+
+/** SQLite refused a write because the connection (or the file) is read-only. */
+function isReadOnlyError(error: unknown): boolean {
+  for (let e: unknown = error, depth = 0; e && typeof e === 'object' && depth < 3; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && code.startsWith('SQLITE_READONLY')) return true;
+  }
+  return false;
+}
+
+/**
+ * The transactions of a read-only engine. A read runs as on the writer: BEGIN (deferred: the
+ * snapshot is taken at its first read, and no lock is held that the writer waits for), with the
+ * record caches checked against PRAGMA data_version. A write transaction (a mutation, a batch,
+ * ensureAdmin, a queue worker's attempt) is refused before it begins, so it writes nothing; a
+ * write SQLite refuses inside a read (SQLITE_READONLY) ends that read with the same BAD_REQUEST.
+ */
+export class ReadOnlyTransactions extends TransactionManager {
+  override run<T>(mode: 'read' | 'write', fn: () => { value: T; commit: boolean }): T {
+    if (mode === 'write') throw readOnlyRefusal();
+    try {
+      return super.run('read', fn);
+    } catch (error) {
+      throw isReadOnlyError(error) ? readOnlyRefusal(error) : error;
+    }
+  }
+
+  override runBatch<T>(units: ReadonlyArray<() => { value: T; commit: boolean }>): BatchOutcome<T>[] {
+    return units.map(() => ({ status: 'failed', error: readOnlyRefusal() }));
+  }
 }
 
 /**

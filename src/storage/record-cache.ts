@@ -3,8 +3,10 @@ import type { Db } from './database.js';
 /** The tables whose rows the caches copy. */
 export const CACHED_TABLES = [
   'journals', 'tran_codes', 'tran_code_versions', 'triggers', 'action_versions',
-  // What postings consult beside the tran code: sets above an account, velocity controls, calculations, views and indexes.
-  'account_set_members', 'velocity_limits', 'velocity_controls', 'velocity_control_limits', 'velocity_attachments',
+  // Clients by API key: a request's key is checked once more inside its transaction, from memory.
+  'clients',
+  // What postings consult beside the tran code: accounts' status, sets above an account, velocity controls, calculations, views and indexes.
+  'accounts', 'account_set_members', 'velocity_limits', 'velocity_controls', 'velocity_control_limits', 'velocity_attachments',
   'calculations', 'calculation_attachments', 'views', 'custom_indexes',
 ] as const;
 

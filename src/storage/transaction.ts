@@ -3,6 +3,14 @@ import type { Db } from './database.js';
 import { mapDriverError } from './driver-errors.js';
 import type { CacheEpoch } from './record-cache.js';
 
+/** What became of one unit of a batch (see TransactionManager.runBatch). */
+export type BatchOutcome<T> =
+  | { status: 'committed' | 'rolled-back'; value: T }
+  /** It threw (its savepoint rolled back), or the batch's COMMIT failed (`commitFailed`). */
+  | { status: 'failed'; error: unknown; commitFailed?: boolean }
+  /** The batch stopped before it (its size or time bound): run it in a next batch. */
+  | { status: 'not-run' };
+
 /**
  * One physical SQLite transaction at a time per connection, with savepoints nested inside it.
  * Everything is synchronous: a transaction opens, runs `fn` and closes within one turn of the
@@ -69,15 +77,7 @@ export class TransactionManager {
     try {
       (mode === 'write' ? this.beginImmediate : this.begin).run();
       this.writesAtBegin = this.writes?.() ?? 0;
-      if (this.epoch) {
-        // Another connection committed since our last transaction: cached rows may be stale.
-        const version = this.dataVersion.get() as number;
-        if (version !== this.lastDataVersion) {
-          this.lastDataVersion = version;
-          this.epoch.bump();
-        }
-        this.epoch.active = true;
-      }
+      this.noteOtherWriters();
     } catch (error) {
       this.rollbackQuietly();
       throw mapDriverError(error);
@@ -108,6 +108,85 @@ export class TransactionManager {
   }
 
   /**
+   * Group commit: run `units` in one write transaction, each under a SAVEPOINT of its own, and
+   * commit once. A unit that throws, or returns `commit: false`, rolls back to its savepoint and
+   * nothing else; the others' writes stay. Units run in order, so each sees the writes of those
+   * before it, exactly as if they had committed one by one. Before each unit after the first,
+   * `more()` may stop the batch (its size or time bound): the units not run are reported as not
+   * run, for the caller to run in a next batch. When the COMMIT itself fails, everything rolls back
+   * and every unit that ran is reported with that error. What units registered with afterCommit
+   * runs after the COMMIT, in order, only for the units that kept their writes.
+   */
+  runBatch<T>(units: ReadonlyArray<() => { value: T; commit: boolean }>, more: (ran: number) => boolean = () => true): BatchOutcome<T>[] {
+    if (this.db.inTransaction) throw new Error('bug: a transaction is already open on this connection');
+    const outcomes: BatchOutcome<T>[] = units.map(() => ({ status: 'not-run' }));
+    if (units.length === 0) return outcomes;
+    try {
+      this.beginImmediate.run();
+      this.writesAtBegin = this.writes?.() ?? 0;
+      this.noteOtherWriters();
+    } catch (error) {
+      this.rollbackQuietly();
+      const mapped = mapDriverError(error);
+      return outcomes.map(() => ({ status: 'failed', error: mapped }));
+    }
+    let ran = 0;
+    try {
+      for (const [i, unit] of units.entries()) {
+        if (i > 0 && !more(ran)) break;
+        ran++;
+        outcomes[i] = this.batchUnit(unit);
+      }
+      this.commit.run();
+    } catch (error) {
+      // The COMMIT (or a SAVEPOINT statement) failed: nothing of the batch was written.
+      this.rollbackQuietly();
+      if (this.epoch) this.epoch.active = false;
+      const mapped = mapDriverError(error);
+      for (let i = 0; i < ran; i++) outcomes[i] = { status: 'failed', error: mapped, commitFailed: true };
+      return outcomes;
+    }
+    try {
+      this.runCommitted();
+    } finally {
+      if (this.epoch) this.epoch.active = false;
+    }
+    return outcomes;
+  }
+
+  /** One unit of a batch under savepoint sp1 (see runBatch). */
+  private batchUnit<T>(unit: () => { value: T; commit: boolean }): BatchOutcome<T> {
+    const depth = ++this.savepointDepth;
+    const sp = this.statementsFor(depth);
+    const registered = this.committed.length;
+    const writesBefore = this.writes?.() ?? 0;
+    sp.open.run();
+    let outcome: BatchOutcome<T>;
+    let keep = false;
+    try {
+      const result = unit();
+      keep = result.commit;
+      outcome = { status: keep ? 'committed' : 'rolled-back', value: result.value };
+    } catch (error) {
+      outcome = { status: 'failed', error: mapDriverError(error) };
+    } finally {
+      this.savepointDepth--;
+    }
+    // SQLite ended the whole transaction (it does on some errors): the batch fails with that error.
+    if (!this.db.inTransaction) throw outcome.status === 'failed' ? outcome.error : new Error('the transaction ended inside a unit of a batch');
+    if (keep) {
+      sp.release.run();
+      return outcome;
+    }
+    sp.rollbackTo.run();
+    sp.release.run();
+    this.committed.length = Math.min(this.committed.length, registered);
+    this.epoch?.bump();
+    if (this.writes && this.writes() !== writesBefore) this.onUndoneWrites?.();
+    return outcome;
+  }
+
+  /**
    * Run `fn` under a SAVEPOINT inside the open transaction: released when it returns, rolled back
    * to (and released) when it throws, so a failed call leaves no writes behind.
    */
@@ -134,6 +213,17 @@ export class TransactionManager {
     } finally {
       this.savepointDepth--;
     }
+  }
+
+  /** Another connection committed since our last transaction: cached rows may be stale. */
+  private noteOtherWriters(): void {
+    if (!this.epoch) return;
+    const version = this.dataVersion.get() as number;
+    if (version !== this.lastDataVersion) {
+      this.lastDataVersion = version;
+      this.epoch.bump();
+    }
+    this.epoch.active = true;
   }
 
   private statementsFor(depth: number) {

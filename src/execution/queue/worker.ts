@@ -15,8 +15,8 @@ export interface WorkerOptions {
 }
 
 /**
- * Claims due executions and runs one attempt at a time, each in its own BEGIN IMMEDIATE
- * transaction together with its status update. SQLite admits one writer, so two workers (threads
+ * Claims due executions and runs their attempts in BEGIN IMMEDIATE transactions together with
+ * their status updates, several due attempts per transaction (workerBatchMax; runOnce: one). SQLite admits one writer, so two workers (threads
  * or processes) can never run the same attempt: the second sees the first's committed outcome.
  * A crash mid-attempt rolls the whole attempt back, and the execution is still QUEUED.
  */
@@ -27,6 +27,8 @@ export class Worker {
   /** Model and agent runs in flight: they run outside transactions, beside the attempts. */
   private readonly runs: AgentRuns;
   private runOutcomes = 0;
+  /** The last group of attempts failed to commit: run the next attempt alone. */
+  private singleNext = false;
 
   constructor(
     private readonly svc: ExecutionServices,
@@ -54,28 +56,45 @@ export class Worker {
    */
   runOnce(): AttemptOutcome | null {
     for (;;) {
-      const next = this.next();
-      if (next !== 'launched') return next;
+      const next = this.next(1);
+      if (next !== 'launched') return next?.[0] ?? null;
     }
   }
 
-  private next(): AttemptOutcome | 'launched' | null {
+  /**
+   * Due attempts in one transaction (a group commit, as the server's for requests): up to
+   * `max`, stopping at writeBatchWaitMs of work and before a model or agent run. Each attempt runs
+   * under its own savepoint and records its own outcome, as it would alone; they are independent
+   * in that each sees what the ones before it committed, exactly as in consecutive transactions.
+   * After a group whose COMMIT failed, the next one is a single attempt, so that the attempt that
+   * broke it is counted on its own (see the catch below).
+   */
+  private next(max: number): AttemptOutcome[] | 'launched' | null {
     const now = this.svc.clock.now().toISOString();
     const which = this.runs.claimable();
     const next = this.svc.queue.nextRunAt.get(which);
     if (!next?.run_at || next.run_at > now) return null;
+    const groupMax = this.singleNext ? 1 : max;
+    this.singleNext = false;
     let claimed: { executionId: string; attempt: number } | null = null;
+    const began = performance.now();
     try {
-      const result = this.transactions.run<AttemptOutcome | ReturnType<AgentRuns['claim']> | 'taken' | null>('write', () => {
-        const row = this.svc.queue.nextDue.get({ now, ...which });
-        if (!row) return { value: null, commit: false };
-        if (row.kind === 'MODEL' || row.kind === 'AGENT') {
-          // Claimed here, run outside this transaction: its model calls take seconds.
-          const claim = this.runs.claim(row);
-          return { value: claim ?? 'taken', commit: claim !== null };
+      const result = this.transactions.run<AttemptOutcome[] | ReturnType<AgentRuns['claim']> | 'taken' | null>('write', () => {
+        const outcomes: AttemptOutcome[] = [];
+        while (outcomes.length < groupMax && (outcomes.length === 0 || performance.now() - began < this.svc.limits.writeBatchWaitMs)) {
+          const row = this.svc.queue.nextDue.get({ now, ...which });
+          if (!row) break;
+          if (row.kind === 'MODEL' || row.kind === 'AGENT') {
+            // Left for a transaction of its own (see below) when attempts ran in this one.
+            if (outcomes.length > 0) break;
+            // Claimed here, run outside this transaction: its model calls take seconds.
+            const claim = this.runs.claim(row);
+            return { value: claim ?? 'taken', commit: claim !== null };
+          }
+          claimed = { executionId: row.execution_id, attempt: row.attempt };
+          outcomes.push(runAttempt(this.svc, row, this.options.owner));
         }
-        claimed = { executionId: row.execution_id, attempt: row.attempt };
-        return { value: runAttempt(this.svc, row, this.options.owner), commit: true };
+        return { value: outcomes.length > 0 ? outcomes : null, commit: outcomes.length > 0 };
       });
       if (result === 'taken') return 'launched';
       if (result !== null && 'owner' in result) {
@@ -86,25 +105,41 @@ export class Worker {
     } catch (error) {
       // The write lock was not to be had: nothing ran, nothing is counted.
       if (claimed === null || (error instanceof EngineError && error.code === 'BUSY')) throw error;
+      if (groupMax > 1) {
+        // A group of attempts could not be written: none of them counts. Run them one by one next.
+        this.singleNext = true;
+        throw error;
+      }
       // The attempt ran but could not be written (it rolled back): count it as failed, unless
       // another worker ran that execution in between.
       const { executionId, attempt } = claimed;
-      return this.transactions.run('write', () => {
+      const broken = this.transactions.run('write', () => {
         const row = this.svc.queue.queuedById.get(executionId);
         if (!row || row.status !== 'QUEUED' || row.attempt !== attempt) return { value: null, commit: false };
         return { value: recordBrokenAttempt(this.svc, row, this.options.owner, error), commit: true };
       });
+      return broken ? [broken] : null;
     }
   }
 
   /** Run due attempts until none is due; model and agent runs are started, not waited for (see drainAll). */
   drain(): number {
     let count = 0;
-    for (let outcome = this.runOnce(); outcome; outcome = this.runOnce()) {
-      count++;
-      this.options.onAttempt?.(outcome);
+    for (;;) {
+      let next: AttemptOutcome[] | 'launched' | null;
+      try {
+        next = this.next(this.svc.limits.workerBatchMax);
+      } catch (error) {
+        if (!this.singleNext) throw error;
+        continue;
+      }
+      if (next === null) return count;
+      if (next === 'launched') continue;
+      for (const outcome of next) {
+        count++;
+        this.options.onAttempt?.(outcome);
+      }
     }
-    return count;
   }
 
   /**
@@ -147,14 +182,15 @@ export class Worker {
 
   private async loop(): Promise<void> {
     while (this.running) {
-      let outcome: AttemptOutcome | 'launched' | null = null;
+      let outcome: AttemptOutcome[] | 'launched' | null = null;
       try {
-        outcome = this.next();
+        outcome = this.next(this.svc.limits.workerBatchMax);
       } catch (error) {
+        if (this.singleNext) continue;
         this.options.onError?.(error);
       }
       if (outcome) {
-        if (outcome !== 'launched') this.options.onAttempt?.(outcome);
+        if (outcome !== 'launched') for (const one of outcome) this.options.onAttempt?.(one);
         await new Promise((resolve) => setImmediate(resolve));
         continue;
       }
