@@ -19,8 +19,10 @@ export const PRELUDE = String.raw`
   // Every argument crosses as a string ('' for none): the host reads them without type checks.
   const text = (x) => (typeof x === 'string' ? x : '');
 
+  // Only the strings an operation takes cross (each is one copy out of the guest): graphql and cel
+  // two, tool three, cancelled none.
   function call(op, a, b, c) {
-    const envelope = parse(host(op, text(a), text(b), text(c)));
+    const envelope = parse(op === 'tool' ? host(op, text(a), text(b), text(c)) : op === 'cancelled' ? host(op) : host(op, text(a), text(b)));
     if (envelope.ok) return envelope.value;
     // Error.prototype is frozen, so its inherited 'name' cannot be assigned: define own properties.
     const error = new Error(envelope.error.message);

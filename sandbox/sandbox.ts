@@ -29,7 +29,7 @@ export interface SandboxLimits {
 
 /** The engine's side of a call: every guest capability goes through here. */
 export interface HostBridge {
-  /** op is 'graphql' | 'cel' | 'tool'; returns the envelope JSON {ok, value} | {ok: false, error}. */
+  /** op is 'graphql' | 'cel' (query or expression, JSON of variables or bindings), 'tool' (name, JSON of input, JSON of options) or 'cancelled' (none): only the strings the operation takes. Returns the envelope JSON {ok, value} | {ok: false, error}. */
   call(op: string, args: string[]): string;
   log(line: string): void;
 }
@@ -454,6 +454,9 @@ const POISONED: RunFailure = {
 
 /** The text the prelude's invoke() returns: an output, a fail(), or an error it caught. */
 function outcome(text: string): RunResult {
+  // An output (the usual case) is kept as the guest's JSON text, unparsed: the engine parses it once.
+  // The prelude writes '{"output":' + text + '}'; a fail or an error starts otherwise.
+  if (text.startsWith(OUTPUT_PREFIX)) return { ok: true, outputJson: text.slice(OUTPUT_PREFIX.length, -1) };
   const parsed = JSON.parse(text) as {
     output?: unknown;
     fail?: { message: string; hint?: string; retry?: false };
@@ -473,8 +476,10 @@ function outcome(text: string): RunResult {
     return failure;
   }
   // Keep the guest's JSON text of the output as it is.
-  return { ok: true, outputJson: text.slice('{"output":'.length, -1) };
+  return { ok: true, outputJson: text.slice(OUTPUT_PREFIX.length, -1) };
 }
+
+const OUTPUT_PREFIX = '{"output":';
 
 function disposeContext(pooled: PooledContext): void {
   for (const handle of pooled.programs.values()) handle.dispose();

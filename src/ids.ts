@@ -62,9 +62,81 @@ export function fingerprint(text: string): string {
   return hash('sha256', text, 'hex');
 }
 
-/** JSON with object keys sorted, so equal values always give equal text. */
+/**
+ * JSON with object keys sorted, so equal values always give equal text: JSON.stringify of the value
+ * with every plain object's keys in order. Plain JSON values (what parsing JSON gives) are written
+ * directly, without a sorted copy; anything else (a toJSON, a Date, a class instance) takes the copy.
+ */
 export function canonicalJson(value: unknown): string {
-  return JSON.stringify(sortKeys(value));
+  const direct = writeCanonical(value);
+  return direct !== undefined ? direct : JSON.stringify(sortKeys(value));
+}
+
+/** A string that needs no escape in JSON (no quote, backslash, control character or surrogate). */
+const PLAIN_STRING = /^[^"\\\u0000-\u001f\ud800-\udfff]*$/;
+
+function quoted(text: string): string {
+  return PLAIN_STRING.test(text) ? `"${text}"` : JSON.stringify(text);
+}
+
+const INDEX = /^(?:0|[1-9]\d{0,9})$/;
+
+function isIndex(key: string): boolean {
+  return INDEX.test(key) && Number(key) < 4294967295;
+}
+
+function byIndexFirst(a: string, b: string): number {
+  const ia = isIndex(a);
+  const ib = isIndex(b);
+  if (ia && ib) return Number(a) - Number(b);
+  if (ia !== ib) return ia ? -1 : 1;
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** The canonical text of a plain JSON value, or undefined when it holds anything else. */
+function writeCanonical(value: unknown): string | undefined {
+  switch (typeof value) {
+    case 'string':
+      return quoted(value);
+    case 'number':
+      return Number.isFinite(value) ? JSON.stringify(value) : undefined;
+    case 'boolean':
+      return value ? 'true' : 'false';
+    case 'object': {
+      if (value === null) return 'null';
+      if (Array.isArray(value)) {
+        if (Object.getPrototypeOf(value) !== Array.prototype) return undefined;
+        let text = '[';
+        for (let i = 0; i < value.length; i++) {
+          const item = value[i];
+          const part = item === undefined ? undefined : writeCanonical(item);
+          if (part === undefined) return undefined;
+          text += i === 0 ? part : `,${part}`;
+        }
+        return `${text}]`;
+      }
+      const proto = Object.getPrototypeOf(value);
+      if (proto !== Object.prototype && proto !== null) return undefined;
+      const keys = Object.keys(value).sort();
+      // The sorted copy enumerates as any object does: array-index keys first, in numeric order.
+      if (keys.length > 0 && isIndex(keys[0]!)) keys.sort(byIndexFirst);
+      let text = '{';
+      let first = true;
+      for (const key of keys) {
+        const item = (value as Record<string, unknown>)[key];
+        // JSON.stringify leaves out an undefined property; a function or symbol takes the copy.
+        // The copy's __proto__ assignment never made a property: it is left out as well.
+        if (item === undefined || key === '__proto__') continue;
+        const part = writeCanonical(item);
+        if (part === undefined) return undefined;
+        text += first ? `${quoted(key)}:${part}` : `,${quoted(key)}:${part}`;
+        first = false;
+      }
+      return `${text}}`;
+    }
+    default:
+      return undefined;
+  }
 }
 
 function sortKeys(value: unknown): unknown {

@@ -2,7 +2,7 @@ import type { ActionVersion } from '../actions/actions.js';
 import type { EngineError, ErrorData } from '../errors.js';
 import type { AuthorityFrame } from '../policy/authority.js';
 import type { AuthorityLayer, Policy } from '../policy/policy.js';
-import type { ActionStatements, ExecutionRow } from '../storage/statements/actions.js';
+import { type ActionStatements, type ExecutionRow, HELD, type HeldCalls, heldEntries } from '../storage/statements/actions.js';
 
 export type ExecutionKind = 'TOOL' | 'GRAPHQL' | 'CEL' | 'MODEL' | 'AGENT';
 
@@ -108,6 +108,51 @@ export interface CallFrame extends AuthorityFrame {
   event: unknown;
 }
 
+/** JSON texts already made of a node's input and output: each counts only while the value is the one it was made from. */
+const TEXTS = Symbol('json texts');
+interface Texts {
+  input?: { of: unknown; text: string; rest?: string };
+  output?: { of: unknown; text: string };
+}
+
+function textsOf(node: CallNode): Texts {
+  let texts = (node as { [TEXTS]?: Texts })[TEXTS];
+  if (!texts) {
+    texts = {};
+    // Not enumerable: no spread, policy document or JSON of a node carries it.
+    Object.defineProperty(node, TEXTS, { value: texts, enumerable: false });
+  }
+  return texts;
+}
+
+/**
+ * Remember the JSON text of the node's input (`JSON.stringify(input)`), so the record reuses it.
+ * `rest`: for a native graphql call, the text of the input without its leading query property.
+ */
+export function rememberInputText(node: CallNode, input: unknown, text: string, rest?: string): void {
+  textsOf(node).input = rest === undefined ? { of: input, text } : { of: input, text, rest };
+}
+
+/** Remember the JSON text of an output (`JSON.stringify(output)`). */
+export function rememberOutputText(node: CallNode, output: unknown, text: string): void {
+  textsOf(node).output = { of: output, text };
+}
+
+function inputText(node: CallNode): string {
+  const known = (node as { [TEXTS]?: Texts })[TEXTS]?.input;
+  return known !== undefined && known.of === node.input ? known.text : JSON.stringify(node.input ?? null);
+}
+
+/** The output as JSON text (null: none), made once. */
+export function outputText(node: CallNode): string | null {
+  if (node.output === undefined) return null;
+  const known = (node as { [TEXTS]?: Texts })[TEXTS]?.output;
+  if (known !== undefined && known.of === node.output) return known.text;
+  const text = JSON.stringify(node.output);
+  rememberOutputText(node, node.output, text);
+  return text;
+}
+
 export function nodeToRow(node: CallNode): Omit<ExecutionRow, 'seq'> {
   return {
     execution_id: node.executionId,
@@ -116,9 +161,9 @@ export function nodeToRow(node: CallNode): Omit<ExecutionRow, 'seq'> {
     action_version: node.actionVersion,
     kind: node.kind,
     status: node.status,
-    input: JSON.stringify(node.input ?? null),
+    input: inputText(node),
     input_fingerprint: node.inputFingerprint,
-    output: node.output === undefined ? null : JSON.stringify(node.output),
+    output: outputText(node),
     error: node.error ? JSON.stringify(node.error) : null,
     principal: node.principal,
     parent_id: node.parentId,
@@ -137,7 +182,7 @@ export function nodeToRow(node: CallNode): Omit<ExecutionRow, 'seq'> {
 }
 
 export function rowToNode(row: ExecutionRow): CallNode {
-  return {
+  const node: CallNode = {
     executionId: row.execution_id,
     actionId: row.action_id,
     actionName: row.action_name,
@@ -168,23 +213,172 @@ export function rowToNode(row: ExecutionRow): CallNode {
     cancelRequested: row.cancel_requested === 1,
     cachedFrom: row.cached_from ?? null,
   };
+  // Where its compact calls (and, for a compact call, its siblings) are: read by childrenOf.
+  const held = (row as { [HELD]?: HeldCalls })[HELD] ?? (row.calls ? { holder: row } : undefined);
+  if (held) Object.defineProperty(node, HELD, { value: held, enumerable: false });
+  return node;
+}
+
+/**
+ * The calls an execution made, in order: its in-memory children when it has just run, otherwise
+ * its child rows with its compact calls placed among them.
+ */
+export function childrenOf(st: ActionStatements, node: CallNode): CallNode[] {
+  if (node.children.length > 0) return node.children;
+  const rows = st.executionChildren.all(node.executionId).map(rowToNode);
+  const held = (node as { [HELD]?: HeldCalls })[HELD];
+  if (!held) return rows;
+  const own = heldEntries(held).filter((e) => (e.p ?? held.holder.execution_id) === node.executionId);
+  if (own.length === 0) return rows;
+  const out: CallNode[] = [];
+  let r = 0;
+  for (const entry of own) {
+    while (r < entry.n && r < rows.length) out.push(rows[r++]!);
+    out.push(rowToNode(st.compactRow(held, entry)));
+  }
+  while (r < rows.length) out.push(rows[r++]!);
+  return out;
+}
+
+/**
+ * A program's own graphql() or cel() call, with nothing a row alone could hold: recorded as a
+ * compact entry of its holder (see CompactCall), not as a row of its own.
+ */
+function isCompact(node: CallNode): boolean {
+  return (
+    node.parentId !== null &&
+    node.actionId === null &&
+    node.actionVersion === null &&
+    node.inputFingerprint === null &&
+    ((node.kind === 'GRAPHQL' && node.actionName === 'graphql') || (node.kind === 'CEL' && node.actionName === 'cel')) &&
+    (node.status === 'SUCCEEDED' || node.status === 'FAILED') &&
+    node.logs.length === 0 &&
+    !node.model && !node.transport && !node.cachedFrom && !node.sessionId && !node.runAt && !node.triggerId && !node.triggerDepth && !node.cancelRequested
+  );
+}
+
+/** What an entry's fields are compared with (written only where they differ). */
+interface Holder {
+  id: string;
+  rootId: string;
+  principal: string | null;
+  depth: number;
+  attempt: number;
+}
+
+/** The JSON text of a compact call's entry (see CompactCall). */
+function entryText(st: ActionStatements, node: CallNode, holder: Holder, parentId: string, slot: number): string {
+  let text = `{"id":${JSON.stringify(node.executionId)}`;
+  if (parentId !== holder.id) text += `,"p":${JSON.stringify(parentId)}`;
+  text += `,"n":${slot},"k":"${node.actionName}","s":"${node.status}"`;
+  const input = node.input as Record<string, unknown> | null;
+  let query: string | undefined;
+  if (node.kind === 'GRAPHQL' && input !== null && typeof input === 'object' && !Array.isArray(input) && typeof input.query === 'string') {
+    for (const key in input) {
+      // Only when query is its first property: the input reads back as {query, ...rest}, in its order.
+      if (key === 'query') query = input.query;
+      break;
+    }
+  }
+  if (query !== undefined) {
+    text += `,"d":"${st.documentHash(query, node.created)}"`;
+    const known = (node as { [TEXTS]?: Texts })[TEXTS]?.input;
+    let rest = known !== undefined && known.of === node.input ? known.rest : undefined;
+    if (rest === undefined) {
+      const { query: _, ...others } = input!;
+      rest = JSON.stringify(others);
+    }
+    text += `,"i":${rest}`;
+  } else {
+    text += `,"i":${inputText(node)}`;
+  }
+  const output = outputText(node);
+  if (output !== null && output !== 'null') text += `,"o":${output}`;
+  if (node.error) text += `,"e":${JSON.stringify(node.error)}`;
+  text += `,"t":${JSON.stringify(node.started)}`;
+  if (node.finished !== null) text += `,"f":${JSON.stringify(node.finished)}`;
+  if (node.created !== node.started) text += `,"c":${JSON.stringify(node.created)}`;
+  if (node.rootId !== holder.rootId) text += `,"r":${JSON.stringify(node.rootId)}`;
+  if (node.principal !== holder.principal) text += `,"u":${JSON.stringify(node.principal)}`;
+  if (node.depth !== holder.depth) text += `,"dp":${node.depth}`;
+  if (node.attempt !== holder.attempt) text += `,"at":${node.attempt}`;
+  return `${text}}`;
+}
+
+/**
+ * The compact calls beneath `parent` (down through compact calls, not through rows) as entries of
+ * `holder`, in call order; the rows met on the way go to `rows`, in call order, with whether their
+ * writes were undone. `first`: rows among parent's children already recorded.
+ */
+function gather(
+  st: ActionStatements, holder: Holder, parent: CallNode, undone: boolean, entries: string[], ids: string[], rows: Array<[CallNode, boolean]>, first = 0,
+): void {
+  let slot = first;
+  for (const child of parent.children) {
+    if (isCompact(child)) {
+      entries.push(entryText(st, child, holder, parent.executionId, slot));
+      ids.push(child.executionId);
+      gather(st, holder, child, undone || child.status !== 'SUCCEEDED' || child.undone === true, entries, ids, rows);
+    } else {
+      slot++;
+      rows.push([child, undone]);
+    }
+  }
 }
 
 /**
  * Write a finished tree, parents before children. `undone`: the tree's writes were rolled back (a
  * failed attempt). A call whose writes were undone with a caller's is recorded as it ran but
  * without its input fingerprint: its id can never answer an idempotent retry as if it had happened.
+ * A program's graphql() and cel() calls are entries of their holder row (see CompactCall).
  */
 export function persistTree(st: ActionStatements, root: CallNode, undone = false): void {
-  const stack: Array<[CallNode, boolean]> = [[root, undone]];
+  const stack: Array<[CallNode, boolean]> = [];
+  if (!(isCompact(root) && appendToHolder(st, root, undone, stack))) stack.push([root, undone]);
+  const entries: string[] = [];
+  const ids: string[] = [];
+  const below: Array<[CallNode, boolean]> = [];
   while (stack.length > 0) {
     const [node, nodeUndone] = stack.pop()!;
     const r = nodeToRow(node);
-    st.insertExecution.run(
+    entries.length = 0;
+    ids.length = 0;
+    below.length = 0;
+    const childrenUndone = nodeUndone || node.status !== 'SUCCEEDED' || node.undone === true;
+    if (node.children.length > 0) {
+      // A row that has not ended may run again (a later attempt): its entries then keep their own attempt.
+      const attempt = node.status === 'SUCCEEDED' || node.status === 'FAILED' || node.status === 'CACHED' ? node.attempt : -1;
+      gather(st, { id: node.executionId, rootId: node.rootId, principal: node.principal, depth: node.depth, attempt }, node, childrenUndone, entries, ids, below);
+    }
+    const seq = st.insertExecution.run(
       r.execution_id, r.action_id, r.action_name, r.action_version, r.kind, r.status, r.input, nodeUndone ? null : r.input_fingerprint, r.output, r.error,
       r.principal, r.parent_id, r.root_id, r.depth, r.attempt, r.started, r.finished, r.logs, r.created, r.modified, r.transport ?? null, r.model ?? null, r.cached_from ?? null,
-    );
-    const childrenUndone = nodeUndone || node.status !== 'SUCCEEDED' || node.undone === true;
-    for (let i = node.children.length - 1; i >= 0; i--) stack.push([node.children[i]!, childrenUndone]);
+      entries.length > 0 ? `[${entries.join(',')}]` : null,
+    ).lastInsertRowid as number;
+    for (const id of ids) st.insertCallId.run(id, seq);
+    for (let i = below.length - 1; i >= 0; i--) stack.push(below[i]!);
   }
+}
+
+/**
+ * A compact call recorded on its own (a started execution's attempt records the calls of its
+ * recorded row one by one): appended to its parent's row, or to the holder of its compact parent.
+ * Its rows go to `stack`. False: no such parent (it is then written as a row, as before).
+ */
+function appendToHolder(st: ActionStatements, node: CallNode, undone: boolean, stack: Array<[CallNode, boolean]>): boolean {
+  const parentId = node.parentId!;
+  const row = st.holderById.get(parentId) ?? st.holderOfCall.get(parentId);
+  if (!row) return false;
+  // Its row may run again (a started execution's next attempt): the entries keep their own attempt.
+  const holder: Holder = { id: row.execution_id, rootId: row.root_id, principal: row.principal, depth: row.depth, attempt: -1 };
+  const slot = st.childRowCount.get(parentId) ?? 0;
+  const entries = [entryText(st, node, holder, parentId, slot)];
+  const ids = [node.executionId];
+  const below: Array<[CallNode, boolean]> = [];
+  gather(st, holder, node, undone || node.status !== 'SUCCEEDED' || node.undone === true, entries, ids, below);
+  const joined = entries.join(',');
+  st.setCalls.run(row.calls ? `${row.calls.slice(0, -1)},${joined}]` : `[${joined}]`, row.seq);
+  for (const id of ids) st.insertCallId.run(id, row.seq);
+  for (let i = below.length - 1; i >= 0; i--) stack.push(below[i]!);
+  return true;
 }

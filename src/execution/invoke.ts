@@ -5,7 +5,7 @@ import { EngineError, type ErrorData, isErrorCode, quote } from '../errors.js';
 import { canonicalJson, fingerprint } from '../ids.js';
 import { checkJsonDepth } from '../json.js';
 import { Authority } from '../policy/authority.js';
-import { type CallFrame, type CallNode, type Caller, type ExecutionKind, persistTree, type RootState, rowToNode } from './call-tree.js';
+import { type CallFrame, type CallNode, type Caller, type ExecutionKind, outputText, persistTree, rememberInputText, rememberOutputText, type RootState, rowToNode } from './call-tree.js';
 import type { ExecutionRow } from '../storage/statements/actions.js';
 import { checkOwner, checkReplay } from './replay.js';
 import { cacheable, ResultCache } from './result-cache.js';
@@ -45,7 +45,9 @@ class DryRunRollback extends Error {
 export function invokeAction(svc: ExecutionServices, caller: Caller, parent: CallFrame | null, request: InvokeRequest): CallNode {
   const target = resolveInvokeTarget(svc, request);
   const input = request.input ?? {};
-  const inputFingerprint = fingerprint(canonicalJson({ target: targetKey(target), input }));
+  // canonicalJson({target, input}), written directly (its keys sorted: input, then target).
+  const canonicalInput = canonicalJson(input);
+  const inputFingerprint = fingerprint(`{"input":${canonicalInput},"target":${JSON.stringify(targetKey(target))}}`);
   checkNewInTree(parent, request.executionId);
   const existing = svc.st.fingerprintOfExecution.get(request.executionId);
   if (existing !== undefined) {
@@ -58,7 +60,7 @@ export function invokeAction(svc: ExecutionServices, caller: Caller, parent: Cal
     throw executionIdConflict(request.executionId, existing, row ? 'started' : null);
   }
   const root = parent?.root ?? newRoot(svc, caller, target, input);
-  const node = runCall(svc, { target, input, executionId: request.executionId, parent, root, inputFingerprint });
+  const node = runCall(svc, { target, input, executionId: request.executionId, parent, root, inputFingerprint, ...(canonicalIsPlain(input, canonicalInput) ? { inputText: canonicalInput } : {}) });
   if (root.fatal) throw root.fatal;
   if (!parent && caller.transport !== undefined) node.transport = caller.transport;
   if (!parent) persistTree(svc.st, node);
@@ -86,9 +88,8 @@ export function executionIdConflict(executionId: string, recordedFingerprint: st
   return new EngineError('EXECUTION_ID_CONFLICT', message, { hint: 'Use a new executionId for each call (a retried attempt too).', details: { executionId } });
 }
 
-/** The input as JSON text, when it is within inputBytesMax (invoked or started alike). */
-export function checkInputBytes(svc: ExecutionServices, actionName: string, input: unknown): string {
-  const text = JSON.stringify(input);
+/** The input as JSON text, when it is within inputBytesMax (invoked or started alike). `text`: that text, when the caller has it. */
+export function checkInputBytes(svc: ExecutionServices, actionName: string, input: unknown, text: string = JSON.stringify(input)): string {
   const bytes = Buffer.byteLength(text ?? '');
   if (bytes > svc.limits.inputBytesMax) {
     throw new EngineError('LIMIT_EXCEEDED', `the input of ${actionName} is ${bytes} bytes; inputBytesMax is ${svc.limits.inputBytesMax}`, {
@@ -162,6 +163,9 @@ interface Call {
   authorize?: () => void;
   /** A top-level call that belongs under a recorded execution (a tool call of an agent run, under its model turn). */
   attach?: { parentId: string; rootId: string; depth: number };
+  /** `JSON.stringify(input)`, when the caller made it; for a native graphql call also the text without its query. */
+  inputText?: string;
+  inputRest?: string;
 }
 
 /** Run one call of any kind under its own savepoint and return its node, FAILED or SUCCEEDED. */
@@ -208,7 +212,8 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
     checkBounds(svc, node, parent, root);
     call.authorize?.();
     if (target.type === 'version') checkInvocable(target.version);
-    let inputText = checkInputBytes(svc, node.actionName, call.input);
+    let inputText = checkInputBytes(svc, node.actionName, call.input, call.inputText);
+    rememberInputText(node, call.input, inputText, call.inputRest);
     if (target.type === 'version') {
       // The program receives (and the execution records) the input with its schema's defaults.
       const input = inputWithDefaults(svc, target.version, call.input);
@@ -216,6 +221,7 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
         node.input = input;
         (frame.event as { data: unknown }).data = input;
         inputText = checkInputBytes(svc, node.actionName, input);
+        rememberInputText(node, input, inputText);
       }
     }
     // A read-only tool with cacheTtlMs answers from an earlier call while nothing has written since.
@@ -240,6 +246,7 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
             node.input = input;
             (frame.event as { data: unknown }).data = input;
             inputText = checkInputBytes(svc, node.actionName, input);
+            rememberInputText(node, input, inputText);
           }
         }
         let result = execute(svc, target, frame, inputText);
@@ -410,6 +417,8 @@ function executeProgram(svc: ExecutionServices, version: ActionVersion, frame: C
   }
   const output: unknown = JSON.parse(result.outputJson);
   checkJsonDepth(output, svc.limits.jsonDepthMax, `the output of ${node.actionName}`);
+  // The guest's text is JSON.stringify of this value: the record keeps it rather than make it again.
+  rememberOutputText(node, output, result.outputJson);
   return output;
 }
 
@@ -513,8 +522,13 @@ class CallBridge implements HostBridge {
   call(op: string, args: string[]): string {
     try {
       if (op === 'graphql') {
-        const variables = parseArg(args[1], 'variables', this.svc.limits.jsonDepthMax);
-        return envelope(this.child({ type: 'native', name: 'graphql' }, { query: args[0], variables }));
+        const [query, variablesText] = args;
+        const variables = parseArg(variablesText, 'variables', this.svc.limits.jsonDepthMax);
+        if (typeof query !== 'string') return envelope(this.child({ type: 'native', name: 'graphql' }, { query, variables }));
+        // The guest's variables text is JSON.stringify of what it parsed to: the input's text is built from it.
+        const rest = variablesText === undefined || variablesText === '' ? '{}' : `{"variables":${variablesText}}`;
+        const text = rest === '{}' ? `{"query":${JSON.stringify(query)}}` : `{"query":${JSON.stringify(query)},${rest.slice(1)}`;
+        return envelope(this.child({ type: 'native', name: 'graphql' }, { query, variables }, undefined, text, rest));
       }
       if (op === 'cel') {
         return envelope(this.child({ type: 'native', name: 'cel' }, { expression: args[0], bindings: parseArg(args[1], 'bindings', this.svc.limits.jsonDepthMax) }));
@@ -536,7 +550,7 @@ class CallBridge implements HostBridge {
     node.logBytes += Math.min(bytes.length, room);
   }
 
-  private child(target: CallTarget, input: unknown, authorize?: () => void): CallNode {
+  private child(target: CallTarget, input: unknown, authorize?: () => void, inputText?: string, inputRest?: string): CallNode {
     const root = this.frame.root;
     if (root.calls > this.svc.limits.callsPerExecutionMax) {
       // Past the budget, further calls are refused without a record each (a loop catching the
@@ -544,7 +558,10 @@ class CallBridge implements HostBridge {
       root.calls++;
       throw new EngineError('LIMIT_EXCEEDED', `call ${root.calls} beneath one execution is over callsPerExecutionMax (${this.svc.limits.callsPerExecutionMax})`);
     }
-    return runCall(this.svc, { target, input, executionId: this.svc.newId(), parent: this.frame, root: this.frame.root, inputFingerprint: null, ...(authorize ? { authorize } : {}) });
+    return runCall(this.svc, {
+      target, input, executionId: this.svc.newId(), parent: this.frame, root: this.frame.root, inputFingerprint: null,
+      ...(authorize ? { authorize } : {}), ...(inputText === undefined ? {} : { inputText, inputRest }),
+    });
   }
 
   /**
@@ -694,7 +711,29 @@ function parseArg(text: string | undefined, what: string, depthMax: number): unk
   return value;
 }
 
+/** The answer to the guest; the output's text is the one the record keeps. */
 function envelope(node: CallNode): string {
-  if (succeeded(node)) return JSON.stringify({ ok: true, value: node.output ?? null });
+  if (succeeded(node)) return `{"ok":true,"value":${node.output === undefined || node.output === null ? 'null' : outputText(node)!}}`;
   return JSON.stringify({ ok: false, error: node.error as ErrorData });
+}
+
+/** Whether canonical JSON of the input is also its plain JSON.stringify (every object's keys already in order). */
+function canonicalIsPlain(value: unknown, canonical: string): boolean {
+  return keysInOrder(value) && canonical.length > 0;
+}
+
+function keysInOrder(value: unknown): boolean {
+  if (value === null || typeof value !== 'object') return true;
+  if (Array.isArray(value)) {
+    for (const item of value) if (!keysInOrder(item)) return false;
+    return true;
+  }
+  let previous: string | null = null;
+  for (const key in value) {
+    // canonicalJson leaves an own __proto__ out, JSON.stringify does not.
+    if ((previous !== null && !(previous < key)) || key === '__proto__') return false;
+    if (!keysInOrder((value as Record<string, unknown>)[key])) return false;
+    previous = key;
+  }
+  return true;
 }

@@ -533,4 +533,81 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE set_entries ADD COLUMN balance_after TEXT;
     `,
   },
+  {
+    version: 15,
+    name: 'lean call records',
+    sql: `
+      -- A program's own graphql() and cel() calls (native, no fingerprint: their ids are the
+      -- engine's) are no longer rows of their own: each is a compact JSON entry in the calls column
+      -- of its nearest ancestor that is a row (its holder), written with that row, and call_ids
+      -- finds an entry's holder by the call's id. See CompactCall in statements/actions.ts.
+      ALTER TABLE executions ADD COLUMN calls TEXT;
+      CREATE TABLE call_ids (
+        call_id TEXT PRIMARY KEY,
+        holder  INTEGER NOT NULL
+      ) WITHOUT ROWID;
+      -- The text of each distinct GraphQL document a nested call ran, written once: an entry names
+      -- its query by sha256 (hex) instead of repeating it.
+      CREATE TABLE documents (
+        sha256  TEXT PRIMARY KEY,
+        text    TEXT NOT NULL,
+        created TEXT NOT NULL
+      );
+
+      -- The rows that become entries (anything else about them, a fingerprint, logs, a session,
+      -- keeps them rows), and the holder of each: the parent, or the parent's holder.
+      CREATE TEMP TABLE m15_compact AS SELECT seq, execution_id, parent_id FROM executions
+        WHERE kind IN ('GRAPHQL', 'CEL') AND action_name = lower(kind) AND action_id IS NULL AND action_version IS NULL
+          AND parent_id IS NOT NULL AND principal IS NOT NULL AND input_fingerprint IS NULL AND status IN ('SUCCEEDED', 'FAILED')
+          AND logs IS NULL AND model IS NULL AND cached_from IS NULL AND session_id IS NULL AND transport IS NULL
+          AND run_at IS NULL AND max_attempts IS NULL AND trigger_id IS NULL AND start_stack IS NULL AND lease_owner IS NULL
+          AND cancel_requested = 0 AND trigger_depth = 0
+          AND json_valid(input) AND (output IS NULL OR json_valid(output)) AND (error IS NULL OR json_valid(error));
+      CREATE INDEX temp.m15_compact_by_id ON m15_compact (execution_id);
+      CREATE TEMP TABLE m15_held AS
+        WITH RECURSIVE held(seq, execution_id, holder_id) AS (
+          SELECT c.seq, c.execution_id, c.parent_id FROM m15_compact c
+            WHERE NOT EXISTS (SELECT 1 FROM m15_compact p WHERE p.execution_id = c.parent_id)
+          UNION ALL
+          SELECT c.seq, c.execution_id, held.holder_id FROM m15_compact c JOIN held ON c.parent_id = held.execution_id
+        )
+        SELECT held.seq, held.execution_id, held.holder_id, h.seq AS holder_seq FROM held JOIN executions h ON h.execution_id = held.holder_id;
+      CREATE INDEX temp.m15_held_by_holder ON m15_held (holder_seq, seq);
+
+      UPDATE executions SET calls = (
+        SELECT json_group_array(json(entry) ORDER BY seq) FROM (
+          SELECT m.seq AS seq, json_object(
+            'id', e.execution_id,
+            'p', CASE WHEN e.parent_id = h.execution_id THEN NULL ELSE e.parent_id END,
+            -- Rows among its siblings before it (entries are placed among the sibling rows by this).
+            'n', (SELECT count(*) FROM executions s WHERE s.parent_id = e.parent_id AND s.seq < e.seq
+                    AND s.seq NOT IN (SELECT seq FROM m15_held)),
+            'k', e.action_name,
+            's', e.status,
+            'i', json(e.input),
+            'o', CASE WHEN e.output IS NULL THEN NULL ELSE json(e.output) END,
+            'e', CASE WHEN e.error IS NULL THEN NULL ELSE json(e.error) END,
+            't', e.started,
+            'f', e.finished,
+            'c', CASE WHEN e.created IS e.started THEN NULL ELSE e.created END,
+            'r', CASE WHEN e.root_id IS h.root_id THEN NULL ELSE e.root_id END,
+            'u', CASE WHEN e.principal IS h.principal THEN NULL ELSE e.principal END,
+            'dp', CASE WHEN e.depth IS h.depth THEN NULL ELSE e.depth END,
+            -- A holder that has not ended may run another attempt: its entries keep their own.
+            'at', CASE WHEN e.attempt IS h.attempt AND h.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'CACHED') THEN NULL ELSE e.attempt END
+          ) AS entry
+          FROM m15_held m JOIN executions e ON e.seq = m.seq JOIN executions h ON h.seq = m.holder_seq
+          WHERE m.holder_seq = executions.seq
+        )
+      ) WHERE seq IN (SELECT holder_seq FROM m15_held);
+      INSERT INTO call_ids (call_id, holder) SELECT execution_id, holder_seq FROM m15_held;
+      DELETE FROM executions WHERE seq IN (SELECT seq FROM m15_held);
+      DROP TABLE m15_held;
+      DROP TABLE m15_compact;
+
+      -- No statement reads executions by created (a page filtered by since walks seq, which the
+      -- planner prefers for ORDER BY seq LIMIT n): the index cost every top-level call a page.
+      DROP INDEX executions_by_created;
+    `,
+  },
 ];

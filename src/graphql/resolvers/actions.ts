@@ -1,7 +1,7 @@
 import * as actions from '../../actions/actions.js';
 import type { ActionVersion, ExecutionSettings, ToolDefinition } from '../../actions/actions.js';
 import { EngineError } from '../../errors.js';
-import { type CallNode, rowToNode } from '../../execution/call-tree.js';
+import { type CallNode, childrenOf, rowToNode } from '../../execution/call-tree.js';
 import { invokeAction } from '../../execution/invoke.js';
 import { startAction } from '../../execution/queue/start.js';
 import * as triggers from '../../execution/queue/triggers.js';
@@ -405,8 +405,6 @@ export const actionResolvers = {
       return row ? guard(ctx, 'SELECT', AE, rowToNode(row)) : null;
     },
     children: (n: CallNode, _: Args, ctx: RequestContext) =>
-      (n.children.length > 0 ? n.children : ctx.services.st.executionChildren.all(n.executionId).map(rowToNode)).filter((c) =>
-        ctx.authority.allows({ action: 'SELECT', resource: AE, document: c }),
-      ),
+      childrenOf(ctx.services.st, n).filter((c) => ctx.authority.allows({ action: 'SELECT', resource: AE, document: c })),
   },
 };

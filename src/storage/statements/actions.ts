@@ -1,3 +1,4 @@
+import { hash } from 'node:crypto';
 import type { Statement } from 'better-sqlite3';
 import type { Db } from '../database.js';
 
@@ -50,7 +51,109 @@ export interface ExecutionRow {
   cancel_requested?: number;
   /** A CACHED call: the execution whose output it returned. */
   cached_from?: string | null;
+  /** The native graphql() and cel() calls it holds (JSON array of CompactCall), or null. */
+  calls?: string | null;
 }
+
+/**
+ * A program's own graphql() or cel() call (native, no input fingerprint: its id is the engine's),
+ * stored as one entry of a JSON array in the `calls` column of its holder: the nearest ancestor
+ * that is an executions row. Its other fields (action, kind, principal, root, depth, attempt,
+ * logs) follow from these and from the holder; call_ids finds the holder by the call's id.
+ */
+export interface CompactCall {
+  id: string;
+  /** Its parent, when that is not the holder (a call made under another compact call). */
+  p?: string | null;
+  /** How many of its siblings that are rows were made before it: it is listed among them by this. */
+  n: number;
+  /** 'graphql' | 'cel': the action name; the kind is its upper case. */
+  k: string;
+  /** Status (SUCCEEDED or FAILED). */
+  s: string;
+  /** The sha256 of its query, whose text is in documents: its input is then {query, ...i}. */
+  d?: string | null;
+  i: unknown;
+  o?: unknown;
+  e?: unknown;
+  /** started, finished, and created when it differs from started. */
+  t?: string | null;
+  f?: string | null;
+  c?: string | null;
+  /** Root, principal, depth and attempt, when they differ from the holder's. */
+  r?: string | null;
+  u?: string | null;
+  dp?: number | null;
+  at?: number | null;
+}
+
+/** A row's compact calls, parsed once per row read. */
+export interface HeldCalls {
+  holder: ExecutionRow;
+  entries?: CompactCall[];
+}
+
+/** On a row made from a compact entry (and on its node): the holder it came from. */
+export const HELD = Symbol('held calls');
+
+/** The entries of a holder row (parsed on first use). */
+export function heldEntries(held: HeldCalls): CompactCall[] {
+  held.entries ??= held.holder.calls ? (JSON.parse(held.holder.calls) as CompactCall[]) : [];
+  return held.entries;
+}
+
+/** The executions row a compact entry stands for, as the row it was before migration 15. */
+export function compactRow(held: HeldCalls, entry: CompactCall, documentText: (sha256: string) => string | undefined): ExecutionRow {
+  const h = held.holder;
+  let input = entry.i;
+  if (entry.d) {
+    const query = documentText(entry.d);
+    input = { query: query ?? null, ...(entry.i !== null && typeof entry.i === 'object' ? (entry.i as Record<string, unknown>) : {}) };
+  }
+  const created = entry.c ?? entry.t ?? h.created;
+  const row: ExecutionRow & Record<string, unknown> = {
+    seq: h.seq,
+    execution_id: entry.id,
+    action_id: null,
+    action_name: entry.k,
+    action_version: null,
+    kind: entry.k.toUpperCase(),
+    status: entry.s,
+    input: JSON.stringify(input ?? null),
+    input_fingerprint: null,
+    output: entry.o === undefined || entry.o === null ? null : JSON.stringify(entry.o),
+    error: entry.e === undefined || entry.e === null ? null : JSON.stringify(entry.e),
+    principal: entry.u ?? h.principal,
+    parent_id: entry.p ?? h.execution_id,
+    root_id: entry.r ?? h.root_id,
+    depth: entry.dp ?? h.depth,
+    attempt: entry.at ?? h.attempt,
+    started: entry.t ?? created,
+    finished: entry.f ?? null,
+    logs: null,
+    created,
+    modified: entry.f ?? created,
+    transport: null,
+    model: null,
+    session_id: null,
+    cancel_requested: 0,
+    cached_from: null,
+    calls: null,
+    run_at: null,
+    max_attempts: null,
+    lease_owner: null,
+    lease_until: null,
+    trigger_id: null,
+    start_stack: null,
+    trigger_depth: 0,
+  };
+  Object.defineProperty(row, HELD, { value: held, enumerable: false });
+  return row;
+}
+
+/** Query texts' sha256, remembered per engine (a program runs the same few documents): at most this many, of at most this many characters each. */
+const DOCUMENT_HASHES_MAX = 1024;
+const DOCUMENT_HASHED_CHARS_MAX = 4096;
 
 /** A session's turns run in order: one is due only when no earlier turn of its session is unfinished. */
 const EARLIER_TURN_DONE = `(e.session_id IS NULL OR NOT EXISTS (SELECT 1 FROM executions p WHERE p.session_id = e.session_id AND p.seq < e.seq
@@ -59,6 +162,22 @@ const EARLIER_TURN_DONE = `(e.session_id IS NULL OR NOT EXISTS (SELECT 1 FROM ex
 /** Every SQL statement of actions and executions, prepared once per engine. */
 export function actionStatements(db: Db) {
   const pages = new Map<string, Statement>();
+  const rowById = db.prepare<[string], ExecutionRow>('SELECT * FROM executions WHERE execution_id = ?');
+  const holderOfCall = db.prepare<[string], ExecutionRow>('SELECT e.* FROM call_ids c JOIN executions e ON e.seq = c.holder WHERE c.call_id = ?');
+  const documentText = db.prepare<[string], string>('SELECT text FROM documents WHERE sha256 = ?').pluck();
+  const insertDocument = db.prepare<[string, string, string]>('INSERT OR IGNORE INTO documents (sha256, text, created) VALUES (?, ?, ?)');
+  const hashes = new Map<string, string>();
+  const textOf = (sha256: string) => documentText.get(sha256);
+  /** The row of an execution, or of a compact call (made from its entry; undefined: no such execution). */
+  const executionById = (id: string): ExecutionRow | undefined => {
+    const row = rowById.get(id);
+    if (row !== undefined) return row;
+    const holder = holderOfCall.get(id);
+    if (holder === undefined) return undefined;
+    const held: HeldCalls = { holder };
+    const entry = heldEntries(held).find((e) => e.id === id);
+    return entry ? compactRow(held, entry, textOf) : undefined;
+  };
   return {
     actionById: db.prepare<[string], ActionRow>('SELECT * FROM actions WHERE action_id = ?'),
     actionByName: db.prepare<[string], ActionRow>('SELECT * FROM actions WHERE name = ?'),
@@ -81,11 +200,39 @@ export function actionStatements(db: Db) {
       'UPDATE action_versions SET status = ?, modified = ? WHERE action_id = ? AND version = ?',
     ),
 
-    executionById: db.prepare<[string], ExecutionRow>('SELECT * FROM executions WHERE execution_id = ?'),
+    /** An execution by id: a row, or a compact call (see CompactCall) as the row it stands for. */
+    executionById: { get: executionById },
+    /** The statements behind executionById (for query-plan tests). */
+    executionRowById: rowById,
+    holderOfCall,
+    documentText,
+    /** A compact call's row (its holder already read). */
+    compactRow: (held: HeldCalls, entry: CompactCall) => compactRow(held, entry, textOf),
+    /** Holder of new compact calls of an existing execution (a started execution's attempt). */
+    holderById: rowById,
+    /** Rows among the children of an execution (compact calls are not rows). */
+    childRowCount: db.prepare<[string], number>('SELECT count(*) FROM executions WHERE parent_id = ?').pluck(),
+    setCalls: db.prepare<[string, number]>('UPDATE executions SET calls = ? WHERE seq = ?'),
+    insertCallId: db.prepare<[string, number]>('INSERT INTO call_ids (call_id, holder) VALUES (?, ?)'),
+    /** The sha256 of a query text, its document written once (INSERT OR IGNORE: a probe when it exists). */
+    documentHash: (text: string, now: string): string => {
+      let sha256 = hashes.get(text);
+      if (sha256 === undefined) {
+        sha256 = hash('sha256', text, 'hex');
+        if (text.length <= DOCUMENT_HASHED_CHARS_MAX) {
+          if (hashes.size >= DOCUMENT_HASHES_MAX) hashes.clear();
+          hashes.set(text, sha256);
+        }
+      }
+      insertDocument.run(sha256, text, now);
+      return sha256;
+    },
     /** 1 when cancelExecution asked the run to stop (undefined: no such execution). */
     cancelRequested: db.prepare<[string], number>('SELECT cancel_requested FROM executions WHERE execution_id = ?').pluck(),
     /** The idempotency check of every invoke: only the fingerprint (undefined: no such execution). */
-    fingerprintOfExecution: db.prepare<[string], string | null>('SELECT input_fingerprint FROM executions WHERE execution_id = ?').pluck(),
+    fingerprintOfExecution: ((statement) => ({ get: (id: string): string | null | undefined => statement.get(id, id), statement }))(
+      db.prepare<[string, string], string | null>('SELECT input_fingerprint FROM executions WHERE execution_id = ? UNION ALL SELECT NULL FROM call_ids WHERE call_id = ?').pluck(),
+    ),
     executionChildren: db.prepare<[string], ExecutionRow>('SELECT * FROM executions WHERE parent_id = ? ORDER BY seq'),
     /**
      * A page of executions, every condition given in the SQL (the page is never short for a
@@ -112,11 +259,11 @@ export function actionStatements(db: Db) {
     /** Positional, in the column order below (binding 20 values by name costs more, once per call recorded). */
     insertExecution: db.prepare<
       [string, string | null, string, number | null, string, string, string, string | null, string | null, string | null, string | null,
-        string | null, string, number, number, string | null, string | null, string | null, string, string, string | null, string | null, string | null]
+        string | null, string, number, number, string | null, string | null, string | null, string, string, string | null, string | null, string | null, string | null]
     >(
       `INSERT INTO executions (execution_id, action_id, action_name, action_version, kind, status, input, input_fingerprint,
-         output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, transport, model, cached_from)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, transport, model, cached_from, calls)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ),
   };
 }
