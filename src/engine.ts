@@ -27,6 +27,7 @@ import {
   planOperation,
   type PreparedDocument,
 } from './graphql/executor.js';
+import { operationTraits } from './graphql/document-shape.js';
 import { buildSchema } from './graphql/schema.js';
 import type { LedgerDeps } from './ledger/deps.js';
 import { Ledger } from './ledger/ledger.js';
@@ -132,6 +133,10 @@ export interface OperationSummary {
   /** The operation's name in the document (client-chosen), or null when anonymous. */
   name: string | null;
   dryRun: boolean;
+  /** A field takes `waitMs`: it may wait on an execution (the server keeps it on the writer, which hears of attempts at once). */
+  waits: boolean;
+  /** A field may run long (a tool's program, a backfill): a group commit runs it first, never behind other replies. */
+  long: boolean;
 }
 
 export interface Engine {
@@ -275,6 +280,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   watchCachedTables(db, epoch);
   const toolsChange = watchToolTables(db);
   const transactions = options.readOnly ? new ReadOnlyTransactions(db, epoch) : new TransactionManager(db, epoch);
+  transactions.reportCallbackError = logError;
   const cel = new Cel(clock, limits);
   const newId = orderedIds();
   const ledgerDeps: LedgerDeps = {
@@ -545,12 +551,14 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     const answers: Array<FormattedResult | undefined> = Array.from({ length: requests.length }, () => undefined);
     const units: Array<() => { value: ExecutionResult | EngineError; commit: boolean }> = [];
     const unitOf: number[] = [];
+    const readies: Array<{ prepared: PreparedDocument; plan: OperationPlan } | undefined> = [];
     for (const [i, { request, options }] of requests.entries()) {
       const ready = prepareRequest(request);
       if (!('plan' in ready)) {
         answers[i] = ready;
         continue;
       }
+      readies[i] = ready;
       units.push(requestUnit(request, ready, options ?? {}));
       unitOf.push(i);
     }
@@ -558,7 +566,10 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     const toolWritesBefore = toolsChange.writes;
     const began = performance.now();
     startedInTransaction = false;
-    const outcomes = transactions.runBatch(units, (ran) => ran < limits.writeBatchMax && performance.now() - began < limits.writeBatchWaitMs);
+    // A request that may run long (a tool, a backfill) goes first in a group: the replies of requests
+    // already run would otherwise wait for it (a group answers after its COMMIT).
+    const long = unitOf.map((i) => operationTraits(readies[i]!.prepared.document, readies[i]!.plan.operation).long);
+    const outcomes = transactions.runBatch(units, (ran) => ran < limits.writeBatchMax && performance.now() - began < limits.writeBatchWaitMs && !long[ran]);
     let kept = false;
     for (const [u, outcome] of outcomes.entries()) {
       const i = unitOf[u]!;
@@ -572,12 +583,21 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     }
     const committed = outcomes.every((o) => o.status !== 'failed' || !o.commitFailed);
     if (!committed) startedInTransaction = false;
+    // Listeners run after the COMMIT: one that throws is reported, never turned into the requests' error.
+    const tell = (fn: () => void) => {
+      try {
+        fn();
+      } catch (error) {
+        logError(error);
+      }
+    };
     if (startedInTransaction && committed) {
       startedInTransaction = false;
-      for (const listener of startedListeners) listener();
+      for (const listener of startedListeners) tell(listener);
     }
-    if (kept && committed) notifyToolsChanged(toolWritesBefore);
-    batchListeners.forEach((listener) => listener(outcomes.filter((o) => o.status !== 'not-run').length));
+    if (kept && committed) tell(() => notifyToolsChanged(toolWritesBefore));
+    const ran = outcomes.filter((o) => o.status !== 'not-run').length;
+    for (const listener of batchListeners) tell(() => listener(ran));
     return answers;
   }
 
@@ -695,7 +715,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     if ('errors' in prepared) return undefined;
     const plan = planOperation(prepared.document, request.operationName);
     if (!('mode' in plan)) return undefined;
-    return { type: plan.mode === 'write' ? 'mutation' : 'query', name: plan.operation.name?.value ?? null, dryRun: plan.dryRun };
+    return { type: plan.mode === 'write' ? 'mutation' : 'query', name: plan.operation.name?.value ?? null, dryRun: plan.dryRun, ...operationTraits(prepared.document, plan.operation) };
   }
 
   const changedListeners: Array<() => void> = [];

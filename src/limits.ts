@@ -148,6 +148,13 @@ export interface Limits {
   /** Of writeQueueMax, the most one client may hold, so a flood from one client leaves room for the others. */
   writeQueuePerClientMax: number;
   /**
+   * Bytes of request bodies the write queue holds, all clients together (a parsed body can take
+   * ~20× its size in memory): past it a mutation is answered BUSY (503).
+   */
+  writeQueueBytesMax: number;
+  /** Of writeQueueBytesMax, the most one client's waiting bodies may hold. */
+  writeQueuePerClientBytesMax: number;
+  /**
    * How long /readyz keeps trying the write lock while another process holds it (trying again
    * every few milliseconds, never blocking other requests); held longer, the database is reported
    * not ready.
@@ -357,6 +364,8 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   workerBatchMax: 16,
   writeQueueMax: 1024,
   writeQueuePerClientMax: 256,
+  writeQueueBytesMax: 32 * 1024 * 1024,
+  writeQueuePerClientBytesMax: 8 * 1024 * 1024,
   readinessWaitMs: 100,
   metricsLabelValuesMax: 100,
   walAutocheckpointPages: 10_000,

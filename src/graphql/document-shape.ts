@@ -1,4 +1,4 @@
-import { type DocumentNode, type FragmentDefinitionNode, Kind, type SelectionNode, type SelectionSetNode } from 'graphql';
+import { type DocumentNode, type FragmentDefinitionNode, Kind, type OperationDefinitionNode, type SelectionNode, type SelectionSetNode } from 'graphql';
 
 /** Field selections written in the document (aliases count; a fragment's fields count once). */
 export function countFields(document: DocumentNode): number {
@@ -146,4 +146,51 @@ class ComparisonWalk {
     this.sizes.set(set, size);
     return size;
   }
+}
+
+/** Mutation fields that can run for long: a tool's program, or a backfill over existing rows. */
+const LONG_FIELDS = new Set(['invokeAction', 'createCalculation', 'attachCalculation', 'createIndex']);
+
+/** What the server needs to know of an operation before it runs it (see operationTraits). */
+export interface OperationTraits {
+  /** A field takes `waitMs` (it may wait on an execution: run it where attempts are heard at once). */
+  waits: boolean;
+  /** A field may run long (LONG_FIELDS): in a group commit it goes first, never behind others' replies. */
+  long: boolean;
+}
+
+const traitsOf = new WeakMap<OperationDefinitionNode, OperationTraits>();
+
+/**
+ * The traits of one operation of a (validated) document, from its selections and the fragments
+ * they spread, each fragment once; remembered per operation node (documents are cached).
+ */
+export function operationTraits(document: DocumentNode, operation: OperationDefinitionNode): OperationTraits {
+  const known = traitsOf.get(operation);
+  if (known) return known;
+  const fragments = new Map<string, FragmentDefinitionNode>();
+  for (const definition of document.definitions) {
+    if (definition.kind === Kind.FRAGMENT_DEFINITION) fragments.set(definition.name.value, definition);
+  }
+  const traits: OperationTraits = { waits: false, long: false };
+  const seen = new Set<string>();
+  const sets: SelectionSetNode[] = [operation.selectionSet];
+  for (let set = sets.pop(); set; set = sets.pop()) {
+    for (const selection of set.selections) {
+      if (selection.kind === Kind.FIELD) {
+        if (LONG_FIELDS.has(selection.name.value)) traits.long = true;
+        if (selection.arguments?.some((argument) => argument.name.value === 'waitMs')) traits.waits = true;
+      }
+      if (selection.kind === Kind.FRAGMENT_SPREAD) {
+        const name = selection.name.value;
+        const fragment = fragments.get(name);
+        if (fragment && !seen.has(name)) {
+          seen.add(name);
+          sets.push(fragment.selectionSet);
+        }
+      } else if (selection.selectionSet) sets.push(selection.selectionSet);
+    }
+  }
+  traitsOf.set(operation, traits);
+  return traits;
 }

@@ -190,11 +190,12 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops
   if (req.method === 'GET') {
     const request = requestFromSearchParams(url.searchParams);
     if (request instanceof EngineError) return sendErrors(res, 400, mediaType, [request]);
-    if (traceOperation(engine, res, request)?.type === 'mutation') {
+    const operation = traceOperation(engine, res, request);
+    if (operation?.type === 'mutation') {
       res.setHeader('allow', 'POST');
       return sendErrors(res, 405, mediaType, [new EngineError('BAD_REQUEST', 'mutations must be sent with POST', { hint: 'POST the request as JSON.' })]);
     }
-    return sendResult(res, mediaType, await executeWaiting(engine, ops.reads, req, res, request, { apiKey }));
+    return sendResult(res, mediaType, await executeWaiting(engine, readsFor(ops, operation), req, res, request, { apiKey }));
   }
 
   if (req.method !== 'POST') {
@@ -218,16 +219,24 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops
   // `tally mcp --server` proxies MCP tool calls here and says so: its executions record the transport.
   const transport = req.headers['tally-transport'] === 'mcp' ? { transport: 'mcp' as const } : {};
   // Mutations go through the group commit; they never wait on executions (only queries do).
-  if (operation?.type === 'mutation') return sendResult(res, mediaType, await ops.writes.submit({ request, options: { apiKey, ...transport } }, client.principal));
-  return sendResult(res, mediaType, await executeWaiting(engine, operation?.type === 'query' ? ops.reads : undefined, req, res, request, { apiKey, ...transport }));
+  if (operation?.type === 'mutation') return sendResult(res, mediaType, await ops.writes.submit({ request, options: { apiKey, ...transport } }, client.principal, Buffer.byteLength(body)));
+  return sendResult(res, mediaType, await executeWaiting(engine, readsFor(ops, operation), req, res, request, { apiKey, ...transport }));
+}
+
+/**
+ * The read pool for a query, unless one of its fields takes `waitMs` (read from the parsed
+ * document, fragments included): a wait on an execution runs on the writer, which hears of its
+ * attempts at once. Documents that do not validate are answered by the writer too.
+ */
+function readsFor(ops: Operability, operation: OperationSummary | undefined): ReadPool | undefined {
+  return operation?.type === 'query' && !operation.waits ? ops.reads : undefined;
 }
 
 /**
  * engine.executeAsync: a query that asks to wait (`execution(waitMs:)`) waits outside any transaction.
  * The wait ends when the client goes away (its slot among executionWaitersMax is freed at once) and
  * in time to answer within requestTimeoutMs of the request's start (less a margin for the answer).
- * A query runs on the read pool when there is one, but one that may wait on an execution: the
- * writer hears of its attempts' outcomes at once, where a read thread would poll for them.
+ * `reads`: the read pool to run it on (see readsFor), or undefined to run it on the writer.
  */
 async function executeWaiting(engine: Engine, reads: ReadPool | undefined, req: IncomingMessage, res: ServerResponse, request: GraphqlRequest, options: RequestOptions): Promise<FormattedResult> {
   const gone = new AbortController();
@@ -240,7 +249,7 @@ async function executeWaiting(engine: Engine, reads: ReadPool | undefined, req: 
     const margin = Math.min(1000, Math.floor(timeoutMs / 10));
     const waitMsMax = timeoutMs > 0 ? Math.max(0, Math.floor(timeoutMs - margin - (performance.now() - startedMs))) : undefined;
     const waitOptions = { signal: gone.signal, ...(waitMsMax === undefined ? {} : { waitMsMax }) };
-    if (reads && !request.query.includes('waitMs')) {
+    if (reads) {
       return await reads.execute(request, { ...(options.apiKey === undefined ? {} : { apiKey: options.apiKey }), ...(options.principal === undefined ? {} : { principal: options.principal }), ...(waitMsMax === undefined ? {} : { waitMsMax }) }, gone.signal);
     }
     return await engine.executeAsync(request, { ...options, ...waitOptions });

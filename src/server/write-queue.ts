@@ -5,43 +5,66 @@ import { engineGraphqlError, formatError } from '../graphql/executor.js';
 
 interface Pending extends BatchRequest {
   principal: string;
+  /** The request body's size: what it holds in memory while it waits (bounded in bytes, see submit). */
+  bytes: number;
   resolve(result: FormattedResult): void;
+}
+
+/** What one client has waiting. */
+interface ClientQueue {
+  pending: Pending[];
+  bytes: number;
 }
 
 /**
  * The server's group commit. Mutations whose bodies arrived in the same turn of the event loop are
  * queued, then run together by engine.executeGroup: one SQLite transaction, a savepoint each, one
  * COMMIT, and only then are their answers released (a reply always describes committed work).
- * A group stops at writeBatchMax requests or writeBatchWaitMs of work; the requests it did not
- * reach go first in the next group, so the order requests arrived in is the order they run in.
+ * A group stops at writeBatchMax requests, at writeBatchWaitMs of work, and before a request that
+ * may run long (see OperationSummary.long); the requests it did not reach go first in the next.
  *
- * The queue is bounded twice: writeQueueMax requests in all, and writeQueuePerClientMax for one
- * client, so a client flooding the server with mutations is told BUSY (retryable) while another
- * client's requests still get in.
+ * Clients take turns: a group takes one request of each waiting client in turn (each client's own
+ * requests in the order they arrived), and a client served moves behind the others, so one client
+ * with many requests waiting does not hold another's behind all of them. The queue is bounded in
+ * requests and in bytes, in all (writeQueueMax, writeQueueBytesMax) and per client
+ * (writeQueuePerClientMax, writeQueuePerClientBytesMax): past a bound a mutation is answered BUSY
+ * (retryable, HTTP 503) at once, and the other clients' requests still get in.
  */
 export class WriteQueue {
-  private readonly queue: Pending[] = [];
-  private readonly perClient = new Map<string, number>();
+  /** Waiting requests by principal, in the order clients take turns (a Map keeps insertion order). */
+  private readonly clients = new Map<string, ClientQueue>();
+  private count = 0;
+  private bytes = 0;
   private scheduled = false;
 
   constructor(private readonly engine: Engine) {}
 
   get size(): number {
-    return this.queue.length;
+    return this.count;
   }
 
-  submit(request: BatchRequest, principal: string): Promise<FormattedResult> {
+  submit(request: BatchRequest, principal: string, bytes = 0): Promise<FormattedResult> {
     const limits = this.engine.limits;
-    const mine = this.perClient.get(principal) ?? 0;
-    if (this.queue.length >= limits.writeQueueMax) {
-      return Promise.resolve(busy(`${this.queue.length} write requests are waiting for the database (writeQueueMax ${limits.writeQueueMax})`));
+    const mine = this.clients.get(principal);
+    if (this.count >= limits.writeQueueMax) {
+      return Promise.resolve(busy(`${this.count} write requests are waiting for the database (writeQueueMax ${limits.writeQueueMax})`));
     }
-    if (mine >= limits.writeQueuePerClientMax) {
-      return Promise.resolve(busy(`this client has ${mine} write requests waiting for the database (writeQueuePerClientMax ${limits.writeQueuePerClientMax})`));
+    if (this.bytes + bytes > limits.writeQueueBytesMax) {
+      return Promise.resolve(busy(`the write requests waiting for the database hold ${this.bytes} bytes; this one would pass writeQueueBytesMax (${limits.writeQueueBytesMax})`));
     }
-    this.perClient.set(principal, mine + 1);
+    if ((mine?.pending.length ?? 0) >= limits.writeQueuePerClientMax) {
+      return Promise.resolve(busy(`this client has ${mine!.pending.length} write requests waiting for the database (writeQueuePerClientMax ${limits.writeQueuePerClientMax})`));
+    }
+    if ((mine?.bytes ?? 0) + bytes > limits.writeQueuePerClientBytesMax) {
+      return Promise.resolve(busy(`this client's write requests waiting for the database hold ${mine?.bytes ?? 0} bytes; this one would pass writeQueuePerClientBytesMax (${limits.writeQueuePerClientBytesMax})`));
+    }
     return new Promise((resolve) => {
-      this.queue.push({ ...request, principal, resolve });
+      let queue = mine;
+      if (!queue) this.clients.set(principal, (queue = { pending: [], bytes: 0 }));
+      queue.pending.push({ ...request, principal, bytes, resolve });
+      queue.bytes += bytes;
+      this.count++;
+      this.bytes += bytes;
       this.schedule();
     });
   }
@@ -53,9 +76,27 @@ export class WriteQueue {
     setImmediate(() => this.flush());
   }
 
+  /** A group: one request of each client in turn, until writeBatchMax. */
+  private takeGroup(): Pending[] {
+    const max = Math.max(1, this.engine.limits.writeBatchMax);
+    const group: Pending[] = [];
+    for (let round = 0; group.length < max; round++) {
+      let took = false;
+      for (const queue of this.clients.values()) {
+        const next = queue.pending[round];
+        if (next === undefined) continue;
+        group.push(next);
+        took = true;
+        if (group.length === max) break;
+      }
+      if (!took) break;
+    }
+    return group;
+  }
+
   private flush(): void {
     this.scheduled = false;
-    const group = this.queue.slice(0, Math.max(1, this.engine.limits.writeBatchMax));
+    const group = this.takeGroup();
     let answers: Array<FormattedResult | undefined>;
     try {
       answers = this.engine.executeGroup(group);
@@ -64,17 +105,22 @@ export class WriteQueue {
       const failed = new EngineError('INTERNAL', `the write group failed: ${(error as Error)?.message ?? String(error)}`);
       answers = group.map(() => ({ data: null, errors: [formatError(engineGraphqlError(failed))] }));
     }
+    // The group answers a prefix of its requests; each client's answered ones are the first of its queue.
     let done = 0;
     while (done < group.length && answers[done] !== undefined) done++;
-    this.queue.splice(0, done);
     for (let i = 0; i < done; i++) {
       const pending = group[i]!;
-      const left = (this.perClient.get(pending.principal) ?? 1) - 1;
-      if (left === 0) this.perClient.delete(pending.principal);
-      else this.perClient.set(pending.principal, left);
-      pending.resolve(answers[i]!);
+      const queue = this.clients.get(pending.principal)!;
+      queue.pending.shift();
+      queue.bytes -= pending.bytes;
+      this.count--;
+      this.bytes -= pending.bytes;
+      // A client served goes behind the others for the next group.
+      this.clients.delete(pending.principal);
+      if (queue.pending.length > 0) this.clients.set(pending.principal, queue);
     }
-    if (this.queue.length > 0) this.schedule();
+    for (let i = 0; i < done; i++) group[i]!.resolve(answers[i]!);
+    if (this.count > 0) this.schedule();
   }
 }
 

@@ -236,10 +236,22 @@ export class TransactionManager {
     return sp;
   }
 
+  /**
+   * Where an afterCommit callback that threw is reported. The work it followed is committed: a
+   * callback (a log line, a listener) failing must not turn that into an error, nor skip the others.
+   */
+  reportCallbackError: (error: unknown) => void = (error) => console.error('tally: an after-commit callback failed', error);
+
   private runCommitted(): void {
     const callbacks = this.committed;
     this.committed = [];
-    for (const fn of callbacks) fn();
+    for (const fn of callbacks) {
+      try {
+        fn();
+      } catch (error) {
+        this.reportCallbackError(error);
+      }
+    }
   }
 
   private rollbackQuietly(): void {
