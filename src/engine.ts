@@ -566,10 +566,18 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     const toolWritesBefore = toolsChange.writes;
     const began = performance.now();
     startedInTransaction = false;
-    // A request that may run long (a tool, a backfill) goes first in a group: the replies of requests
-    // already run would otherwise wait for it (a group answers after its COMMIT).
+    // A request that may run long (a tool, a backfill) never joins a group holding another client's
+    // requests: their replies would wait for it (a group answers after its COMMIT). It starts the next
+    // group instead; one client's requests may share a group with its own long ones.
     const long = unitOf.map((i) => operationTraits(readies[i]!.prepared.document, readies[i]!.plan.operation).long);
-    const outcomes = transactions.runBatch(units, (ran) => ran < limits.writeBatchMax && performance.now() - began < limits.writeBatchWaitMs && !long[ran]);
+    const who = unitOf.map((i) => requests[i]!.options?.apiKey ?? requests[i]!.options?.principal ?? SYSTEM_PRINCIPAL);
+    let oneClient = true;
+    const more = (ran: number): boolean => {
+      if (ran >= limits.writeBatchMax || performance.now() - began >= limits.writeBatchWaitMs) return false;
+      oneClient &&= who[ran] === who[ran - 1];
+      return !long[ran] || oneClient;
+    };
+    const outcomes = transactions.runBatch(units, more);
     let kept = false;
     for (const [u, outcome] of outcomes.entries()) {
       const i = unitOf[u]!;

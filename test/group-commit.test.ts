@@ -79,6 +79,25 @@ describe('engine.executeBatch', () => {
     expect(sizes).toEqual([1]);
   });
 
+  it('a request that may run long (invokeAction) shares a group only with its own client\'s requests', async () => {
+    const engine = await ledger();
+    ok(engine, 'mutation($id: UUID!, $i: ActionInput!) { actions { createAction(id: $id, input: $i) { version } } }', {
+      id: id(60),
+      i: { name: 'noop', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { return 1; }' }, policies: [] },
+    });
+    const other = ok(engine, 'mutation { auth { createClient(input: {principal: "other", name: "Other", policies: [{effect: ALLOW, actions: [SELECT, INSERT], resources: ["*"]}]}) { apiKey } } }').auth.createClient.apiKey as string;
+    const invoke = (e: number, apiKey?: string): BatchRequest => ({
+      request: { query: 'mutation($e: UUID!) { actions { invokeAction(name: "noop", input: {executionId: $e, actionVersion: 1, input: {}}) { status } } }', variables: { e: id(e) }, operationName: null },
+      ...(apiKey ? { options: { apiKey } } : {}),
+    });
+    const sizes: number[] = [];
+    engine.onBatch((size) => sizes.push(size));
+    const answers = engine.executeBatch([post(350, 1, 2, '1'), invoke(351), invoke(352), invoke(353, other), post(354, 1, 2, '1')]);
+    expect(answers.map((a) => a.errors)).toEqual([undefined, undefined, undefined, undefined, undefined]);
+    // The engine's own post and invokes share a group; the other client's invoke starts the next.
+    expect(sizes).toEqual([3, 2]);
+  });
+
   it('answers exactly what running the requests one by one answers (idempotency, conflicts, @dryRun, Mutation.queries, reads)', async () => {
     const kinds = fc.oneof(
       // Transaction ids from a small pool, so ids repeat: a replay or a conflict.

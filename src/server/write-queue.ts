@@ -21,7 +21,8 @@ interface ClientQueue {
  * queued, then run together by engine.executeGroup: one SQLite transaction, a savepoint each, one
  * COMMIT, and only then are their answers released (a reply always describes committed work).
  * A group stops at writeBatchMax requests, at writeBatchWaitMs of work, and before a request that
- * may run long (see OperationSummary.long); the requests it did not reach go first in the next.
+ * may run long (see OperationSummary.long) when it holds another client's requests; the requests it
+ * did not reach go first in the next.
  *
  * Clients take turns: a group takes one request of each waiting client in turn (each client's own
  * requests in the order they arrived), and a client served moves behind the others, so one client
