@@ -124,6 +124,36 @@ export function rawOnTallySchema(path: string) {
 
 export const POST = `mutation Post($input: TransactionInput!) { postTransaction(input: $input) { transactionId } }`;
 
+/** The `transfer` tool's program: one graphql postTransaction of the TRANSFER tran code. */
+export const TRANSFER_SRC = `function run(event) {
+  const d = event.data;
+  const t = graphql("mutation Post($input: TransactionInput!) { postTransaction(input: $input) { transactionId } }",
+    { input: { transactionId: d.transaction_id, tranCode: "TRANSFER", params: { from: d.from, to: d.to, amount: d.amount } } });
+  return { transaction_id: t.postTransaction.transactionId };
+}`;
+
+/** Create the `transfer` tool (bench:invoke, bench:http) under `actionId`. */
+export function createTransferTool(engine: Engine, actionId: string): void {
+  ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
+    id: actionId,
+    input: {
+      name: 'transfer',
+      kind: 'tool',
+      config: { runtime: 'javascript', src: TRANSFER_SRC },
+      tool: {
+        description: 'Move money between two accounts.',
+        inputSchema: {
+          type: 'object',
+          properties: { transaction_id: { type: 'string', format: 'uuid' }, from: { type: 'string', format: 'uuid' }, to: { type: 'string', format: 'uuid' }, amount: { type: 'string' } },
+          required: ['transaction_id', 'from', 'to', 'amount'],
+          additionalProperties: false,
+        },
+      },
+      policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
+    },
+  });
+}
+
 export async function setupEngine(path: string, options: Omit<EngineOptions, 'path'> = {}): Promise<Engine> {
   const engine = await createEngine({ path, ...options });
   for (let i = 0; i < ACCOUNTS; i++) {

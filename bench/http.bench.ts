@@ -53,7 +53,7 @@ import { createRequire } from 'node:module';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ACCOUNTS, benchDir, median, ok, POST, setupEngine, uuid } from './common.js';
+import { ACCOUNTS, benchDir, createTransferTool, median, POST, setupEngine, uuid } from './common.js';
 
 // ---------------------------------------------------------------------------------------------
 // autocannon: the few parts of its API used here (it ships no types; @types/autocannon is for 7.x).
@@ -112,14 +112,6 @@ const SLOW_ID = uuid(888_891);
 const INVOKE = `mutation Invoke($e: UUID!, $input: JSON) { actions { invokeAction(id: "${TOOL_ID}", input: {executionId: $e, actionVersion: 1, input: $input}) { status } } }`;
 const INVOKE_SLOW = `mutation Slow($e: UUID!, $v: Int!) { actions { invokeAction(id: "${SLOW_ID}", input: {executionId: $e, actionVersion: $v, input: {}}) { status error { code } } } }`;
 const BALANCE = `query Balance($a: UUID!) { balance(accountId: $a, currency: "USD") { settled { normalBalance { units } } } }`;
-// The tool of bench/invoke.bench.ts, as it creates it.
-const TRANSFER_SRC = `function run(event) {
-  const d = event.data;
-  const t = graphql("mutation Post($input: TransactionInput!) { postTransaction(input: $input) { transactionId } }",
-    { input: { transactionId: d.transaction_id, tranCode: "TRANSFER", params: { from: d.from, to: d.to, amount: d.amount } } });
-  return { transaction_id: t.postTransaction.transactionId };
-}`;
-
 // ---------------------------------------------------------------------------------------------
 // Child processes: every one started is killed on exit, error or signal, and the folder removed.
 
@@ -442,24 +434,7 @@ console.log(`files in ${dir}; load average (1/5/15 min) at start ${loads()}`);
 const tallyDb = join(dir, 'tally.db');
 {
   const engine = await setupEngine(tallyDb);
-  ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
-    id: TOOL_ID,
-    input: {
-      name: 'transfer',
-      kind: 'tool',
-      config: { runtime: 'javascript', src: TRANSFER_SRC },
-      tool: {
-        description: 'Move money between two accounts.',
-        inputSchema: {
-          type: 'object',
-          properties: { transaction_id: { type: 'string', format: 'uuid' }, from: { type: 'string', format: 'uuid' }, to: { type: 'string', format: 'uuid' }, amount: { type: 'string' } },
-          required: ['transaction_id', 'from', 'to', 'amount'],
-          additionalProperties: false,
-        },
-      },
-      policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
-    },
-  });
+  createTransferTool(engine, TOOL_ID);
   engine.close();
 }
 const adminKey = `tly_${randomBytes(32).toString('hex')}`;

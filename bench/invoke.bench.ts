@@ -10,40 +10,16 @@
  * the time inside Ledger.postTransaction, for each side (see installProfiler).
  */
 import { join } from 'node:path';
-import { benchDir, compare, ok, pair, POST, PROFILE, profileSides, rawPoster, setupEngine, table, uuid } from './common.js';
+import { benchDir, compare, createTransferTool, ok, pair, POST, PROFILE, profileSides, rawPoster, setupEngine, table, uuid } from './common.js';
 
 const PER_ROUND = Number(process.env.BENCH_POSTS ?? (PROFILE ? 1500 : 3000));
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
-
-const TRANSFER_SRC = `function run(event) {
-  const d = event.data;
-  const t = graphql("mutation Post($input: TransactionInput!) { postTransaction(input: $input) { transactionId } }",
-    { input: { transactionId: d.transaction_id, tranCode: "TRANSFER", params: { from: d.from, to: d.to, amount: d.amount } } });
-  return { transaction_id: t.postTransaction.transactionId };
-}`;
 
 const { dir, cleanup } = benchDir();
 console.log(`node ${process.version}, ${PER_ROUND} calls x ${ROUNDS} interleaved rounds per side, files in ${dir}`);
 const raw = rawPoster(join(dir, 'raw.db'));
 const engine = await setupEngine(join(dir, 'engine.db'));
-ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
-  id: uuid(888_888),
-  input: {
-    name: 'transfer',
-    kind: 'tool',
-    config: { runtime: 'javascript', src: TRANSFER_SRC },
-    tool: {
-      description: 'Move money between two accounts.',
-      inputSchema: {
-        type: 'object',
-        properties: { transaction_id: { type: 'string', format: 'uuid' }, from: { type: 'string', format: 'uuid' }, to: { type: 'string', format: 'uuid' }, amount: { type: 'string' } },
-        required: ['transaction_id', 'from', 'to', 'amount'],
-        additionalProperties: false,
-      },
-    },
-    policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
-  },
-});
+createTransferTool(engine, uuid(888_888));
 // The nested variant: an outer tool that checks its input and calls transfer as tools.transfer().
 ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
   id: uuid(888_889),
