@@ -179,6 +179,12 @@ export interface Engine {
   operationType(request: GraphqlRequest): 'query' | 'mutation' | undefined;
   /** The operation a request would run (type, name, @dryRun), when its document validates. */
   describeOperation(request: GraphqlRequest): OperationSummary | undefined;
+  /**
+   * What describeOperation says, from the document's parse alone when it is not cached (not
+   * validated): for routing a request that will be validated where it runs (a read thread), so
+   * the validation of a new document does not cost this thread. Undefined when it does not parse.
+   */
+  peekOperation(request: GraphqlRequest): OperationSummary | undefined;
   /** A queue worker over this engine's database (see Worker). */
   createWorker(options?: Partial<WorkerOptions>): Worker;
   /** Called after a transaction that started executions commits (the in-process worker wakes). */
@@ -767,6 +773,13 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     },
     operationType: (request) => describeOperation(request)?.type,
     describeOperation,
+    peekOperation: (request) => {
+      const document = documents.peek(request.query);
+      if (!document) return undefined;
+      const plan = planOperation(document, request.operationName);
+      if (!('mode' in plan)) return undefined;
+      return { type: plan.mode === 'write' ? 'mutation' : 'query', name: plan.operation.name?.value ?? null, dryRun: plan.dryRun, ...operationTraits(document, plan.operation) };
+    },
     graphql: (query, variables, opts) =>
       execute({ query, variables: variables ?? null, operationName: opts?.operationName ?? null }, {
         ...(opts?.principal === undefined ? {} : { principal: opts.principal }),

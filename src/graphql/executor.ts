@@ -79,6 +79,20 @@ export class DocumentCache {
     return this.cachedBytes;
   }
 
+  /**
+   * The document's syntax tree without validating it: the cached one, or a parse within the same
+   * bounds (bytes, tokens, fields, field comparisons), neither validated nor cached. For telling a
+   * query from a mutation where the request will be validated elsewhere (a read thread); undefined
+   * when it does not parse.
+   */
+  peek(source: unknown): DocumentNode | undefined {
+    if (typeof source !== 'string') return undefined;
+    const cached = this.cache.get(source);
+    if (cached) return cached.document;
+    const parsed = parseBounded(source, this.limits);
+    return parsed instanceof GraphQLError ? undefined : parsed.document;
+  }
+
   /** The prepared document, or the errors that stop it from running. */
   prepare(source: unknown): PreparedDocument | { errors: GraphQLError[] } {
     if (typeof source !== 'string' || source.trim() === '') {

@@ -127,12 +127,14 @@ function finishRequest(logger: Logger, metrics: ServerMetrics, req: IncomingMess
 }
 
 /**
- * Note what a request will run, before it runs (the document is cached: the engine's own lookup is
- * a hit), and say what it is: a mutation goes to the group commit.
+ * Note what a request will run, before it runs, and say what it is: a mutation goes to the group
+ * commit, a query to the read pool. Only parsed here (a cached document is a hit), not validated:
+ * whoever runs it validates it, so a new document's validation does not cost this thread when a
+ * read thread runs it (sendResult marks a request that did not validate `unknown` again).
  */
 function traceOperation(engine: Engine, res: ServerResponse, request: GraphqlRequest): OperationSummary | undefined {
   const trace = traces.get(res);
-  const operation = engine.describeOperation(request);
+  const operation = engine.peekOperation(request);
   if (!trace || !operation) return operation;
   trace.type = operation.type;
   trace.operation = operation.name;
@@ -439,7 +441,18 @@ function checkRequest(raw: Record<string, unknown>): GraphqlRequest | EngineErro
   return { query, variables: (variables as Record<string, unknown> | null) ?? null, operationName: (operationName as string | null) ?? null };
 }
 
+/** The codes of a request stopped before it ran because its document did not parse, validate or fit the limits. */
+const NOT_RUN = new Set(['GRAPHQL_PARSE_FAILED', 'GRAPHQL_VALIDATION_FAILED', 'LIMIT_EXCEEDED', 'BAD_REQUEST']);
+
 function sendResult(res: ServerResponse, mediaType: string, result: FormattedResult): void {
+  const trace = traces.get(res);
+  const code = result.errors?.[0]?.extensions?.code;
+  if (trace && result.data === undefined && typeof code === 'string' && NOT_RUN.has(code)) {
+    // Traced from its parse alone: it did not validate, so it ran as nothing.
+    trace.type = 'unknown';
+    trace.operation = null;
+    trace.dryRun = false;
+  }
   if (result.data === undefined && result.errors?.[0]?.extensions?.code === 'UNAUTHENTICATED') {
     // The key stopped being valid between its first check and the request's transaction.
     res.setHeader('www-authenticate', 'Bearer realm="tally"');
