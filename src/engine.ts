@@ -1,4 +1,4 @@
-import type { ExecutionResult, GraphQLSchema } from 'graphql';
+import type { DocumentNode, ExecutionResult, GraphQLSchema } from 'graphql';
 import { ReplaceableSandbox } from '../sandbox/replaceable.js';
 import type { Sandbox } from '../sandbox/sandbox.js';
 import type { ActionDeps } from './actions/actions.js';
@@ -729,7 +729,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     if ('errors' in prepared) return undefined;
     const plan = planOperation(prepared.document, request.operationName);
     if (!('mode' in plan)) return undefined;
-    return { type: plan.mode === 'write' ? 'mutation' : 'query', name: plan.operation.name?.value ?? null, dryRun: plan.dryRun, ...operationTraits(prepared.document, plan.operation) };
+    return summaryOf(prepared.document, plan);
   }
 
   const changedListeners: Array<() => void> = [];
@@ -777,8 +777,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       const document = documents.peek(request.query);
       if (!document) return undefined;
       const plan = planOperation(document, request.operationName);
-      if (!('mode' in plan)) return undefined;
-      return { type: plan.mode === 'write' ? 'mutation' : 'query', name: plan.operation.name?.value ?? null, dryRun: plan.dryRun, ...operationTraits(document, plan.operation) };
+      return 'mode' in plan ? summaryOf(document, plan) : undefined;
     },
     graphql: (query, variables, opts) =>
       execute({ query, variables: variables ?? null, operationName: opts?.operationName ?? null }, {
@@ -844,6 +843,11 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   };
 }
 
+
+/** What the server needs to know of an operation before it runs it (see OperationSummary). */
+function summaryOf(document: DocumentNode, plan: OperationPlan): OperationSummary {
+  return { type: plan.mode === 'write' ? 'mutation' : 'query', name: plan.operation.name?.value ?? null, dryRun: plan.dryRun, ...operationTraits(document, plan.operation) };
+}
 
 /** One line per attempt: info when it succeeded, warn when it failed (with the next retry time, if any). */
 function logAttempt(logger: Logger, outcome: AttemptOutcome): void {

@@ -290,6 +290,20 @@ describe('the server groups concurrent mutations', () => {
     expect(txOf(await queue.submit(post(706, 1, 2, '1'), 'hostile'))).toBe(id(706));
   });
 
+  it('writeQueueBytesMax bounds the bodies waiting from all clients together; the per-client byte bound each one', async () => {
+    const engine = await ledger({ writeQueueBytesMax: 3000, writeQueuePerClientBytesMax: 2000 });
+    const queue = new WriteQueue(engine);
+    // In one turn: a client's 1,000-byte bodies fill its share at 2, the queue at 3.
+    const a = [queue.submit(post(1000, 1, 2, '1'), 'a', 1000), queue.submit(post(1001, 1, 2, '1'), 'a', 1000), queue.submit(post(1002, 1, 2, '1'), 'a', 1000)];
+    const b = [queue.submit(post(1010, 3, 4, '1'), 'b', 1000), queue.submit(post(1011, 3, 4, '1'), 'b', 1000)];
+    const [a0, a1, a2] = await Promise.all(a);
+    const [b0, b1] = await Promise.all(b);
+    expect([txOf(a0), txOf(a1), txOf(b0)]).toEqual([id(1000), id(1001), id(1010)]);
+    expect(a2!.errors?.[0]?.message).toContain('writeQueuePerClientBytesMax (2000)');
+    expect(b1!.errors?.[0]?.message).toContain('writeQueueBytesMax (3000)');
+    expect(count(engine, 'transactions')).toBe(3);
+  });
+
   it('over HTTP a full write queue is a 503 with Retry-After', async () => {
     const { send, close } = await serve({ writeQueueMax: 0 });
     const reply = await send({ query: POST, variables: transfer(900, 1, 2, '1') });
@@ -297,6 +311,29 @@ describe('the server groups concurrent mutations', () => {
     expect(reply.status).toBe(503);
     expect(reply.retryAfter).toBe('1');
     expect(reply.body.errors[0].extensions.code).toBe('BUSY');
+  });
+});
+
+describe('the queue worker', () => {
+  it('runs at most workerBatchMax due attempts in one transaction, each recorded as alone', async () => {
+    const engine = await ledger({ workerBatchMax: 2 });
+    ok(engine, 'mutation($id: UUID!, $i: ActionInput!) { actions { createAction(id: $id, input: $i) { version } } }', {
+      id: id(70),
+      i: { name: 'noop', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { return 1; }' }, policies: [] },
+    });
+    for (let e = 0; e < 5; e++) ok(engine, 'mutation($e: UUID!) { actions { startAction(name: "noop", input: {executionId: $e, input: {}}) { status } } }', { e: id(1100 + e) });
+    const worker = engine.createWorker({ owner: 'test' });
+    // Count the worker's write transactions (the attempts' group commits).
+    const transactions = (worker as unknown as { transactions: { run: (...args: unknown[]) => unknown } }).transactions;
+    const run = transactions.run.bind(transactions);
+    let opened = 0;
+    transactions.run = (...args: unknown[]) => {
+      opened++;
+      return run(...args);
+    };
+    expect(worker.drain()).toBe(5);
+    expect(opened).toBe(3);
+    expect(engine.db.prepare("SELECT count(*) FROM executions WHERE status = 'SUCCEEDED' AND parent_id IS NULL").pluck().get()).toBe(5);
   });
 });
 

@@ -406,6 +406,11 @@ export function depthLimitRule(depthMax: number): ValidationRule {
   };
 }
 
+/** The answer of a request that an EngineError stopped before it ran (a full queue, a dead thread). */
+export function errorAnswer(error: EngineError): FormattedResult {
+  return { data: null, errors: [formatError(engineGraphqlError(error))] };
+}
+
 export function engineGraphqlError(error: EngineError): GraphQLError {
   return new GraphQLError(error.message, { originalError: error, extensions: error.extensions });
 }

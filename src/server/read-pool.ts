@@ -1,7 +1,7 @@
 import { resolve as resolvePath } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { EngineError, type ErrorData } from '../errors.js';
-import { engineGraphqlError, type FormattedResult, formatError, type GraphqlRequest } from '../graphql/executor.js';
+import { errorAnswer, type FormattedResult, type GraphqlRequest } from '../graphql/executor.js';
 import { type Limits, resolveLimits } from '../limits.js';
 import type { FromReadWorker, ReadWorkerData, ReadWorkerRequestOptions, ToReadWorker } from './read-worker.js';
 
@@ -167,8 +167,8 @@ export class ReadPool {
    * answer with an error result (`data: null`, one error with its code).
    */
   execute(request: GraphqlRequest, options: ReadOptions = {}, signal?: AbortSignal): Promise<FormattedResult> {
-    if (this.closing) return Promise.resolve(errorResult(closedError()));
-    if (signal?.aborted) return Promise.resolve(errorResult(cancelledError()));
+    if (this.closing) return Promise.resolve(errorAnswer(closedError()));
+    if (signal?.aborted) return Promise.resolve(errorAnswer(cancelledError()));
     return new Promise<FormattedResult>((resolve) => {
       const p: Pending = {
         id: this.nextId++,
@@ -237,7 +237,7 @@ export class ReadPool {
     this.closing = (async () => {
       for (const timer of this.restartTimers) clearTimeout(timer);
       this.restartTimers.clear();
-      for (const list of this.queues.values()) for (const p of list) this.settle(p, errorResult(closedError()));
+      for (const list of this.queues.values()) for (const p of list) this.settle(p, errorAnswer(closedError()));
       this.queues.clear();
       this.queued = 0;
       await Promise.all(
@@ -351,14 +351,14 @@ export class ReadPool {
     slot.running.clear();
     slot.waiting.clear();
     const closing = this.closing !== null;
-    for (const p of inFlight) this.settle(p, errorResult(closing ? closedError() : failure));
+    for (const p of inFlight) this.settle(p, errorAnswer(closing ? closedError() : failure));
     if (closing || (!this.started && !wasReady)) return;
     if (wasReady) this.options.logError(new Error(`read thread ${slot.index} stopped; starting another (${inFlight.length} queries in flight answered INTERNAL)`));
     else {
       this.failuresInRow++;
       this.options.logError(failure);
       if (!this.slots.some((s) => s.ready)) {
-        for (const list of this.queues.values()) for (const p of list) this.settle(p, errorResult(new EngineError('INTERNAL', `no read thread is running: ${failure.message}`, { hint: 'Retry later; the server log says why the read threads cannot start.' })));
+        for (const list of this.queues.values()) for (const p of list) this.settle(p, errorAnswer(new EngineError('INTERNAL', `no read thread is running: ${failure.message}`, { hint: 'Retry later; the server log says why the read threads cannot start.' })));
         this.queues.clear();
         this.queued = 0;
       }
@@ -423,11 +423,11 @@ export class ReadPool {
       if (list.length === 0) this.queues.delete(top);
       this.queued--;
       this.refused++;
-      this.settle(shed, errorResult(queueFullError(max, true)));
+      this.settle(shed, errorAnswer(queueFullError(max, true)));
       return true;
     }
     this.refused++;
-    this.settle(p, errorResult(queueFullError(max, false)));
+    this.settle(p, errorAnswer(queueFullError(max, false)));
     return false;
   }
 
@@ -440,7 +440,7 @@ export class ReadPool {
     } catch (error) {
       // Variables the structured clone refuses (a function, a symbol): not a GraphQL value anyway.
       slot.running.delete(p.id);
-      this.settle(p, errorResult(new EngineError('BAD_REQUEST', `the query cannot be sent to a read thread: ${(error as Error).message}`, { hint: 'Send variables as JSON values.' })));
+      this.settle(p, errorAnswer(new EngineError('BAD_REQUEST', `the query cannot be sent to a read thread: ${(error as Error).message}`, { hint: 'Send variables as JSON values.' })));
     }
   }
 
@@ -461,7 +461,7 @@ export class ReadPool {
         if (list.length === 0) this.queues.delete(p.client);
         this.queued--;
       }
-      this.settle(p, errorResult(cancelledError()));
+      this.settle(p, errorAnswer(cancelledError()));
       return;
     }
     if (!p.slot.gone) p.slot.worker.postMessage({ type: 'cancel', id: p.id } satisfies ToReadWorker);
@@ -484,10 +484,6 @@ export class ReadPool {
 }
 
 /** An answer that ran nothing: the engine's own shape (data null, one error with its code and hint). */
-function errorResult(error: EngineError): FormattedResult {
-  return { data: null, errors: [formatError(engineGraphqlError(error))] };
-}
-
 function queueFullError(max: number, shed: boolean): EngineError {
   return new EngineError(
     'BUSY',

@@ -1,7 +1,6 @@
 import type { BatchRequest, Engine } from '../engine.js';
 import { EngineError } from '../errors.js';
-import type { FormattedResult } from '../graphql/executor.js';
-import { engineGraphqlError, formatError } from '../graphql/executor.js';
+import { errorAnswer, type FormattedResult } from '../graphql/executor.js';
 
 interface Pending extends BatchRequest {
   principal: string;
@@ -104,7 +103,7 @@ export class WriteQueue {
     } catch (error) {
       // executeGroup answers failures itself; anything thrown is a bug, and must not strand a reply.
       const failed = new EngineError('INTERNAL', `the write group failed: ${(error as Error)?.message ?? String(error)}`);
-      answers = group.map(() => ({ data: null, errors: [formatError(engineGraphqlError(failed))] }));
+      answers = group.map(() => errorAnswer(failed));
     }
     // The group answers a prefix of its requests; each client's answered ones are the first of its queue.
     let done = 0;
@@ -126,6 +125,5 @@ export class WriteQueue {
 }
 
 function busy(message: string): FormattedResult {
-  const error = new EngineError('BUSY', message, { hint: 'Retry the request in a moment, or send fewer at once.' });
-  return { errors: [formatError(engineGraphqlError(error))] };
+  return errorAnswer(new EngineError('BUSY', message, { hint: 'Retry the request in a moment, or send fewer at once.' }));
 }

@@ -178,11 +178,7 @@ export class TransactionManager {
       sp.release.run();
       return outcome;
     }
-    sp.rollbackTo.run();
-    sp.release.run();
-    this.committed.length = Math.min(this.committed.length, registered);
-    this.epoch?.bump();
-    if (this.writes && this.writes() !== writesBefore) this.onUndoneWrites?.();
+    this.undoSavepoint(sp, registered, writesBefore);
     return outcome;
   }
 
@@ -202,17 +198,25 @@ export class TransactionManager {
       sp.release.run();
       return value;
     } catch (error) {
-      if (this.db.inTransaction) {
-        sp.rollbackTo.run();
-        sp.release.run();
-      }
-      this.committed.length = Math.min(this.committed.length, registered);
-      this.epoch?.bump();
-      if (this.writes && this.writes() !== writesBefore) this.onUndoneWrites?.();
+      this.undoSavepoint(sp, registered, writesBefore);
       throw error;
     } finally {
       this.savepointDepth--;
     }
+  }
+
+  /**
+   * Undo a savepoint's work (its writes, unless SQLite already ended the transaction; what it
+   * registered to run after commit; the caches that may have seen its writes) and release it.
+   */
+  private undoSavepoint(sp: { rollbackTo: Statement<[]>; release: Statement<[]> }, registered: number, writesBefore: number): void {
+    if (this.db.inTransaction) {
+      sp.rollbackTo.run();
+      sp.release.run();
+    }
+    this.committed.length = Math.min(this.committed.length, registered);
+    this.epoch?.bump();
+    if (this.writes && this.writes() !== writesBefore) this.onUndoneWrites?.();
   }
 
   /** Another connection committed since our last transaction: cached rows may be stale. */

@@ -1,6 +1,6 @@
 import type { Statement } from 'better-sqlite3';
 import type { Db } from '../database.js';
-import type { BalanceRow, EntryRow } from './ledger.js';
+import { ADD_TO_BALANCE, type BalanceRow, type EntryRow } from './ledger.js';
 
 /**
  * The tables of migration 12 (calculations).
@@ -179,10 +179,7 @@ export function calculationStatements(db: Db) {
     /** Add to a calculation balance: the UPDATE first (the record usually exists), the INSERT when it changed nothing. */
     updateBalance: db.prepare(
       `UPDATE calculation_balances SET
-         settled_dr = dec_add(settled_dr, @settled_dr), settled_cr = dec_add(settled_cr, @settled_cr),
-         pending_dr = dec_add(pending_dr, @pending_dr), pending_cr = dec_add(pending_cr, @pending_cr),
-         encumbrance_dr = dec_add(encumbrance_dr, @encumbrance_dr), encumbrance_cr = dec_add(encumbrance_cr, @encumbrance_cr),
-         entry_id = @entry_id, version = version + 1, modified = @modified
+         ${ADD_TO_BALANCE}
        WHERE calculation_id = @calculation_id AND account_id = @account_id AND journal_id = @journal_id AND currency = @currency
          AND dimension_key = @dimension_key AND period = @period`,
     ) as Statement<[Record<string, string>]>,

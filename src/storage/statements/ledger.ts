@@ -314,10 +314,7 @@ export function ledgerStatements(db: Db) {
      */
     updateBalance: db.prepare(
       `UPDATE balances SET
-         settled_dr = dec_add(settled_dr, @settled_dr), settled_cr = dec_add(settled_cr, @settled_cr),
-         pending_dr = dec_add(pending_dr, @pending_dr), pending_cr = dec_add(pending_cr, @pending_cr),
-         encumbrance_dr = dec_add(encumbrance_dr, @encumbrance_dr), encumbrance_cr = dec_add(encumbrance_cr, @encumbrance_cr),
-         entry_id = @entry_id, version = version + 1, modified = @modified
+         ${ADD_TO_BALANCE}
        WHERE account_id = @account_id AND journal_id = @journal_id AND currency = @currency
        RETURNING ${BALANCE_AFTER}`,
     ),
@@ -360,6 +357,12 @@ export function ledgerStatements(db: Db) {
 export const BALANCE_COLUMNS = ['settled_dr', 'settled_cr', 'pending_dr', 'pending_cr', 'encumbrance_dr', 'encumbrance_cr'] as const;
 
 /** What a balance upsert returns: the record as it left it, for the entries' history snapshot. */
+/** The SET of a balance row taking a posting's amounts (named parameters, one per layer and side). */
+export const ADD_TO_BALANCE = `settled_dr = dec_add(settled_dr, @settled_dr), settled_cr = dec_add(settled_cr, @settled_cr),
+         pending_dr = dec_add(pending_dr, @pending_dr), pending_cr = dec_add(pending_cr, @pending_cr),
+         encumbrance_dr = dec_add(encumbrance_dr, @encumbrance_dr), encumbrance_cr = dec_add(encumbrance_cr, @encumbrance_cr),
+         entry_id = @entry_id, version = version + 1, modified = @modified`;
+
 const BALANCE_AFTER = `version, settled_dr || ' ' || settled_cr || ' ' || pending_dr || ' ' || pending_cr || ' ' || encumbrance_dr || ' ' || encumbrance_cr AS after`;
 export interface BalanceAfter {
   version: number;
