@@ -284,8 +284,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     : null;
   const epoch = new CacheEpoch();
   watchCachedTables(db, epoch);
-  const toolsChange = watchToolTables(db);
   const transactions = options.readOnly ? new ReadOnlyTransactions(db, epoch) : new TransactionManager(db, epoch);
+  const toolsChange = watchToolTables(db, () => transactions.dataVersionAtBegin);
   transactions.reportCallbackError = logError;
   const cel = new Cel(clock, limits);
   const newId = orderedIds();
@@ -302,6 +302,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     cache: {
       journals: new RecordCache(epoch, limits.recordCacheMax),
       tranCodesByCode: new RecordCache(epoch, limits.recordCacheMax),
+      // One row per account posted to: ten times the row caches' bound.
+      accounts: new RecordCache(epoch, limits.recordCacheMax * 10),
       // One entry per account posted to (small lists): ten times the row caches' bound.
       setsAbove: new RecordCache(epoch, limits.recordCacheMax * 10),
       posting: new RecordCache(epoch, limits.recordCacheMax * 10),

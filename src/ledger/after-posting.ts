@@ -1,13 +1,9 @@
-import type { EntryRow, TransactionRow } from '../storage/statements/ledger.js';
 import { applyCalculations } from './calculations.js';
 import type { LedgerDeps } from './deps.js';
+import type { Posted } from './posted.js';
 import { applyViews } from './views.js';
 
-/** A transaction as written, with its entries (each with the sets it rolled up into). */
-export interface Posted {
-  transaction: TransactionRow;
-  entries: readonly EntryRow[];
-}
+export type { Posted } from './posted.js';
 
 /**
  * Everything a posting (or a void) keeps up to date beyond the entries and the balances of their

@@ -28,12 +28,12 @@ import { nameBasedUuid } from '../ids.js';
 import { isReservedKey } from '../json.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { CalculationBalanceRow, CalculationRow } from '../storage/statements/calculations.js';
-import type { AccountRow, EntryRow, TransactionRow } from '../storage/statements/ledger.js';
+import type { EntryRow, TransactionRow } from '../storage/statements/ledger.js';
 import { balanceOwner } from './account-sets.js';
-import type { Posted } from './after-posting.js';
+import { ownersOf, type Posted } from './posted.js';
 import { type Balance, toBalance } from './balances.js';
-import type { LedgerDeps } from './deps.js';
-import { accountDocument, entryDocument, transactionDocument } from './documents.js';
+import { cachedAccount, type LedgerDeps } from './deps.js';
+import { accountDocument, entryDocument, lazyVars, transactionDocument } from './documents.js';
 import { DEFAULT_JOURNAL_ID, getJournal } from './journals.js';
 
 type Compiled = (context?: Record<string, unknown>) => unknown;
@@ -389,27 +389,37 @@ type Column = (typeof COLUMNS)[number];
 
 /** Sums per calculation balance record, written with one upsert each. */
 class Deltas {
-  private readonly sums = new Map<string, Record<string, string>>();
+  private readonly sums = new Map<string, { row: Record<string, string>; columns: Set<Column> }>();
 
   add(calculationId: string, accountId: string, journalId: string, currency: string, key: string, period: string, dimensions: string, column: Column, units: string, entryId: string): void {
     const id = `${calculationId}\u0000${accountId}\u0000${journalId}\u0000${currency}\u0000${key}\u0000${period}`;
     let sum = this.sums.get(id);
     if (!sum) {
-      sum = {
+      const row = {
         calculation_id: calculationId, account_id: accountId, journal_id: journalId, currency, dimension_key: key, period, dimensions,
         settled_dr: '0', settled_cr: '0', pending_dr: '0', pending_cr: '0', encumbrance_dr: '0', encumbrance_cr: '0', entry_id: entryId, modified: '',
       };
+      sum = { row, columns: new Set() };
       this.sums.set(id, sum);
     }
-    sum[column] = addText(sum[column]!, units);
-    sum.entry_id = entryId;
+    sum.row[column] = addText(sum.row[column]!, units);
+    sum.row.entry_id = entryId;
+    sum.columns.add(column);
   }
 
   write(deps: LedgerDeps, modified: string): void {
-    for (const sum of this.sums.values()) {
-      sum.modified = modified;
+    for (const { row, columns } of this.sums.values()) {
+      row.modified = modified;
+      if (columns.size === 1) {
+        // The usual case, one layer and side: SQLite adds to that column only (one dec_add, not six).
+        const [column] = columns as unknown as [Column];
+        const r = row as Record<Column | 'calculation_id' | 'account_id' | 'journal_id' | 'currency' | 'dimension_key' | 'period' | 'entry_id', string>;
+        const changed = deps.calc.updateBalanceColumn[column].run(r[column], r.entry_id, modified, r.calculation_id, r.account_id, r.journal_id, r.currency, r.dimension_key, r.period).changes;
+        if (changed === 0) deps.calc.insertBalance.run(row);
+        continue;
+      }
       // Named binding ignores the extra key (dimensions) the UPDATE does not use.
-      if (deps.calc.updateBalance.run(sum).changes === 0) deps.calc.insertBalance.run(sum);
+      if (deps.calc.updateBalance.run(row).changes === 0) deps.calc.insertBalance.run(row);
     }
   }
 }
@@ -443,35 +453,36 @@ type Scope = { kind: 'posting'; attached: (ownerId: string, journalId: string) =
 interface EntryContext {
   entry: EntryRow;
   transaction: TransactionRow;
+  /** Where the entry's sets come from when it was just written (else its parent_account_ids). */
+  posted: Pick<Posted, 'parents'>;
   vars: { context: { vars: Record<string, unknown> } } | null;
+  /** The entry's account and the sets it rolled up into, once read. */
+  owners?: string[];
 }
 
-function contextOf(deps: LedgerDeps, ec: EntryContext, accounts: Map<string, AccountRow | undefined>): { context: { vars: Record<string, unknown> } } {
+function contextOf(deps: LedgerDeps, ec: EntryContext): { context: { vars: Record<string, unknown> } } {
   if (ec.vars) return ec.vars;
-  let account = accounts.get(ec.entry.account_id);
-  if (!accounts.has(ec.entry.account_id)) {
-    account = deps.st.accountById.get(ec.entry.account_id);
-    accounts.set(ec.entry.account_id, account);
-  }
-  const vars: Record<string, unknown> = {
-    entry: entryDocument(ec.entry, ec.transaction),
-    transaction: transactionDocument(ec.transaction),
-  };
-  if (account) vars.account = accountDocument(account);
+  const { entry, transaction } = ec;
+  // Entries reference their account (a foreign key): it exists.
+  const vars = lazyVars({
+    entry: () => entryDocument(entry, transaction),
+    transaction: () => transactionDocument(transaction),
+    account: () => accountDocument(cachedAccount(deps, entry.account_id)!),
+  });
   ec.vars = { context: { vars } };
   return ec.vars;
 }
 
-function applyEntry(deps: LedgerDeps, def: Definition, ec: EntryContext, scope: Scope, deltas: Deltas, accounts: Map<string, AccountRow | undefined>): void {
+function applyEntry(deps: LedgerDeps, def: Definition, ec: EntryContext, scope: Scope, deltas: Deltas): void {
   const { entry, transaction } = ec;
-  const candidates = entry.parent_account_ids === null ? [entry.account_id] : [entry.account_id, ...(JSON.parse(entry.parent_account_ids) as string[])];
-  let owners: string[];
+  const candidates = (ec.owners ??= ownersOf(ec.posted, entry));
+  let owners: readonly string[];
   if (scope.kind === 'all') owners = candidates;
   else if (scope.kind === 'owner') owners = entry.journal_id === scope.journalId && candidates.includes(scope.accountId) ? [scope.accountId] : [];
   else owners = def.scope === 'GLOBAL' ? candidates : candidates.filter((c) => scope.attached(c, entry.journal_id).has(def.id));
   if (owners.length === 0) return;
 
-  const context = contextOf(deps, ec, accounts);
+  const context = contextOf(deps, ec);
   if (def.condition) {
     let matched: unknown;
     try {
@@ -545,10 +556,9 @@ export function applyCalculations(deps: LedgerDeps, posted: Posted): void {
     },
   };
   const deltas = new Deltas();
-  const accounts = new Map<string, AccountRow | undefined>();
   for (const entry of posted.entries) {
-    const ec: EntryContext = { entry, transaction: posted.transaction, vars: null };
-    for (const def of definitions.list) applyEntry(deps, def, ec, scope, deltas, accounts);
+    const ec: EntryContext = { entry, transaction: posted.transaction, posted, vars: null };
+    for (const def of definitions.list) applyEntry(deps, def, ec, scope, deltas);
   }
   deltas.write(deps, posted.transaction.modified);
 }
@@ -563,7 +573,6 @@ function backfill(deps: LedgerDeps, def: Definition, scope: { kind: 'all' } | { 
   let isSet = false;
   if (scope.kind === 'owner') isSet = balanceOwner(deps, scope.accountId).isSet;
   const deltas = new Deltas();
-  const accounts = new Map<string, AccountRow | undefined>();
   let transaction: TransactionRow | undefined;
   let after = 0;
   let read = 0;
@@ -588,7 +597,7 @@ function backfill(deps: LedgerDeps, def: Definition, scope: { kind: 'all' } | { 
     for (const entry of rows) {
       if (!transaction || transaction.transaction_id !== entry.transaction_id) transaction = deps.st.transactionById.get(entry.transaction_id)!;
       if (transaction.modified > modified) modified = transaction.modified;
-      applyEntry(deps, def, { entry, transaction, vars: null }, scope, deltas, accounts);
+      applyEntry(deps, def, { entry, transaction, posted: {}, vars: null }, scope, deltas);
     }
     after = rows.at(-1)!.seq;
     if (rows.length < chunk) break;

@@ -3,7 +3,7 @@ import type { Clock } from '../clock.js';
 import type { Limits } from '../limits.js';
 import type { CacheEpoch, RecordCache } from '../storage/record-cache.js';
 import type { CalculationStatements } from '../storage/statements/calculations.js';
-import type { JournalRow, LedgerStatements, TranCodeRow } from '../storage/statements/ledger.js';
+import type { AccountRow, JournalRow, LedgerStatements, TranCodeRow } from '../storage/statements/ledger.js';
 import type { VelocityStatements } from '../storage/statements/velocity.js';
 import type { ViewStatements } from '../storage/statements/views.js';
 
@@ -42,6 +42,8 @@ export interface LedgerDeps {
   cache: {
     journals: RecordCache<JournalRow>;
     tranCodesByCode: RecordCache<TranCodeRow>;
+    /** Account and set rows by id, as postings read them (never mutate one: it is shared). */
+    accounts: RecordCache<AccountRow>;
     /** The sets above an account in a journal, by `${accountId} ${journalId}`. */
     setsAbove: RecordCache<string[]>;
     /** Anything else a posting consults and that changes only with the cached tables (see velocity.ts). */
@@ -49,4 +51,9 @@ export interface LedgerDeps {
   };
   /** Told of every change, in the same transaction (triggers start executions from here). */
   onChange?: (change: LedgerChange) => void;
+}
+
+/** An account or set row by id: from the epoch cache inside the engine's transactions. */
+export function cachedAccount(deps: LedgerDeps, accountId: string): AccountRow | undefined {
+  return deps.cache.accounts.get(accountId, (id) => deps.st.accountById.get(id));
 }

@@ -49,7 +49,42 @@ function buildEntryDocument(row: EntryRow, transaction?: Pick<TransactionRow, 'v
   return doc;
 }
 
+/** Transaction and account documents, built once per row object (cached rows are shared, never mutated). */
+const rowDocuments = new WeakMap<object, CelDocument>();
+
 export function transactionDocument(row: TransactionRow): CelDocument {
+  let doc = rowDocuments.get(row);
+  if (!doc) rowDocuments.set(row, (doc = buildTransactionDocument(row)));
+  return doc;
+}
+
+export function accountDocument(row: AccountRow): CelDocument {
+  let doc = rowDocuments.get(row);
+  if (!doc) rowDocuments.set(row, (doc = buildAccountDocument(row)));
+  return doc;
+}
+
+/**
+ * `vars` whose documents are built when an expression first reads them: a calculation's dimension
+ * usually reads one field of the entry, and building the account's and transaction's costs more.
+ */
+export function lazyVars(builders: Record<string, () => CelDocument>): CelDocument {
+  const vars: CelDocument = {};
+  for (const [name, build] of Object.entries(builders)) {
+    Object.defineProperty(vars, name, {
+      enumerable: true,
+      configurable: true,
+      get() {
+        const value = build();
+        Object.defineProperty(vars, name, { value, enumerable: true });
+        return value;
+      },
+    });
+  }
+  return vars;
+}
+
+function buildTransactionDocument(row: TransactionRow): CelDocument {
   const doc: CelDocument = {
     transaction_id: row.transaction_id,
     tran_code_id: row.tran_code_id,
@@ -68,7 +103,7 @@ export function transactionDocument(row: TransactionRow): CelDocument {
   return doc;
 }
 
-export function accountDocument(row: AccountRow): CelDocument {
+function buildAccountDocument(row: AccountRow): CelDocument {
   const doc: CelDocument = {
     account_id: row.account_id,
     code: row.code,

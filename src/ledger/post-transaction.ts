@@ -6,12 +6,11 @@ import { EngineError, quote } from '../errors.js';
 import { checkCelValueSize } from '../cel/cel.js';
 import { canonicalJson, fingerprint, isUuid } from '../ids.js';
 import { setOwn } from '../json.js';
-import { RecordCache } from '../storage/record-cache.js';
 import type { EntryRow, TranCodeRow, TransactionRow } from '../storage/statements/ledger.js';
 import { setsAbove } from './account-sets.js';
 import { afterPosting, type Posted } from './after-posting.js';
 import { applyToBalances, type BalanceDelta } from './balances.js';
-import type { LedgerDeps } from './deps.js';
+import { cachedAccount, type LedgerDeps } from './deps.js';
 import { DEFAULT_JOURNAL_ID } from './journals.js';
 import { bindParams, isDate } from './params.js';
 import { type Direction, type Entry, isPlainJson, type JsonObject, jsonObjectText, type Layer, readJson, type Transaction } from './records.js';
@@ -326,7 +325,7 @@ function writeTransaction(
     }
   }
   const transaction: TransactionRow = { ...row, seq: Number(info.lastInsertRowid) };
-  const posted = { transaction, entries: written };
+  const posted: Posted = { transaction, entries: written, parents, balances: after };
   afterPosting(deps, posted);
   return posted;
 }
@@ -356,37 +355,22 @@ function cachedTranCode(deps: LedgerDeps, code: string): TranCodeRow {
   return deps.cache.tranCodesByCode.get(code, () => findTranCodeRow(deps, { code }))!;
 }
 
-type AccountStatusRow = [code: string, status: string, isSet: number];
-
-/**
- * Each engine's account rows as postings check them, for the cache epoch (accounts are a cached
- * table: creating, updating or deleting one moves it). Apart from deps.cache.posting so that many
- * accounts posted to do not push out what velocity keeps there.
- */
-const accountStatusCaches = new WeakMap<LedgerDeps, RecordCache<AccountStatusRow>>();
-
-function accountStatus(deps: LedgerDeps, accountId: string): AccountStatusRow | undefined {
-  let cache = accountStatusCaches.get(deps);
-  if (!cache) accountStatusCaches.set(deps, (cache = new RecordCache(deps.epoch, deps.limits.recordCacheMax * 10)));
-  return cache.get(accountId, (id) => deps.st.accountStatus.get(id) as AccountStatusRow | undefined);
-}
-
 function checkPostable(deps: LedgerDeps, accountIds: readonly string[]): void {
   const checked = new Set<string>();
   for (const accountId of accountIds) {
     if (checked.has(accountId)) continue;
     checked.add(accountId);
-    const account = accountStatus(deps, accountId);
+    const account = cachedAccount(deps, accountId);
     if (!account) {
       throw new EngineError('NOT_FOUND', `account ${quote(accountId)} does not exist`, { hint: 'Create the account before posting to it.' });
     }
-    if (account[2] === 1) {
-      throw new EngineError('BAD_REQUEST', `${account[0]} (${accountId}) is an account set; entries are never posted to a set`, {
+    if (account.is_account_set === 1) {
+      throw new EngineError('BAD_REQUEST', `${account.code} (${accountId}) is an account set; entries are never posted to a set`, {
         hint: 'Post to an account in the set: its balance rolls up into the set.',
       });
     }
-    if (account[1] === 'LOCKED') {
-      throw new EngineError('ACCOUNT_LOCKED', `account ${account[0]} (${accountId}) is LOCKED and accepts no postings`, {
+    if (account.status === 'LOCKED') {
+      throw new EngineError('ACCOUNT_LOCKED', `account ${account.code} (${accountId}) is LOCKED and accepts no postings`, {
         details: { accountId },
       });
     }

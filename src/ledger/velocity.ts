@@ -7,8 +7,8 @@ import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { AccountRow, BalanceRow, EntryRow } from '../storage/statements/ledger.js';
 import { BALANCE_COLUMNS } from '../storage/statements/ledger.js';
 import type { VelocityAttachmentRow, VelocityControlRow, VelocityLimitRow } from '../storage/statements/velocity.js';
-import type { Posted } from './after-posting.js';
-import type { LedgerDeps } from './deps.js';
+import { ownersOf, type Posted } from './posted.js';
+import { cachedAccount, type LedgerDeps } from './deps.js';
 import { DEFAULT_JOURNAL_ID } from './journals.js';
 import { accountDocument, type CelDocument, entryDocument, transactionDocument } from './documents.js';
 import { identifiersOf } from './param-defaults.js';
@@ -616,7 +616,7 @@ function countTotals(deps: LedgerDeps, posted: Posted, sign: 1 | -1, now: string
   // none attached (the common case) costs a map lookup per account and set.
   const attachments = new Map<string, Attachment[]>();
   const targets = new Map<EntryRow, string[]>();
-  for (const entry of posted.entries) targets.set(entry, [entry.account_id, ...(entry.parent_account_ids === null ? [] : (JSON.parse(entry.parent_account_ids) as string[]))]);
+  for (const entry of posted.entries) targets.set(entry, ownersOf(posted, entry));
   let any = false;
   for (const entry of posted.entries) {
     for (const id of targets.get(entry)!) {
@@ -635,7 +635,7 @@ function countTotals(deps: LedgerDeps, posted: Posted, sign: 1 | -1, now: string
     for (const targetId of targets.get(entry)!) {
       const attached = attachments.get(targetId)!;
       if (attached.length === 0) continue;
-      const target = deps.st.accountById.get(targetId);
+      const target = cachedAccount(deps, targetId);
       if (!target) continue;
       let context: Record<string, unknown> | undefined;
       const contextOf = () => {
@@ -797,7 +797,7 @@ function violationOf(deps: LedgerDeps, check: Check, posted: Posted, now: string
   const { limit, attachment, target, entry, control } = check;
   const totals: Totals | undefined = keepsTotals(limit)
     ? deps.vel.velocityBalance.get(limit.velocityLimitId, target.account_id, entry.journal_id, entry.currency, check.window)
-    : deps.st.balance.get(target.account_id, entry.journal_id, entry.currency);
+    : balanceLeft(posted, target.account_id, entry) ?? deps.st.balance.get(target.account_id, entry.journal_id, entry.currency);
   const violated = (layer: Layer, side: Direction | null, amount: { d: Dec; scale: number }) =>
     exceptionIfPast(totals, { target, layer, side, amount, currency: entry.currency, control, limit }, { entryId: entry.entry_id, transactionId: posted.transaction.transaction_id, now });
   let evaluated: Record<string, unknown> | undefined;
@@ -808,6 +808,14 @@ function violationOf(deps: LedgerDeps, check: Check, posted: Posted, now: string
     if (violation) return violation;
   }
   return null;
+}
+
+/** The balance record of an account or set as the posting just left it (no read), when it wrote one. */
+function balanceLeft(posted: Posted, accountId: string, entry: EntryRow): Totals | undefined {
+  const after = posted.balances?.get(`${accountId} ${entry.journal_id} ${entry.currency}`);
+  if (!after) return undefined;
+  const [settled_dr, settled_cr, pending_dr, pending_cr, encumbrance_dr, encumbrance_cr] = after.after.split(' ') as [string, string, string, string, string, string];
+  return { settled_dr, settled_cr, pending_dr, pending_cr, encumbrance_dr, encumbrance_cr };
 }
 
 function timestampOf(deps: LedgerDeps, limit: VelocityLimit, posted: Posted, context: () => Record<string, unknown>): unknown {

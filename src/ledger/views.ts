@@ -3,7 +3,7 @@ import { EngineError, quote } from '../errors.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { EntryRow, TransactionRow } from '../storage/statements/ledger.js';
 import type { IndexRow, ViewRecordRow, ViewRow, ViewVersionRow } from '../storage/statements/views.js';
-import type { Posted } from './after-posting.js';
+import type { Posted } from './posted.js';
 import type { LedgerDeps } from './deps.js';
 import { type CelDocument, entryDocument, transactionDocument } from './documents.js';
 import {

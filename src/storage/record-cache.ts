@@ -127,10 +127,12 @@ const TOOL_TABLES = ['actions', 'action_versions', 'clients'] as const;
  * data_version moved) are seen by a small fingerprint of those tables, read only then. A commit
  * elsewhere that touched no action and no client (a posting, a worker's attempt) fires nothing.
  */
-export function watchToolTables(db: Db): { readonly writes: number; changedSince(writesBefore: number): boolean } {
+export function watchToolTables(db: Db, versionAtBegin?: () => number): { readonly writes: number; changedSince(writesBefore: number): boolean } {
   let writes = 0;
   watchWrites(db, 'tools', TOOL_TABLES, () => writes++);
-  const dataVersion = db.prepare<[], number>('PRAGMA data_version').pluck();
+  const pragma = db.prepare<[], number>('PRAGMA data_version').pluck();
+  // After a write transaction the version its BEGIN read is current (see TransactionManager): no second read.
+  const dataVersion = { get: () => (versionAtBegin ? versionAtBegin() : (pragma.get() as number)) };
   const fingerprint = db
     .prepare<[], string>(
       `SELECT (SELECT count(*) || ':' || ifnull(max(modified), '') FROM action_versions) || '|' ||

@@ -53,6 +53,14 @@ export class TransactionManager {
     this.onUndoneWrites = undone;
   }
 
+  /**
+   * PRAGMA data_version as the last BEGIN read it. After a write transaction it is still current:
+   * no other connection commits while this one holds the write lock.
+   */
+  get dataVersionAtBegin(): number {
+    return this.lastDataVersion;
+  }
+
   get inTransaction(): boolean {
     return this.db.inTransaction;
   }

@@ -137,7 +137,6 @@ export function ledgerStatements(db: Db) {
 
     accountById: db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE account_id = ?'),
     /** What posting checks of an account: [code, status]. */
-    accountStatus: db.prepare<[string], [string, string, number]>('SELECT code, status, is_account_set FROM accounts WHERE account_id = ?').raw(),
     accountByCode: db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE code = ?'),
     accountByExternalId: db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE external_id = ?'),
     accountsPage: db.prepare<[number, number], AccountRow & { rowid: number }>(
