@@ -212,6 +212,33 @@ async function startReadPool(db: string, logger: import('../log.js').Logger): Pr
   }
 }
 
+/** The writer thread of `tally serve`, or undefined when it cannot start (said in the log; requests then run on the main thread). */
+async function startWriter(
+  db: string,
+  logger: import('../log.js').Logger,
+  durability: 'normal' | 'full',
+  worker: { owner: string } | null,
+): Promise<import('../server/writer-thread.js').WriterThread | undefined> {
+  const { WriterThread } = await import('../server/writer-thread.js');
+  const config = await serverConfig();
+  const logError = (error: unknown) => logger.error({ event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) }, 'writer thread failed');
+  const level = (logger as { level?: unknown }).level;
+  try {
+    return await WriterThread.start({
+      path: db,
+      durability,
+      limits: config.limits,
+      providers: config.providers,
+      log: typeof level === 'string' ? { level: level as import('../server/logger.js').LogLevel, pretty: process.stdout.isTTY === true } : null,
+      worker,
+      logError,
+    });
+  } catch (error) {
+    logError(error);
+    return undefined;
+  }
+}
+
 /** --durability normal|full (default: $TALLY_DURABILITY, else normal). */
 function durabilityOption(options: Options): 'normal' | 'full' {
   const given = options.durability === undefined ? process.env.TALLY_DURABILITY : String(options.durability);
@@ -239,8 +266,9 @@ async function serve(db: string, options: Options): Promise<void> {
   const { cliLogger } = await import('./logging.js');
   const logger = cliLogger(options['log-level'], (message) => new UsageError(message));
   const { createEngine } = await import('../engine.js');
-  const { attachReadPool, createServer } = await import('../server/http.js');
-  const engine = await createEngine({ path: db, logger, durability: durabilityOption(options), ...(await serverConfig()) });
+  const { attachReadPool, attachWriter, createServer } = await import('../server/http.js');
+  const durability = durabilityOption(options);
+  const engine = await createEngine({ path: db, logger, durability, ...(await serverConfig()) });
   const worker = options['no-worker'] === true ? null : engine.createWorker({ owner: `serve-${process.pid}` });
   const server = createServer(engine, { logger, ...(worker ? { worker } : {}) });
   let rotate: boolean;
@@ -269,13 +297,29 @@ async function serve(db: string, options: Options): Promise<void> {
   // Queries on read-only connections in worker threads, beside the writer (readPoolThreads; 0:
   // none). Started after listening; until its threads are up, queries run on the writer.
   let readPool: import('../server/read-pool.js').ReadPool | undefined;
+  let writer: import('../server/writer-thread.js').WriterThread | undefined;
   let stopping = false;
+  // The writer on a thread of its own (its engine and the queue worker), so that a running tool
+  // never holds this thread, which then only routes and replies. Started after listening; until it
+  // is up, requests run on this thread's engine, which stays open for the key check and routing.
+  if (db !== ':memory:') {
+    void startWriter(db, logger, durability, worker === null ? null : { owner: `serve-${process.pid}` }).then(async (thread) => {
+      if (!thread) return;
+      if (stopping) return void thread.close();
+      writer = thread;
+      attachWriter(server, thread);
+      logger.info({ event: 'writer' }, 'writer thread started: mutations, tools and the queue worker run beside the HTTP thread');
+      // The thread runs its own queue worker: this one finishes its attempt and stops.
+      await worker?.stop();
+    });
+  }
   const pooled = db !== ':memory:' && engine.limits.readPoolThreads > 0 ? startReadPool(db, logger) : Promise.resolve(undefined);
   void pooled.then((pool) => {
     if (!pool) return;
     if (stopping) return void pool.close();
     readPool = pool;
     attachReadPool(server, pool);
+    logger.info({ event: 'reads', threads: pool.stats().threads }, `read pool started: ${pool.stats().threads} thread(s) answer queries beside the writer`);
   });
   // Requests run synchronously, so none is ever cut mid-transaction: stop accepting, let the
   // in-flight responses finish, finish the running attempt, then close the database.
@@ -284,6 +328,7 @@ async function serve(db: string, options: Options): Promise<void> {
     io.out(`tally: ${signal}, shutting down\n`);
     server.close(() => {
       void (worker?.stop() ?? Promise.resolve())
+        .then(() => writer?.close())
         // The readers close first, so the writer's connection is the last and removes the log.
         .then(() => readPool?.close())
         .then(() => {

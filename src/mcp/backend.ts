@@ -16,7 +16,7 @@ export interface McpBackend {
 }
 
 /** The client is `principal` (stdio in-process) or the holder of `apiKey` (HTTP), re-checked on every request. */
-export function engineBackend(engine: Engine, identity: { principal: string } | { apiKey: string }): McpBackend {
+export function engineBackend(engine: Pick<Engine, 'graphqlAsync' | 'limits'>, identity: { principal: string } | { apiKey: string }): McpBackend {
   return {
     // graphqlAsync: a long-poll (`execution(waitMs:)`) waits, outside any transaction.
     graphql: (query, variables, signal) => engine.graphqlAsync(query, variables, { ...identity, transport: 'mcp', ...(signal ? { signal } : {}) }),

@@ -57,6 +57,12 @@ export interface McpHttpOptions {
   logError: (error: unknown) => void;
 }
 
+/**
+ * What MCP sessions need of the engine: its limits and key check, and where their GraphQL requests
+ * run (the engine itself, or the server's writer thread) with its tool-change events.
+ */
+export type McpEngine = Pick<Engine, 'limits' | 'authenticate' | 'onActionsChanged' | 'graphqlAsync'>;
+
 export interface McpRequest {
   apiKey: string;
   principal: string;
@@ -76,7 +82,7 @@ export class McpHttp {
   private readonly opening: string[] = [];
 
   constructor(
-    private readonly engine: Engine,
+    private readonly engine: McpEngine,
     private readonly options: McpHttpOptions,
   ) {
     engine.onActionsChanged(() => {

@@ -10,6 +10,9 @@ import { assetReader, consolePage } from './console-page.js';
 import { ServerMetrics } from './metrics.js';
 import type { ReadPool } from './read-pool.js';
 import { WriteQueue } from './write-queue.js';
+import { engineExecutor, type Executor, ExecutorSwitch } from './writer-thread.js';
+import type { WriterSnapshot } from './writer-worker.js';
+import type { Limits } from '../limits.js';
 
 const GRAPHQL_RESPONSE = 'application/graphql-response+json';
 
@@ -48,6 +51,19 @@ const traces = new WeakMap<ServerResponse, RequestTrace>();
 const operability = new WeakMap<Server, Operability>();
 
 /**
+ * Run mutations, waiting queries and MCP calls on `tally serve`'s writer thread from now on (see
+ * WriterThread), so that their work (a tool running to its deadline) never holds this thread, which
+ * then only checks keys, parses documents to route them, and replies. What runs on the engine
+ * finishes there. The server's in-process queue worker, if any, is the caller's to stop: the
+ * thread runs its own.
+ */
+export function attachWriter(server: Server, writer: Executor): void {
+  const ops = operability.get(server);
+  if (!ops) throw new Error('bug: not a Tally server');
+  ops.executor.switchTo(writer);
+}
+
+/**
  * Hand queries to a read pool from now on (`tally serve` starts the pool after it listens, so
  * start-up is not held up by the threads; until then queries run on the writer).
  */
@@ -58,6 +74,8 @@ export function attachReadPool(server: Server, pool: ReadPool): void {
 }
 
 interface Operability {
+  /** Where mutations, waiting queries and MCP calls run: the engine, or the writer thread once attached. */
+  executor: ExecutorSwitch;
   metrics: ServerMetrics;
   writes: WriteQueue;
   reads: ReadPool | undefined;
@@ -79,8 +97,22 @@ export function createServer(engine: Engine, options: ServerOptions = {}): Serve
     options.logger
       ? logger.error({ event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) }, 'mcp session failed')
       : (options.log ?? console.error)(`tally: mcp session failed: ${error instanceof Error ? error.message : String(error)}`);
-  const mcp = new McpHttp(engine, { logError: logInternal, ...(options.mcpAllowedOrigins ? { allowedOrigins: options.mcpAllowedOrigins } : {}) });
-  const ops: Operability = { metrics: new ServerMetrics(engine), writes: new WriteQueue(engine), reads: options.readPool, worker: options.worker, mcp };
+  const executor = new ExecutorSwitch(engineExecutor(engine, options.worker));
+  const mcpEngine = {
+    limits,
+    authenticate: (apiKey: string) => engine.authenticate(apiKey),
+    onActionsChanged: (listener: () => void) => executor.onActionsChanged(listener),
+    graphqlAsync: executor.graphqlAsync.bind(executor),
+  };
+  const mcp = new McpHttp(mcpEngine, { logError: logInternal, ...(options.mcpAllowedOrigins ? { allowedOrigins: options.mcpAllowedOrigins } : {}) });
+  const ops: Operability = {
+    executor,
+    metrics: new ServerMetrics(engine, executor),
+    writes: new WriteQueue(engine, () => executor),
+    reads: options.readPool,
+    worker: options.worker,
+    mcp,
+  };
   const server = createHttpServer({ connectionsCheckingInterval }, (req, res) => {
     const trace: RequestTrace = { startedMs: performance.now(), graphql: false, type: 'unknown', operation: null, dryRun: false, principal: null, outcome: 'ok', changes: 0 };
     traces.set(res, trace);
@@ -197,7 +229,7 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops
       res.setHeader('allow', 'POST');
       return sendErrors(res, 405, mediaType, [new EngineError('BAD_REQUEST', 'mutations must be sent with POST', { hint: 'POST the request as JSON.' })]);
     }
-    return sendResult(res, mediaType, await executeWaiting(engine, readsFor(ops, operation), req, res, request, { apiKey }));
+    return sendResult(res, mediaType, await executeWaiting(engine, ops.executor, readsFor(ops, operation), req, res, request, { apiKey }));
   }
 
   if (req.method !== 'POST') {
@@ -222,7 +254,7 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops
   const transport = req.headers['tally-transport'] === 'mcp' ? { transport: 'mcp' as const } : {};
   // Mutations go through the group commit; they never wait on executions (only queries do).
   if (operation?.type === 'mutation') return sendResult(res, mediaType, await ops.writes.submit({ request, options: { apiKey, ...transport } }, client.principal, Buffer.byteLength(body)));
-  return sendResult(res, mediaType, await executeWaiting(engine, readsFor(ops, operation), req, res, request, { apiKey, ...transport }));
+  return sendResult(res, mediaType, await executeWaiting(engine, ops.executor, readsFor(ops, operation), req, res, request, { apiKey, ...transport }));
 }
 
 /**
@@ -240,7 +272,7 @@ function readsFor(ops: Operability, operation: OperationSummary | undefined): Re
  * in time to answer within requestTimeoutMs of the request's start (less a margin for the answer).
  * `reads`: the read pool to run it on (see readsFor), or undefined to run it on the writer.
  */
-async function executeWaiting(engine: Engine, reads: ReadPool | undefined, req: IncomingMessage, res: ServerResponse, request: GraphqlRequest, options: RequestOptions): Promise<FormattedResult> {
+async function executeWaiting(engine: Engine, executor: Executor, reads: ReadPool | undefined, req: IncomingMessage, res: ServerResponse, request: GraphqlRequest, options: RequestOptions): Promise<FormattedResult> {
   const gone = new AbortController();
   const abort = () => gone.abort();
   res.once('close', abort);
@@ -254,7 +286,7 @@ async function executeWaiting(engine: Engine, reads: ReadPool | undefined, req: 
     if (reads) {
       return await reads.execute(request, { ...(options.apiKey === undefined ? {} : { apiKey: options.apiKey }), ...(options.principal === undefined ? {} : { principal: options.principal }), ...(waitMsMax === undefined ? {} : { waitMsMax }) }, gone.signal);
     }
-    return await engine.executeAsync(request, { ...options, ...waitOptions });
+    return await executor.executeAsync(request, { ...options, ...waitOptions });
   } finally {
     res.off('close', abort);
     req.socket.off('close', abort);
@@ -315,10 +347,11 @@ async function probe(engine: Engine, ops: Operability, path: string, req: Incomi
   }
   if (path === '/healthz') return send(res, 200, 'application/json', { status: 'ok' });
   if (path === '/readyz') {
-    const { database, sandbox } = await readiness(engine);
+    // The engine that runs requests (the writer thread's under tally serve): its database lock, sandbox and queue worker.
+    const { database, sandbox, workerRunning } = await readiness(engine.limits, ops.executor);
     // Under --no-worker, executions run elsewhere (tally worker): not this server's to check.
-    const worker = ops.worker === undefined || ops.worker.isRunning ? null : 'the queue worker is not running';
-    const checks = { database: database ?? 'ok', sandbox: sandbox ?? 'ok', worker: worker ?? (ops.worker ? 'ok' : 'disabled') };
+    const worker = workerRunning === null || workerRunning ? null : 'the queue worker is not running';
+    const checks = { database: database ?? 'ok', sandbox: sandbox ?? 'ok', worker: worker ?? (workerRunning === null ? 'disabled' : 'ok') };
     const ready = database === null && sandbox === null && worker === null;
     return send(res, ready ? 200 : 503, 'application/json', { status: ready ? 'ready' : 'not ready', checks });
   }
@@ -333,12 +366,12 @@ async function probe(engine: Engine, ops: Operability, path: string, req: Incomi
  * readinessWaitMs while another process holds it: the waits are timers, so other requests run
  * meanwhile (a flood of /readyz cannot stall the server).
  */
-async function readiness(engine: Engine): Promise<ReturnType<Engine['readiness']>> {
-  const end = performance.now() + engine.limits.readinessWaitMs;
-  let checks = engine.readiness();
+async function readiness(limits: Readonly<Limits>, executor: Executor): Promise<WriterSnapshot> {
+  const end = performance.now() + limits.readinessWaitMs;
+  let checks = await executor.snapshot();
   while (checks.database?.startsWith('BUSY') && performance.now() < end) {
     await new Promise((resolve) => setTimeout(resolve, 5));
-    checks = engine.readiness();
+    checks = await executor.snapshot();
   }
   return checks;
 }

@@ -2,6 +2,8 @@ import { statSync } from 'node:fs';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Engine } from '../engine.js';
 import type { AttemptOutcome } from '../execution/queue/attempt.js';
+import { engineExecutor, type Executor } from './writer-thread.js';
+import type { WriterSnapshot } from './writer-worker.js';
 
 /** What one GraphQL request contributes to /metrics. */
 export interface RequestSample {
@@ -52,7 +54,8 @@ export class ServerMetrics {
   private readonly modelSeconds: Histogram<'provider' | 'model'>;
   private readonly models: BoundedLabels;
 
-  constructor(engine: Engine) {
+  /** `executor`: where requests run (the engine, or the writer thread): its events and caches. Queue figures are read from the database by `engine`. */
+  constructor(engine: Engine, executor: Executor = engineExecutor(engine)) {
     const registers = [this.registry];
     this.operations = new BoundedLabels(engine.limits.metricsLabelValuesMax);
     this.actions = new BoundedLabels(engine.limits.metricsLabelValuesMax);
@@ -83,7 +86,7 @@ export class ServerMetrics {
       buckets: LATENCY_BUCKETS_S,
       registers,
     });
-    engine.onAttempt((outcome) => this.recordAttempt(outcome));
+    executor.onAttempt((outcome) => this.recordAttempt(outcome));
     // Provider and model names come from the operator's configuration; bounded all the same.
     this.models = new BoundedLabels(engine.limits.metricsLabelValuesMax);
     this.modelCalls = new Counter({
@@ -105,7 +108,7 @@ export class ServerMetrics {
       buckets: MODEL_BUCKETS_S,
       registers,
     });
-    engine.onModelCall((call) => {
+    executor.onModelCall((call) => {
       const labels = { provider: this.models.label(call.provider), model: this.models.label(call.model) };
       this.modelCalls.inc({ ...labels, outcome: call.outcome });
       this.modelSeconds.observe(labels, call.latencyMs / 1000);
@@ -116,7 +119,7 @@ export class ServerMetrics {
     // Group commit: requests per COMMIT is the ratio of the two counters.
     const batches = new Counter({ name: 'tally_write_batches_total', help: 'Group commits: SQLite transactions that ran one or more write requests (each under its own savepoint).', registers });
     const batchRequests = new Counter({ name: 'tally_write_batch_requests_total', help: 'Write requests run in group commits; divided by tally_write_batches_total, the mean group size.', registers });
-    engine.onBatch((size) => {
+    executor.onBatch((size) => {
       batches.inc();
       batchRequests.inc(size);
     });
@@ -126,11 +129,24 @@ export class ServerMetrics {
     gauge('tally_queue_depth', 'Started executions waiting to run (QUEUED), due or not.', () => engine.queueStats().queued);
     gauge('tally_queue_due', 'QUEUED executions whose run time has come.', () => engine.queueStats().due);
     gauge('tally_queue_oldest_due_age_seconds', 'How long the oldest due execution has waited past its run time (0 when none is due).', () => engine.queueStats().oldestDueAgeMs / 1000);
-    gauge('tally_sandbox_ready', '1 when the sandbox is loaded, 0 while it is replaced after a crash.', () => (engine.readiness().sandbox === null ? 1 : 0));
-    gauge('tally_sandbox_idle_contexts', 'Warm sandbox contexts in the pool, ready for the next call.', () => engine.stats().idleSandboxContexts);
-    gauge('tally_document_cache_entries', 'Parsed and validated GraphQL documents cached.', () => engine.stats().documentCacheSize);
-    gauge('tally_document_cache_bytes', 'Estimated heap of the cached GraphQL documents.', () => engine.stats().documentCacheBytes);
-    gauge('tally_cel_cache_entries', 'Compiled CEL expressions cached.', () => engine.stats().celCacheSize);
+    // The engine that runs requests: a message away under tally serve, so read once per scrape.
+    let scrape: Promise<WriterSnapshot> | null = null;
+    const snapshot = () => (scrape ??= Promise.resolve(executor.snapshot()).finally(() => setImmediate(() => (scrape = null))));
+    const fromSnapshot = (name: string, help: string, read: (s: WriterSnapshot) => number | null) =>
+      new Gauge({
+        name,
+        help,
+        registers,
+        async collect() {
+          const value = read(await snapshot());
+          if (value !== null) this.set(value);
+        },
+      });
+    fromSnapshot('tally_sandbox_ready', '1 when the sandbox is loaded, 0 while it is replaced after a crash.', (s) => (s.sandbox === null ? 1 : 0));
+    fromSnapshot('tally_sandbox_idle_contexts', 'Warm sandbox contexts in the pool, ready for the next call.', (s) => s.stats?.idleSandboxContexts ?? null);
+    fromSnapshot('tally_document_cache_entries', 'Parsed and validated GraphQL documents cached.', (s) => s.stats?.documentCacheSize ?? null);
+    fromSnapshot('tally_document_cache_bytes', 'Estimated heap of the cached GraphQL documents.', (s) => s.stats?.documentCacheBytes ?? null);
+    fromSnapshot('tally_cel_cache_entries', 'Compiled CEL expressions cached.', (s) => s.stats?.celCacheSize ?? null);
     new Gauge({
       name: 'tally_database_bytes',
       help: 'Size of the SQLite database file and of its write-ahead log.',

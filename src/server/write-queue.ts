@@ -1,6 +1,8 @@
-import type { BatchRequest, Engine } from '../engine.js';
+import type { BatchRequest } from '../engine.js';
 import { EngineError } from '../errors.js';
 import { errorAnswer, type FormattedResult } from '../graphql/executor.js';
+import type { Limits } from '../limits.js';
+import type { Executor } from './writer-thread.js';
 
 interface Pending extends BatchRequest {
   principal: string;
@@ -36,15 +38,25 @@ export class WriteQueue {
   private count = 0;
   private bytes = 0;
   private scheduled = false;
+  /** A group is running (on the writer thread, the answer is a message away): the next waits for it. */
+  private running = false;
 
-  constructor(private readonly engine: Engine) {}
+  private readonly limits: Readonly<Limits>;
+
+  /** Groups run on `engine`, or on `executor()` when given (the server's: the engine in-process, or the writer thread). */
+  constructor(
+    engine: { readonly limits: Readonly<Limits>; executeGroup: Executor['executeGroup'] },
+    private readonly executor: () => Pick<Executor, 'executeGroup'> = () => engine,
+  ) {
+    this.limits = engine.limits;
+  }
 
   get size(): number {
     return this.count;
   }
 
   submit(request: BatchRequest, principal: string, bytes = 0): Promise<FormattedResult> {
-    const limits = this.engine.limits;
+    const limits = this.limits;
     const mine = this.clients.get(principal);
     if (this.count >= limits.writeQueueMax) {
       return Promise.resolve(busy(`${this.count} write requests are waiting for the database (writeQueueMax ${limits.writeQueueMax})`));
@@ -70,7 +82,7 @@ export class WriteQueue {
   }
 
   private schedule(): void {
-    if (this.scheduled) return;
+    if (this.scheduled || this.running) return;
     this.scheduled = true;
     // After this turn's I/O callbacks: every request whose body arrived meanwhile joins the group.
     setImmediate(() => this.flush());
@@ -78,7 +90,7 @@ export class WriteQueue {
 
   /** A group: one request of each client in turn, until writeBatchMax. */
   private takeGroup(): Pending[] {
-    const max = Math.max(1, this.engine.limits.writeBatchMax);
+    const max = Math.max(1, this.limits.writeBatchMax);
     const group: Pending[] = [];
     for (let round = 0; group.length < max; round++) {
       let took = false;
@@ -97,14 +109,31 @@ export class WriteQueue {
   private flush(): void {
     this.scheduled = false;
     const group = this.takeGroup();
-    let answers: Array<FormattedResult | undefined>;
+    let ran: Array<FormattedResult | undefined> | Promise<Array<FormattedResult | undefined>>;
     try {
-      answers = this.engine.executeGroup(group);
+      ran = this.executor().executeGroup(group.map(({ request, options }) => (options ? { request, options } : { request })));
     } catch (error) {
-      // executeGroup answers failures itself; anything thrown is a bug, and must not strand a reply.
-      const failed = new EngineError('INTERNAL', `the write group failed: ${(error as Error)?.message ?? String(error)}`);
-      answers = group.map(() => errorAnswer(failed));
+      ran = [];
+      this.answer(group, this.failedGroup(group, error));
+      return;
     }
+    if (Array.isArray(ran)) return this.answer(group, ran);
+    // On the writer thread: requests arriving meanwhile wait here, and join the next group.
+    this.running = true;
+    ran.then(
+      (answers) => this.answer(group, answers),
+      (error: unknown) => this.answer(group, this.failedGroup(group, error)),
+    );
+  }
+
+  /** executeGroup answers failures itself; anything thrown is a bug, and must not strand a reply. */
+  private failedGroup(group: Pending[], error: unknown): FormattedResult[] {
+    const failed = new EngineError('INTERNAL', `the write group failed: ${(error as Error)?.message ?? String(error)}`);
+    return group.map(() => errorAnswer(failed));
+  }
+
+  private answer(group: Pending[], answers: ReadonlyArray<FormattedResult | undefined>): void {
+    this.running = false;
     // The group answers a prefix of its requests; each client's answered ones are the first of its queue.
     let done = 0;
     while (done < group.length && answers[done] !== undefined) done++;

@@ -1,0 +1,188 @@
+import { parentPort, workerData } from 'node:worker_threads';
+import { createEngine, type AsyncRequestOptions, type BatchRequest, type Engine, type EngineOptions } from '../engine.js';
+import { EngineError, type ErrorData } from '../errors.js';
+import type { AttemptOutcome } from '../execution/queue/attempt.js';
+import type { Worker } from '../execution/queue/worker.js';
+import type { FormattedResult, GraphqlRequest } from '../graphql/executor.js';
+import type { Limits } from '../limits.js';
+import type { ModelCallSample } from '../execution/services.js';
+import { createLogger, type LogLevel } from './logger.js';
+
+/**
+ * The writer thread of `tally serve` (see writer-thread.ts): the engine that runs every mutation,
+ * every query that waits on an execution, every MCP call, and the queue worker, so that none of
+ * their work (a tool running to its deadline) holds the HTTP thread, which only parses, routes and
+ * replies. One message per request; its events (group commits, attempts, model calls, tool changes)
+ * go back as messages for /metrics and MCP sessions.
+ */
+
+/** What the server gives the thread when it starts it. */
+export interface WriterWorkerData {
+  path: string;
+  durability?: 'normal' | 'full';
+  limits?: Partial<Limits>;
+  providers?: unknown;
+  log: { level: LogLevel; pretty: boolean } | null;
+  /** Run the queue worker here, as `owner`; null under --no-worker. */
+  worker: { owner: string } | null;
+}
+
+export interface WriterSnapshot {
+  stats: ReturnType<Engine["stats"]> | null;
+  /** Engine.readiness(): null when the database takes a write now / the sandbox is loaded, otherwise why not. */
+  database: string | null;
+  sandbox: string | null;
+  /** Whether the queue worker runs (null: none here, --no-worker). */
+  workerRunning: boolean | null;
+}
+
+/** Server → thread. */
+export type ToWriterWorker =
+  | { type: 'group'; id: number; group: BatchRequest[] }
+  | { type: 'execute'; id: number; request: GraphqlRequest; options: Omit<AsyncRequestOptions, 'signal'> }
+  | { type: 'cancel'; id: number }
+  | { type: 'snapshot'; id: number }
+  | { type: 'close' };
+
+/** Thread → server. */
+export type FromWriterWorker =
+  | { type: 'ready' }
+  | { type: 'startFailed'; error: ErrorData }
+  | { type: 'group'; id: number; answers: Array<FormattedResult | null> }
+  | { type: 'result'; id: number; result: FormattedResult }
+  | { type: 'snapshot'; id: number; snapshot: WriterSnapshot }
+  | { type: 'batch'; size: number }
+  | { type: 'attempt'; outcome: AttemptOutcome }
+  | { type: 'modelCall'; call: ModelCallSample }
+  | { type: 'actionsChanged' }
+  | { type: 'log'; message: string }
+  | { type: 'closed' };
+
+const port = parentPort;
+if (!port) throw new Error('writer-worker.ts runs as the writer thread of tally serve');
+const data = workerData as WriterWorkerData;
+
+function describe(error: unknown): string {
+  return error instanceof Error ? (error.stack ?? error.message) : String(error);
+}
+
+function post(message: FromWriterWorker): void {
+  try {
+    port!.postMessage(message);
+  } catch (error) {
+    // A value the structured clone refuses: say so; a request's caller still gets an answer (see answer()).
+    port!.postMessage({ type: 'log', message: describe(error) } satisfies FromWriterWorker);
+    throw error;
+  }
+}
+
+let engine: Engine;
+let worker: Worker | null = null;
+try {
+  const logger = data.log ? createLogger({ level: data.log.level, destination: process.stdout, pretty: data.log.pretty }) : undefined;
+  const options: EngineOptions = {
+    path: data.path,
+    ...(data.durability ? { durability: data.durability } : {}),
+    ...(data.limits ? { limits: data.limits } : {}),
+    ...(data.providers === undefined ? {} : { providers: data.providers as EngineOptions['providers'] }),
+    ...(logger ? { logger } : { logError: (error: unknown) => post({ type: 'log', message: describe(error) }) }),
+  };
+  engine = await createEngine(options);
+  engine.onBatch((size) => post({ type: 'batch', size }));
+  engine.onAttempt((outcome) => post({ type: 'attempt', outcome }));
+  engine.onModelCall((call) => post({ type: 'modelCall', call }));
+  engine.onActionsChanged(() => post({ type: 'actionsChanged' }));
+  if (data.worker) {
+    const queueWorker = engine.createWorker({ owner: data.worker.owner });
+    engine.onStarted(() => queueWorker.wake());
+    queueWorker.start();
+    worker = queueWorker;
+  }
+} catch (error) {
+  const failure = error instanceof EngineError ? error.toData() : { code: 'INTERNAL' as const, message: describe(error) };
+  port.postMessage({ type: 'startFailed', error: failure } satisfies FromWriterWorker);
+  // The server terminates this thread: stay alive until it does, so the message above arrives.
+  await new Promise<never>(() => setInterval(() => {}, 60_000));
+}
+
+/** An INTERNAL answer, shaped as the engine's own. */
+function failed(message: string): FormattedResult {
+  const failure = new EngineError('INTERNAL', message);
+  return { data: null, errors: [{ message: failure.message, extensions: failure.extensions }] };
+}
+
+function answer(id: number, result: FormattedResult): void {
+  try {
+    post({ type: 'result', id, result });
+  } catch (error) {
+    post({ type: 'result', id, result: failed(`the writer thread could not send the answer: ${(error as Error)?.message ?? String(error)}`) });
+  }
+}
+
+const controllers = new Map<number, AbortController>();
+const inFlight = new Set<Promise<void>>();
+
+function execute(id: number, request: GraphqlRequest, options: Omit<AsyncRequestOptions, 'signal'>): void {
+  const controller = new AbortController();
+  controllers.set(id, controller);
+  const done = engine
+    .executeAsync(request, { ...options, signal: controller.signal })
+    .then(
+      (result) => answer(id, result),
+      (error: unknown) => {
+        post({ type: 'log', message: describe(error) });
+        answer(id, failed(`the request failed: ${(error as Error)?.message ?? String(error)}`));
+      },
+    )
+    .finally(() => {
+      controllers.delete(id);
+      inFlight.delete(done);
+    });
+  inFlight.add(done);
+}
+
+function group(id: number, requests: BatchRequest[]): void {
+  let answers: Array<FormattedResult | undefined>;
+  try {
+    answers = engine.executeGroup(requests);
+  } catch (error) {
+    // executeGroup answers failures itself; anything thrown is a bug, and must not strand a reply.
+    post({ type: 'log', message: describe(error) });
+    const failure = failed(`the write group failed: ${(error as Error)?.message ?? String(error)}`);
+    answers = requests.map(() => failure);
+  }
+  const sent = answers.map((a) => a ?? null);
+  try {
+    post({ type: 'group', id, answers: sent });
+  } catch (error) {
+    const failure = failed(`the writer thread could not send the answers: ${(error as Error)?.message ?? String(error)}`);
+    post({ type: 'group', id, answers: sent.map((a) => (a === null ? null : failure)) });
+  }
+}
+
+port.on('message', (message: ToWriterWorker) => {
+  switch (message.type) {
+    case 'group':
+      group(message.id, message.group);
+      break;
+    case 'execute':
+      execute(message.id, message.request, message.options);
+      break;
+    case 'cancel':
+      controllers.get(message.id)?.abort();
+      break;
+    case 'snapshot':
+      post({ type: 'snapshot', id: message.id, snapshot: { stats: engine.stats(), ...engine.readiness(), workerRunning: worker ? worker.isRunning : null } });
+      break;
+    case 'close':
+      // Waits end at once (their requests answer), the running attempt finishes, then the engine closes.
+      for (const controller of controllers.values()) controller.abort();
+      void Promise.allSettled([...inFlight, worker?.stop() ?? Promise.resolve()]).then(() => {
+        engine.close();
+        post({ type: 'closed' });
+        port.close();
+      });
+      break;
+  }
+});
+post({ type: 'ready' });
