@@ -275,7 +275,15 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   // The writer's own threshold: walAutocheckpointPages while the thread copies pages ahead of it;
   // without the thread, SQLite's default unless the limit was set explicitly.
   const ownWalPages = options.limits?.walAutocheckpointPages;
-  const db = openDatabase({ path, busyTimeoutMs: limits.busyTimeoutMs, walAutocheckpointPages: background ? limits.walAutocheckpointPages : ownWalPages, readOnly: options.readOnly, durability: options.durability });
+  const db = openDatabase({
+    path,
+    busyTimeoutMs: limits.busyTimeoutMs,
+    walAutocheckpointPages: background ? limits.walAutocheckpointPages : ownWalPages,
+    // The read pool holds new reads once the log passes this (see ReadPool.walHeld); a restart then shrinks it back.
+    walBytesKept: 2 * limits.walAutocheckpointPages * 4096,
+    readOnly: options.readOnly,
+    durability: options.durability,
+  });
   const checkpointer = background
     ? new Checkpointer(path, checkpointIntervalMs, logError, () => {
         // The thread ended by itself: the writer checkpoints alone, as often as SQLite would.

@@ -209,6 +209,20 @@ describe('WriterThread in-process', () => {
     expect(errors).toEqual([]);
   }, 30_000);
 
+  it('holds at most writerCallsMax calls for the writer: past it BUSY at once, and room again when one ends', async () => {
+    const thread = await WriterThread.start({ path, log: null, worker: null, limits: { writerCallsMax: 2 }, logError: () => {} });
+    const gone = new AbortController();
+    // Two long-polls on a QUEUED execution hold the two places.
+    const waits = [thread.executeAsync({ query: WAIT_D009 }, { signal: gone.signal }), thread.executeAsync({ query: WAIT_D009 }, { signal: gone.signal })];
+    const refused = await thread.executeAsync({ query: '{ journal { name } }' });
+    expect(refused.errors![0]!.extensions!.code).toBe('BUSY');
+    expect(refused.errors![0]!.message).toContain('writerCallsMax 2');
+    gone.abort();
+    for (const wait of await Promise.all(waits)) expect(wait.data).toEqual({ actions: { execution: { status: 'QUEUED' } } });
+    expect((await thread.executeAsync({ query: '{ journal { name } }' })).data).toEqual({ journal: { name: 'Default' } });
+    await thread.close();
+  }, 30_000);
+
   it('a thread that dies answers what it held INTERNAL (outcome unknown) and what comes later too', async () => {
     const errors: unknown[] = [];
     const thread = await WriterThread.start({ path, log: null, worker: null, logError: (e) => errors.push(e) });

@@ -1,3 +1,4 @@
+import { closeSync, openSync, readSync } from 'node:fs';
 import { resolve as resolvePath } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { EngineError, type ErrorData } from '../errors.js';
@@ -25,6 +26,14 @@ const CLOSE_WAIT_MS = 2000;
 /** A thread that fails to start is started again after this, doubling per failure in a row. */
 const RESTART_DELAY_MS = 100;
 const RESTART_DELAY_MS_MAX = 5000;
+/**
+ * Once the pool holds new reads for a WAL past its bound, and the reads running have ended: how long
+ * it keeps holding them, so that the background checkpointer (every 25 ms) copies the whole log and
+ * the writer's next commit restarts it from its start (journal_size_limit then shrinks the file).
+ */
+const WAL_DRAIN_MS = 60;
+/** How long one look at the WAL's state is trusted (a read of the -shm header costs ~3 µs). */
+const WAL_LOOK_MS = 5;
 
 export interface ReadPoolOptions {
   /** The database file the writer engine uses: an existing Tally database, in WAL mode. */
@@ -67,6 +76,8 @@ export interface ReadPoolStats {
   refused: number;
   /** Threads started again after one ended or failed to start. */
   restarts: number;
+  /** Times the pool held new reads so that a checkpoint could restart a WAL past its bound (see walHeld). */
+  walHolds: number;
 }
 
 interface Pending {
@@ -131,12 +142,20 @@ export class ReadPool {
   /** Start failures in a row (reset by a thread that becomes ready): the restart backoff. */
   private failuresInRow = 0;
   private readonly restartTimers = new Set<NodeJS.Timeout>();
+  /** Checkpoint starvation guard (see walHeld): new reads are held while set. */
+  private holding = false;
+  private drainTimer: NodeJS.Timeout | null = null;
+  private walSeen = { at: -Infinity, starved: false };
+  private readonly wal: WalIndex;
+  private holds = 0;
 
   private constructor(
     private readonly options: ReadPoolOptions,
     private readonly limits: Readonly<Limits>,
     private readonly size: number,
-  ) {}
+  ) {
+    this.wal = new WalIndex(options.path);
+  }
 
   /**
    * Start `size` threads (default readPoolThreads) and resolve once every one answers; rejects (and
@@ -212,7 +231,7 @@ export class ReadPool {
       running += slot.running.size;
       waiting += slot.waiting.size;
     }
-    return { threads: this.size, ready, queued: this.queued, running, waiting, refused: this.refused, restarts: this.restarts };
+    return { threads: this.size, ready, queued: this.queued, running, waiting, refused: this.refused, restarts: this.restarts, walHolds: this.holds };
   }
 
   /**
@@ -237,6 +256,8 @@ export class ReadPool {
     this.closing = (async () => {
       for (const timer of this.restartTimers) clearTimeout(timer);
       this.restartTimers.clear();
+      if (this.drainTimer) clearTimeout(this.drainTimer);
+      this.wal.close();
       for (const list of this.queues.values()) for (const p of list) this.settle(p, errorAnswer(closedError()));
       this.queues.clear();
       this.queued = 0;
@@ -377,6 +398,7 @@ export class ReadPool {
 
   /** The ready thread with the fewest queries running (then waiting), below THREAD_DEPTH; or none. */
   private leastBusy(): Slot | undefined {
+    if (this.walHeld()) return undefined;
     let best: Slot | undefined;
     for (const slot of this.slots) {
       if (!slot.ready || slot.running.size >= THREAD_DEPTH) continue;
@@ -385,8 +407,45 @@ export class ReadPool {
     return best;
   }
 
+  /**
+   * SQLite can restart its write-ahead log only when a checkpoint has copied all of it while no
+   * reader still reads an older snapshot. Reads that overlap without a gap (one client's heavy
+   * queries staggered on every thread) would keep that from ever happening, and the log would grow
+   * with every write. So once the log holds more than walAutocheckpointPages frames that no
+   * checkpoint has copied all of (read from the WAL index, the -shm file), the pool holds new reads
+   * in its queue (they wait, in turn, as when every thread is busy) until the running ones end and
+   * the checkpointer has had WAL_DRAIN_MS to copy the log; then it lets them go. The writer's next
+   * commit restarts the log (and journal_size_limit shrinks its file).
+   */
+  private walHeld(): boolean {
+    if (this.holding) return true;
+    const now = performance.now();
+    if (now - this.walSeen.at > WAL_LOOK_MS) {
+      const { frames, backfilled } = this.wal.read();
+      this.walSeen = { at: now, starved: frames > this.limits.walAutocheckpointPages && backfilled < frames };
+    }
+    if (!this.walSeen.starved) return false;
+    this.holding = true;
+    this.holds++;
+    this.drainWhenIdle();
+    return true;
+  }
+
+  /** While holding: once no read runs (a query waiting on an execution holds no snapshot), wait WAL_DRAIN_MS, then let reads go. */
+  private drainWhenIdle(): void {
+    if (this.drainTimer || this.closing) return;
+    if (this.slots.some((slot) => slot.running.size > 0)) return;
+    this.drainTimer = setTimeout(() => {
+      this.drainTimer = null;
+      this.holding = false;
+      this.walSeen = { at: -Infinity, starved: false };
+      this.dispatch();
+    }, WAL_DRAIN_MS);
+  }
+
   /** Post queued queries to free threads, one client at a time in turn. */
   private dispatch(): void {
+    if (this.holding) this.drainWhenIdle();
     while (this.queued > 0) {
       const slot = this.leastBusy();
       if (!slot) return;
@@ -504,4 +563,37 @@ function cancelledError(): EngineError {
 
 function fromData(data: ErrorData): EngineError {
   return new EngineError(data.code, data.message, data.hint === undefined ? {} : { hint: data.hint });
+}
+
+/**
+ * The WAL index header SQLite keeps in the -shm file (see "WAL-index format" in SQLite's file
+ * format documentation): mxFrame, the frames in the log (u32 at byte 16), and nBackfill, the frames
+ * a checkpoint has copied into the database (u32 at byte 96), in the machine's byte order.
+ */
+class WalIndex {
+  private fd: number | null = null;
+  private readonly buffer = Buffer.alloc(100);
+
+  constructor(private readonly path: string) {}
+
+  read(): { frames: number; backfilled: number } {
+    try {
+      this.fd ??= openSync(`${resolvePath(this.path)}-shm`, 'r');
+      if (readSync(this.fd, this.buffer, 0, 100, 0) < 100) return { frames: 0, backfilled: 0 };
+      const le = this.buffer.readUInt32LE.bind(this.buffer);
+      const be = this.buffer.readUInt32BE.bind(this.buffer);
+      // iVersion (3007000) tells the byte order the header was written in.
+      const u32 = le(0) === 3007000 ? le : be;
+      return { frames: u32(16), backfilled: u32(96) };
+    } catch {
+      // No -shm (not WAL, or every connection closed): nothing to hold for.
+      this.close();
+      return { frames: 0, backfilled: 0 };
+    }
+  }
+
+  close(): void {
+    if (this.fd !== null) closeSync(this.fd);
+    this.fd = null;
+  }
 }

@@ -5,6 +5,7 @@ import { EngineError } from '../errors.js';
 import type { AttemptOutcome } from '../execution/queue/attempt.js';
 import type { ModelCallSample } from '../execution/services.js';
 import { errorAnswer, type FormattedResult, type GraphqlRequest } from '../graphql/executor.js';
+import { resolveLimits } from '../limits.js';
 import type { FromWriterWorker, ToWriterWorker, WriterSnapshot, WriterWorkerData } from './writer-worker.js';
 
 const BOOT = new URL('./writer-worker-boot.mjs', import.meta.url);
@@ -139,9 +140,13 @@ export class WriterThread implements Executor {
   private closed: Promise<void> | null = null;
   private exited!: Promise<void>;
 
+  /** executeAsync calls not yet answered (bounded by writerCallsMax). */
+  private calls = 0;
+
   private constructor(
     private readonly worker: Worker,
     private readonly logError: (error: unknown) => void,
+    private readonly callsMax: number,
   ) {}
 
   /** Start the thread and wait until its engine is open (and its queue worker started). */
@@ -149,7 +154,7 @@ export class WriterThread implements Executor {
     const { logError, ...rest } = options;
     const data: WriterWorkerData = { ...rest, path: resolvePath(options.path) };
     const worker = new Worker(BOOT, { workerData: data });
-    const thread = new WriterThread(worker, logError);
+    const thread = new WriterThread(worker, logError, resolveLimits(options.limits).writerCallsMax);
     thread.exited = new Promise((resolve) => worker.once('exit', () => resolve()));
     await new Promise<void>((resolve, reject) => {
       worker.on('message', (message: FromWriterWorker) => {
@@ -186,6 +191,16 @@ export class WriterThread implements Executor {
   }
 
   executeAsync(request: GraphqlRequest, options: AsyncRequestOptions = {}): Promise<FormattedResult> {
+    if (this.calls >= this.callsMax) {
+      return Promise.resolve(
+        errorAnswer(new EngineError('BUSY', `${this.calls} calls are waiting for the writer (writerCallsMax ${this.callsMax})`, { hint: 'Retry the request in a moment, or send fewer at once.' })),
+      );
+    }
+    this.calls++;
+    return this.executeCounted(request, options).finally(() => this.calls--);
+  }
+
+  private executeCounted(request: GraphqlRequest, options: AsyncRequestOptions): Promise<FormattedResult> {
     const { signal, ...rest } = options;
     let id = 0;
     const result = this.call<FormattedResult>('result', 1, (assigned) => {

@@ -17,6 +17,12 @@ export interface OpenOptions {
   busyTimeoutMs: number;
   /** The log size, in pages, at which a commit checkpoints (SQLite's default is 1000). */
   walAutocheckpointPages?: number | undefined;
+  /**
+   * journal_size_limit: when this connection restarts the write-ahead log, it truncates the file
+   * to this many bytes, so a log that grew past it (a burst, readers holding a checkpoint off) does
+   * not keep its size on disk. Left out, SQLite's default (never truncated).
+   */
+  walBytesKept?: number | undefined;
   /** 'normal' (the default: synchronous=NORMAL) or 'full' (synchronous=FULL: every COMMIT synced). */
   durability?: Durability | undefined;
   /**
@@ -51,6 +57,7 @@ export function openDatabase(options: OpenOptions): Db {
     db.pragma('cache_size = -65536');
     db.pragma('temp_store = MEMORY');
     if (options.walAutocheckpointPages !== undefined) db.pragma(`wal_autocheckpoint = ${Math.trunc(options.walAutocheckpointPages)}`);
+    if (options.walBytesKept !== undefined) db.pragma(`journal_size_limit = ${Math.trunc(options.walBytesKept)}`);
     registerFunctions(db);
     migrate(db, MIGRATIONS);
   } catch (error) {
