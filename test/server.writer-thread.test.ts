@@ -110,6 +110,9 @@ describe('tally serve: the writer on its own thread', () => {
     const text = await (await fetch(served.url.replace('/graphql', '/metrics'), { headers: { authorization: `Bearer ${ADMIN}` } })).text();
     expect(Number(/^tally_write_batches_total (\d+)/m.exec(text)?.[1])).toBeGreaterThan(0);
     expect(/^tally_document_cache_entries (\d+)/m.exec(text)).not.toBeNull();
+    // And the read pool's own figures.
+    expect(text).toMatch(/^tally_read_pool_threads_ready 2$/m);
+    expect(text).toMatch(/^tally_read_pool_wal_holds 0$/m);
   }, 30_000);
 
   it('a hostile client keeping the writer busy with spinning tools does not hold another client\'s reads', async () => {

@@ -107,7 +107,7 @@ export function createServer(engine: Engine, options: ServerOptions = {}): Serve
   const mcp = new McpHttp(mcpEngine, { logError: logInternal, ...(options.mcpAllowedOrigins ? { allowedOrigins: options.mcpAllowedOrigins } : {}) });
   const ops: Operability = {
     executor,
-    metrics: new ServerMetrics(engine, executor),
+    metrics: new ServerMetrics(engine, executor, () => ops.reads?.stats()),
     writes: new WriteQueue(engine, () => executor),
     reads: options.readPool,
     worker: options.worker,

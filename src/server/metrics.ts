@@ -2,6 +2,7 @@ import { statSync } from 'node:fs';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Engine } from '../engine.js';
 import type { AttemptOutcome } from '../execution/queue/attempt.js';
+import type { ReadPoolStats } from './read-pool.js';
 import { engineExecutor, type Executor } from './writer-thread.js';
 import type { WriterSnapshot } from './writer-worker.js';
 
@@ -55,7 +56,7 @@ export class ServerMetrics {
   private readonly models: BoundedLabels;
 
   /** `executor`: where requests run (the engine, or the writer thread): its events and caches. Queue figures are read from the database by `engine`. */
-  constructor(engine: Engine, executor: Executor = engineExecutor(engine)) {
+  constructor(engine: Engine, executor: Executor = engineExecutor(engine), reads: () => ReadPoolStats | undefined = () => undefined) {
     const registers = [this.registry];
     this.operations = new BoundedLabels(engine.limits.metricsLabelValuesMax);
     this.actions = new BoundedLabels(engine.limits.metricsLabelValuesMax);
@@ -142,6 +143,20 @@ export class ServerMetrics {
           if (value !== null) this.set(value);
         },
       });
+    const pool = (name: string, help: string, read: (s: ReadPoolStats) => number) =>
+      new Gauge({
+        name,
+        help,
+        registers,
+        collect() {
+          const stats = reads();
+          if (stats) this.set(read(stats));
+        },
+      });
+    pool('tally_read_pool_threads_ready', 'Read pool threads started and answering (absent until the pool starts).', (s) => s.ready);
+    pool('tally_read_pool_queued', 'Queries waiting for a read thread.', (s) => s.queued);
+    pool('tally_read_pool_refused', 'Queries the read pool answered BUSY because its queue was full, since it started.', (s) => s.refused);
+    pool('tally_read_pool_wal_holds', 'Times the read pool held new queries so that a checkpoint could restart the WAL, since it started.', (s) => s.walHolds);
     fromSnapshot('tally_sandbox_ready', '1 when the sandbox is loaded, 0 while it is replaced after a crash.', (s) => (s.sandbox === null ? 1 : 0));
     fromSnapshot('tally_sandbox_idle_contexts', 'Warm sandbox contexts in the pool, ready for the next call.', (s) => s.stats?.idleSandboxContexts ?? null);
     fromSnapshot('tally_document_cache_entries', 'Parsed and validated GraphQL documents cached.', (s) => s.stats?.documentCacheSize ?? null);
