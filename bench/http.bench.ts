@@ -152,7 +152,7 @@ class StartError extends Error {
  * in the bench folder (a pipe read by this busy process could fill and block the server's log
  * writes, which are synchronous on a pipe).
  */
-async function startServer(name: string, args: string[], env: NodeJS.ProcessEnv, ready: RegExp, key: string | null): Promise<Server> {
+async function startServer(name: string, args: string[], env: NodeJS.ProcessEnv, ready: RegExp, key: string | null, alsoWait: readonly RegExp[] = []): Promise<Server> {
   const log = join(dir, `${name}.log`);
   const fd = openSync(log, 'w');
   const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['ignore', fd, fd] });
@@ -162,7 +162,7 @@ async function startServer(name: string, args: string[], env: NodeJS.ProcessEnv,
   for (;;) {
     const output = readFileSync(log, 'utf8');
     const found = ready.exec(output);
-    if (found) {
+    if (found && alsoWait.every((line) => line.test(output))) {
       const origin = `http://127.0.0.1:${found[1]}`;
       return { name, pid: child.pid!, url: `${origin}${key ? '/graphql' : '/'}`, origin, key, child, log };
     }
@@ -195,7 +195,8 @@ function startTally(name: string, db: string, key: string, config: string | null
   if (config) env.TALLY_CONFIG = config;
   else delete env.TALLY_CONFIG; // the shipped limits
   const args = ['bin/tally.mjs', 'serve', '--db', db, '--port', '0', '--no-worker', ...(DURABILITY === 'full' ? ['--durability', 'full'] : [])];
-  return startServer(name, args, env, /tally: serving .* at http:\/\/127\.0\.0\.1:(\d+)\/graphql/, key);
+  // Measured once its writer thread and read pool are up (until then everything runs on the main thread).
+  return startServer(name, args, env, /tally: serving .* at http:\/\/127\.0\.0\.1:(\d+)\/graphql/, key, [/"event":"writer"/, /"event":"reads"/]);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -268,7 +268,9 @@ async function serve(db: string, options: Options): Promise<void> {
   const { createEngine } = await import('../engine.js');
   const { attachReadPool, attachWriter, createServer } = await import('../server/http.js');
   const durability = durabilityOption(options);
-  const engine = await createEngine({ path: db, logger, durability, ...(await serverConfig()) });
+  // With a writer thread (a database file), its engine checkpoints in the background; this one,
+  // which only checks keys and routes once the thread is up, checkpoints at commit as SQLite does.
+  const engine = await createEngine({ path: db, logger, durability, ...(await serverConfig()), ...(db === ':memory:' ? {} : { checkpointIntervalMs: 0 }) });
   const worker = options['no-worker'] === true ? null : engine.createWorker({ owner: `serve-${process.pid}` });
   const server = createServer(engine, { logger, ...(worker ? { worker } : {}) });
   let rotate: boolean;
