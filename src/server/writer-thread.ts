@@ -6,7 +6,7 @@ import type { AttemptOutcome } from '../execution/queue/attempt.js';
 import type { ModelCallSample } from '../execution/services.js';
 import { errorAnswer, type FormattedResult, type GraphqlRequest } from '../graphql/executor.js';
 import { resolveLimits } from '../limits.js';
-import type { FromWriterWorker, ToWriterWorker, WriterSnapshot, WriterWorkerData } from './writer-worker.js';
+import type { FromWriterWorker, ToWriterWorker, WriterEvent, WriterSnapshot, WriterWorkerData } from './writer-worker.js';
 
 const BOOT = new URL('./writer-worker-boot.mjs', import.meta.url);
 /** How long close() waits for the thread to finish its attempt and close its engine before terminating it. */
@@ -290,27 +290,38 @@ export class WriterThread implements Executor {
   private receive(message: FromWriterWorker): void {
     switch (message.type) {
       case 'group':
+        // The events first: a listener (metrics) counts the group before its clients hear of it.
+        if (message.events) this.dispatchEvents(message.events);
         return this.settle(message.id, message.answers.map((a) => a ?? undefined));
       case 'result':
         return this.settle(message.id, message.result);
       case 'snapshot':
         return this.settle(message.id, message.snapshot);
-      case 'batch':
-        for (const listener of this.listeners.batch) listener(message.size);
-        return;
-      case 'attempt':
-        for (const listener of this.listeners.attempt) listener(message.outcome);
-        return;
-      case 'modelCall':
-        for (const listener of this.listeners.modelCall) listener(message.call);
-        return;
-      case 'actionsChanged':
-        for (const listener of this.listeners.actionsChanged) listener();
-        return;
+      case 'events':
+        return this.dispatchEvents(message.events);
       case 'log':
         return this.logError(new Error(`writer thread: ${message.message}`));
       case 'closed':
         return;
+    }
+  }
+
+  private dispatchEvents(events: WriterEvent[]): void {
+    for (const event of events) {
+      switch (event.type) {
+        case 'batch':
+          for (const listener of this.listeners.batch) listener(event.size);
+          break;
+        case 'attempt':
+          for (const listener of this.listeners.attempt) listener(event.outcome);
+          break;
+        case 'modelCall':
+          for (const listener of this.listeners.modelCall) listener(event.call);
+          break;
+        case 'actionsChanged':
+          for (const listener of this.listeners.actionsChanged) listener();
+          break;
+      }
     }
   }
 

@@ -36,6 +36,13 @@ export interface WriterSnapshot {
   workerRunning: boolean | null;
 }
 
+/** What the engine reports as it works: sent with the next answer (one message, one wake-up), or on their own. */
+export type WriterEvent =
+  | { type: 'batch'; size: number }
+  | { type: 'attempt'; outcome: AttemptOutcome }
+  | { type: 'modelCall'; call: ModelCallSample }
+  | { type: 'actionsChanged' };
+
 /** Server → thread. */
 export type ToWriterWorker =
   | { type: 'group'; id: number; group: BatchRequest[] }
@@ -48,13 +55,10 @@ export type ToWriterWorker =
 export type FromWriterWorker =
   | { type: 'ready' }
   | { type: 'startFailed'; error: ErrorData }
-  | { type: 'group'; id: number; answers: Array<FormattedResult | null> }
+  | { type: 'group'; id: number; answers: Array<FormattedResult | null>; events?: WriterEvent[] }
   | { type: 'result'; id: number; result: FormattedResult }
   | { type: 'snapshot'; id: number; snapshot: WriterSnapshot }
-  | { type: 'batch'; size: number }
-  | { type: 'attempt'; outcome: AttemptOutcome }
-  | { type: 'modelCall'; call: ModelCallSample }
-  | { type: 'actionsChanged' }
+  | { type: 'events'; events: WriterEvent[] }
   | { type: 'log'; message: string }
   | { type: 'closed' };
 
@@ -76,6 +80,24 @@ function post(message: FromWriterWorker): void {
   }
 }
 
+/** Events not yet sent: a group's answer carries them; otherwise they go on their own after this turn. */
+let events: WriterEvent[] = [];
+let eventsScheduled = false;
+function report(event: WriterEvent): void {
+  events.push(event);
+  if (eventsScheduled) return;
+  eventsScheduled = true;
+  setImmediate(() => {
+    eventsScheduled = false;
+    if (events.length > 0) post({ type: 'events', events: takeEvents() });
+  });
+}
+function takeEvents(): WriterEvent[] {
+  const taken = events;
+  events = [];
+  return taken;
+}
+
 let engine: Engine;
 let worker: Worker | null = null;
 try {
@@ -88,10 +110,10 @@ try {
     ...(logger ? { logger } : { logError: (error: unknown) => post({ type: 'log', message: describe(error) }) }),
   };
   engine = await createEngine(options);
-  engine.onBatch((size) => post({ type: 'batch', size }));
-  engine.onAttempt((outcome) => post({ type: 'attempt', outcome }));
-  engine.onModelCall((call) => post({ type: 'modelCall', call }));
-  engine.onActionsChanged(() => post({ type: 'actionsChanged' }));
+  engine.onBatch((size) => report({ type: 'batch', size }));
+  engine.onAttempt((outcome) => report({ type: 'attempt', outcome }));
+  engine.onModelCall((call) => report({ type: 'modelCall', call }));
+  engine.onActionsChanged(() => report({ type: 'actionsChanged' }));
   if (data.worker) {
     const queueWorker = engine.createWorker({ owner: data.worker.owner });
     engine.onStarted(() => queueWorker.wake());
@@ -152,11 +174,12 @@ function group(id: number, requests: BatchRequest[]): void {
     answers = requests.map(() => failure);
   }
   const sent = answers.map((a) => a ?? null);
+  const reported = takeEvents();
   try {
-    post({ type: 'group', id, answers: sent });
+    post({ type: 'group', id, answers: sent, ...(reported.length ? { events: reported } : {}) });
   } catch (error) {
     const failure = failed(`the writer thread could not send the answers: ${(error as Error)?.message ?? String(error)}`);
-    post({ type: 'group', id, answers: sent.map((a) => (a === null ? null : failure)) });
+    post({ type: 'group', id, answers: sent.map((a) => (a === null ? null : failure)), ...(reported.length ? { events: reported } : {}) });
   }
 }
 
