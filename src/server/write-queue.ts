@@ -38,8 +38,13 @@ export class WriteQueue {
   private count = 0;
   private bytes = 0;
   private scheduled = false;
-  /** A group is running (on the writer thread, the answer is a message away): the next waits for it. */
-  private running = false;
+  /**
+   * Groups sent to the writer thread and not yet answered: at most PIPELINE_DEPTH, so the thread
+   * finds the next group waiting when it finishes one (no idle round trip between groups).
+   */
+  private inFlight = 0;
+  /** Clients with requests in a group in flight: their next requests wait for it (a client's requests run in order). */
+  private readonly flying = new Set<string>();
 
   private readonly limits: Readonly<Limits>;
 
@@ -82,7 +87,7 @@ export class WriteQueue {
   }
 
   private schedule(): void {
-    if (this.scheduled || this.running) return;
+    if (this.scheduled || this.inFlight >= PIPELINE_DEPTH) return;
     this.scheduled = true;
     // After this turn's I/O callbacks: every request whose body arrived meanwhile joins the group.
     setImmediate(() => this.flush());
@@ -92,9 +97,10 @@ export class WriteQueue {
   private takeGroup(): Pending[] {
     const max = Math.max(1, this.limits.writeBatchMax);
     const group: Pending[] = [];
+    const ready = [...this.clients].filter(([principal]) => !this.flying.has(principal)).map(([, queue]) => queue);
     for (let round = 0; group.length < max; round++) {
       let took = false;
-      for (const queue of this.clients.values()) {
+      for (const queue of ready) {
         const next = queue.pending[round];
         if (next === undefined) continue;
         group.push(next);
@@ -109,6 +115,10 @@ export class WriteQueue {
   private flush(): void {
     this.scheduled = false;
     const group = this.takeGroup();
+    // Every client waiting has a group in flight: the answers schedule the next.
+    if (group.length === 0) return;
+    for (const pending of group) this.flying.add(pending.principal);
+    this.inFlight++;
     let ran: Array<FormattedResult | undefined> | Promise<Array<FormattedResult | undefined>>;
     try {
       ran = this.executor().executeGroup(group.map(({ request, options }) => (options ? { request, options } : { request })));
@@ -118,8 +128,8 @@ export class WriteQueue {
       return;
     }
     if (Array.isArray(ran)) return this.answer(group, ran);
-    // On the writer thread: requests arriving meanwhile wait here, and join the next group.
-    this.running = true;
+    // On the writer thread: requests arriving meanwhile form the next group, sent at once (up to PIPELINE_DEPTH).
+    this.schedule();
     ran.then(
       (answers) => this.answer(group, answers),
       (error: unknown) => this.answer(group, this.failedGroup(group, error)),
@@ -133,7 +143,8 @@ export class WriteQueue {
   }
 
   private answer(group: Pending[], answers: ReadonlyArray<FormattedResult | undefined>): void {
-    this.running = false;
+    this.inFlight--;
+    for (const pending of group) this.flying.delete(pending.principal);
     // The group answers a prefix of its requests; each client's answered ones are the first of its queue.
     let done = 0;
     while (done < group.length && answers[done] !== undefined) done++;
@@ -152,6 +163,9 @@ export class WriteQueue {
     if (this.count > 0) this.schedule();
   }
 }
+
+/** Groups in flight to the writer thread at once (see WriteQueue.inFlight). */
+const PIPELINE_DEPTH = 2;
 
 function busy(message: string): FormattedResult {
   return errorAnswer(new EngineError('BUSY', message, { hint: 'Retry the request in a moment, or send fewer at once.' }));
