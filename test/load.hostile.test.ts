@@ -11,6 +11,7 @@ import { execFileSync as execFileSyncAtLoad } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { BatchRequest, Engine } from '../src/engine.js';
 import type { FormattedResult } from '../src/graphql/executor.js';
@@ -687,6 +688,33 @@ describe('the read pool and the WAL', () => {
     expect(walMax).toBeLessThan(3_000_000);
     expect(holds).toBeGreaterThan(0);
   }, 180_000);
+});
+
+describe('the read pool and a checkpoint it cannot help', () => {
+  it('holds: a reader outside the pool keeping every checkpoint from finishing does not make the pool hold its reads again and again', async () => {
+    const limits = { walAutocheckpointPages: 200, requestDeadlineMs: 3000, queryCostMax: 100_000_000 };
+    const { engine, path, adminKey } = await writer(limits);
+    postings(engine, 100);
+    const pool = await ReadPool.start({ path, size: 2, limits, logError: () => {} });
+    cleanups.push(() => pool.close());
+    // Another connection (another process, a backup) holds an old snapshot open.
+    const outside = new Database(path, { readonly: true });
+    cleanups.push(() => outside.close());
+    outside.exec('BEGIN');
+    outside.prepare('SELECT count(*) FROM accounts').get();
+    for (let r = 0; r < 20; r++) {
+      const posts = Array.from({ length: 100 }, (_, i) => `p${i}: postTransaction(input: {transactionId: "${id(700_000 + r * 100 + i)}", tranCode: "TRANSFER", params: {from: "${id(1)}", to: "${id(2)}", amount: "1"}}) { transactionId }`);
+      expect(engine.graphql(`mutation { ${posts.join(' ')} }`, null, { apiKey: adminKey }).errors).toBeUndefined();
+    }
+    // The log is past the bound and no checkpoint can finish: the pool holds once, then lets reads go.
+    for (let i = 0; i < 30; i++) {
+      const answer = await pool.execute({ query: '{ journal { name } }' }, { apiKey: adminKey });
+      expect(answer.errors).toBeUndefined();
+    }
+    expect(pool.stats().walHolds).toBeGreaterThanOrEqual(1);
+    expect(pool.stats().walHolds).toBeLessThanOrEqual(2);
+    outside.exec('COMMIT');
+  }, 60_000);
 });
 
 describe('lean call records (migration 15)', () => {

@@ -264,6 +264,22 @@ describe('WriterThread in-process', () => {
     await thread.close();
   }, 30_000);
 
+  it('holds at most writerCallsPerClientMax calls of one client: past it that client is told BUSY, another still gets in', async () => {
+    const thread = await WriterThread.start({ path, log: null, worker: null, limits: { writerCallsPerClientMax: 2 }, logError: () => {} });
+    const gone = new AbortController();
+    const created = engine.graphql('mutation { auth { createClient(input: {principal: "mallory", name: "mallory", policies: [{effect: ALLOW, actions: [SELECT], resources: ["*"]}]}) { apiKey } } }');
+    const mallory = { apiKey: (created.data as any).auth.createClient.apiKey as string };
+    const waits = [thread.executeAsync({ query: WAIT_D009 }, { ...mallory, signal: gone.signal }), thread.executeAsync({ query: WAIT_D009 }, { ...mallory, signal: gone.signal })];
+    const refused = await thread.executeAsync({ query: '{ journal { name } }' }, mallory);
+    expect(refused.errors![0]!.extensions!.code).toBe('BUSY');
+    expect(refused.errors![0]!.message).toContain('writerCallsPerClientMax 2');
+    // The engine's own authority (another share) is not held up by mallory's.
+    expect((await thread.executeAsync({ query: '{ journal { name } }' })).data).toEqual({ journal: { name: 'Default' } });
+    gone.abort();
+    for (const wait of await Promise.all(waits)) expect(wait.data).toEqual({ actions: { execution: { status: 'QUEUED' } } });
+    await thread.close();
+  }, 30_000);
+
   it('a thread that dies answers what it held INTERNAL (outcome unknown) and what comes later too', async () => {
     const errors: unknown[] = [];
     const thread = await WriterThread.start({ path, log: null, worker: null, limits: { writeBatchWaitMs: 60_000 }, logError: (e) => errors.push(e) });

@@ -331,7 +331,7 @@ async function serve(db: string, options: Options): Promise<void> {
     server.close(() => {
       void (worker?.stop() ?? Promise.resolve())
         .then(() => writer?.close())
-        // The readers close first, so the writer's connection is the last and removes the log.
+        // The writer thread and the readers close first, so this engine's connection is the last and removes the log.
         .then(() => readPool?.close())
         .then(() => {
           engine.close();

@@ -146,6 +146,8 @@ export class ReadPool {
   private holding = false;
   private drainTimer: NodeJS.Timeout | null = null;
   private walSeen = { at: -Infinity, starved: false };
+  /** The WAL's frames when the last hold ended (see drainWhenIdle). */
+  private releasedAtFrames = 0;
   private readonly wal: WalIndex;
   private holds = 0;
 
@@ -384,6 +386,8 @@ export class ReadPool {
         this.queued = 0;
       }
     }
+    // The queries it ran are answered: the others' turn (and a WAL hold waiting for them to end).
+    this.dispatch();
     const delay = this.failuresInRow === 0 ? 0 : Math.min(RESTART_DELAY_MS_MAX, RESTART_DELAY_MS * 2 ** (this.failuresInRow - 1));
     const timer = setTimeout(() => {
       this.restartTimers.delete(timer);
@@ -422,7 +426,10 @@ export class ReadPool {
     const now = performance.now();
     if (now - this.walSeen.at > WAL_LOOK_MS) {
       const { frames, backfilled } = this.wal.read();
-      this.walSeen = { at: now, starved: frames > this.limits.walAutocheckpointPages && backfilled < frames };
+      // A log that restarted since the last hold starts the count again.
+      if (frames < this.releasedAtFrames) this.releasedAtFrames = 0;
+      const bound = this.limits.walAutocheckpointPages;
+      this.walSeen = { at: now, starved: frames > Math.max(bound, this.releasedAtFrames + bound) && backfilled < frames };
     }
     if (!this.walSeen.starved) return false;
     this.holding = true;
@@ -431,14 +438,21 @@ export class ReadPool {
     return true;
   }
 
-  /** While holding: once no read runs (a query waiting on an execution holds no snapshot), wait WAL_DRAIN_MS, then let reads go. */
+  /**
+   * While holding: once no read runs (a query waiting on an execution holds no snapshot), wait
+   * WAL_DRAIN_MS, then let reads go. The pool holds again only once the log has grown another
+   * walAutocheckpointPages frames past where it stood at the release: when something outside the
+   * pool keeps the checkpoint from finishing (another process's open read, a backup), the pool
+   * does not hold its reads over and over for it.
+   */
   private drainWhenIdle(): void {
     if (this.drainTimer || this.closing) return;
     if (this.slots.some((slot) => slot.running.size > 0)) return;
     this.drainTimer = setTimeout(() => {
       this.drainTimer = null;
       this.holding = false;
-      this.walSeen = { at: -Infinity, starved: false };
+      this.releasedAtFrames = this.wal.read().frames;
+      this.walSeen = { at: performance.now(), starved: false };
       this.dispatch();
     }, WAL_DRAIN_MS);
   }

@@ -140,13 +140,17 @@ export class WriterThread implements Executor {
   private closed: Promise<void> | null = null;
   private exited!: Promise<void>;
 
-  /** executeAsync calls not yet answered (bounded by writerCallsMax). */
+  /** executeAsync calls not yet answered (bounded by writerCallsMax), and each client's (writerCallsPerClientMax). */
   private calls = 0;
+  private readonly callsByClient = new Map<string, number>();
+  /** The snapshot asked of the thread and not yet answered: callers share it (a /readyz flood is one message). */
+  private snapshotAsked: Promise<WriterSnapshot> | null = null;
 
   private constructor(
     private readonly worker: Worker,
     private readonly logError: (error: unknown) => void,
     private readonly callsMax: number,
+    private readonly callsPerClientMax: number,
   ) {}
 
   /** Start the thread and wait until its engine is open (and its queue worker started). */
@@ -154,7 +158,8 @@ export class WriterThread implements Executor {
     const { logError, ...rest } = options;
     const data: WriterWorkerData = { ...rest, path: resolvePath(options.path) };
     const worker = new Worker(BOOT, { workerData: data });
-    const thread = new WriterThread(worker, logError, resolveLimits(options.limits).writerCallsMax);
+    const limits = resolveLimits(options.limits);
+    const thread = new WriterThread(worker, logError, limits.writerCallsMax, limits.writerCallsPerClientMax);
     thread.exited = new Promise((resolve) => worker.once('exit', () => resolve()));
     await new Promise<void>((resolve, reject) => {
       worker.on('message', (message: FromWriterWorker) => {
@@ -192,20 +197,32 @@ export class WriterThread implements Executor {
 
   executeAsync(request: GraphqlRequest, options: AsyncRequestOptions = {}): Promise<FormattedResult> {
     if (this.calls >= this.callsMax) {
-      return Promise.resolve(
-        errorAnswer(new EngineError('BUSY', `${this.calls} calls are waiting for the writer (writerCallsMax ${this.callsMax})`, { hint: 'Retry the request in a moment, or send fewer at once.' })),
-      );
+      return Promise.resolve(busy(`${this.calls} calls are waiting for the writer (writerCallsMax ${this.callsMax})`));
+    }
+    // Whose share it takes: the key (never logged or shown), the principal, or the engine's own.
+    const client = options.apiKey ?? options.principal ?? '';
+    const mine = this.callsByClient.get(client) ?? 0;
+    if (mine >= this.callsPerClientMax) {
+      return Promise.resolve(busy(`this client has ${mine} calls waiting for the writer (writerCallsPerClientMax ${this.callsPerClientMax})`));
     }
     this.calls++;
-    return this.executeCounted(request, options).finally(() => this.calls--);
+    this.callsByClient.set(client, mine + 1);
+    return this.executeCounted(request, options).finally(() => {
+      this.calls--;
+      const left = (this.callsByClient.get(client) ?? 1) - 1;
+      if (left > 0) this.callsByClient.set(client, left);
+      else this.callsByClient.delete(client);
+    });
   }
 
   private executeCounted(request: GraphqlRequest, options: AsyncRequestOptions): Promise<FormattedResult> {
-    const { signal, ...rest } = options;
+    const { signal, waitMsMax, ...rest } = options;
+    // The time a call waits for a busy thread counts against its waits: the thread gets a deadline, not a span.
+    const deadline = waitMsMax === undefined ? undefined : Date.now() + waitMsMax;
     let id = 0;
     const result = this.call<FormattedResult>('result', 1, (assigned) => {
       id = assigned;
-      return { type: 'execute', id, request: plainRequest(request), options: rest };
+      return { type: 'execute', id, request: plainRequest(request), options: rest, ...(deadline === undefined ? {} : { deadline }) };
     });
     if (signal && id !== 0) {
       const cancel = () => this.send({ type: 'cancel', id });
@@ -229,10 +246,11 @@ export class WriterThread implements Executor {
    * SNAPSHOT_WAIT_MS, so /readyz and /metrics never wait behind a tool.
    */
   snapshot(): Promise<WriterSnapshot> {
-    const fresh = this.call<WriterSnapshot>('snapshot', 0, (id) => ({ type: 'snapshot', id })).then((snapshot) => {
+    const fresh = (this.snapshotAsked ??= this.call<WriterSnapshot>('snapshot', 0, (id) => ({ type: 'snapshot', id })).then((snapshot) => {
+      this.snapshotAsked = null;
       if (snapshot.stats !== null) this.lastSnapshot = snapshot;
       return snapshot;
-    });
+    }));
     const last = this.lastSnapshot;
     if (!last) return fresh;
     let timer: NodeJS.Timeout | undefined;
@@ -269,7 +287,7 @@ export class WriterThread implements Executor {
   }
 
   private call<T>(kind: 'group' | 'result' | 'snapshot', size: number, message: (id: number) => ToWriterWorker): Promise<T> {
-    if (this.failure !== null || this.closed) return Promise.resolve(this.unavailable(kind, size) as T);
+    if (this.failure !== null || this.closed) return Promise.resolve(this.unavailable(kind, size, 'notSent') as T);
     const id = this.nextId++;
     return new Promise<T>((resolve) => {
       this.pending.set(id, { kind, size, resolve: resolve as (value: unknown) => void });
@@ -283,7 +301,7 @@ export class WriterThread implements Executor {
     } catch (error) {
       // A request the structured clone refuses (it came from JSON: it cannot happen) is a bug: answer it anyway.
       this.logError(error);
-      if ('id' in message && message.type !== 'cancel') this.settle(message.id, undefined);
+      if ('id' in message && message.type !== 'cancel') this.settle(message.id, undefined, 'notSent', error);
     }
   }
 
@@ -325,14 +343,14 @@ export class WriterThread implements Executor {
     }
   }
 
-  private settle(id: number, value: unknown): void {
+  private settle(id: number, value: unknown, reason: 'notSent' | 'lost' = 'lost', cause?: unknown): void {
     const waiting = this.pending.get(id);
     if (!waiting) return;
     this.pending.delete(id);
-    waiting.resolve(value === undefined ? this.unavailable(waiting.kind, waiting.size) : value);
+    waiting.resolve(value === undefined ? this.unavailable(waiting.kind, waiting.size, reason, cause) : value);
   }
 
-  /** The thread is gone: everything it held is answered INTERNAL (retryable: nothing it did is committed). */
+  /** The thread is gone: everything it held is answered INTERNAL (whether it committed is unknown), later calls too. */
   private died(reason: string): void {
     if (this.failure !== null) return;
     this.failure = reason;
@@ -340,20 +358,36 @@ export class WriterThread implements Executor {
     for (const id of [...this.pending.keys()]) this.settle(id, undefined);
   }
 
-  private unavailable(kind: 'group' | 'result' | 'snapshot', size: number): unknown {
+  /**
+   * The answer to a call the thread will not answer: `notSent`, it never reached the thread (the
+   * server shutting down, the thread gone, or a request that could not be sent: nothing ran);
+   * `lost`, the thread had it and ended before answering (whether it committed is unknown).
+   */
+  private unavailable(kind: 'group' | 'result' | 'snapshot', size: number, reason: 'notSent' | 'lost', cause?: unknown): unknown {
     if (kind === 'snapshot') {
-      const reason = this.failure ?? 'the server is shutting down';
-      return { stats: null, database: reason, sandbox: reason, workerRunning: false };
+      const why = this.failure ?? 'the server is shutting down';
+      return { stats: null, database: why, sandbox: why, workerRunning: false };
     }
-    const error =
-      this.failure === null || this.closed
-        ? new EngineError('BUSY', 'the server is shutting down; the request was not run', { hint: 'Retry against the restarted server.' })
-        : new EngineError('INTERNAL', `${this.failure} before answering: whether the request was committed is unknown`, {
-            hint: 'Retry it against the restarted server (a posting with the same transactionId is written once).',
-          });
+    let error: EngineError;
+    if (cause !== undefined) {
+      error = new EngineError('INTERNAL', `the request could not be sent to the writer thread: ${(cause as Error)?.message ?? String(cause)}; it was not run`);
+    } else if (reason === 'notSent') {
+      error =
+        this.failure === null || this.closed
+          ? new EngineError('BUSY', 'the server is shutting down; the request was not run', { hint: 'Retry against the restarted server.' })
+          : new EngineError('INTERNAL', `${this.failure}; the request was not run`, { hint: 'Retry against the restarted server.' });
+    } else {
+      error = new EngineError('INTERNAL', `${this.failure ?? 'the writer thread ended'} before answering: whether the request was committed is unknown`, {
+        hint: 'Retry it against the restarted server (a posting with the same transactionId is written once).',
+      });
+    }
     const answer = errorAnswer(error);
     return kind === 'group' ? Array.from({ length: size }, () => answer) : answer;
   }
+}
+
+function busy(message: string): FormattedResult {
+  return errorAnswer(new EngineError('BUSY', message, { hint: 'Retry the request in a moment, or send fewer at once.' }));
 }
 
 /** The request as plain data (what arrives from JSON already is; a GraphqlRequest built in code may carry more). */

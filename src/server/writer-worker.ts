@@ -46,7 +46,8 @@ export type WriterEvent =
 /** Server → thread. */
 export type ToWriterWorker =
   | { type: 'group'; id: number; group: BatchRequest[] }
-  | { type: 'execute'; id: number; request: GraphqlRequest; options: Omit<AsyncRequestOptions, 'signal'> }
+  /** `deadline` (epoch ms): when the request's waits must end, the time it queued for the thread counted. */
+  | { type: 'execute'; id: number; request: GraphqlRequest; options: Omit<AsyncRequestOptions, 'signal' | 'waitMsMax'>; deadline?: number }
   | { type: 'cancel'; id: number }
   | { type: 'snapshot'; id: number }
   | { type: 'close' };
@@ -89,7 +90,12 @@ function report(event: WriterEvent): void {
   eventsScheduled = true;
   setImmediate(() => {
     eventsScheduled = false;
-    if (events.length > 0) post({ type: 'events', events: takeEvents() });
+    if (events.length === 0) return;
+    try {
+      post({ type: 'events', events: takeEvents() });
+    } catch {
+      // Said in the log by post(); the events are dropped, the thread goes on.
+    }
   });
 }
 function takeEvents(): WriterEvent[] {
@@ -144,11 +150,12 @@ function answer(id: number, result: FormattedResult): void {
 const controllers = new Map<number, AbortController>();
 const inFlight = new Set<Promise<void>>();
 
-function execute(id: number, request: GraphqlRequest, options: Omit<AsyncRequestOptions, 'signal'>): void {
+function execute(id: number, request: GraphqlRequest, options: Omit<AsyncRequestOptions, 'signal' | 'waitMsMax'>, deadline: number | undefined): void {
   const controller = new AbortController();
   controllers.set(id, controller);
+  const waits = deadline === undefined ? {} : { waitMsMax: Math.max(0, deadline - Date.now()) };
   const done = engine
-    .executeAsync(request, { ...options, signal: controller.signal })
+    .executeAsync(request, { ...options, ...waits, signal: controller.signal })
     .then(
       (result) => answer(id, result),
       (error: unknown) => {
@@ -178,8 +185,9 @@ function group(id: number, requests: BatchRequest[]): void {
   try {
     post({ type: 'group', id, answers: sent, ...(reported.length ? { events: reported } : {}) });
   } catch (error) {
+    // The group is committed: its clients must hear of it. Without the events (one may be what the clone refused).
     const failure = failed(`the writer thread could not send the answers: ${(error as Error)?.message ?? String(error)}`);
-    post({ type: 'group', id, answers: sent.map((a) => (a === null ? null : failure)), ...(reported.length ? { events: reported } : {}) });
+    post({ type: 'group', id, answers: sent.map((a) => (a === null ? null : failure)) });
   }
 }
 
@@ -189,13 +197,17 @@ port.on('message', (message: ToWriterWorker) => {
       group(message.id, message.group);
       break;
     case 'execute':
-      execute(message.id, message.request, message.options);
+      execute(message.id, message.request, message.options, message.deadline);
       break;
     case 'cancel':
       controllers.get(message.id)?.abort();
       break;
     case 'snapshot':
-      post({ type: 'snapshot', id: message.id, snapshot: { stats: engine.stats(), ...engine.readiness(), workerRunning: worker ? worker.isRunning : null } });
+      try {
+        post({ type: 'snapshot', id: message.id, snapshot: { stats: engine.stats(), ...engine.readiness(), workerRunning: worker ? worker.isRunning : null } });
+      } catch (error) {
+        post({ type: 'snapshot', id: message.id, snapshot: { stats: null, database: null, sandbox: `the writer thread could not report: ${(error as Error)?.message ?? String(error)}`, workerRunning: worker ? worker.isRunning : null } });
+      }
       break;
     case 'close':
       // Waits end at once (their requests answer), the running attempt finishes, then the engine closes.
