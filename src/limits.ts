@@ -319,6 +319,13 @@ export interface Limits {
    */
   readPoolThreads: number;
   /**
+   * 1: `tally serve` runs its writer (mutations, tools, the queue worker) on a thread of its own, so
+   * a running tool never holds the HTTP thread and reads never wait for one. 0: on the HTTP thread
+   * (one thread hop less per request: more throughput on a machine with few cores, but every reply
+   * waits while a tool runs).
+   */
+  writerThreads: number;
+  /**
    * Queries waiting for a read thread, all clients together. Past it a query gets BUSY (retryable)
    * at once; and when it is full, a query of a client holding fewer of its places than the client
    * holding most takes the latter's newest place (that query gets BUSY): one client flooding
@@ -425,6 +432,7 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   indexBackfillMax: 10_000,
 
   readPoolThreads: 2,
+  writerThreads: 1,
   readQueueMax: 256,
 });
 

@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -26,12 +26,17 @@ interface Served {
   output: () => string;
 }
 
-async function serve(): Promise<Served> {
-  const db = join(mkdtempSync(join(tmpdir(), 'tally-writer-')), 'w.db');
-  const child = spawn(process.execPath, [BIN, 'serve', '--db', db, '--port', '0', '--log-level', 'info'], {
-    env: { ...process.env, TALLY_ADMIN_KEY: ADMIN },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+async function serve(limits?: Record<string, number>): Promise<Served> {
+  const folder = mkdtempSync(join(tmpdir(), 'tally-writer-'));
+  const db = join(folder, 'w.db');
+  const env: NodeJS.ProcessEnv = { ...process.env, TALLY_ADMIN_KEY: ADMIN };
+  delete env.TALLY_CONFIG;
+  if (limits) {
+    env.TALLY_CONFIG = join(folder, 'tally.config.json');
+    writeFileSync(env.TALLY_CONFIG, JSON.stringify({ limits }));
+  }
+  const withWriter = limits?.writerThreads !== 0;
+  const child = spawn(process.execPath, [BIN, 'serve', '--db', db, '--port', '0', '--log-level', 'info'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   const lines: Array<Record<string, unknown>> = [];
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
@@ -49,7 +54,7 @@ async function serve(): Promise<Served> {
         if (part.startsWith('{')) lines.push(JSON.parse(part) as Record<string, unknown>);
       }
       // Both threads up: the writer and the read pool.
-      if (url && lines.some((l) => l.event === 'writer') && lines.some((l) => l.event === 'reads')) resolve(url);
+      if (url && (!withWriter || lines.some((l) => l.event === 'writer')) && lines.some((l) => l.event === 'reads')) resolve(url);
     });
     child.once('exit', () => reject(new Error(`serve exited: ${output}`)));
   });
@@ -166,6 +171,24 @@ describe('tally serve: the writer on its own thread', () => {
 });
 
 const WAIT_D009 = '{ actions { execution(executionId: "00000000-0000-4000-8000-00000000d009", waitMs: 20000) { status } } }';
+
+describe('tally serve with writerThreads 0', () => {
+  it('runs the writer on the HTTP thread: no writer thread starts, and a read sent while a tool spins waits for it', async () => {
+    const own = await serve({ writerThreads: 0 });
+    try {
+      await createSpinner(own, 700);
+      const spinning = post(own, INVOKE_SPIN, { e: '00000000-0000-4000-8000-00000000b401' });
+      await new Promise((r) => setTimeout(r, 300));
+      const read = post(own, '{ journal { name } }');
+      const order = await settleOrder({ spinning, read });
+      expect(order).toEqual(['spinning', 'read']);
+      expect((await read).body).toEqual({ data: { journal: { name: 'Default' } } });
+      expect(own.lines.some((l) => l.event === 'writer')).toBe(false);
+    } finally {
+      own.child.kill('SIGKILL');
+    }
+  }, 60_000);
+});
 
 describe('WriterThread in-process', () => {
   let path: string;

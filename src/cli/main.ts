@@ -268,9 +268,13 @@ async function serve(db: string, options: Options): Promise<void> {
   const { createEngine } = await import('../engine.js');
   const { attachReadPool, attachWriter, createServer } = await import('../server/http.js');
   const durability = durabilityOption(options);
-  // With a writer thread (a database file), its engine checkpoints in the background; this one,
-  // which only checks keys and routes once the thread is up, checkpoints at commit as SQLite does.
-  const engine = await createEngine({ path: db, logger, durability, ...(await serverConfig()), ...(db === ':memory:' ? {} : { checkpointIntervalMs: 0 }) });
+  const config = await serverConfig();
+  // With a writer thread (a database file, writerThreads 1), its engine checkpoints in the
+  // background; this one, which only checks keys and routes once the thread is up, checkpoints at
+  // commit as SQLite does.
+  const { resolveLimits } = await import('../limits.js');
+  const writerThread = db !== ':memory:' && resolveLimits(config.limits).writerThreads > 0;
+  const engine = await createEngine({ path: db, logger, durability, ...config, ...(writerThread ? { checkpointIntervalMs: 0 } : {}) });
   const worker = options['no-worker'] === true ? null : engine.createWorker({ owner: `serve-${process.pid}` });
   const server = createServer(engine, { logger, ...(worker ? { worker } : {}) });
   let rotate: boolean;
@@ -304,7 +308,7 @@ async function serve(db: string, options: Options): Promise<void> {
   // The writer on a thread of its own (its engine and the queue worker), so that a running tool
   // never holds this thread, which then only routes and replies. Started after listening; until it
   // is up, requests run on this thread's engine, which stays open for the key check and routing.
-  if (db !== ':memory:') {
+  if (writerThread) {
     void startWriter(db, logger, durability, worker === null ? null : { owner: `serve-${process.pid}` }).then(async (thread) => {
       if (!thread) return;
       if (stopping) return void thread.close();
