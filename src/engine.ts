@@ -279,7 +279,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     path,
     busyTimeoutMs: limits.busyTimeoutMs,
     walAutocheckpointPages: background ? limits.walAutocheckpointPages : ownWalPages,
-    // The read pool holds new reads once the log passes this (see ReadPool.walHeld); a restart then shrinks it back.
+    // A log that grew past twice its checkpoint bound (readers held a checkpoint off, see ReadPool.walHeld) shrinks back at its restart.
     walBytesKept: 2 * limits.walAutocheckpointPages * 4096,
     readOnly: options.readOnly,
     durability: options.durability,

@@ -25,6 +25,20 @@ export function fails(engine: Engine, query: string, variables?: Record<string, 
   return { message: error.message, code: error.extensions?.code as string, hint: error.extensions?.hint as string | undefined, result };
 }
 
+/**
+ * `count` TRANSFER postings between accounts 1–3 (see createAccount, createTransferCode), 100 per
+ * request, with transaction ids from id(firstTransaction) on.
+ */
+export function postTransfers(engine: Engine, count: number, firstTransaction = 100_000): void {
+  for (let batch = 0; batch < count / 100; batch++) {
+    const posts = Array.from({ length: 100 }, (_, i) => {
+      const n = batch * 100 + i;
+      return `p${i}: postTransaction(input: {transactionId: "${id(firstTransaction + n)}", tranCode: "TRANSFER", params: {from: "${id(1 + (n % 3))}", to: "${id(1 + ((n + 1) % 3))}", amount: "1"}}) { transactionId }`;
+    });
+    ok(engine, `mutation { ${posts.join(' ')} }`);
+  }
+}
+
 export const CREATE_ACCOUNT = `mutation($input: AccountInput!) { createAccount(input: $input) { accountId code status version } }`;
 export const POST = `mutation($input: TransactionInput!) { postTransaction(input: $input) { transactionId correlationId effective voidedBy } }`;
 export const BALANCE = `query($a: UUID!, $c: CurrencyCode) { balance(accountId: $a, currency: $c) {

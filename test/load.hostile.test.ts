@@ -19,7 +19,7 @@ import type { Logger } from '../src/log.js';
 import { attachReadPool, createServer } from '../src/server/http.js';
 import { ReadPool } from '../src/server/read-pool.js';
 import { WriteQueue } from '../src/server/write-queue.js';
-import { createAccount, createTransferCode, id, newEngine, ok } from './helpers.js';
+import { createAccount, createTransferCode, id, newEngine, ok, postTransfers } from './helpers.js';
 
 const cleanups: Array<() => unknown> = [];
 const dirs: string[] = [];
@@ -512,13 +512,7 @@ describe('the read pool answers what the writer would', () => {
 
 /** Accounts 1-3 (of the writer fixture) and `postings` transfers between them, 100 per request. */
 function postings(engine: Engine, count: number): void {
-  for (let batch = 0; batch < count / 100; batch++) {
-    const posts = Array.from({ length: 100 }, (_, i) => {
-      const n = batch * 100 + i;
-      return `p${i}: postTransaction(input: {transactionId: "${id(100_000 + n)}", tranCode: "TRANSFER", params: {from: "${id(1 + (n % 3))}", to: "${id(1 + ((n + 1) % 3))}", amount: "1"}}) { transactionId }`;
-    });
-    ok(engine, `mutation { ${posts.join(' ')} }`);
-  }
+  postTransfers(engine, count);
 }
 /** Under the cost limit, yet a row lookup per entry: long on a ledger of a few thousand postings. */
 const HEAVY_READ = '{ accounts(first: 3) { nodes { entries(first: 1000) { nodes { transaction { description entries(first: 5) { nodes { units account { code } } } } } } } } }';
@@ -638,7 +632,7 @@ describe('the read pool and the WAL', () => {
   async function walUnder(reading: boolean, rounds: number) {
     const { statSync } = await import('node:fs');
     const limits = { walAutocheckpointPages: 200, requestDeadlineMs: 3000, queryCostMax: 100_000_000 };
-    const { engine, path, adminKey } = await writer(limits);
+    const { engine, path } = await writer(limits);
     postings(engine, 1000);
     const mallory = createClient(engine, 'mallory', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] }]);
     const pool = await ReadPool.start({ path, size: 2, limits, logError: () => {} });
@@ -652,9 +646,7 @@ describe('the read pool and the WAL', () => {
       : [];
     let walMax = 0;
     for (let r = 0; r < rounds; r++) {
-      const posts = Array.from({ length: 100 }, (_, i) => `p${i}: postTransaction(input: {transactionId: "${id(500_000 + r * 100 + i)}", tranCode: "TRANSFER", params: {from: "${id(1)}", to: "${id(2)}", amount: "1"}}) { transactionId }`);
-      const answer = engine.graphql(`mutation { ${posts.join(' ')} }`, null, { apiKey: adminKey });
-      expect(answer.errors).toBeUndefined();
+      postTransfers(engine, 100, 500_000 + r * 100);
       // Let the checkpointer (every 25 ms) and the readers run.
       await new Promise((resolve) => setTimeout(resolve, 40));
       walMax = Math.max(walMax, statSync(`${path}-wal`).size);
@@ -702,10 +694,7 @@ describe('the read pool and a checkpoint it cannot help', () => {
     cleanups.push(() => outside.close());
     outside.exec('BEGIN');
     outside.prepare('SELECT count(*) FROM accounts').get();
-    for (let r = 0; r < 20; r++) {
-      const posts = Array.from({ length: 100 }, (_, i) => `p${i}: postTransaction(input: {transactionId: "${id(700_000 + r * 100 + i)}", tranCode: "TRANSFER", params: {from: "${id(1)}", to: "${id(2)}", amount: "1"}}) { transactionId }`);
-      expect(engine.graphql(`mutation { ${posts.join(' ')} }`, null, { apiKey: adminKey }).errors).toBeUndefined();
-    }
+    postTransfers(engine, 2000, 700_000);
     // The log is past the bound and no checkpoint can finish: the pool holds once, then lets reads go.
     for (let i = 0; i < 30; i++) {
       const answer = await pool.execute({ query: '{ journal { name } }' }, { apiKey: adminKey });

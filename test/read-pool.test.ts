@@ -11,7 +11,7 @@ import { EngineError } from '../src/errors.js';
 import { openDatabase, ReadOnlyTransactions } from '../src/storage/database.js';
 import { MIGRATIONS } from '../src/storage/migrations.js';
 import { CacheEpoch } from '../src/storage/record-cache.js';
-import { BALANCE, CREATE_ACCOUNT, createAccount, createTransferCode, id, newEngine, ok, POST } from './helpers.js';
+import { BALANCE, CREATE_ACCOUNT, createAccount, createTransferCode, id, newEngine, ok, POST, postTransfers } from './helpers.js';
 
 /**
  * Reads beside writes: queries answered by read-only engines on worker threads, on the writer's
@@ -51,13 +51,7 @@ function createClient(engine: Engine, principal: string, policies: string): stri
 function ledger(engine: Engine, postings: number): void {
   for (let a = 1; a <= 3; a++) createAccount(engine, a);
   createTransferCode(engine);
-  for (let batch = 0; batch < postings / 100; batch++) {
-    const posts = Array.from({ length: 100 }, (_, i) => {
-      const n = batch * 100 + i;
-      return `p${i}: postTransaction(input: {transactionId: "${id(100_000 + n)}", tranCode: "TRANSFER", params: {from: "${id(1 + (n % 3))}", to: "${id(1 + ((n + 1) % 3))}", amount: "1"}}) { transactionId }`;
-    });
-    ok(engine, `mutation { ${posts.join(' ')} }`);
-  }
+  postTransfers(engine, postings);
 }
 
 async function until(condition: () => boolean, timeoutMs = 20_000): Promise<void> {

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/engine.js';
 import type { FormattedResult } from '../src/graphql/executor.js';
-import { createAccount, createTransferCode, id, newEngine, ok, startServer } from './helpers.js';
+import { createAccount, createTransferCode, id, newEngine, ok, postTransfers, startServer } from './helpers.js';
 
 /**
  * No request, from any valid key, holds the process for long (hostile review F10): a tool runs at
@@ -19,13 +19,7 @@ const CREATE = 'mutation($id: UUID!, $input: ActionInput!) { actions { createAct
 function ledger(engine: Engine, postings: number): void {
   for (let a = 1; a <= 3; a++) createAccount(engine, a);
   createTransferCode(engine);
-  for (let batch = 0; batch < postings / 100; batch++) {
-    const posts = Array.from({ length: 100 }, (_, i) => {
-      const n = batch * 100 + i;
-      return `p${i}: postTransaction(input: {transactionId: "${id(100_000 + n)}", tranCode: "TRANSFER", params: {from: "${id(1 + (n % 3))}", to: "${id(1 + ((n + 1) % 3))}", amount: "1"}}) { transactionId }`;
-    });
-    ok(engine, `mutation { ${posts.join(' ')} }`);
-  }
+  postTransfers(engine, postings);
 }
 
 /** Under cost limits (69,000 of 100,000) yet a row lookup per entry: the deadline is what stops it. */

@@ -218,9 +218,9 @@ async function startWriter(
   logger: import('../log.js').Logger,
   durability: 'normal' | 'full',
   worker: { owner: string } | null,
+  config: { providers: unknown; limits: Record<string, number> },
 ): Promise<import('../server/writer-thread.js').WriterThread | undefined> {
   const { WriterThread } = await import('../server/writer-thread.js');
-  const config = await serverConfig();
   const logError = (error: unknown) => logger.error({ event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) }, 'writer thread failed');
   const level = (logger as { level?: unknown }).level;
   try {
@@ -309,7 +309,7 @@ async function serve(db: string, options: Options): Promise<void> {
   // never holds this thread, which then only routes and replies. Started after listening; until it
   // is up, requests run on this thread's engine, which stays open for the key check and routing.
   if (writerThread) {
-    void startWriter(db, logger, durability, worker === null ? null : { owner: `serve-${process.pid}` }).then(async (thread) => {
+    void startWriter(db, logger, durability, worker === null ? null : { owner: `serve-${process.pid}` }, config).then(async (thread) => {
       if (!thread) return;
       if (stopping) return void thread.close();
       writer = thread;

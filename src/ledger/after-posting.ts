@@ -3,8 +3,6 @@ import type { LedgerDeps } from './deps.js';
 import type { Posted } from './posted.js';
 import { applyViews } from './views.js';
 
-export type { Posted } from './posted.js';
-
 /**
  * Everything a posting (or a void) keeps up to date beyond the entries and the balances of their
  * accounts and sets, in the same transaction: calculation balances, then views.

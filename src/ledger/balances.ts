@@ -1,7 +1,7 @@
 import { addText, subText } from '../decimal.js';
 import { EngineError } from '../errors.js';
 import { type Connection, encodeCursor, pageRequest, toConnection } from '../paging.js';
-import type { BalanceAfter, BalanceColumn, BalanceRow, EntryRow } from '../storage/statements/ledger.js';
+import { type BalanceAfter, type BalanceColumn, type BalanceRow, type EntryRow, snapshotTotals } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
 import type { Direction, Layer } from './records.js';
 
@@ -65,12 +65,12 @@ export function readBalance(deps: LedgerDeps, accountId: string, journalId: stri
 
 /** A balance as a snapshot left it (see migration 14): version and the six totals. */
 function fromSnapshot(accountId: string, journalId: string, currency: string, version: number, after: string, entryId: string, modified: string): Balance {
-  const [sd, sc, pd, pc, ed, ec] = after.split(' ') as [string, string, string, string, string, string];
+  const t = snapshotTotals(after);
   return {
     accountId,
     journalId,
     currency,
-    layers: { SETTLED: { dr: sd, cr: sc }, PENDING: { dr: pd, cr: pc }, ENCUMBRANCE: { dr: ed, cr: ec } },
+    layers: { SETTLED: { dr: t.settled_dr, cr: t.settled_cr }, PENDING: { dr: t.pending_dr, cr: t.pending_cr }, ENCUMBRANCE: { dr: t.encumbrance_dr, cr: t.encumbrance_cr } },
     entryId,
     version,
     created: null,

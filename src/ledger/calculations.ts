@@ -412,10 +412,9 @@ class Deltas {
       row.modified = modified;
       if (columns.size === 1) {
         // The usual case, one layer and side: SQLite adds to that column only (one dec_add, not six).
-        const [column] = columns as unknown as [Column];
-        const r = row as Record<Column | 'calculation_id' | 'account_id' | 'journal_id' | 'currency' | 'dimension_key' | 'period' | 'entry_id', string>;
-        const changed = deps.calc.updateBalanceColumn[column].run(r[column], r.entry_id, modified, r.calculation_id, r.account_id, r.journal_id, r.currency, r.dimension_key, r.period).changes;
-        if (changed === 0) deps.calc.insertBalance.run(row);
+        const column = columns.values().next().value!;
+        const key = [row.calculation_id!, row.account_id!, row.journal_id!, row.currency!, row.dimension_key!, row.period!] as const;
+        if (deps.calc.updateBalanceColumn[column].run(row[column]!, row.entry_id!, modified, ...key).changes === 0) deps.calc.insertBalance.run(row);
         continue;
       }
       // Named binding ignores the extra key (dimensions) the UPDATE does not use.

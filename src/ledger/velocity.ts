@@ -5,7 +5,7 @@ import { canonicalJson } from '../ids.js';
 import { isReservedKey, setOwn } from '../json.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { AccountRow, BalanceRow, EntryRow } from '../storage/statements/ledger.js';
-import { BALANCE_COLUMNS } from '../storage/statements/ledger.js';
+import { BALANCE_COLUMNS, snapshotTotals } from '../storage/statements/ledger.js';
 import type { VelocityAttachmentRow, VelocityControlRow, VelocityLimitRow } from '../storage/statements/velocity.js';
 import { ownersOf, type Posted } from './posted.js';
 import { cachedAccount, type LedgerDeps } from './deps.js';
@@ -813,9 +813,7 @@ function violationOf(deps: LedgerDeps, check: Check, posted: Posted, now: string
 /** The balance record of an account or set as the posting just left it (no read), when it wrote one. */
 function balanceLeft(posted: Posted, accountId: string, entry: EntryRow): Totals | undefined {
   const after = posted.balances?.get(`${accountId} ${entry.journal_id} ${entry.currency}`);
-  if (!after) return undefined;
-  const [settled_dr, settled_cr, pending_dr, pending_cr, encumbrance_dr, encumbrance_cr] = after.after.split(' ') as [string, string, string, string, string, string];
-  return { settled_dr, settled_cr, pending_dr, pending_cr, encumbrance_dr, encumbrance_cr };
+  return after ? snapshotTotals(after.after) : undefined;
 }
 
 function timestampOf(deps: LedgerDeps, limit: VelocityLimit, posted: Posted, context: () => Record<string, unknown>): unknown {

@@ -79,7 +79,6 @@ interface Operability {
   metrics: ServerMetrics;
   writes: WriteQueue;
   reads: ReadPool | undefined;
-  worker: Worker | undefined;
   mcp: McpHttp;
 }
 
@@ -110,7 +109,6 @@ export function createServer(engine: Engine, options: ServerOptions = {}): Serve
     metrics: new ServerMetrics(engine, executor, () => ops.reads?.stats()),
     writes: new WriteQueue(engine, () => executor),
     reads: options.readPool,
-    worker: options.worker,
     mcp,
   };
   const server = createHttpServer({ connectionsCheckingInterval }, (req, res) => {

@@ -132,7 +132,7 @@ export function watchToolTables(db: Db, versionAtBegin?: () => number): { readon
   watchWrites(db, 'tools', TOOL_TABLES, () => writes++);
   const pragma = db.prepare<[], number>('PRAGMA data_version').pluck();
   // After a write transaction the version its BEGIN read is current (see TransactionManager): no second read.
-  const dataVersion = { get: () => (versionAtBegin ? versionAtBegin() : (pragma.get() as number)) };
+  const dataVersion = () => (versionAtBegin ? versionAtBegin() : (pragma.get() as number));
   const fingerprint = db
     .prepare<[], string>(
       `SELECT (SELECT count(*) || ':' || ifnull(max(modified), '') FROM action_versions) || '|' ||
@@ -140,7 +140,7 @@ export function watchToolTables(db: Db, versionAtBegin?: () => number): { readon
               (SELECT count(*) || ':' || total(version) || ':' || ifnull(max(modified), '') FROM clients)`,
     )
     .pluck();
-  let seenVersion = dataVersion.get() as number;
+  let seenVersion = pragma.get() as number;
   let seen = fingerprint.get() as string;
   return {
     get writes() {
@@ -149,7 +149,7 @@ export function watchToolTables(db: Db, versionAtBegin?: () => number): { readon
     changedSince(writesBefore) {
       let changed = writes !== writesBefore;
       try {
-        const version = dataVersion.get() as number;
+        const version = dataVersion();
         if (changed || version !== seenVersion) {
           seenVersion = version;
           const now = fingerprint.get() as string;

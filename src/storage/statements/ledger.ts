@@ -370,4 +370,10 @@ export interface BalanceAfter {
 }
 export type BalanceColumn = (typeof BALANCE_COLUMNS)[number];
 
+/** The six totals of a BalanceAfter (or an entry's balance_after), by column. */
+export function snapshotTotals(after: string): Record<BalanceColumn, string> {
+  const [settled_dr, settled_cr, pending_dr, pending_cr, encumbrance_dr, encumbrance_cr] = after.split(' ') as [string, string, string, string, string, string];
+  return { settled_dr, settled_cr, pending_dr, pending_cr, encumbrance_dr, encumbrance_cr };
+}
+
 export type LedgerStatements = ReturnType<typeof ledgerStatements>;
