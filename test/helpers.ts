@@ -111,18 +111,20 @@ export async function startServer(key: string, options: EngineOptions = {}, serv
 }
 
 /**
- * SQL that takes a database of today's schema back to schema version 9 (before account sets,
+ * SQL that takes a database of today's schema back to schema version 9 (before account sets and their entry log,
  * velocity controls, calculations, views, balance history and lean call records: the compact
  * calls of migration 15 are dropped, not turned back into rows), for tests that rebuild an older
  * database: the caller drops the rest and sets user_version.
  */
-export const UNDO_MIGRATIONS_10_TO_14 = `
+export const UNDO_MIGRATIONS_AFTER_9 = `
+  DROP TABLE set_entry_marks; DROP TABLE set_entry_log;
+  ALTER TABLE balances DROP COLUMN log_count; ALTER TABLE balances DROP COLUMN log_prev; ALTER TABLE balances DROP COLUMN log_head;
   DROP TABLE call_ids; DROP TABLE documents; ALTER TABLE executions DROP COLUMN calls;
   CREATE INDEX executions_by_created ON executions (created) WHERE parent_id IS NULL;
   DROP TABLE custom_index_rows; DROP TABLE custom_indexes; DROP TABLE view_record_versions; DROP TABLE view_records; DROP TABLE views;
   DROP TABLE calculation_balances; DROP TABLE calculation_attachments; DROP TABLE calculations;
   DROP TABLE velocity_balances; DROP TABLE velocity_attachments; DROP TABLE velocity_control_limits; DROP TABLE velocity_controls; DROP TABLE velocity_limits;
-  DROP TABLE set_entries; DROP TABLE account_set_members;
+  DROP TABLE account_set_members;
   ALTER TABLE transactions DROP COLUMN exceptions;
   ALTER TABLE entries DROP COLUMN balance_after; ALTER TABLE entries DROP COLUMN balance_version; ALTER TABLE entries DROP COLUMN parent_account_ids;
   ALTER TABLE accounts DROP COLUMN enable_concurrent_posting; ALTER TABLE accounts DROP COLUMN journal_id; ALTER TABLE accounts DROP COLUMN is_account_set;

@@ -1,6 +1,6 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/engine.js';
-import { count, createAccount, createTransferCode, fails, id, newEngine, ok, POST, UNDO_MIGRATIONS_10_TO_14 } from './helpers.js';
+import { count, createAccount, createTransferCode, fails, id, newEngine, ok, POST, UNDO_MIGRATIONS_AFTER_9 } from './helpers.js';
 
 let engine: Engine;
 beforeEach(async () => {
@@ -263,7 +263,7 @@ describe('hostile input is refused cleanly and writes nothing', () => {
     ok(old, `mutation { voidTransaction(id: "${id(11)}") { transactionId } }`);
     // What an earlier version wrote: '' as the correlation id (a void copied it), at schema version 4
     // (so without what migrations 6 to 9 add).
-    old.db.exec(UNDO_MIGRATIONS_10_TO_14);
+    old.db.exec(UNDO_MIGRATIONS_AFTER_9);
     old.db.exec(`UPDATE transactions SET correlation_id = ''; DROP TABLE settings; ALTER TABLE executions DROP COLUMN trigger_depth; ALTER TABLE executions DROP COLUMN transport;
       ALTER TABLE triggers DROP COLUMN previous_principal; DROP TABLE session_messages; DROP TABLE sessions; DROP TABLE approvals; DROP TABLE skill_versions; DROP TABLE skills; PRAGMA user_version = 4;`);
     old.close();

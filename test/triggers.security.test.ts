@@ -4,7 +4,7 @@ import { ManualClock } from '../src/clock.js';
 import type { Engine } from '../src/engine.js';
 import type { Worker } from '../src/execution/queue/worker.js';
 import { derivedId } from '../src/ids.js';
-import { balanceOf, count, createAccount, createTransferCode, id, newEngine, ok, UNDO_MIGRATIONS_10_TO_14 } from './helpers.js';
+import { balanceOf, count, createAccount, createTransferCode, id, newEngine, ok, UNDO_MIGRATIONS_AFTER_9 } from './helpers.js';
 
 /**
  * Triggers attacked by a client who holds some rights on them (hostile review F2, F8, F13): a
@@ -216,7 +216,7 @@ describe('F8: a trigger’s execution id cannot be claimed in advance', () => {
     // What a version-5 database looks like: no settings, no trigger depth, no previous owner.
     const { default: Database } = await import('better-sqlite3');
     const raw = new Database(path);
-    raw.exec(UNDO_MIGRATIONS_10_TO_14);
+    raw.exec(UNDO_MIGRATIONS_AFTER_9);
     raw.exec('DROP TABLE session_messages; DROP TABLE sessions; DROP TABLE approvals; DROP TABLE skill_versions; DROP TABLE skills; DROP TABLE settings; ALTER TABLE executions DROP COLUMN trigger_depth; ALTER TABLE triggers DROP COLUMN previous_principal; ALTER TABLE executions DROP COLUMN transport; PRAGMA user_version = 5;');
     raw.close();
     const migrated = await newEngine({ path });

@@ -1,11 +1,12 @@
 import { EngineError, quote } from '../errors.js';
-import { type Connection, encodeCursor, pageRequest, toConnection } from '../paging.js';
+import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { AccountRow, AccountSetMemberRow, BalanceRow } from '../storage/statements/ledger.js';
 import { BALANCE_COLUMNS } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
 import { DEFAULT_JOURNAL_ID, getJournal, insertUnique } from './journals.js';
 import { toEntry } from './post-transaction.js';
 import { checkMovedBalances } from './velocity.js';
+import { deleteSetLog, setEntriesBelow } from './set-log.js';
 import { type AccountSet, type Direction, type Entry, jsonObjectText, optionalText, readJson, requiredText } from './records.js';
 
 /**
@@ -158,8 +159,8 @@ export function deleteAccountSet(deps: LedgerDeps, accountSetId: string): Accoun
   for (const parent of deps.st.setsOfMemberPage.all(accountSetId, '', deps.limits.accountSetAncestorsMax + 1)) {
     removeFromAccountSet(deps, parent.account_set_id, { memberType: 'ACCOUNT_SET', memberId: accountSetId });
   }
+  deleteSetLog(deps, accountSetId);
   deps.st.deleteBalancesOf.run(accountSetId);
-  deps.st.deleteSetEntries.run(accountSetId);
   deps.st.deleteAccountVersions.run(accountSetId);
   deps.st.deleteAccountRow.run(accountSetId);
   return toAccountSet(row);
@@ -284,33 +285,12 @@ export function setsOf(deps: LedgerDeps, memberId: string, first: number, after?
   return toConnection(rows, req, (r) => r.account_set_id, (r) => getAccountSet(deps, r.account_set_id));
 }
 
-/** The entries that rolled up into a set, newest first, optionally of one currency. */
+/** The entries that rolled up into a set, newest first, optionally of one currency (its own chain in the set's entry log). */
 export function setEntries(deps: LedgerDeps, accountSetId: string, first: number, after?: string | null, currency?: string | null): Connection<Entry> {
   findSetRow(deps, accountSetId);
   const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', 'set-entries');
-  const nodes: ReturnType<typeof deps.st.setEntriesDescPage.all> = [];
-  let cursor = req.after ?? Number.MAX_SAFE_INTEGER;
-  // A currency filter applies after the index scan: read at most ten pages' worth, then answer a
-  // short page whose cursor is where the scan stopped (as entriesOfAccount does).
-  let budget = deps.limits.pageSizeMax * 10;
-  let stopped = false;
-  for (;;) {
-    const rows = deps.st.setEntriesDescPage.all(accountSetId, cursor, req.fetch);
-    for (const row of rows) {
-      budget--;
-      if (!currency || row.currency === currency) nodes.push(row);
-      if (nodes.length === req.fetch) break;
-    }
-    if (nodes.length === req.fetch || rows.length < req.fetch) break;
-    cursor = rows.at(-1)!.seq;
-    if (budget <= 0) {
-      stopped = true;
-      break;
-    }
-  }
-  const page = toConnection(nodes, req, (r) => r.seq, toEntry);
-  if (!stopped) return page;
-  return { ...page, pageInfo: { ...page.pageInfo, hasNextPage: true, endCursor: encodeCursor(req.kind, cursor) } };
+  const rows = setEntriesBelow(deps, accountSetId, req.after ?? Number.MAX_SAFE_INTEGER, req.fetch, currency);
+  return toConnection(rows, req, (r) => r.seq, toEntry);
 }
 
 /** What a balance belongs to: an account, or a set (whose balances are in its own journal by default). */

@@ -1,9 +1,10 @@
 import { addText, subText } from '../decimal.js';
 import { EngineError } from '../errors.js';
 import { type Connection, encodeCursor, pageRequest, toConnection } from '../paging.js';
-import { type BalanceAfter, type BalanceColumn, type BalanceRow, type EntryRow, snapshotTotals } from '../storage/statements/ledger.js';
+import { BALANCE_COLUMNS, type BalanceAfter, type BalanceColumn, type BalanceRow, type EntryRow, snapshotTotals } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
 import type { Direction, Layer } from './records.js';
+import { chainRows, setChains } from './set-log.js';
 
 /** Debit and credit totals as exact decimal text, each with the scale of what was added to it. */
 export interface LayerTotals {
@@ -82,9 +83,9 @@ type SnapshotRow = EntryRow & { set_balance_version?: number | null; set_balance
 
 /**
  * Walk the entries behind a balance record newest first (an account's through entries_by_account,
- * a set's through set_entries), from `fromSeq` down, yielding each version the postings left once.
- * A filter on journal and currency applies after the index scan, so at most `budget` entries are
- * read per call; `stoppedAt` says where a call that ran out stopped.
+ * filtered by journal and currency after the index scan; a set's record's own chain in its entry
+ * log), from `fromSeq` down, yielding each version the postings left once. At most `budget`
+ * entries are read per call; `stoppedAt` says where a call that ran out stopped.
  */
 function versionsFrom(deps: LedgerDeps, owner: { id: string; isSet: boolean }, journalId: string, currency: string, fromSeq: number, want: number, budget: number) {
   const found: Array<{ balance: Balance; seq: number }> = [];
@@ -92,13 +93,21 @@ function versionsFrom(deps: LedgerDeps, owner: { id: string; isSet: boolean }, j
   let lastVersion = Number.MAX_SAFE_INTEGER;
   let stoppedAt: number | null = null;
   const batch = Math.min(Math.max(want * 2, 16), 1000);
+  const chain = owner.isSet ? setChains(deps, owner.id, currency).find((c) => c.journalId === journalId) : undefined;
+  if (owner.isSet && !chain) return { found, stoppedAt };
   for (;;) {
-    const rows: SnapshotRow[] = owner.isSet ? deps.st.setEntriesDescFrom.all(owner.id, cursor, batch) : deps.st.entriesByAccountDescFrom.all(owner.id, cursor, batch);
+    const rows: SnapshotRow[] = chain ? chainRows(deps, chain, cursor, batch) : deps.st.entriesByAccountDescFrom.all(owner.id, cursor, batch);
     for (const row of rows) {
       budget--;
       const version = owner.isSet ? row.set_balance_version : row.balance_version;
       const after = owner.isSet ? row.set_balance_after : row.balance_after;
-      if (row.journal_id !== journalId || row.currency !== currency || version == null || after == null || version >= lastVersion) continue;
+      if (row.journal_id !== journalId || row.currency !== currency || version == null || after == null) continue;
+      if (version >= lastVersion) {
+        // Another entry of the same posting (one version): the version's cursor is its lowest seq,
+        // so the next page does not list it again.
+        if (version === lastVersion) found.at(-1)!.seq = row.seq;
+        continue;
+      }
       lastVersion = version;
       found.push({ balance: fromSnapshot(owner.id, journalId, currency, version, after, row.entry_id, row.created), seq: row.seq });
       if (found.length === want) return { found, stoppedAt };
@@ -187,52 +196,48 @@ export interface BalanceDelta {
   /** Exact decimal text. */
   units: string;
   entryId: string;
+  /** A set's record: the entry's seq, a row of the record's entry log (see setLogStatements). */
+  logSeq?: number;
 }
 
 /**
  * Apply a transaction's entries to the running balances: the entries are summed per balance record
  * and layer here, and each record gets one upsert that adds those sums to its stored totals.
  * Returns each record as the upsert left it (by `${accountId} ${journalId} ${currency}`), for the
- * entries' history snapshot.
+ * entries' history snapshot; a set's record also moves its log head to its last entry here, and
+ * returns the head it replaced.
  */
 export function applyToBalances(deps: LedgerDeps, deltas: readonly BalanceDelta[], modified: string): Map<string, BalanceAfter> {
-  const sums = new Map<string, { delta: BalanceDelta; totals: Record<string, string> }>();
+  const sums = new Map<string, { delta: BalanceDelta; totals: Record<string, string>; logRows: number }>();
   for (const delta of deltas) {
     const key = `${delta.accountId} ${delta.journalId} ${delta.currency}`;
     let sum = sums.get(key);
     if (!sum) {
-      sum = { delta, totals: {} };
+      sum = { delta, totals: {}, logRows: 0 };
       sums.set(key, sum);
     }
     const column = `${delta.layer.toLowerCase()}_${delta.direction === 'DEBIT' ? 'dr' : 'cr'}`;
     sum.totals[column] = addText(sum.totals[column] ?? '0', delta.units);
     sum.delta = delta;
+    if (delta.logSeq !== undefined) sum.logRows++;
   }
   const after = new Map<string, BalanceAfter>();
-  for (const [key, { delta, totals }] of sums) {
+  for (const [key, { delta, totals, logRows }] of sums) {
+    const upsert = logRows > 0 ? deps.st.set : deps.st;
+    const record: Record<string, unknown> = { account_id: delta.accountId, journal_id: delta.journalId, currency: delta.currency, entry_id: delta.entryId, modified };
+    if (logRows > 0) {
+      record.log_head = delta.logSeq;
+      record.log_rows = logRows;
+    }
     const columns = Object.keys(totals);
     if (columns.length === 1) {
       const column = columns[0] as BalanceColumn;
-      const amount = totals[column]!;
-      after.set(key, (deps.st.updateBalanceColumn[column].get(amount, delta.entryId, modified, delta.accountId, delta.journalId, delta.currency) ??
-        deps.st.insertBalanceColumn[column].get(delta.accountId, delta.journalId, delta.currency, amount, delta.entryId, modified, modified)) as BalanceAfter);
+      record.amount = totals[column];
+      after.set(key, (upsert.updateBalanceColumn[column].get(record) ?? upsert.insertBalanceColumn[column].get(record))!);
       continue;
     }
-    const text = (column: string) => totals[column] ?? '0';
-    const row = {
-      account_id: delta.accountId,
-      journal_id: delta.journalId,
-      currency: delta.currency,
-      settled_dr: text('settled_dr'),
-      settled_cr: text('settled_cr'),
-      pending_dr: text('pending_dr'),
-      pending_cr: text('pending_cr'),
-      encumbrance_dr: text('encumbrance_dr'),
-      encumbrance_cr: text('encumbrance_cr'),
-      entry_id: delta.entryId,
-      modified,
-    };
-    after.set(key, (deps.st.updateBalance.get(row) ?? deps.st.insertBalance.get(row)) as BalanceAfter);
+    for (const column of BALANCE_COLUMNS) record[column] = totals[column] ?? '0';
+    after.set(key, (upsert.updateBalance.get(record) ?? upsert.insertBalance.get(record))!);
   }
   return after;
 }

@@ -34,6 +34,7 @@ import { ownersOf, type Posted } from './posted.js';
 import { type Balance, toBalance } from './balances.js';
 import { cachedAccount, type LedgerDeps } from './deps.js';
 import { accountDocument, entryDocument, lazyVars, transactionDocument } from './documents.js';
+import { setEntrySeqs } from './set-log.js';
 import { DEFAULT_JOURNAL_ID, getJournal } from './journals.js';
 
 type Compiled = (context?: Record<string, unknown>) => unknown;
@@ -569,30 +570,30 @@ export function applyCalculations(deps: LedgerDeps, posted: Posted): void {
 function backfill(deps: LedgerDeps, def: Definition, scope: { kind: 'all' } | { kind: 'owner'; accountId: string; journalId: string }): void {
   const max = deps.limits.calculationBackfillEntriesMax;
   const chunk = 1000;
-  let isSet = false;
-  if (scope.kind === 'owner') isSet = balanceOwner(deps, scope.accountId).isSet;
+  const tooMany = () =>
+    new EngineError('LIMIT_EXCEEDED', `calculation ${def.code} would backfill more than calculationBackfillEntriesMax (${max}) entries`, {
+      hint: scope.kind === 'all'
+        ? 'Create it as a LOCAL calculation and attach it where it is needed, or raise calculationBackfillEntriesMax in the engine options.'
+        : 'Attach it to an account or set with fewer entries, or raise calculationBackfillEntriesMax in the engine options.',
+      details: { calculationBackfillEntriesMax: max },
+    });
+  // A set's entries are its log's chains, walked newest first: their seqs are gathered (at most
+  // `max`), sorted, and read in posting order.
+  const setSeqs = scope.kind === 'owner' && balanceOwner(deps, scope.accountId).isSet ? setEntrySeqs(deps, scope.accountId, max, tooMany) : null;
   const deltas = new Deltas();
   let transaction: TransactionRow | undefined;
   let after = 0;
   let read = 0;
   let modified = '';
   for (;;) {
-    const rows =
-      scope.kind === 'all'
+    const rows = setSeqs
+      ? deps.calc.entriesBySeqs.all(JSON.stringify(setSeqs.slice(read, read + chunk)))
+      : scope.kind === 'all'
         ? deps.calc.entriesPage.all(after, chunk)
-        : isSet
-          ? deps.calc.entriesOfSetPage.all(scope.accountId, after, chunk)
-          : deps.calc.entriesOfAccountPage.all(scope.accountId, after, chunk);
+        : deps.calc.entriesOfAccountPage.all(scope.accountId, after, chunk);
     if (rows.length === 0) break;
     read += rows.length;
-    if (read > max) {
-      throw new EngineError('LIMIT_EXCEEDED', `calculation ${def.code} would backfill more than calculationBackfillEntriesMax (${max}) entries`, {
-        hint: scope.kind === 'all'
-          ? 'Create it as a LOCAL calculation and attach it where it is needed, or raise calculationBackfillEntriesMax in the engine options.'
-          : 'Attach it to an account or set with fewer entries, or raise calculationBackfillEntriesMax in the engine options.',
-        details: { calculationBackfillEntriesMax: max },
-      });
-    }
+    if (read > max) throw tooMany();
     for (const entry of rows) {
       if (!transaction || transaction.transaction_id !== entry.transaction_id) transaction = deps.st.transactionById.get(entry.transaction_id)!;
       if (transaction.modified > modified) modified = transaction.modified;

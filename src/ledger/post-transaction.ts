@@ -11,6 +11,7 @@ import { setsAbove } from './account-sets.js';
 import { afterPosting } from './after-posting.js';
 import { applyToBalances, type BalanceDelta } from './balances.js';
 import type { Posted } from './posted.js';
+import { appendSetEntries } from './set-log.js';
 import { cachedAccount, type LedgerDeps } from './deps.js';
 import { DEFAULT_JOURNAL_ID } from './journals.js';
 import { bindParams, isDate } from './params.js';
@@ -306,7 +307,7 @@ function writeTransaction(
       balance_version: null, balance_after: null,
     };
     deltas.push({ accountId: e.accountId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId: entry.entry_id });
-    for (const setId of sets) deltas.push({ accountId: setId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId: entry.entry_id });
+    for (const setId of sets) deltas.push({ accountId: setId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId: entry.entry_id, logSeq: entry.seq });
     return entry;
   });
   // Balances first: each entry (and each set row) keeps the record as this posting left it (history).
@@ -320,11 +321,8 @@ function writeTransaction(
       entry.direction, entry.units, entry.currency, entry.description, entry.metadata, entry.created, entry.parent_account_ids, own.version, own.after,
     );
     last.seq = entry.seq;
-    for (const setId of parents.get(entry.account_id)!) {
-      const set = after.get(`${setId} ${entry.journal_id} ${entry.currency}`)!;
-      deps.st.insertSetEntry.run(setId, entry.seq, set.version, set.after);
-    }
   }
+  appendSetEntries(deps, written, parents, after);
   const transaction: TransactionRow = { ...row, seq: Number(info.lastInsertRowid) };
   const posted: Posted = { transaction, entries: written, parents, balances: after };
   afterPosting(deps, posted);

@@ -610,4 +610,52 @@ export const MIGRATIONS: readonly Migration[] = [
       DROP INDEX executions_by_created;
     `,
   },
+  {
+    version: 16,
+    name: 'set entry log',
+    sql: `
+      -- A set's entries as an append-only log in posting order, keyed by (seq, set): a posting's
+      -- rows for every set it rolls up into land together at the end of one b-tree (about one page
+      -- written per posting, where set_entries' (set, seq) key wrote a leaf per set). Each row points
+      -- to the previous row of the same balance record (set, journal, currency), whose newest row the
+      -- record holds (balances.log_head, with the row before it and the rows counted); reads walk
+      -- that chain newest first. Every 64th row of a chain is also a mark (set_entry_marks), so a
+      -- read that starts at a past seq (a cursor, a balance as of a time) walks at most ~64 rows
+      -- from the first mark above it.
+      CREATE TABLE set_entry_log (
+        seq             INTEGER NOT NULL,
+        account_set_id  TEXT NOT NULL,
+        prev_seq        INTEGER,
+        balance_version INTEGER,
+        balance_after   TEXT,
+        PRIMARY KEY (seq, account_set_id)
+      ) WITHOUT ROWID;
+      CREATE TABLE set_entry_marks (
+        account_set_id TEXT NOT NULL,
+        journal_id     TEXT NOT NULL,
+        currency       TEXT NOT NULL,
+        seq            INTEGER NOT NULL,
+        PRIMARY KEY (account_set_id, journal_id, currency, seq)
+      ) WITHOUT ROWID;
+      ALTER TABLE balances ADD COLUMN log_head INTEGER;
+      ALTER TABLE balances ADD COLUMN log_prev INTEGER;
+      ALTER TABLE balances ADD COLUMN log_count INTEGER;
+
+      CREATE TEMP TABLE m16_rows AS
+        SELECT s.seq, s.account_set_id, e.journal_id, e.currency, s.balance_version, s.balance_after,
+          lag(s.seq) OVER chain AS prev_seq, row_number() OVER chain AS n
+        FROM set_entries s JOIN entries e ON e.seq = s.seq
+        WINDOW chain AS (PARTITION BY s.account_set_id, e.journal_id, e.currency ORDER BY s.seq);
+      INSERT INTO set_entry_log (seq, account_set_id, prev_seq, balance_version, balance_after)
+        SELECT seq, account_set_id, prev_seq, balance_version, balance_after FROM m16_rows ORDER BY seq, account_set_id;
+      INSERT INTO set_entry_marks (account_set_id, journal_id, currency, seq)
+        SELECT account_set_id, journal_id, currency, seq FROM m16_rows WHERE n % 64 = 0;
+      UPDATE balances SET log_head = h.head, log_prev = h.before_head, log_count = h.rows
+        FROM (SELECT account_set_id, journal_id, currency, max(seq) AS head, max(prev_seq) AS before_head, count(*) AS rows
+              FROM m16_rows GROUP BY account_set_id, journal_id, currency) AS h
+        WHERE balances.account_id = h.account_set_id AND balances.journal_id = h.journal_id AND balances.currency = h.currency;
+      DROP TABLE m16_rows;
+      DROP TABLE set_entries;
+    `,
+  },
 ];

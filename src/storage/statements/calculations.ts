@@ -209,10 +209,8 @@ export function calculationStatements(db: Db) {
     entriesOfAccountPage: db.prepare<[string, number, number], EntryRow>(
       'SELECT * FROM entries WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?',
     ),
-    entriesOfSetPage: db.prepare<[string, number, number], EntryRow>(
-      `SELECT e.* FROM set_entries s JOIN entries e ON e.seq = s.seq
-       WHERE s.account_set_id = ? AND s.seq > ? ORDER BY s.seq LIMIT ?`,
-    ),
+    /** Entries by seq, in seq order (a JSON list of seqs). */
+    entriesBySeqs: db.prepare<[string], EntryRow>('SELECT e.* FROM json_each(?) j JOIN entries e ON e.seq = j.value ORDER BY e.seq'),
   };
 }
 

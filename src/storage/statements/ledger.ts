@@ -196,17 +196,12 @@ export function ledgerStatements(db: Db) {
          SELECT m.member_id, down.depth + 1 FROM account_set_members m JOIN down ON m.account_set_id = down.id WHERE down.depth < 64
        ) SELECT DISTINCT down.id FROM down JOIN accounts a ON a.account_id = down.id WHERE a.is_account_set = 0 LIMIT ?`,
     ).pluck(),
-    insertSetEntry: db.prepare<[string, number, number, string]>('INSERT INTO set_entries (account_set_id, seq, balance_version, balance_after) VALUES (?, ?, ?, ?)'),
-    setEntriesDescPage: db.prepare<[string, number, number], EntryRow>(
-      `SELECT e.* FROM set_entries s JOIN entries e ON e.seq = s.seq
-       WHERE s.account_set_id = ? AND s.seq < ? ORDER BY s.seq DESC LIMIT ?`,
-    ),
+    ...setLogStatements(db),
     setsPage: db.prepare<[number, number], AccountRow & { rowid: number }>(
       'SELECT rowid, * FROM accounts WHERE is_account_set = 1 AND rowid > ? ORDER BY rowid LIMIT ?',
     ),
     deleteAccountRow: db.prepare<[string]>('DELETE FROM accounts WHERE account_id = ?'),
     deleteAccountVersions: db.prepare<[string]>('DELETE FROM account_versions WHERE account_id = ?'),
-    deleteSetEntries: db.prepare<[string]>('DELETE FROM set_entries WHERE account_set_id = ?'),
     deleteBalancesOf: db.prepare<[string]>('DELETE FROM balances WHERE account_id = ?'),
     balancesOfJournal: db.prepare<[string, string], BalanceRow>('SELECT * FROM balances WHERE account_id = ? AND journal_id = ?'),
     insertAccountVersion: db.prepare<[string, number, string]>(
@@ -293,65 +288,123 @@ export function ledgerStatements(db: Db) {
     entriesByAccountDescFrom: db.prepare<[string, number, number], EntryRow>(
       'SELECT * FROM entries WHERE account_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?',
     ),
-    /** A set's entries newest first from a seq down, with the set's balance each left. */
-    setEntriesDescFrom: db.prepare<[string, number, number], EntryRow & { set_balance_version: number | null; set_balance_after: string | null }>(
-      `SELECT e.*, s.balance_version AS set_balance_version, s.balance_after AS set_balance_after FROM set_entries s JOIN entries e ON e.seq = s.seq
-       WHERE s.account_set_id = ? AND s.seq <= ? ORDER BY s.seq DESC LIMIT ?`,
-    ),
     /** When entry `seq` was written (a binary search over seq finds the last entry at a time). */
     entryCreatedAt: db.prepare<[number], string>('SELECT created FROM entries WHERE seq = ?').pluck(),
     balancesByAccountPage: db.prepare<[string, string, number], BalanceRow>(
       `SELECT * FROM balances WHERE account_id = ? AND (journal_id || ' ' || currency) > ?
        ORDER BY journal_id, currency LIMIT ?`,
     ),
-    /**
-     * Add a transaction's totals to one balance record. Amounts are decimal strings, so the
-     * addition is `dec_add` (registered by openDatabase), not SQL `+`. The UPDATE runs first (the
-     * record exists for all but an account's first posting in a currency: one b-tree search instead
-     * of an insert that conflicts, then the update); the INSERT only when it changed nothing.
-     * Each returns the record as it left it (the entries' history snapshot).
-     */
-    updateBalance: db.prepare(
+    ...balanceUpserts(db, false),
+    /** The same for a set's records, which also move the head of the record's entry log (see setLogStatements). */
+    set: balanceUpserts(db, true),
+  };
+  return s;
+}
+
+/**
+ * Add a transaction's totals to one balance record. Amounts are decimal strings, so the
+ * addition is `dec_add` (registered by openDatabase), not SQL `+`. The UPDATE runs first (the
+ * record exists for all but an account's first posting in a currency: one b-tree search instead
+ * of an insert that conflicts, then the update); the INSERT only when it changed nothing.
+ * Each returns the record as it left it (the entries' history snapshot).
+ *
+ * `log` (a set's records): the upsert also makes @log_head the head of the record's entry log and
+ * counts @log_rows more rows in it, returning the head it replaced (log_prev) and the count.
+ */
+function balanceUpserts(db: Db, log: boolean) {
+  const setLog = log ? ', log_prev = log_head, log_head = @log_head, log_count = ifnull(log_count, 0) + @log_rows' : '';
+  const [logColumns, logValues] = log ? [', log_head, log_count', ', @log_head, @log_rows'] : ['', ''];
+  const returning = log ? `${BALANCE_AFTER}, log_prev, log_count` : BALANCE_AFTER;
+  return {
+    updateBalance: db.prepare<[Record<string, unknown>], BalanceAfter>(
       `UPDATE balances SET
-         ${ADD_TO_BALANCE}
+         ${ADD_TO_BALANCE}${setLog}
        WHERE account_id = @account_id AND journal_id = @journal_id AND currency = @currency
-       RETURNING ${BALANCE_AFTER}`,
+       RETURNING ${returning}`,
     ),
-    insertBalance: db.prepare(
+    insertBalance: db.prepare<[Record<string, unknown>], BalanceAfter>(
       `INSERT INTO balances (account_id, journal_id, currency, settled_dr, settled_cr, pending_dr, pending_cr,
-         encumbrance_dr, encumbrance_cr, entry_id, version, created, modified)
+         encumbrance_dr, encumbrance_cr, entry_id, version, created, modified${logColumns})
        VALUES (@account_id, @journal_id, @currency, @settled_dr, @settled_cr, @pending_dr, @pending_cr,
-         @encumbrance_dr, @encumbrance_cr, @entry_id, 1, @modified, @modified)
-       RETURNING ${BALANCE_AFTER}`,
+         @encumbrance_dr, @encumbrance_cr, @entry_id, 1, @modified, @modified${logValues})
+       RETURNING ${returning}`,
     ),
     /**
      * The common case, one layer and side changing: only that column is added to, so SQLite calls
-     * dec_add once instead of six times. Keyed by column name. Positional: update (amount, entry,
-     * modified, account, journal, currency); insert (account, journal, currency, amount, entry,
-     * modified, modified).
+     * dec_add once instead of six times. Keyed by column name; named parameters as above, the
+     * amount as @amount.
      */
     updateBalanceColumn: Object.fromEntries(
       BALANCE_COLUMNS.map((column) => [
         column,
-        db.prepare<[string, string, string, string, string, string]>(
-          `UPDATE balances SET ${column} = dec_add(${column}, ?), entry_id = ?, version = version + 1, modified = ?
-           WHERE account_id = ? AND journal_id = ? AND currency = ? RETURNING ${BALANCE_AFTER}`,
+        db.prepare<[Record<string, unknown>], BalanceAfter>(
+          `UPDATE balances SET ${column} = dec_add(${column}, @amount), entry_id = @entry_id, version = version + 1, modified = @modified${setLog}
+           WHERE account_id = @account_id AND journal_id = @journal_id AND currency = @currency RETURNING ${returning}`,
         ),
       ]),
-    ) as Record<BalanceColumn, Statement<[string, string, string, string, string, string]>>,
+    ) as Record<BalanceColumn, Statement<[Record<string, unknown>], BalanceAfter>>,
     insertBalanceColumn: Object.fromEntries(
       BALANCE_COLUMNS.map((column) => [
         column,
-        db.prepare<[string, string, string, string, string, string, string]>(
-          `INSERT INTO balances (account_id, journal_id, currency, ${BALANCE_COLUMNS.join(', ')}, entry_id, version, created, modified)
-           VALUES (?, ?, ?, ${BALANCE_COLUMNS.map((c) => (c === column ? '?' : "'0'")).join(', ')}, ?, 1, ?, ?)
-           RETURNING ${BALANCE_AFTER}`,
+        db.prepare<[Record<string, unknown>], BalanceAfter>(
+          `INSERT INTO balances (account_id, journal_id, currency, ${BALANCE_COLUMNS.join(', ')}, entry_id, version, created, modified${logColumns})
+           VALUES (@account_id, @journal_id, @currency, ${BALANCE_COLUMNS.map((c) => (c === column ? '@amount' : "'0'")).join(', ')}, @entry_id, 1, @modified, @modified${logValues})
+           RETURNING ${returning}`,
         ),
       ]),
-    ) as Record<BalanceColumn, Statement<[string, string, string, string, string, string, string]>>,
+    ) as Record<BalanceColumn, Statement<[Record<string, unknown>], BalanceAfter>>,
   };
-  return s;
 }
+
+/**
+ * A set's entries (migration 16): an append-only log keyed by (seq, set), each row pointing to the
+ * previous row of its balance record (set, journal, currency); the record holds the newest
+ * (balances.log_head), and every SET_LOG_MARK_EVERY-th row is a mark. Chains are walked with
+ * recursive queries, newest first; a row's prev_seq is always below its seq, so a walk ends.
+ */
+function setLogStatements(db: Db) {
+  const walk = (columns: string) => `WITH RECURSIVE walk(seq, prev, version, after, n) AS (
+         SELECT seq, prev_seq, balance_version, balance_after, 1 FROM set_entry_log WHERE seq = @from AND account_set_id = @set
+         UNION ALL
+         SELECT l.seq, l.prev_seq, l.balance_version, l.balance_after, walk.n + 1 FROM walk
+           JOIN set_entry_log l ON l.seq = walk.prev AND l.account_set_id = @set WHERE walk.n < @limit
+       ) ${columns}`;
+  return {
+    insertSetEntry: db.prepare<[number, string, number | null, number, string]>(
+      'INSERT INTO set_entry_log (seq, account_set_id, prev_seq, balance_version, balance_after) VALUES (?, ?, ?, ?, ?)',
+    ),
+    insertSetEntryMark: db.prepare<[string, string, string, number]>(
+      'INSERT INTO set_entry_marks (account_set_id, journal_id, currency, seq) VALUES (?, ?, ?, ?)',
+    ),
+    /** The heads of a set's logs: one per balance record that has entries. */
+    setLogHeads: db.prepare<[string], { journal_id: string; currency: string; log_head: number }>(
+      'SELECT journal_id, currency, log_head FROM balances WHERE account_id = ? AND log_head IS NOT NULL',
+    ),
+    /** The first mark above a seq: a chain's rows at or below the seq are at most ~64 rows down from it. */
+    setLogMarkAbove: db.prepare<[string, string, string, number], number>(
+      'SELECT seq FROM set_entry_marks WHERE account_set_id = ? AND journal_id = ? AND currency = ? AND seq > ? ORDER BY seq LIMIT 1',
+    ).pluck(),
+    /** Walk a chain from row @from down while above @floor: the last row returned is the first at or below it (or the chain's end). */
+    setLogSeek: db.prepare<[{ from: number; set: string; floor: number }], number>(
+      `WITH RECURSIVE walk(seq, prev) AS (
+         SELECT seq, prev_seq FROM set_entry_log WHERE seq = @from AND account_set_id = @set
+         UNION ALL
+         SELECT l.seq, l.prev_seq FROM walk JOIN set_entry_log l ON l.seq = walk.prev AND l.account_set_id = @set WHERE walk.seq > @floor
+       ) SELECT seq FROM walk WHERE seq <= @floor`,
+    ).pluck(),
+    /** Up to @limit rows of a chain from row @from down, newest first, with their entries and the set's balance each left. */
+    setLogEntries: db.prepare<[{ from: number; set: string; limit: number }], EntryRow & { log_prev: number | null; set_balance_version: number | null; set_balance_after: string | null }>(
+      walk('SELECT e.*, walk.prev AS log_prev, walk.version AS set_balance_version, walk.after AS set_balance_after FROM walk JOIN entries e ON e.seq = walk.seq ORDER BY walk.n'),
+    ),
+    /** Up to @limit seqs of a chain from row @from down (the last row's prev_seq continues it). */
+    setLogSeqs: db.prepare<[{ from: number; set: string; limit: number }], { seq: number; prev: number | null }>(walk('SELECT seq, prev FROM walk ORDER BY n')),
+    deleteSetEntry: db.prepare<[number, string]>('DELETE FROM set_entry_log WHERE seq = ? AND account_set_id = ?'),
+    deleteSetEntryMarks: db.prepare<[string]>('DELETE FROM set_entry_marks WHERE account_set_id = ?'),
+  };
+}
+
+/** Every SET_LOG_MARK_EVERY-th row of a set's entry log is also a mark (set_entry_marks). */
+export const SET_LOG_MARK_EVERY = 64;
 
 export const BALANCE_COLUMNS = ['settled_dr', 'settled_cr', 'pending_dr', 'pending_cr', 'encumbrance_dr', 'encumbrance_cr'] as const;
 
@@ -365,6 +418,9 @@ export const ADD_TO_BALANCE = `settled_dr = dec_add(settled_dr, @settled_dr), se
 const BALANCE_AFTER = `version, settled_dr || ' ' || settled_cr || ' ' || pending_dr || ' ' || pending_cr || ' ' || encumbrance_dr || ' ' || encumbrance_cr AS after`;
 export interface BalanceAfter {
   version: number;
+  /** A set's record (balanceUpserts with log): the log head the upsert replaced, and the rows counted. */
+  log_prev?: number | null;
+  log_count?: number;
   /** The six totals, space-separated, in BALANCE_COLUMNS order. */
   after: string;
 }
