@@ -81,6 +81,65 @@ describe('every CEL evaluation has a cost budget (celCostMax)', () => {
   });
 });
 
+describe('a field path is read directly, exactly as the evaluator would', () => {
+  // `a.b.c` takes the direct read (Cel.compile's select); `true ? a.b.c : null` is the same read
+  // through the evaluator, charged two units more (the `true` and the branch's root, which the
+  // conditional runs) and the branch's value once more (a string by length, a list by size).
+  const shapes: Array<[string, () => Record<string, unknown>]> = [
+    ['a string', () => ({ a: { b: { c: 'x' } } })],
+    ['a long string (charged by length)', () => ({ a: { b: { c: 'x'.repeat(100) } } })],
+    ['null', () => ({ a: { b: { c: null } } })],
+    ['a boolean', () => ({ a: { b: { c: true } } })],
+    ['a number', () => ({ a: { b: { c: 1.5 } } })],
+    ['a list', () => ({ a: { b: { c: [1, 2, 3] } } })],
+    ['a missing key', () => ({ a: { b: {} } })],
+    ['an undefined value', () => ({ a: { b: { c: undefined } } })],
+    ['a Map on the way', () => ({ a: { b: new Map([['c', 'm']]) } })],
+    ['an object without a prototype', () => ({ a: { b: Object.assign(Object.create(null), { c: 'n' }) } })],
+    ['an own constructor key', () => ({ a: { b: { constructor: 'x', c: 'y' } } })],
+    ['an inherited key', () => ({ a: { b: Object.create({ c: 'inherited' }) } })],
+    ['a getter', () => ({ a: { b: Object.defineProperty({}, 'c', { get: () => 'got', enumerable: true }) } })],
+    ['a string on the way', () => ({ a: { b: 'text' } })],
+    ['no variable', () => ({})],
+  ];
+  const outcome = (cel: Cel, expression: string, context: Record<string, unknown>) => {
+    try {
+      return { value: cel.evaluate(expression, context) };
+    } catch (error) {
+      return { code: (error as EngineError).code };
+    }
+  };
+  /** The least budget the evaluation succeeds within (null: it fails within 200 units too). */
+  const cost = (cel: Cel, expression: string, context: Record<string, unknown>) => {
+    for (let budget = 1; budget <= 200; budget++) {
+      try {
+        cel.scope('cost', () => cel.evaluate(expression, context), budget);
+        return budget;
+      } catch {
+        // over this budget, or failing anyway
+      }
+    }
+    return null;
+  };
+
+  it.each(shapes)('%s: same value or error, same cost', (_, context) => {
+    const cel = newCel();
+    const direct = outcome(cel, 'a.b.c', context());
+    expect(direct).toEqual(outcome(cel, 'true ? a.b.c : null', context()));
+    const directCost = cost(cel, 'a.b.c', context());
+    const evaluatedCost = cost(cel, 'true ? a.b.c : null', context());
+    const value = 'value' in direct ? direct.value : undefined;
+    const valueCharge = typeof value === 'string' ? Math.floor(value.length / 16) : Array.isArray(value) ? value.length : 0;
+    expect(directCost === null ? null : directCost + 2 + valueCharge).toBe(evaluatedCost);
+  });
+
+  it('a direct read is charged against the budget: over it, LIMIT_EXCEEDED', () => {
+    const context = { context: { vars: { entry: { layer: 'SETTLED' } } } };
+    expect(newCel({ celCostMax: 3 }).evaluate('context.vars.entry.layer', context)).toBe('SETTLED');
+    expect(() => newCel({ celCostMax: 2 }).evaluate('context.vars.entry.layer', context)).toThrow(/celCostMax/);
+  });
+});
+
 describe('regular expressions run on RE2', () => {
   it("matches is linear: ^(a+)+$ against 'a' × 40 + '!' (2⁴⁰ backtracking steps) and against 100,000 a's answers false", () => {
     const cel = newCel();

@@ -111,14 +111,24 @@ export async function startServer(key: string, options: EngineOptions = {}, serv
 }
 
 /**
+ * SQL that takes a database of today's schema back to schema version 15: a set's entries in
+ * set_entries keyed by (set, seq), no log, marks or heads (the caller sets user_version).
+ */
+export const UNDO_MIGRATION_16 = `
+  CREATE TABLE set_entries (account_set_id TEXT NOT NULL, seq INTEGER NOT NULL, balance_version INTEGER, balance_after TEXT, PRIMARY KEY (account_set_id, seq)) WITHOUT ROWID;
+  INSERT INTO set_entries SELECT account_set_id, seq, balance_version, balance_after FROM set_entry_log;
+  DROP TABLE set_entry_log; DROP TABLE set_entry_marks;
+  ALTER TABLE balances DROP COLUMN log_count; ALTER TABLE balances DROP COLUMN log_prev; ALTER TABLE balances DROP COLUMN log_head;
+`;
+
+/**
  * SQL that takes a database of today's schema back to schema version 9 (before account sets and their entry log,
  * velocity controls, calculations, views, balance history and lean call records: the compact
  * calls of migration 15 are dropped, not turned back into rows), for tests that rebuild an older
  * database: the caller drops the rest and sets user_version.
  */
-export const UNDO_MIGRATIONS_AFTER_9 = `
-  DROP TABLE set_entry_marks; DROP TABLE set_entry_log;
-  ALTER TABLE balances DROP COLUMN log_count; ALTER TABLE balances DROP COLUMN log_prev; ALTER TABLE balances DROP COLUMN log_head;
+export const UNDO_MIGRATIONS_AFTER_9 = `${UNDO_MIGRATION_16}
+  DROP TABLE set_entries;
   DROP TABLE call_ids; DROP TABLE documents; ALTER TABLE executions DROP COLUMN calls;
   CREATE INDEX executions_by_created ON executions (created) WHERE parent_id IS NULL;
   DROP TABLE custom_index_rows; DROP TABLE custom_indexes; DROP TABLE view_record_versions; DROP TABLE view_records; DROP TABLE views;

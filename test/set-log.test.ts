@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '../src/clock.js';
 import type { Engine } from '../src/engine.js';
-import { createAccount, createTransferCode, id, newEngine, ok, POST } from './helpers.js';
+import { createAccount, createTransferCode, id, newEngine, ok, POST, UNDO_MIGRATION_16 } from './helpers.js';
 
 // A set's entries are an append-only log chained per balance record (migration 16). These tests
 // read them every way there is — listed (all currencies, one currency, in small pages), as balance
@@ -147,12 +147,7 @@ describe('a set’s entry log', () => {
     postMany(engine, 1, 150);
     checkReads(engine);
     // What schema 15 kept: set_entries keyed by (set, seq), no log, no marks, no heads.
-    engine.db.exec(`
-      CREATE TABLE set_entries (account_set_id TEXT NOT NULL, seq INTEGER NOT NULL, balance_version INTEGER, balance_after TEXT, PRIMARY KEY (account_set_id, seq)) WITHOUT ROWID;
-      INSERT INTO set_entries SELECT account_set_id, seq, balance_version, balance_after FROM set_entry_log;
-      DROP TABLE set_entry_log; DROP TABLE set_entry_marks;
-      ALTER TABLE balances DROP COLUMN log_count; ALTER TABLE balances DROP COLUMN log_prev; ALTER TABLE balances DROP COLUMN log_head;
-      PRAGMA user_version = 15;`);
+    engine.db.exec(`${UNDO_MIGRATION_16} PRAGMA user_version = 15;`);
     engine.close();
     engine = await newEngine({ path, clock });
     expect(engine.db.pragma('user_version', { simple: true })).toBe(16);

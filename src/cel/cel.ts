@@ -84,20 +84,25 @@ export class Cel {
       throw celError(expression, error);
     }
     const meter = this.meter;
+    const path = selectPath(parsed.ast);
+    const run = path ? (context: Record<string, unknown> | undefined) => {
+      const value = select(meter, path, context);
+      return value === SLOW_PATH ? this.metered(parsed, context) : value;
+    } : (context: Record<string, unknown> | undefined) => this.metered(parsed, context);
     const compiled: Compiled = (context) => {
       if (meter.active) {
         // Inside a scope: the budget is shared, the expression named in its error is this one.
         const label = meter.expression;
         meter.expression = expression;
         try {
-          return this.charged(this.metered(parsed, context));
+          return this.charged(run(context));
         } finally {
           meter.expression = label;
         }
       }
       meter.start(expression, this.costMax);
       try {
-        return this.charged(this.metered(parsed, context));
+        return this.charged(run(context));
       } finally {
         meter.stop();
       }
@@ -152,6 +157,44 @@ export class Cel {
     if (this.meter.left < 0) throw this.meter.exceeded();
     return value;
   }
+}
+
+/**
+ * A field path (`context.vars.entry.layer`, `params.amount`): the most common expression of a
+ * posting's definitions (dimensions, partitions, limits). Such an expression is read directly
+ * instead of through the evaluator when every step is an own property of a map (as the evaluator's
+ * field access tells one) and the value is a string, a boolean or null, which that field access
+ * returns as they are; it is charged what the evaluator charges. Anything else (a missing key, a
+ * Map, a number, a decimal, a list) takes the evaluator's path, so results and errors are the
+ * evaluator's (test/cel.limits.test.ts compares the two).
+ */
+function selectPath(ast: unknown): string[] | null {
+  const fields: string[] = [];
+  let node = ast as { op?: string; args?: unknown; meta?: { alternate?: unknown } } | undefined;
+  while (node?.op === '.' && Array.isArray(node.args) && typeof node.args[1] === 'string') {
+    fields.unshift(node.args[1]);
+    node = node.args[0] as typeof node;
+  }
+  if (node?.op !== 'id' || typeof node.args !== 'string' || node.meta?.alternate !== undefined || fields.length === 0) return null;
+  return [node.args, ...fields];
+}
+
+const SLOW_PATH = Symbol('slow path');
+
+function select(meter: CostMeter, path: readonly string[], context: Record<string, unknown> | undefined): unknown {
+  let value: unknown = context;
+  for (const key of path) {
+    if (value === null || typeof value !== 'object') return SLOW_PATH;
+    // As the evaluator's field access decides what a map is (by constructor: an own `constructor` key makes it no map there).
+    const constructor = (value as { constructor?: unknown }).constructor;
+    if ((constructor !== Object && constructor !== undefined) || !Object.hasOwn(value, key)) return SLOW_PATH;
+    value = (value as Record<string, unknown>)[key];
+  }
+  if (typeof value !== 'string' && typeof value !== 'boolean' && value !== null) return SLOW_PATH;
+  // The evaluator runs each node below the root through its metered `run` (one unit each; the
+  // values there are maps, charged nothing more); the value itself is charged as a result.
+  meter.charge(path.length - 1);
+  return value;
 }
 
 /**
