@@ -210,7 +210,7 @@ export function calculationStatements(db: Db) {
       'SELECT * FROM entries WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?',
     ),
     /** Entries by seq, in seq order (a JSON list of seqs). */
-    entriesBySeqs: db.prepare<[string], EntryRow>('SELECT e.* FROM json_each(?) j JOIN entries e ON e.seq = j.value ORDER BY e.seq'),
+    entriesBySeqs: db.prepare<[string], EntryRow>('SELECT e.* FROM json_each(?) j JOIN entries e ON e.seq = CAST(j.value AS INTEGER) ORDER BY e.seq'),
   };
 }
 

@@ -77,7 +77,7 @@ export function sessionStatements(db: Db) {
     cancelApprovalsOf: db.prepare<[string, string]>("UPDATE approvals SET status = 'CANCELLED', decided = ? WHERE execution_id = ? AND status = 'PENDING'"),
     /** Oldest first, optionally one status; `after` is the rowid of the previous page's last row. */
     approvalsPage: db.prepare<[{ after: number; limit: number; status: string | null }], ApprovalRow & { rowid: number }>(
-      'SELECT rowid, * FROM approvals WHERE rowid > @after AND (@status IS NULL OR status = @status) ORDER BY rowid LIMIT @limit',
+      'SELECT rowid, * FROM approvals WHERE rowid > @after AND (CAST(@status AS TEXT) IS NULL OR status = @status) ORDER BY rowid LIMIT @limit',
     ),
 
     /** Park a run on an approval: WAITING_APPROVAL, due when it expires, the lease given up and the attempt not counted. */

@@ -97,7 +97,7 @@ export function velocityStatements(db: Db) {
       `INSERT INTO velocity_balances (velocity_limit_id, account_id, journal_id, currency, window, ${BALANCE_COLUMNS.join(', ')}, entry_id, version, created, modified)
        VALUES (@velocity_limit_id, @account_id, @journal_id, @currency, @window, ${BALANCE_COLUMNS.map((c) => `@${c}`).join(', ')}, @entry_id, 1, @modified, @modified)
        ON CONFLICT (velocity_limit_id, account_id, journal_id, currency, window) DO UPDATE SET
-         ${BALANCE_COLUMNS.map((c) => `${c} = dec_add(${c}, excluded.${c})`).join(', ')},
+         ${BALANCE_COLUMNS.map((c) => `${c} = dec_add(velocity_balances.${c}, excluded.${c})`).join(', ')},
          entry_id = excluded.entry_id, version = velocity_balances.version + 1, modified = excluded.modified`,
     ),
     setExceptions: db.prepare<[string, string]>('UPDATE transactions SET exceptions = ? WHERE transaction_id = ?'),

@@ -221,8 +221,8 @@ export function viewStatements(db: Db) {
     entriesAfter: db.prepare<[number, number], { seq: number }>('SELECT * FROM entries WHERE seq > ? ORDER BY seq LIMIT ?'),
     transactionsAfter: db.prepare<[number, number], { seq: number }>('SELECT * FROM transactions WHERE seq > ? ORDER BY seq LIMIT ?'),
     /** Whether more than n records exist (reads at most n + 1 keys). */
-    entriesBeyond: db.prepare<[number], number>('SELECT count(*) FROM (SELECT 1 FROM entries LIMIT ? )').pluck(),
-    transactionsBeyond: db.prepare<[number], number>('SELECT count(*) FROM (SELECT 1 FROM transactions LIMIT ?)').pluck(),
+    entriesBeyond: db.prepare<[number], number>('SELECT count(*) FROM (SELECT 1 FROM entries LIMIT ?) AS beyond').pluck(),
+    transactionsBeyond: db.prepare<[number], number>('SELECT count(*) FROM (SELECT 1 FROM transactions LIMIT ?) AS beyond').pluck(),
     transactionOfEntry: db.prepare<[string], { void_of: string | null; voided_by: string | null }>(
       'SELECT void_of, voided_by FROM transactions WHERE transaction_id = ?',
     ),

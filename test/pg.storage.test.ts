@@ -1,0 +1,151 @@
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EngineError } from '../src/errors.js';
+import type { Db } from '../src/storage/database.js';
+import { mapDriverError } from '../src/storage/driver-errors.js';
+import { PgConnection } from '../src/storage/pg/connection.js';
+import { toPostgres } from '../src/storage/pg/dialect.js';
+import { migratePostgres, POSTGRES_BASELINE } from '../src/storage/pg/schema.js';
+import { actionStatements, queueStatements } from '../src/storage/statements/actions.js';
+import { authStatements } from '../src/storage/statements/auth.js';
+import { calculationStatements } from '../src/storage/statements/calculations.js';
+import { ledgerStatements } from '../src/storage/statements/ledger.js';
+import { sessionStatements } from '../src/storage/statements/sessions.js';
+import { skillStatements } from '../src/storage/statements/skills.js';
+import { velocityStatements } from '../src/storage/statements/velocity.js';
+import { viewStatements } from '../src/storage/statements/views.js';
+
+/**
+ * The PostgreSQL storage driver (issue 19), against a real server: TALLY_TEST_PG_URL names one
+ * (.ci/run starts a throwaway cluster with scripts/pg.sh and sets it; locally `npm run pg:start`,
+ * then TALLY_TEST_PG_URL=$(scripts/pg.sh url)). Each run works in a schema of its own.
+ */
+const URL = process.env.TALLY_TEST_PG_URL;
+const schema = `t_${randomBytes(6).toString('hex')}`;
+
+function connect(): PgConnection {
+  const connection = new PgConnection(URL!);
+  connection.exec(`CREATE SCHEMA IF NOT EXISTS ${schema}; SET search_path TO ${schema}`);
+  return connection;
+}
+
+describe('SQLite statements in PostgreSQL’s dialect', () => {
+  it('numbers parameters in order of first use, keeps literals, comments and casts, rewrites INSERT OR IGNORE', () => {
+    expect(toPostgres("SELECT * FROM t WHERE a = ? AND b = @b AND c = ? AND d = @b AND e = '?' -- ?\n AND f::text = :f")).toEqual({
+      text: "SELECT * FROM t WHERE a = $1 AND b = $2 AND c = $3 AND d = $2 AND e = '?' -- ?\n AND f::text = $4",
+      bindings: [{ kind: 'positional', index: 0 }, { kind: 'named', name: 'b' }, { kind: 'positional', index: 1 }, { kind: 'named', name: 'f' }],
+      returnsRows: true,
+    });
+    expect(toPostgres('INSERT OR IGNORE INTO t (a) VALUES (?) RETURNING a').text).toBe('INSERT INTO t (a) VALUES ($1) ON CONFLICT DO NOTHING RETURNING a');
+    expect(toPostgres('INSERT OR IGNORE INTO t (a) VALUES (?)')).toMatchObject({ text: 'INSERT INTO t (a) VALUES ($1) ON CONFLICT DO NOTHING', returnsRows: false });
+    expect(toPostgres("SELECT ifnull(a, 'ifnull(')")).toMatchObject({ text: "SELECT coalesce(a, 'ifnull(')" });
+    expect(toPostgres('WITH x AS (SELECT 1) UPDATE t SET a = 1').returnsRows).toBe(false);
+    expect(toPostgres('WITH RECURSIVE x(n) AS (SELECT 1) SELECT n FROM x').returnsRows).toBe(true);
+    expect(toPostgres('UPDATE t SET a = 1 RETURNING a').returnsRows).toBe(true);
+  });
+});
+
+describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
+  let db: PgConnection;
+  beforeAll(() => {
+    db = connect();
+  });
+  afterAll(() => {
+    db?.exec(`DROP SCHEMA ${schema} CASCADE`);
+    db?.close();
+  });
+
+  it('runs statements written for better-sqlite3: positional and named values, get, all, pluck, run, INSERT OR IGNORE', () => {
+    db.exec('CREATE TABLE kv (k TEXT PRIMARY KEY, n BIGINT, flag BOOLEAN, amount NUMERIC, data BYTEA)');
+    const insert = db.prepare('INSERT INTO kv (k, n, flag, amount, data) VALUES (?, ?, ?, ?, ?)');
+    expect(insert.run('a', 1, true, '1.50', Buffer.from([1, 2]))).toEqual({ changes: 1, lastInsertRowid: 0 });
+    expect(db.prepare('SELECT * FROM kv WHERE k = @k').get({ k: 'a' })).toEqual({ k: 'a', n: 1, flag: 1, amount: '1.50', data: Buffer.from([1, 2]) });
+    expect(db.prepare('SELECT k FROM kv WHERE k = ?').get('none')).toBeUndefined();
+    const ignore = db.prepare('INSERT OR IGNORE INTO kv (k, n) VALUES (?, ?)');
+    expect(ignore.run('a', 2).changes).toBe(0);
+    expect(ignore.run('b', 2).changes).toBe(1);
+    expect(db.prepare('SELECT k FROM kv ORDER BY k').pluck().all()).toEqual(['a', 'b']);
+    expect(db.prepare('UPDATE kv SET n = n + 1 WHERE n >= ?').run(1).changes).toBe(2);
+    expect(() => db.prepare('SELECT k FROM kv WHERE k = ? AND n = ?').get('a')).toThrow(/too few parameter values/);
+    expect(() => db.prepare('SELECT k FROM kv WHERE k = @k').get({})).toThrow(/missing named parameter "k"/);
+    expect(() => db.prepare('UPDATE kv SET n = 0').get()).toThrow(/returns no rows/);
+  });
+
+  it('transactions nest as savepoints; a throw rolls back its own level only', () => {
+    db.exec('CREATE TABLE t (n BIGINT PRIMARY KEY)');
+    const insert = db.prepare('INSERT INTO t (n) VALUES (?)');
+    const inner = db.transaction((n: number) => {
+      insert.run(n);
+      throw new Error('inner fails');
+    });
+    db.transaction(() => {
+      insert.run(1);
+      expect(db.inTransaction).toBe(true);
+      expect(() => inner(2)).toThrow('inner fails');
+      insert.run(3);
+    })();
+    expect(db.inTransaction).toBe(false);
+    expect(() => db.transaction(() => { insert.run(4); throw new Error('outer fails'); })()).toThrow('outer fails');
+    expect(db.prepare('SELECT n FROM t ORDER BY n').pluck().all()).toEqual([1, 3]);
+  });
+
+  it('errors carry their SQLSTATE and map to the engine’s codes; a bad URL names the server without its password', () => {
+    db.exec('CREATE TABLE parent (id TEXT PRIMARY KEY); CREATE TABLE child (id TEXT PRIMARY KEY, parent TEXT REFERENCES parent(id))');
+    db.prepare('INSERT INTO parent (id) VALUES (?)').run('p');
+    const duplicate = (() => { try { db.prepare('INSERT INTO parent (id) VALUES (?)').run('p'); } catch (error) { return mapDriverError(error); } })();
+    expect(duplicate).toBeInstanceOf(EngineError);
+    expect((duplicate as EngineError).code).toBe('ALREADY_EXISTS');
+    const orphan = (() => { try { db.prepare('INSERT INTO child (id, parent) VALUES (?, ?)').run('c', 'nope'); } catch (error) { return mapDriverError(error); } })();
+    expect((orphan as EngineError).code).toBe('NOT_FOUND');
+    const bad = (() => { try { new PgConnection('postgres://tally:s3cret@127.0.0.1:1/none'); } catch (error) { return error; } })() as EngineError;
+    expect(bad.code).toBe('BAD_REQUEST');
+    expect(bad.message).toContain('postgres://tally:***@127.0.0.1:1/none');
+    expect(bad.message).not.toContain('s3cret');
+  });
+
+  it('creates the schema at the baseline once, and refuses a database newer than this Tally', () => {
+    const fresh = connect();
+    fresh.exec(`CREATE SCHEMA ${schema}_m; SET search_path TO ${schema}_m`);
+    try {
+      expect(migratePostgres(fresh)).toEqual([POSTGRES_BASELINE]);
+      expect(migratePostgres(fresh)).toEqual([]);
+      expect(fresh.prepare("SELECT dec_add('1.50', '2.125') AS sum").get()).toEqual({ sum: '3.625' });
+      fresh.prepare("UPDATE schema_version SET version = ? WHERE name = 'tally'").run(POSTGRES_BASELINE + 1);
+      expect(() => migratePostgres(fresh)).toThrow(/newer than this Tally/);
+    } finally {
+      fresh.exec(`DROP SCHEMA ${schema}_m CASCADE`);
+      fresh.close();
+    }
+  });
+
+  it('every statement of the statements modules, in PostgreSQL’s dialect, prepares against the schema (PostgreSQL checks names and types)', () => {
+    const fresh = connect();
+    fresh.exec(`CREATE SCHEMA ${schema}_s; SET search_path TO ${schema}_s`);
+    try {
+      migratePostgres(fresh);
+      const as = fresh as unknown as Db;
+      const groups = {
+        ledger: ledgerStatements(as), vel: velocityStatements(as), calc: calculationStatements(as), views: viewStatements(as),
+        actions: actionStatements(as), queue: queueStatements(as), auth: authStatements(as), sessions: sessionStatements(as), skills: skillStatements(as),
+      };
+      const failures: string[] = [];
+      let prepared = 0;
+      const visit = (value: unknown, name: string) => {
+        if (value && typeof value === 'object' && 'prepareOnServer' in value) {
+          try {
+            (value as { prepareOnServer(): unknown }).prepareOnServer();
+            prepared++;
+          } catch (error) {
+            failures.push(`${name}: ${(error as Error).message.split('\n')[0]}`);
+          }
+        } else if (value && typeof value === 'object') for (const [k, v] of Object.entries(value)) visit(v, `${name}.${k}`);
+      };
+      visit(groups, 'st');
+      expect(failures).toEqual([]);
+      expect(prepared).toBeGreaterThan(250);
+    } finally {
+      fresh.exec(`DROP SCHEMA ${schema}_s CASCADE`);
+      fresh.close();
+    }
+  });
+});
