@@ -36,6 +36,7 @@ import { type Logger, silentLogger } from './log.js';
 import { type AttemptOutcome, isRetryable } from './execution/queue/attempt.js';
 import { type Db, type Durability, openDatabase, ReadOnlyTransactions } from './storage/database.js';
 import { Checkpointer } from './storage/checkpointer.js';
+import { isPostgresUrl } from './storage/pg/connection.js';
 import { mapDriverError } from './storage/driver-errors.js';
 import { CacheEpoch, RecordCache, watchCachedTables, watchDataTables, watchToolTables } from './storage/record-cache.js';
 import { ResultCache } from './execution/result-cache.js';
@@ -271,7 +272,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
 
   const path = options.path ?? ':memory:';
   const checkpointIntervalMs = options.checkpointIntervalMs ?? DEFAULT_CHECKPOINT_INTERVAL_MS;
-  const background = !options.readOnly && path !== ':memory:' && checkpointIntervalMs > 0;
+  // SQLite's WAL checkpoints; PostgreSQL (a postgres:// path) checkpoints itself.
+  const background = !options.readOnly && path !== ':memory:' && !isPostgresUrl(path) && checkpointIntervalMs > 0;
   // The writer's own threshold: walAutocheckpointPages while the thread copies pages ahead of it;
   // without the thread, SQLite's default unless the limit was set explicitly.
   const ownWalPages = options.limits?.walAutocheckpointPages;

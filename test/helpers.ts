@@ -1,5 +1,7 @@
+import { randomBytes } from 'node:crypto';
 import { expect } from 'vitest';
 import { createEngine, type Engine, type EngineOptions } from '../src/engine.js';
+import { PgConnection } from '../src/storage/pg/connection.js';
 
 /** A deterministic UUID for test fixtures: id(1) = 00000000-0000-4000-8000-000000000001. */
 export function id(n: number | string): string {
@@ -7,7 +9,25 @@ export function id(n: number | string): string {
 }
 
 export function newEngine(options: EngineOptions = {}): Promise<Engine> {
-  return createEngine({ logError: () => {}, ...options });
+  const path = options.path ?? (process.env.TALLY_TEST_BACKEND === 'postgres' ? postgresTestDatabase() : undefined);
+  return createEngine({ logError: () => {}, ...options, ...(path === undefined ? {} : { path }) });
+}
+
+/**
+ * TALLY_TEST_BACKEND=postgres (with TALLY_TEST_PG_URL): an engine without a path gets a fresh
+ * PostgreSQL schema of its own on that server instead of an in-memory SQLite database.
+ */
+function postgresTestDatabase(): string {
+  const url = process.env.TALLY_TEST_PG_URL;
+  if (!url) throw new Error('TALLY_TEST_BACKEND=postgres needs TALLY_TEST_PG_URL (scripts/pg.sh start prints one)');
+  const schema = `test_${randomBytes(8).toString('hex')}`;
+  const admin = new PgConnection(url);
+  try {
+    admin.exec(`CREATE SCHEMA ${schema}`);
+  } finally {
+    admin.close();
+  }
+  return `${url}${url.includes('?') ? '&' : '?'}options=-c%20search_path%3D${schema}`;
 }
 
 /** Run a request that must succeed (as `principal`, or the engine itself); returns its data. */

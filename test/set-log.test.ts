@@ -181,3 +181,137 @@ describe('a set’s entry log', () => {
     expect(read('CREDIT')).toEqual({ drBalance: { units: '0' }, crBalance: { units: `${total}.0` } });
   });
 });
+
+/** Every chain whole: each row points to the previous row of its record, and the record holds the newest and the count. */
+function chainProblems(e: Engine): string[] {
+  const rows = e.db
+    .prepare('SELECT l.seq, l.account_set_id AS setId, l.prev_seq AS prev, e.journal_id AS journal, e.currency FROM set_entry_log l JOIN entries e ON e.seq = l.seq ORDER BY l.seq')
+    .all() as Array<{ seq: number; setId: string; prev: number | null; journal: string; currency: string }>;
+  const problems: string[] = [];
+  const chains = new Map<string, { head: number; count: number }>();
+  for (const row of rows) {
+    const key = `${row.setId} ${row.journal} ${row.currency}`;
+    const chain = chains.get(key);
+    if (row.prev !== (chain?.head ?? null)) problems.push(`row ${row.seq} of ${key} points to ${row.prev}, not ${chain?.head ?? null}`);
+    chains.set(key, { head: row.seq, count: (chain?.count ?? 0) + 1 });
+  }
+  for (const [key, { head, count }] of chains) {
+    const [setId, journal, currency] = key.split(' ');
+    const record = e.db.prepare('SELECT log_head, log_count FROM balances WHERE account_id = ? AND journal_id = ? AND currency = ?').get(setId, journal, currency);
+    if (JSON.stringify(record) !== JSON.stringify({ log_head: head, log_count: count })) problems.push(`${key} holds ${JSON.stringify(record)}, not head ${head} of ${count}`);
+  }
+  const orphanMarks = e.db.prepare('SELECT count(*) AS n FROM set_entry_marks m WHERE NOT EXISTS (SELECT 1 FROM set_entry_log l WHERE l.seq = m.seq AND l.account_set_id = m.account_set_id)').get() as { n: number };
+  if (orphanMarks.n > 0) problems.push(`${orphanMarks.n} marks without their row`);
+  return problems;
+}
+
+describe('a set’s entry log under every write path', () => {
+  it('random postings in three currencies, voids, members moving in and out, and refused postings keep every chain whole', () => {
+    const OTHER = id(52);
+    ok(engine, `mutation { createAccountSet(input: {accountSetId: "${OTHER}", name: "O"}) { version } }`);
+    createAccount(engine, 4);
+    ok(engine, `mutation { addToAccountSet(id: "${OTHER}", member: {memberType: ACCOUNT, memberId: "${id(4)}"}) { version } }`);
+    // Account 2 is in SET (under TOP) and directly in TOP too: its entries reach TOP twice over.
+    ok(engine, `mutation { addToAccountSet(id: "${TOP}", member: {memberType: ACCOUNT, memberId: "${id(2)}"}) { version } }`);
+    // A REJECT control on OTHER refuses postings that take it past 5: the refused posting's log rows roll back with it.
+    ok(engine, `mutation { createVelocityLimit(input: {velocityLimitId: "${id(60)}", name: "l", limit: {balance: [{layer: "SETTLED", amount: "params.amount", normalBalanceType: "DEBIT"}]},
+      params: [{name: "amount", type: DECIMAL, default: "0"}]}) { velocityLimitId }
+      createVelocityControl(input: {velocityControlId: "${id(61)}", name: "c", enforcement: {action: REJECT}, velocityLimitIds: ["${id(60)}"]}) { velocityControlId }
+      attachVelocityControl(velocityControlId: "${id(61)}", accountId: "${OTHER}", params: {amount: "5"}) { accountId } }`);
+    let seed = 11;
+    const random = () => (seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648;
+    const pick = <T,>(list: readonly T[]) => list[Math.floor(random() * list.length)]!;
+    const accounts = [id(1), id(2), id(3), id(4)];
+    const posted: string[] = [];
+    const outcomes = { posted: 0, refused: 0, voided: 0, moved: 0 };
+    for (let n = 0; n < 500; n++) {
+      const r = random();
+      if (r < 0.05) {
+        const member = pick(accounts.slice(1));
+        const set = pick([SET, TOP, OTHER]);
+        const added = engine.graphql(`mutation { addToAccountSet(id: "${set}", member: {memberType: ACCOUNT, memberId: "${member}"}) { version } }`);
+        if (added.errors) engine.graphql(`mutation { removeFromAccountSet(id: "${set}", member: {memberType: ACCOUNT, memberId: "${member}"}) { version } }`);
+        outcomes.moved++;
+      } else if (r < 0.12 && posted.length > 0) {
+        const voided = engine.graphql(`mutation { voidTransaction(id: "${posted.splice(Math.floor(random() * posted.length), 1)[0]}") { transactionId } }`);
+        if (!voided.errors) outcomes.voided++;
+      } else {
+        const from = pick(accounts);
+        const to = pick(accounts.filter((a) => a !== from));
+        const result = engine.graphql(POST, { input: { transactionId: id(30_000 + n), tranCode: 'TRANSFER', params: { from, to, amount: `${1 + Math.floor(random() * 9)}`, currency: pick(['USD', 'EUR', 'GBP']) } } });
+        if (result.errors) outcomes.refused++;
+        else (outcomes.posted++, posted.push(id(30_000 + n)));
+      }
+    }
+    expect(outcomes.refused).toBeGreaterThan(0);
+    expect(outcomes.voided).toBeGreaterThan(0);
+    expect(chainProblems(engine)).toEqual([]);
+    for (const set of [SET, TOP, OTHER]) {
+      const expected = (engine.db.prepare('SELECT entry_id FROM entries WHERE parent_account_ids LIKE ? ORDER BY seq DESC').all(`%${set}%`) as Array<{ entry_id: string }>).map((r) => r.entry_id);
+      const out: string[] = [];
+      let after: string | null = null;
+      for (;;) {
+        const page: { nodes: Array<{ entryId: string }>; pageInfo: { hasNextPage: boolean; endCursor: string } } = ok(
+          engine, `query($after: String) { accountSet(id: "${set}") { entries(first: 7, after: $after) { nodes { entryId } pageInfo { hasNextPage endCursor } } } }`, { after },
+        ).accountSet.entries;
+        out.push(...page.nodes.map((node) => node.entryId));
+        if (!page.pageInfo.hasNextPage) break;
+        after = page.pageInfo.endCursor;
+      }
+      expect(out).toEqual(expected);
+    }
+  });
+
+  it('history pages never list a version twice, even when a page’s read budget ends inside one posting’s entries', async () => {
+    const small = await newEngine({ limits: { pageSizeMax: 10 } });
+    // Twelve entries a posting: six debits of account 2 and six credits of account 3, both in the set.
+    const entries = [];
+    for (let i = 0; i < 6; i++) {
+      entries.push({ accountId: 'params.a', units: 'params.amount', currency: "'USD'", direction: 'DEBIT', layer: "'SETTLED'" });
+      entries.push({ accountId: 'params.b', units: 'params.amount', currency: "'USD'", direction: 'CREDIT', layer: "'SETTLED'" });
+    }
+    ok(small, 'mutation($input: TranCodeInput!) { createTranCode(input: $input) { version } }', { input: {
+      tranCodeId: id(9001), code: 'TWELVE', params: [{ name: 'a', type: 'UUID' }, { name: 'b', type: 'UUID' }, { name: 'amount', type: 'DECIMAL' }],
+      transaction: { effective: 'date.Today()' }, entries } });
+    createAccount(small, 2);
+    createAccount(small, 3);
+    ok(small, `mutation { createAccountSet(input: {accountSetId: "${SET}", name: "S"}) { version } }`);
+    for (const n of [2, 3]) ok(small, `mutation { addToAccountSet(id: "${SET}", member: {memberType: ACCOUNT, memberId: "${id(n)}"}) { version } }`);
+    for (let n = 1; n <= 20; n++) ok(small, POST, { input: { transactionId: id(40_000 + n), tranCode: 'TWELVE', params: { a: id(2), b: id(3), amount: `${n}` } } });
+    const versions = (field: string) => {
+      const out: number[] = [];
+      let after: string | null = null;
+      for (;;) {
+        type Page = { nodes: Array<{ version: number }>; pageInfo: { hasNextPage: boolean; endCursor: string } };
+        const data: Record<string, { balance: { history: Page } }> = ok(
+          small, `query($after: String) { ${field} { balance(currency: "USD") { history(first: 10, after: $after) { nodes { version } pageInfo { hasNextPage endCursor } } } } }`, { after },
+        );
+        const page: Page = Object.values(data)[0]!.balance.history;
+        out.push(...page.nodes.map((node) => node.version));
+        if (!page.pageInfo.hasNextPage) return out;
+        after = page.pageInfo.endCursor;
+      }
+    };
+    const all = Array.from({ length: 20 }, (_, i) => 20 - i);
+    expect(versions(`accountSet(id: "${SET}")`)).toEqual(all);
+    expect(versions(`account(id: "${id(2)}")`)).toEqual(all);
+    small.close();
+  });
+
+  it('a set with entries in more currencies than pageSizeMax is listed one currency at a time', async () => {
+    const small = await newEngine({ limits: { pageSizeMax: 3 } });
+    createTransferCode(small);
+    createAccount(small, 1, { normalBalanceType: 'DEBIT' });
+    createAccount(small, 2);
+    ok(small, `mutation { createAccountSet(input: {accountSetId: "${SET}", name: "S"}) { version } }`);
+    ok(small, `mutation { addToAccountSet(id: "${SET}", member: {memberType: ACCOUNT, memberId: "${id(2)}"}) { version } }`);
+    for (const [n, currency] of ['USD', 'EUR', 'GBP', 'CHF'].entries()) {
+      ok(small, POST, { input: { transactionId: id(50_000 + n), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1', currency } } });
+    }
+    const refused = small.graphql(`{ accountSet(id: "${SET}") { entries(first: 3) { nodes { currency } } } }`).errors![0]!;
+    expect(refused.extensions).toMatchObject({ code: 'LIMIT_EXCEEDED', details: { pageSizeMax: 3 } });
+    expect(refused.message).toContain('4 currencies');
+    expect(ok(small, `{ accountSet(id: "${SET}") { entries(first: 3, where: {currency: "CHF"}) { nodes { currency } } } }`).accountSet.entries.nodes).toEqual([{ currency: 'CHF' }]);
+    small.close();
+  });
+});

@@ -193,7 +193,8 @@ function select(meter: CostMeter, path: readonly string[], context: Record<strin
   if (typeof value !== 'string' && typeof value !== 'boolean' && value !== null) return SLOW_PATH;
   // The evaluator runs each node below the root through its metered `run` (one unit each; the
   // values there are maps, charged nothing more); the value itself is charged as a result.
-  meter.charge(path.length - 1);
+  // A unit at a time, as the evaluator does: over the budget, the error names the same cost.
+  for (let step = 1; step < path.length; step++) meter.charge(1);
   return value;
 }
 

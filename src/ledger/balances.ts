@@ -4,7 +4,7 @@ import { type Connection, encodeCursor, pageRequest, toConnection } from '../pag
 import { BALANCE_COLUMNS, type BalanceAfter, type BalanceColumn, type BalanceRow, type EntryRow, snapshotTotals } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
 import type { Direction, Layer } from './records.js';
-import { chainRows, setChains } from './set-log.js';
+import { chainRows } from './set-log.js';
 
 /** Debit and credit totals as exact decimal text, each with the scale of what was added to it. */
 export interface LayerTotals {
@@ -93,15 +93,23 @@ function versionsFrom(deps: LedgerDeps, owner: { id: string; isSet: boolean }, j
   let lastVersion = Number.MAX_SAFE_INTEGER;
   let stoppedAt: number | null = null;
   const batch = Math.min(Math.max(want * 2, 16), 1000);
-  const chain = owner.isSet ? setChains(deps, owner.id, currency).find((c) => c.journalId === journalId) : undefined;
-  if (owner.isSet && !chain) return { found, stoppedAt };
+  // A set's record heads its own chain (one primary-key read).
+  const head = owner.isSet ? deps.st.balance.get(owner.id, journalId, currency)?.log_head : undefined;
+  if (owner.isSet && (head === undefined || head === null)) return { found, stoppedAt };
+  const chain = head ? { setId: owner.id, journalId, currency, head } : undefined;
+  const read = (from: number): SnapshotRow[] => (chain ? chainRows(deps, chain, from, batch) : deps.st.entriesByAccountDescFrom.all(owner.id, from, batch));
+  /** The record's version this row left, or null for a row of another record (journal, currency) or from before balance history. */
+  const versionOf = (row: SnapshotRow): number | null => {
+    const version = owner.isSet ? row.set_balance_version : row.balance_version;
+    const after = owner.isSet ? row.set_balance_after : row.balance_after;
+    return row.journal_id !== journalId || row.currency !== currency || version == null || after == null ? null : version;
+  };
   for (;;) {
-    const rows: SnapshotRow[] = chain ? chainRows(deps, chain, cursor, batch) : deps.st.entriesByAccountDescFrom.all(owner.id, cursor, batch);
+    const rows = read(cursor);
     for (const row of rows) {
       budget--;
-      const version = owner.isSet ? row.set_balance_version : row.balance_version;
-      const after = owner.isSet ? row.set_balance_after : row.balance_after;
-      if (row.journal_id !== journalId || row.currency !== currency || version == null || after == null) continue;
+      const version = versionOf(row);
+      if (version === null) continue;
       if (version >= lastVersion) {
         // Another entry of the same posting (one version): the version's cursor is its lowest seq,
         // so the next page does not list it again.
@@ -109,13 +117,32 @@ function versionsFrom(deps: LedgerDeps, owner: { id: string; isSet: boolean }, j
         continue;
       }
       lastVersion = version;
+      const after = (owner.isSet ? row.set_balance_after : row.balance_after)!;
       found.push({ balance: fromSnapshot(owner.id, journalId, currency, version, after, row.entry_id, row.created), seq: row.seq });
       if (found.length === want) return { found, stoppedAt };
     }
     if (rows.length < batch) return { found, stoppedAt };
     cursor = rows.at(-1)!.seq - 1;
-    if (budget <= 0) return { found, stoppedAt: cursor };
+    if (budget <= 0) break;
   }
+  // Out of budget. Stopping inside the last version's entries would list it again on the next
+  // page: read on past the rest of them (one posting's entries: at most entriesPerTransactionMax
+  // seqs below the last one read), and stop at the first row not consumed.
+  const last = found.at(-1);
+  if (last) {
+    const floor = last.seq - deps.limits.entriesPerTransactionMax;
+    for (;;) {
+      const rows = read(cursor);
+      for (const row of rows) {
+        const version = versionOf(row);
+        if (row.seq < floor || (version !== null && version !== lastVersion)) return { found, stoppedAt: row.seq };
+        if (version === lastVersion) last.seq = row.seq;
+      }
+      if (rows.length < batch) return { found, stoppedAt: null };
+      cursor = rows.at(-1)!.seq - 1;
+    }
+  }
+  return { found, stoppedAt: cursor };
 }
 
 /**

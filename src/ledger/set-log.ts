@@ -71,16 +71,42 @@ export function chainRows(deps: LedgerDeps, chain: SetChain, seq: number, limit:
 
 /**
  * Up to `limit` of a set's entries below seq `before`, newest first, across its chains (one per
- * currency, or the one of `currency`): each chain gives at most `limit` rows, merged by seq.
+ * currency, or the one of `currency`). The chains are merged lazily: each is positioned at the
+ * cursor and read SET_LOG_MERGE_BATCH rows at a time, the newest row of all taken next, so a page
+ * reads about limit + chains × batch rows. A set with more chains than pageSizeMax is listed one
+ * currency at a time.
  */
 export function setEntriesBelow(deps: LedgerDeps, setId: string, before: number, limit: number, currency?: string | null): SetLogRow[] {
   const chains = setChains(deps, setId, currency);
   if (chains.length === 1) return chainRows(deps, chains[0]!, before - 1, limit);
-  return chains
-    .flatMap((chain) => chainRows(deps, chain, before - 1, limit))
-    .sort((a, b) => b.seq - a.seq)
-    .slice(0, limit);
+  if (chains.length > deps.limits.pageSizeMax) {
+    throw new EngineError('LIMIT_EXCEEDED', `account set ${setId} has entries in ${chains.length} currencies; more than pageSizeMax (${deps.limits.pageSizeMax}) are not listed together`, {
+      hint: 'List its entries one currency at a time (entries(where: {currency: ...})).',
+      details: { pageSizeMax: deps.limits.pageSizeMax },
+    });
+  }
+  const batch = Math.min(limit, SET_LOG_MERGE_BATCH);
+  const cursors = chains.map((chain) => ({ chain, rows: chainRows(deps, chain, before - 1, batch), next: 0 }));
+  const out: SetLogRow[] = [];
+  while (out.length < limit) {
+    let newest: (typeof cursors)[number] | null = null;
+    for (const cursor of cursors) {
+      const row = cursor.rows[cursor.next];
+      if (row && (!newest || row.seq > newest.rows[newest.next]!.seq)) newest = cursor;
+    }
+    if (!newest) break;
+    const row = newest.rows[newest.next++]!;
+    out.push(row);
+    if (newest.next === newest.rows.length) {
+      newest.rows = newest.rows.length === batch && row.log_prev !== null ? deps.st.setLogEntries.all({ from: row.log_prev, set: setId, limit: batch }) : [];
+      newest.next = 0;
+    }
+  }
+  return out;
 }
+
+/** Rows read from each chain at a time when a set's chains are merged. */
+const SET_LOG_MERGE_BATCH = 16;
 
 /**
  * Every entry seq of a set, oldest first (a calculation's backfill): at most `max`, else

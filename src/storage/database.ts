@@ -3,6 +3,8 @@ import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { addText } from '../decimal.js';
 import { EngineError } from '../errors.js';
+import { isPostgresUrl, PgConnection } from './pg/connection.js';
+import { migratePostgres } from './pg/schema.js';
 import { MIGRATIONS, type Migration } from './migrations.js';
 import { type BatchOutcome, TransactionManager } from './transaction.js';
 
@@ -34,6 +36,7 @@ export interface OpenOptions {
 
 /** Open SQLite with explicit pragmas and bring its schema up to date (or, readOnly, check it is). */
 export function openDatabase(options: OpenOptions): Db {
+  if (isPostgresUrl(options.path)) return openPostgres(options);
   if (options.readOnly) return openReadOnly(options);
   if (options.path !== ':memory:') mkdirSync(dirname(options.path), { recursive: true });
   let db: Db;
@@ -216,6 +219,24 @@ export function decAdd(a: unknown, b: unknown): unknown {
     }
   }
   return addText(String(a), String(b));
+}
+
+/**
+ * A PostgreSQL database (issue 19, in progress): one connection, its schema brought to this
+ * Tally's. Typed as the SQLite connection it stands in for (PgConnection has the part of its API
+ * the engine uses).
+ */
+function openPostgres(options: OpenOptions): Db {
+  if (options.readOnly) throw new EngineError('BAD_REQUEST', 'a read-only PostgreSQL connection is not supported yet', { hint: 'Open it read-write.' });
+  const connection = new PgConnection(options.path);
+  try {
+    migratePostgres(connection);
+    connection.pragma(`busy_timeout = ${Math.trunc(options.busyTimeoutMs)}`);
+  } catch (error) {
+    connection.close();
+    throw error;
+  }
+  return connection as unknown as Db;
 }
 
 export function schemaVersion(db: Db): number {

@@ -77,6 +77,9 @@ export class RecordCache<V> {
  * registered on it. Other connections' writes are seen through `PRAGMA data_version` instead.
  */
 function watchWrites(db: Db, name: string, tables: readonly string[], onWrite: () => void): void {
+  // PostgreSQL (src/storage/pg/connection.ts): the statement that wrote tells, no trigger needed.
+  const pg = db as unknown as { watchWrites?: (tables: readonly string[], onWrite: () => void) => void };
+  if (pg.watchWrites) return pg.watchWrites(tables, onWrite);
   db.function(`tally_${name}_changed`, { deterministic: false }, () => {
     onWrite();
     return null;
@@ -119,7 +122,7 @@ export function watchDataTables(db: Db): { readonly writes: number } {
 }
 
 /** The tables that decide what a client may call: its tools, their versions, the clients. */
-const TOOL_TABLES = ['actions', 'action_versions', 'clients'] as const;
+export const TOOL_TABLES = ['actions', 'action_versions', 'clients'] as const;
 
 /**
  * Whether a committed write may have changed what some client may call. This connection's writes
@@ -136,8 +139,8 @@ export function watchToolTables(db: Db, versionAtBegin?: () => number): { readon
   const fingerprint = db
     .prepare<[], string>(
       `SELECT (SELECT count(*) || ':' || ifnull(max(modified), '') FROM action_versions) || '|' ||
-              (SELECT count(*) || ':' || total(latest_version) || ':' || ifnull(max(modified), '') FROM actions) || '|' ||
-              (SELECT count(*) || ':' || total(version) || ':' || ifnull(max(modified), '') FROM clients)`,
+              (SELECT count(*) || ':' || coalesce(sum(latest_version), 0) || ':' || ifnull(max(modified), '') FROM actions) || '|' ||
+              (SELECT count(*) || ':' || coalesce(sum(version), 0) || ':' || ifnull(max(modified), '') FROM clients)`,
     )
     .pluck();
   let seenVersion = pragma.get() as number;

@@ -126,14 +126,18 @@ export class PgStatement<Params extends unknown[] = unknown[], Row = unknown> {
   private name: string | null = null;
   private plucked = false;
 
+  /** The table a write statement writes (for PgConnection.watchWrites), or null. */
+  private readonly writes: string | null;
+
   constructor(
     private readonly connection: PgConnection,
     readonly source: string,
   ) {
-    const translated = toPostgres(source);
+    const translated = toPostgres(pragmaQuery(source) ?? source);
     this.text = translated.text;
     this.bindings = translated.bindings;
     this.reader = translated.returnsRows;
+    this.writes = /^\s*(?:INSERT\s+(?:OR\s+\w+\s+)?INTO|UPDATE|DELETE\s+FROM)\s+"?(\w+)"?/i.exec(source)?.[1] ?? null;
   }
 
   /** Answer the first column of each row instead of the row (better-sqlite3's pluck). */
@@ -202,7 +206,9 @@ export class PgStatement<Params extends unknown[] = unknown[], Row = unknown> {
         rows.push(row);
       }
     }
-    return { changes: Number(pq.cmdTuples() || 0), rows };
+    const changes = Number(pq.cmdTuples() || 0);
+    if (changes > 0 && this.writes !== null) this.connection.wrote(this.writes);
+    return { changes, rows };
   }
 
   /** The values of $1, $2, … from positional arguments and/or one object of named ones (better-sqlite3's calling forms). */
@@ -228,6 +234,7 @@ export class PgStatement<Params extends unknown[] = unknown[], Row = unknown> {
 export class PgConnection {
   readonly pq: Libpq;
   private statements = 0;
+  private readonly watchers = new Map<string, Array<() => void>>();
   private open_ = true;
   private depth = 0;
 
@@ -290,6 +297,54 @@ export class PgConnection {
     };
   }
 
+  /**
+   * better-sqlite3's pragma(): what the engine reads and sets through it. `data_version` (another
+   * connection committed a change to a cached table) is the counter the schema's triggers keep;
+   * `busy_timeout` is how long a statement waits for a lock (lock_timeout). SQLite's storage
+   * settings (WAL, checkpoints, page cache) have no meaning here and change nothing.
+   */
+  pragma(source: string, options?: { simple?: boolean }): unknown {
+    const [, name, value] = /^\s*(\w+)\s*(?:=\s*(.+?))?\s*$/.exec(source) ?? [];
+    const query = pragmaQuery(`PRAGMA ${name}`);
+    if (query && value === undefined) {
+      const result = this.prepare(query).get() as Record<string, unknown> | undefined;
+      return options?.simple ? Object.values(result ?? {})[0] : [result];
+    }
+    if (name === 'busy_timeout' && value !== undefined && /^\d+$/.test(value)) {
+      this.exec(`SET lock_timeout = ${Number(value)}`);
+      return options?.simple ? Number(value) : [{ timeout: Number(value) }];
+    }
+    if (name === 'wal_autocheckpoint' || name === 'journal_size_limit' || name === 'foreign_keys' || name === 'cache_size' || name === 'temp_store') return options?.simple ? 0 : [];
+    throw new Error(`PRAGMA ${source} has no PostgreSQL equivalent here`);
+  }
+
+  /**
+   * better-sqlite3's function(): SQL functions the engine registers in JavaScript. On PostgreSQL
+   * the ones the statements call are SQL functions of the schema (dec_add); any other is refused.
+   */
+  function(name: string): this {
+    if (name !== 'dec_add') throw new Error(`the SQL function ${name} is not available on PostgreSQL`);
+    return this;
+  }
+
+  /**
+   * Call `onWrite` whenever this connection's statements change rows of one of `tables` (what
+   * SQLite's TEMP triggers do for record-cache.ts): every write goes through a statement, so the
+   * statement that wrote tells.
+   */
+  watchWrites(tables: readonly string[], onWrite: () => void): void {
+    for (const table of tables) {
+      let list = this.watchers.get(table);
+      if (!list) this.watchers.set(table, (list = []));
+      list.push(onWrite);
+    }
+  }
+
+  /** @internal A statement changed rows of `table`. */
+  wrote(table: string): void {
+    for (const onWrite of this.watchers.get(table) ?? []) onWrite();
+  }
+
   close(): void {
     if (!this.open_) return;
     this.open_ = false;
@@ -314,6 +369,19 @@ export class PgConnection {
     const message = (this.pq.resultErrorMessage() || this.pq.errorMessage()).trim();
     throw new PgError(`${message}${fields.sqlState ? '' : ` (in: ${text.slice(0, 120)})`}`, fields.sqlState ?? 'XX000', fields.messageDetail);
   }
+}
+
+/** The query that answers a PRAGMA the engine reads, or undefined (not a PRAGMA, or not one of those). */
+function pragmaQuery(source: string): string | undefined {
+  const name = /^\s*PRAGMA\s+(\w+)\s*$/i.exec(source)?.[1]?.toLowerCase();
+  if (name === 'data_version') return 'SELECT version AS data_version FROM tally_data_version';
+  if (name === 'user_version') return "SELECT version AS user_version FROM schema_version WHERE name = 'tally'";
+  return undefined;
+}
+
+/** Whether `path` names a PostgreSQL database (a postgres:// or postgresql:// URL) rather than a SQLite file. */
+export function isPostgresUrl(path: string): boolean {
+  return /^postgres(ql)?:\/\//i.test(path);
 }
 
 /** A URL as it may be printed: without its password. */

@@ -2,6 +2,7 @@ import Database from 'better-sqlite3';
 import { EngineError } from '../../errors.js';
 import { migrate } from '../database.js';
 import { MIGRATIONS } from '../migrations.js';
+import { CACHED_TABLES, TOOL_TABLES } from '../record-cache.js';
 import type { PgConnection } from './connection.js';
 
 /**
@@ -14,7 +15,8 @@ import type { PgConnection } from './connection.js';
  *   identity column named rowid, and a table whose rowid is its INTEGER PRIMARY KEY a generated
  *   column rowid equal to it, so statements that read rowid read the same on both;
  * - `dec_add(a, b)`, the exact decimal addition SQLite calls in JavaScript, is numeric addition in SQL;
- * - `schema_version` holds what SQLite keeps in `PRAGMA user_version`.
+ * - `schema_version` holds what SQLite keeps in `PRAGMA user_version`, and `tally_data_version`
+ *   what it keeps in `PRAGMA data_version` (see dataVersion).
  */
 
 export const POSTGRES_BASELINE = MIGRATIONS.at(-1)!.version;
@@ -25,27 +27,39 @@ interface SqliteObject {
   sql: string;
 }
 
-/** SQLite's schema after every migration: CREATE statements, tables first, in creation order. */
-function sqliteSchema(): SqliteObject[] {
+/**
+ * SQLite's schema after every migration: CREATE statements, tables first, in creation order; and
+ * the rows the migrations write into a new database (the default journal, the derived-id key,
+ * made fresh here for each new database), by table.
+ */
+function sqliteSchema(): { objects: SqliteObject[]; rows: Map<string, Array<Record<string, unknown>>> } {
   const db = new Database(':memory:');
   try {
     db.pragma('foreign_keys = ON');
     migrate(db, MIGRATIONS);
-    return db
+    const objects = db
       .prepare<[], SqliteObject>(
         "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL AND type IN ('table', 'index') ORDER BY CASE type WHEN 'table' THEN 0 ELSE 1 END, rowid",
       )
       .all();
+    const rows = new Map<string, Array<Record<string, unknown>>>();
+    for (const { type, name } of objects) {
+      if (type !== 'table') continue;
+      const found = db.prepare<[], Record<string, unknown>>(`SELECT * FROM "${name}"`).all();
+      if (found.length > 0) rows.set(name, found);
+    }
+    return { objects, rows };
   } finally {
     db.close();
   }
 }
 
 /** PostgreSQL DDL for SQLite's schema, and the tables whose inserts report a rowid. */
-export function postgresSchema(): { statements: string[]; rowidTables: Set<string> } {
+export function postgresSchema(): { statements: string[]; rowidTables: Set<string>; rows: Map<string, Array<Record<string, unknown>>> } {
   const statements: string[] = [];
   const rowidTables = new Set<string>();
-  for (const object of sqliteSchema()) {
+  const { objects, rows } = sqliteSchema();
+  for (const object of objects) {
     let sql = object.sql;
     if (object.type === 'index') {
       statements.push(sql);
@@ -65,7 +79,7 @@ export function postgresSchema(): { statements: string[]; rowidTables: Set<strin
     }
     statements.push(sql);
   }
-  return { statements, rowidTables };
+  return { statements, rowidTables, rows };
 }
 
 /** SQL functions the statements call, in SQL (SQLite's are registered in JavaScript by openDatabase). */
@@ -73,6 +87,23 @@ const FUNCTIONS = [
   `CREATE FUNCTION dec_add(a TEXT, b TEXT) RETURNS TEXT LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
      RETURN (a::numeric + b::numeric)::text`,
 ];
+
+/**
+ * SQLite's `PRAGMA data_version` (another connection committed) for the caches: a counter that a
+ * statement trigger on every table some cache copies moves, read at BEGIN (TransactionManager).
+ * Those tables change rarely (journals, tran codes, accounts, tools, clients, controls), so the one
+ * row is no hot spot; postings, entries and balances do not move it.
+ */
+function dataVersion(): string[] {
+  const tables = [...new Set<string>([...CACHED_TABLES, ...TOOL_TABLES])];
+  return [
+    'CREATE TABLE tally_data_version (id INT PRIMARY KEY CHECK (id = 1), version BIGINT NOT NULL)',
+    'INSERT INTO tally_data_version (id, version) VALUES (1, 0)',
+    `CREATE FUNCTION tally_bump_data_version() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN UPDATE tally_data_version SET version = version + 1 WHERE id = 1; RETURN NULL; END $$`,
+    ...tables.map((t) => `CREATE TRIGGER tally_data_version AFTER INSERT OR UPDATE OR DELETE ON ${t} FOR EACH STATEMENT EXECUTE FUNCTION tally_bump_data_version()`),
+  ];
+}
 
 /**
  * Bring a PostgreSQL database to the current schema: create it at the baseline when it has none
@@ -88,10 +119,16 @@ export function migratePostgres(connection: PgConnection): number[] {
     }
     return [];
   }
-  const { statements } = postgresSchema();
+  const { statements, rows } = postgresSchema();
   connection.transaction(() => {
     connection.exec('CREATE TABLE schema_version (name TEXT PRIMARY KEY, version BIGINT NOT NULL)');
     for (const sql of [...FUNCTIONS, ...statements]) connection.exec(sql);
+    for (const [table, list] of rows) {
+      const columns = Object.keys(list[0]!);
+      const insert = connection.prepare(`INSERT INTO "${table}" (${columns.join(', ')}) VALUES (${columns.map(() => '?').join(', ')})`);
+      for (const row of list) insert.run(...columns.map((c) => row[c]));
+    }
+    for (const sql of dataVersion()) connection.exec(sql);
     connection.prepare('INSERT INTO schema_version (name, version) VALUES (?, ?)').run('tally', POSTGRES_BASELINE);
   })();
   return [POSTGRES_BASELINE];

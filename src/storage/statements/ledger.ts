@@ -114,6 +114,8 @@ export interface BalanceRow {
   version: number;
   created: string;
   modified: string;
+  /** A set's record: the newest row of its entry log (migration 16); null for an account's. */
+  log_head?: number | null;
 }
 
 /**
