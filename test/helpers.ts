@@ -9,9 +9,12 @@ export function id(n: number | string): string {
 }
 
 export function newEngine(options: EngineOptions = {}): Promise<Engine> {
-  const path = options.path ?? (process.env.TALLY_TEST_BACKEND === 'postgres' ? postgresTestDatabase() : undefined);
+  const path = options.path ?? (ON_POSTGRES ? postgresTestDatabase() : undefined);
   return createEngine({ logError: () => {}, ...options, ...(path === undefined ? {} : { path }) });
 }
+
+/** Whether this run's engines are on PostgreSQL (TALLY_TEST_BACKEND=postgres): tests of SQLite's own machinery skip then. */
+export const ON_POSTGRES = process.env.TALLY_TEST_BACKEND === 'postgres';
 
 /**
  * TALLY_TEST_BACKEND=postgres (with TALLY_TEST_PG_URL): an engine without a path gets a fresh

@@ -14,6 +14,8 @@ import { newEngine } from './helpers.js';
  */
 const WHOLE_TABLE: Record<string, string> = {
   lastEntrySeq: 'max(seq) is answered from the rowid b-tree end, not a scan',
+  entriesBeyond: 'counts the rows of a subquery of at most LIMIT ? rows (is there more than n?)',
+  transactionsBeyond: 'counts the rows of a subquery of at most LIMIT ? rows (is there more than n?)',
 };
 
 function statementsOf(group: Record<string, unknown>, prefix: string): Array<[string, Statement]> {

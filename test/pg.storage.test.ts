@@ -69,6 +69,10 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
     expect(() => db.prepare('SELECT k FROM kv WHERE k = ? AND n = ?').get('a')).toThrow(/too few parameter values/);
     expect(() => db.prepare('SELECT k FROM kv WHERE k = @k').get({})).toThrow(/missing named parameter "k"/);
     expect(() => db.prepare('UPDATE kv SET n = 0').get()).toThrow(/returns no rows/);
+    // libpq would cut a value at U+0000: refused instead, as a bad value.
+    const nul = (() => { try { insert.run('c\u0000d', 1, false, '0', null); } catch (error) { return mapDriverError(error); } })() as EngineError;
+    expect(nul.code).toBe('BAD_REQUEST');
+    expect(db.prepare('SELECT count(*) AS n FROM kv').get()).toEqual({ n: 2 });
   });
 
   it('transactions nest as savepoints; a throw rolls back its own level only', () => {

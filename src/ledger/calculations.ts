@@ -781,6 +781,8 @@ export function readCalculationBalance(deps: LedgerDeps, q: CalculationBalanceQu
   }
 
   const sum = new Sum();
+  /** The first string after period `d` (periods are digits and dashes; \u0001, since PostgreSQL's text cannot hold \u0000). */
+  const next = (d: string) => `${d}\u0001`;
   /** Periods of one granularity in [from, to). */
   const scan = (g: Granularity, from: string, to: string) => {
     if (from < to) sum.add(deps.calc.periods.all(...key(g), from, to));
@@ -790,7 +792,6 @@ export function readCalculationBalance(deps: LedgerDeps, q: CalculationBalanceQu
     if (a > b) return;
     const [ay, am] = [Number(a.slice(0, 4)), Number(a.slice(5, 7))];
     const [by, bm] = [Number(b.slice(0, 4)), Number(b.slice(5, 7))];
-    const next = (d: string) => `${d}\u0000`;
     if (ay === by && am === bm) return scan('DAY', a, next(b));
     scan('DAY', a, next(`${pad(ay, 4)}-${pad(am)}-${pad(daysIn(ay, am))}`));
     // Whole months after a's month and before b's month.
@@ -810,7 +811,7 @@ export function readCalculationBalance(deps: LedgerDeps, q: CalculationBalanceQu
     const date = `${d.year}-${d.month}-${d.day}`;
     scan('YEAR', '', d.year);
     scan('MONTH', `${d.year}-01`, `${d.year}-${d.month}`);
-    scan('DAY', `${d.year}-${d.month}-01`, `${date}\u0000`);
+    scan('DAY', `${d.year}-${d.month}-01`, next(date));
   } else {
     const range = effective.range!;
     const from = range.gte == null ? '0001-01-01' : boundDate(range.gte, 'effective.range.gte');

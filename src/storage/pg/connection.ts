@@ -102,6 +102,8 @@ function toParam(value: unknown): string | null {
   if (value === null || value === undefined) return null;
   switch (typeof value) {
     case 'string':
+      // libpq passes values as C strings: one with U+0000 would arrive cut short.
+      if (value.includes('\u0000')) throw new PgError('a text value holds U+0000, which PostgreSQL text cannot hold', '22021');
       return value;
     case 'number':
     case 'bigint':
