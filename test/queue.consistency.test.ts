@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../src/clock.js';
 import type { Engine } from '../src/engine.js';
-import { balanceOf, createAccount, createTransferCode, id, newEngine, ok } from './helpers.js';
+import { balanceOf, createAccount, createTransferCode, id, newEngine, ok, ON_POSTGRES } from './helpers.js';
 
 /**
  * Started executions, retries and triggers: an attempt that rolled back leaves no result an
@@ -76,7 +76,8 @@ describe('queued executions stay consistent', () => {
     engine.close();
   });
 
-  it('a call tree whose record cannot be written counts as a failed attempt instead of stalling the queue', async () => {
+  // The failure is made with a SQLite TEMP trigger (RAISE) on the connection.
+  it.skipIf(ON_POSTGRES)('a call tree whose record cannot be written counts as a failed attempt instead of stalling the queue', async () => {
     const { engine, clock, tool } = await setup();
     const noop = tool(10, 'noop', 'function run() { return 1; }');
     // Starting an id this attempt already used is refused inside the tool.

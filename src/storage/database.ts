@@ -231,6 +231,7 @@ function openPostgres(options: OpenOptions): Db {
   const connection = new PgConnection(options.path);
   try {
     migratePostgres(connection);
+    connection.loadRowidTables();
     connection.pragma(`busy_timeout = ${Math.trunc(options.busyTimeoutMs)}`);
   } catch (error) {
     connection.close();

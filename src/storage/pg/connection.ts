@@ -136,10 +136,13 @@ export class PgStatement<Params extends unknown[] = unknown[], Row = unknown> {
     readonly source: string,
   ) {
     const translated = toPostgres(pragmaQuery(source) ?? source);
-    this.text = translated.text;
     this.bindings = translated.bindings;
     this.reader = translated.returnsRows;
-    this.writes = /^\s*(?:INSERT\s+(?:OR\s+\w+\s+)?INTO|UPDATE|DELETE\s+FROM)\s+"?(\w+)"?/i.exec(source)?.[1] ?? null;
+    const write = /^\s*(INSERT\s+(?:OR\s+\w+\s+)?INTO|UPDATE|DELETE\s+FROM)\s+"?(\w+)"?/i.exec(source);
+    this.writes = write?.[2] ?? null;
+    // better-sqlite3's run() reports the rowid an INSERT gave its row: here the insert returns it.
+    const reportsRowid = !this.reader && /^INSERT/i.test(write?.[1] ?? '') && connection.rowidTables.has(this.writes!);
+    this.text = reportsRowid ? `${translated.text.trimEnd().replace(/;$/, '')} RETURNING rowid` : translated.text;
   }
 
   /** Answer the first column of each row instead of the row (better-sqlite3's pluck). */
@@ -236,6 +239,8 @@ export class PgStatement<Params extends unknown[] = unknown[], Row = unknown> {
 export class PgConnection {
   readonly pq: Libpq;
   private statements = 0;
+  /** Tables with a rowid column (see schema.ts): an INSERT into one reports the row's rowid, as SQLite's does. */
+  rowidTables = new Set<string>();
   private readonly watchers = new Map<string, Array<() => void>>();
   private open_ = true;
   private depth = 0;
@@ -252,6 +257,12 @@ export class PgConnection {
     }
     // Notices (an IF NOT EXISTS that found the table) are not errors: libpq would print them.
     this.exec('SET client_min_messages = warning');
+  }
+
+  /** Read which tables have a rowid column (after the schema exists). */
+  loadRowidTables(): void {
+    const names = this.prepare<[], string>("SELECT table_name FROM information_schema.columns WHERE table_schema = current_schema() AND column_name = 'rowid'").pluck().all();
+    this.rowidTables = new Set(names);
   }
 
   get open(): boolean {
