@@ -40,6 +40,20 @@ interface Libpq {
 
 let Libpq: (new () => Libpq) | null | undefined;
 
+/**
+ * Every libpq connection object not yet released. node-libpq keeps a libuv poll handle inside the
+ * object (made at connect, even for blocking use): libuv touches that handle until its close
+ * completes, on a later turn of the event loop after finish(), and an open one for as long as it is
+ * open. Were the object collected before, libuv would touch freed memory (a crash: "uv__finish_close:
+ * Assertion failed"). So each is held here while open, and for one turn after it is finished.
+ */
+const alive = new Set<Libpq>();
+
+function release(pq: Libpq): void {
+  pq.finish();
+  setImmediate(() => alive.delete(pq));
+}
+
 function loadLibpq(): new () => Libpq {
   if (Libpq === undefined) {
     try {
@@ -248,9 +262,12 @@ export class PgConnection {
   constructor(readonly url: string) {
     const Pq = loadLibpq();
     this.pq = new Pq();
+    alive.add(this.pq);
     try {
       this.pq.connectSync(url);
     } catch (error) {
+      // connectSync finished the connection already: hold the object for the handle's close.
+      setImmediate(() => alive.delete(this.pq));
       throw new EngineError('BAD_REQUEST', `cannot connect to PostgreSQL at ${redact(url)}: ${(error as Error).message.trim()}`, {
         hint: 'Check the URL (postgres://user@host:port/database), that the server runs and accepts this user (scripts/pg.sh start runs one for development).',
       });
@@ -361,7 +378,7 @@ export class PgConnection {
   close(): void {
     if (!this.open_) return;
     this.open_ = false;
-    this.pq.finish();
+    release(this.pq);
   }
 
   /** @internal A name for the next server-side prepared statement. */
