@@ -1,4 +1,6 @@
+import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EngineError } from '../src/errors.js';
 import type { Db } from '../src/storage/database.js';
@@ -152,4 +154,44 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
       fresh.close();
     }
   });
+
+  it('tally migrate and tally serve take a postgres:// --db: one engine answers over HTTP, and the URL is printed without its password', async () => {
+    const fresh = connect();
+    fresh.exec(`CREATE SCHEMA ${schema}_cli`);
+    fresh.close();
+    // The cluster trusts local users: the password is not needed, only never shown.
+    const url = `${URL!.replace('postgres://postgres@', 'postgres://postgres:s3cret@')}?options=-c%20search_path%3D${schema}_cli`;
+    const bin = join(import.meta.dirname, '..', 'bin', 'tally.mjs');
+    const migrated = execFileSync(process.execPath, [bin, 'migrate', '--db', url], { encoding: 'utf8' });
+    expect(migrated).toContain(`is at schema version ${POSTGRES_BASELINE}`);
+    expect(migrated).toContain('postgres://postgres:***@');
+    expect(migrated).not.toContain('s3cret');
+    const key = 'tly_pg-serve-test-key';
+    const child = spawn(process.execPath, [bin, 'serve', '--db', url, '--port', '0'], { env: { ...process.env, TALLY_ADMIN_KEY: key }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    try {
+      const endpoint = await new Promise<string>((resolve, reject) => {
+        child.stdout.on('data', (chunk: Buffer) => {
+          output += chunk.toString();
+          const match = /at (http:\/\/[^\s]+\/graphql)/.exec(output);
+          if (match) resolve(match[1]!);
+        });
+        child.once('exit', () => reject(new Error(`serve exited: ${output}`)));
+      });
+      expect(output).not.toContain('s3cret');
+      const post = async (query: string) =>
+        (await (await fetch(endpoint, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: JSON.stringify({ query }) })).json()) as { data: any; errors?: unknown };
+      expect((await post('mutation { createAccount(input: {accountId: "00000000-0000-4000-8000-000000000001", code: "A1", name: "A"}) { code } }')).data).toEqual({ createAccount: { code: 'A1' } });
+      expect((await post('{ accounts(first: 5) { nodes { code } } }')).data).toEqual({ accounts: { nodes: [{ code: 'A1' }] } });
+      // The accounts are in the schema of the URL.
+      const check = connect();
+      check.exec(`SET search_path TO ${schema}_cli`);
+      expect(check.prepare('SELECT code FROM accounts').pluck().all()).toEqual(['A1']);
+      check.exec(`DROP SCHEMA ${schema}_cli CASCADE`);
+      check.close();
+    } finally {
+      child.kill('SIGTERM');
+      await new Promise((resolve) => (child.exitCode === null ? child.once('exit', resolve) : resolve(null)));
+    }
+  }, 60_000);
 });

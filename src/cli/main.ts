@@ -3,6 +3,7 @@ import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { Engine } from '../engine.js';
 import { EngineError } from '../errors.js';
+import { isPostgresUrl, redact } from '../storage/pg/connection.js';
 import type { Io, Options } from './commands.js';
 import { EXIT, OperationError, UsageError } from './errors.js';
 import { type CommandSpec, COMMANDS, formatCommandList, formatHelp, formatUsage, packageVersion, parseOptions } from './usage.js';
@@ -112,7 +113,7 @@ async function run(command: string, positionals: string[], options: Options): Pr
       const { createEngine } = await import('../engine.js');
       const { schemaVersion } = await import('../storage/database.js');
       const engine = await createEngine({ path: localDb, ...(await serverConfig()) });
-      io.out(`tally: ${localDb} is at schema version ${schemaVersion(engine.db)}\n`);
+      io.out(`tally: ${redact(localDb)} is at schema version ${schemaVersion(engine.db)}\n`);
       engine.close();
       return EXIT.ok;
     }
@@ -173,7 +174,7 @@ function checkAdminKey(engine: Engine, db: string, adminKey: string | undefined,
   if (admin.errors || engine.authenticate(adminKey) === 'admin') return false;
   if (rotate) return true;
   throw new OperationError(
-    `${db} already has an admin key, and TALLY_ADMIN_KEY is a different one`,
+    `${redact(db)} already has an admin key, and TALLY_ADMIN_KEY is a different one`,
     'ALREADY_EXISTS',
     'Start it with the admin key it has (or without TALLY_ADMIN_KEY), or add --rotate-admin-key to make TALLY_ADMIN_KEY the admin key (the old one stops working).',
   );
@@ -261,7 +262,10 @@ async function serve(db: string, options: Options): Promise<void> {
   if (adminKey !== undefined && !adminKey.startsWith(KEY_PREFIX)) {
     throw new OperationError(`TALLY_ADMIN_KEY must start with ${KEY_PREFIX}`, 'BAD_REQUEST', `Generate one, e.g. export TALLY_ADMIN_KEY=${KEY_PREFIX}$(openssl rand -hex 32), or unset it to have one generated.`);
   }
-  const fresh = db !== ':memory:' && !existsSync(db);
+  // PostgreSQL (issue 19, in progress): one engine on the HTTP thread; the writer thread and the
+  // read pool are SQLite's (WAL readers beside one writer), and PostgreSQL has its own.
+  const onPostgres = isPostgresUrl(db);
+  const fresh = db !== ':memory:' && !onPostgres && !existsSync(db);
   const dirExisted = existsSync(dirname(db));
   const { cliLogger } = await import('./logging.js');
   const logger = cliLogger(options['log-level'], (message) => new UsageError(message));
@@ -273,7 +277,7 @@ async function serve(db: string, options: Options): Promise<void> {
   // background; this one, which only checks keys and routes once the thread is up, checkpoints at
   // commit as SQLite does.
   const { resolveLimits } = await import('../limits.js');
-  const writerThread = db !== ':memory:' && resolveLimits(config.limits).writerThreads > 0;
+  const writerThread = db !== ':memory:' && !onPostgres && resolveLimits(config.limits).writerThreads > 0;
   const engine = await createEngine({ path: db, logger, durability, ...config, ...(writerThread ? { checkpointIntervalMs: 0 } : {}) });
   const worker = options['no-worker'] === true ? null : engine.createWorker({ owner: `serve-${process.pid}` });
   const server = createServer(engine, { logger, ...(worker ? { worker } : {}) });
@@ -299,7 +303,7 @@ async function serve(db: string, options: Options): Promise<void> {
   }
   const address = server.address();
   const actual = typeof address === 'object' && address ? address.port : port;
-  io.out(`tally: serving ${db} at http://${host}:${actual}/graphql\n`);
+  io.out(`tally: serving ${redact(db)} at http://${host}:${actual}/graphql\n`);
   // Queries on read-only connections in worker threads, beside the writer (readPoolThreads; 0:
   // none). Started after listening; until its threads are up, queries run on the writer.
   let readPool: import('../server/read-pool.js').ReadPool | undefined;
@@ -319,7 +323,7 @@ async function serve(db: string, options: Options): Promise<void> {
       await worker?.stop();
     });
   }
-  const pooled = db !== ':memory:' && engine.limits.readPoolThreads > 0 ? startReadPool(db, logger) : Promise.resolve(undefined);
+  const pooled = db !== ':memory:' && !onPostgres && engine.limits.readPoolThreads > 0 ? startReadPool(db, logger) : Promise.resolve(undefined);
   void pooled.then((pool) => {
     if (!pool) return;
     if (stopping) return void pool.close();

@@ -414,7 +414,7 @@ export function isPostgresUrl(path: string): boolean {
   return /^postgres(ql)?:\/\//i.test(path);
 }
 
-/** A URL as it may be printed: without its password. */
+/** A database path or URL as it may be printed: a URL without its password (a file path is unchanged). */
 export function redact(url: string): string {
   return url.replace(/(\/\/[^:/@]+):[^@]*@/, '$1:***@');
 }
