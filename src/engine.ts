@@ -36,7 +36,7 @@ import { type Logger, silentLogger } from './log.js';
 import { type AttemptOutcome, isRetryable } from './execution/queue/attempt.js';
 import { type Db, type Durability, openDatabase, ReadOnlyTransactions } from './storage/database.js';
 import { Checkpointer } from './storage/checkpointer.js';
-import { isPostgresUrl } from './storage/pg/connection.js';
+import { isPostgresUrl, PgListener } from './storage/pg/connection.js';
 import { mapDriverError } from './storage/driver-errors.js';
 import { CacheEpoch, RecordCache, watchCachedTables, watchDataTables, watchToolTables } from './storage/record-cache.js';
 import { ResultCache } from './execution/result-cache.js';
@@ -162,6 +162,11 @@ export interface Engine {
   /** Called after each group commit (or its failure) with the number of requests it ran. */
   onBatch(listener: (size: number) => void): void;
   /**
+   * Transactions run again after losing a race with another process's (PostgreSQL: a
+   * serialization failure or deadlock; see limits.transactionRetriesMax). Always 0 on SQLite.
+   */
+  readonly transactionRetries: number;
+  /**
    * execute, then, when the query asked to wait (`actions.execution(waitMs:)` on an execution not yet
    * terminal), wait outside any transaction for each such execution (one shared deadline), and run
    * the request again once, in a fresh read transaction: that second answer is returned. Used by the
@@ -271,6 +276,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   };
 
   const path = options.path ?? ':memory:';
+  const onPostgres = isPostgresUrl(path);
   const checkpointIntervalMs = options.checkpointIntervalMs ?? DEFAULT_CHECKPOINT_INTERVAL_MS;
   // SQLite's WAL checkpoints; PostgreSQL (a postgres:// path) checkpoints itself.
   const background = !options.readOnly && path !== ':memory:' && !isPostgresUrl(path) && checkpointIntervalMs > 0;
@@ -295,6 +301,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const epoch = new CacheEpoch();
   watchCachedTables(db, epoch);
   const transactions = options.readOnly ? new ReadOnlyTransactions(db, epoch) : new TransactionManager(db, epoch);
+  transactions.retriesMax = limits.transactionRetriesMax;
   const toolsChange = watchToolTables(db, () => transactions.dataVersionAtBegin);
   transactions.reportCallbackError = logError;
   const cel = new Cel(clock, limits);
@@ -384,6 +391,17 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   };
 
   ledgerDeps.onChange = (change) => dispatchChange(services, change);
+  // PostgreSQL: a commit that started executions tells the workers of every process (LISTEN
+  // tally_executions); they also poll (pollMs), so a lost notification only delays.
+  if (onPostgres && !options.readOnly) {
+    startedListeners.push(() => {
+      try {
+        db.exec('NOTIFY tally_executions');
+      } catch (error) {
+        logError(error);
+      }
+    });
+  }
   /** Run a write transaction; when it committed and queued executions, tell the listeners. */
   function afterCommit<T>(run: () => T): T {
     startedInTransaction = false;
@@ -780,6 +798,9 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     execute,
     executeBatch,
     executeGroup,
+    get transactionRetries() {
+      return transactions.retried;
+    },
     onBatch: (listener) => {
       batchListeners.push(listener);
     },
@@ -812,6 +833,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
           workerOptions.onAttempt?.(outcome);
         },
         onError: workerOptions.onError ?? logError,
+        // PostgreSQL: other processes' starts wake this worker (they NOTIFY after their commit, see below).
+        ...(onPostgres && !options.readOnly ? { subscribe: (wake: () => void) => listenForStarts(path, wake) } : {}),
       }),
     onStarted: (listener) => {
       startedListeners.push(listener);
@@ -886,4 +909,20 @@ function toErrorData(formatted: { message: string; extensions?: Record<string, u
   if (typeof ext.hint === 'string') data.hint = ext.hint;
   if (ext.details !== undefined) data.details = ext.details;
   return data;
+}
+
+/**
+ * Wake `wake` whenever a process commits a start on this PostgreSQL database (NOTIFY
+ * tally_executions). Returns what stops listening. A server without LISTEN (or a dropped
+ * connection) leaves the worker polling: said once on stderr, nothing fails.
+ */
+function listenForStarts(url: string, wake: () => void): () => void {
+  let listener: PgListener | null = null;
+  const polling = (error: Error) => process.stderr.write(`tally: workers poll for started executions (${error.message})\n`);
+  try {
+    listener = new PgListener(url, 'tally_executions', wake, polling);
+  } catch (error) {
+    polling(error as Error);
+  }
+  return () => listener?.close();
 }

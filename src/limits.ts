@@ -132,6 +132,13 @@ export interface Limits {
   /** How long a writer waits for SQLite's write lock before failing with BUSY. */
   busyTimeoutMs: number;
   /**
+   * PostgreSQL: how many times one transaction (a request, a group of requests, a worker's
+   * attempts) runs again after losing a race with another process (a serialization failure or a
+   * deadlock, every transaction being SERIALIZABLE). Past it the request fails with BUSY
+   * (retryable): the contention is the client's to back off from. SQLite never needs it (one writer).
+   */
+  transactionRetriesMax: number;
+  /**
    * Group commit: the most write requests one SQLite transaction (one COMMIT) takes, each under a
    * savepoint of its own. The server groups the mutations that are ready together; 1 turns it off.
    */
@@ -373,6 +380,7 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   velocityLimitsPerControlMax: 16,
   velocityWindowKeysMax: 8,
   busyTimeoutMs: 5000,
+  transactionRetriesMax: 16,
   writeBatchMax: 64,
   writeBatchWaitMs: 10,
   workerBatchMax: 16,

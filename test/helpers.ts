@@ -20,7 +20,7 @@ export const ON_POSTGRES = process.env.TALLY_TEST_BACKEND === 'postgres';
  * TALLY_TEST_BACKEND=postgres (with TALLY_TEST_PG_URL): an engine without a path gets a fresh
  * PostgreSQL schema of its own on that server instead of an in-memory SQLite database.
  */
-function postgresTestDatabase(): string {
+export function postgresTestDatabase(): string {
   const url = process.env.TALLY_TEST_PG_URL;
   if (!url) throw new Error('TALLY_TEST_BACKEND=postgres needs TALLY_TEST_PG_URL (scripts/pg.sh start prints one)');
   const schema = `test_${randomBytes(8).toString('hex')}`;

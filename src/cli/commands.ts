@@ -3,6 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { databaseTarget, type GraphqlResponse, serverTarget, type Target } from '../deploy/target.js';
 import type { Engine } from '../engine.js';
+import { isPostgresUrl } from '../storage/pg/connection.js';
 import { WAIT_ENDS } from '../execution/status.js';
 import { EXIT, OperationError, UsageError } from './errors.js';
 
@@ -45,7 +46,8 @@ export function progress(io: Io, label: string) {
 
 /** A database path that must exist already: only serve, deploy and migrate create one, elsewhere a missing one is a typo. */
 export function requireDatabase(path: string): void {
-  if (path === '' || (path !== ':memory:' && !existsSync(path))) {
+  // A PostgreSQL URL names a server: whether its schema is Tally's, opening it says.
+  if (path === '' || (path !== ':memory:' && !isPostgresUrl(path) && !existsSync(path))) {
     throw new OperationError(`no database at ${JSON.stringify(path)}`, 'NOT_FOUND', '`tally serve --db` or `tally deploy --db` creates one.');
   }
 }

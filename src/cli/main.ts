@@ -92,7 +92,7 @@ export async function main(argv: string[]): Promise<number> {
 }
 
 async function run(command: string, positionals: string[], options: Options): Promise<number> {
-  const localDb = options.db === undefined ? (process.env.TALLY_DB ?? './data/tally.db') : String(options.db);
+  const localDb = options.db === undefined ? (process.env.TALLY_DATABASE_URL || process.env.TALLY_DB || './data/tally.db') : String(options.db);
   const noArgs = () => {
     if (positionals.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(positionals[0])}`);
   };
@@ -369,7 +369,7 @@ async function serveMcp(options: Options): Promise<void> {
     return;
   }
   if (options.as === undefined) throw new UsageError('give --db PATH --as PRINCIPAL, or --server URL --key KEY');
-  const db = options.db === undefined ? process.env.TALLY_DB : String(options.db);
+  const db = options.db === undefined ? (process.env.TALLY_DATABASE_URL || process.env.TALLY_DB) : String(options.db);
   if (db === undefined) throw new UsageError('--as needs --db PATH (or TALLY_DB)');
   const commands = await import('./commands.js');
   commands.requireDatabase(db);

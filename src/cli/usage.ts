@@ -35,7 +35,7 @@ const logLevel: Record<string, OptionSpec> = {
 };
 
 const localDb: Record<string, OptionSpec> = {
-  db: { type: 'string', value: 'PATH', help: 'the database file (default $TALLY_DB or ./data/tally.db)' },
+  db: { type: 'string', value: 'PATH', help: 'the database: a file, or a postgres:// URL (default $TALLY_DATABASE_URL, $TALLY_DB or ./data/tally.db)' },
 };
 
 /** Where a client command sends its GraphQL: the first of these that is given. */

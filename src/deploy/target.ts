@@ -56,7 +56,8 @@ export async function databaseTarget(path: string): Promise<Target & { engine: E
   const engine = await createEngine({ path, providers: config.providers, limits: config.limits });
   return {
     engine,
-    describe: path,
+    // A PostgreSQL URL is named without its password.
+    describe: (await import('../storage/pg/connection.js')).redact(path),
     async request(query, variables) {
       return engine.graphql(query, variables ?? null) as GraphqlResponse;
     },

@@ -249,7 +249,10 @@ export function applyToBalances(deps: LedgerDeps, deltas: readonly BalanceDelta[
     if (delta.logSeq !== undefined) sum.logRows++;
   }
   const after = new Map<string, BalanceAfter>();
-  for (const [key, { delta, totals, logRows }] of sums) {
+  // In one order (by record key) in every transaction: two that update the same records never
+  // wait for each other in a cycle (PostgreSQL would fail one of them as a deadlock after a second).
+  const ordered = sums.size > 1 ? [...sums].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)) : sums;
+  for (const [key, { delta, totals, logRows }] of ordered) {
     const upsert = logRows > 0 ? deps.st.set : deps.st;
     const record: Record<string, unknown> = { account_id: delta.accountId, journal_id: delta.journalId, currency: delta.currency, entry_id: delta.entryId, modified };
     if (logRows > 0) {

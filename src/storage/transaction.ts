@@ -1,6 +1,7 @@
 import type { Statement } from 'better-sqlite3';
 import type { Db } from './database.js';
 import { mapDriverError } from './driver-errors.js';
+import { EngineError } from '../errors.js';
 import type { CacheEpoch } from './record-cache.js';
 
 /** What became of one unit of a batch (see TransactionManager.runBatch). */
@@ -32,6 +33,14 @@ export class TransactionManager {
   private writesAtBegin = 0;
   /** SAVEPOINT / RELEASE / ROLLBACK TO statements by depth, prepared once. */
   private readonly savepointStatements: Array<{ open: Statement<[]>; release: Statement<[]>; rollbackTo: Statement<[]> }> = [];
+
+  /**
+   * How often a transaction that lost a race with another process runs again (PostgreSQL:
+   * limits.transactionRetriesMax). SQLite has one writer, so it never loses one.
+   */
+  retriesMax = 0;
+  /** Transactions run again after a lost race, since this manager was made (for the metrics and tests). */
+  retried = 0;
 
   constructor(
     private readonly db: Db,
@@ -82,6 +91,46 @@ export class TransactionManager {
    */
   run<T>(mode: 'read' | 'write', fn: () => { value: T; commit: boolean }): T {
     if (this.db.inTransaction) throw new Error('bug: a transaction is already open on this connection');
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return this.runOnce(mode, fn);
+      } catch (error) {
+        if (!this.again(error, attempt)) throw this.conflictError(error, attempt);
+      }
+    }
+  }
+
+  /**
+   * Whether a transaction that failed with `error` runs again: it lost a race with another
+   * process's transaction (PostgreSQL's serialization failure or deadlock) and has retries left.
+   * A transaction is a deterministic function of its input and the database (model calls run
+   * outside transactions), and everything it did rolled back, so running it again is safe; it
+   * waits a little first (a random 0–2^attempt ms, at most 64), so the two racers part.
+   */
+  private again(error: unknown, attempt: number): boolean {
+    if (!isConflict(error) || attempt >= this.retriesMax) return false;
+    this.retried++;
+    const ms = Math.random() * Math.min(64, 2 ** attempt);
+    if (ms >= 1) Atomics.wait(SLEEP, 0, 0, ms);
+    return true;
+  }
+
+  /** The error of a transaction that lost its last race: BUSY (retryable) naming the limit. */
+  private conflictError(error: unknown, attempt: number): unknown {
+    if (!isConflict(error) || this.retriesMax === 0) return error;
+    const cause = mapDriverError(error);
+    return new EngineError('BUSY', `the transaction conflicted with other transactions ${attempt + 1} times (transactionRetriesMax ${this.retriesMax}): ${(cause as Error).message}`, {
+      hint: 'Retry the request later: other requests are writing the same records right now.',
+      cause,
+    });
+  }
+
+  /** The conflict that keeps the open transaction from committing (see PgConnection.doomed), or null. */
+  private doomed(): unknown {
+    return (this.db as { doomed?: unknown }).doomed ?? null;
+  }
+
+  private runOnce<T>(mode: 'read' | 'write', fn: () => { value: T; commit: boolean }): T {
     try {
       (mode === 'write' ? this.beginImmediate : this.begin).run();
       this.writesAtBegin = this.writes?.() ?? 0;
@@ -95,8 +144,15 @@ export class TransactionManager {
       try {
         outcome = fn();
       } catch (error) {
+        const doomed = this.doomed();
         this.rollbackQuietly();
-        throw mapDriverError(error);
+        throw mapDriverError(doomed ?? error);
+      }
+      // A conflict the work caught and answered (an error in its result) is still a lost race.
+      const doomed = this.doomed();
+      if (doomed) {
+        this.rollbackQuietly();
+        throw mapDriverError(doomed);
       }
       if (!outcome.commit) {
         this.rollbackQuietly();
@@ -127,6 +183,18 @@ export class TransactionManager {
    */
   runBatch<T>(units: ReadonlyArray<() => { value: T; commit: boolean }>, more: (ran: number) => boolean = () => true): BatchOutcome<T>[] {
     if (this.db.inTransaction) throw new Error('bug: a transaction is already open on this connection');
+    for (let attempt = 0; ; attempt++) {
+      const outcomes = this.runBatchOnce(units, more);
+      // A lost race (PostgreSQL) fails the whole group at its COMMIT or at the unit that met it: run the group again.
+      const conflict = outcomes.find((o) => o.status === 'failed' && o.commitFailed && isConflict(o.error));
+      if (!conflict || !this.again((conflict as { error: unknown }).error, attempt)) {
+        if (!conflict) return outcomes;
+        return outcomes.map((o) => (o.status === 'failed' && o.commitFailed ? { ...o, error: this.conflictError(o.error, attempt) } : o));
+      }
+    }
+  }
+
+  private runBatchOnce<T>(units: ReadonlyArray<() => { value: T; commit: boolean }>, more: (ran: number) => boolean): BatchOutcome<T>[] {
     const outcomes: BatchOutcome<T>[] = units.map(() => ({ status: 'not-run' }));
     if (units.length === 0) return outcomes;
     try {
@@ -182,6 +250,9 @@ export class TransactionManager {
     }
     // SQLite ended the whole transaction (it does on some errors): the batch fails with that error.
     if (!this.db.inTransaction) throw outcome.status === 'failed' ? outcome.error : new Error('the transaction ended inside a unit of a batch');
+    // The transaction lost a race (PostgreSQL): nothing of the batch can commit.
+    const doomed = this.doomed();
+    if (doomed) throw doomed;
     if (keep) {
       sp.release.run();
       return outcome;
@@ -196,6 +267,8 @@ export class TransactionManager {
    */
   savepoint<T>(fn: () => T): T {
     if (!this.db.inTransaction) throw new Error('bug: savepoint outside a transaction');
+    const doomed = this.doomed();
+    if (doomed) throw doomed;
     const depth = ++this.savepointDepth;
     const sp = this.statementsFor(depth);
     sp.open.run();
@@ -274,4 +347,15 @@ export class TransactionManager {
     if (this.db.inTransaction) this.rollback.run();
     if (undid) this.onUndoneWrites?.();
   }
+}
+
+const SLEEP = new Int32Array(new SharedArrayBuffer(4));
+
+/** PostgreSQL's serialization failure (40001) or deadlock (40P01), as thrown or as the cause of a mapped error. */
+export function isConflict(error: unknown): boolean {
+  for (let e: unknown = error, depth = 0; e && typeof e === 'object' && depth < 4; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (code === 'PG_40001' || code === 'PG_40P01') return true;
+  }
+  return false;
 }

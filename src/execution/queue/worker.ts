@@ -12,6 +12,11 @@ export interface WorkerOptions {
   pollMs: number;
   onAttempt?: (outcome: AttemptOutcome) => void;
   onError?: (error: unknown) => void;
+  /**
+   * Wake this worker when another process starts an execution (PostgreSQL: LISTEN). Called at
+   * start() with the worker's wake; returns what stops it, called at stop().
+   */
+  subscribe?: (wake: () => void) => () => void;
 }
 
 /**
@@ -24,6 +29,7 @@ export class Worker {
   private running = false;
   private stopped: Promise<void> | null = null;
   private wakeUp: (() => void) | null = null;
+  private unsubscribe: (() => void) | null = null;
   /** Model and agent runs in flight: they run outside transactions, beside the attempts. */
   private readonly runs: AgentRuns;
   private runOutcomes = 0;
@@ -164,12 +170,15 @@ export class Worker {
   start(): void {
     if (this.running) return;
     this.running = true;
+    this.unsubscribe = this.options.subscribe?.(() => this.wake()) ?? null;
     this.stopped = this.loop();
   }
 
   /** Finish the attempt in progress (attempts are synchronous, so there is at most one), then stop. */
   async stop(): Promise<void> {
     this.running = false;
+    this.unsubscribe?.();
+    this.unsubscribe = null;
     this.wakeUp?.();
     await this.stopped;
     // Runs in flight stop at their next step and go back to the queue, due at once.

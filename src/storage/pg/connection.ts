@@ -36,6 +36,12 @@ interface Libpq {
   cmdTuples(): string;
   transactionStatus(): number;
   finish(): void;
+  // The asynchronous side, for LISTEN (PgListener): libuv tells when the socket has input.
+  on(event: 'readable', listener: () => void): void;
+  startReader(): void;
+  stopReader(): void;
+  consumeInput(): boolean;
+  notifies(): { relname: string; extra: string; be_pid: number } | undefined;
 }
 
 let Libpq: (new () => Libpq) | null | undefined;
@@ -202,6 +208,7 @@ export class PgStatement<Params extends unknown[] = unknown[], Row = unknown> {
   private execute(args: unknown[]): { changes: number; rows: unknown[] } {
     const values = this.values(args);
     const pq = this.connection.pq;
+    this.connection.refuseIfDoomed(this.text);
     this.prepareOnServer();
     pq.execPrepared(this.name!, values);
     this.connection.check(this.text);
@@ -258,6 +265,16 @@ export class PgConnection {
   private readonly watchers = new Map<string, Array<() => void>>();
   private open_ = true;
   private depth = 0;
+  /**
+   * The serialization failure (40001) or deadlock (40P01) that ended this transaction's chance to
+   * commit, until it rolls back. PostgreSQL lets a savepoint roll back past such an error, but the
+   * transaction's snapshot is the one that lost the race: whatever it did next would be decided on
+   * stale reads. So every later statement but a rollback fails with the same error, and
+   * TransactionManager runs the whole transaction again (see retryableConflict).
+   */
+  private doomed_: PgError | null = null;
+  /** Which database this connection speaks to: statements whose SQL differs by dialect ask. */
+  readonly dialect = 'postgres';
 
   constructor(readonly url: string) {
     const Pq = loadLibpq();
@@ -274,6 +291,21 @@ export class PgConnection {
     }
     // Notices (an IF NOT EXISTS that found the table) are not errors: libpq would print them.
     this.exec('SET client_min_messages = warning');
+    // Every transaction is SERIALIZABLE: two processes posting to the same accounts can never both
+    // act on a balance the other changed; the loser fails with 40001 and runs again (see doomed).
+    this.exec('SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE');
+  }
+
+  /** This transaction lost a serialization race (see doomed_), or null. Cleared when it ends. */
+  get doomed(): PgError | null {
+    if (this.doomed_ && !this.inTransaction) this.doomed_ = null;
+    return this.doomed_;
+  }
+
+  /** @internal Refuse a statement of a transaction that cannot commit (anything but ending it or a savepoint's undo). */
+  refuseIfDoomed(text: string): void {
+    const doomed = this.doomed;
+    if (doomed && !/^\s*(ROLLBACK|RELEASE)\b/i.test(text)) throw new PgError(doomed.message, doomed.sqlState, doomed.detail);
   }
 
   /** Read which tables have a rowid column (after the schema exists). */
@@ -298,6 +330,7 @@ export class PgConnection {
 
   /** Run SQL text (one or more statements, no parameters), translated. */
   exec(sql: string): this {
+    this.refuseIfDoomed(sql);
     this.pq.exec(toPostgres(sql).text);
     this.check(sql);
     return this;
@@ -397,7 +430,55 @@ export class PgConnection {
     }
     const fields = this.pq.resultErrorFields() ?? {};
     const message = (this.pq.resultErrorMessage() || this.pq.errorMessage()).trim();
-    throw new PgError(`${message}${fields.sqlState ? '' : ` (in: ${text.slice(0, 120)})`}`, fields.sqlState ?? 'XX000', fields.messageDetail);
+    const error = new PgError(`${message}${fields.sqlState ? '' : ` (in: ${text.slice(0, 120)})`}`, fields.sqlState ?? 'XX000', fields.messageDetail);
+    if (isConflict(error.sqlState) && this.inTransaction) this.doomed_ = error;
+    throw error;
+  }
+}
+
+/**
+ * A connection that LISTENs on one channel and calls `onNotify` for each notification, on the event
+ * loop (libpq's socket watched by libuv; nothing blocks). The queue's workers wake on it when another
+ * process starts an execution (engine: NOTIFY after the commit). Where the server has no
+ * LISTEN/NOTIFY, or the connection drops, it says so through `onError` and the workers poll.
+ */
+export class PgListener {
+  private readonly pq: Libpq;
+  private closed = false;
+
+  constructor(url: string, channel: string, onNotify: () => void, onError: (error: Error) => void) {
+    if (!/^[a-z_][a-z0-9_]*$/.test(channel)) throw new Error(`bad channel name ${JSON.stringify(channel)}`);
+    const Pq = loadLibpq();
+    this.pq = new Pq();
+    alive.add(this.pq);
+    try {
+      this.pq.connectSync(url);
+      this.pq.exec(`LISTEN ${channel}`);
+      const status = this.pq.resultStatus();
+      if (status !== 'PGRES_COMMAND_OK') throw new Error(this.pq.resultErrorMessage().trim() || status);
+    } catch (error) {
+      release(this.pq);
+      throw new EngineError('BAD_REQUEST', `cannot LISTEN on PostgreSQL at ${redact(url)}: ${(error as Error).message.trim()}`);
+    }
+    this.pq.on('readable', () => {
+      if (this.closed) return;
+      if (!this.pq.consumeInput()) {
+        onError(new Error(`the LISTEN connection failed: ${this.pq.errorMessage().trim()}`));
+        this.close();
+        return;
+      }
+      let woke = false;
+      while (this.pq.notifies()) woke = true;
+      if (woke) onNotify();
+    });
+    this.pq.startReader();
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.pq.stopReader();
+    release(this.pq);
   }
 }
 
@@ -407,6 +488,11 @@ function pragmaQuery(source: string): string | undefined {
   if (name === 'data_version') return 'SELECT version AS data_version FROM tally_data_version';
   if (name === 'user_version') return "SELECT version AS user_version FROM schema_version WHERE name = 'tally'";
   return undefined;
+}
+
+/** 40001 serialization_failure, 40P01 deadlock_detected: the transaction lost a race and may run again. */
+function isConflict(sqlState: string): boolean {
+  return sqlState === '40001' || sqlState === '40P01';
 }
 
 /** Whether `path` names a PostgreSQL database (a postgres:// or postgresql:// URL) rather than a SQLite file. */

@@ -110,6 +110,18 @@ function dataVersion(): string[] {
  * (one transaction), refuse one newer than this Tally. Returns the versions applied.
  */
 export function migratePostgres(connection: PgConnection): number[] {
+  try {
+    return migrateOnce(connection);
+  } catch (error) {
+    // Several processes started on a new database at once: one created the schema, the others'
+    // CREATE waited for its commit and then found the names taken. The schema is there: check it.
+    const state = (error as { sqlState?: string }).sqlState;
+    if (state === '23505' || state === '42P07' || state === '42710' || state === '40001') return migrateOnce(connection);
+    throw error;
+  }
+}
+
+function migrateOnce(connection: PgConnection): number[] {
   const version = connection.prepare<[], number>("SELECT version FROM schema_version WHERE name = 'tally'").pluck();
   const exists = connection.prepare<[], number>("SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = 'schema_version'").pluck().get();
   if (exists) {

@@ -1,6 +1,6 @@
 import { hash } from 'node:crypto';
 import type { Statement } from 'better-sqlite3';
-import type { Db } from '../database.js';
+import { type Db, isPostgres } from '../database.js';
 
 export interface ActionRow {
   action_id: string;
@@ -326,7 +326,11 @@ export function queueStatements(db: Db) {
       `SELECT * FROM executions e WHERE status IN ('QUEUED', 'RUNNING', 'WAITING_APPROVAL') AND run_at <= @now
          AND (kind NOT IN ('MODEL', 'AGENT') OR (@runs = 1 AND coalesce(principal, '') NOT IN (SELECT value FROM json_each(@busy))))
          AND ${EARLIER_TURN_DONE}
-       ORDER BY run_at, seq LIMIT 1`,
+       ORDER BY run_at, seq LIMIT 1${
+         // PostgreSQL, many workers: each claims a due row no other worker holds, and skips those
+         // another has locked rather than wait for them (SQLite has one writer: nothing to skip).
+         isPostgres(db) ? ' FOR UPDATE OF e SKIP LOCKED' : ''
+       }`,
     ),
     /** When the next execution nextDue would take is due (the same conditions, without `now`). */
     nextRunAt: db.prepare<[{ runs: number; busy: string }], { run_at: string | null }>(

@@ -1,0 +1,96 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Clock } from '../src/clock.js';
+import type { Engine } from '../src/engine.js';
+import { balanceOf, createAccount, createTransferCode, fails, id, newEngine, ok, POST, postgresTestDatabase } from './helpers.js';
+
+/**
+ * Two engines (two connections, as two processes would have) on one PostgreSQL database: every
+ * transaction is SERIALIZABLE, and one that loses a race with another runs again, up to
+ * transactionRetriesMax times (issue 19). The race is made deterministic: engine A's clock, read
+ * inside A's posting after its snapshot was taken and before it writes, has engine B commit a
+ * posting to the same accounts first.
+ */
+const URL = process.env.TALLY_TEST_PG_URL;
+
+/**
+ * A clock that, while `races` > 0, has `rival` commit a transfer of 1 before it answers (one per
+ * call: a posting reads the clock more than once, so one attempt may meet several). `posted` counts them.
+ */
+class RacingClock implements Clock {
+  races = 0;
+  posted = 0;
+  rival: Engine | null = null;
+  now(): Date {
+    if (this.races > 0 && this.rival) {
+      this.races--;
+      ok(this.rival, POST, { input: { transactionId: id(700_000 + ++this.posted), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } } });
+    }
+    return new Date();
+  }
+}
+
+describe.skipIf(!URL)('two engines on one PostgreSQL database: lost races run again', () => {
+  const engines: Engine[] = [];
+  afterEach(() => {
+    for (const e of engines.splice(0)) e.close();
+  });
+
+  async function pair(retries?: number) {
+    const path = postgresTestDatabase();
+    const clock = new RacingClock();
+    const a = await newEngine({ path, clock, ...(retries === undefined ? {} : { limits: { transactionRetriesMax: retries } }) });
+    const b = await newEngine({ path });
+    engines.push(a, b);
+    clock.rival = b;
+    createAccount(a, 1);
+    createAccount(a, 2);
+    createTransferCode(a);
+    return { a, b, clock };
+  }
+
+  const transfer = (n: number, amount = '10') => ({ input: { transactionId: id(n), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount } } });
+
+  it('a posting that lost the race to the same balances runs again and both count, exactly once each', async () => {
+    const { a, b, clock } = await pair();
+    clock.races = 3;
+    ok(a, POST, transfer(1));
+    // Three rival postings committed while A's ran; A ran again after each that beat it, and committed once.
+    expect(clock.posted).toBe(3);
+    expect(a.transactionRetries).toBeGreaterThanOrEqual(1);
+    for (const engine of [a, b]) {
+      expect(balanceOf(engine, id(1)).settled.drBalance.units).toBe('13');
+      expect(balanceOf(engine, id(2)).settled.crBalance.units).toBe('13');
+    }
+    expect(a.db.prepare('SELECT count(*) AS n FROM transactions').get()).toEqual({ n: 4 });
+    expect(a.db.prepare("SELECT count(*) AS n FROM entries WHERE transaction_id = ?").get(id(1))).toEqual({ n: 2 });
+  });
+
+  it('past transactionRetriesMax the request fails with BUSY (retryable) naming the limit, and writes nothing', async () => {
+    const { a, clock } = await pair(2);
+    clock.races = 100;
+    const error = fails(a, POST, transfer(1));
+    expect(error.code).toBe('BUSY');
+    expect(error.message).toContain('transactionRetriesMax 2');
+    expect(error.result.errors![0]!.extensions!.retryable).toBe(true);
+    expect(a.transactionRetries).toBe(2);
+    clock.races = 0;
+    // The rival postings are there; A's is not.
+    const rivals = clock.posted;
+    expect(rivals).toBeGreaterThanOrEqual(3);
+    expect(balanceOf(a, id(1)).settled.drBalance.units).toBe(String(rivals));
+    expect(a.db.prepare('SELECT count(*) AS n FROM transactions WHERE transaction_id = ?').get(id(1))).toEqual({ n: 0 });
+    // And A's next request, with nobody racing it, goes through.
+    ok(a, POST, transfer(1));
+    expect(balanceOf(a, id(1)).settled.drBalance.units).toBe(String(rivals + 10));
+  });
+
+  it('a group of requests that lost a race runs again as a whole: every request answers as if alone', async () => {
+    const { a, clock } = await pair();
+    clock.races = 1;
+    const answers = a.executeBatch([1, 2, 3].map((n) => ({ request: { query: POST, variables: transfer(n, String(n)) } })));
+    expect(answers.map((x) => x.errors)).toEqual([undefined, undefined, undefined]);
+    expect(answers.map((x) => (x.data as { postTransaction: { transactionId: string } }).postTransaction.transactionId)).toEqual([id(1), id(2), id(3)]);
+    expect(a.transactionRetries).toBe(1);
+    expect(balanceOf(a, id(1)).settled.drBalance.units).toBe('7');
+  });
+});
