@@ -350,7 +350,10 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   // Results of read-only tools (execution.cacheTtlMs): valid while no data write happened since;
   // a rollback that undid writes empties it (an entry may have seen them).
   const dataWrites = watchDataTables(db);
-  const resultCache = new ResultCache(db, dataWrites, limits.recordCacheMax);
+  // PostgreSQL's data_version moves only for the cached tables (a counter every posting moved would
+  // make every two postings conflict), so another process's posting would not expire a cached tool
+  // output there: the result cache is off on PostgreSQL (cacheTtlMs is a hint; outputs are computed).
+  const resultCache = new ResultCache(db, dataWrites, onPostgres ? 0 : limits.recordCacheMax);
   transactions.watchUndoneWrites(() => dataWrites.writes, () => resultCache.clear());
   let startedInTransaction = false;
   const modelCallListeners: Array<(call: ModelCallSample) => void> = [];

@@ -84,6 +84,35 @@ describe.skipIf(!URL)('two engines on one PostgreSQL database: lost races run ag
     expect(balanceOf(a, id(1)).settled.drBalance.units).toBe(String(rivals + 10));
   });
 
+  it('a tool that catches the conflict its graphql() call met cannot commit what it did next: the whole request runs again', async () => {
+    const { a, clock } = await pair();
+    ok(a, `mutation($input: ActionInput!) { actions { createAction(id: "${id(1)}", input: $input) { version } } }`, {
+      input: {
+        name: 'swallow',
+        kind: 'tool',
+        config: {
+          runtime: 'javascript',
+          src: `function run(event) {
+  try {
+    graphql('mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }',
+      { i: { transactionId: '${id(5)}', tranCode: 'TRANSFER', params: { from: '${id(1)}', to: '${id(2)}', amount: '10' } } });
+    return { posted: true };
+  } catch (e) {
+    return { caught: String(e) };
+  }
+}`,
+        },
+        policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['*'] }],
+      },
+    });
+    clock.races = 1;
+    const run = ok(a, `mutation { actions { invokeAction(name: "swallow", input: {executionId: "${id(50)}", actionVersion: 1, input: {}}) { status output } } }`).actions.invokeAction;
+    expect(run).toEqual({ status: 'SUCCEEDED', output: { posted: true } });
+    expect(a.transactionRetries).toBeGreaterThanOrEqual(1);
+    expect(balanceOf(a, id(1)).settled.drBalance.units).toBe(String(10 + clock.posted));
+    expect(a.db.prepare('SELECT count(*) AS n FROM executions WHERE execution_id = ?').get(id(50))).toEqual({ n: 1 });
+  });
+
   it('a group of requests that lost a race runs again as a whole: every request answers as if alone', async () => {
     const { a, clock } = await pair();
     clock.races = 1;
@@ -94,3 +123,32 @@ describe.skipIf(!URL)('two engines on one PostgreSQL database: lost races run ag
     expect(balanceOf(a, id(1)).settled.drBalance.units).toBe('7');
   });
 });
+
+describe.skipIf(!URL)('workers in other processes wake on LISTEN/NOTIFY', () => {
+  it('a start committed by one engine wakes an idle worker of another at once, not at its next poll', async () => {
+    const path = postgresTestDatabase();
+    const starter = await newEngine({ path });
+    const runner = await newEngine({ path });
+    try {
+      ok(starter, `mutation($input: ActionInput!) { actions { createAction(id: "${id(1)}", input: $input) { version } } }`, {
+        input: { name: 'noop', kind: 'tool', config: { runtime: 'javascript', src: 'function run(event) { return { ok: true }; }' } },
+      });
+      let ran = 0;
+      // It would poll once a minute: only the notification can wake it within the test.
+      const worker = runner.createWorker({ pollMs: 60_000, onAttempt: () => ran++ });
+      worker.start();
+      await new Promise((r) => setTimeout(r, 200));
+      const began = Date.now();
+      ok(starter, `mutation { actions { startAction(id: "${id(1)}", input: {executionId: "${id(77)}", input: {}}) { status } } }`);
+      while (ran === 0 && Date.now() - began < 10_000) await new Promise((r) => setTimeout(r, 10));
+      await worker.stop();
+      expect(ran).toBe(1);
+      expect(Date.now() - began).toBeLessThan(10_000);
+      expect(starter.db.prepare('SELECT status FROM executions WHERE execution_id = ?').get(id(77))).toEqual({ status: 'SUCCEEDED' });
+    } finally {
+      starter.close();
+      runner.close();
+    }
+  });
+});
+

@@ -5,13 +5,15 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { exited, running } from './processes.js';
-import { createAccount, createTransferCode, id, newEngine, ok } from './helpers.js';
+import { PgConnection } from '../src/storage/pg/connection.js';
+import { createAccount, createTransferCode, id, newEngine, ok, ON_POSTGRES, postgresTestDatabase } from './helpers.js';
 
 const BIN = join(import.meta.dirname, '..', 'bin', 'tally.mjs');
 
 /** A database with a tool that posts a transaction under a fresh random id: running it twice would post twice. */
 async function prepare(executions: number): Promise<string> {
-  const path = join(mkdtempSync(join(tmpdir(), 'tally-queue-')), 'queue.db');
+  // npm run test:pg: the same workers on one PostgreSQL database (claims FOR UPDATE SKIP LOCKED).
+  const path = ON_POSTGRES ? postgresTestDatabase() : join(mkdtempSync(join(tmpdir(), 'tally-queue-')), 'queue.db');
   const engine = await newEngine({ path });
   createAccount(engine, 1);
   createAccount(engine, 2);
@@ -48,11 +50,11 @@ function worker(path: string, ...args: string[]): ChildProcess {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function facts(path: string) {
-  const db = new Database(path, { readonly: true });
+  const db = ON_POSTGRES ? (new PgConnection(path) as unknown as Database.Database) : new Database(path, { readonly: true });
   const result = {
     statuses: db.prepare("SELECT status, count(*) AS n FROM executions WHERE parent_id IS NULL GROUP BY status").all() as Array<{ status: string; n: number }>,
     transactions: (db.prepare('SELECT count(*) AS n FROM transactions').get() as { n: number }).n,
-    invocationsPerExecution: db.prepare('SELECT max(n) AS most, min(n) AS least FROM (SELECT count(*) AS n FROM invocations GROUP BY execution_id)').get() as { most: number; least: number },
+    invocationsPerExecution: db.prepare('SELECT max(n) AS most, min(n) AS least FROM (SELECT count(*) AS n FROM invocations GROUP BY execution_id) AS per_execution').get() as { most: number; least: number },
     attempts: db.prepare('SELECT max(attempt) AS most FROM executions WHERE parent_id IS NULL').get() as { most: number },
     balances: db.prepare("SELECT account_id, settled_dr, settled_cr FROM balances ORDER BY account_id").all() as Array<{ account_id: string; settled_dr: string; settled_cr: string }>,
     owners: (db.prepare('SELECT DISTINCT lease_owner FROM executions WHERE lease_owner IS NOT NULL').all() as Array<{ lease_owner: string }>).map((r) => r.lease_owner),

@@ -55,6 +55,7 @@ export class ResultCache {
   }
 
   set(key: string, executionId: string, output: unknown, ttlMs: number): void {
+    if (this.entriesMax === 0) return;
     if (this.entries.size >= this.entriesMax) this.entries.delete(this.entries.keys().next().value!);
     this.entries.set(key, { executionId, output, writes: this.data.writes, dataVersion: this.dataVersion.get() as number, expires: Date.now() + ttlMs });
   }

@@ -6,7 +6,7 @@ import { EngineError, quote } from '../errors.js';
 import { checkCelValueSize } from '../cel/cel.js';
 import { canonicalJson, fingerprint, isUuid } from '../ids.js';
 import { setOwn } from '../json.js';
-import type { EntryRow, TranCodeRow, TransactionRow } from '../storage/statements/ledger.js';
+import { ENTRY_SEQ_BLOCK, type EntryRow, type TranCodeRow, type TransactionRow } from '../storage/statements/ledger.js';
 import { setsAbove } from './account-sets.js';
 import { afterPosting } from './after-posting.js';
 import { applyToBalances, type BalanceDelta } from './balances.js';
@@ -287,7 +287,7 @@ function writeTransaction(
   partial: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count' | 'exceptions'>,
   entries: readonly PlannedEntry[],
 ): Posted {
-  const last = lastEntrySeq(deps);
+  const last = deps.st.nextEntrySeqBlock ? entrySeqBlock(deps, entries.length) : lastEntrySeq(deps);
   const firstEntrySeq = last.seq + 1;
   const row = { ...partial, first_entry_seq: firstEntrySeq, entry_count: entries.length, exceptions: null };
   const info = deps.st.insertTransaction.run(
@@ -327,6 +327,21 @@ function writeTransaction(
   const posted: Posted = { transaction, entries: written, parents, balances: after };
   afterPosting(deps, posted);
   return posted;
+}
+
+/**
+ * PostgreSQL: the seq before a block of ENTRY_SEQ_BLOCK free seqs (see nextEntrySeqBlock). Seqs
+ * then grow with gaps, and in the order postings took their blocks, not the order they committed;
+ * two postings to one balance record still commit in seq order (the second waits for the first's
+ * row, fails, and runs again with a new block), so each record's entries and set log stay in order.
+ */
+function entrySeqBlock(deps: LedgerDeps, entries: number): { seq: number } {
+  if (entries > ENTRY_SEQ_BLOCK) {
+    throw new EngineError('LIMIT_EXCEEDED', `a posting has ${entries} entries; on PostgreSQL a posting may have at most ${ENTRY_SEQ_BLOCK} (its block of entry seqs)`, {
+      hint: `Keep entriesPerTransactionMax at ${ENTRY_SEQ_BLOCK} or below on PostgreSQL.`,
+    });
+  }
+  return { seq: deps.st.nextEntrySeqBlock!.get()! - 1 };
 }
 
 /** Each engine's highest entry seq, and the cache epoch it was read or written in. */

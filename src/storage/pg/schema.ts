@@ -4,6 +4,7 @@ import { migrate } from '../database.js';
 import { MIGRATIONS } from '../migrations.js';
 import { CACHED_TABLES, TOOL_TABLES } from '../record-cache.js';
 import type { PgConnection } from './connection.js';
+import { ENTRY_SEQ_BLOCK } from '../statements/ledger.js';
 
 /**
  * The schema on PostgreSQL (issue 19). A PostgreSQL database starts at the schema SQLite has after
@@ -16,7 +17,9 @@ import type { PgConnection } from './connection.js';
  *   column rowid equal to it, so statements that read rowid read the same on both;
  * - `dec_add(a, b)`, the exact decimal addition SQLite calls in JavaScript, is numeric addition in SQL;
  * - `schema_version` holds what SQLite keeps in `PRAGMA user_version`, and `tally_data_version`
- *   what it keeps in `PRAGMA data_version` (see dataVersion).
+ *   what it keeps in `PRAGMA data_version` (see dataVersion);
+ * - entry seqs come in blocks from a sequence (`tally_entry_seq_blocks`, see nextEntrySeqBlock), so
+ *   that processes posting at once never take the same.
  */
 
 export const POSTGRES_BASELINE = MIGRATIONS.at(-1)!.version;
@@ -141,6 +144,7 @@ function migrateOnce(connection: PgConnection): number[] {
       for (const row of list) insert.run(...columns.map((c) => row[c]));
     }
     for (const sql of dataVersion()) connection.exec(sql);
+    connection.exec(`CREATE SEQUENCE tally_entry_seq_blocks INCREMENT BY ${ENTRY_SEQ_BLOCK} START WITH 1`);
     connection.prepare('INSERT INTO schema_version (name, version) VALUES (?, ?)').run('tally', POSTGRES_BASELINE);
   })();
   return [POSTGRES_BASELINE];

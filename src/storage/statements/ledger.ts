@@ -1,5 +1,5 @@
 import type { Statement } from 'better-sqlite3';
-import type { Db } from '../database.js';
+import { type Db, isPostgres } from '../database.js';
 
 /** Rows exactly as stored. Amount columns are decimal strings. */
 export interface JournalRow {
@@ -122,6 +122,9 @@ export interface BalanceRow {
  * Every SQL statement of the ledger, prepared once per engine. Paging reads fetch `limit` rows after
  * the cursor key; callers ask for one more than the page to learn whether another page exists.
  */
+/** PostgreSQL: the entry seqs one posting takes at once (the increment of tally_entry_seq_blocks). */
+export const ENTRY_SEQ_BLOCK = 1024;
+
 export function ledgerStatements(db: Db) {
   const s = {
     journalById: db.prepare<[string], JournalRow>('SELECT * FROM journals WHERE journal_id = ?'),
@@ -275,6 +278,12 @@ export function ledgerStatements(db: Db) {
       'SELECT * FROM entries WHERE seq >= ? AND seq < ? ORDER BY seq LIMIT ?',
     ),
     lastEntrySeq: db.prepare<[], { seq: number | null }>('SELECT max(seq) AS seq FROM entries'),
+    /**
+     * PostgreSQL, many processes: the first seq of a posting's entries, a block of ENTRY_SEQ_BLOCK
+     * of its own (a sequence: no two processes take the same, none waits for another); SQLite's
+     * one writer counts on from max(seq) instead (null there).
+     */
+    nextEntrySeqBlock: isPostgres(db) ? db.prepare<[], number>("SELECT nextval('tally_entry_seq_blocks')").pluck() : null,
     entriesByAccountPage: db.prepare<[string, number, number], EntryRow>(
       'SELECT * FROM entries WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?',
     ),
