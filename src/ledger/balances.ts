@@ -171,13 +171,18 @@ export function balanceAsOf(deps: LedgerDeps, owner: { id: string; isSet: boolea
   let lo = 1;
   let hi = deps.st.lastEntrySeq.get()?.seq ?? 0;
   let bound = 0;
+  // The last entry created at or before `at`, by seq (entries are created in seq order; on
+  // PostgreSQL seqs have gaps, so each probe reads the first entry at or after its seq).
   while (lo <= hi) {
     const mid = Math.floor((lo + hi) / 2);
-    const created = deps.st.entryCreatedAt.get(mid);
-    if (created === undefined) break;
-    if (created <= at) {
-      bound = mid;
-      lo = mid + 1;
+    const entry = deps.st.entryCreatedFrom.get(mid);
+    if (entry === undefined || entry.seq > hi) {
+      hi = mid - 1;
+      continue;
+    }
+    if (entry.created <= at) {
+      bound = entry.seq;
+      lo = entry.seq + 1;
     } else hi = mid - 1;
   }
   if (bound === 0) return emptyBalance(owner.id, journalId, currency);

@@ -125,6 +125,18 @@ export class ServerMetrics {
       batchRequests.inc(size);
     });
 
+    // PostgreSQL: transactions run again after losing a race with another process (0 on SQLite).
+    let retriesSeen = 0;
+    new Counter({
+      name: 'tally_transaction_retries_total',
+      help: 'Transactions run again after losing a race with another process (PostgreSQL: serialization failure or deadlock; see transactionRetriesMax). Always 0 on SQLite.',
+      registers,
+      collect() {
+        const now = engine.transactionRetries;
+        if (now > retriesSeen) this.inc(now - retriesSeen);
+        retriesSeen = now;
+      },
+    });
     const gauge = (name: string, help: string, read: () => number) =>
       new Gauge({ name, help, registers, collect() { this.set(read()); } });
     gauge('tally_queue_depth', 'Started executions waiting to run (QUEUED), due or not.', () => engine.queueStats().queued);

@@ -300,7 +300,8 @@ export function ledgerStatements(db: Db) {
       'SELECT * FROM entries WHERE account_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?',
     ),
     /** When entry `seq` was written (a binary search over seq finds the last entry at a time). */
-    entryCreatedAt: db.prepare<[number], string>('SELECT created FROM entries WHERE seq = ?').pluck(),
+    /** The first entry at or after a seq (seqs have gaps on PostgreSQL: blocks per posting). */
+    entryCreatedFrom: db.prepare<[number], { seq: number; created: string }>('SELECT seq, created FROM entries WHERE seq >= ? ORDER BY seq LIMIT 1'),
     balancesByAccountPage: db.prepare<[string, string, number], BalanceRow>(
       `SELECT * FROM balances WHERE account_id = ? AND (journal_id || ' ' || currency) > ?
        ORDER BY journal_id, currency LIMIT ?`,
