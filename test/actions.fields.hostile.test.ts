@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../src/clock.js';
 import type { Engine } from '../src/engine.js';
-import { count, createAccount, createTransferCode, fails, id, newEngine, ok } from './helpers.js';
+import { count, createAccount, createTransferCode, fails, id, newEngine, ok, ON_POSTGRES } from './helpers.js';
 
 // Hostile review of aliases, hooks, input defaults, result caching, retryIf and unknown names.
 
@@ -62,7 +62,8 @@ describe('refused attacks', () => {
     engine.close();
   });
 
-  it('a cached answer is keyed by principal: a before hook that refuses mallory still refuses her after alice’s call was cached', async () => {
+  // PostgreSQL keeps no result cache (engine.ts): nothing is cached there to attack.
+  it.skipIf(ON_POSTGRES)('a cached answer is keyed by principal: a before hook that refuses mallory still refuses her after alice’s call was cached', async () => {
     const engine = await ledger();
     ok(engine, CREATE, { id: id(20), input: { name: 'only_alice', config: js("function run(e) { if (e.caller.principal !== 'alice') fail('not for ' + e.caller.principal, null, { retry: false }); return null; }") } });
     ok(engine, CREATE, { id: id(21), input: { name: 'secret_count', config: js(COUNT_SRC), hooks: { before: { name: 'only_alice' } }, policies: [READS, INVOKES], execution: { cacheTtlMs: 60_000 } } });
@@ -123,7 +124,8 @@ describe('refused attacks', () => {
     engine.close();
   });
 
-  it('a cached tool whose unpinned reference gains a writing version stops caching (re-checked when storing)', async () => {
+  // PostgreSQL keeps no result cache (engine.ts): nothing is cached there to attack.
+  it.skipIf(ON_POSTGRES)('a cached tool whose unpinned reference gains a writing version stops caching (re-checked when storing)', async () => {
     const engine = await ledger();
     ok(engine, CREATE, { id: id(70), input: { name: 'inner', config: js(COUNT_SRC), policies: [READS] } });
     ok(engine, CREATE, { id: id(71), input: { name: 'outer', config: js('function run() { return tools.inner({}); }'), tools: [{ name: 'inner' }], policies: [READS, INVOKES], execution: { cacheTtlMs: 60_000 } } });

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/engine.js';
+import { ENTRY_SEQ_BLOCK, isPostgres } from '../src/storage/backend.js';
 import { fails, id, newEngine, ok, POST, twoAccountsAndTransfer } from './helpers.js';
 
 /**
@@ -20,8 +21,13 @@ const post = (from = id(1), to = id(2)) => ({ input: { transactionId: id(next++)
 const LOCK = (n: number) => `mutation { updateAccount(id: "${id(n)}", input: {status: LOCKED}) { status } }`;
 const UNLOCK = (n: number) => `mutation { updateAccount(id: "${id(n)}", input: {status: ACTIVE}) { status } }`;
 
-/** Every transaction's entries sit at first_entry_seq … + entry_count − 1, and seqs have no gaps. */
+/**
+ * Every transaction's entries sit at first_entry_seq … + entry_count − 1, and seqs have no gaps
+ * (SQLite); on PostgreSQL each posting's entries start a block of ENTRY_SEQ_BLOCK of their own (a
+ * sequence: a rolled-back posting's block is not reused), the blocks in posting order.
+ */
 function expectConsecutiveSeqs(engine: Engine): void {
+  if (isPostgres(engine.db)) return expectSeqBlocks(engine);
   const rows = engine.db.prepare('SELECT transaction_id, first_entry_seq, entry_count FROM transactions ORDER BY first_entry_seq').all() as Array<{
     transaction_id: string;
     first_entry_seq: number;
@@ -33,6 +39,22 @@ function expectConsecutiveSeqs(engine: Engine): void {
     const seqs = (engine.db.prepare('SELECT seq FROM entries WHERE transaction_id = ? ORDER BY seq').all(row.transaction_id) as Array<{ seq: number }>).map((r) => r.seq);
     expect(seqs).toEqual(Array.from({ length: row.entry_count }, (_, i) => expected + i));
     expected += row.entry_count;
+  }
+}
+
+function expectSeqBlocks(engine: Engine): void {
+  const rows = engine.db.prepare('SELECT transaction_id, first_entry_seq, entry_count FROM transactions ORDER BY seq').all() as Array<{
+    transaction_id: string;
+    first_entry_seq: number;
+    entry_count: number;
+  }>;
+  let previous = 0;
+  for (const row of rows) {
+    expect((row.first_entry_seq - 1) % ENTRY_SEQ_BLOCK, row.transaction_id).toBe(0);
+    expect(row.first_entry_seq, row.transaction_id).toBeGreaterThan(previous);
+    const seqs = (engine.db.prepare('SELECT seq FROM entries WHERE transaction_id = ? ORDER BY seq').all(row.transaction_id) as Array<{ seq: number }>).map((r) => r.seq);
+    expect(seqs).toEqual(Array.from({ length: row.entry_count }, (_, i) => row.first_entry_seq + i));
+    previous = row.first_entry_seq;
   }
 }
 

@@ -20,10 +20,13 @@ class RacingClock implements Clock {
   races = 0;
   posted = 0;
   rival: Engine | null = null;
+  /** What the rival posts (default: a transfer of 1 under a fresh id). */
+  input: ((n: number) => Record<string, unknown>) | null = null;
   now(): Date {
     if (this.races > 0 && this.rival) {
       this.races--;
-      ok(this.rival, POST, { input: { transactionId: id(700_000 + ++this.posted), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } } });
+      const n = ++this.posted;
+      ok(this.rival, POST, { input: this.input?.(n) ?? { transactionId: id(700_000 + n), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } } });
     }
     return new Date();
   }
@@ -111,6 +114,17 @@ describe.skipIf(!URL)('two engines on one PostgreSQL database: lost races run ag
     expect(a.transactionRetries).toBeGreaterThanOrEqual(1);
     expect(balanceOf(a, id(1)).settled.drBalance.units).toBe(String(10 + clock.posted));
     expect(a.db.prepare('SELECT count(*) AS n FROM executions WHERE execution_id = ?').get(id(50))).toEqual({ n: 1 });
+  });
+
+  it('the same transactionId posted by two processes at once is posted once: the loser runs again and answers with the winner’s transaction', async () => {
+    const { a, clock } = await pair();
+    clock.input = () => transfer(1).input;
+    clock.races = 1;
+    const answer = ok(a, `mutation($input: TransactionInput!) { postTransaction(input: $input) { transactionId description } }`, transfer(1));
+    expect(answer.postTransaction.transactionId).toBe(id(1));
+    expect(a.transactionRetries).toBeGreaterThanOrEqual(1);
+    expect(a.db.prepare('SELECT count(*) AS n FROM transactions').get()).toEqual({ n: 1 });
+    expect(balanceOf(a, id(1)).settled.drBalance.units).toBe('10');
   });
 
   it('a group of requests that lost a race runs again as a whole: every request answers as if alone', async () => {

@@ -10,11 +10,6 @@ import { type BatchOutcome, TransactionManager } from './transaction.js';
 
 export type Db = Database.Database;
 
-/** Whether `db` is a PostgreSQL connection: the few statements whose SQL differs by dialect ask (each beside its twin). */
-export function isPostgres(db: Db): boolean {
-  return (db as { dialect?: string }).dialect === 'postgres';
-}
-
 /** How much of what was acknowledged survives a power cut (see README "Durability"). */
 export type Durability = 'normal' | 'full';
 

@@ -4,7 +4,7 @@ import { migrate } from '../database.js';
 import { MIGRATIONS } from '../migrations.js';
 import { CACHED_TABLES, TOOL_TABLES } from '../record-cache.js';
 import type { PgConnection } from './connection.js';
-import { ENTRY_SEQ_BLOCK } from '../statements/ledger.js';
+import { ENTRY_SEQ_BLOCK } from '../backend.js';
 
 /**
  * The schema on PostgreSQL (issue 19). A PostgreSQL database starts at the schema SQLite has after

@@ -1,6 +1,7 @@
 import { hash } from 'node:crypto';
 import type { Statement } from 'better-sqlite3';
-import { type Db, isPostgres } from '../database.js';
+import { isPostgres } from '../backend.js';
+import type { Db } from '../database.js';
 
 export interface ActionRow {
   action_id: string;

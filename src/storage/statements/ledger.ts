@@ -1,5 +1,6 @@
 import type { Statement } from 'better-sqlite3';
-import { type Db, isPostgres } from '../database.js';
+import { isPostgres } from '../backend.js';
+import type { Db } from '../database.js';
 
 /** Rows exactly as stored. Amount columns are decimal strings. */
 export interface JournalRow {
@@ -122,9 +123,6 @@ export interface BalanceRow {
  * Every SQL statement of the ledger, prepared once per engine. Paging reads fetch `limit` rows after
  * the cursor key; callers ask for one more than the page to learn whether another page exists.
  */
-/** PostgreSQL: the entry seqs one posting takes at once (the increment of tally_entry_seq_blocks). */
-export const ENTRY_SEQ_BLOCK = 1024;
-
 export function ledgerStatements(db: Db) {
   const s = {
     journalById: db.prepare<[string], JournalRow>('SELECT * FROM journals WHERE journal_id = ?'),
