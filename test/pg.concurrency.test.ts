@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Clock } from '../src/clock.js';
 import type { Engine } from '../src/engine.js';
+import type { Limits } from '../src/limits.js';
 import { balanceOf, createAccount, createTransferCode, fails, id, newEngine, ok, POST, postgresTestDatabase } from './helpers.js';
 
 /**
@@ -38,10 +39,10 @@ describe.skipIf(!URL)('two engines on one PostgreSQL database: lost races run ag
     for (const e of engines.splice(0)) e.close();
   });
 
-  async function pair(retries?: number) {
+  async function pair(retries?: number, limits: Partial<Limits> = {}) {
     const path = postgresTestDatabase();
     const clock = new RacingClock();
-    const a = await newEngine({ path, clock, ...(retries === undefined ? {} : { limits: { transactionRetriesMax: retries } }) });
+    const a = await newEngine({ path, clock, limits: { ...limits, ...(retries === undefined ? {} : { transactionRetriesMax: retries }) } });
     const b = await newEngine({ path });
     engines.push(a, b);
     clock.rival = b;
@@ -127,7 +128,7 @@ describe.skipIf(!URL)('two engines on one PostgreSQL database: lost races run ag
     expect(balanceOf(a, id(1)).settled.drBalance.units).toBe('10');
   });
 
-  it('a group of requests that lost a race runs again as a whole: every request answers as if alone', async () => {
+  it('a group of requests that lost a race runs again, one request per transaction: every request answers as if alone', async () => {
     const { a, clock } = await pair();
     clock.races = 1;
     const answers = a.executeBatch([1, 2, 3].map((n) => ({ request: { query: POST, variables: transfer(n, String(n)) } })));
@@ -135,6 +136,19 @@ describe.skipIf(!URL)('two engines on one PostgreSQL database: lost races run ag
     expect(answers.map((x) => (x.data as { postTransaction: { transactionId: string } }).postTransaction.transactionId)).toEqual([id(1), id(2), id(3)]);
     expect(a.transactionRetries).toBe(1);
     expect(balanceOf(a, id(1)).settled.drBalance.units).toBe('7');
+  });
+
+  it('after a lost race the next groups are smaller, and grow back by one with each group that commits', async () => {
+    const { a, clock } = await pair(undefined, { writeBatchWaitMs: 60_000 });
+    const group = (first: number) => a.executeGroup([0, 1, 2, 3].map((n) => ({ request: { query: POST, variables: transfer(first + n, '1') } })));
+    expect(group(10).filter((x) => x !== undefined)).toHaveLength(4);
+    clock.races = 1;
+    // The race dooms the group at its first request: that one runs again alone, the others wait for the next group.
+    const lost = group(20);
+    expect(lost.map((x) => x === undefined)).toEqual([false, true, true, true]);
+    expect(lost[0]!.errors).toBeUndefined();
+    const sizes = [30, 40, 50].map((first) => group(first).filter((x) => x !== undefined).length);
+    expect(sizes).toEqual([1, 2, 3]);
   });
 });
 

@@ -41,6 +41,12 @@ export class TransactionManager {
   retriesMax = 0;
   /** Transactions run again after a lost race, since this manager was made (for the metrics and tests). */
   retried = 0;
+  /**
+   * The most units a group may run now (runBatch), below the caller's own bound: halved when a
+   * group loses a race (PostgreSQL, other processes writing: every unit of a lost group runs again,
+   * so a big group wastes more), grown by one with each group that commits. Unbounded until a race is lost.
+   */
+  groupMax = Number.POSITIVE_INFINITY;
 
   constructor(
     private readonly db: Db,
@@ -183,15 +189,32 @@ export class TransactionManager {
    */
   runBatch<T>(units: ReadonlyArray<() => { value: T; commit: boolean }>, more: (ran: number) => boolean = () => true): BatchOutcome<T>[] {
     if (this.db.inTransaction) throw new Error('bug: a transaction is already open on this connection');
-    for (let attempt = 0; ; attempt++) {
-      const outcomes = this.runBatchOnce(units, more);
-      // A lost race (PostgreSQL) fails the whole group at its COMMIT or at the unit that met it: run the group again.
-      const conflict = outcomes.find((o) => o.status === 'failed' && o.commitFailed && isConflict(o.error));
-      if (!conflict || !this.again((conflict as { error: unknown }).error, attempt)) {
-        if (!conflict) return outcomes;
-        return outcomes.map((o) => (o.status === 'failed' && o.commitFailed ? { ...o, error: this.conflictError(o.error, attempt) } : o));
-      }
+    const outcomes = this.runBatchOnce(units, (ran) => ran < this.groupMax && more(ran));
+    // A lost race (PostgreSQL) fails the whole group, at its COMMIT or at the unit that met it.
+    // Run the units it ran again, each in a transaction of its own (with its own retries): a
+    // group run again whole would meet the same races, and redo every unit for one unit's race.
+    const conflict = outcomes.find((o) => o.status === 'failed' && o.commitFailed && isConflict(o.error));
+    if (!conflict || this.retriesMax === 0) {
+      if (this.groupMax !== Number.POSITIVE_INFINITY && !outcomes.some((o) => o.status === 'failed' && o.commitFailed)) this.groupMax++;
+      return outcomes;
     }
+    this.retried++;
+    const ran = outcomes.filter((o) => o.status !== 'not-run').length;
+    this.groupMax = Math.max(1, Math.floor(ran / 2));
+    return outcomes.map((outcome, i): BatchOutcome<T> => {
+      if (outcome.status !== 'failed' || !outcome.commitFailed) return outcome;
+      try {
+        let keep = false;
+        const value = this.run('write', () => {
+          const result = units[i]!();
+          keep = result.commit;
+          return result;
+        });
+        return { status: keep ? 'committed' : 'rolled-back', value };
+      } catch (error) {
+        return { status: 'failed', error };
+      }
+    });
   }
 
   private runBatchOnce<T>(units: ReadonlyArray<() => { value: T; commit: boolean }>, more: (ran: number) => boolean): BatchOutcome<T>[] {
