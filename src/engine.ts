@@ -302,6 +302,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   watchCachedTables(db, epoch);
   const transactions = options.readOnly ? new ReadOnlyTransactions(db, epoch) : new TransactionManager(db, epoch);
   transactions.retriesMax = limits.transactionRetriesMax;
+  transactions.retryBudgetMs = limits.requestDeadlineMs;
   const toolsChange = watchToolTables(db, () => transactions.dataVersionAtBegin);
   transactions.reportCallbackError = logError;
   const cel = new Cel(clock, limits);

@@ -86,7 +86,7 @@ beforeAll(async () => {
   expect(server.port, server.err).not.toBeNull();
   writeFileSync(join(project, 'tally.json'), JSON.stringify({ name: 'bank', server: `http://127.0.0.1:${server.port}/graphql` }));
   const deployed = await inProject('deploy', '--json');
-  expect(deployed.status, deployed.err).toBe(0);
+  expect(deployed.status, `${deployed.err}${deployed.out}`).toBe(0);
   expect(JSON.parse(deployed.out).applied).toBe(true);
 }, 60_000);
 

@@ -152,6 +152,31 @@ describe.skipIf(!URL)('two engines on one PostgreSQL database: lost races run ag
   });
 });
 
+describe.skipIf(!URL)('a PostgreSQL database made before entry seq blocks', () => {
+  it('gets the sequence on its next start, past every entry it holds', async () => {
+    const path = postgresTestDatabase();
+    const first = await newEngine({ path });
+    createAccount(first, 1);
+    createAccount(first, 2);
+    createTransferCode(first);
+    for (let n = 1; n <= 3; n++) ok(first, POST, { input: { transactionId: id(n), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } } });
+    // As the first PostgreSQL schemas were: no sequence, entries numbered from 1 up.
+    first.db.exec('DROP SEQUENCE tally_entry_seq_blocks; UPDATE entries SET seq = seq - 1024 * ((seq - 1) / 1024) + 2 * ((seq - 1) / 1024)');
+    first.db.exec('UPDATE transactions SET first_entry_seq = (SELECT min(seq) FROM entries e WHERE e.transaction_id = transactions.transaction_id)');
+    first.close();
+    const last = (await newEngine({ path })) as Engine;
+    try {
+      ok(last, POST, { input: { transactionId: id(4), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } } });
+      const seqs = last.db.prepare<[], number>('SELECT seq FROM entries ORDER BY seq').pluck().all();
+      expect(seqs.slice(0, 6)).toEqual([1, 2, 3, 4, 5, 6]);
+      expect(seqs.slice(6)).toEqual([1025, 1026]);
+      expect(balanceOf(last, id(1)).settled.drBalance.units).toBe('4');
+    } finally {
+      last.close();
+    }
+  });
+});
+
 describe.skipIf(!URL)('workers in other processes wake on LISTEN/NOTIFY', () => {
   it('a start committed by one engine wakes an idle worker of another at once, not at its next poll', async () => {
     const path = postgresTestDatabase();

@@ -260,10 +260,13 @@ export class AgentRuns {
     const retry = !succeeded && !cancelled && (ctxRetry(this.svc, claim, error!)) && claim.attempt < maxAttempts;
     const status = cancelled ? 'CANCELLED' : succeeded ? 'SUCCEEDED' : retry ? 'QUEUED' : 'FAILED';
     let written = false;
-    tryWrite(svc, () => {
+    let runAt: string | null = null;
+    const committed = tryWrite(svc, () => {
+      // Run again after a lost race (PostgreSQL): only what the last run did counts.
+      written = false;
       if (svc.queue.renewLease.run({ execution_id: row.execution_id, owner: claim.owner, until: leaseUntil(svc, svc.clock.now()) }).changes !== 1) return;
       const finished = svc.clock.now().toISOString();
-      const runAt = retry ? new Date(svc.clock.now().getTime() + backoffDelayMs(backoff, claim.attempt, svc.random)).toISOString() : null;
+      runAt = retry ? new Date(svc.clock.now().getTime() + backoffDelayMs(backoff, claim.attempt, svc.random)).toISOString() : null;
       const outputText = succeeded ? JSON.stringify(output ?? null) : null;
       const errorText = error ? JSON.stringify(error) : null;
       svc.queue.finishAttempt.run({
@@ -281,12 +284,14 @@ export class AgentRuns {
         svc.sessions.trimMessages.run(session.id, session.id, svc.limits.sessionHistoryMax);
       }
       written = true;
+    });
+    // Told once, after the outcome committed (a run again after a lost race must not tell twice).
+    if (committed && written) {
       this.options.onOutcome({
         executionId: row.execution_id, action: row.action_name, version: row.action_version, attempt: claim.attempt, maxAttempts,
         status: status === 'CANCELLED' ? 'FAILED' : status, error, runAt, durationMs: performance.now() - startedMs,
       });
-    });
-    if (!written) svc.log.warn({ event: 'attempt', executionId: row.execution_id, outcome: 'LOST' }, 'the run was claimed by another worker; its outcome here is dropped');
+    } else if (committed) svc.log.warn({ event: 'attempt', executionId: row.execution_id, outcome: 'LOST' }, 'the run was claimed by another worker; its outcome here is dropped');
   }
 }
 
@@ -311,14 +316,17 @@ function leaseUntil(svc: ExecutionServices, now: Date): string {
 }
 
 /** A write transaction of its own; BUSY and other driver failures are logged, not thrown. */
-function tryWrite(svc: ExecutionServices, fn: () => void): void {
+/** Run `fn` in a write transaction; whether it committed (a failure is logged). */
+function tryWrite(svc: ExecutionServices, fn: () => void): boolean {
   try {
     svc.transactions.run('write', () => {
       fn();
       return { value: undefined, commit: true };
     });
+    return true;
   } catch (error) {
     svc.logError(error);
+    return false;
   }
 }
 

@@ -39,6 +39,12 @@ export class TransactionManager {
    * limits.transactionRetriesMax). SQLite has one writer, so it never loses one.
    */
   retriesMax = 0;
+  /**
+   * The time a transaction and its runs again may take together (limits.requestDeadlineMs): past it
+   * a lost race is not run again. On PostgreSQL the engine answers on the HTTP thread, which these
+   * runs hold.
+   */
+  retryBudgetMs = Number.POSITIVE_INFINITY;
   /** Transactions run again after a lost race, since this manager was made (for the metrics and tests). */
   retried = 0;
   /**
@@ -97,11 +103,12 @@ export class TransactionManager {
    */
   run<T>(mode: 'read' | 'write', fn: () => { value: T; commit: boolean }): T {
     if (this.db.inTransaction) throw new Error('bug: a transaction is already open on this connection');
+    const began = performance.now();
     for (let attempt = 0; ; attempt++) {
       try {
         return this.runOnce(mode, fn);
       } catch (error) {
-        if (!this.again(error, attempt)) throw this.conflictError(error, attempt);
+        if (!this.again(error, attempt, began)) throw this.conflictError(error, attempt);
       }
     }
   }
@@ -110,13 +117,14 @@ export class TransactionManager {
    * Whether a transaction that failed with `error` runs again: it lost a race with another
    * process's transaction (PostgreSQL's serialization failure or deadlock) and has retries left.
    * A transaction is a deterministic function of its input and the database (model calls run
-   * outside transactions), and everything it did rolled back, so running it again is safe; it
-   * waits a little first (a random 0–2^attempt ms, at most 64), so the two racers part.
+   * outside transactions), and everything it did rolled back, so running it again is safe. The
+   * first run again follows at once (the race's winner has committed); later ones wait a little
+   * first (a random 0–2^attempt ms, at most 64), so the racers part. Not past retryBudgetMs since `began`.
    */
-  private again(error: unknown, attempt: number): boolean {
-    if (!isConflict(error) || attempt >= this.retriesMax) return false;
+  private again(error: unknown, attempt: number, began: number): boolean {
+    if (!isConflict(error) || attempt >= this.retriesMax || performance.now() - began >= this.retryBudgetMs) return false;
     this.retried++;
-    const ms = Math.random() * Math.min(64, 2 ** attempt);
+    const ms = attempt === 0 ? 0 : Math.random() * Math.min(64, 2 ** attempt);
     if (ms >= 1) Atomics.wait(SLEEP, 0, 0, ms);
     return true;
   }
@@ -125,7 +133,8 @@ export class TransactionManager {
   private conflictError(error: unknown, attempt: number): unknown {
     if (!isConflict(error) || this.retriesMax === 0) return error;
     const cause = mapDriverError(error);
-    return new EngineError('BUSY', `the transaction conflicted with other transactions ${attempt + 1} times (transactionRetriesMax ${this.retriesMax}): ${(cause as Error).message}`, {
+    const budget = Number.isFinite(this.retryBudgetMs) ? `, within requestDeadlineMs ${this.retryBudgetMs}` : '';
+    return new EngineError('BUSY', `the transaction lost a race with other transactions ${attempt + 1} times and was not run again (transactionRetriesMax ${this.retriesMax}${budget}): ${(cause as Error).message}`, {
       hint: 'Retry the request later: other requests are writing the same records right now.',
       cause,
     });
@@ -189,6 +198,7 @@ export class TransactionManager {
    */
   runBatch<T>(units: ReadonlyArray<() => { value: T; commit: boolean }>, more: (ran: number) => boolean = () => true): BatchOutcome<T>[] {
     if (this.db.inTransaction) throw new Error('bug: a transaction is already open on this connection');
+    const began = performance.now();
     const outcomes = this.runBatchOnce(units, (ran) => ran < this.groupMax && more(ran));
     // A lost race (PostgreSQL) fails the whole group, at its COMMIT or at the unit that met it.
     // Run the units it ran again, each in a transaction of its own (with its own retries): a
@@ -203,6 +213,8 @@ export class TransactionManager {
     this.groupMax = Math.max(1, Math.floor(ran / 2));
     return outcomes.map((outcome, i): BatchOutcome<T> => {
       if (outcome.status !== 'failed' || !outcome.commitFailed) return outcome;
+      // Past the budget the rest are answered BUSY (retryable) rather than run one by one.
+      if (performance.now() - began >= this.retryBudgetMs) return { status: 'failed', error: this.conflictError(outcome.error, 0), commitFailed: true };
       try {
         let keep = false;
         const value = this.run('write', () => {
@@ -374,11 +386,11 @@ export class TransactionManager {
 
 const SLEEP = new Int32Array(new SharedArrayBuffer(4));
 
-/** PostgreSQL's serialization failure (40001) or deadlock (40P01), as thrown or as the cause of a mapped error. */
+/** PostgreSQL's serialization failure (40001), deadlock (40P01) or lock wait timeout (55P03), as thrown or as the cause of a mapped error. */
 export function isConflict(error: unknown): boolean {
   for (let e: unknown = error, depth = 0; e && typeof e === 'object' && depth < 4; e = (e as { cause?: unknown }).cause, depth++) {
     const code = (e as { code?: unknown }).code;
-    if (code === 'PG_40001' || code === 'PG_40P01') return true;
+    if (code === 'PG_40001' || code === 'PG_40P01' || code === 'PG_55P03') return true;
   }
   return false;
 }

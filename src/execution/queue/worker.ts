@@ -30,6 +30,8 @@ export class Worker {
   private stopped: Promise<void> | null = null;
   private wakeUp: (() => void) | null = null;
   private unsubscribe: (() => void) | null = null;
+  /** The last look found due executions, all held by other workers (see next and untilNextMs). */
+  private heldElsewhere = false;
   /** Model and agent runs in flight: they run outside transactions, beside the attempts. */
   private readonly runs: AgentRuns;
   private runOutcomes = 0;
@@ -86,6 +88,8 @@ export class Worker {
     const began = performance.now();
     try {
       const result = this.transactions.run<AttemptOutcome[] | ReturnType<AgentRuns['claim']> | 'taken' | null>('write', () => {
+        // Run again after a lost race (PostgreSQL): what an earlier run claimed was rolled back.
+        claimed = null;
         const outcomes: AttemptOutcome[] = [];
         while (outcomes.length < groupMax && (outcomes.length === 0 || performance.now() - began < this.svc.limits.writeBatchWaitMs)) {
           const row = this.svc.queue.nextDue.get({ now, ...which });
@@ -102,6 +106,9 @@ export class Worker {
         }
         return { value: outcomes.length > 0 ? outcomes : null, commit: outcomes.length > 0 };
       });
+      // Due, but every due row is held by another process's worker (PostgreSQL: SKIP LOCKED): wait
+      // for a notification or the next poll rather than ask again at once.
+      this.heldElsewhere = result === null;
       if (result === 'taken') return 'launched';
       if (result !== null && 'owner' in result) {
         this.runs.launch(result);
@@ -216,6 +223,7 @@ export class Worker {
   }
 
   private untilNextMs(): number {
+    if (this.heldElsewhere) return this.options.pollMs;
     try {
       const next = this.svc.queue.nextRunAt.get(this.runs.claimable())?.run_at;
       if (!next) return this.options.pollMs;

@@ -374,7 +374,7 @@ export class PgConnection {
       return options?.simple ? Object.values(result ?? {})[0] : [result];
     }
     if (name === 'busy_timeout' && value !== undefined && /^\d+$/.test(value)) {
-      this.exec(`SET lock_timeout = ${Number(value)}`);
+      this.exec(`SET lock_timeout = ${Math.min(Number(value), LOCK_WAIT_MS)}`);
       return options?.simple ? Number(value) : [{ timeout: Number(value) }];
     }
     if (name === 'wal_autocheckpoint' || name === 'journal_size_limit' || name === 'foreign_keys' || name === 'cache_size' || name === 'temp_store') return options?.simple ? 0 : [];
@@ -490,10 +490,22 @@ function pragmaQuery(source: string): string | undefined {
   return undefined;
 }
 
-/** 40001 serialization_failure, 40P01 deadlock_detected: the transaction lost a race and may run again. */
+/**
+ * 40001 serialization_failure, 40P01 deadlock_detected, 55P03 lock_not_available (a lock wait
+ * past lock_timeout, see pragma): the transaction lost a race and may run again.
+ */
 function isConflict(sqlState: string): boolean {
-  return sqlState === '40001' || sqlState === '40P01';
+  return sqlState === '40001' || sqlState === '40P01' || sqlState === '55P03';
 }
+
+/**
+ * The longest a statement waits for a row another transaction holds (lock_timeout). Every
+ * transaction is SERIALIZABLE, so waiting buys little: when the holder commits a change to the
+ * row, the waiter fails anyway and runs again. A short wait also ends, in a tenth of a second
+ * rather than deadlock_timeout's second, a wait in a cycle between two processes' groups of
+ * requests (each holding rows the other's next posting needs).
+ */
+export const LOCK_WAIT_MS = 100;
 
 /** Whether `path` names a PostgreSQL database (a postgres:// or postgresql:// URL) rather than a SQLite file. */
 export function isPostgresUrl(path: string): boolean {

@@ -132,6 +132,7 @@ function migrateOnce(connection: PgConnection): number[] {
     if (current > POSTGRES_BASELINE) {
       throw new EngineError('BAD_REQUEST', `database schema version ${current} is newer than this Tally (${POSTGRES_BASELINE})`, { hint: 'Run a newer Tally against this database.' });
     }
+    addEntrySeqBlocks(connection);
     return [];
   }
   const { statements, rows } = postgresSchema();
@@ -144,8 +145,26 @@ function migrateOnce(connection: PgConnection): number[] {
       for (const row of list) insert.run(...columns.map((c) => row[c]));
     }
     for (const sql of dataVersion()) connection.exec(sql);
-    connection.exec(`CREATE SEQUENCE tally_entry_seq_blocks INCREMENT BY ${ENTRY_SEQ_BLOCK} START WITH 1`);
+    addEntrySeqBlocks(connection);
     connection.prepare('INSERT INTO schema_version (name, version) VALUES (?, ?)').run('tally', POSTGRES_BASELINE);
   })();
   return [POSTGRES_BASELINE];
+}
+
+/**
+ * The sequence entry seq blocks come from (see nextEntrySeqBlock), started past every entry
+ * already written: a database made before it existed (issue 19's first commits) gets it on its
+ * next start. Several processes starting at once: the lock on entries makes one of them create it.
+ */
+function addEntrySeqBlocks(connection: PgConnection): void {
+  const present = connection.prepare<[], number>("SELECT count(*) FROM pg_class WHERE relkind = 'S' AND relname = 'tally_entry_seq_blocks' AND relnamespace = current_schema()::regnamespace").pluck();
+  if (present.get()) return;
+  connection.transaction(() => {
+    connection.exec('LOCK TABLE entries IN SHARE ROW EXCLUSIVE MODE');
+    if (present.get()) return;
+    const last = connection.prepare<[], number>('SELECT coalesce(max(seq), 0) FROM entries').pluck().get() ?? 0;
+    // The next block starts at a multiple of the block size plus one, past the last entry.
+    const start = Math.floor(last / ENTRY_SEQ_BLOCK) * ENTRY_SEQ_BLOCK + ENTRY_SEQ_BLOCK + 1;
+    connection.exec(`CREATE SEQUENCE tally_entry_seq_blocks INCREMENT BY ${ENTRY_SEQ_BLOCK} START WITH ${last === 0 ? 1 : start}`);
+  })();
 }
