@@ -7,6 +7,9 @@
  * (the order rotates each round, so the machine's noise hits all alike); each figure is the median
  * of the rounds, and "× SQLite" the median of the rounds' own ratios.
  *
+ * BENCH_OP=invoke runs invokeAction of the `transfer` tool instead (its program posts the same
+ * transfer through graphql(): the database's work is the same, Tally's is about twice).
+ *
  * Load: BENCH_CLIENTS (32) loops in this process, each with a keep-alive connection to one server
  * (client i to server i mod N), each posting the TRANSFER tran code (bench/common.ts) with a fresh
  * transactionId between a pair of BENCH_ACCOUNTS (1 000; fewer makes the accounts hot and the
@@ -35,7 +38,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PgConnection } from '../src/storage/pg/connection.js';
 import { createEngine } from '../src/engine.js';
-import { benchDir, median, ok, POST } from './common.js';
+import { benchDir, createTransferTool, median, ok, POST } from './common.js';
 
 const ROOT = join(fileURLToPath(import.meta.url), '..', '..');
 const PG = process.env.BENCH_PG_URL ?? process.env.TALLY_TEST_PG_URL;
@@ -48,6 +51,11 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const ACCOUNTS = Number(process.env.BENCH_ACCOUNTS ?? 1000);
 const PROCESSES = (process.env.BENCH_PROCESSES ?? '1,2,4').split(',').map(Number);
+/** post: postTransaction; invoke: invokeAction of the `transfer` tool, whose program posts the same transfer (more of the work in Tally, the same in the database). */
+const OP = process.env.BENCH_OP ?? 'post';
+if (OP !== 'post' && OP !== 'invoke') throw new Error(`BENCH_OP must be post or invoke, got ${OP}`);
+const TOOL_ID = randomUUID();
+const INVOKE = `mutation Invoke($e: UUID!, $input: JSON) { actions { invokeAction(id: "${TOOL_ID}", input: {executionId: $e, actionVersion: 1, input: $input}) { status } } }`;
 for (const [name, value] of Object.entries({ CLIENTS, SECONDS, ROUNDS, ACCOUNTS })) {
   if (!Number.isInteger(value) || value < 1) throw new Error(`BENCH_${name} must be a positive integer, got ${value}`);
 }
@@ -179,6 +187,7 @@ async function setup(db: string): Promise<void> {
       transaction: {effective: "date.Today()"},
       entries: [{accountId: "params.from", units: "params.amount", currency: "'USD'", direction: "DEBIT", layer: "SETTLED"},
                 {accountId: "params.to", units: "params.amount", currency: "'USD'", direction: "CREDIT", layer: "SETTLED"}]}) { code } }`);
+    createTransferTool(engine, TOOL_ID);
   } finally {
     engine.close();
   }
@@ -191,10 +200,13 @@ async function post(server: Server): Promise<'ok' | 'busy' | string> {
   const a = (n * 7919) % ACCOUNTS;
   const b = (a + 1 + (n % (ACCOUNTS - 1))) % ACCOUNTS;
   const amount = `${1 + (n % 997)}.${String(n % 100).padStart(2, '0')}`;
-  const body = JSON.stringify({ query: POST, variables: { input: { transactionId: randomUUID(), tranCode: 'TRANSFER', params: { from: ACCOUNT_IDS[a], to: ACCOUNT_IDS[b], amount } } } });
+  const body =
+    OP === 'post'
+      ? JSON.stringify({ query: POST, variables: { input: { transactionId: randomUUID(), tranCode: 'TRANSFER', params: { from: ACCOUNT_IDS[a], to: ACCOUNT_IDS[b], amount } } } })
+      : JSON.stringify({ query: INVOKE, variables: { e: randomUUID(), input: { transaction_id: randomUUID(), from: ACCOUNT_IDS[a], to: ACCOUNT_IDS[b], amount } } });
   try {
     const { status, text } = await send(server, 'POST', '/graphql', body);
-    if (status === 200 && text.includes('"postTransaction":{"transactionId"')) return 'ok';
+    if (status === 200 && (OP === 'post' ? text.includes('"postTransaction":{"transactionId"') : text.includes('"status":"SUCCEEDED"'))) return 'ok';
     if (text.includes('"BUSY"')) return 'busy';
     return `${status} ${text.slice(0, 300)}`;
   } catch (error) {
@@ -262,7 +274,7 @@ async function main(): Promise<void> {
   for (const schema of schemas) settings.exec(`CREATE SCHEMA ${schema}`);
   const urlOf = (schema: string) => `${PG}${PG!.includes('?') ? '&' : '?'}options=-c%20search_path%3D${schema}`;
   try {
-    console.log(`bench:pg — ${CLIENTS} clients, ${SECONDS} s per point, ${ROUNDS} rounds, transfers between ${ACCOUNTS} accounts`);
+    console.log(`bench:pg — ${OP === 'post' ? 'postTransaction' : 'invokeAction(transfer)'}, ${CLIENTS} clients, ${SECONDS} s per point, ${ROUNDS} rounds, transfers between ${ACCOUNTS} accounts`);
     console.log(`PostgreSQL ${version}: ${durability}`);
     console.log('SQLite: tally serve as shipped (WAL, synchronous=NORMAL, writer thread, read pool)');
     const sqlite = join(dir, 'bench.db');

@@ -4,7 +4,7 @@ import Database from 'better-sqlite3';
 import { addText } from '../decimal.js';
 import { EngineError } from '../errors.js';
 import { isPostgresUrl, PgConnection } from './pg/connection.js';
-import { migratePostgres } from './pg/schema.js';
+import { migratePostgres, postgresRowidTables } from './pg/schema.js';
 import { MIGRATIONS, type Migration } from './migrations.js';
 import { type BatchOutcome, TransactionManager } from './transaction.js';
 
@@ -231,7 +231,7 @@ function openPostgres(options: OpenOptions): Db {
   const connection = new PgConnection(options.path);
   try {
     migratePostgres(connection);
-    connection.loadRowidTables();
+    connection.rowidTables = postgresRowidTables();
     connection.pragma(`busy_timeout = ${Math.trunc(options.busyTimeoutMs)}`);
   } catch (error) {
     connection.close();

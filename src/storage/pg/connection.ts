@@ -308,12 +308,6 @@ export class PgConnection {
     if (doomed && !/^\s*(ROLLBACK|RELEASE)\b/i.test(text)) throw new PgError(doomed.message, doomed.sqlState, doomed.detail);
   }
 
-  /** Read which tables have a rowid column (after the schema exists). */
-  loadRowidTables(): void {
-    const names = this.prepare<[], string>("SELECT table_name FROM information_schema.columns WHERE table_schema = current_schema() AND column_name = 'rowid'").pluck().all();
-    this.rowidTables = new Set(names);
-  }
-
   get open(): boolean {
     return this.open_;
   }

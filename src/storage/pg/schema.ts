@@ -57,8 +57,25 @@ function sqliteSchema(): { objects: SqliteObject[]; rows: Map<string, Array<Reco
   }
 }
 
-/** PostgreSQL DDL for SQLite's schema, and the tables whose inserts report a rowid. */
-export function postgresSchema(): { statements: string[]; rowidTables: Set<string>; rows: Map<string, Array<Record<string, unknown>>> } {
+type PostgresSchema = { statements: string[]; rowidTables: Set<string>; rows: Map<string, Array<Record<string, unknown>>> };
+let made: PostgresSchema | null = null;
+
+/**
+ * PostgreSQL DDL for SQLite's schema, and the tables whose inserts report a rowid (made once per
+ * process: every connection to a Tally schema of this version has the same). The rows hold a
+ * fresh derived-id key each time.
+ */
+export function postgresSchema(): PostgresSchema {
+  const { statements, rowidTables } = (made ??= buildPostgresSchema());
+  return { statements, rowidTables, rows: sqliteSchema().rows };
+}
+
+/** The tables with a rowid column (see PgConnection.rowidTables), without asking the server. */
+export function postgresRowidTables(): Set<string> {
+  return (made ??= buildPostgresSchema()).rowidTables;
+}
+
+function buildPostgresSchema(): PostgresSchema {
   const statements: string[] = [];
   const rowidTables = new Set<string>();
   const { objects, rows } = sqliteSchema();
@@ -126,7 +143,7 @@ export function migratePostgres(connection: PgConnection): number[] {
 
 function migrateOnce(connection: PgConnection): number[] {
   const version = connection.prepare<[], number>("SELECT version FROM schema_version WHERE name = 'tally'").pluck();
-  const exists = connection.prepare<[], number>("SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = 'schema_version'").pluck().get();
+  const exists = connection.prepare<[], number>("SELECT count(*) FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relkind = 'r' AND relname = 'schema_version'").pluck().get();
   if (exists) {
     const current = version.get() ?? 0;
     if (current > POSTGRES_BASELINE) {
