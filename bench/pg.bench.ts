@@ -118,10 +118,11 @@ async function stopServer(server: Server): Promise<void> {
   clearTimeout(timer);
 }
 
-function send(server: Server, method: 'GET' | 'POST', path: string, body?: string): Promise<{ status: number; text: string }> {
+/** One request; `fresh`: on a new connection (a kept-alive one idle past the server's keep-alive timeout may be reset as it is reused). */
+function send(server: Server, method: 'GET' | 'POST', path: string, body?: string, fresh = false): Promise<{ status: number; text: string }> {
   return new Promise((resolve, reject) => {
     const req = request(
-      { host: '127.0.0.1', port: server.port, method, path, agent: server.agent, headers: { authorization: `Bearer ${KEY}`, ...(body ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } : {}) } },
+      { host: '127.0.0.1', port: server.port, method, path, agent: fresh ? false : server.agent, headers: { authorization: `Bearer ${KEY}`, ...(body ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } : {}) } },
       (res) => {
         let text = '';
         res.setEncoding('utf8');
@@ -162,7 +163,7 @@ function postgresCpuUs(): number {
 async function retries(servers: Server[]): Promise<number> {
   let total = 0;
   for (const server of servers) {
-    const { text } = await send(server, 'GET', '/metrics');
+    const { text } = await send(server, 'GET', '/metrics', undefined, true);
     total += Number(/^tally_transaction_retries_total (\d+)/m.exec(text)?.[1] ?? 0);
   }
   return total;
