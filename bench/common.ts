@@ -3,6 +3,7 @@
  * integer minor units, one posting per commit), an engine set up with accounts and a TRANSFER tran
  * code, and interleaved timing, so that machine noise hits every side of a comparison alike.
  */
+import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,6 +21,33 @@ export const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor
 export function benchDir(): { dir: string; cleanup(): void } {
   const dir = mkdtempSync(join(tmpdir(), 'tally-bench-'));
   return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+export const isRunning = (child: ChildProcess) => child.exitCode === null && child.signalCode === null;
+
+/**
+ * A bench folder and the set of child processes (servers) a bench starts: every one still running
+ * is killed on exit, error or signal, and the folder removed.
+ */
+export function benchProcesses(): { dir: string; children: Set<ChildProcess> } {
+  const { dir, cleanup } = benchDir();
+  const children = new Set<ChildProcess>();
+  process.on('exit', () => {
+    for (const child of children) if (isRunning(child)) child.kill('SIGKILL');
+    cleanup();
+  });
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => process.exit(130));
+  return { dir, children };
+}
+
+/** SIGTERM, then SIGKILL if it has not exited within 10 s. */
+export async function stopChild(child: ChildProcess): Promise<void> {
+  if (!isRunning(child)) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+  await exited;
+  clearTimeout(timer);
 }
 
 /** Two distinct accounts for posting number n, spread over ACCOUNTS. */

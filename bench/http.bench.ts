@@ -53,7 +53,7 @@ import { createRequire } from 'node:module';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ACCOUNTS, benchDir, createTransferTool, median, POST, setupEngine, uuid } from './common.js';
+import { ACCOUNTS, benchProcesses, createTransferTool, isRunning, median, POST, setupEngine, stopChild, uuid } from './common.js';
 
 // ---------------------------------------------------------------------------------------------
 // autocannon: the few parts of its API used here (it ships no types; @types/autocannon is for 7.x).
@@ -115,17 +115,8 @@ const BALANCE = `query Balance($a: UUID!) { balance(accountId: $a, currency: "US
 // ---------------------------------------------------------------------------------------------
 // Child processes: every one started is killed on exit, error or signal, and the folder removed.
 
-const { dir, cleanup } = benchDir();
-const children = new Set<ChildProcess>();
-const running = (child: ChildProcess) => child.exitCode === null && child.signalCode === null;
-function killAll(): void {
-  for (const child of children) if (running(child)) child.kill('SIGKILL');
-}
-process.on('exit', () => {
-  killAll();
-  cleanup();
-});
-for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => process.exit(130));
+const { dir, children } = benchProcesses();
+const running = isRunning;
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
@@ -176,13 +167,8 @@ async function startServer(name: string, args: string[], env: NodeJS.ProcessEnv,
 }
 
 /** SIGTERM, then SIGKILL if it has not exited within 10 s. */
-async function stopServer(server: Server): Promise<void> {
-  if (!running(server.child)) return;
-  const exited = new Promise<void>((resolve) => server.child.once('exit', () => resolve()));
-  server.child.kill('SIGTERM');
-  const timer = setTimeout(() => server.child.kill('SIGKILL'), 10_000);
-  await exited;
-  clearTimeout(timer);
+function stopServer(server: Server): Promise<void> {
+  return stopChild(server.child);
 }
 
 function startRaw(): Promise<Server> {

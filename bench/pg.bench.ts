@@ -38,7 +38,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PgConnection } from '../src/storage/pg/connection.js';
 import { createEngine } from '../src/engine.js';
-import { benchDir, createTransferTool, median, ok, POST } from './common.js';
+import { benchProcesses, createTransferTool, isRunning, median, ok, POST, stopChild } from './common.js';
 
 const ROOT = join(fileURLToPath(import.meta.url), '..', '..');
 const PG = process.env.BENCH_PG_URL ?? process.env.TALLY_TEST_PG_URL;
@@ -63,14 +63,8 @@ if (ACCOUNTS < 2 || ACCOUNTS > 1000) throw new Error(`BENCH_ACCOUNTS must be fro
 const KEY = `tly_bench-pg-${randomBytes(6).toString('hex')}`;
 const TICK_US = 1e6 / 100; // /proc's clock ticks (USER_HZ, 100 on Linux)
 
-const { dir, cleanup } = benchDir();
-const children = new Set<ChildProcess>();
-const running = (child: ChildProcess) => child.exitCode === null && child.signalCode === null;
-process.on('exit', () => {
-  for (const child of children) if (running(child)) child.kill('SIGKILL');
-  cleanup();
-});
-for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => process.exit(130));
+const { dir, children } = benchProcesses();
+const running = isRunning;
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 interface Server {
@@ -108,14 +102,9 @@ async function startServer(db: string, n: number): Promise<Server> {
   }
 }
 
-async function stopServer(server: Server): Promise<void> {
+function stopServer(server: Server): Promise<void> {
   server.agent.destroy();
-  if (!running(server.child)) return;
-  const exited = new Promise<void>((resolve) => server.child.once('exit', () => resolve()));
-  server.child.kill('SIGTERM');
-  const timer = setTimeout(() => server.child.kill('SIGKILL'), 10_000);
-  await exited;
-  clearTimeout(timer);
+  return stopChild(server.child);
 }
 
 /** One request; `fresh`: on a new connection (a kept-alive one idle past the server's keep-alive timeout may be reset as it is reused). */
