@@ -155,7 +155,7 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
     }
   });
 
-  it('tally migrate and tally serve take a postgres:// --db: one engine answers over HTTP, and the URL is printed without its password', async () => {
+  it('tally migrate, deploy and serve take a postgres:// --db: one engine answers over HTTP, and the URL is printed without its password', async () => {
     const fresh = connect();
     fresh.exec(`CREATE SCHEMA ${schema}_cli`);
     fresh.close();
@@ -166,6 +166,11 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
     expect(migrated).toContain(`is at schema version ${POSTGRES_BASELINE}`);
     expect(migrated).toContain('postgres://postgres:***@');
     expect(migrated).not.toContain('s3cret');
+    // tally deploy --db takes the URL too: the bank example's tools and ledger, into that schema.
+    const bank = join(import.meta.dirname, '..', 'examples', 'bank');
+    const deployed = execFileSync(process.execPath, [bin, 'deploy', bank, '--db', url, '--json'], { encoding: 'utf8' });
+    expect(JSON.parse(deployed).applied).toBe(true);
+    expect(deployed).not.toContain('s3cret');
     const key = 'tly_pg-serve-test-key';
     const child = spawn(process.execPath, [bin, 'serve', '--db', url, '--port', '0'], { env: { ...process.env, TALLY_ADMIN_KEY: key }, stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';
@@ -182,11 +187,12 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
       const post = async (query: string) =>
         (await (await fetch(endpoint, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: JSON.stringify({ query }) })).json()) as { data: any; errors?: unknown };
       expect((await post('mutation { createAccount(input: {accountId: "00000000-0000-4000-8000-000000000001", code: "A1", name: "A"}) { code } }')).data).toEqual({ createAccount: { code: 'A1' } });
-      expect((await post('{ accounts(first: 5) { nodes { code } } }')).data).toEqual({ accounts: { nodes: [{ code: 'A1' }] } });
+      expect((await post('{ account(code: "A1") { code } }')).data).toEqual({ account: { code: 'A1' } });
       // The accounts are in the schema of the URL.
       const check = connect();
       check.exec(`SET search_path TO ${schema}_cli`);
-      expect(check.prepare('SELECT code FROM accounts').pluck().all()).toEqual(['A1']);
+      expect(check.prepare('SELECT code FROM accounts WHERE code = ?').pluck().all('A1')).toEqual(['A1']);
+      expect(check.prepare("SELECT count(*) FROM actions").pluck().get()).toBeGreaterThan(0);
       check.exec(`DROP SCHEMA ${schema}_cli CASCADE`);
       check.close();
     } finally {
