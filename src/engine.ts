@@ -37,6 +37,7 @@ import { type AttemptOutcome, isRetryable } from './execution/queue/attempt.js';
 import { type Db, type Durability, openDatabase, ReadOnlyTransactions } from './storage/database.js';
 import { Checkpointer } from './storage/checkpointer.js';
 import { isPostgresUrl, PgListener } from './storage/pg/connection.js';
+import { ENTRY_SEQ_BLOCK } from './storage/backend.js';
 import { mapDriverError } from './storage/driver-errors.js';
 import { CacheEpoch, RecordCache, watchCachedTables, watchDataTables, watchToolTables } from './storage/record-cache.js';
 import { ResultCache } from './execution/result-cache.js';
@@ -277,9 +278,15 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
 
   const path = options.path ?? ':memory:';
   const onPostgres = isPostgresUrl(path);
+  // PostgreSQL gives a posting's entries a block of ENTRY_SEQ_BLOCK seqs: a bigger posting cannot be allowed there.
+  if (onPostgres && limits.entriesPerTransactionMax > ENTRY_SEQ_BLOCK) {
+    throw new EngineError('BAD_REQUEST', `limit entriesPerTransactionMax is ${limits.entriesPerTransactionMax}; on PostgreSQL it may be at most ${ENTRY_SEQ_BLOCK}`, {
+      hint: `Set entriesPerTransactionMax to ${ENTRY_SEQ_BLOCK} or less (each posting's entries take a block of ${ENTRY_SEQ_BLOCK} seqs there).`,
+    });
+  }
   const checkpointIntervalMs = options.checkpointIntervalMs ?? DEFAULT_CHECKPOINT_INTERVAL_MS;
   // SQLite's WAL checkpoints; PostgreSQL (a postgres:// path) checkpoints itself.
-  const background = !options.readOnly && path !== ':memory:' && !isPostgresUrl(path) && checkpointIntervalMs > 0;
+  const background = !options.readOnly && path !== ':memory:' && !onPostgres && checkpointIntervalMs > 0;
   // The writer's own threshold: walAutocheckpointPages while the thread copies pages ahead of it;
   // without the thread, SQLite's default unless the limit was set explicitly.
   const ownWalPages = options.limits?.walAutocheckpointPages;

@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { Clock } from '../src/clock.js';
 import type { Engine } from '../src/engine.js';
 import type { Limits } from '../src/limits.js';
+import { PgConnection } from '../src/storage/pg/connection.js';
 import { balanceOf, createAccount, createTransferCode, fails, id, newEngine, ok, POST, postgresTestDatabase } from './helpers.js';
 
 /**
@@ -174,6 +175,22 @@ describe.skipIf(!URL)('a PostgreSQL database made before entry seq blocks', () =
     } finally {
       last.close();
     }
+  });
+});
+
+describe.skipIf(!URL)('entriesPerTransactionMax on PostgreSQL', () => {
+  it('is refused past the entry seq block (1 024) before anything is opened, and allowed up to it', async () => {
+    const path = postgresTestDatabase();
+    await expect(newEngine({ path, limits: { entriesPerTransactionMax: 1025 } })).rejects.toMatchObject({
+      code: 'BAD_REQUEST',
+      message: expect.stringContaining('entriesPerTransactionMax is 1025'),
+      hint: expect.stringContaining('1024 or less'),
+    });
+    // Nothing was created in the schema.
+    const check = new PgConnection(path);
+    expect(check.prepare("SELECT count(*) FROM pg_class WHERE relnamespace = current_schema()::regnamespace").pluck().get()).toBe(0);
+    check.close();
+    (await newEngine({ path, limits: { entriesPerTransactionMax: 1024 } })).close();
   });
 });
 

@@ -1,4 +1,4 @@
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -16,6 +16,7 @@ import { sessionStatements } from '../src/storage/statements/sessions.js';
 import { skillStatements } from '../src/storage/statements/skills.js';
 import { velocityStatements } from '../src/storage/statements/velocity.js';
 import { viewStatements } from '../src/storage/statements/views.js';
+import { exited, serveProcess } from './processes.js';
 
 /**
  * The PostgreSQL storage driver (issue 19), against a real server: TALLY_TEST_PG_URL names one
@@ -172,18 +173,9 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
     expect(JSON.parse(deployed).applied).toBe(true);
     expect(deployed).not.toContain('s3cret');
     const key = 'tly_pg-serve-test-key';
-    const child = spawn(process.execPath, [bin, 'serve', '--db', url, '--port', '0'], { env: { ...process.env, TALLY_ADMIN_KEY: key }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
+    const { child, endpoint, output } = await serveProcess(url, key);
     try {
-      const endpoint = await new Promise<string>((resolve, reject) => {
-        child.stdout.on('data', (chunk: Buffer) => {
-          output += chunk.toString();
-          const match = /at (http:\/\/[^\s]+\/graphql)/.exec(output);
-          if (match) resolve(match[1]!);
-        });
-        child.once('exit', () => reject(new Error(`serve exited: ${output}`)));
-      });
-      expect(output).not.toContain('s3cret');
+      expect(output()).not.toContain('s3cret');
       const post = async (query: string) =>
         (await (await fetch(endpoint, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: JSON.stringify({ query }) })).json()) as { data: any; errors?: unknown };
       expect((await post('mutation { createAccount(input: {accountId: "00000000-0000-4000-8000-000000000001", code: "A1", name: "A"}) { code } }')).data).toEqual({ createAccount: { code: 'A1' } });
@@ -197,7 +189,7 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
       check.close();
     } finally {
       child.kill('SIGTERM');
-      await new Promise((resolve) => (child.exitCode === null ? child.once('exit', resolve) : resolve(null)));
+      await exited(child);
     }
   }, 60_000);
 });

@@ -315,8 +315,7 @@ function leaseUntil(svc: ExecutionServices, now: Date): string {
   return new Date(now.getTime() + svc.limits.agentLeaseMs).toISOString();
 }
 
-/** A write transaction of its own; BUSY and other driver failures are logged, not thrown. */
-/** Run `fn` in a write transaction; whether it committed (a failure is logged). */
+/** Run `fn` in a write transaction of its own; whether it committed (BUSY and other driver failures are logged, not thrown). */
 function tryWrite(svc: ExecutionServices, fn: () => void): boolean {
   try {
     svc.transactions.run('write', () => {

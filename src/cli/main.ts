@@ -262,8 +262,8 @@ async function serve(db: string, options: Options): Promise<void> {
   if (adminKey !== undefined && !adminKey.startsWith(KEY_PREFIX)) {
     throw new OperationError(`TALLY_ADMIN_KEY must start with ${KEY_PREFIX}`, 'BAD_REQUEST', `Generate one, e.g. export TALLY_ADMIN_KEY=${KEY_PREFIX}$(openssl rand -hex 32), or unset it to have one generated.`);
   }
-  // PostgreSQL (issue 19, in progress): one engine on the HTTP thread; the writer thread and the
-  // read pool are SQLite's (WAL readers beside one writer), and PostgreSQL has its own.
+  // PostgreSQL: one engine on the HTTP thread; the writer thread and the read pool are SQLite's
+  // (WAL readers beside one writer); PostgreSQL scales by more processes (README, Scaling out).
   const onPostgres = isPostgresUrl(db);
   const fresh = db !== ':memory:' && !onPostgres && !existsSync(db);
   const dirExisted = existsSync(dirname(db));
@@ -370,7 +370,7 @@ async function serveMcp(options: Options): Promise<void> {
   }
   if (options.as === undefined) throw new UsageError('give --db PATH --as PRINCIPAL, or --server URL --key KEY');
   const db = options.db === undefined ? (process.env.TALLY_DATABASE_URL || process.env.TALLY_DB) : String(options.db);
-  if (db === undefined) throw new UsageError('--as needs --db PATH (or TALLY_DB)');
+  if (db === undefined) throw new UsageError('--as needs --db PATH (or TALLY_DATABASE_URL, TALLY_DB)');
   const commands = await import('./commands.js');
   commands.requireDatabase(db);
   const { createEngine } = await import('../engine.js');

@@ -1,4 +1,5 @@
 import type { Engine } from '../engine.js';
+import { redact } from '../storage/pg/connection.js';
 
 export interface GraphqlResponse {
   data?: Record<string, any> | null;
@@ -57,7 +58,7 @@ export async function databaseTarget(path: string): Promise<Target & { engine: E
   return {
     engine,
     // A PostgreSQL URL is named without its password.
-    describe: (await import('../storage/pg/connection.js')).redact(path),
+    describe: redact(path),
     async request(query, variables) {
       return engine.graphql(query, variables ?? null) as GraphqlResponse;
     },

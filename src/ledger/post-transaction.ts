@@ -337,11 +337,8 @@ function writeTransaction(
  * row, fails, and runs again with a new block), so each record's entries and set log stay in order.
  */
 function entrySeqBlock(deps: LedgerDeps, entries: number): { seq: number } {
-  if (entries > ENTRY_SEQ_BLOCK) {
-    throw new EngineError('LIMIT_EXCEEDED', `a posting has ${entries} entries; on PostgreSQL a posting may have at most ${ENTRY_SEQ_BLOCK} (its block of entry seqs)`, {
-      hint: `Keep entriesPerTransactionMax at ${ENTRY_SEQ_BLOCK} or below on PostgreSQL.`,
-    });
-  }
+  // createEngine refuses an entriesPerTransactionMax past the block on PostgreSQL.
+  if (entries > ENTRY_SEQ_BLOCK) throw new Error(`bug: a posting of ${entries} entries passed entriesPerTransactionMax on PostgreSQL`);
   return { seq: deps.st.nextEntrySeqBlock!.get()! - 1 };
 }
 
