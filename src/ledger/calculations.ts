@@ -33,7 +33,7 @@ import { balanceOwner } from './account-sets.js';
 import { ownersOf, type Posted } from './posted.js';
 import { type Balance, toBalance } from './balances.js';
 import { cachedAccount, type LedgerDeps } from './deps.js';
-import { accountDocument, entryDocument, lazyVars, transactionDocument } from './documents.js';
+import { accountDocument, entryDocument, entryFields, lazyVars, transactionDocument, unionReads, type VarsRead, varsRead } from './documents.js';
 import { setEntrySeqs } from './set-log.js';
 import { DEFAULT_JOURNAL_ID, getJournal } from './journals.js';
 
@@ -339,22 +339,29 @@ interface Definition {
   dimensions: Array<{ alias: string; text: string; run: Compiled }>;
   /** The effective-date children (none unless enabled). */
   children: Array<{ id: string; granularity: Granularity }>;
+  /** What its condition and dimensions read of `context.vars`. */
+  reads: VarsRead;
 }
 
 interface Definitions {
   list: Definition[];
   anyLocal: boolean;
+  /** What all of them read of `context.vars`: an entry's vars are built once for the list. */
+  reads: VarsRead;
 }
 
 function definitionOf(deps: LedgerDeps, row: CalculationRow, children: readonly CalculationRow[]): Definition {
+  const condition = row.condition === null ? null : deps.cel.compile(row.condition);
+  const dimensions = (JSON.parse(row.dimensions) as Dimension[]).map((d) => ({ alias: d.alias, text: d.value, run: deps.cel.compile(d.value) }));
   return {
     id: row.calculation_id,
     code: row.code,
     scope: row.scope,
-    condition: row.condition === null ? null : deps.cel.compile(row.condition),
+    condition,
     conditionText: row.condition,
-    dimensions: (JSON.parse(row.dimensions) as Dimension[]).map((d) => ({ alias: d.alias, text: d.value, run: deps.cel.compile(d.value) })),
+    dimensions,
     children: children.filter((c) => c.granularity !== null).map((c) => ({ id: c.calculation_id, granularity: c.granularity! })),
+    reads: varsRead([condition, ...dimensions.map((d) => d.run)].map((run) => (run as { ast?: unknown } | null)?.ast ?? null)),
   };
 }
 
@@ -371,7 +378,7 @@ function activeCalculations(deps: LedgerDeps): Definitions {
     list.push(row);
   }
   const list = rows.filter((r) => r.parent_id === null).map((r) => definitionOf(deps, r, children.get(r.calculation_id) ?? []));
-  const definitions: Definitions = { list, anyLocal: list.some((d) => d.scope === 'LOCAL') };
+  const definitions: Definitions = { list, anyLocal: list.some((d) => d.scope === 'LOCAL'), reads: list.reduce<VarsRead>((reads, d) => unionReads(reads, d.reads), new Map()) };
   if (deps.epoch.active) {
     memo.epoch = deps.epoch.value;
     memo.definitions = definitions;
@@ -390,7 +397,8 @@ type Column = (typeof COLUMNS)[number];
 
 /** Sums per calculation balance record, written with one upsert each. */
 class Deltas {
-  private readonly sums = new Map<string, { row: Record<string, string>; columns: Set<Column> }>();
+  /** Each record's row, and the one column its sums touch (null: more than one). */
+  private readonly sums = new Map<string, { row: Record<string, string>; column: Column | null }>();
 
   add(calculationId: string, accountId: string, journalId: string, currency: string, key: string, period: string, dimensions: string, column: Column, units: string, entryId: string): void {
     const id = `${calculationId}\u0000${accountId}\u0000${journalId}\u0000${currency}\u0000${key}\u0000${period}`;
@@ -400,20 +408,19 @@ class Deltas {
         calculation_id: calculationId, account_id: accountId, journal_id: journalId, currency, dimension_key: key, period, dimensions,
         settled_dr: '0', settled_cr: '0', pending_dr: '0', pending_cr: '0', encumbrance_dr: '0', encumbrance_cr: '0', entry_id: entryId, modified: '',
       };
-      sum = { row, columns: new Set() };
+      sum = { row, column };
       this.sums.set(id, sum);
-    }
-    sum.row[column] = addText(sum.row[column]!, units);
+    } else if (sum.column !== column) sum.column = null;
+    const sofar = sum.row[column]!;
+    sum.row[column] = sofar === '0' ? units : addText(sofar, units);
     sum.row.entry_id = entryId;
-    sum.columns.add(column);
   }
 
   write(deps: LedgerDeps, modified: string): void {
-    for (const { row, columns } of this.sums.values()) {
+    for (const { row, column } of this.sums.values()) {
       row.modified = modified;
-      if (columns.size === 1) {
+      if (column !== null) {
         // The usual case, one layer and side: SQLite adds to that column only (one dec_add, not six).
-        const column = columns.values().next().value!;
         const key = [row.calculation_id!, row.account_id!, row.journal_id!, row.currency!, row.dimension_key!, row.period!] as const;
         if (deps.calc.updateBalanceColumn[column].run(row[column]!, row.entry_id!, modified, ...key).changes === 0) deps.calc.insertBalance.run(row);
         continue;
@@ -455,6 +462,8 @@ interface EntryContext {
   transaction: TransactionRow;
   /** Where the entry's sets come from when it was just written (else its parent_account_ids). */
   posted: Pick<Posted, 'parents'>;
+  /** What the definitions applied to it read of `context.vars`. */
+  reads: VarsRead;
   vars: { context: { vars: Record<string, unknown> } } | null;
   /** The entry's account and the sets it rolled up into, once read. */
   owners?: string[];
@@ -462,13 +471,24 @@ interface EntryContext {
 
 function contextOf(deps: LedgerDeps, ec: EntryContext): { context: { vars: Record<string, unknown> } } {
   if (ec.vars) return ec.vars;
-  const { entry, transaction } = ec;
+  const { entry, transaction, reads } = ec;
   // Entries reference their account (a foreign key): it exists.
-  const vars = lazyVars({
+  const builders = {
     entry: () => entryDocument(entry, transaction),
     transaction: () => transactionDocument(transaction),
     account: () => accountDocument(cachedAccount(deps, entry.account_id)!),
-  });
+  };
+  let vars: Record<string, unknown>;
+  if (reads === null) vars = lazyVars(builders);
+  else {
+    // Only what the expressions read, built now: an entry's one or two fields rather than its
+    // whole document (the transaction's and account's are cached per row).
+    vars = {};
+    for (const [name, fields] of reads) {
+      if (name === 'entry') vars.entry = fields === null ? builders.entry() : entryFields(entry, transaction, fields);
+      else if (name === 'transaction' || name === 'account') vars[name] = builders[name]();
+    }
+  }
   ec.vars = { context: { vars } };
   return ec.vars;
 }
@@ -557,7 +577,7 @@ export function applyCalculations(deps: LedgerDeps, posted: Posted): void {
   };
   const deltas = new Deltas();
   for (const entry of posted.entries) {
-    const ec: EntryContext = { entry, transaction: posted.transaction, posted, vars: null };
+    const ec: EntryContext = { entry, transaction: posted.transaction, posted, reads: definitions.reads, vars: null };
     for (const def of definitions.list) applyEntry(deps, def, ec, scope, deltas);
   }
   deltas.write(deps, posted.transaction.modified);
@@ -597,7 +617,7 @@ function backfill(deps: LedgerDeps, def: Definition, scope: { kind: 'all' } | { 
     for (const entry of rows) {
       if (!transaction || transaction.transaction_id !== entry.transaction_id) transaction = deps.st.transactionById.get(entry.transaction_id)!;
       if (transaction.modified > modified) modified = transaction.modified;
-      applyEntry(deps, def, { entry, transaction, posted: {}, vars: null }, scope, deltas);
+      applyEntry(deps, def, { entry, transaction, posted: {}, reads: def.reads, vars: null }, scope, deltas);
     }
     after = rows.at(-1)!.seq;
     if (rows.length < chunk) break;

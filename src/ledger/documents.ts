@@ -16,7 +16,7 @@ export type CelDocument = Record<string, unknown>;
  */
 const entryDocuments = new WeakMap<EntryRow, { transaction: object | undefined; doc: CelDocument }>();
 
-export function entryDocument(row: EntryRow, transaction?: Pick<TransactionRow, 'void_of' | 'voided_by'>): CelDocument {
+export function entryDocument(row: EntryRow, transaction?: EntryTransaction): CelDocument {
   const cached = entryDocuments.get(row);
   if (cached && cached.transaction === transaction) return cached.doc;
   const doc = buildEntryDocument(row, transaction);
@@ -24,29 +24,120 @@ export function entryDocument(row: EntryRow, transaction?: Pick<TransactionRow, 
   return doc;
 }
 
-function buildEntryDocument(row: EntryRow, transaction?: Pick<TransactionRow, 'void_of' | 'voided_by'>): CelDocument {
+type EntryTransaction = Pick<TransactionRow, 'void_of' | 'voided_by'> | undefined;
+
+/** Each field of an entry's document, by its name (`metadata` apart: absent when the entry has none). */
+const ENTRY_FIELDS: Record<string, (row: EntryRow, transaction: EntryTransaction) => unknown> = {
+  entry_id: (row) => row.entry_id,
+  transaction_id: (row) => row.transaction_id,
+  account_id: (row) => row.account_id,
+  journal_id: (row) => row.journal_id,
+  entry_type: (row) => row.entry_type,
+  layer: (row) => row.layer,
+  direction: (row) => row.direction,
+  units: (row) => new CelDecimal(new Dec(row.units), scaleOf(row.units)),
+  currency: (row) => row.currency,
+  amount: (row) => new CelMoney(new Dec(row.units), row.currency, scaleOf(row.units)),
+  sequence: (row) => BigInt(row.sequence),
+  description: (row) => row.description ?? '',
+  parent_account_ids: (row) => (row.parent_account_ids === null ? [] : (JSON.parse(row.parent_account_ids) as string[])),
+  created: (row) => new Date(row.created),
+  is_void_entry: (_row, transaction) => (transaction ? transaction.void_of !== null : false),
+  is_voided_entry: (_row, transaction) => (transaction ? transaction.voided_by !== null : false),
+};
+
+const ENTRY_FIELD_LIST = Object.entries(ENTRY_FIELDS);
+
+function buildEntryDocument(row: EntryRow, transaction: EntryTransaction): CelDocument {
   const scale = scaleOf(row.units);
   const units = new Dec(row.units);
-  const doc: CelDocument = {
-    entry_id: row.entry_id,
-    transaction_id: row.transaction_id,
-    account_id: row.account_id,
-    journal_id: row.journal_id,
-    entry_type: row.entry_type,
-    layer: row.layer,
-    direction: row.direction,
-    units: new CelDecimal(units, scale),
-    currency: row.currency,
-    amount: new CelMoney(units, row.currency, scale),
-    sequence: BigInt(row.sequence),
-    description: row.description ?? '',
-    parent_account_ids: row.parent_account_ids === null ? [] : (JSON.parse(row.parent_account_ids) as string[]),
-    created: new Date(row.created),
-    is_void_entry: transaction ? transaction.void_of !== null : false,
-    is_voided_entry: transaction ? transaction.voided_by !== null : false,
-  };
+  const doc: CelDocument = {};
+  for (const [name, field] of ENTRY_FIELD_LIST) {
+    // The one Dec behind both amounts.
+    doc[name] = name === 'units' ? new CelDecimal(units, scale) : name === 'amount' ? new CelMoney(units, row.currency, scale) : field(row, transaction);
+  }
   if (row.metadata !== null) doc.metadata = jsonToCel(JSON.parse(row.metadata));
   return doc;
+}
+
+/**
+ * An entry's document with only the named fields, for expressions known to read nothing else
+ * (see varsRead): each field as the whole document has it, `metadata` present only when the entry
+ * has some, and a name the whole document does not have absent here too. Not cached: for the one or
+ * two fields a dimension reads, building is cheaper than the lookup.
+ */
+export function entryFields(row: EntryRow, transaction: EntryTransaction, fields: ReadonlySet<string>): CelDocument {
+  const doc: CelDocument = {};
+  for (const name of fields) {
+    if (name === 'metadata') {
+      if (row.metadata !== null) doc.metadata = jsonToCel(JSON.parse(row.metadata));
+    } else if (Object.hasOwn(ENTRY_FIELDS, name)) doc[name] = ENTRY_FIELDS[name]!(row, transaction);
+  }
+  return doc;
+}
+
+/**
+ * What expressions read of `context.vars` (by their parsed trees): for each var, the fields they
+ * read of it (`context.vars.entry.layer`, `context.vars.entry.?metadata`), or null where one reads
+ * the var's document whole (`string(context.vars.entry)`); null in all where one reads `context`
+ * or `context.vars` any other way (an index, a comprehension variable of that name, the map
+ * itself). Documents built with just those fields give every one of those expressions the same
+ * value and the same errors as whole documents.
+ */
+export type VarsRead = Map<string, Set<string> | null> | null;
+
+export function varsRead(asts: readonly unknown[]): VarsRead {
+  const read = new Map<string, Set<string> | null>();
+  return walkReads(asts, read) ? read : null;
+}
+
+/** Both read sets together (null, the whole context, wins). */
+export function unionReads(a: VarsRead, b: VarsRead): VarsRead {
+  if (a === null || b === null) return null;
+  const union = new Map(a);
+  for (const [name, fields] of b) {
+    const mine = union.get(name);
+    if (mine === undefined) union.set(name, fields === null ? null : new Set(fields));
+    else if (mine !== null) union.set(name, fields === null ? null : new Set([...mine, ...fields]));
+  }
+  return union;
+}
+
+type AstNode = { op: string; args: unknown };
+
+function isNode(value: unknown): value is AstNode {
+  return value !== null && typeof value === 'object' && typeof (value as AstNode).op === 'string';
+}
+
+/** `context.vars.<name>`: the name, else null. */
+function varOf(node: AstNode): string | null {
+  if (node.op !== '.' || !Array.isArray(node.args) || typeof node.args[1] !== 'string') return null;
+  const vars = node.args[0];
+  if (!isNode(vars) || vars.op !== '.' || !Array.isArray(vars.args) || vars.args[1] !== 'vars') return null;
+  const root = vars.args[0];
+  return isNode(root) && root.op === 'id' && root.args === 'context' ? node.args[1] : null;
+}
+
+/** False once the whole context is read. */
+function walkReads(value: unknown, read: Map<string, Set<string> | null>): boolean {
+  if (Array.isArray(value)) return value.every((v) => walkReads(v, read));
+  if (!isNode(value)) return true;
+  if ((value.op === '.' || value.op === '.?') && Array.isArray(value.args) && typeof value.args[1] === 'string' && isNode(value.args[0])) {
+    const name = varOf(value.args[0]);
+    if (name !== null) {
+      const fields = read.get(name);
+      if (fields === undefined) read.set(name, new Set([value.args[1]]));
+      else fields?.add(value.args[1]);
+      return true;
+    }
+  }
+  const name = varOf(value);
+  if (name !== null) {
+    read.set(name, null);
+    return true;
+  }
+  if (value.op === 'id') return value.args !== 'context';
+  return walkReads(value.args, read);
 }
 
 /** Transaction and account documents, built once per row object (cached rows are shared, never mutated). */
