@@ -11,7 +11,9 @@
  *   + control    an overdraft guard (REJECT, SETTLED, DEBIT side ≤ inf) attached to the top set;
  *   + calc       a GLOBAL calculation with one dimension (the entry's layer);
  *   + effective  the same calculation with effective-date balances (YYYY, YYYY_MM, YYYY_MM_DD children).
- * BENCH_FEATURES=0 measures only the plain engine.
+ * BENCH_FEATURES=0 measures only the plain engine; BENCH_FEATURES=calc only it and the engine with
+ * sets, the control and the calculation (every engine in the process slows the others' rounds a
+ * little: its heap, its checkpointer; this is the fair side to set beside an older commit's run).
  *
  * --profile (npm run bench:ledger -- --profile): instead, µs per request in each kind of SQL
  * statement (BEGIN, COMMIT, each INSERT/UPDATE/SELECT by table), SQL in all, the JavaScript left,
@@ -74,23 +76,24 @@ async function featureEngine(name: string, features: readonly Feature[]): Promis
   return e;
 }
 const FEATURES = process.env.BENCH_FEATURES !== '0';
-const withSets = FEATURES ? await featureEngine('sets', ['sets']) : null;
-const withControl = FEATURES ? await featureEngine('control', ['sets', 'control']) : null;
+const ALL = FEATURES && process.env.BENCH_FEATURES !== 'calc';
+const withSets = ALL ? await featureEngine('sets', ['sets']) : null;
+const withControl = ALL ? await featureEngine('control', ['sets', 'control']) : null;
 const withCalc = FEATURES ? await featureEngine('calc', ['sets', 'control', 'calc']) : null;
-const withEffective = FEATURES ? await featureEngine('effective', ['sets', 'control', 'effective']) : null;
+const withEffective = ALL ? await featureEngine('effective', ['sets', 'control', 'effective']) : null;
 if (PROFILE) {
   await profileSides(
     {
       'raw statements on Tally\'s schema': { request: rawTally.post },
       'engine.graphql postTransaction': { request: poster(engine), engine },
-      ...(FEATURES
+      ...(ALL
         ? {
             '… + sets (4 set balances per posting)': { request: poster(withSets!), engine: withSets! },
             '… + a REJECT overdraft control': { request: poster(withControl!), engine: withControl! },
-            '… + a GLOBAL calculation': { request: poster(withCalc!), engine: withCalc! },
-            '… + effective-date balances instead': { request: poster(withEffective!), engine: withEffective! },
           }
         : {}),
+      ...(FEATURES ? { '… + a GLOBAL calculation': { request: poster(withCalc!), engine: withCalc! } } : {}),
+      ...(ALL ? { '… + effective-date balances instead': { request: poster(withEffective!), engine: withEffective! } } : {}),
     },
     PER_ROUND,
     ROUNDS,
@@ -106,7 +109,8 @@ const results = compare(
     rawCheckpointed: rawCheckpointed.post,
     rawTally: rawTally.post,
     engine: poster(engine),
-    ...(FEATURES ? { sets: poster(withSets!), control: poster(withControl!), calc: poster(withCalc!), effective: poster(withEffective!) } : {}),
+    ...(ALL ? { sets: poster(withSets!), control: poster(withControl!), effective: poster(withEffective!) } : {}),
+    ...(FEATURES ? { calc: poster(withCalc!) } : {}),
   },
   PER_ROUND,
   ROUNDS,
@@ -127,23 +131,26 @@ for (let chunk = 0; chunk < 100; chunk++) bulk(many, 1000, 91_000_000 + chunk * 
 const fewMicros = balanceReadMicros(engine, few);
 const manyMicros = balanceReadMicros(engine, many);
 // A set's rolled-up balance is read the same way: one primary-key read, whatever its members posted.
-const setMicros = withSets ? balanceReadMicros(withSets, TOP_SET) : null;
+const setMicros = withSets ?? withCalc ? balanceReadMicros((withSets ?? withCalc)!, TOP_SET) : null;
 
 console.log(`\n${table([
   ['raw better-sqlite3 (txn + 2 entries + 2 balance upserts, 1 per commit)', results.raw!.median, results.raw!.cpuUs],
   ["raw better-sqlite3 with the engine's checkpointing (background thread)", results.rawCheckpointed!.median, results.rawCheckpointed!.cpuUs],
   ["the same statements on Tally's schema (indexes, foreign keys, decimal strings)", results.rawTally!.median, results.rawTally!.cpuUs],
   ['engine.graphql postTransaction (1 per request)', results.engine!.median, results.engine!.cpuUs],
-  ...(FEATURES
+  ...(ALL
     ? ([
         ['… every account in a set, 10 sets in a top set (4 set balances per posting)', results.sets!.median, results.sets!.cpuUs],
         ['… + a REJECT overdraft control on the top set', results.control!.median, results.control!.cpuUs],
         ['… + a GLOBAL calculation with one dimension', results.calc!.median, results.calc!.cpuUs],
         ['… + effective-date balances on it instead (3 children)', results.effective!.median, results.effective!.cpuUs],
       ] as Array<[string, number, number]>)
-    : []),
+    : FEATURES
+      ? ([['… with sets, a REJECT control and a GLOBAL calculation', results.calc!.median, results.calc!.cpuUs]] as Array<[string, number, number]>)
+      : []),
 ], results.raw!.median)}`);
-if (FEATURES) {
+if (FEATURES && !ALL) console.log(`\nsets, control and calculation ÷ plain engine: ${(results.calc!.median / results.engine!.median).toFixed(2)}`);
+if (ALL) {
   const cost = (name: string, slower: number, faster: number) => `${name} ${(1e6 / slower - 1e6 / faster).toFixed(0)} µs`;
   console.log(`
 wall µs each feature adds per posting: ${[
