@@ -245,6 +245,16 @@ describe('calculations: balances on posting', () => {
     expect(settled(read(SALES, id(711))).cr).toBe('2.00');
   });
 
+  it('a dimension thousands of terms long (one level of the parsed tree each) is weighed and counted like any other', () => {
+    // What a calculation reads of the entry is found by walking its parsed expressions: the walk
+    // must not run out of stack on a long chain the parser accepts (it once failed every posting).
+    const value = `context.vars.entry.sequence${'+1'.repeat(2000)}`;
+    expect(value.length).toBeLessThan(4096);
+    ok(engine, CREATE, { i: { calculationId: id(712), code: 'LONG', description: 'l', dimensions: [{ alias: 'n', value }] } });
+    sale('1.00', '2024-01-01');
+    expect(settled(read(SALES, id(712), { n: 2002 })).cr).toBe('1.00');
+  });
+
   it('with no calculation, posting reads no calculation definitions once they are in memory', () => {
     const deps = engine.ledger.deps;
     const active = deps.calc.active;

@@ -74,6 +74,14 @@ describe('what expressions read of context.vars', () => {
     expect(reads('[1].exists(context, context == 1) && context.vars.entry.layer == "SETTLED"')).toBeNull();
   });
 
+  it('walks a chain thousands of terms deep, and reads everything where it meets what it does not know', () => {
+    expect(shown(reads(`context.vars.entry.sequence${'+1'.repeat(2000)}`))).toEqual({ entry: ['sequence'] });
+    expect(shown(reads(`1${'+1'.repeat(1800)} + size(context.vars.entry.layer)`))).toEqual({ entry: ['layer'] });
+    // No parsed tree, or a node kind whose parts are not where the walk looks: not narrowed.
+    expect(varsRead([undefined])).toBeNull();
+    expect(varsRead([{ op: '+', args: { left: ast('context.vars.entry.layer') } }])).toBeNull();
+  });
+
   it('unites the reads of several definitions, the whole winning', () => {
     expect(shown(unionReads(reads('context.vars.entry.layer'), reads('context.vars.entry.currency', 'context.vars.account.code')))).toEqual({
       entry: ['currency', 'layer'],

@@ -361,7 +361,7 @@ function definitionOf(deps: LedgerDeps, row: CalculationRow, children: readonly 
     conditionText: row.condition,
     dimensions,
     children: children.filter((c) => c.granularity !== null).map((c) => ({ id: c.calculation_id, granularity: c.granularity! })),
-    reads: varsRead([condition, ...dimensions.map((d) => d.run)].map((run) => (run as { ast?: unknown } | null)?.ast ?? null)),
+    reads: varsRead([...(condition ? [condition] : []), ...dimensions.map((d) => d.run)].map((run) => (run as unknown as { ast?: unknown }).ast)),
   };
 }
 

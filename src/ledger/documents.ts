@@ -88,7 +88,12 @@ export type VarsRead = Map<string, Set<string> | null> | null;
 
 export function varsRead(asts: readonly unknown[]): VarsRead {
   const read = new Map<string, Set<string> | null>();
-  return walkReads(asts, read) ? read : null;
+  try {
+    return walkReads(asts, read) ? read : null;
+  } catch {
+    // Whatever it cannot walk, it does not narrow.
+    return null;
+  }
 }
 
 /** Both read sets together (null, the whole context, wins). */
@@ -118,26 +123,44 @@ function varOf(node: AstNode): string | null {
   return isNode(root) && root.op === 'id' && root.args === 'context' ? node.args[1] : null;
 }
 
-/** False once the whole context is read. */
-function walkReads(value: unknown, read: Map<string, Set<string> | null>): boolean {
-  if (Array.isArray(value)) return value.every((v) => walkReads(v, read));
-  if (!isNode(value)) return true;
-  if ((value.op === '.' || value.op === '.?') && Array.isArray(value.args) && typeof value.args[1] === 'string' && isNode(value.args[0])) {
-    const name = varOf(value.args[0]);
-    if (name !== null) {
-      const fields = read.get(name);
-      if (fields === undefined) read.set(name, new Set([value.args[1]]));
-      else fields?.add(value.args[1]);
-      return true;
+/**
+ * False once the whole context is read, or anything is met that is not a parsed node it knows (a
+ * missing tree, a node kind whose parts are not in its args): what it cannot see, it does not
+ * narrow. An explicit stack: the parser builds `a + b + c …` as one level per term, thousands deep.
+ */
+function walkReads(root: unknown, read: Map<string, Set<string> | null>): boolean {
+  const stack: unknown[] = [root];
+  while (stack.length > 0) {
+    const value = stack.pop();
+    if (Array.isArray(value)) {
+      for (const item of value) stack.push(item);
+      continue;
     }
+    if (typeof value === 'string') continue;
+    if (!isNode(value)) return false;
+    // A literal's args are its value.
+    if (value.op === 'value') continue;
+    if ((value.op === '.' || value.op === '.?') && Array.isArray(value.args) && typeof value.args[1] === 'string' && isNode(value.args[0])) {
+      const name = varOf(value.args[0]);
+      if (name !== null) {
+        const fields = read.get(name);
+        if (fields === undefined) read.set(name, new Set([value.args[1]]));
+        else fields?.add(value.args[1]);
+        continue;
+      }
+    }
+    const name = varOf(value);
+    if (name !== null) {
+      read.set(name, null);
+      continue;
+    }
+    if (value.op === 'id') {
+      if (value.args === 'context') return false;
+      continue;
+    }
+    stack.push(value.args);
   }
-  const name = varOf(value);
-  if (name !== null) {
-    read.set(name, null);
-    return true;
-  }
-  if (value.op === 'id') return value.args !== 'context';
-  return walkReads(value.args, read);
+  return true;
 }
 
 /** Transaction and account documents, built once per row object (cached rows are shared, never mutated). */

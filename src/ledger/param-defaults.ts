@@ -12,17 +12,19 @@ const CEL_ROOTS: ReadonlySet<string> = new Set([
 /** Every identifier an expression's AST reads (`id` nodes), macro-bound names included. */
 export function identifiersOf(ast: unknown): Set<string> {
   const names = new Set<string>();
-  const walk = (node: unknown): void => {
+  // An explicit stack: the parser builds `a + b + c …` one level per term, thousands deep.
+  const stack: unknown[] = [ast];
+  while (stack.length > 0) {
+    const node = stack.pop();
     if (Array.isArray(node)) {
-      for (const child of node) walk(child);
-      return;
+      for (const child of node) stack.push(child);
+      continue;
     }
-    if (node === null || typeof node !== 'object') return;
+    if (node === null || typeof node !== 'object') continue;
     const { op, args } = node as { op?: unknown; args?: unknown };
     if (op === 'id' && typeof args === 'string') names.add(args);
-    else walk(args);
-  };
-  walk(ast);
+    else stack.push(args);
+  }
   return names;
 }
 
