@@ -49,13 +49,8 @@ const ENTRY_FIELDS: Record<string, (row: EntryRow, transaction: EntryTransaction
 const ENTRY_FIELD_LIST = Object.entries(ENTRY_FIELDS);
 
 function buildEntryDocument(row: EntryRow, transaction: EntryTransaction): CelDocument {
-  const scale = scaleOf(row.units);
-  const units = new Dec(row.units);
   const doc: CelDocument = {};
-  for (const [name, field] of ENTRY_FIELD_LIST) {
-    // The one Dec behind both amounts.
-    doc[name] = name === 'units' ? new CelDecimal(units, scale) : name === 'amount' ? new CelMoney(units, row.currency, scale) : field(row, transaction);
-  }
+  for (const [name, field] of ENTRY_FIELD_LIST) doc[name] = field(row, transaction);
   if (row.metadata !== null) doc.metadata = jsonToCel(JSON.parse(row.metadata));
   return doc;
 }
