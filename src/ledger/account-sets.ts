@@ -171,7 +171,7 @@ export function deleteAccountSet(deps: LedgerDeps, accountSetId: string): Accoun
  * Cached until set membership changes (account_set_members is a cached table).
  */
 export function setsAbove(deps: LedgerDeps, accountId: string, journalId: string): string[] {
-  return deps.cache.setsAbove.get(`${accountId} ${journalId}`, () => {
+  return deps.cache.setsAbove.getIn(journalId, accountId, () => {
     const out: string[] = [];
     const above = deps.st.ancestorsOf.all(accountId);
     // addToAccountSet keeps this bound for the member it adds; sets nested above other sets can

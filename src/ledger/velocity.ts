@@ -448,7 +448,7 @@ function bindLimitParams(deps: LedgerDeps, limit: VelocityLimit, values: Record<
     setOwn(input, name, param.type === 'DECIMAL' && infinite ? new CelDecimal(new Dec(infinite[1] === '-' ? -Infinity : Infinity)) : value);
   }
   // Compiled once per limit version (versions never change), until a velocity table changes.
-  const compiled = deps.cache.posting.get(`velocity params ${limit.velocityLimitId} ${limit.version}`, () => ({
+  const compiled = deps.cache.posting.getIn(`velocity params ${limit.version}`, limit.velocityLimitId, () => ({
     document: { code: `velocity limit ${limit.name}` },
     params: compiledParams(deps, `velocity limit ${limit.name}`, limit.params),
   })) as unknown as CompiledTranCode;
@@ -547,11 +547,11 @@ interface Check {
 
 /** The controls attached to an account or set, cached until a velocity table changes. */
 function attachedTo(deps: LedgerDeps, accountId: string): Attachment[] {
-  return deps.cache.posting.get(`velocity attachments ${accountId}`, () => deps.vel.attachmentsOf.all(accountId).map(toAttachment)) as Attachment[];
+  return deps.cache.posting.getIn('velocity attachments', accountId, () => deps.vel.attachmentsOf.all(accountId).map(toAttachment)) as Attachment[];
 }
 
 function controlOf(deps: LedgerDeps, id: string): { control: VelocityControl; limits: VelocityLimit[] } {
-  return deps.cache.posting.get(`velocity control ${id}`, () => ({ control: getVelocityControl(deps, id), limits: limitsOfControl(deps, id) })) as {
+  return deps.cache.posting.getIn('velocity control', id, () => ({ control: getVelocityControl(deps, id), limits: limitsOfControl(deps, id) })) as {
     control: VelocityControl;
     limits: VelocityLimit[];
   };

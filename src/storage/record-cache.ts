@@ -43,6 +43,9 @@ export class CacheEpoch {
  */
 export class RecordCache<V> {
   private readonly rows = new Map<string, V>();
+  /** Rows under two keys (getIn): a group, then an id, each a string that is hashed once and kept. */
+  private readonly groups = new Map<string, Map<string, V>>();
+  private grouped = 0;
   private epoch = -1;
 
   constructor(
@@ -51,23 +54,56 @@ export class RecordCache<V> {
   ) {}
 
   get size(): number {
-    return this.rows.size;
+    return this.rows.size + this.grouped;
   }
 
   /** The cached row, or `load(key)` (cached unless undefined); always `load(key)` while not active. */
   get(key: string, load: (key: string) => V | undefined): V | undefined {
     if (!this.clock.active) return load(key);
-    if (this.epoch !== this.clock.value) {
-      this.rows.clear();
-      this.epoch = this.clock.value;
-    }
+    this.sync();
     const cached = this.rows.get(key);
     if (cached !== undefined) return cached;
     const loaded = load(key);
     if (loaded === undefined || this.entriesMax === 0) return loaded;
-    if (this.rows.size >= this.entriesMax) this.rows.clear();
+    if (this.rows.size + this.grouped >= this.entriesMax) this.clear();
     this.rows.set(key, loaded);
     return loaded;
+  }
+
+  /**
+   * The same, keyed by a group (a kind of row, a journal) and an id within it. A posting looks rows
+   * up by the ids it already holds: no key is built per lookup (a joined key is a new string each
+   * time, flattened and hashed again), so a hit costs two map probes.
+   */
+  getIn(group: string, id: string, load: () => V | undefined): V | undefined {
+    if (!this.clock.active) return load();
+    this.sync();
+    let rows = this.groups.get(group);
+    const cached = rows?.get(id);
+    if (cached !== undefined) return cached;
+    const loaded = load();
+    if (loaded === undefined || this.entriesMax === 0) return loaded;
+    if (this.rows.size + this.grouped >= this.entriesMax) {
+      this.clear();
+      rows = undefined;
+    }
+    if (!rows) this.groups.set(group, (rows = new Map()));
+    rows.set(id, loaded);
+    this.grouped++;
+    return loaded;
+  }
+
+  private sync(): void {
+    if (this.epoch !== this.clock.value) {
+      this.clear();
+      this.epoch = this.clock.value;
+    }
+  }
+
+  private clear(): void {
+    this.rows.clear();
+    this.groups.clear();
+    this.grouped = 0;
   }
 }
 
