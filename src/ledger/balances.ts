@@ -1,7 +1,7 @@
 import { addText, subText } from '../decimal.js';
 import { EngineError } from '../errors.js';
 import { type Connection, encodeCursor, pageRequest, toConnection } from '../paging.js';
-import { BALANCE_COLUMNS, type BalanceAfter, type BalanceColumn, type BalanceRow, type EntryRow, snapshotTotals } from '../storage/statements/ledger.js';
+import { BALANCE_COLUMNS, type BalanceAfter, balanceColumnIndex, type BalanceRow, type EntryRow, snapshotTotals } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
 import type { Direction, Layer } from './records.js';
 import { chainRows } from './set-log.js';
@@ -240,16 +240,18 @@ export interface BalanceDelta {
  * returns the head it replaced.
  */
 export function applyToBalances(deps: LedgerDeps, deltas: readonly BalanceDelta[], modified: string): Map<string, BalanceAfter> {
-  const sums = new Map<string, { delta: BalanceDelta; totals: Record<string, string>; logRows: number }>();
+  const sums = new Map<string, { delta: BalanceDelta; amounts: Array<string | undefined>; mask: number; logRows: number }>();
   for (const delta of deltas) {
     const key = `${delta.accountId} ${delta.journalId} ${delta.currency}`;
     let sum = sums.get(key);
     if (!sum) {
-      sum = { delta, totals: {}, logRows: 0 };
+      sum = { delta, amounts: [], mask: 0, logRows: 0 };
       sums.set(key, sum);
     }
-    const column = `${delta.layer.toLowerCase()}_${delta.direction === 'DEBIT' ? 'dr' : 'cr'}`;
-    sum.totals[column] = addText(sum.totals[column] ?? '0', delta.units);
+    const column = balanceColumnIndex(delta.layer, delta.direction);
+    const sofar = sum.amounts[column];
+    sum.amounts[column] = sofar === undefined ? delta.units : addText(sofar, delta.units);
+    sum.mask |= 1 << column;
     sum.delta = delta;
     if (delta.logSeq !== undefined) sum.logRows++;
   }
@@ -257,22 +259,26 @@ export function applyToBalances(deps: LedgerDeps, deltas: readonly BalanceDelta[
   // In one order (by record key) in every transaction: two that update the same records never
   // wait for each other in a cycle (PostgreSQL would fail one of them as a deadlock after a second).
   const ordered = sums.size > 1 ? [...sums].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)) : sums;
-  for (const [key, { delta, totals, logRows }] of ordered) {
+  for (const [key, { delta, amounts, mask, logRows }] of ordered) {
     const upsert = logRows > 0 ? deps.st.set : deps.st;
-    const record: Record<string, unknown> = { account_id: delta.accountId, journal_id: delta.journalId, currency: delta.currency, entry_id: delta.entryId, modified };
-    if (logRows > 0) {
-      record.log_head = delta.logSeq;
-      record.log_rows = logRows;
+    // The UPDATE adds to the changed columns only; the INSERT (an account's first posting in a
+    // journal and currency) writes all six.
+    const args: unknown[] = [];
+    for (let i = 0; i < BALANCE_COLUMNS.length; i++) if (amounts[i] !== undefined) args.push(amounts[i]);
+    args.push(delta.entryId, modified);
+    if (logRows > 0) args.push(delta.logSeq, logRows);
+    args.push(delta.accountId, delta.journalId, delta.currency);
+    let left = upsert.updateColumns(mask).get(args);
+    if (!left) {
+      const record: Record<string, unknown> = { account_id: delta.accountId, journal_id: delta.journalId, currency: delta.currency, entry_id: delta.entryId, modified };
+      BALANCE_COLUMNS.forEach((c, i) => (record[c] = amounts[i] ?? '0'));
+      if (logRows > 0) {
+        record.log_head = delta.logSeq;
+        record.log_rows = logRows;
+      }
+      left = upsert.insertBalance.get(record)!;
     }
-    const columns = Object.keys(totals);
-    if (columns.length === 1) {
-      const column = columns[0] as BalanceColumn;
-      record.amount = totals[column];
-      after.set(key, (upsert.updateBalanceColumn[column].get(record) ?? upsert.insertBalanceColumn[column].get(record))!);
-      continue;
-    }
-    for (const column of BALANCE_COLUMNS) record[column] = totals[column] ?? '0';
-    after.set(key, (upsert.updateBalance.get(record) ?? upsert.insertBalance.get(record))!);
+    after.set(key, left);
   }
   return after;
 }

@@ -397,8 +397,8 @@ type Column = (typeof COLUMNS)[number];
 
 /** Sums per calculation balance record, written with one upsert each. */
 class Deltas {
-  /** Each record's row, and the one column its sums touch (null: more than one). */
-  private readonly sums = new Map<string, { row: Record<string, string>; column: Column | null }>();
+  /** Each record's row, and the columns its sums touch (bit i for COLUMNS[i]). */
+  private readonly sums = new Map<string, { row: Record<string, string>; mask: number }>();
 
   add(calculationId: string, accountId: string, journalId: string, currency: string, key: string, period: string, dimensions: string, column: Column, units: string, entryId: string): void {
     const id = `${calculationId}\u0000${accountId}\u0000${journalId}\u0000${currency}\u0000${key}\u0000${period}`;
@@ -408,25 +408,23 @@ class Deltas {
         calculation_id: calculationId, account_id: accountId, journal_id: journalId, currency, dimension_key: key, period, dimensions,
         settled_dr: '0', settled_cr: '0', pending_dr: '0', pending_cr: '0', encumbrance_dr: '0', encumbrance_cr: '0', entry_id: entryId, modified: '',
       };
-      sum = { row, column };
+      sum = { row, mask: 0 };
       this.sums.set(id, sum);
-    } else if (sum.column !== column) sum.column = null;
+    }
+    sum.mask |= 1 << COLUMNS.indexOf(column);
     const sofar = sum.row[column]!;
     sum.row[column] = sofar === '0' ? units : addText(sofar, units);
     sum.row.entry_id = entryId;
   }
 
   write(deps: LedgerDeps, modified: string): void {
-    for (const { row, column } of this.sums.values()) {
+    for (const { row, mask } of this.sums.values()) {
       row.modified = modified;
-      if (column !== null) {
-        // The usual case, one layer and side: SQLite adds to that column only (one dec_add, not six).
-        const key = [row.calculation_id!, row.account_id!, row.journal_id!, row.currency!, row.dimension_key!, row.period!] as const;
-        if (deps.calc.updateBalanceColumn[column].run(row[column]!, row.entry_id!, modified, ...key).changes === 0) deps.calc.insertBalance.run(row);
-        continue;
-      }
-      // Named binding ignores the extra key (dimensions) the UPDATE does not use.
-      if (deps.calc.updateBalance.run(row).changes === 0) deps.calc.insertBalance.run(row);
+      // The UPDATE adds to the changed columns only (one dec_add each); the INSERT writes all six.
+      const args: unknown[] = [];
+      for (let i = 0; i < COLUMNS.length; i++) if ((mask & (1 << i)) !== 0) args.push(row[COLUMNS[i]!]);
+      args.push(row.entry_id, modified, row.calculation_id, row.account_id, row.journal_id, row.currency, row.dimension_key, row.period);
+      if (deps.calc.updateColumns(mask).run(args).changes === 0) deps.calc.insertBalance.run(row);
     }
   }
 }

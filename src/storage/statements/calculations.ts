@@ -1,6 +1,6 @@
 import type { Statement } from 'better-sqlite3';
 import type { Db } from '../database.js';
-import { ADD_TO_BALANCE, BALANCE_COLUMNS, type BalanceColumn, type BalanceRow, type EntryRow } from './ledger.js';
+import { type BalanceRow, byColumns, type EntryRow } from './ledger.js';
 
 /**
  * The tables of migration 12 (calculations).
@@ -177,22 +177,17 @@ export function calculationStatements(db: Db) {
        ORDER BY dimension_key, period LIMIT ?`,
     ),
     /** Add to a calculation balance: the UPDATE first (the record usually exists), the INSERT when it changed nothing. */
-    updateBalance: db.prepare(
-      `UPDATE calculation_balances SET
-         ${ADD_TO_BALANCE}
-       WHERE calculation_id = @calculation_id AND account_id = @account_id AND journal_id = @journal_id AND currency = @currency
-         AND dimension_key = @dimension_key AND period = @period`,
-    ) as Statement<[Record<string, string>]>,
-    /** The same for one layer and side (positional: amount, entry, modified, then the key). */
-    updateBalanceColumn: Object.fromEntries(
-      BALANCE_COLUMNS.map((column) => [
-        column,
-        db.prepare<[string, string, string, ...BalanceKey, string]>(
-          `UPDATE calculation_balances SET ${column} = dec_add(${column}, ?), entry_id = ?, version = version + 1, modified = ?
-           WHERE calculation_id = ? AND account_id = ? AND journal_id = ? AND currency = ? AND dimension_key = ? AND period = ?`,
-        ),
-      ]),
-    ) as Record<BalanceColumn, Statement<[string, string, string, ...BalanceKey, string]>>,
+    /**
+     * Add to the columns the entries change, and only those (see byColumns). Positional: the
+     * amounts in BALANCE_COLUMNS order, the entry, modified, then the key (calculation, account,
+     * journal, currency, dimension key, period).
+     */
+    updateColumns: byColumns((columns) =>
+      db.prepare<unknown[]>(
+        `UPDATE calculation_balances SET ${columns.map((c) => `${c} = dec_add(${c}, ?)`).join(', ')}, entry_id = ?, version = version + 1, modified = ?
+         WHERE calculation_id = ? AND account_id = ? AND journal_id = ? AND currency = ? AND dimension_key = ? AND period = ?`,
+      ),
+    ),
     insertBalance: db.prepare(
       `INSERT INTO calculation_balances (calculation_id, account_id, journal_id, currency, dimension_key, period, dimensions,
          settled_dr, settled_cr, pending_dr, pending_cr, encumbrance_dr, encumbrance_cr, entry_id, version, created, modified)

@@ -1,4 +1,3 @@
-import type { Statement } from 'better-sqlite3';
 import { isPostgres } from '../backend.js';
 import type { Db } from '../database.js';
 
@@ -340,29 +339,18 @@ function balanceUpserts(db: Db, log: boolean) {
        RETURNING ${returning}`,
     ),
     /**
-     * The common case, one layer and side changing: only that column is added to, so SQLite calls
-     * dec_add once instead of six times. Keyed by column name; named parameters as above, the
-     * amount as @amount.
+     * Add to the columns a posting changes, and only those (SQLite calls dec_add once per changed
+     * column, not six times): see byColumns. Positional: the amounts in BALANCE_COLUMNS order, the
+     * entry, modified, [log_head, log_rows], then account, journal and currency.
      */
-    updateBalanceColumn: Object.fromEntries(
-      BALANCE_COLUMNS.map((column) => [
-        column,
-        db.prepare<[Record<string, unknown>], BalanceAfter>(
-          `UPDATE balances SET ${column} = dec_add(${column}, @amount), entry_id = @entry_id, version = version + 1, modified = @modified${setLog}
-           WHERE account_id = @account_id AND journal_id = @journal_id AND currency = @currency RETURNING ${returning}`,
-        ),
-      ]),
-    ) as Record<BalanceColumn, Statement<[Record<string, unknown>], BalanceAfter>>,
-    insertBalanceColumn: Object.fromEntries(
-      BALANCE_COLUMNS.map((column) => [
-        column,
-        db.prepare<[Record<string, unknown>], BalanceAfter>(
-          `INSERT INTO balances (account_id, journal_id, currency, ${BALANCE_COLUMNS.join(', ')}, entry_id, version, created, modified${logColumns})
-           VALUES (@account_id, @journal_id, @currency, ${BALANCE_COLUMNS.map((c) => (c === column ? '@amount' : "'0'")).join(', ')}, @entry_id, 1, @modified, @modified${logValues})
-           RETURNING ${returning}`,
-        ),
-      ]),
-    ) as Record<BalanceColumn, Statement<[Record<string, unknown>], BalanceAfter>>,
+    updateColumns: byColumns((columns) =>
+      db.prepare<unknown[], BalanceAfter>(
+        `UPDATE balances SET ${columns.map((c) => `${c} = dec_add(${c}, ?)`).join(', ')}, entry_id = ?, version = version + 1, modified = ?${
+          log ? ', log_prev = log_head, log_head = ?, log_count = ifnull(log_count, 0) + ?' : ''
+        }
+         WHERE account_id = ? AND journal_id = ? AND currency = ? RETURNING ${returning}`,
+      ),
+    ),
   };
 }
 
@@ -417,6 +405,21 @@ function setLogStatements(db: Db) {
 export const SET_LOG_MARK_EVERY = 64;
 
 export const BALANCE_COLUMNS = ['settled_dr', 'settled_cr', 'pending_dr', 'pending_cr', 'encumbrance_dr', 'encumbrance_cr'] as const;
+
+/** The index in BALANCE_COLUMNS of a layer's debit or credit column. */
+export function balanceColumnIndex(layer: string, direction: string): number {
+  return (layer === 'SETTLED' ? 0 : layer === 'PENDING' ? 2 : 4) + (direction === 'DEBIT' ? 0 : 1);
+}
+
+/**
+ * A statement per set of changed balance columns (bit i of the mask for BALANCE_COLUMNS[i]),
+ * prepared on first use: at most 63, most postings use one or two (a layer's debit, or its debit
+ * and credit).
+ */
+export function byColumns<S>(build: (columns: BalanceColumn[]) => S): (mask: number) => S {
+  const prepared: S[] = [];
+  return (mask) => (prepared[mask] ??= build(BALANCE_COLUMNS.filter((_, i) => (mask & (1 << i)) !== 0)));
+}
 
 /** What a balance upsert returns: the record as it left it, for the entries' history snapshot. */
 /** The SET of a balance row taking a posting's amounts (named parameters, one per layer and side). */
