@@ -178,13 +178,56 @@ export function withScale(d: Dec, scale: number): string {
 export function addText(a: string, b: string): string {
   if (b === '0') return a;
   if (a === '0') return b;
-  return withScale(new Dec(a).plus(b), Math.max(scaleOf(a), scaleOf(b)));
+  return shortSum(a, b, false) ?? withScale(new Dec(a).plus(b), Math.max(scaleOf(a), scaleOf(b)));
 }
 
 /** Exact a − b of two decimal strings, at the larger of their scales. */
 export function subText(a: string, b: string): string {
   if (b === '0') return a;
-  return withScale(new Dec(a).minus(b), Math.max(scaleOf(a), scaleOf(b)));
+  return shortSum(a, b, true) ?? withScale(new Dec(a).minus(b), Math.max(scaleOf(a), scaleOf(b)));
+}
+
+const POW10 = [1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
+
+/**
+ * `s`, a non-negative decimal (digits, at most one point with digits on both sides), as an integer
+ * scaled to `scale` fraction digits; -1 when it is not one, has more fraction digits than `scale`,
+ * or takes more than 15 digits so scaled (then a double might not hold it exactly).
+ */
+function scaledShort(s: string, point: number, scale: number): number {
+  const fraction = point < 0 ? 0 : s.length - point - 1;
+  if (s.length === 0 || point === 0 || fraction > scale || (point > 0 && fraction === 0)) return -1;
+  if (s.length - (point < 0 ? 0 : 1) + (scale - fraction) > 15) return -1;
+  let n = 0;
+  for (let i = 0; i < s.length; i++) {
+    if (i === point) continue;
+    const digit = s.charCodeAt(i) - 48;
+    if (digit < 0 || digit > 9) return -1;
+    n = n * 10 + digit;
+  }
+  return n * POW10[scale - fraction]!;
+}
+
+/**
+ * a + b (or a − b) at the larger of their scales when both are non-negative decimals of at most 15
+ * digits once scaled: the scaled integers are exact as doubles, and so is their sum or difference
+ * (below 2^53). Balance totals and amounts are mostly such; undefined for anything else (a sign, an
+ * exponent, more digits), which decimal.js then adds.
+ */
+function shortSum(a: string, b: string, subtract: boolean): string | undefined {
+  const pa = a.indexOf('.');
+  const pb = b.indexOf('.');
+  const fa = pa < 0 ? 0 : a.length - pa - 1;
+  const fb = pb < 0 ? 0 : b.length - pb - 1;
+  const scale = fa > fb ? fa : fb;
+  const ia = scaledShort(a, pa, scale);
+  const ib = ia < 0 ? -1 : scaledShort(b, pb, scale);
+  if (ib < 0) return undefined;
+  const sum = subtract ? ia - ib : ia + ib;
+  const negative = sum < 0;
+  if (scale === 0) return String(sum);
+  const digits = String(negative ? -sum : sum).padStart(scale + 1, '0');
+  return `${negative ? '-' : ''}${digits.slice(0, -scale)}.${digits.slice(-scale)}`;
 }
 
 /** Plain notation, never an exponent, with at least `minFractionDigits` digits after the point. */

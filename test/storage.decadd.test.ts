@@ -1,5 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { addText, subText } from '../src/decimal.js';
 import { decAdd } from '../src/storage/database.js';
 
 /** A decimal written with exactly `scale` fraction digits, trailing zeros kept ("1.50", "0.000"). */
@@ -77,5 +78,31 @@ describe('dec_add', () => {
     // Not a decimal the fast path reads: decimal.js reads it (or fails) as it always did.
     expect(decAdd('.5', '1')).toBe('1.5');
     expect(decAdd('5.', '1')).toBe('6');
+  });
+
+  it('subText and addText give the exact difference and sum, signs included, at the larger scale', () => {
+    const signed = fc.tuple(fc.boolean(), fc.oneof(decimal, short)).map(([negative, text]) => (negative && text !== '0' ? `-${text}` : text));
+    const exact = (a: string, b: string, subtract: boolean): string => {
+      const scale = Math.max(scaleOf(a), scaleOf(b));
+      const scaled = (text: string): bigint => {
+        const negative = text.startsWith('-');
+        const [int = '', frac = ''] = (negative ? text.slice(1) : text).split('.');
+        const value = BigInt(int + frac.padEnd(scale, '0'));
+        return negative ? -value : value;
+      };
+      const sum = subtract ? scaled(a) - scaled(b) : scaled(a) + scaled(b);
+      return sum < 0n ? `-${written(-sum, scale)}` : written(sum, scale);
+    };
+    fc.assert(
+      fc.property(signed, signed, (a, b) => {
+        expect(subText(a, b)).toBe(b === '0' ? a : exact(a, b, true));
+        expect(addText(a, b)).toBe(b === '0' ? a : a === '0' ? b : exact(a, b, false));
+      }),
+      { numRuns: 5000 },
+    );
+    expect(subText('1.00', '1.00')).toBe('0.00');
+    expect(subText('1', '2.5')).toBe('-1.5');
+    expect(subText('0.5', '0.75')).toBe('-0.25');
+    expect(subText('100', '0.01')).toBe('99.99');
   });
 });

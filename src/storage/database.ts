@@ -194,51 +194,13 @@ function registerFunctions(db: Db): void {
   db.function('dec_add', { deterministic: true, varargs: false }, decAdd);
 }
 
-const POW10 = [1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
-
 /**
- * `s`, a non-negative decimal (digits, at most one point with digits on both sides), as an integer
- * scaled to `scale` fraction digits; -1 when it is not one, has more fraction digits than `scale`,
- * or takes more than 15 digits so scaled (then a double might not hold it exactly).
- */
-function scaledSmall(s: string, point: number, scale: number): number {
-  const fraction = point < 0 ? 0 : s.length - point - 1;
-  if (s.length === 0 || point === 0 || fraction > scale || (point > 0 && fraction === 0)) return -1;
-  if (s.length - (point < 0 ? 0 : 1) + (scale - fraction) > 15) return -1;
-  let n = 0;
-  for (let i = 0; i < s.length; i++) {
-    if (i === point) continue;
-    const digit = s.charCodeAt(i) - 48;
-    if (digit < 0 || digit > 9) return -1;
-    n = n * 10 + digit;
-  }
-  return n * POW10[scale - fraction]!;
-}
-
-/**
- * `a + b` for decimal strings at the larger of their scales ("0" + "21.00" = "21.00"; see
- * addText). Balance totals are non-negative and mostly short, so when both fit in 15 digits the sum
- * is done on the scaled integers as doubles (exact below 2^53; no regular expression, nothing
- * allocated but the result) and only other cases pay for decimal.js.
+ * `a + b` for decimal strings at the larger of their scales ("0" + "21.00" = "21.00"; see addText,
+ * whose fast path on short decimals does most of them without decimal.js).
  */
 export function decAdd(a: unknown, b: unknown): unknown {
   if (b === '0') return a;
   if (a === '0') return b;
-  if (typeof a === 'string' && typeof b === 'string') {
-    const pa = a.indexOf('.');
-    const pb = b.indexOf('.');
-    const fa = pa < 0 ? 0 : a.length - pa - 1;
-    const fb = pb < 0 ? 0 : b.length - pb - 1;
-    const scale = fa > fb ? fa : fb;
-    const ia = scaledSmall(a, pa, scale);
-    const ib = ia < 0 ? -1 : scaledSmall(b, pb, scale);
-    if (ib >= 0) {
-      const sum = ia + ib;
-      if (scale === 0) return String(sum);
-      const digits = String(sum).padStart(scale + 1, '0');
-      return `${digits.slice(0, -scale)}.${digits.slice(-scale)}`;
-    }
-  }
   return addText(String(a), String(b));
 }
 
