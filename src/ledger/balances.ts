@@ -230,6 +230,8 @@ export interface BalanceDelta {
   entryId: string;
   /** A set's record: the entry's seq, a row of the record's entry log (see setLogStatements). */
   logSeq?: number;
+  /** The record's key, `${accountId} ${journalId} ${currency}`, when the caller has it (see RecordKeys). */
+  key?: string;
 }
 
 /**
@@ -242,7 +244,7 @@ export interface BalanceDelta {
 export function applyToBalances(deps: LedgerDeps, deltas: readonly BalanceDelta[], modified: string): Map<string, BalanceAfter> {
   const sums = new Map<string, { delta: BalanceDelta; amounts: Array<string | undefined>; mask: number; logRows: number }>();
   for (const delta of deltas) {
-    const key = `${delta.accountId} ${delta.journalId} ${delta.currency}`;
+    const key = delta.key ?? `${delta.accountId} ${delta.journalId} ${delta.currency}`;
     let sum = sums.get(key);
     if (!sum) {
       sum = { delta, amounts: [], mask: 0, logRows: 0 };

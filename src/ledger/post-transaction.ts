@@ -11,7 +11,7 @@ import type { EntryRow, TranCodeRow, TransactionRow } from '../storage/statement
 import { setsAbove } from './account-sets.js';
 import { afterPosting } from './after-posting.js';
 import { applyToBalances, type BalanceDelta } from './balances.js';
-import type { Posted } from './posted.js';
+import { type Posted, RecordKeys } from './posted.js';
 import { appendSetEntries } from './set-log.js';
 import { cachedAccount, type LedgerDeps } from './deps.js';
 import { DEFAULT_JOURNAL_ID } from './journals.js';
@@ -296,6 +296,7 @@ function writeTransaction(
     row.description, row.metadata, row.void_of, row.input_fingerprint, row.first_entry_seq, row.entry_count, row.created, row.modified,
   );
   const deltas: BalanceDelta[] = [];
+  const keys = new RecordKeys(row.journal_id);
   // The sets above each account in this journal: the entry rolls up into each (Entry.parentAccountIds).
   const parents = new Map<string, string[]>();
   for (const e of entries) if (!parents.has(e.accountId)) parents.set(e.accountId, setsAbove(deps, e.accountId, row.journal_id));
@@ -307,14 +308,16 @@ function writeTransaction(
       description: e.description, metadata: e.metadata, created: row.created, parent_account_ids: sets.length ? JSON.stringify(sets) : null,
       balance_version: null, balance_after: null,
     };
-    deltas.push({ accountId: e.accountId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId: entry.entry_id });
-    for (const setId of sets) deltas.push({ accountId: setId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId: entry.entry_id, logSeq: entry.seq });
+    deltas.push({ accountId: e.accountId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId: entry.entry_id, key: keys.of(e.accountId, e.currency) });
+    for (const setId of sets) {
+      deltas.push({ accountId: setId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId: entry.entry_id, logSeq: entry.seq, key: keys.of(setId, e.currency) });
+    }
     return entry;
   });
   // Balances first: each entry (and each set row) keeps the record as this posting left it (history).
   const after = applyToBalances(deps, deltas, row.modified);
   for (const entry of written) {
-    const own = after.get(`${entry.account_id} ${entry.journal_id} ${entry.currency}`)!;
+    const own = after.get(keys.of(entry.account_id, entry.currency))!;
     entry.balance_version = own.version;
     entry.balance_after = own.after;
     deps.st.insertEntry.run(
@@ -323,9 +326,9 @@ function writeTransaction(
     );
     last.seq = entry.seq;
   }
-  appendSetEntries(deps, written, parents, after);
+  appendSetEntries(deps, written, parents, after, keys);
   const transaction: TransactionRow = { ...row, seq: Number(info.lastInsertRowid) };
-  const posted: Posted = { transaction, entries: written, parents, balances: after };
+  const posted: Posted = { transaction, entries: written, parents, balances: after, keys };
   afterPosting(deps, posted);
   return posted;
 }

@@ -8,6 +8,27 @@ export interface Posted {
   parents?: ReadonlyMap<string, readonly string[]>;
   /** When just written: each balance record as the posting left it, by `${accountId} ${journalId} ${currency}`. */
   balances?: ReadonlyMap<string, BalanceAfter>;
+  /** When just written: those keys, each built once. */
+  keys?: RecordKeys;
+}
+
+/**
+ * The keys of one posting's balance records, `${accountId} ${journalId} ${currency}` (a posting
+ * has one journal), each built once: every map the posting looks a record up in gets the same
+ * string, flattened and hashed once, rather than a new one per lookup.
+ */
+export class RecordKeys {
+  private readonly byCurrency = new Map<string, Map<string, string>>();
+
+  constructor(readonly journalId: string) {}
+
+  of(accountId: string, currency: string): string {
+    let keys = this.byCurrency.get(currency);
+    if (!keys) this.byCurrency.set(currency, (keys = new Map()));
+    let key = keys.get(accountId);
+    if (key === undefined) keys.set(accountId, (key = `${accountId} ${this.journalId} ${currency}`));
+    return key;
+  }
 }
 
 /** The account and the sets an entry rolled up into, own account first. */

@@ -1,6 +1,7 @@
 import { EngineError } from '../errors.js';
 import { type BalanceAfter, type EntryRow, SET_LOG_MARK_EVERY } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
+import type { RecordKeys } from './posted.js';
 
 /**
  * A set's entries: one log row per entry and set it rolled up into, appended in posting order and
@@ -24,12 +25,18 @@ export interface SetChain {
  * own rows), with the set's balance as the posting left it. A chain that passed a multiple of
  * SET_LOG_MARK_EVERY rows gets a mark at its new head.
  */
-export function appendSetEntries(deps: LedgerDeps, entries: readonly EntryRow[], parents: ReadonlyMap<string, readonly string[]>, after: ReadonlyMap<string, BalanceAfter>): void {
+export function appendSetEntries(
+  deps: LedgerDeps,
+  entries: readonly EntryRow[],
+  parents: ReadonlyMap<string, readonly string[]>,
+  after: ReadonlyMap<string, BalanceAfter>,
+  keys: RecordKeys,
+): void {
   const prev = new Map<string, number | null>();
   const heads = new Map<string, { setId: string; entry: EntryRow; count: number; rows: number }>();
   for (const entry of entries) {
     for (const setId of parents.get(entry.account_id) ?? []) {
-      const key = `${setId} ${entry.journal_id} ${entry.currency}`;
+      const key = keys.of(setId, entry.currency);
       const record = after.get(key)!;
       const before = prev.has(key) ? prev.get(key)! : (record.log_prev ?? null);
       deps.st.insertSetEntry.run(entry.seq, setId, before, record.version, record.after);

@@ -812,7 +812,9 @@ function violationOf(deps: LedgerDeps, check: Check, posted: Posted, now: string
 
 /** The balance record of an account or set as the posting just left it (no read), when it wrote one. */
 function balanceLeft(posted: Posted, accountId: string, entry: EntryRow): Totals | undefined {
-  const after = posted.balances?.get(`${accountId} ${entry.journal_id} ${entry.currency}`);
+  if (!posted.balances) return undefined;
+  const key = posted.keys?.journalId === entry.journal_id ? posted.keys.of(accountId, entry.currency) : `${accountId} ${entry.journal_id} ${entry.currency}`;
+  const after = posted.balances.get(key);
   return after ? snapshotTotals(after.after) : undefined;
 }
 
