@@ -397,19 +397,30 @@ type Column = (typeof COLUMNS)[number];
 
 /** Sums per calculation balance record, written with one upsert each. */
 class Deltas {
-  /** Each record's row, and the columns its sums touch (bit i for COLUMNS[i]). */
-  private readonly sums = new Map<string, { row: Record<string, string>; mask: number }>();
+  /** Each record's row, and the columns its sums touch (bit i for COLUMNS[i]), in the order first added. */
+  private readonly sums: Array<{ row: Record<string, string>; mask: number }> = [];
+  /**
+   * The same by calculation, then account or set, then the rest of the key: a posting adds to a
+   * few records many times, and the ids it holds are hashed once (a joined key would be a new
+   * string, flattened and hashed, on every add).
+   */
+  private readonly byOwner = new Map<string, Map<string, Map<string, { row: Record<string, string>; mask: number }>>>();
 
   add(calculationId: string, accountId: string, journalId: string, currency: string, key: string, period: string, dimensions: string, column: Column, units: string, entryId: string): void {
-    const id = `${calculationId}\u0000${accountId}\u0000${journalId}\u0000${currency}\u0000${key}\u0000${period}`;
-    let sum = this.sums.get(id);
+    let owners = this.byOwner.get(calculationId);
+    if (!owners) this.byOwner.set(calculationId, (owners = new Map()));
+    let records = owners.get(accountId);
+    if (!records) owners.set(accountId, (records = new Map()));
+    const id = `${journalId}\u0000${currency}\u0000${key}\u0000${period}`;
+    let sum = records.get(id);
     if (!sum) {
       const row = {
         calculation_id: calculationId, account_id: accountId, journal_id: journalId, currency, dimension_key: key, period, dimensions,
         settled_dr: '0', settled_cr: '0', pending_dr: '0', pending_cr: '0', encumbrance_dr: '0', encumbrance_cr: '0', entry_id: entryId, modified: '',
       };
       sum = { row, mask: 0 };
-      this.sums.set(id, sum);
+      records.set(id, sum);
+      this.sums.push(sum);
     }
     sum.mask |= 1 << COLUMNS.indexOf(column);
     const sofar = sum.row[column]!;
@@ -418,7 +429,7 @@ class Deltas {
   }
 
   write(deps: LedgerDeps, modified: string): void {
-    for (const { row, mask } of this.sums.values()) {
+    for (const { row, mask } of this.sums) {
       row.modified = modified;
       // The UPDATE adds to the changed columns only (one dec_add each); the INSERT writes all six.
       const args: unknown[] = [];
@@ -539,7 +550,7 @@ function applyEntry(deps: LedgerDeps, def: Definition, ec: EntryContext, scope: 
   const key = dimensionKey(values);
   const column = `${entry.layer.toLowerCase()}_${entry.direction === 'DEBIT' ? 'dr' : 'cr'}` as Column;
   const dims = JSON.stringify(named);
-  const [year, month, day] = transaction.effective.split('-');
+  const [year, month, day] = def.children.length > 0 ? transaction.effective.split('-') : [];
   const periods = def.children.map((child) => {
     const withDate: Record<string, unknown> = { ...named, year: Number(year) };
     let period = year!;

@@ -770,7 +770,8 @@ export function enforceVelocity(deps: LedgerDeps, posted: Posted, properties: Ve
     voidIt = true;
   }
   const checks = new Map<string, Check>();
-  const now = deps.clock.now().toISOString();
+  // The posting's own time (its transaction's created): the exceptions it records are of that moment.
+  const now = posted.transaction.created;
   const any = countTotals(deps, posted, 1, now, (check) => {
     const key = `${check.control.velocityControlId} ${check.limit.velocityLimitId} ${check.target.account_id} ${check.entry.journal_id} ${check.entry.currency} ${check.window}`;
     if (!checks.has(key)) checks.set(key, check);
