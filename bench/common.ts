@@ -470,3 +470,84 @@ export async function profileSides(sides: Record<string, { request: (n: number) 
   }
   for (const name of names) console.log(`\n${profileTable(name, results[name]!)}`);
 }
+
+/**
+ * The SQL under an engine posting: the statements a TRANSFER posting runs (the engine's own prepared
+ * statements, on its own database), with every value computed ahead — no GraphQL, CEL, policy or
+ * ledger logic. With `sets` (the bench's layout: each account in one of ten sets below TOP_SET) it
+ * also runs what sets, the overdraft control and the GLOBAL calculation on the entry's layer write:
+ * three set balance upserts, four set-log rows, five calculation balance upserts (the control
+ * reads only what the posting just wrote). What an engine posting costs beyond this is JavaScript.
+ */
+export function sqlFloorPoster(engine: Engine, options: { sets: boolean; topSet: string; setOf: (account: string) => string; calculationId: string }) {
+  const { db } = engine;
+  const { st, calc } = engine.ledger.deps;
+  const journal = (db.prepare('SELECT journal_id FROM journals WHERE journal_id = ?').get('00000000-0000-0000-0000-000000000000') as { journal_id: string }).journal_id;
+  const tranCode = (db.prepare("SELECT tran_code_id FROM tran_codes WHERE code = 'TRANSFER'").get() as { tran_code_id: string }).tran_code_id;
+  let seq = (db.prepare('SELECT max(seq) AS s FROM entries').get() as { s: number | null }).s ?? 0;
+  const begin = db.prepare('BEGIN IMMEDIATE');
+  const commit = db.prepare('COMMIT');
+  // Each set's newest log row, as the engine keeps it in the balance record.
+  const heads = new Map<string, number | null>();
+  return (n: number) => {
+    const [from, to] = pair(n);
+    const amount = `${10 + (n % 5000)}.${n % 100}`;
+    const transactionId = uuid(60_000_000 + n);
+    const now = new Date().toISOString();
+    const entries = [
+      { account: from, entryId: uuid(70_000_000 + 2 * n), column: 'settled_dr' as const, direction: 'DEBIT', seq: seq + 1 },
+      { account: to, entryId: uuid(70_000_001 + 2 * n), column: 'settled_cr' as const, direction: 'CREDIT', seq: seq + 2 },
+    ];
+    begin.run();
+    st.fingerprintOfTransaction.get(transactionId);
+    st.insertTransaction.run(transactionId, tranCode, 1, journal, null, null, now.slice(0, 10), null, null, null, 'f'.repeat(64), seq + 1, 2, now, now);
+    const afters = entries.map((e) => st.updateColumns(1 << (e.column === 'settled_dr' ? 0 : 1)).get([amount, e.entryId, now, e.account, journal, 'USD'])!);
+    const setAfter = new Map<string, { version: number; after: string; log_prev?: number | null }>();
+    if (options.sets) {
+      const sets = new Map<string, { mask: number; amounts: string[]; entryId: string; seq: number; rows: number }>();
+      for (const e of entries) {
+        for (const s of [options.setOf(e.account), options.topSet]) {
+          const sum = sets.get(s) ?? { mask: 0, amounts: [], entryId: e.entryId, seq: e.seq, rows: 0 };
+          sum.mask |= 1 << (e.column === 'settled_dr' ? 0 : 1);
+          sum.amounts.push(amount);
+          sum.entryId = e.entryId;
+          sum.seq = e.seq;
+          sum.rows++;
+          sets.set(s, sum);
+        }
+      }
+      for (const [s, v] of [...sets].sort((a, b) => (a[0] < b[0] ? -1 : 1))) {
+        setAfter.set(s, st.set.updateColumns(v.mask).get([...v.amounts, v.entryId, now, v.seq, v.rows, s, journal, 'USD'])!);
+      }
+    }
+    entries.forEach((e, i) => {
+      st.insertEntry.run(e.seq, e.entryId, transactionId, e.account, journal, i + 1, 'TRANSFER_DR', 'SETTLED', e.direction, amount, 'USD', null, null, now,
+        options.sets ? JSON.stringify([options.setOf(e.account), options.topSet]) : null, afters[i]!.version, afters[i]!.after);
+    });
+    if (options.sets) {
+      for (const e of entries) {
+        for (const s of [options.setOf(e.account), options.topSet]) {
+          const after = setAfter.get(s)!;
+          st.insertSetEntry.run(e.seq, s, heads.has(s) ? heads.get(s)! : (after.log_prev ?? null), after.version, after.after);
+          heads.set(s, e.seq);
+        }
+      }
+      const owners = new Map<string, { mask: number; amounts: string[]; entryId: string }>();
+      for (const e of entries) {
+        for (const owner of [e.account, options.setOf(e.account), options.topSet]) {
+          const sum = owners.get(owner) ?? { mask: 0, amounts: [], entryId: e.entryId };
+          sum.mask |= 1 << (e.column === 'settled_dr' ? 0 : 1);
+          sum.amounts.push(amount);
+          sum.entryId = e.entryId;
+          owners.set(owner, sum);
+        }
+      }
+      for (const [owner, v] of owners) {
+        const { changes } = calc.updateColumns(v.mask).run([...v.amounts, v.entryId, now, options.calculationId, owner, journal, 'USD', '"SETTLED"\u0001', '']);
+        if (changes !== 1) throw new Error(`no calculation balance of ${owner} to add to: post through the engine first`);
+      }
+    }
+    commit.run();
+    seq += 2;
+  };
+}

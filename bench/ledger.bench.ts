@@ -14,6 +14,8 @@
  * BENCH_FEATURES=0 measures only the plain engine; BENCH_FEATURES=calc only it and the engine with
  * sets, the control and the calculation (every engine in the process slows the others' rounds a
  * little: its heap, its checkpointer; this is the fair side to set beside an older commit's run).
+ * BENCH_FEATURES=floor: those two beside the SQL alone of their postings (sqlFloorPoster: the same
+ * statements with every value computed ahead), so what each costs in JavaScript is their difference.
  *
  * --profile (npm run bench:ledger -- --profile): instead, µs per request in each kind of SQL
  * statement (BEGIN, COMMIT, each INSERT/UPDATE/SELECT by table), SQL in all, the JavaScript left,
@@ -21,7 +23,7 @@
  */
 import { join } from 'node:path';
 import type { Engine } from '../src/engine.js';
-import { ACCOUNTS, benchDir, compare, median, ok, pair, POST, PROFILE, profileSides, rawOnTallySchema, rawPoster, setupEngine, table, uuid } from './common.js';
+import { ACCOUNTS, benchDir, compare, median, ok, pair, POST, PROFILE, profileSides, rawOnTallySchema, rawPoster, setupEngine, sqlFloorPoster, table, uuid } from './common.js';
 
 const PER_ROUND = Number(process.env.BENCH_POSTS ?? (PROFILE ? 2000 : 5000));
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -76,11 +78,23 @@ async function featureEngine(name: string, features: readonly Feature[]): Promis
   return e;
 }
 const FEATURES = process.env.BENCH_FEATURES !== '0';
-const ALL = FEATURES && process.env.BENCH_FEATURES !== 'calc';
+const ALL = FEATURES && process.env.BENCH_FEATURES !== 'calc' && process.env.BENCH_FEATURES !== 'floor';
+const FLOOR = process.env.BENCH_FEATURES === 'floor';
 const withSets = ALL ? await featureEngine('sets', ['sets']) : null;
 const withControl = ALL ? await featureEngine('control', ['sets', 'control']) : null;
 const withCalc = FEATURES ? await featureEngine('calc', ['sets', 'control', 'calc']) : null;
 const withEffective = ALL ? await featureEngine('effective', ['sets', 'control', 'effective']) : null;
+// BENCH_FEATURES=floor: beside the two engines, the SQL alone of their postings (sqlFloorPoster) on
+// two more databases set up the same way, each first posted to through the engine so every balance
+// and calculation record exists.
+async function floorEngine(name: string, features: readonly Feature[]): Promise<Engine> {
+  const e = features.length ? await featureEngine(name, features) : await setupEngine(join(dir, `${name}.db`));
+  for (let n = 0; n < 2 * ACCOUNTS; n++) poster(e)(80_000_000 + n);
+  return e;
+}
+const floorPlain = FLOOR ? await floorEngine('floor-plain', []) : null;
+const floorCalc = FLOOR ? await floorEngine('floor-calc', ['sets', 'control', 'calc']) : null;
+const floorOptions = { topSet: TOP_SET, setOf: (account: string) => uuid(3_000_001 + ((Number(account.slice(-12)) - 1) % 10)), calculationId: uuid(3_200_000) };
 if (PROFILE) {
   await profileSides(
     {
@@ -111,6 +125,9 @@ const results = compare(
     engine: poster(engine),
     ...(ALL ? { sets: poster(withSets!), control: poster(withControl!), effective: poster(withEffective!) } : {}),
     ...(FEATURES ? { calc: poster(withCalc!) } : {}),
+    ...(FLOOR
+      ? { sqlPlain: sqlFloorPoster(floorPlain!, { ...floorOptions, sets: false }), sqlCalc: sqlFloorPoster(floorCalc!, { ...floorOptions, sets: true }) }
+      : {}),
   },
   PER_ROUND,
   ROUNDS,
@@ -148,8 +165,19 @@ console.log(`\n${table([
     : FEATURES
       ? ([['… with sets, a REJECT control and a GLOBAL calculation', results.calc!.median, results.calc!.cpuUs]] as Array<[string, number, number]>)
       : []),
+  ...(FLOOR
+    ? ([
+        ["the engine's own statements for the plain posting, values computed ahead (its SQL alone)", results.sqlPlain!.median, results.sqlPlain!.cpuUs],
+        ['… for the posting with sets, the control and the calculation', results.sqlCalc!.median, results.sqlCalc!.cpuUs],
+      ] as Array<[string, number, number]>)
+    : []),
 ], results.raw!.median)}`);
 if (FEATURES && !ALL) console.log(`\nsets, control and calculation ÷ plain engine: ${(results.calc!.median / results.engine!.median).toFixed(2)}`);
+if (FLOOR) {
+  const us = (name: string) => 1e6 / results[name]!.median;
+  console.log(`wall µs per posting: SQL alone ${us('sqlPlain').toFixed(0)} (plain) and ${us('sqlCalc').toFixed(0)} (sets, control, calculation);` +
+    ` the engine ${us('engine').toFixed(0)} and ${us('calc').toFixed(0)}, so JavaScript ${(us('engine') - us('sqlPlain')).toFixed(0)} and ${(us('calc') - us('sqlCalc')).toFixed(0)}`);
+}
 if (ALL) {
   const cost = (name: string, slower: number, faster: number) => `${name} ${(1e6 / slower - 1e6 / faster).toFixed(0)} µs`;
   console.log(`
@@ -167,7 +195,7 @@ console.log(`\nrounds: raw ${results.raw!.rounds.map((r) => r.toFixed(0)).join('
 console.log(`\nbalance read through engine.graphql: ${fewMicros.toFixed(1)} µs after 10 entries, ${manyMicros.toFixed(1)} µs after 100,000 entries (ratio ${(manyMicros / fewMicros).toFixed(2)})`);
 if (setMicros !== null) console.log(`top set's rolled-up balance (${(PER_ROUND * (ROUNDS + 1)).toLocaleString('en')}+ postings below it): ${setMicros.toFixed(1)} µs`);
 engine.close();
-for (const e of [withSets, withControl, withCalc, withEffective]) e?.close();
+for (const e of [withSets, withControl, withCalc, withEffective, floorPlain, floorCalc]) e?.close();
 raw.close();
 rawCheckpointed.close();
 rawTally.close();
