@@ -1,23 +1,11 @@
 import { writeFileSync } from 'node:fs';
 import inspector from 'node:inspector';
 import { join } from 'node:path';
-import { ACCOUNTS, benchDir, ok, pair, POST, setupEngine, uuid } from './common.js';
+import { addLedgerFeatures, benchDir, ok, pair, POST, setupEngine, uuid } from './common.js';
 const { dir } = benchDir();
 const e = await setupEngine(join(dir, 'calc.db'));
-const TOP_SET = uuid(3_000_000);
 const mode = process.env.MODE ?? 'calc';
-if (mode !== 'plain') {
-ok(e, `mutation { createAccountSet(input: {accountSetId: "${TOP_SET}", name: "all wallets"}) { accountSetId } }`);
-for (let s = 0; s < 10; s++) ok(e, `mutation { createAccountSet(input: {accountSetId: "${uuid(3_000_001 + s)}", name: "wallets ${s}", accountSetIds: ["${TOP_SET}"]}) { accountSetId } }`);
-for (let i = 0; i < ACCOUNTS; i++) ok(e, `mutation { addToAccountSet(id: "${uuid(3_000_001 + (i % 10))}", member: {memberType: ACCOUNT, memberId: "${uuid(i + 1)}"}) { accountSetId } }`);
-ok(e, `mutation {
-  createVelocityLimit(input: {velocityLimitId: "${uuid(3_100_000)}", name: "overdraft", limit: {balance: [{layer: "SETTLED", amount: "params.amount", normalBalanceType: "DEBIT"}]},
-    params: [{name: "amount", type: DECIMAL, default: "0"}]}) { velocityLimitId }
-  createVelocityControl(input: {velocityControlId: "${uuid(3_100_001)}", name: "no overdraft", enforcement: {action: REJECT}, velocityLimitIds: ["${uuid(3_100_000)}"]}) { velocityControlId }
-  attachVelocityControl(velocityControlId: "${uuid(3_100_001)}", accountId: "${TOP_SET}", params: {amount: "inf"}) { accountId } }`);
-ok(e, `mutation { createCalculation(input: {calculationId: "${uuid(3_200_000)}", code: "BY_LAYER", description: "by layer",
-  dimensions: [{alias: "layer", value: "context.vars.entry.layer"}], config: {enableEffectiveBalances: false}}) { calculationId } }`);
-}
+if (mode !== 'plain') addLedgerFeatures(e, ['sets', 'control', 'calc']);
 const post = (n: number) => { const [from, to] = pair(n); ok(e, POST, { input: { transactionId: uuid(n), tranCode: 'TRANSFER', params: { from, to, amount: `${10 + (n % 5000)}.${n % 100}` } } }); };
 for (let n = 1; n < 3000; n++) post(n);
 const N = Number(process.env.N ?? 20000);

@@ -1,25 +1,12 @@
+/** WAL frames a commit writes, by table and index: NODE_ENV=production tsx bench/_wal.ts */
 import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { ACCOUNTS, benchDir, ok, pair, POST, setupEngine, uuid } from './common.js';
+import { addLedgerFeatures, benchDir, ok, pair, POST, setupEngine, uuid } from './common.js';
 const { dir } = benchDir();
 for (const mode of ['plain', 'sets', 'calc']) {
 const path = join(dir, `${mode}.db`);
 const e = await setupEngine(path, { checkpointIntervalMs: 0, limits: { walAutocheckpointPages: 1_000_000 } });
-const TOP_SET = uuid(3_000_000);
-if (mode !== 'plain') {
-ok(e, `mutation { createAccountSet(input: {accountSetId: "${TOP_SET}", name: "all wallets"}) { accountSetId } }`);
-for (let s = 0; s < 10; s++) ok(e, `mutation { createAccountSet(input: {accountSetId: "${uuid(3_000_001 + s)}", name: "wallets ${s}", accountSetIds: ["${TOP_SET}"]}) { accountSetId } }`);
-for (let i = 0; i < ACCOUNTS; i++) ok(e, `mutation { addToAccountSet(id: "${uuid(3_000_001 + (i % 10))}", member: {memberType: ACCOUNT, memberId: "${uuid(i + 1)}"}) { accountSetId } }`);
-}
-if (mode === 'calc') {
-ok(e, `mutation {
-  createVelocityLimit(input: {velocityLimitId: "${uuid(3_100_000)}", name: "overdraft", limit: {balance: [{layer: "SETTLED", amount: "params.amount", normalBalanceType: "DEBIT"}]},
-    params: [{name: "amount", type: DECIMAL, default: "0"}]}) { velocityLimitId }
-  createVelocityControl(input: {velocityControlId: "${uuid(3_100_001)}", name: "no overdraft", enforcement: {action: REJECT}, velocityLimitIds: ["${uuid(3_100_000)}"]}) { velocityControlId }
-  attachVelocityControl(velocityControlId: "${uuid(3_100_001)}", accountId: "${TOP_SET}", params: {amount: "inf"}) { accountId } }`);
-ok(e, `mutation { createCalculation(input: {calculationId: "${uuid(3_200_000)}", code: "BY_LAYER", description: "by layer",
-  dimensions: [{alias: "layer", value: "context.vars.entry.layer"}], config: {enableEffectiveBalances: false}}) { calculationId } }`);
-}
+addLedgerFeatures(e, mode === 'plain' ? [] : mode === 'sets' ? ['sets'] : ['sets', 'control', 'calc']);
 const post = (n: number) => { const [from, to] = pair(n); ok(e, POST, { input: { transactionId: uuid(n), tranCode: 'TRANSFER', params: { from, to, amount: `${10 + (n % 5000)}.${n % 100}` } } }); };
 for (let n = 1; n < 5000; n++) post(n);
 const N = 40;

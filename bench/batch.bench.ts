@@ -9,7 +9,7 @@
  */
 import { join } from 'node:path';
 import type { BatchRequest } from '../src/engine.js';
-import { benchDir, compare, ok, pair, POST, rawPoster, setupEngine, table, uuid } from './common.js';
+import { addLedgerFeatures, benchDir, compare, ok, pair, POST, rawPoster, setupEngine, table, uuid } from './common.js';
 
 const PER_ROUND = Number(process.env.BENCH_POSTS ?? 6400);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -28,6 +28,11 @@ batched.onBatch((size) => {
   groups++;
   grouped += size;
 });
+// BENCH_FEATURES=1: the same groups on an engine with sets, the overdraft control and the
+// calculation of bench:ledger (addLedgerFeatures): group commit shares the pages of the set and
+// calculation records many postings write among the postings of a group.
+const withFeatures = process.env.BENCH_FEATURES === '1' ? await setupEngine(join(dir, 'features.db'), { limits: { writeBatchMax: GROUP, writeBatchWaitMs: 1000 } }) : null;
+if (withFeatures) addLedgerFeatures(withFeatures, ['sets', 'control', 'calc']);
 
 const request = (n: number): BatchRequest => {
   const [from, to] = pair(n);
@@ -54,6 +59,13 @@ const results = compare(
     batched: groupedSide((ns) => {
       for (const answer of batched.executeBatch(ns.map(request))) if (answer.errors) throw new Error(JSON.stringify(answer.errors));
     }),
+    ...(withFeatures
+      ? {
+          features: groupedSide((ns) => {
+            for (const answer of withFeatures.executeBatch(ns.map(request))) if (answer.errors) throw new Error(JSON.stringify(answer.errors));
+          }),
+        }
+      : {}),
   },
   PER_ROUND,
   ROUNDS,
@@ -66,14 +78,19 @@ console.log(
       [`raw, ${GROUP} postings per COMMIT`, results.rawGrouped!.median, results.rawGrouped!.cpuUs],
       ['engine.graphql postTransaction, 1 per COMMIT', results.single!.median, results.single!.cpuUs],
       [`engine.executeBatch of ${GROUP} postTransaction, 1 COMMIT`, results.batched!.median, results.batched!.cpuUs],
+      ...(withFeatures
+        ? ([['… with sets, a REJECT control and a GLOBAL calculation', results.features!.median, results.features!.cpuUs]] as Array<[string, number, number]>)
+        : []),
     ],
     results.raw!.median,
   ),
 );
 console.log(`mean group size ${(grouped / Math.max(1, groups)).toFixed(1)}; executeBatch ÷ raw with the same checkpointing ${(results.batched!.median / results.rawCheckpointed!.median).toFixed(2)}`);
+if (withFeatures) console.log(`in groups, sets, control and calculation ÷ plain: ${(results.features!.median / results.batched!.median).toFixed(2)}`);
 raw.close();
 rawCheckpointed.close();
 rawGrouped.close();
 single.close();
 batched.close();
+withFeatures?.close();
 cleanup();

@@ -551,3 +551,39 @@ export function sqlFloorPoster(engine: Engine, options: { sets: boolean; topSet:
     seq += 2;
   };
 }
+
+/** The ledger features bench:ledger measures one on top of the other (see addLedgerFeatures). */
+export type LedgerFeature = 'sets' | 'control' | 'calc' | 'effective';
+export const TOP_SET = uuid(3_000_000);
+export const CALCULATION_ID = uuid(3_200_000);
+/** The set below TOP_SET that an account of the bench is in (sets). */
+export const setOfAccount = (account: string) => uuid(3_000_001 + ((Number(account.slice(-12)) - 1) % 10));
+
+/**
+ * sets: every account in one of 10 account sets, the 10 in TOP_SET (a posting rolls up into 4 set
+ * balances); control: an overdraft guard (REJECT, SETTLED, DEBIT side ≤ inf) attached to TOP_SET;
+ * calc: a GLOBAL calculation with one dimension (the entry's layer); effective: the same
+ * calculation with effective-date balances (YYYY, YYYY_MM, YYYY_MM_DD children).
+ */
+export function addLedgerFeatures(e: Engine, features: readonly LedgerFeature[]): void {
+  if (features.includes('sets')) {
+    ok(e, `mutation { createAccountSet(input: {accountSetId: "${TOP_SET}", name: "all wallets"}) { accountSetId } }`);
+    for (let s = 0; s < 10; s++) {
+      ok(e, `mutation { createAccountSet(input: {accountSetId: "${uuid(3_000_001 + s)}", name: "wallets ${s}", accountSetIds: ["${TOP_SET}"]}) { accountSetId } }`);
+    }
+    for (let i = 0; i < ACCOUNTS; i++) {
+      ok(e, `mutation { addToAccountSet(id: "${setOfAccount(uuid(i + 1))}", member: {memberType: ACCOUNT, memberId: "${uuid(i + 1)}"}) { accountSetId } }`);
+    }
+  }
+  if (features.includes('control')) {
+    ok(e, `mutation {
+      createVelocityLimit(input: {velocityLimitId: "${uuid(3_100_000)}", name: "overdraft", limit: {balance: [{layer: "SETTLED", amount: "params.amount", normalBalanceType: "DEBIT"}]},
+        params: [{name: "amount", type: DECIMAL, default: "0"}]}) { velocityLimitId }
+      createVelocityControl(input: {velocityControlId: "${uuid(3_100_001)}", name: "no overdraft", enforcement: {action: REJECT}, velocityLimitIds: ["${uuid(3_100_000)}"]}) { velocityControlId }
+      attachVelocityControl(velocityControlId: "${uuid(3_100_001)}", accountId: "${TOP_SET}", params: {amount: "inf"}) { accountId } }`);
+  }
+  if (features.includes('calc') || features.includes('effective')) {
+    ok(e, `mutation { createCalculation(input: {calculationId: "${CALCULATION_ID}", code: "BY_LAYER", description: "by layer",
+      dimensions: [{alias: "layer", value: "context.vars.entry.layer"}], config: {enableEffectiveBalances: ${features.includes('effective')}}}) { calculationId } }`);
+  }
+}

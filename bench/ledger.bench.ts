@@ -23,7 +23,10 @@
  */
 import { join } from 'node:path';
 import type { Engine } from '../src/engine.js';
-import { ACCOUNTS, benchDir, compare, median, ok, pair, POST, PROFILE, profileSides, rawOnTallySchema, rawPoster, setupEngine, sqlFloorPoster, table, uuid } from './common.js';
+import {
+  ACCOUNTS, addLedgerFeatures, benchDir, CALCULATION_ID, compare, type LedgerFeature, median, ok, pair, POST, PROFILE, profileSides, rawOnTallySchema, rawPoster, setOfAccount,
+  setupEngine, sqlFloorPoster, table, TOP_SET, uuid,
+} from './common.js';
 
 const PER_ROUND = Number(process.env.BENCH_POSTS ?? (PROFILE ? 2000 : 5000));
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -51,30 +54,9 @@ const poster = (e: Engine) => (n: number) => {
   ok(e, POST, { input: { transactionId: uuid(n), tranCode: 'TRANSFER', params: { from, to, amount: `${10 + (n % 5000)}.${n % 100}` } } });
 };
 
-type Feature = 'sets' | 'control' | 'calc' | 'effective';
-const TOP_SET = uuid(3_000_000);
-async function featureEngine(name: string, features: readonly Feature[]): Promise<Engine> {
+async function featureEngine(name: string, features: readonly LedgerFeature[]): Promise<Engine> {
   const e = await setupEngine(join(dir, `${name}.db`));
-  if (features.includes('sets')) {
-    ok(e, `mutation { createAccountSet(input: {accountSetId: "${TOP_SET}", name: "all wallets"}) { accountSetId } }`);
-    for (let s = 0; s < 10; s++) {
-      ok(e, `mutation { createAccountSet(input: {accountSetId: "${uuid(3_000_001 + s)}", name: "wallets ${s}", accountSetIds: ["${TOP_SET}"]}) { accountSetId } }`);
-    }
-    for (let i = 0; i < ACCOUNTS; i++) {
-      ok(e, `mutation { addToAccountSet(id: "${uuid(3_000_001 + (i % 10))}", member: {memberType: ACCOUNT, memberId: "${uuid(i + 1)}"}) { accountSetId } }`);
-    }
-  }
-  if (features.includes('control')) {
-    ok(e, `mutation {
-      createVelocityLimit(input: {velocityLimitId: "${uuid(3_100_000)}", name: "overdraft", limit: {balance: [{layer: "SETTLED", amount: "params.amount", normalBalanceType: "DEBIT"}]},
-        params: [{name: "amount", type: DECIMAL, default: "0"}]}) { velocityLimitId }
-      createVelocityControl(input: {velocityControlId: "${uuid(3_100_001)}", name: "no overdraft", enforcement: {action: REJECT}, velocityLimitIds: ["${uuid(3_100_000)}"]}) { velocityControlId }
-      attachVelocityControl(velocityControlId: "${uuid(3_100_001)}", accountId: "${TOP_SET}", params: {amount: "inf"}) { accountId } }`);
-  }
-  if (features.includes('calc') || features.includes('effective')) {
-    ok(e, `mutation { createCalculation(input: {calculationId: "${uuid(3_200_000)}", code: "BY_LAYER", description: "by layer",
-      dimensions: [{alias: "layer", value: "context.vars.entry.layer"}], config: {enableEffectiveBalances: ${features.includes('effective')}}}) { calculationId } }`);
-  }
+  addLedgerFeatures(e, features);
   return e;
 }
 const FEATURES = process.env.BENCH_FEATURES !== '0';
@@ -87,14 +69,14 @@ const withEffective = ALL ? await featureEngine('effective', ['sets', 'control',
 // BENCH_FEATURES=floor: beside the two engines, the SQL alone of their postings (sqlFloorPoster) on
 // two more databases set up the same way, each first posted to through the engine so every balance
 // and calculation record exists.
-async function floorEngine(name: string, features: readonly Feature[]): Promise<Engine> {
+async function floorEngine(name: string, features: readonly LedgerFeature[]): Promise<Engine> {
   const e = features.length ? await featureEngine(name, features) : await setupEngine(join(dir, `${name}.db`));
   for (let n = 0; n < 2 * ACCOUNTS; n++) poster(e)(80_000_000 + n);
   return e;
 }
 const floorPlain = FLOOR ? await floorEngine('floor-plain', []) : null;
 const floorCalc = FLOOR ? await floorEngine('floor-calc', ['sets', 'control', 'calc']) : null;
-const floorOptions = { topSet: TOP_SET, setOf: (account: string) => uuid(3_000_001 + ((Number(account.slice(-12)) - 1) % 10)), calculationId: uuid(3_200_000) };
+const floorOptions = { topSet: TOP_SET, setOf: setOfAccount, calculationId: CALCULATION_ID };
 if (PROFILE) {
   await profileSides(
     {
