@@ -416,9 +416,18 @@ export function balanceColumnIndex(layer: string, direction: string): number {
  * prepared on first use: at most 63, most postings use one or two (a layer's debit, or its debit
  * and credit).
  */
-export function byColumns<S>(build: (columns: BalanceColumn[]) => S): (mask: number) => S {
+export function byColumns<S>(build: (columns: BalanceColumn[]) => S): ByColumns<S> {
   const prepared: S[] = [];
-  return (mask) => (prepared[mask] ??= build(BALANCE_COLUMNS.filter((_, i) => (mask & (1 << i)) !== 0)));
+  const get = ((mask: number) => (prepared[mask] ??= build(BALANCE_COLUMNS.filter((_, i) => (mask & (1 << i)) !== 0)))) as ByColumns<S>;
+  get.all = () => Array.from({ length: 63 }, (_, i) => get(i + 1));
+  return get;
+}
+
+/** A statement per set of changed balance columns (see byColumns). */
+export interface ByColumns<S> {
+  (mask: number): S;
+  /** Every one of them, prepared now (PostgreSQL's statement check prepares each against the schema). */
+  all(): S[];
 }
 
 /** What a balance upsert returns: the record as it left it, for the entries' history snapshot. */
