@@ -110,7 +110,7 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
     expect(bad.message).not.toContain('s3cret');
   });
 
-  it('creates the schema at the baseline once, and refuses a database newer than this Tally', () => {
+  it('creates the schema at the baseline once, and refuses a database newer than this Tally, or older', () => {
     const fresh = connect();
     fresh.exec(`CREATE SCHEMA ${schema}_m; SET search_path TO ${schema}_m`);
     try {
@@ -119,6 +119,9 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
       expect(fresh.prepare("SELECT dec_add('1.50', '2.125') AS sum").get()).toEqual({ sum: '3.625' });
       fresh.prepare("UPDATE schema_version SET version = ? WHERE name = 'tally'").run(POSTGRES_BASELINE + 1);
       expect(() => migratePostgres(fresh)).toThrow(/newer than this Tally/);
+      // Older: never silently run against tables a later migration changed.
+      fresh.prepare("UPDATE schema_version SET version = ? WHERE name = 'tally'").run(POSTGRES_BASELINE - 1);
+      expect(() => migratePostgres(fresh)).toThrow(/older than this Tally/);
     } finally {
       fresh.exec(`DROP SCHEMA ${schema}_m CASCADE`);
       fresh.close();

@@ -149,6 +149,13 @@ function migrateOnce(connection: PgConnection): number[] {
     if (current > POSTGRES_BASELINE) {
       throw new EngineError('BAD_REQUEST', `database schema version ${current} is newer than this Tally (${POSTGRES_BASELINE})`, { hint: 'Run a newer Tally against this database.' });
     }
+    // A PostgreSQL database is created at the baseline and no migration after it has a PostgreSQL
+    // twin yet: an older database would run with tables this Tally's statements do not match.
+    if (current < POSTGRES_BASELINE) {
+      throw new EngineError('BAD_REQUEST', `database schema version ${current} is older than this Tally (${POSTGRES_BASELINE}), and no migration from it exists for PostgreSQL`, {
+        hint: `Run the Tally that created it (schema version ${current}) against this database.`,
+      });
+    }
     addEntrySeqBlocks(connection);
     return [];
   }
