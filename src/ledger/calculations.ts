@@ -28,7 +28,7 @@ import { nameBasedUuid } from '../ids.js';
 import { isReservedKey } from '../json.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { CalculationBalanceRow, CalculationRow } from '../storage/statements/calculations.js';
-import type { EntryRow, TransactionRow } from '../storage/statements/ledger.js';
+import { BALANCE_COLUMNS, type BalanceColumn, balanceColumnIndex, type EntryRow, type TransactionRow } from '../storage/statements/ledger.js';
 import { balanceOwner } from './account-sets.js';
 import { ownersOf, type Posted } from './posted.js';
 import { type Balance, toBalance } from './balances.js';
@@ -392,8 +392,8 @@ function activeCalculations(deps: LedgerDeps): Definitions {
 // ---------------------------------------------------------------------------------------------
 // Applying entries
 
-const COLUMNS = ['settled_dr', 'settled_cr', 'pending_dr', 'pending_cr', 'encumbrance_dr', 'encumbrance_cr'] as const;
-type Column = (typeof COLUMNS)[number];
+const COLUMNS = BALANCE_COLUMNS;
+type Column = BalanceColumn;
 
 /** Sums per calculation balance record, written with one upsert each. */
 class Deltas {
@@ -406,7 +406,7 @@ class Deltas {
    */
   private readonly byOwner = new Map<string, Map<string, Map<string, { row: Record<string, string>; mask: number }>>>();
 
-  add(calculationId: string, accountId: string, journalId: string, currency: string, key: string, period: string, dimensions: string, column: Column, units: string, entryId: string): void {
+  add(calculationId: string, accountId: string, journalId: string, currency: string, key: string, period: string, dimensions: string, index: number, units: string, entryId: string): void {
     let owners = this.byOwner.get(calculationId);
     if (!owners) this.byOwner.set(calculationId, (owners = new Map()));
     let records = owners.get(accountId);
@@ -422,7 +422,8 @@ class Deltas {
       records.set(id, sum);
       this.sums.push(sum);
     }
-    sum.mask |= 1 << COLUMNS.indexOf(column);
+    sum.mask |= 1 << index;
+    const column = COLUMNS[index]!;
     const sofar = sum.row[column]!;
     sum.row[column] = sofar === '0' ? units : addText(sofar, units);
     sum.row.entry_id = entryId;
@@ -548,7 +549,7 @@ function applyEntry(deps: LedgerDeps, def: Definition, ec: EntryContext, scope: 
     named[dim.alias] = value;
   }
   const key = dimensionKey(values);
-  const column = `${entry.layer.toLowerCase()}_${entry.direction === 'DEBIT' ? 'dr' : 'cr'}` as Column;
+  const column = balanceColumnIndex(entry.layer, entry.direction);
   const dims = JSON.stringify(named);
   const [year, month, day] = def.children.length > 0 ? transaction.effective.split('-') : [];
   const periods = def.children.map((child) => {

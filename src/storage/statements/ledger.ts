@@ -304,6 +304,10 @@ export function ledgerStatements(db: Db) {
        ORDER BY journal_id, currency LIMIT ?`,
     ),
     ...balanceUpserts(db, false),
+    /** All six totals added to at once, named (a set taking or giving up a member's balances). */
+    updateBalance: db.prepare<[Record<string, unknown>], BalanceAfter>(
+      `UPDATE balances SET ${ADD_TO_BALANCE} WHERE account_id = @account_id AND journal_id = @journal_id AND currency = @currency RETURNING ${BALANCE_AFTER}`,
+    ),
     /** The same for a set's records, which also move the head of the record's entry log (see setLogStatements). */
     set: balanceUpserts(db, true),
   };
@@ -317,20 +321,13 @@ export function ledgerStatements(db: Db) {
  * of an insert that conflicts, then the update); the INSERT only when it changed nothing.
  * Each returns the record as it left it (the entries' history snapshot).
  *
- * `log` (a set's records): the upsert also makes @log_head the head of the record's entry log and
- * counts @log_rows more rows in it, returning the head it replaced (log_prev) and the count.
+ * `log` (a set's records): the upsert also makes log_head the head of the record's entry log and
+ * counts log_rows more rows in it, returning the head it replaced (log_prev) and the count.
  */
 function balanceUpserts(db: Db, log: boolean) {
-  const setLog = log ? ', log_prev = log_head, log_head = @log_head, log_count = ifnull(log_count, 0) + @log_rows' : '';
   const [logColumns, logValues] = log ? [', log_head, log_count', ', @log_head, @log_rows'] : ['', ''];
   const returning = log ? `${BALANCE_AFTER}, log_prev, log_count` : BALANCE_AFTER;
   return {
-    updateBalance: db.prepare<[Record<string, unknown>], BalanceAfter>(
-      `UPDATE balances SET
-         ${ADD_TO_BALANCE}${setLog}
-       WHERE account_id = @account_id AND journal_id = @journal_id AND currency = @currency
-       RETURNING ${returning}`,
-    ),
     insertBalance: db.prepare<[Record<string, unknown>], BalanceAfter>(
       `INSERT INTO balances (account_id, journal_id, currency, settled_dr, settled_cr, pending_dr, pending_cr,
          encumbrance_dr, encumbrance_cr, entry_id, version, created, modified${logColumns})
