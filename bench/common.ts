@@ -487,7 +487,7 @@ export function sqlFloorPoster(engine: Engine, options: { sets: boolean; topSet:
   let seq = (db.prepare('SELECT max(seq) AS s FROM entries').get() as { s: number | null }).s ?? 0;
   const begin = db.prepare('BEGIN IMMEDIATE');
   const commit = db.prepare('COMMIT');
-  // Each set's newest log row, as the engine keeps it in the balance record.
+  // Each set's newest entry, as the engine keeps it in the balance record.
   const heads = new Map<string, number | null>();
   return (n: number) => {
     const [from, to] = pair(n);
@@ -520,18 +520,22 @@ export function sqlFloorPoster(engine: Engine, options: { sets: boolean; topSet:
         setAfter.set(s, st.set.updateColumns(v.mask).get([...v.amounts, v.entryId, now, v.seq, v.rows, s, journal, 'USD'])!);
       }
     }
+    // Each entry links, per set above it, to the set record's previous entry (entries.set_links).
+    const links = entries.map((e) => {
+      if (!options.sets) return null;
+      const parts = [options.setOf(e.account), options.topSet].map((s) => {
+        const after = setAfter.get(s)!;
+        const link = `${JSON.stringify(s)}:[${heads.has(s) ? heads.get(s)! : (after.log_prev ?? null)},${after.version},${JSON.stringify(after.after)}]`;
+        heads.set(s, e.seq);
+        return link;
+      });
+      return `{${parts.join(',')}}`;
+    });
     entries.forEach((e, i) => {
       st.insertEntry.run(e.seq, e.entryId, transactionId, e.account, journal, i + 1, 'TRANSFER_DR', 'SETTLED', e.direction, amount, 'USD', null, null, now,
-        options.sets ? JSON.stringify([options.setOf(e.account), options.topSet]) : null, afters[i]!.version, afters[i]!.after);
+        options.sets ? JSON.stringify([options.setOf(e.account), options.topSet]) : null, afters[i]!.version, afters[i]!.after, links[i]!);
     });
     if (options.sets) {
-      for (const e of entries) {
-        for (const s of [options.setOf(e.account), options.topSet]) {
-          const after = setAfter.get(s)!;
-          st.insertSetEntry.run(e.seq, s, heads.has(s) ? heads.get(s)! : (after.log_prev ?? null), after.version, after.after);
-          heads.set(s, e.seq);
-        }
-      }
       const owners = new Map<string, { mask: number; amounts: string[]; entryId: string }>();
       for (const e of entries) {
         for (const owner of [e.account, options.setOf(e.account), options.topSet]) {

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import type { Engine } from '../src/engine.js';
 import { actionStatements, queueStatements } from '../src/storage/statements/actions.js';
 import { sessionStatements } from '../src/storage/statements/sessions.js';
-import { count, createAccount, fails, id, newEngine, ok, ON_POSTGRES, UNDO_MIGRATION_16 } from './helpers.js';
+import { count, createAccount, fails, id, newEngine, ok, ON_POSTGRES, UNDO_MIGRATIONS_AFTER_15 } from './helpers.js';
 
 /**
  * Lean call records (migration 15): a program's own graphql() and cel() calls are compact entries
@@ -166,7 +166,7 @@ describe('compact call records', () => {
     engine.close();
     // The database as version 14 wrote it: one row per call.
     const raw = new Database(path);
-    raw.exec(`${UNDO_MIGRATION_16} DROP TABLE call_ids; DROP TABLE documents; ALTER TABLE executions DROP COLUMN calls;
+    raw.exec(`${UNDO_MIGRATIONS_AFTER_15} DROP TABLE call_ids; DROP TABLE documents; ALTER TABLE executions DROP COLUMN calls;
       CREATE INDEX executions_by_created ON executions (created) WHERE parent_id IS NULL; PRAGMA user_version = 14;`);
     const insert = raw.prepare(`INSERT INTO executions (execution_id, action_id, action_name, action_version, kind, status, input, input_fingerprint, output, error,
       principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified) VALUES

@@ -134,10 +134,22 @@ export async function startServer(key: string, options: EngineOptions = {}, serv
 }
 
 /**
+ * SQL that takes a database of today's schema back to schema version 16: a set's entries as rows
+ * of set_entry_log, one per entry and set (the links of sets since deleted were deleted with them),
+ * none in the entries (the caller sets user_version).
+ */
+export const UNDO_MIGRATION_17 = `
+  CREATE TABLE set_entry_log (seq INTEGER NOT NULL, account_set_id TEXT NOT NULL, prev_seq INTEGER, balance_version INTEGER, balance_after TEXT, PRIMARY KEY (seq, account_set_id)) WITHOUT ROWID;
+  INSERT INTO set_entry_log SELECT e.seq, l.key, l.value ->> 0, l.value ->> 1, l.value ->> 2 FROM entries e, json_each(e.set_links) l
+    WHERE e.set_links IS NOT NULL AND l.key IN (SELECT account_id FROM accounts) ORDER BY e.seq, l.key;
+  ALTER TABLE entries DROP COLUMN set_links;
+`;
+
+/**
  * SQL that takes a database of today's schema back to schema version 15: a set's entries in
  * set_entries keyed by (set, seq), no log, marks or heads (the caller sets user_version).
  */
-export const UNDO_MIGRATION_16 = `
+export const UNDO_MIGRATIONS_AFTER_15 = `${UNDO_MIGRATION_17}
   CREATE TABLE set_entries (account_set_id TEXT NOT NULL, seq INTEGER NOT NULL, balance_version INTEGER, balance_after TEXT, PRIMARY KEY (account_set_id, seq)) WITHOUT ROWID;
   INSERT INTO set_entries SELECT account_set_id, seq, balance_version, balance_after FROM set_entry_log;
   DROP TABLE set_entry_log; DROP TABLE set_entry_marks;
@@ -150,7 +162,7 @@ export const UNDO_MIGRATION_16 = `
  * calls of migration 15 are dropped, not turned back into rows), for tests that rebuild an older
  * database: the caller drops the rest and sets user_version.
  */
-export const UNDO_MIGRATIONS_AFTER_9 = `${UNDO_MIGRATION_16}
+export const UNDO_MIGRATIONS_AFTER_9 = `${UNDO_MIGRATIONS_AFTER_15}
   DROP TABLE set_entries;
   DROP TABLE call_ids; DROP TABLE documents; ALTER TABLE executions DROP COLUMN calls;
   CREATE INDEX executions_by_created ON executions (created) WHERE parent_id IS NULL;

@@ -7,6 +7,7 @@ import type { Db } from '../src/storage/database.js';
 import { mapDriverError } from '../src/storage/driver-errors.js';
 import { PgConnection } from '../src/storage/pg/connection.js';
 import { toPostgres } from '../src/storage/pg/dialect.js';
+import { MIGRATIONS, POSTGRES_FIRST } from '../src/storage/migrations.js';
 import { migratePostgres, POSTGRES_BASELINE } from '../src/storage/pg/schema.js';
 import { actionStatements, queueStatements } from '../src/storage/statements/actions.js';
 import { authStatements } from '../src/storage/statements/auth.js';
@@ -16,6 +17,7 @@ import { sessionStatements } from '../src/storage/statements/sessions.js';
 import { skillStatements } from '../src/storage/statements/skills.js';
 import { velocityStatements } from '../src/storage/statements/velocity.js';
 import { viewStatements } from '../src/storage/statements/views.js';
+import { createAccount, createTransferCode, id, newEngine, ok, POST } from './helpers.js';
 import { exited, serveProcess } from './processes.js';
 
 /**
@@ -45,6 +47,18 @@ describe('SQLite statements in PostgreSQL’s dialect', () => {
     expect(toPostgres('WITH x AS (SELECT 1) UPDATE t SET a = 1').returnsRows).toBe(false);
     expect(toPostgres('WITH RECURSIVE x(n) AS (SELECT 1) SELECT n FROM x').returnsRows).toBe(true);
     expect(toPostgres('UPDATE t SET a = 1 RETURNING a').returnsRows).toBe(true);
+    expect(toPostgres("SELECT CAST(e.links -> @set ->> 0 AS BIGINT), links -> ? ->> 2, '{\"a\":1}' -> 'a' FROM e").text).toBe(
+      "SELECT CAST(CAST(e.links AS json) -> $1 ->> 0 AS BIGINT), CAST(links AS json) -> $2 ->> 2, '{\"a\":1}' -> 'a' FROM e",
+    );
+  });
+});
+
+describe('the PostgreSQL schema’s migrations', () => {
+  it('every migration after the first PostgreSQL schema has a PostgreSQL twin (a database made by an older Tally is brought up by them)', () => {
+    const later = MIGRATIONS.filter((m) => m.version > POSTGRES_FIRST);
+    expect(later.length).toBeGreaterThan(0);
+    expect(later.filter((m) => !m.postgres?.trim()).map((m) => m.version)).toEqual([]);
+    expect(POSTGRES_BASELINE).toBe(MIGRATIONS.at(-1)!.version);
   });
 });
 
@@ -110,7 +124,7 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
     expect(bad.message).not.toContain('s3cret');
   });
 
-  it('creates the schema at the baseline once, and refuses a database newer than this Tally, or older', () => {
+  it('creates the schema at the baseline once, and refuses a database newer than this Tally, or older than any PostgreSQL schema', () => {
     const fresh = connect();
     fresh.exec(`CREATE SCHEMA ${schema}_m; SET search_path TO ${schema}_m`);
     try {
@@ -119,12 +133,70 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
       expect(fresh.prepare("SELECT dec_add('1.50', '2.125') AS sum").get()).toEqual({ sum: '3.625' });
       fresh.prepare("UPDATE schema_version SET version = ? WHERE name = 'tally'").run(POSTGRES_BASELINE + 1);
       expect(() => migratePostgres(fresh)).toThrow(/newer than this Tally/);
-      // Older: never silently run against tables a later migration changed.
-      fresh.prepare("UPDATE schema_version SET version = ? WHERE name = 'tally'").run(POSTGRES_BASELINE - 1);
-      expect(() => migratePostgres(fresh)).toThrow(/older than this Tally/);
+      // Older than the first PostgreSQL schema: no twins to bring it up, never run against it.
+      fresh.prepare("UPDATE schema_version SET version = ? WHERE name = 'tally'").run(POSTGRES_FIRST - 1);
+      expect(() => migratePostgres(fresh)).toThrow(/older than any PostgreSQL schema of Tally/);
     } finally {
       fresh.exec(`DROP SCHEMA ${schema}_m CASCADE`);
       fresh.close();
+    }
+  });
+
+  it('a database of an older Tally (schema 16: a set’s entries as rows of set_entry_log) is brought up by the migrations’ twins: the schema a new one has, every read the same', async () => {
+    const name = `${schema}_up`;
+    const admin = connect();
+    admin.exec(`CREATE SCHEMA ${name}; SET search_path TO ${name}`);
+    const url = `${URL}${URL!.includes('?') ? '&' : '?'}options=-c%20search_path%3D${name}`;
+    const SET = id(50);
+    const TOP = id(51);
+    const page = `entries(first: 200) { nodes { entryId } }`;
+    const reads = (e: Awaited<ReturnType<typeof newEngine>>) =>
+      ok(e, `{ s: accountSet(id: "${SET}") { ${page} usd: balance(currency: "USD") { version history(first: 200) { nodes { version settled { normalBalance { units } } } } }
+        eur: balance(currency: "EUR") { history(first: 200) { nodes { version settled { normalBalance { units } } } } } }
+        t: accountSet(id: "${TOP}") { ${page} balance(currency: "USD") { history(first: 200) { nodes { version } } } } }`);
+    try {
+      let engine = await newEngine({ path: url });
+      createTransferCode(engine);
+      createAccount(engine, 1, { normalBalanceType: 'DEBIT' });
+      createAccount(engine, 2);
+      ok(engine, `mutation { createAccountSet(input: {accountSetId: "${TOP}", name: "top"}) { version } }`);
+      ok(engine, `mutation { createAccountSet(input: {accountSetId: "${SET}", name: "S", accountSetIds: ["${TOP}"]}) { version } }`);
+      ok(engine, `mutation { addToAccountSet(id: "${SET}", member: {memberType: ACCOUNT, memberId: "${id(2)}"}) { version } }`);
+      const post = (from: number, to: number) => {
+        for (let n = from; n <= to; n++) ok(engine, POST, { input: { transactionId: id(10_000 + n), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: `${n}.5`, currency: n % 4 ? 'USD' : 'EUR' } } });
+      };
+      post(1, 90);
+      const before = reads(engine);
+      const links = () => (admin.prepare('SELECT seq, set_links FROM entries WHERE set_links IS NOT NULL ORDER BY seq').all() as Array<{ seq: number; set_links: string }>).map((l) => ({ seq: Number(l.seq), links: JSON.parse(l.set_links) }));
+      const written = links();
+      expect(written.length).toBe(90);
+      engine.close();
+      // What schema 16 kept: a row per entry and set, nothing in the entries.
+      admin.exec(`CREATE TABLE set_entry_log (seq BIGINT NOT NULL, account_set_id TEXT NOT NULL, prev_seq BIGINT, balance_version BIGINT, balance_after TEXT, PRIMARY KEY (seq, account_set_id));
+        INSERT INTO set_entry_log SELECT e.seq, l.key, (l.value ->> 0)::bigint, (l.value ->> 1)::bigint, l.value ->> 2 FROM entries e, json_each(e.set_links::json) l WHERE e.set_links IS NOT NULL;
+        ALTER TABLE entries DROP COLUMN set_links;
+        UPDATE schema_version SET version = 16 WHERE name = 'tally'`);
+      engine = await newEngine({ path: url });
+      expect(admin.prepare("SELECT version FROM schema_version WHERE name = 'tally'").pluck().get()).toBe(POSTGRES_BASELINE);
+      expect(admin.prepare("SELECT count(*) FROM pg_class WHERE relname = 'set_entry_log' AND relnamespace = current_schema()::regnamespace").pluck().get()).toBe(0);
+      expect(links()).toEqual(written);
+      expect(reads(engine)).toEqual(before);
+      post(91, 130);
+      const after = reads(engine);
+      expect(after.s.entries.nodes.length).toBe(130);
+      expect(after.s.usd.history.nodes.map((v: { version: number }) => v.version)).toEqual(Array.from({ length: after.s.usd.version }, (_, i) => after.s.usd.version - i));
+      engine.close();
+      // The same tables and columns (names and types) as a database made new.
+      const columns = (of: string) =>
+        admin.prepare('SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = ? ORDER BY table_name, column_name').all(of);
+      const fresh = `${schema}_new`;
+      admin.exec(`CREATE SCHEMA ${fresh}; SET search_path TO ${fresh}`);
+      migratePostgres(admin);
+      expect(columns(name)).toEqual(columns(fresh));
+      admin.exec(`DROP SCHEMA ${fresh} CASCADE`);
+    } finally {
+      admin.exec(`DROP SCHEMA ${name} CASCADE`);
+      admin.close();
     }
   });
 

@@ -4,9 +4,9 @@ import { join } from 'node:path';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '../src/clock.js';
 import type { Engine } from '../src/engine.js';
-import { createAccount, createTransferCode, id, newEngine, ok, POST, UNDO_MIGRATION_16 } from './helpers.js';
+import { createAccount, createTransferCode, id, newEngine, ok, POST, UNDO_MIGRATION_17, UNDO_MIGRATIONS_AFTER_15 } from './helpers.js';
 
-// A set's entries are an append-only log chained per balance record (migration 16). These tests
+// A set's entries are chained per balance record through the entries' links (migrations 16, 17). These tests
 // read them every way there is — listed (all currencies, one currency, in small pages), as balance
 // history, as of past times, by a calculation's backfill — across chains long enough to have marks,
 // and check each against what the entries table and the balances said at the time.
@@ -124,16 +124,17 @@ describe('a set’s entry log', () => {
     const rows = (c: string) => expectedEntries(engine, c).length;
     expect(rows('USD')).toBeGreaterThan(128);
     expect(marks).toEqual([{ currency: 'EUR', n: Math.floor(rows('EUR') / 64) }, { currency: 'USD', n: Math.floor(rows('USD') / 64) }]);
-    // The top set above it has a log of its own, rows for the same entries.
-    expect(engine.db.prepare('SELECT count(*) AS n FROM set_entry_log WHERE account_set_id = ?').get(TOP)).toEqual({ n: expectedEntries(engine).length });
+    // The top set above it has chains of its own, through the same entries.
+    expect(engine.db.prepare('SELECT count(*) AS n FROM entries WHERE set_links -> ? IS NOT NULL').get(TOP)).toEqual({ n: expectedEntries(engine).length });
     checkReads(engine);
   });
 
-  it('a posting writes one log row per entry and set, in seq order, each pointing to its record’s previous row', () => {
+  it('a posting links each entry into the chain of every set above it, in seq order, each link pointing to its record’s previous entry', () => {
     postMany(engine, 1, 30);
     const rows = engine.db
-      .prepare(`SELECT l.seq, l.prev_seq, e.currency FROM set_entry_log l JOIN entries e ON e.seq = l.seq WHERE l.account_set_id = ? ORDER BY l.seq`)
-      .all(SET) as Array<{ seq: number; prev_seq: number | null; currency: string }>;
+      .prepare(`SELECT seq, set_links -> ? ->> 0 AS prev_seq, currency FROM entries WHERE set_links -> ? IS NOT NULL ORDER BY seq`)
+      .all(SET, SET) as Array<{ seq: number; prev_seq: number | null; currency: string }>;
+    expect(rows.length).toBe(expectedEntries(engine).length);
     const last: Record<string, number | null> = {};
     for (const row of rows) {
       expect(row.prev_seq).toBe(last[row.currency] ?? null);
@@ -147,23 +148,58 @@ describe('a set’s entry log', () => {
     postMany(engine, 1, 150);
     checkReads(engine);
     // What schema 15 kept: set_entries keyed by (set, seq), no log, no marks, no heads.
-    engine.db.exec(`${UNDO_MIGRATION_16} PRAGMA user_version = 15;`);
+    engine.db.exec(`${UNDO_MIGRATIONS_AFTER_15} PRAGMA user_version = 15;`);
     engine.close();
     engine = await newEngine({ path, clock });
-    expect(engine.db.pragma('user_version', { simple: true })).toBe(16);
+    expect(engine.db.pragma('user_version', { simple: true })).toBe(17);
     checkReads(engine);
     postMany(engine, 151, 60);
     checkReads(engine);
   });
 
-  it('deleting a set deletes its log rows and marks, and nothing of the sets above', () => {
+  it('a database of schema 16 (a row per entry and set in set_entry_log) is migrated: the links in the entries, every read the same, and postings continue the chains', async () => {
+    postMany(engine, 1, 150);
+    checkReads(engine);
+    const links = engine.db.prepare('SELECT seq, set_links FROM entries WHERE set_links IS NOT NULL ORDER BY seq').all() as Array<{ seq: number; set_links: string }>;
+    engine.db.exec(`${UNDO_MIGRATION_17} PRAGMA user_version = 16;`);
+    expect(engine.db.prepare('SELECT count(*) AS n FROM set_entry_log').get()).toEqual({ n: links.reduce((n, l) => n + Object.keys(JSON.parse(l.set_links)).length, 0) });
+    engine.close();
+    engine = await newEngine({ path, clock });
+    expect(engine.db.pragma('user_version', { simple: true })).toBe(17);
+    expect(engine.db.prepare("SELECT count(*) AS n FROM sqlite_master WHERE name = 'set_entry_log'").get()).toEqual({ n: 0 });
+    // Every entry's links as the posting wrote them (the same members; the migration writes them in its own order).
+    const migrated = engine.db.prepare('SELECT seq, set_links FROM entries WHERE set_links IS NOT NULL ORDER BY seq').all() as Array<{ seq: number; set_links: string }>;
+    expect(migrated.map((l) => ({ seq: l.seq, links: JSON.parse(l.set_links) }))).toEqual(links.map((l) => ({ seq: l.seq, links: JSON.parse(l.set_links) })));
+    checkReads(engine);
+    postMany(engine, 151, 60);
+    checkReads(engine);
+    expect(chainProblems(engine)).toEqual([]);
+  });
+
+  it('deleting a set forgets its chains (marks and heads), leaves the sets above whole, and a set made again with its id starts new ones', () => {
     postMany(engine, 1, 140);
-    const topRows = engine.db.prepare('SELECT count(*) AS n FROM set_entry_log WHERE account_set_id = ?').get(TOP);
+    const topLinks = engine.db.prepare('SELECT seq, set_links -> ? AS link FROM entries WHERE set_links -> ? IS NOT NULL ORDER BY seq').all(TOP, TOP);
+    const old = expectedEntries(engine);
     for (const n of [2, 3]) ok(engine, `mutation { removeFromAccountSet(id: "${SET}", member: {memberType: ACCOUNT, memberId: "${id(n)}"}) { version } }`);
     ok(engine, `mutation { deleteAccountSet(id: "${SET}") { accountSetId } }`);
-    expect(engine.db.prepare('SELECT count(*) AS n FROM set_entry_log WHERE account_set_id = ?').get(SET)).toEqual({ n: 0 });
     expect(engine.db.prepare('SELECT count(*) AS n FROM set_entry_marks WHERE account_set_id = ?').get(SET)).toEqual({ n: 0 });
-    expect(engine.db.prepare('SELECT count(*) AS n FROM set_entry_log WHERE account_set_id = ?').get(TOP)).toEqual(topRows);
+    expect(engine.db.prepare('SELECT count(*) AS n FROM balances WHERE account_id = ?').get(SET)).toEqual({ n: 0 });
+    expect(engine.db.prepare('SELECT seq, set_links -> ? AS link FROM entries WHERE set_links -> ? IS NOT NULL ORDER BY seq').all(TOP, TOP)).toEqual(topLinks);
+    // The same id again, holding account 2 only: its entries are the new ones, none of the old set's.
+    ok(engine, `mutation { createAccountSet(input: {accountSetId: "${SET}", name: "S again"}) { version } }`);
+    ok(engine, `mutation { addToAccountSet(id: "${SET}", member: {memberType: ACCOUNT, memberId: "${id(2)}"}) { version } }`);
+    const fresh: string[] = [];
+    for (let n = 1; n <= 70; n++) {
+      ok(engine, POST, { input: { transactionId: id(60_000 + n), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1', currency: 'USD' } } });
+      fresh.unshift(engine.db.prepare('SELECT entry_id FROM entries WHERE account_id = ? ORDER BY seq DESC LIMIT 1').pluck().get(id(2)) as string);
+    }
+    expect(listed(engine, 9)).toEqual(fresh);
+    expect(fresh.some((e) => old.includes(e))).toBe(false);
+    // Version 1 took account 2's balance as it joined; then one version a posting.
+    const account2 = ok(engine, `{ account(id: "${id(2)}") { balance(currency: "USD") { settled { normalBalance { units } } } } }`).account.balance.settled;
+    expect(setBalance(engine, 'USD')).toEqual({ version: 71, settled: account2 });
+    // History lists the versions its entries left (the member's arrival is no entry of the set).
+    expect(history(engine, 'USD', 8).map((v) => v.version)).toEqual(Array.from({ length: 70 }, (_, i) => 71 - i));
   });
 
   it('a calculation attached to the set backfills from its log, in posting order, past one read chunk', () => {
@@ -182,17 +218,17 @@ describe('a set’s entry log', () => {
   });
 });
 
-/** Every chain whole: each row points to the previous row of its record, and the record holds the newest and the count. */
+/** Every chain whole: each entry's link points to the previous entry of its record, and the record holds the newest and the count. */
 function chainProblems(e: Engine): string[] {
   const rows = e.db
-    .prepare('SELECT l.seq, l.account_set_id AS setId, l.prev_seq AS prev, e.journal_id AS journal, e.currency FROM set_entry_log l JOIN entries e ON e.seq = l.seq ORDER BY l.seq')
+    .prepare('SELECT e.seq, l.key AS setId, l.value ->> 0 AS prev, e.journal_id AS journal, e.currency FROM entries e, json_each(e.set_links) l WHERE e.set_links IS NOT NULL ORDER BY e.seq')
     .all() as Array<{ seq: number; setId: string; prev: number | null; journal: string; currency: string }>;
   const problems: string[] = [];
   const chains = new Map<string, { head: number; count: number }>();
   for (const row of rows) {
     const key = `${row.setId} ${row.journal} ${row.currency}`;
     const chain = chains.get(key);
-    if (row.prev !== (chain?.head ?? null)) problems.push(`row ${row.seq} of ${key} points to ${row.prev}, not ${chain?.head ?? null}`);
+    if (row.prev !== (chain?.head ?? null)) problems.push(`entry ${row.seq} of ${key} points to ${row.prev}, not ${chain?.head ?? null}`);
     chains.set(key, { head: row.seq, count: (chain?.count ?? 0) + 1 });
   }
   for (const [key, { head, count }] of chains) {
@@ -200,8 +236,8 @@ function chainProblems(e: Engine): string[] {
     const record = e.db.prepare('SELECT log_head, log_count FROM balances WHERE account_id = ? AND journal_id = ? AND currency = ?').get(setId, journal, currency);
     if (JSON.stringify(record) !== JSON.stringify({ log_head: head, log_count: count })) problems.push(`${key} holds ${JSON.stringify(record)}, not head ${head} of ${count}`);
   }
-  const orphanMarks = e.db.prepare('SELECT count(*) AS n FROM set_entry_marks m WHERE NOT EXISTS (SELECT 1 FROM set_entry_log l WHERE l.seq = m.seq AND l.account_set_id = m.account_set_id)').get() as { n: number };
-  if (orphanMarks.n > 0) problems.push(`${orphanMarks.n} marks without their row`);
+  const orphanMarks = e.db.prepare('SELECT count(*) AS n FROM set_entry_marks m WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.seq = m.seq AND e.set_links -> m.account_set_id IS NOT NULL)').get() as { n: number };
+  if (orphanMarks.n > 0) problems.push(`${orphanMarks.n} marks without their entry`);
   return problems;
 }
 

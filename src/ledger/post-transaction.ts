@@ -12,7 +12,7 @@ import { setsAbove } from './account-sets.js';
 import { afterPosting } from './after-posting.js';
 import { applyToBalances, type BalanceDelta } from './balances.js';
 import { type Posted, RecordKeys } from './posted.js';
-import { appendSetEntries } from './set-log.js';
+import { linkSetEntries } from './set-log.js';
 import { cachedAccount, type LedgerDeps } from './deps.js';
 import { DEFAULT_JOURNAL_ID } from './journals.js';
 import { bindParams, isDate } from './params.js';
@@ -306,7 +306,7 @@ function writeTransaction(
       seq: firstEntrySeq + i, entry_id: deps.newId(), transaction_id: row.transaction_id, account_id: e.accountId, journal_id: row.journal_id,
       sequence: i + 1, entry_type: e.entryType, layer: e.layer, direction: e.direction, units: e.units, currency: e.currency,
       description: e.description, metadata: e.metadata, created: row.created, parent_account_ids: sets.length ? JSON.stringify(sets) : null,
-      balance_version: null, balance_after: null,
+      balance_version: null, balance_after: null, set_links: null,
     };
     deltas.push({ accountId: e.accountId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId: entry.entry_id, key: keys.of(e.accountId, e.currency) });
     for (const setId of sets) {
@@ -316,17 +316,17 @@ function writeTransaction(
   });
   // Balances first: each entry (and each set row) keeps the record as this posting left it (history).
   const after = applyToBalances(deps, deltas, row.modified);
+  linkSetEntries(deps, written, parents, after, keys);
   for (const entry of written) {
     const own = after.get(keys.of(entry.account_id, entry.currency))!;
     entry.balance_version = own.version;
     entry.balance_after = own.after;
     deps.st.insertEntry.run(
       entry.seq, entry.entry_id, entry.transaction_id, entry.account_id, entry.journal_id, entry.sequence, entry.entry_type, entry.layer,
-      entry.direction, entry.units, entry.currency, entry.description, entry.metadata, entry.created, entry.parent_account_ids, own.version, own.after,
+      entry.direction, entry.units, entry.currency, entry.description, entry.metadata, entry.created, entry.parent_account_ids, own.version, own.after, entry.set_links,
     );
     last.seq = entry.seq;
   }
-  appendSetEntries(deps, written, parents, after, keys);
   const transaction: TransactionRow = { ...row, seq: Number(info.lastInsertRowid) };
   const posted: Posted = { transaction, entries: written, parents, balances: after, keys };
   afterPosting(deps, posted);

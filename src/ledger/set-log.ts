@@ -4,14 +4,15 @@ import type { LedgerDeps } from './deps.js';
 import type { RecordKeys } from './posted.js';
 
 /**
- * A set's entries: one log row per entry and set it rolled up into, appended in posting order and
- * chained per balance record (set, journal, currency) — see setLogStatements. Everything that
- * reads or writes a set's entries goes through here.
+ * A set's entries: a chain per balance record (set, journal, currency) through the entries
+ * themselves, newest first — each entry links, per set above its account, to the record's previous
+ * entry (entries.set_links; see setLogStatements). Everything that reads or writes a set's entries
+ * goes through here.
  */
 
 export type SetLogRow = EntryRow & { log_prev: number | null; set_balance_version: number | null; set_balance_after: string | null };
 
-/** A chain: one balance record of a set, and its newest row. */
+/** A chain: one balance record of a set, and its newest entry. */
 export interface SetChain {
   setId: string;
   journalId: string;
@@ -20,12 +21,13 @@ export interface SetChain {
 }
 
 /**
- * Append a posting's rows: for each entry (in seq order) and each set above its account, a row
- * pointing to the record's previous row (the head the balance upsert replaced, then the posting's
- * own rows), with the set's balance as the posting left it. A chain that passed a multiple of
- * SET_LOG_MARK_EVERY rows gets a mark at its new head.
+ * Link a posting's entries (in seq order, before they are inserted) into the chains of the sets
+ * above their accounts: each entry's set_links holds, per set, the record's previous entry (the
+ * head the balance upsert replaced, then the posting's own entries) and the set's balance as the
+ * posting left it. A chain that passed a multiple of SET_LOG_MARK_EVERY entries gets a mark at its
+ * new head.
  */
-export function appendSetEntries(
+export function linkSetEntries(
   deps: LedgerDeps,
   entries: readonly EntryRow[],
   parents: ReadonlyMap<string, readonly string[]>,
@@ -35,11 +37,14 @@ export function appendSetEntries(
   const prev = new Map<string, number | null>();
   const heads = new Map<string, { setId: string; entry: EntryRow; count: number; rows: number }>();
   for (const entry of entries) {
-    for (const setId of parents.get(entry.account_id) ?? []) {
+    const sets = parents.get(entry.account_id);
+    if (!sets || sets.length === 0) continue;
+    let links = '';
+    for (const setId of sets) {
       const key = keys.of(setId, entry.currency);
       const record = after.get(key)!;
       const before = prev.has(key) ? prev.get(key)! : (record.log_prev ?? null);
-      deps.st.insertSetEntry.run(entry.seq, setId, before, record.version, record.after);
+      links += `${links ? ',' : '{'}${JSON.stringify(setId)}:[${before},${record.version},${JSON.stringify(record.after)}]`;
       prev.set(key, entry.seq);
       const head = heads.get(key);
       if (head) {
@@ -47,6 +52,7 @@ export function appendSetEntries(
         head.rows++;
       } else heads.set(key, { setId, entry, count: record.log_count ?? 0, rows: 1 });
     }
+    entry.set_links = `${links}}`;
   }
   for (const { setId, entry, count, rows } of heads.values()) {
     if (Math.floor((count - rows) / SET_LOG_MARK_EVERY) < Math.floor(count / SET_LOG_MARK_EVERY)) {
@@ -63,14 +69,14 @@ export function setChains(deps: LedgerDeps, setId: string, currency?: string | n
     .map((h) => ({ setId, journalId: h.journal_id, currency: h.currency, head: h.log_head }));
 }
 
-/** The chain's newest row at or below `seq`, or null: from the first mark above it (or the head), at most ~SET_LOG_MARK_EVERY rows down. */
+/** The chain's newest entry at or below `seq`, or null: from the first mark above it (or the head), at most ~SET_LOG_MARK_EVERY links down. */
 export function seekChain(deps: LedgerDeps, chain: SetChain, seq: number): number | null {
   if (seq >= chain.head) return chain.head;
   const from = deps.st.setLogMarkAbove.get(chain.setId, chain.journalId, chain.currency, seq) ?? chain.head;
   return deps.st.setLogSeek.get({ from, set: chain.setId, floor: seq }) ?? null;
 }
 
-/** Up to `limit` rows of a chain at or below `seq`, newest first, with their entries. */
+/** Up to `limit` entries of a chain at or below `seq`, newest first, with the set's balance each left. */
 export function chainRows(deps: LedgerDeps, chain: SetChain, seq: number, limit: number): SetLogRow[] {
   const from = seekChain(deps, chain, seq);
   return from === null ? [] : deps.st.setLogEntries.all({ from, set: chain.setId, limit });
@@ -133,15 +139,11 @@ export function setEntrySeqs(deps: LedgerDeps, setId: string, max: number, tooMa
   return seqs.sort((a, b) => a - b);
 }
 
-/** Delete a set's log rows and marks (before its balance records, which hold the heads). */
+/**
+ * Forget a set's chains (before its balance records, which hold the heads, go): its marks. The
+ * links in its old entries stay, as its id stays in their parent_account_ids; no record points to
+ * them, so no read reaches them, and a set created again with the same id starts new chains.
+ */
 export function deleteSetLog(deps: LedgerDeps, setId: string): void {
-  for (const chain of setChains(deps, setId)) {
-    let from: number | null = chain.head;
-    while (from !== null) {
-      const rows = deps.st.setLogSeqs.all({ from, set: setId, limit: 1000 });
-      for (const row of rows) deps.st.deleteSetEntry.run(row.seq, setId);
-      from = rows.length === 1000 ? rows.at(-1)!.prev : null;
-    }
-  }
   deps.st.deleteSetEntryMarks.run(setId);
 }

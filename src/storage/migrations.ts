@@ -12,7 +12,15 @@ export interface Migration {
   version: number;
   name: string;
   sql: string;
+  /**
+   * The same change in PostgreSQL's words, for a migration after POSTGRES_FIRST (a PostgreSQL
+   * database is created at the newest schema and upgraded by these; see src/storage/pg/schema.ts).
+   */
+  postgres?: string;
 }
+
+/** The schema version the first PostgreSQL databases were created at: every later migration has a PostgreSQL twin. */
+export const POSTGRES_FIRST = 16;
 
 export const DEFAULT_JOURNAL_ID = '00000000-0000-0000-0000-000000000000';
 
@@ -656,6 +664,32 @@ export const MIGRATIONS: readonly Migration[] = [
         WHERE balances.account_id = h.account_set_id AND balances.journal_id = h.journal_id AND balances.currency = h.currency;
       DROP TABLE m16_rows;
       DROP TABLE set_entries;
+    `,
+  },
+  {
+    version: 17,
+    name: 'set links in entries',
+    sql: `
+      -- A set's entry log moves into the entries: each entry holds, per set above its account, the
+      -- link that set_entry_log's row held (set id → [previous seq of that set's record, the set's
+      -- balance version and balance as this entry left them]). A posting writes no row of its own
+      -- for the sets (4 rows and ~2.3 WAL pages a posting with two sets above two accounts); the
+      -- chains and the marks are as before. A deleted set's links stay in its old entries, as its
+      -- id stays in parent_account_ids: no record points to them, so no read reaches them.
+      ALTER TABLE entries ADD COLUMN set_links TEXT;
+      UPDATE entries SET set_links = l.links
+        FROM (SELECT seq, json_group_object(account_set_id, json_array(prev_seq, balance_version, balance_after)) AS links
+              FROM set_entry_log GROUP BY seq) AS l
+        WHERE entries.seq = l.seq;
+      DROP TABLE set_entry_log;
+    `,
+    postgres: `
+      ALTER TABLE entries ADD COLUMN set_links TEXT;
+      UPDATE entries SET set_links = l.links
+        FROM (SELECT seq, json_object_agg(account_set_id, json_build_array(prev_seq, balance_version, balance_after))::text AS links
+              FROM set_entry_log GROUP BY seq) AS l
+        WHERE entries.seq = l.seq;
+      DROP TABLE set_entry_log;
     `,
   },
 ];

@@ -12,7 +12,9 @@
  * - `BEGIN IMMEDIATE` / `BEGIN DEFERRED` become `BEGIN` (the write lock is PostgreSQL's row locks);
  * - `WITHOUT ROWID` (DDL) goes;
  * - the column `window` (lower case; the keyword is written WINDOW) is quoted;
- * - `json_each(?)`, a JSON array parameter as a table of its values, is json_array_elements_text.
+ * - `json_each(?)`, a JSON array parameter as a table of its values, is json_array_elements_text;
+ * - `column -> ? ->> n` (a TEXT column's member by a parameter's key, then its n-th element) casts
+ *   the column to json.
  * Text inside string literals, quoted identifiers and comments is never rewritten.
  */
 
@@ -99,7 +101,10 @@ export function toPostgres(sql: string): Translated {
       // the keyword WINDOW in capitals; a parameter @window is numbered above).
       .replace(/\bwindow\b/g, '"window"')
       // A JSON array parameter read as a table of its values (`SELECT value FROM json_each(?)`).
-      .replace(/\bjson_each\((\$\d+)\)/g, 'json_array_elements_text(CAST($1 AS json))'),
+      .replace(/\bjson_each\((\$\d+)\)/g, 'json_array_elements_text(CAST($1 AS json))')
+      // A JSON column's member by a parameter's key (`column -> @key ->> n`): SQLite reads the
+      // text as JSON, PostgreSQL needs it cast.
+      .replace(/\b([A-Za-z_][\w.]*)\s*->\s*(\$\d+)\s*->>/g, 'CAST($1 AS json) -> $2 ->>'),
   );
   if (text.includes('/*or ignore*/')) {
     text = text.replace('/*or ignore*/ ', '');

@@ -1,7 +1,7 @@
 import Database from 'better-sqlite3';
 import { EngineError } from '../../errors.js';
 import { migrate } from '../database.js';
-import { MIGRATIONS } from '../migrations.js';
+import { MIGRATIONS, POSTGRES_FIRST } from '../migrations.js';
 import { CACHED_TABLES, TOOL_TABLES } from '../record-cache.js';
 import type { PgConnection } from './connection.js';
 import { ENTRY_SEQ_BLOCK } from '../backend.js';
@@ -10,7 +10,8 @@ import { ENTRY_SEQ_BLOCK } from '../backend.js';
  * The schema on PostgreSQL (issue 19). A PostgreSQL database starts at the schema SQLite has after
  * every migration (POSTGRES_BASELINE): the tables, keys, checks and indexes are SQLite's, read
  * from a database the migrations just built and written in PostgreSQL's words, so the two cannot
- * drift; later migrations carry a PostgreSQL twin each. What differs:
+ * drift. A database made by an older Tally (at POSTGRES_FIRST or later) is brought up by the
+ * PostgreSQL twins of the migrations after its version. What differs:
  * - INTEGER is BIGINT, and an INTEGER PRIMARY KEY (SQLite's rowid) an identity column;
  * - a table with an implicit rowid (paged by it: `SELECT rowid, * … WHERE rowid > ?`) gets an
  *   identity column named rowid, and a table whose rowid is its INTEGER PRIMARY KEY a generated
@@ -149,15 +150,15 @@ function migrateOnce(connection: PgConnection): number[] {
     if (current > POSTGRES_BASELINE) {
       throw new EngineError('BAD_REQUEST', `database schema version ${current} is newer than this Tally (${POSTGRES_BASELINE})`, { hint: 'Run a newer Tally against this database.' });
     }
-    // A PostgreSQL database is created at the baseline and no migration after it has a PostgreSQL
-    // twin yet: an older database would run with tables this Tally's statements do not match.
-    if (current < POSTGRES_BASELINE) {
-      throw new EngineError('BAD_REQUEST', `database schema version ${current} is older than this Tally (${POSTGRES_BASELINE}), and no migration from it exists for PostgreSQL`, {
+    // The first PostgreSQL databases were made at POSTGRES_FIRST: nothing older has twins to run.
+    if (current < POSTGRES_FIRST) {
+      throw new EngineError('BAD_REQUEST', `database schema version ${current} is older than any PostgreSQL schema of Tally (${POSTGRES_FIRST}), and no migration from it exists`, {
         hint: `Run the Tally that created it (schema version ${current}) against this database.`,
       });
     }
+    const applied = current < POSTGRES_BASELINE ? upgrade(connection) : [];
     addEntrySeqBlocks(connection);
-    return [];
+    return applied;
   }
   const { statements, rows } = postgresSchema();
   connection.transaction(() => {
@@ -173,6 +174,27 @@ function migrateOnce(connection: PgConnection): number[] {
     connection.prepare('INSERT INTO schema_version (name, version) VALUES (?, ?)').run('tally', POSTGRES_BASELINE);
   })();
   return [POSTGRES_BASELINE];
+}
+
+/**
+ * Run the PostgreSQL twins of the migrations after the database's version, in one transaction.
+ * Several processes starting at once: the first takes the lock and upgrades; the others wait for
+ * it, then find the version current and run nothing.
+ */
+function upgrade(connection: PgConnection): number[] {
+  const applied: number[] = [];
+  connection.transaction(() => {
+    connection.exec('LOCK TABLE schema_version IN EXCLUSIVE MODE');
+    const current = connection.prepare<[], number>("SELECT version FROM schema_version WHERE name = 'tally'").pluck().get() ?? 0;
+    for (const migration of MIGRATIONS) {
+      if (migration.version <= current) continue;
+      if (migration.postgres === undefined) throw new Error(`migration ${migration.version} (${migration.name}) has no PostgreSQL twin`);
+      connection.exec(migration.postgres);
+      applied.push(migration.version);
+    }
+    connection.prepare("UPDATE schema_version SET version = ? WHERE name = 'tally'").run(POSTGRES_BASELINE);
+  })();
+  return applied;
 }
 
 /**

@@ -98,6 +98,12 @@ export interface EntryRow {
   /** The account's balance record (journal, currency) as the posting left it: its version and totals. */
   balance_version: number | null;
   balance_after: string | null;
+  /**
+   * JSON: per set above the account, the entry's link in that set's chain — the seq of the set
+   * record's previous entry, the set's balance version and totals as this entry left them (see
+   * setLogStatements); null for none.
+   */
+  set_links: string | null;
 }
 
 export interface BalanceRow {
@@ -114,7 +120,7 @@ export interface BalanceRow {
   version: number;
   created: string;
   modified: string;
-  /** A set's record: the newest row of its entry log (migration 16); null for an account's. */
+  /** A set's record: the newest entry of its chain (see setLogStatements); null for an account's. */
   log_head?: number | null;
 }
 
@@ -264,10 +270,10 @@ export function ledgerStatements(db: Db) {
     ),
 
     /** Positional: the hottest insert, and named binding costs a lookup per parameter. */
-    insertEntry: db.prepare<[number, string, string, string, string, number, string, string, string, string, string, string | null, string | null, string, string | null, number, string]>(
+    insertEntry: db.prepare<[number, string, string, string, string, number, string, string, string, string, string, string | null, string | null, string, string | null, number, string, string | null]>(
       `INSERT INTO entries (seq, entry_id, transaction_id, account_id, journal_id, sequence, entry_type, layer,
-         direction, units, currency, description, metadata, created, parent_account_ids, balance_version, balance_after)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         direction, units, currency, description, metadata, created, parent_account_ids, balance_version, balance_after, set_links)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ),
     entryById: db.prepare<[string], EntryRow>('SELECT * FROM entries WHERE entry_id = ?'),
     /** A transaction's entries: seq from first_entry_seq to first_entry_seq + entry_count - 1. */
@@ -352,53 +358,52 @@ function balanceUpserts(db: Db, log: boolean) {
 }
 
 /**
- * A set's entries (migration 16): an append-only log keyed by (seq, set), each row pointing to the
- * previous row of its balance record (set, journal, currency); the record holds the newest
- * (balances.log_head), and every SET_LOG_MARK_EVERY-th row is a mark. Chains are walked with
- * recursive queries, newest first; a row's prev_seq is always below its seq, so a walk ends.
+ * A set's entries: a chain per balance record (set, journal, currency), newest first, through the
+ * entries themselves (migration 17): each entry holds, per set above its account, a link
+ * (entries.set_links: set id → [the seq of the record's previous entry, the set's balance version
+ * and totals as this entry left them]). The record holds the newest (balances.log_head), and every
+ * SET_LOG_MARK_EVERY-th entry of a chain is a mark. Chains are walked with recursive queries; a
+ * link's previous seq is always below the entry's own, so a walk ends.
  */
 function setLogStatements(db: Db) {
-  const walk = (columns: string) => `WITH RECURSIVE walk(seq, prev, version, after, n) AS (
-         SELECT seq, prev_seq, balance_version, balance_after, 1 FROM set_entry_log WHERE seq = @from AND account_set_id = @set
+  const link = (entries: string, field: 0 | 1) => `CAST(${entries}.set_links -> @set ->> ${field} AS BIGINT)`;
+  const walk = (columns: string) => `WITH RECURSIVE walk(seq, prev, n) AS (
+         SELECT seq, ${link('entries', 0)}, 1 FROM entries WHERE seq = @from
          UNION ALL
-         SELECT l.seq, l.prev_seq, l.balance_version, l.balance_after, walk.n + 1 FROM walk
-           JOIN set_entry_log l ON l.seq = walk.prev AND l.account_set_id = @set WHERE walk.n < @limit
+         SELECT e.seq, ${link('e', 0)}, walk.n + 1 FROM walk JOIN entries e ON e.seq = walk.prev WHERE walk.n < @limit
        ) ${columns}`;
   return {
-    insertSetEntry: db.prepare<[number, string, number | null, number, string]>(
-      'INSERT INTO set_entry_log (seq, account_set_id, prev_seq, balance_version, balance_after) VALUES (?, ?, ?, ?, ?)',
-    ),
     insertSetEntryMark: db.prepare<[string, string, string, number]>(
       'INSERT INTO set_entry_marks (account_set_id, journal_id, currency, seq) VALUES (?, ?, ?, ?)',
     ),
-    /** The heads of a set's logs: one per balance record that has entries. */
+    /** The heads of a set's chains: one per balance record that has entries. */
     setLogHeads: db.prepare<[string], { journal_id: string; currency: string; log_head: number }>(
       'SELECT journal_id, currency, log_head FROM balances WHERE account_id = ? AND log_head IS NOT NULL',
     ),
-    /** The first mark above a seq: a chain's rows at or below the seq are at most ~64 rows down from it. */
+    /** The first mark above a seq: a chain's entries at or below the seq are at most ~64 links down from it. */
     setLogMarkAbove: db.prepare<[string, string, string, number], number>(
       'SELECT seq FROM set_entry_marks WHERE account_set_id = ? AND journal_id = ? AND currency = ? AND seq > ? ORDER BY seq LIMIT 1',
     ).pluck(),
-    /** Walk a chain from row @from down while above @floor: the last row returned is the first at or below it (or the chain's end). */
+    /** Walk a chain from entry @from down while above @floor: the last seq returned is the first at or below it (or the chain's end). */
     setLogSeek: db.prepare<[{ from: number; set: string; floor: number }], number>(
       `WITH RECURSIVE walk(seq, prev) AS (
-         SELECT seq, prev_seq FROM set_entry_log WHERE seq = @from AND account_set_id = @set
+         SELECT seq, ${link('entries', 0)} FROM entries WHERE seq = @from
          UNION ALL
-         SELECT l.seq, l.prev_seq FROM walk JOIN set_entry_log l ON l.seq = walk.prev AND l.account_set_id = @set WHERE walk.seq > @floor
+         SELECT e.seq, ${link('e', 0)} FROM walk JOIN entries e ON e.seq = walk.prev WHERE walk.seq > @floor
        ) SELECT seq FROM walk WHERE seq <= @floor`,
     ).pluck(),
-    /** Up to @limit rows of a chain from row @from down, newest first, with their entries and the set's balance each left. */
+    /** Up to @limit entries of a chain from entry @from down, newest first, with the set's balance each left. */
     setLogEntries: db.prepare<[{ from: number; set: string; limit: number }], EntryRow & { log_prev: number | null; set_balance_version: number | null; set_balance_after: string | null }>(
-      walk('SELECT e.*, walk.prev AS log_prev, walk.version AS set_balance_version, walk.after AS set_balance_after FROM walk JOIN entries e ON e.seq = walk.seq ORDER BY walk.n'),
+      walk(`SELECT e.*, walk.prev AS log_prev, ${link('e', 1)} AS set_balance_version, e.set_links -> @set ->> 2 AS set_balance_after
+         FROM walk JOIN entries e ON e.seq = walk.seq ORDER BY walk.n`),
     ),
-    /** Up to @limit seqs of a chain from row @from down (the last row's prev_seq continues it). */
+    /** Up to @limit seqs of a chain from entry @from down (the last one's prev continues it). */
     setLogSeqs: db.prepare<[{ from: number; set: string; limit: number }], { seq: number; prev: number | null }>(walk('SELECT seq, prev FROM walk ORDER BY n')),
-    deleteSetEntry: db.prepare<[number, string]>('DELETE FROM set_entry_log WHERE seq = ? AND account_set_id = ?'),
     deleteSetEntryMarks: db.prepare<[string]>('DELETE FROM set_entry_marks WHERE account_set_id = ?'),
   };
 }
 
-/** Every SET_LOG_MARK_EVERY-th row of a set's entry log is also a mark (set_entry_marks). */
+/** Every SET_LOG_MARK_EVERY-th entry of a set's chain is also a mark (set_entry_marks). */
 export const SET_LOG_MARK_EVERY = 64;
 
 export const BALANCE_COLUMNS = ['settled_dr', 'settled_cr', 'pending_dr', 'pending_cr', 'encumbrance_dr', 'encumbrance_cr'] as const;
