@@ -531,10 +531,8 @@ export function sqlFloorPoster(engine: Engine, options: { sets: boolean; topSet:
       });
       return `{${parts.join(',')}}`;
     });
-    entries.forEach((e, i) => {
-      st.insertEntry.run(e.seq, e.entryId, transactionId, e.account, journal, i + 1, 'TRANSFER_DR', 'SETTLED', e.direction, amount, 'USD', null, null, now,
-        options.sets ? JSON.stringify([options.setOf(e.account), options.topSet]) : null, afters[i]!.version, afters[i]!.after, links[i]!);
-    });
+    st.insertEntries(entries.length).run(entries.flatMap((e, i) => [e.seq, e.entryId, transactionId, e.account, journal, i + 1, 'TRANSFER_DR', 'SETTLED', e.direction, amount, 'USD', null, null, now,
+      options.sets ? JSON.stringify([options.setOf(e.account), options.topSet]) : null, afters[i]!.version, afters[i]!.after, links[i]!]));
     if (options.sets) {
       const owners = new Map<string, { mask: number; amounts: string[]; entryId: string }>();
       for (const e of entries) {

@@ -7,7 +7,7 @@ import { checkCelValueSize } from '../cel/cel.js';
 import { canonicalJson, fingerprint, isUuid } from '../ids.js';
 import { setOwn } from '../json.js';
 import { ENTRY_SEQ_BLOCK } from '../storage/backend.js';
-import type { EntryRow, TranCodeRow, TransactionRow } from '../storage/statements/ledger.js';
+import { ENTRY_INSERT_ROWS, type EntryRow, type TranCodeRow, type TransactionRow } from '../storage/statements/ledger.js';
 import { setsAbove } from './account-sets.js';
 import { afterPosting } from './after-posting.js';
 import { applyToBalances, type BalanceDelta } from './balances.js';
@@ -321,16 +321,28 @@ function writeTransaction(
     const own = after.get(keys.of(entry.account_id, entry.currency))!;
     entry.balance_version = own.version;
     entry.balance_after = own.after;
-    deps.st.insertEntry.run(
-      entry.seq, entry.entry_id, entry.transaction_id, entry.account_id, entry.journal_id, entry.sequence, entry.entry_type, entry.layer,
-      entry.direction, entry.units, entry.currency, entry.description, entry.metadata, entry.created, entry.parent_account_ids, own.version, own.after, entry.set_links,
-    );
-    last.seq = entry.seq;
   }
+  insertEntries(deps, written);
+  last.seq = firstEntrySeq + written.length - 1;
   const transaction: TransactionRow = { ...row, seq: Number(info.lastInsertRowid) };
   const posted: Posted = { transaction, entries: written, parents, balances: after, keys };
   afterPosting(deps, posted);
   return posted;
+}
+
+/** Insert a posting's entries, ENTRY_INSERT_ROWS to a statement. */
+function insertEntries(deps: LedgerDeps, entries: readonly EntryRow[]): void {
+  for (let start = 0; start < entries.length; start += ENTRY_INSERT_ROWS) {
+    const rows = Math.min(ENTRY_INSERT_ROWS, entries.length - start);
+    const values: unknown[] = [];
+    for (let i = start; i < start + rows; i++) {
+      const e = entries[i]!;
+      // In ENTRY_COLUMNS order.
+      values.push(e.seq, e.entry_id, e.transaction_id, e.account_id, e.journal_id, e.sequence, e.entry_type, e.layer, e.direction, e.units, e.currency,
+        e.description, e.metadata, e.created, e.parent_account_ids, e.balance_version, e.balance_after, e.set_links);
+    }
+    deps.st.insertEntries(rows).run(values);
+  }
 }
 
 /**

@@ -269,11 +269,15 @@ export function ledgerStatements(db: Db) {
        WHERE transaction_id = ? AND voided_by IS NULL`,
     ),
 
-    /** Positional: the hottest insert, and named binding costs a lookup per parameter. */
-    insertEntry: db.prepare<[number, string, string, string, string, number, string, string, string, string, string, string | null, string | null, string, string | null, number, string, string | null]>(
-      `INSERT INTO entries (seq, entry_id, transaction_id, account_id, journal_id, sequence, entry_type, layer,
-         direction, units, currency, description, metadata, created, parent_account_ids, balance_version, balance_after, set_links)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    /**
+     * A posting's entries, up to ENTRY_INSERT_ROWS rows in one statement (one statement's
+     * overhead, not one per entry): insertEntries(n) takes n × ENTRY_COLUMNS.length values,
+     * positional (named binding costs a lookup per parameter), row after row.
+     */
+    insertEntries: byRows(ENTRY_INSERT_ROWS, (rows) =>
+      db.prepare<unknown[]>(
+        `INSERT INTO entries (${ENTRY_COLUMNS.join(', ')}) VALUES ${Array.from({ length: rows }, () => `(${ENTRY_COLUMNS.map(() => '?').join(', ')})`).join(', ')}`,
+      ),
     ),
     entryById: db.prepare<[string], EntryRow>('SELECT * FROM entries WHERE entry_id = ?'),
     /** A transaction's entries: seq from first_entry_seq to first_entry_seq + entry_count - 1. */
@@ -403,6 +407,26 @@ function setLogStatements(db: Db) {
   };
 }
 
+/** The columns a posting writes of each entry, in insertEntries' order. */
+export const ENTRY_COLUMNS = [
+  'seq', 'entry_id', 'transaction_id', 'account_id', 'journal_id', 'sequence', 'entry_type', 'layer', 'direction', 'units', 'currency',
+  'description', 'metadata', 'created', 'parent_account_ids', 'balance_version', 'balance_after', 'set_links',
+] as const satisfies ReadonlyArray<keyof EntryRow>;
+
+/** The most entries one insert statement writes (a posting of more takes several). */
+export const ENTRY_INSERT_ROWS = 8;
+
+/** A statement per number of rows, 1 to `max`, prepared on first use. */
+export function byRows<S>(max: number, build: (rows: number) => S): ByColumns<S> {
+  const prepared: S[] = [];
+  const get = ((rows: number) => {
+    if (!Number.isInteger(rows) || rows < 1 || rows > max) throw new Error(`bug: ${rows} rows in one statement (1 to ${max})`);
+    return (prepared[rows] ??= build(rows));
+  }) as ByColumns<S>;
+  get.all = () => Array.from({ length: max }, (_, i) => get(i + 1));
+  return get;
+}
+
 /** Every SET_LOG_MARK_EVERY-th entry of a set's chain is also a mark (set_entry_marks). */
 export const SET_LOG_MARK_EVERY = 64;
 
@@ -426,6 +450,7 @@ export function byColumns<S>(build: (columns: BalanceColumn[]) => S): ByColumns<
 }
 
 /** A statement per set of changed balance columns (see byColumns). */
+/** Statements by a small number (byColumns: a mask of columns; byRows: a count of rows), and every one of them. */
 export interface ByColumns<S> {
   (mask: number): S;
   /** Every one of them, prepared now (PostgreSQL's statement check prepares each against the schema). */
