@@ -476,7 +476,7 @@ export async function profileSides(sides: Record<string, { request: (n: number) 
  * statements, on its own database), with every value computed ahead — no GraphQL, CEL, policy or
  * ledger logic. With `sets` (the bench's layout: each account in one of ten sets below TOP_SET) it
  * also runs what sets, the overdraft control and the GLOBAL calculation on the entry's layer write:
- * three set balance upserts, four set-log rows, five calculation balance upserts (the control
+ * three set balance upserts, the entries' links into the sets' chains, five calculation balance upserts (the control
  * reads only what the posting just wrote). What an engine posting costs beyond this is JavaScript.
  */
 export function sqlFloorPoster(engine: Engine, options: { sets: boolean; topSet: string; setOf: (account: string) => string; calculationId: string }) {
@@ -501,7 +501,7 @@ export function sqlFloorPoster(engine: Engine, options: { sets: boolean; topSet:
     begin.run();
     st.fingerprintOfTransaction.get(transactionId);
     st.insertTransaction.run(transactionId, tranCode, 1, journal, null, null, now.slice(0, 10), null, null, null, 'f'.repeat(64), seq + 1, 2, now, now);
-    const afters = entries.map((e) => st.updateColumns(1 << (e.column === 'settled_dr' ? 0 : 1)).get([amount, e.entryId, now, e.account, journal, 'USD'])!);
+    const afters = entries.map((e) => st.posting.updateColumns(1 << (e.column === 'settled_dr' ? 0 : 1)).get([amount, e.entryId, now, e.seq, 1, e.account, journal, 'USD'])!);
     const setAfter = new Map<string, { version: number; after: string; log_prev?: number | null }>();
     if (options.sets) {
       const sets = new Map<string, { mask: number; amounts: string[]; entryId: string; seq: number; rows: number }>();
@@ -517,7 +517,7 @@ export function sqlFloorPoster(engine: Engine, options: { sets: boolean; topSet:
         }
       }
       for (const [s, v] of [...sets].sort((a, b) => (a[0] < b[0] ? -1 : 1))) {
-        setAfter.set(s, st.set.updateColumns(v.mask).get([...v.amounts, v.entryId, now, v.seq, v.rows, s, journal, 'USD'])!);
+        setAfter.set(s, st.posting.updateColumns(v.mask).get([...v.amounts, v.entryId, now, v.seq, v.rows, s, journal, 'USD'])!);
       }
     }
     // Each entry links, per set above it, to the set record's previous entry (entries.set_links).
@@ -532,7 +532,7 @@ export function sqlFloorPoster(engine: Engine, options: { sets: boolean; topSet:
       return `{${parts.join(',')}}`;
     });
     st.insertEntries(entries.length).run(entries.flatMap((e, i) => [e.seq, e.entryId, transactionId, e.account, journal, i + 1, 'TRANSFER_DR', 'SETTLED', e.direction, amount, 'USD', null, null, now,
-      options.sets ? JSON.stringify([options.setOf(e.account), options.topSet]) : null, afters[i]!.version, afters[i]!.after, links[i]!]));
+      options.sets ? JSON.stringify([options.setOf(e.account), options.topSet]) : null, afters[i]!.version, afters[i]!.after, links[i]!, afters[i]!.log_prev ?? null]));
     if (options.sets) {
       const owners = new Map<string, { mask: number; amounts: string[]; entryId: string }>();
       for (const e of entries) {

@@ -28,7 +28,7 @@ function entryRow(overrides: Partial<EntryRow> = {}): EntryRow {
     seq: 11, entry_id: 'e0000000-0000-4000-8000-000000000001', transaction_id: transaction.transaction_id, account_id: 'a0000000-0000-4000-8000-000000000001',
     journal_id: transaction.journal_id, sequence: 1, entry_type: 'RENT_DR', layer: 'SETTLED', direction: 'DEBIT', units: '12.50', currency: 'USD',
     description: null, metadata: '{"region":"eu","tags":["a","b"],"n":3}', created: '2026-03-04T10:00:00.000Z',
-    parent_account_ids: '["5e700000-0000-4000-8000-000000000001"]', balance_version: 1, balance_after: null, set_links: null, ...overrides,
+    parent_account_ids: '["5e700000-0000-4000-8000-000000000001"]', balance_version: 1, balance_after: null, set_links: null, account_prev: null, ...overrides,
   };
 }
 

@@ -134,7 +134,20 @@ export async function startServer(key: string, options: EngineOptions = {}, serv
 }
 
 /**
- * SQL that takes a database of today's schema back to schema version 16: a set's entries as rows
+ * SQL that takes a database of today's schema back to schema version 17: an account's entries
+ * through entries_by_account, no chains of accounts (the caller sets user_version).
+ */
+export const UNDO_MIGRATION_18 = `
+  CREATE INDEX entries_by_account ON entries (account_id, seq);
+  DELETE FROM entry_marks WHERE account_id IN (SELECT account_id FROM accounts WHERE is_account_set = 0);
+  ALTER TABLE entry_marks RENAME COLUMN account_id TO account_set_id;
+  ALTER TABLE entry_marks RENAME TO set_entry_marks;
+  UPDATE balances SET log_head = NULL, log_prev = NULL, log_count = NULL WHERE account_id IN (SELECT account_id FROM accounts WHERE is_account_set = 0);
+  ALTER TABLE entries DROP COLUMN account_prev;
+`;
+
+/**
+ * SQL that takes a database of schema version 17 back to schema version 16: a set's entries as rows
  * of set_entry_log, one per entry and set (the links of sets since deleted were deleted with them),
  * none in the entries (the caller sets user_version).
  */
@@ -149,7 +162,7 @@ export const UNDO_MIGRATION_17 = `
  * SQL that takes a database of today's schema back to schema version 15: a set's entries in
  * set_entries keyed by (set, seq), no log, marks or heads (the caller sets user_version).
  */
-export const UNDO_MIGRATIONS_AFTER_15 = `${UNDO_MIGRATION_17}
+export const UNDO_MIGRATIONS_AFTER_15 = `${UNDO_MIGRATION_18}${UNDO_MIGRATION_17}
   CREATE TABLE set_entries (account_set_id TEXT NOT NULL, seq INTEGER NOT NULL, balance_version INTEGER, balance_after TEXT, PRIMARY KEY (account_set_id, seq)) WITHOUT ROWID;
   INSERT INTO set_entries SELECT account_set_id, seq, balance_version, balance_after FROM set_entry_log;
   DROP TABLE set_entry_log; DROP TABLE set_entry_marks;

@@ -136,30 +136,18 @@ describe('hostile input is refused cleanly and writes nothing', () => {
     await expect(newEngine({ limits: { decimalIntegerDigitsMax: 60, decimalFractionDigitsMax: 30 } })).rejects.toThrow('must be at most 60');
   });
 
-  it('a filter that rarely matches reads a bounded number of entries per request and pages on', async () => {
+  it('a filter that rarely matches reads only what matches: an account’s entries of one currency are a chain of their own', async () => {
     engine = await newEngine({ limits: { pageSizeMax: 2 } });
     createAccount(engine, 1);
     createAccount(engine, 2);
     createTransferCode(engine);
     ok(engine, TRAN_CODE, { i: { tranCodeId: id(7), code: 'EURX', transaction: {}, entries: [entry('DEBIT', { currency: "'EUR'" }), entry('CREDIT', { currency: "'EUR'" })] } });
-    for (let i = 0; i < 30; i++) ok(engine, POST, { input: { transactionId: id(100 + i), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } } });
-    ok(engine, POST, { input: { transactionId: id(200), tranCode: 'EURX', params: {} } });
-    const page = (after: string | null) =>
-      ok(engine, 'query($a: String) { entries(first: 2, after: $a, where: {accountId: "' + id(1) + '", currency: "EUR"}) { nodes { currency } pageInfo { hasNextPage endCursor } } }', { a: after }).entries;
-    const first = page(null);
-    expect(first).toMatchObject({ nodes: [], pageInfo: { hasNextPage: true } });
-    const found: string[] = [];
-    let cursor: string | null = null;
-    let requests = 0;
-    for (let p = first; ; p = page(cursor)) {
-      requests++;
-      found.push(...p.nodes.map((n: { currency: string }) => n.currency));
-      if (!p.pageInfo.hasNextPage) break;
-      cursor = p.pageInfo.endCursor;
-    }
-    expect(found).toEqual(['EUR', 'EUR']);
-    expect(requests).toBeGreaterThan(1);
-    expect(requests).toBeLessThan(10);
+    for (let i = 0; i < 300; i++) ok(engine, POST, { input: { transactionId: id(100 + i), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } } });
+    ok(engine, POST, { input: { transactionId: id(2000), tranCode: 'EURX', params: {} } });
+    for (let i = 0; i < 300; i++) ok(engine, POST, { input: { transactionId: id(3000 + i), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } } });
+    // The EUR entries come at once, whatever surrounds them (the USD entries are not read at all).
+    const page = ok(engine, `{ entries(first: 2, where: {accountId: "${id(1)}", currency: "EUR"}) { nodes { currency } pageInfo { hasNextPage } } }`).entries;
+    expect(page).toEqual({ nodes: [{ currency: 'EUR' }, { currency: 'EUR' }], pageInfo: { hasNextPage: false } });
   });
 
   it('CEL cannot build huge numbers, put doubles into money, divide inexactly, or store what JSON cannot hold', () => {

@@ -17,7 +17,7 @@ import { sessionStatements } from '../src/storage/statements/sessions.js';
 import { skillStatements } from '../src/storage/statements/skills.js';
 import { velocityStatements } from '../src/storage/statements/velocity.js';
 import { viewStatements } from '../src/storage/statements/views.js';
-import { createAccount, createTransferCode, id, newEngine, ok, POST } from './helpers.js';
+import { createAccount, createTransferCode, id, newEngine, ok, POST, UNDO_MIGRATION_18 } from './helpers.js';
 import { exited, serveProcess } from './processes.js';
 
 /**
@@ -142,7 +142,7 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
     }
   });
 
-  it('a database of an older Tally (schema 16: a set’s entries as rows of set_entry_log) is brought up by the migrations’ twins: the schema a new one has, every read the same', async () => {
+  it('a database of an older Tally (schema 16: a set’s entries as rows of set_entry_log, an account’s in an index) is brought up by the migrations’ twins: the schema a new one has, every read the same', async () => {
     const name = `${schema}_up`;
     const admin = connect();
     admin.exec(`CREATE SCHEMA ${name}; SET search_path TO ${name}`);
@@ -170,8 +170,13 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
       const links = () => (admin.prepare('SELECT seq, set_links FROM entries WHERE set_links IS NOT NULL ORDER BY seq').all() as Array<{ seq: number; set_links: string }>).map((l) => ({ seq: Number(l.seq), links: JSON.parse(l.set_links) }));
       const written = links();
       expect(written.length).toBe(90);
+      const chains = () => admin.prepare('SELECT seq, account_prev FROM entries ORDER BY seq').all().map((r) => ({ ...(r as object) }));
+      const accountChains = chains();
+      const heads = () => admin.prepare('SELECT account_id, journal_id, currency, log_head, log_count FROM balances ORDER BY 1, 2, 3').all();
+      const headsBefore = heads();
       engine.close();
-      // What schema 16 kept: a row per entry and set, nothing in the entries.
+      // What schema 16 kept: entries by account in an index, a row per entry and set, nothing in the entries.
+      admin.exec(UNDO_MIGRATION_18);
       admin.exec(`CREATE TABLE set_entry_log (seq BIGINT NOT NULL, account_set_id TEXT NOT NULL, prev_seq BIGINT, balance_version BIGINT, balance_after TEXT, PRIMARY KEY (seq, account_set_id));
         INSERT INTO set_entry_log SELECT e.seq, l.key, (l.value ->> 0)::bigint, (l.value ->> 1)::bigint, l.value ->> 2 FROM entries e, json_each(e.set_links::json) l WHERE e.set_links IS NOT NULL;
         ALTER TABLE entries DROP COLUMN set_links;
@@ -180,6 +185,9 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
       expect(admin.prepare("SELECT version FROM schema_version WHERE name = 'tally'").pluck().get()).toBe(POSTGRES_BASELINE);
       expect(admin.prepare("SELECT count(*) FROM pg_class WHERE relname = 'set_entry_log' AND relnamespace = current_schema()::regnamespace").pluck().get()).toBe(0);
       expect(links()).toEqual(written);
+      expect(chains()).toEqual(accountChains);
+      expect(heads()).toEqual(headsBefore);
+      expect(admin.prepare("SELECT count(*) FROM pg_indexes WHERE indexname = 'entries_by_account' AND schemaname = current_schema()").pluck().get()).toBe(0);
       expect(reads(engine)).toEqual(before);
       post(91, 130);
       const after = reads(engine);

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '../src/clock.js';
 import type { Engine } from '../src/engine.js';
-import { createAccount, createTransferCode, id, newEngine, ok, POST, UNDO_MIGRATION_17, UNDO_MIGRATIONS_AFTER_15 } from './helpers.js';
+import { createAccount, createTransferCode, id, newEngine, ok, POST, UNDO_MIGRATION_17, UNDO_MIGRATION_18, UNDO_MIGRATIONS_AFTER_15 } from './helpers.js';
 
 // A set's entries are chained per balance record through the entries' links (migrations 16, 17). These tests
 // read them every way there is — listed (all currencies, one currency, in small pages), as balance
@@ -119,7 +119,7 @@ describe('a set’s entry log', () => {
   it('lists, pages, and reads history and as-of balances exactly, across chains with marks', () => {
     postMany(engine, 1, 240);
     // The USD chain is longer than two marks' spacing: reads that start in the past seek from marks.
-    const marks = engine.db.prepare('SELECT currency, count(*) AS n FROM set_entry_marks WHERE account_set_id = ? GROUP BY currency ORDER BY currency').all(SET);
+    const marks = engine.db.prepare('SELECT currency, count(*) AS n FROM entry_marks WHERE account_id = ? GROUP BY currency ORDER BY currency').all(SET);
     // One mark per 64 rows of a chain (a posting's two rows cross a multiple at most once).
     const rows = (c: string) => expectedEntries(engine, c).length;
     expect(rows('USD')).toBeGreaterThan(128);
@@ -151,7 +151,7 @@ describe('a set’s entry log', () => {
     engine.db.exec(`${UNDO_MIGRATIONS_AFTER_15} PRAGMA user_version = 15;`);
     engine.close();
     engine = await newEngine({ path, clock });
-    expect(engine.db.pragma('user_version', { simple: true })).toBe(17);
+    expect(engine.db.pragma('user_version', { simple: true })).toBe(18);
     checkReads(engine);
     postMany(engine, 151, 60);
     checkReads(engine);
@@ -161,11 +161,11 @@ describe('a set’s entry log', () => {
     postMany(engine, 1, 150);
     checkReads(engine);
     const links = engine.db.prepare('SELECT seq, set_links FROM entries WHERE set_links IS NOT NULL ORDER BY seq').all() as Array<{ seq: number; set_links: string }>;
-    engine.db.exec(`${UNDO_MIGRATION_17} PRAGMA user_version = 16;`);
+    engine.db.exec(`${UNDO_MIGRATION_18}${UNDO_MIGRATION_17} PRAGMA user_version = 16;`);
     expect(engine.db.prepare('SELECT count(*) AS n FROM set_entry_log').get()).toEqual({ n: links.reduce((n, l) => n + Object.keys(JSON.parse(l.set_links)).length, 0) });
     engine.close();
     engine = await newEngine({ path, clock });
-    expect(engine.db.pragma('user_version', { simple: true })).toBe(17);
+    expect(engine.db.pragma('user_version', { simple: true })).toBe(18);
     expect(engine.db.prepare("SELECT count(*) AS n FROM sqlite_master WHERE name = 'set_entry_log'").get()).toEqual({ n: 0 });
     // Every entry's links as the posting wrote them (the same members; the migration writes them in its own order).
     const migrated = engine.db.prepare('SELECT seq, set_links FROM entries WHERE set_links IS NOT NULL ORDER BY seq').all() as Array<{ seq: number; set_links: string }>;
@@ -182,7 +182,7 @@ describe('a set’s entry log', () => {
     const old = expectedEntries(engine);
     for (const n of [2, 3]) ok(engine, `mutation { removeFromAccountSet(id: "${SET}", member: {memberType: ACCOUNT, memberId: "${id(n)}"}) { version } }`);
     ok(engine, `mutation { deleteAccountSet(id: "${SET}") { accountSetId } }`);
-    expect(engine.db.prepare('SELECT count(*) AS n FROM set_entry_marks WHERE account_set_id = ?').get(SET)).toEqual({ n: 0 });
+    expect(engine.db.prepare('SELECT count(*) AS n FROM entry_marks WHERE account_id = ?').get(SET)).toEqual({ n: 0 });
     expect(engine.db.prepare('SELECT count(*) AS n FROM balances WHERE account_id = ?').get(SET)).toEqual({ n: 0 });
     expect(engine.db.prepare('SELECT seq, set_links -> ? AS link FROM entries WHERE set_links -> ? IS NOT NULL ORDER BY seq').all(TOP, TOP)).toEqual(topLinks);
     // The same id again, holding account 2 only: its entries are the new ones, none of the old set's.
@@ -218,26 +218,33 @@ describe('a set’s entry log', () => {
   });
 });
 
-/** Every chain whole: each entry's link points to the previous entry of its record, and the record holds the newest and the count. */
+/**
+ * Every chain whole, of accounts and of sets: each entry's link points to the previous entry of
+ * its record, the record holds the newest and the count, and every mark is an entry of its chain.
+ */
 function chainProblems(e: Engine): string[] {
-  const rows = e.db
-    .prepare('SELECT e.seq, l.key AS setId, l.value ->> 0 AS prev, e.journal_id AS journal, e.currency FROM entries e, json_each(e.set_links) l WHERE e.set_links IS NOT NULL ORDER BY e.seq')
-    .all() as Array<{ seq: number; setId: string; prev: number | null; journal: string; currency: string }>;
+  const links = e.db
+    .prepare(`SELECT seq, account_id AS owner, account_prev AS prev, journal_id AS journal, currency FROM entries
+      UNION ALL SELECT e.seq, l.key, l.value ->> 0, e.journal_id, e.currency FROM entries e, json_each(e.set_links) l WHERE e.set_links IS NOT NULL
+      ORDER BY 1`)
+    .all() as Array<{ seq: number; owner: string; prev: number | null; journal: string; currency: string }>;
   const problems: string[] = [];
-  const chains = new Map<string, { head: number; count: number }>();
-  for (const row of rows) {
-    const key = `${row.setId} ${row.journal} ${row.currency}`;
+  const chains = new Map<string, { head: number; count: number; seqs: Set<number> }>();
+  for (const link of links) {
+    const key = `${link.owner} ${link.journal} ${link.currency}`;
     const chain = chains.get(key);
-    if (row.prev !== (chain?.head ?? null)) problems.push(`entry ${row.seq} of ${key} points to ${row.prev}, not ${chain?.head ?? null}`);
-    chains.set(key, { head: row.seq, count: (chain?.count ?? 0) + 1 });
+    if (link.prev !== (chain?.head ?? null)) problems.push(`entry ${link.seq} of ${key} points to ${link.prev}, not ${chain?.head ?? null}`);
+    const seqs = chain?.seqs ?? new Set<number>();
+    seqs.add(link.seq);
+    chains.set(key, { head: link.seq, count: (chain?.count ?? 0) + 1, seqs });
   }
   for (const [key, { head, count }] of chains) {
-    const [setId, journal, currency] = key.split(' ');
-    const record = e.db.prepare('SELECT log_head, log_count FROM balances WHERE account_id = ? AND journal_id = ? AND currency = ?').get(setId, journal, currency);
+    const [owner, journal, currency] = key.split(' ');
+    const record = e.db.prepare('SELECT log_head, log_count FROM balances WHERE account_id = ? AND journal_id = ? AND currency = ?').get(owner, journal, currency);
     if (JSON.stringify(record) !== JSON.stringify({ log_head: head, log_count: count })) problems.push(`${key} holds ${JSON.stringify(record)}, not head ${head} of ${count}`);
   }
-  const orphanMarks = e.db.prepare('SELECT count(*) AS n FROM set_entry_marks m WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.seq = m.seq AND e.set_links -> m.account_set_id IS NOT NULL)').get() as { n: number };
-  if (orphanMarks.n > 0) problems.push(`${orphanMarks.n} marks without their entry`);
+  const marks = e.db.prepare('SELECT account_id, journal_id, currency, seq FROM entry_marks').all() as Array<{ account_id: string; journal_id: string; currency: string; seq: number }>;
+  for (const m of marks) if (!chains.get(`${m.account_id} ${m.journal_id} ${m.currency}`)?.seqs.has(m.seq)) problems.push(`mark ${m.seq} of ${m.account_id} is no entry of its chain`);
   return problems;
 }
 
@@ -346,7 +353,7 @@ describe('a set’s entry log under every write path', () => {
     }
     const refused = small.graphql(`{ accountSet(id: "${SET}") { entries(first: 3) { nodes { currency } } } }`).errors![0]!;
     expect(refused.extensions).toMatchObject({ code: 'LIMIT_EXCEEDED', details: { pageSizeMax: 3 } });
-    expect(refused.message).toContain('4 currencies');
+    expect(refused.message).toContain('4 journals and currencies');
     expect(ok(small, `{ accountSet(id: "${SET}") { entries(first: 3, where: {currency: "CHF"}) { nodes { currency } } } }`).accountSet.entries.nodes).toEqual([{ currency: 'CHF' }]);
     small.close();
   });

@@ -6,7 +6,7 @@ import type { LedgerDeps } from './deps.js';
 import { DEFAULT_JOURNAL_ID, getJournal, insertUnique } from './journals.js';
 import { toEntry } from './post-transaction.js';
 import { checkMovedBalances } from './velocity.js';
-import { deleteSetLog, setEntriesBelow } from './set-log.js';
+import { deleteSetChains, entriesBelow } from './chains.js';
 import { type AccountSet, type Direction, type Entry, jsonObjectText, optionalText, readJson, requiredText } from './records.js';
 
 /**
@@ -159,7 +159,7 @@ export function deleteAccountSet(deps: LedgerDeps, accountSetId: string): Accoun
   for (const parent of deps.st.setsOfMemberPage.all(accountSetId, '', deps.limits.accountSetAncestorsMax + 1)) {
     removeFromAccountSet(deps, parent.account_set_id, { memberType: 'ACCOUNT_SET', memberId: accountSetId });
   }
-  deleteSetLog(deps, accountSetId);
+  deleteSetChains(deps, accountSetId);
   deps.st.deleteBalancesOf.run(accountSetId);
   deps.st.deleteAccountVersions.run(accountSetId);
   deps.st.deleteAccountRow.run(accountSetId);
@@ -285,11 +285,11 @@ export function setsOf(deps: LedgerDeps, memberId: string, first: number, after?
   return toConnection(rows, req, (r) => r.account_set_id, (r) => getAccountSet(deps, r.account_set_id));
 }
 
-/** The entries that rolled up into a set, newest first, optionally of one currency (its own chain in the set's entry log). */
+/** The entries that rolled up into a set, newest first, optionally of one currency (its chains through the entries). */
 export function setEntries(deps: LedgerDeps, accountSetId: string, first: number, after?: string | null, currency?: string | null): Connection<Entry> {
   findSetRow(deps, accountSetId);
   const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', 'set-entries');
-  const rows = setEntriesBelow(deps, accountSetId, req.after ?? Number.MAX_SAFE_INTEGER, req.fetch, currency);
+  const rows = entriesBelow(deps, { id: accountSetId, isSet: true }, req.after ?? Number.MAX_SAFE_INTEGER, req.fetch, { currency });
   return toConnection(rows, req, (r) => r.seq, toEntry);
 }
 

@@ -1,10 +1,10 @@
 import { addText, subText } from '../decimal.js';
 import { EngineError } from '../errors.js';
 import { type Connection, encodeCursor, pageRequest, toConnection } from '../paging.js';
-import { BALANCE_COLUMNS, type BalanceAfter, balanceColumnIndex, type BalanceRow, type EntryRow, snapshotTotals } from '../storage/statements/ledger.js';
+import { BALANCE_COLUMNS, type BalanceAfter, balanceColumnIndex, type BalanceRow, type ChainRow, snapshotTotals } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
 import type { Direction, Layer } from './records.js';
-import { chainRows } from './set-log.js';
+import { chainOf, chainRows } from './chains.js';
 
 /** Debit and credit totals as exact decimal text, each with the scale of what was added to it. */
 export interface LayerTotals {
@@ -79,13 +79,10 @@ function fromSnapshot(accountId: string, journalId: string, currency: string, ve
   };
 }
 
-type SnapshotRow = EntryRow & { set_balance_version?: number | null; set_balance_after?: string | null };
-
 /**
- * Walk the entries behind a balance record newest first (an account's through entries_by_account,
- * filtered by journal and currency after the index scan; a set's record's own chain in its entry
- * log), from `fromSeq` down, yielding each version the postings left once. At most `budget`
- * entries are read per call; `stoppedAt` says where a call that ran out stopped.
+ * Walk the entries behind a balance record newest first (its chain), from `fromSeq` down, yielding
+ * each version the postings left once. At most `budget` entries are read per call; `stoppedAt`
+ * says where a call that ran out stopped.
  */
 function versionsFrom(deps: LedgerDeps, owner: { id: string; isSet: boolean }, journalId: string, currency: string, fromSeq: number, want: number, budget: number) {
   const found: Array<{ balance: Balance; seq: number }> = [];
@@ -93,17 +90,12 @@ function versionsFrom(deps: LedgerDeps, owner: { id: string; isSet: boolean }, j
   let lastVersion = Number.MAX_SAFE_INTEGER;
   let stoppedAt: number | null = null;
   const batch = Math.min(Math.max(want * 2, 16), 1000);
-  // A set's record heads its own chain (one primary-key read).
-  const head = owner.isSet ? deps.st.balance.get(owner.id, journalId, currency)?.log_head : undefined;
-  if (owner.isSet && (head === undefined || head === null)) return { found, stoppedAt };
-  const chain = head ? { setId: owner.id, journalId, currency, head } : undefined;
-  const read = (from: number): SnapshotRow[] => (chain ? chainRows(deps, chain, from, batch) : deps.st.entriesByAccountDescFrom.all(owner.id, from, batch));
-  /** The record's version this row left, or null for a row of another record (journal, currency) or from before balance history. */
-  const versionOf = (row: SnapshotRow): number | null => {
-    const version = owner.isSet ? row.set_balance_version : row.balance_version;
-    const after = owner.isSet ? row.set_balance_after : row.balance_after;
-    return row.journal_id !== journalId || row.currency !== currency || version == null || after == null ? null : version;
-  };
+  // The record heads its own chain (one primary-key read).
+  const chain = chainOf(deps, owner, journalId, currency);
+  if (!chain) return { found, stoppedAt };
+  const read = (from: number): ChainRow[] => chainRows(deps, chain, from, batch);
+  /** The record's version this entry left, or null for an entry from before balance history. */
+  const versionOf = (row: ChainRow): number | null => (row.record_version == null || row.record_after == null ? null : row.record_version);
   for (;;) {
     const rows = read(cursor);
     for (const row of rows) {
@@ -117,7 +109,7 @@ function versionsFrom(deps: LedgerDeps, owner: { id: string; isSet: boolean }, j
         continue;
       }
       lastVersion = version;
-      const after = (owner.isSet ? row.set_balance_after : row.balance_after)!;
+      const after = row.record_after!;
       found.push({ balance: fromSnapshot(owner.id, journalId, currency, version, after, row.entry_id, row.created), seq: row.seq });
       if (found.length === want) return { found, stoppedAt };
     }
@@ -162,7 +154,7 @@ export function balanceHistory(deps: LedgerDeps, owner: { id: string; isSet: boo
  * The balance in force at `at`: the version the last posting at or before it left (an empty
  * balance before the first). Entries are written in time order, so the last entry at `at` is found
  * by a binary search over seq (O(log entries) primary-key reads), then the record's own entries are
- * read back from there through its index.
+ * read back from there through its chain.
  */
 export function balanceAsOf(deps: LedgerDeps, owner: { id: string; isSet: boolean }, journalId: string, currency: string, at: string): Balance {
   const current = deps.st.balance.get(owner.id, journalId, currency);
@@ -228,26 +220,26 @@ export interface BalanceDelta {
   /** Exact decimal text. */
   units: string;
   entryId: string;
-  /** A set's record: the entry's seq, a row of the record's entry log (see setLogStatements). */
-  logSeq?: number;
+  /** The entry's seq: the record's chain grows by it (see chainStatements). */
+  seq: number;
   /** The record's key, `${accountId} ${journalId} ${currency}`, when the caller has it (see RecordKeys). */
   key?: string;
 }
 
 /**
  * Apply a transaction's entries to the running balances: the entries are summed per balance record
- * and layer here, and each record gets one upsert that adds those sums to its stored totals.
- * Returns each record as the upsert left it (by `${accountId} ${journalId} ${currency}`), for the
- * entries' history snapshot; a set's record also moves its log head to its last entry here, and
- * returns the head it replaced.
+ * and layer here, and each record gets one upsert that adds those sums to its stored totals and
+ * moves its chain head to its last entry. Returns each record as the upsert left it (by
+ * `${accountId} ${journalId} ${currency}`), for the entries' history snapshot, with the head it
+ * replaced (the entries' links).
  */
 export function applyToBalances(deps: LedgerDeps, deltas: readonly BalanceDelta[], modified: string): Map<string, BalanceAfter> {
-  const sums = new Map<string, { delta: BalanceDelta; amounts: Array<string | undefined>; mask: number; logRows: number }>();
+  const sums = new Map<string, { delta: BalanceDelta; amounts: Array<string | undefined>; mask: number; entries: number }>();
   for (const delta of deltas) {
     const key = delta.key ?? `${delta.accountId} ${delta.journalId} ${delta.currency}`;
     let sum = sums.get(key);
     if (!sum) {
-      sum = { delta, amounts: [], mask: 0, logRows: 0 };
+      sum = { delta, amounts: [], mask: 0, entries: 0 };
       sums.set(key, sum);
     }
     const column = balanceColumnIndex(delta.layer, delta.direction);
@@ -255,29 +247,25 @@ export function applyToBalances(deps: LedgerDeps, deltas: readonly BalanceDelta[
     sum.amounts[column] = sofar === undefined ? delta.units : addText(sofar, delta.units);
     sum.mask |= 1 << column;
     sum.delta = delta;
-    if (delta.logSeq !== undefined) sum.logRows++;
+    sum.entries++;
   }
   const after = new Map<string, BalanceAfter>();
   // In one order (by record key) in every transaction: two that update the same records never
   // wait for each other in a cycle (PostgreSQL would fail one of them as a deadlock after a second).
   const ordered = sums.size > 1 ? [...sums].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)) : sums;
-  for (const [key, { delta, amounts, mask, logRows }] of ordered) {
-    const upsert = logRows > 0 ? deps.st.set : deps.st;
+  const upsert = deps.st.posting;
+  for (const [key, { delta, amounts, mask, entries }] of ordered) {
     // The UPDATE adds to the changed columns only; the INSERT (an account's first posting in a
     // journal and currency) writes all six.
     const args: unknown[] = [];
     for (let i = 0; i < BALANCE_COLUMNS.length; i++) if (amounts[i] !== undefined) args.push(amounts[i]);
-    args.push(delta.entryId, modified);
-    if (logRows > 0) args.push(delta.logSeq, logRows);
-    args.push(delta.accountId, delta.journalId, delta.currency);
+    args.push(delta.entryId, modified, delta.seq, entries, delta.accountId, delta.journalId, delta.currency);
     let left = upsert.updateColumns(mask).get(args);
     if (!left) {
       const record: Record<string, unknown> = { account_id: delta.accountId, journal_id: delta.journalId, currency: delta.currency, entry_id: delta.entryId, modified };
       BALANCE_COLUMNS.forEach((c, i) => (record[c] = amounts[i] ?? '0'));
-      if (logRows > 0) {
-        record.log_head = delta.logSeq;
-        record.log_rows = logRows;
-      }
+      record.log_head = delta.seq;
+      record.log_rows = entries;
       left = upsert.insertBalance.get(record)!;
     }
     after.set(key, left);

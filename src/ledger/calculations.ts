@@ -34,7 +34,7 @@ import { ownersOf, type Posted } from './posted.js';
 import { type Balance, toBalance } from './balances.js';
 import { cachedAccount, type LedgerDeps } from './deps.js';
 import { accountDocument, entryDocument, entryFields, lazyVars, transactionDocument, unionReads, type VarsRead, varsRead } from './documents.js';
-import { setEntrySeqs } from './set-log.js';
+import { chainSeqs } from './chains.js';
 import { DEFAULT_JOURNAL_ID, getJournal } from './journals.js';
 
 type Compiled = (context?: Record<string, unknown>) => unknown;
@@ -607,20 +607,16 @@ function backfill(deps: LedgerDeps, def: Definition, scope: { kind: 'all' } | { 
         : 'Attach it to an account or set with fewer entries, or raise calculationBackfillEntriesMax in the engine options.',
       details: { calculationBackfillEntriesMax: max },
     });
-  // A set's entries are its log's chains, walked newest first: their seqs are gathered (at most
-  // `max`), sorted, and read in posting order.
-  const setSeqs = scope.kind === 'owner' && balanceOwner(deps, scope.accountId).isSet ? setEntrySeqs(deps, scope.accountId, max, tooMany) : null;
+  // An account's or set's entries are its chains, walked newest first: their seqs are gathered (at
+  // most `max`), sorted, and read in posting order.
+  const ownerSeqs = scope.kind === 'owner' ? chainSeqs(deps, { id: scope.accountId, isSet: balanceOwner(deps, scope.accountId).isSet }, max, tooMany) : null;
   const deltas = new Deltas();
   let transaction: TransactionRow | undefined;
   let after = 0;
   let read = 0;
   let modified = '';
   for (;;) {
-    const rows = setSeqs
-      ? deps.calc.entriesBySeqs.all(JSON.stringify(setSeqs.slice(read, read + chunk)))
-      : scope.kind === 'all'
-        ? deps.calc.entriesPage.all(after, chunk)
-        : deps.calc.entriesOfAccountPage.all(scope.accountId, after, chunk);
+    const rows = ownerSeqs ? deps.calc.entriesBySeqs.all(JSON.stringify(ownerSeqs.slice(read, read + chunk))) : deps.calc.entriesPage.all(after, chunk);
     if (rows.length === 0) break;
     read += rows.length;
     if (read > max) throw tooMany();

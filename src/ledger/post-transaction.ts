@@ -12,7 +12,7 @@ import { setsAbove } from './account-sets.js';
 import { afterPosting } from './after-posting.js';
 import { applyToBalances, type BalanceDelta } from './balances.js';
 import { type Posted, RecordKeys } from './posted.js';
-import { linkSetEntries } from './set-log.js';
+import { linkEntries } from './chains.js';
 import { cachedAccount, type LedgerDeps } from './deps.js';
 import { DEFAULT_JOURNAL_ID } from './journals.js';
 import { bindParams, isDate } from './params.js';
@@ -306,17 +306,17 @@ function writeTransaction(
       seq: firstEntrySeq + i, entry_id: deps.newId(), transaction_id: row.transaction_id, account_id: e.accountId, journal_id: row.journal_id,
       sequence: i + 1, entry_type: e.entryType, layer: e.layer, direction: e.direction, units: e.units, currency: e.currency,
       description: e.description, metadata: e.metadata, created: row.created, parent_account_ids: sets.length ? JSON.stringify(sets) : null,
-      balance_version: null, balance_after: null, set_links: null,
+      balance_version: null, balance_after: null, set_links: null, account_prev: null,
     };
-    deltas.push({ accountId: e.accountId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId: entry.entry_id, key: keys.of(e.accountId, e.currency) });
+    deltas.push({ accountId: e.accountId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId: entry.entry_id, seq: entry.seq, key: keys.of(e.accountId, e.currency) });
     for (const setId of sets) {
-      deltas.push({ accountId: setId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId: entry.entry_id, logSeq: entry.seq, key: keys.of(setId, e.currency) });
+      deltas.push({ accountId: setId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId: entry.entry_id, seq: entry.seq, key: keys.of(setId, e.currency) });
     }
     return entry;
   });
   // Balances first: each entry (and each set row) keeps the record as this posting left it (history).
   const after = applyToBalances(deps, deltas, row.modified);
-  linkSetEntries(deps, written, parents, after, keys);
+  linkEntries(deps, written, parents, after, keys);
   for (const entry of written) {
     const own = after.get(keys.of(entry.account_id, entry.currency))!;
     entry.balance_version = own.version;
@@ -339,7 +339,7 @@ function insertEntries(deps: LedgerDeps, entries: readonly EntryRow[]): void {
       const e = entries[i]!;
       // In ENTRY_COLUMNS order.
       values.push(e.seq, e.entry_id, e.transaction_id, e.account_id, e.journal_id, e.sequence, e.entry_type, e.layer, e.direction, e.units, e.currency,
-        e.description, e.metadata, e.created, e.parent_account_ids, e.balance_version, e.balance_after, e.set_links);
+        e.description, e.metadata, e.created, e.parent_account_ids, e.balance_version, e.balance_after, e.set_links, e.account_prev);
     }
     deps.st.insertEntries(rows).run(values);
   }

@@ -1,6 +1,7 @@
 import { EngineError, quote } from '../errors.js';
-import { type Connection, encodeCursor, pageRequest, toConnection } from '../paging.js';
-import type { LedgerDeps } from './deps.js';
+import { type Connection, pageRequest, toConnection } from '../paging.js';
+import { entriesAbove, entriesBelow } from './chains.js';
+import { cachedAccount, type LedgerDeps } from './deps.js';
 import { toEntry, toTransaction } from './post-transaction.js';
 import type { Entry, Transaction } from './records.js';
 
@@ -46,41 +47,23 @@ export function entriesOfTransaction(deps: LedgerDeps, transactionId: string, fi
 
 /**
  * An account's entries in posting order (or newest first: the entries behind a balance),
- * optionally of one journal and currency.
+ * optionally of one journal and currency: its chains (one per journal and currency), merged.
+ * An account set has no entries of its own (its entries are AccountSet.entries).
  */
 export function entriesOfAccount(
   deps: LedgerDeps,
   args: { accountId: string; first: number; after?: string | null; journalId?: string | null; currency?: string | null; newestFirst?: boolean },
 ): Connection<Entry> {
   const req = pageRequest<number>(args.first, args.after, deps.limits.pageSizeMax, 'number', args.newestFirst ? 'balance-entries' : 'account-entries');
-  const nodes: ReturnType<typeof deps.st.entriesByAccountPage.all> = [];
-  const statement = args.newestFirst ? deps.st.entriesByAccountDescPage : deps.st.entriesByAccountPage;
-  let after = req.after ?? (args.newestFirst ? Number.MAX_SAFE_INTEGER : 0);
-  // Filters apply after the index range scan; keep scanning until the page is full, but read at
-  // most ten pages' worth of entries per request: past that, a short page comes back with a
-  // cursor where the scan stopped (hasNextPage), so a filter that rarely matches stays bounded.
-  let budget = deps.limits.pageSizeMax * 10;
-  let stopped = false;
-  for (;;) {
-    const rows = statement.all(args.accountId, after, req.fetch);
-    let scanned = 0;
-    for (const row of rows) {
-      scanned++;
-      if ((args.journalId && row.journal_id !== args.journalId) || (args.currency && row.currency !== args.currency)) continue;
-      nodes.push(row);
-      if (nodes.length === req.fetch) break;
-    }
-    if (nodes.length === req.fetch || rows.length < req.fetch) break;
-    after = rows.at(-1)!.seq;
-    budget -= scanned;
-    if (budget <= 0) {
-      stopped = true;
-      break;
-    }
-  }
-  const page = toConnection(nodes, req, (r) => r.seq, toEntry);
-  if (!stopped) return page;
-  return { ...page, pageInfo: { ...page.pageInfo, hasNextPage: true, endCursor: encodeCursor(req.kind, after) } };
+  const account = cachedAccount(deps, args.accountId);
+  const filter = { journalId: args.journalId, currency: args.currency };
+  const owner = { id: args.accountId, isSet: false };
+  const rows = !account || account.is_account_set === 1
+    ? []
+    : args.newestFirst
+      ? entriesBelow(deps, owner, req.after ?? Number.MAX_SAFE_INTEGER, req.fetch, filter)
+      : entriesAbove(deps, owner, req.after ?? 0, req.fetch, filter);
+  return toConnection(rows, req, (r) => r.seq, toEntry);
 }
 
 export function getEntry(deps: LedgerDeps, entryId: string): Entry {

@@ -24,6 +24,35 @@ export const POSTGRES_FIRST = 16;
 
 export const DEFAULT_JOURNAL_ID = '00000000-0000-0000-0000-000000000000';
 
+/**
+ * Migration 18, the same on both backends: every balance record chains its entries, as a set's
+ * have since migration 16. Each entry holds the seq of the previous entry of its account's record
+ * (account, journal, currency): entries.account_prev. The record holds the newest (log_head),
+ * and every 64th entry of a chain is a mark, for accounts as for sets (entry_marks, the
+ * set_entry_marks of migration 16 renamed). An account's entries are read through its chains, so
+ * entries_by_account (account_id, seq) goes: an index that took every entry into a random leaf of
+ * its own b-tree (about three WAL pages a posting; the posting 13–15 % faster without it).
+ * PostgreSQL's twin differs in the column's type only (SQLite's INTEGER is its BIGINT).
+ */
+const migration18 = (integer: 'INTEGER' | 'BIGINT') => `
+      ALTER TABLE entries ADD COLUMN account_prev ${integer};
+      CREATE TEMP TABLE m18_rows AS
+        SELECT seq, account_id, journal_id, currency, lag(seq) OVER chain AS prev, row_number() OVER chain AS n
+        FROM entries
+        WINDOW chain AS (PARTITION BY account_id, journal_id, currency ORDER BY seq);
+      UPDATE entries SET account_prev = r.prev FROM m18_rows AS r WHERE entries.seq = r.seq AND r.prev IS NOT NULL;
+      ALTER TABLE set_entry_marks RENAME TO entry_marks;
+      ALTER TABLE entry_marks RENAME COLUMN account_set_id TO account_id;
+      INSERT INTO entry_marks (account_id, journal_id, currency, seq)
+        SELECT account_id, journal_id, currency, seq FROM m18_rows WHERE n % 64 = 0;
+      UPDATE balances SET log_head = h.head, log_prev = h.before_head, log_count = h.entries
+        FROM (SELECT account_id, journal_id, currency, max(seq) AS head, max(prev) AS before_head, count(*) AS entries
+              FROM m18_rows GROUP BY account_id, journal_id, currency) AS h
+        WHERE balances.account_id = h.account_id AND balances.journal_id = h.journal_id AND balances.currency = h.currency;
+      DROP TABLE m18_rows;
+      DROP INDEX entries_by_account;
+    `;
+
 export const MIGRATIONS: readonly Migration[] = [
   {
     version: 1,
@@ -691,5 +720,11 @@ export const MIGRATIONS: readonly Migration[] = [
         WHERE entries.seq = l.seq;
       DROP TABLE set_entry_log;
     `,
+  },
+  {
+    version: 18,
+    name: 'account chains',
+    sql: migration18('INTEGER'),
+    postgres: migration18('BIGINT'),
   },
 ];

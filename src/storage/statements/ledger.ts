@@ -101,9 +101,11 @@ export interface EntryRow {
   /**
    * JSON: per set above the account, the entry's link in that set's chain — the seq of the set
    * record's previous entry, the set's balance version and totals as this entry left them (see
-   * setLogStatements); null for none.
+   * chainStatements); null for none.
    */
   set_links: string | null;
+  /** The previous entry of the account's balance record (journal, currency): its chain (see chainStatements); null for its first. */
+  account_prev: number | null;
 }
 
 export interface BalanceRow {
@@ -120,7 +122,7 @@ export interface BalanceRow {
   version: number;
   created: string;
   modified: string;
-  /** A set's record: the newest entry of its chain (see setLogStatements); null for an account's. */
+  /** The newest entry of the record's chain (see chainStatements); null before its first. */
   log_head?: number | null;
 }
 
@@ -204,7 +206,7 @@ export function ledgerStatements(db: Db) {
          SELECT m.member_id, down.depth + 1 FROM account_set_members m JOIN down ON m.account_set_id = down.id WHERE down.depth < 64
        ) SELECT DISTINCT down.id FROM down JOIN accounts a ON a.account_id = down.id WHERE a.is_account_set = 0 LIMIT ?`,
     ).pluck(),
-    ...setLogStatements(db),
+    ...chainStatements(db),
     setsPage: db.prepare<[number, number], AccountRow & { rowid: number }>(
       'SELECT rowid, * FROM accounts WHERE is_account_set = 1 AND rowid > ? ORDER BY rowid LIMIT ?',
     ),
@@ -291,20 +293,9 @@ export function ledgerStatements(db: Db) {
      * one writer counts on from max(seq) instead (null there).
      */
     nextEntrySeqBlock: isPostgres(db) ? db.prepare<[], number>("SELECT nextval('tally_entry_seq_blocks')").pluck() : null,
-    entriesByAccountPage: db.prepare<[string, number, number], EntryRow>(
-      'SELECT * FROM entries WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?',
-    ),
-    /** Newest first: the entries behind a balance. */
-    entriesByAccountDescPage: db.prepare<[string, number, number], EntryRow>(
-      'SELECT * FROM entries WHERE account_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?',
-    ),
 
     balance: db.prepare<[string, string, string], BalanceRow>(
       'SELECT * FROM balances WHERE account_id = ? AND journal_id = ? AND currency = ?',
-    ),
-    /** An account's entries newest first from a seq down, with the balance each left (history, as-of). */
-    entriesByAccountDescFrom: db.prepare<[string, number, number], EntryRow>(
-      'SELECT * FROM entries WHERE account_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?',
     ),
     /** When entry `seq` was written (a binary search over seq finds the last entry at a time). */
     /** The first entry at or after a seq (seqs have gaps on PostgreSQL: blocks per posting). */
@@ -318,8 +309,8 @@ export function ledgerStatements(db: Db) {
     updateBalance: db.prepare<[Record<string, unknown>], BalanceAfter>(
       `UPDATE balances SET ${ADD_TO_BALANCE} WHERE account_id = @account_id AND journal_id = @journal_id AND currency = @currency RETURNING ${BALANCE_AFTER}`,
     ),
-    /** The same for a set's records, which also move the head of the record's entry log (see setLogStatements). */
-    set: balanceUpserts(db, true),
+    /** The same for a posting, which also moves each record's chain head to its newest entry (see chainStatements). */
+    posting: balanceUpserts(db, true),
   };
   return s;
 }
@@ -331,8 +322,8 @@ export function ledgerStatements(db: Db) {
  * of an insert that conflicts, then the update); the INSERT only when it changed nothing.
  * Each returns the record as it left it (the entries' history snapshot).
  *
- * `log` (a set's records): the upsert also makes log_head the head of the record's entry log and
- * counts log_rows more rows in it, returning the head it replaced (log_prev) and the count.
+ * `log` (a posting's): the upsert also makes log_head the head of the record's chain of entries
+ * and counts log_rows more entries in it, returning the head it replaced (log_prev) and the count.
  */
 function balanceUpserts(db: Db, log: boolean) {
   const [logColumns, logValues] = log ? [', log_head, log_count', ', @log_head, @log_rows'] : ['', ''];
@@ -362,55 +353,75 @@ function balanceUpserts(db: Db, log: boolean) {
 }
 
 /**
- * A set's entries: a chain per balance record (set, journal, currency), newest first, through the
- * entries themselves (migration 17): each entry holds, per set above its account, a link
- * (entries.set_links: set id → [the seq of the record's previous entry, the set's balance version
- * and totals as this entry left them]). The record holds the newest (balances.log_head), and every
- * SET_LOG_MARK_EVERY-th entry of a chain is a mark. Chains are walked with recursive queries; a
- * link's previous seq is always below the entry's own, so a walk ends.
+ * A balance record's entries: a chain through the entries, newest first. The record holds its
+ * newest entry (balances.log_head), each entry links to the record's previous one, and every
+ * CHAIN_MARK_EVERY-th entry of a chain is a mark (entry_marks), so a read that starts at a past seq
+ * walks at most ~CHAIN_MARK_EVERY links from the first mark above it. An account's record: the
+ * entry's account_prev (migration 18). A set's: the entry's set_links, per set above its account
+ * (migration 17), which also hold the set's balance as the entry left it. Chains are walked with
+ * recursive queries; a link's previous seq is always below the entry's own, so a walk ends.
  */
-function setLogStatements(db: Db) {
-  const link = (entries: string, field: 0 | 1) => `CAST(${entries}.set_links -> @set ->> ${field} AS BIGINT)`;
-  const walk = (columns: string) => `WITH RECURSIVE walk(seq, prev, n) AS (
-         SELECT seq, ${link('entries', 0)}, 1 FROM entries WHERE seq = @from
+function chainStatements(db: Db) {
+  /** Each kind of chain: where an entry's link to the previous entry is, and the record's version and totals it left. */
+  const kinds = {
+    account: { prev: (e: string) => `${e}.account_prev`, version: 'e.balance_version', after: 'e.balance_after' },
+    set: { prev: (e: string) => `CAST(${e}.set_links -> @owner ->> 0 AS BIGINT)`, version: 'CAST(e.set_links -> @owner ->> 1 AS BIGINT)', after: 'e.set_links -> @owner ->> 2' },
+  };
+  const walks = (kind: (typeof kinds)[keyof typeof kinds]) => {
+    const walk = (columns: string) => `WITH RECURSIVE walk(seq, prev, n) AS (
+         SELECT seq, ${kind.prev('entries')}, 1 FROM entries WHERE seq = @from
          UNION ALL
-         SELECT e.seq, ${link('e', 0)}, walk.n + 1 FROM walk JOIN entries e ON e.seq = walk.prev WHERE walk.n < @limit
+         SELECT e.seq, ${kind.prev('e')}, walk.n + 1 FROM walk JOIN entries e ON e.seq = walk.prev WHERE walk.n < @limit
        ) ${columns}`;
+    return {
+      /** Walk a chain from entry @from down while above @floor: the last seq returned is the first at or below it (or the chain's end). */
+      seek: db.prepare<[{ from: number; owner: string; floor: number }], number>(
+        `WITH RECURSIVE walk(seq, prev) AS (
+           SELECT seq, ${kind.prev('entries')} FROM entries WHERE seq = @from
+           UNION ALL
+           SELECT e.seq, ${kind.prev('e')} FROM walk JOIN entries e ON e.seq = walk.prev WHERE walk.seq > @floor
+         ) SELECT seq FROM walk WHERE seq <= @floor`,
+      ).pluck(),
+      /** Up to @limit entries of a chain from entry @from down, newest first, with the record's version and totals each left. */
+      entries: db.prepare<[{ from: number; owner: string; limit: number }], ChainRow>(
+        walk(`SELECT e.*, walk.prev AS log_prev, ${kind.version} AS record_version, ${kind.after} AS record_after FROM walk JOIN entries e ON e.seq = walk.seq ORDER BY walk.n`),
+      ),
+      /** The entries of a chain from entry @from down while above @floor, newest first (a stretch between two marks: at most ~CHAIN_MARK_EVERY). */
+      above: db.prepare<[{ from: number; owner: string; floor: number }], ChainRow>(
+        `WITH RECURSIVE walk(seq, prev, n) AS (
+           SELECT seq, ${kind.prev('entries')}, 1 FROM entries WHERE seq = @from AND seq > @floor
+           UNION ALL
+           SELECT e.seq, ${kind.prev('e')}, walk.n + 1 FROM walk JOIN entries e ON e.seq = walk.prev WHERE walk.prev > @floor
+         ) SELECT e.*, walk.prev AS log_prev, ${kind.version} AS record_version, ${kind.after} AS record_after FROM walk JOIN entries e ON e.seq = walk.seq ORDER BY walk.n`,
+      ),
+      /** Up to @limit seqs of a chain from entry @from down (the last one's prev continues it). */
+      seqs: db.prepare<[{ from: number; owner: string; limit: number }], { seq: number; prev: number | null }>(walk('SELECT seq, prev FROM walk ORDER BY n')),
+    };
+  };
   return {
-    insertSetEntryMark: db.prepare<[string, string, string, number]>(
-      'INSERT INTO set_entry_marks (account_set_id, journal_id, currency, seq) VALUES (?, ?, ?, ?)',
-    ),
-    /** The heads of a set's chains: one per balance record that has entries. */
-    setLogHeads: db.prepare<[string], { journal_id: string; currency: string; log_head: number }>(
+    /** An account's chains (the statements take @owner, which they do not read, so both kinds are called alike). */
+    accountChain: walks(kinds.account),
+    setChain: walks(kinds.set),
+    insertEntryMark: db.prepare<[string, string, string, number]>('INSERT INTO entry_marks (account_id, journal_id, currency, seq) VALUES (?, ?, ?, ?)'),
+    /** The heads of an account's or set's chains: one per balance record that has entries. */
+    chainHeads: db.prepare<[string], { journal_id: string; currency: string; log_head: number }>(
       'SELECT journal_id, currency, log_head FROM balances WHERE account_id = ? AND log_head IS NOT NULL',
     ),
     /** The first mark above a seq: a chain's entries at or below the seq are at most ~64 links down from it. */
-    setLogMarkAbove: db.prepare<[string, string, string, number], number>(
-      'SELECT seq FROM set_entry_marks WHERE account_set_id = ? AND journal_id = ? AND currency = ? AND seq > ? ORDER BY seq LIMIT 1',
+    markAbove: db.prepare<[string, string, string, number], number>(
+      'SELECT seq FROM entry_marks WHERE account_id = ? AND journal_id = ? AND currency = ? AND seq > ? ORDER BY seq LIMIT 1',
     ).pluck(),
-    /** Walk a chain from entry @from down while above @floor: the last seq returned is the first at or below it (or the chain's end). */
-    setLogSeek: db.prepare<[{ from: number; set: string; floor: number }], number>(
-      `WITH RECURSIVE walk(seq, prev) AS (
-         SELECT seq, ${link('entries', 0)} FROM entries WHERE seq = @from
-         UNION ALL
-         SELECT e.seq, ${link('e', 0)} FROM walk JOIN entries e ON e.seq = walk.prev WHERE walk.seq > @floor
-       ) SELECT seq FROM walk WHERE seq <= @floor`,
-    ).pluck(),
-    /** Up to @limit entries of a chain from entry @from down, newest first, with the set's balance each left. */
-    setLogEntries: db.prepare<[{ from: number; set: string; limit: number }], EntryRow & { log_prev: number | null; set_balance_version: number | null; set_balance_after: string | null }>(
-      walk(`SELECT e.*, walk.prev AS log_prev, ${link('e', 1)} AS set_balance_version, e.set_links -> @set ->> 2 AS set_balance_after
-         FROM walk JOIN entries e ON e.seq = walk.seq ORDER BY walk.n`),
-    ),
-    /** Up to @limit seqs of a chain from entry @from down (the last one's prev continues it). */
-    setLogSeqs: db.prepare<[{ from: number; set: string; limit: number }], { seq: number; prev: number | null }>(walk('SELECT seq, prev FROM walk ORDER BY n')),
-    deleteSetEntryMarks: db.prepare<[string]>('DELETE FROM set_entry_marks WHERE account_set_id = ?'),
+    deleteEntryMarks: db.prepare<[string]>('DELETE FROM entry_marks WHERE account_id = ?'),
   };
 }
+
+/** An entry read through a chain: the link to the chain's previous entry, and the record's version and totals as the entry left them. */
+export type ChainRow = EntryRow & { log_prev: number | null; record_version: number | null; record_after: string | null };
 
 /** The columns a posting writes of each entry, in insertEntries' order. */
 export const ENTRY_COLUMNS = [
   'seq', 'entry_id', 'transaction_id', 'account_id', 'journal_id', 'sequence', 'entry_type', 'layer', 'direction', 'units', 'currency',
-  'description', 'metadata', 'created', 'parent_account_ids', 'balance_version', 'balance_after', 'set_links',
+  'description', 'metadata', 'created', 'parent_account_ids', 'balance_version', 'balance_after', 'set_links', 'account_prev',
 ] as const satisfies ReadonlyArray<keyof EntryRow>;
 
 /** The most entries one insert statement writes (a posting of more takes several). */
@@ -427,8 +438,8 @@ export function byRows<S>(max: number, build: (rows: number) => S): ByColumns<S>
   return get;
 }
 
-/** Every SET_LOG_MARK_EVERY-th entry of a set's chain is also a mark (set_entry_marks). */
-export const SET_LOG_MARK_EVERY = 64;
+/** Every CHAIN_MARK_EVERY-th entry of a chain is also a mark (entry_marks). */
+export const CHAIN_MARK_EVERY = 64;
 
 export const BALANCE_COLUMNS = ['settled_dr', 'settled_cr', 'pending_dr', 'pending_cr', 'encumbrance_dr', 'encumbrance_cr'] as const;
 
@@ -467,7 +478,7 @@ export const ADD_TO_BALANCE = `settled_dr = dec_add(settled_dr, @settled_dr), se
 const BALANCE_AFTER = `version, settled_dr || ' ' || settled_cr || ' ' || pending_dr || ' ' || pending_cr || ' ' || encumbrance_dr || ' ' || encumbrance_cr AS after`;
 export interface BalanceAfter {
   version: number;
-  /** A set's record (balanceUpserts with log): the log head the upsert replaced, and the rows counted. */
+  /** A posting's upsert (balanceUpserts with log): the chain head the upsert replaced, and the entries counted. */
   log_prev?: number | null;
   log_count?: number;
   /** The six totals, space-separated, in BALANCE_COLUMNS order. */
