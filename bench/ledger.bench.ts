@@ -14,6 +14,9 @@
  * BENCH_FEATURES=0 measures only the plain engine; BENCH_FEATURES=calc only it and the engine with
  * sets, the control and the calculation (every engine in the process slows the others' rounds a
  * little: its heap, its checkpointer; this is the fair side to set beside an older commit's run).
+ * BENCH_FEATURES=alone: the engine with sets, the control and the calculation is the only engine in
+ * the process (beside the raw paths), shaped like an older commit's plain bench:ledger run, for
+ * setting the two side by side as separate processes.
  * BENCH_FEATURES=floor: those two beside the SQL alone of their postings (sqlFloorPoster: the same
  * statements with every value computed ahead), so what each costs in JavaScript is their difference.
  *
@@ -48,7 +51,9 @@ console.log(`node ${process.version}, ${PER_ROUND} posts x ${ROUNDS} interleaved
 const raw = rawPoster(join(dir, 'raw.db'));
 const rawCheckpointed = rawPoster(join(dir, 'raw-checkpointed.db'), { checkpointed: true });
 const rawTally = rawOnTallySchema(join(dir, 'raw-tally.db'));
+const ALONE = process.env.BENCH_FEATURES === 'alone';
 const engine = await setupEngine(join(dir, 'engine.db'));
+if (ALONE) addLedgerFeatures(engine, ['sets', 'control', 'calc']);
 const poster = (e: Engine) => (n: number) => {
   const [from, to] = pair(n);
   ok(e, POST, { input: { transactionId: uuid(n), tranCode: 'TRANSFER', params: { from, to, amount: `${10 + (n % 5000)}.${n % 100}` } } });
@@ -59,7 +64,7 @@ async function featureEngine(name: string, features: readonly LedgerFeature[]): 
   addLedgerFeatures(e, features);
   return e;
 }
-const FEATURES = process.env.BENCH_FEATURES !== '0';
+const FEATURES = process.env.BENCH_FEATURES !== '0' && !ALONE;
 const ALL = FEATURES && process.env.BENCH_FEATURES !== 'calc' && process.env.BENCH_FEATURES !== 'floor';
 const FLOOR = process.env.BENCH_FEATURES === 'floor';
 const withSets = ALL ? await featureEngine('sets', ['sets']) : null;
@@ -136,7 +141,7 @@ console.log(`\n${table([
   ['raw better-sqlite3 (txn + 2 entries + 2 balance upserts, 1 per commit)', results.raw!.median, results.raw!.cpuUs],
   ["raw better-sqlite3 with the engine's checkpointing (background thread)", results.rawCheckpointed!.median, results.rawCheckpointed!.cpuUs],
   ["the same statements on Tally's schema (indexes, foreign keys, decimal strings)", results.rawTally!.median, results.rawTally!.cpuUs],
-  ['engine.graphql postTransaction (1 per request)', results.engine!.median, results.engine!.cpuUs],
+  [ALONE ? 'engine.graphql postTransaction with sets, a REJECT control and a GLOBAL calculation, the only engine' : 'engine.graphql postTransaction (1 per request)', results.engine!.median, results.engine!.cpuUs],
   ...(ALL
     ? ([
         ['… every account in a set, 10 sets in a top set (4 set balances per posting)', results.sets!.median, results.sets!.cpuUs],
