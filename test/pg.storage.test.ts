@@ -176,7 +176,7 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
       const headsBefore = heads();
       engine.close();
       // What schema 16 kept: entries by account in an index, a row per entry and set, nothing in the entries.
-      admin.exec(UNDO_MIGRATION_18);
+      admin.exec(`${UNDO_MIGRATION_18} ALTER TABLE set_entry_marks RENAME CONSTRAINT entry_marks_pkey TO set_entry_marks_pkey;`);
       admin.exec(`CREATE TABLE set_entry_log (seq BIGINT NOT NULL, account_set_id TEXT NOT NULL, prev_seq BIGINT, balance_version BIGINT, balance_after TEXT, PRIMARY KEY (seq, account_set_id));
         INSERT INTO set_entry_log SELECT e.seq, l.key, (l.value ->> 0)::bigint, (l.value ->> 1)::bigint, l.value ->> 2 FROM entries e, json_each(e.set_links::json) l WHERE e.set_links IS NOT NULL;
         ALTER TABLE entries DROP COLUMN set_links;
@@ -201,6 +201,8 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
       admin.exec(`CREATE SCHEMA ${fresh}; SET search_path TO ${fresh}`);
       migratePostgres(admin);
       expect(columns(name)).toEqual(columns(fresh));
+      const indexes = (of: string) => admin.prepare('SELECT tablename, indexname FROM pg_indexes WHERE schemaname = ? ORDER BY 1, 2').all(of);
+      expect(indexes(name)).toEqual(indexes(fresh));
       admin.exec(`DROP SCHEMA ${fresh} CASCADE`);
     } finally {
       admin.exec(`DROP SCHEMA ${name} CASCADE`);

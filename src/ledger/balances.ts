@@ -180,7 +180,7 @@ export function balanceAsOf(deps: LedgerDeps, owner: { id: string; isSet: boolea
   if (bound === 0) return emptyBalance(owner.id, journalId, currency);
   const { found, stoppedAt } = versionsFrom(deps, owner, journalId, currency, bound, 1, deps.limits.pageSizeMax * 10);
   if (found.length === 0 && stoppedAt !== null) {
-    throw new EngineError('LIMIT_EXCEEDED', `the balance of ${owner.id} as of ${at} is more than ${deps.limits.pageSizeMax * 10} entries of other journals or currencies back`, {
+    throw new EngineError('LIMIT_EXCEEDED', `the balance of ${owner.id} as of ${at} is behind more than ${deps.limits.pageSizeMax * 10} entries without a balance snapshot (posted before balance history was kept)`, {
       hint: 'Read Balance.history in pages instead.',
     });
   }

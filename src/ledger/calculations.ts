@@ -609,14 +609,14 @@ function backfill(deps: LedgerDeps, def: Definition, scope: { kind: 'all' } | { 
     });
   // An account's or set's entries are its chains, walked newest first: their seqs are gathered (at
   // most `max`), sorted, and read in posting order.
-  const ownerSeqs = scope.kind === 'owner' ? chainSeqs(deps, { id: scope.accountId, isSet: balanceOwner(deps, scope.accountId).isSet }, max, tooMany) : null;
+  const ownerSeqs = scope.kind === 'owner' ? chainSeqs(deps, { id: scope.accountId, isSet: balanceOwner(deps, scope.accountId).isSet }, { journalId: scope.journalId }, max, tooMany) : null;
   const deltas = new Deltas();
   let transaction: TransactionRow | undefined;
   let after = 0;
   let read = 0;
   let modified = '';
   for (;;) {
-    const rows = ownerSeqs ? deps.calc.entriesBySeqs.all(JSON.stringify(ownerSeqs.slice(read, read + chunk))) : deps.calc.entriesPage.all(after, chunk);
+    const rows = ownerSeqs ? deps.st.entriesBySeqs.all(JSON.stringify(ownerSeqs.slice(read, read + chunk))) : deps.calc.entriesPage.all(after, chunk);
     if (rows.length === 0) break;
     read += rows.length;
     if (read > max) throw tooMany();

@@ -70,12 +70,25 @@ export function linkEntries(
   }
 }
 
-/** The chains of an account or set (one per journal and currency it has entries in), or of one journal or currency. */
-export function chainsOf(deps: LedgerDeps, owner: ChainOwner, filter: { journalId?: string | null; currency?: string | null } = {}): Chain[] {
-  return deps.st.chainHeads
-    .all(owner.id)
-    .filter((h) => (!filter.journalId || h.journal_id === filter.journalId) && (!filter.currency || h.currency === filter.currency))
-    .map((h) => ({ owner, journalId: h.journal_id, currency: h.currency, head: h.log_head }));
+/** Which of an owner's chains: those of one journal, one currency, or one record (both). */
+export interface ChainFilter {
+  journalId?: string | null;
+  currency?: string | null;
+}
+
+/**
+ * The chains of an account or set (one per journal and currency it has entries in), or of one
+ * journal or currency: at most `max` (past it, LIMIT_EXCEEDED from `tooMany`). Both given: the one
+ * record's, by primary key.
+ */
+export function chainsOf(deps: LedgerDeps, owner: ChainOwner, filter: ChainFilter, max: number, tooMany: () => EngineError): Chain[] {
+  if (filter.journalId && filter.currency) {
+    const chain = chainOf(deps, owner, filter.journalId, filter.currency);
+    return chain ? [chain] : [];
+  }
+  const heads = deps.st.chainHeads.all({ owner: owner.id, journal: filter.journalId ?? null, currency: filter.currency ?? null, limit: max + 1 });
+  if (heads.length > max) throw tooMany();
+  return heads.map((h) => ({ owner, journalId: h.journal_id, currency: h.currency, head: h.log_head }));
 }
 
 /** The record's chain, when it has entries. */
@@ -88,7 +101,7 @@ function walks(deps: LedgerDeps, chain: Chain) {
   return chain.owner.isSet ? deps.st.setChain : deps.st.accountChain;
 }
 
-/** The chain's newest entry at or below `seq`, or null: from the first mark above it (or the head), at most ~CHAIN_MARK_EVERY links down. */
+/** The chain's newest entry at or below `seq`, or null: from the first mark above it (or the head), about CHAIN_MARK_EVERY links down at most. */
 export function seekChain(deps: LedgerDeps, chain: Chain, seq: number): number | null {
   if (seq >= chain.head) return chain.head;
   const from = deps.st.markAbove.get(chain.owner.id, chain.journalId, chain.currency, seq) ?? chain.head;
@@ -104,13 +117,14 @@ export function chainRows(deps: LedgerDeps, chain: Chain, seq: number, limit: nu
 /** Entries read from each chain at a time when chains are merged. */
 const MERGE_BATCH = 16;
 
-/** Chains merged into one list: at most pageSizeMax of them (each costs a read per page). */
-function mergeable(deps: LedgerDeps, owner: ChainOwner, chains: readonly Chain[]): void {
-  if (chains.length <= deps.limits.pageSizeMax) return;
-  throw new EngineError('LIMIT_EXCEEDED', `${owner.isSet ? 'account set' : 'account'} ${owner.id} has entries in ${chains.length} journals and currencies; more than pageSizeMax (${deps.limits.pageSizeMax}) are not listed together`, {
-    hint: 'List its entries one currency (or journal) at a time (entries(where: {currency: ...})).',
-    details: { pageSizeMax: deps.limits.pageSizeMax },
-  });
+/** The chains one list merges: at most pageSizeMax of them (each costs reads per page). */
+function listedChains(deps: LedgerDeps, owner: ChainOwner, filter: ChainFilter): Chain[] {
+  const max = deps.limits.pageSizeMax;
+  return chainsOf(deps, owner, filter, max, () =>
+    new EngineError('LIMIT_EXCEEDED', `${owner.isSet ? `account set ${owner.id} has entries in more than pageSizeMax (${max}) currencies` : `account ${owner.id} has entries in more than pageSizeMax (${max}) journals and currencies`}, which are not listed together`, {
+      hint: `List its entries one currency${owner.isSet ? '' : ' or journal'} at a time (entries(where: {currency: ...})).`,
+      details: { pageSizeMax: max },
+    }));
 }
 
 /**
@@ -119,11 +133,10 @@ function mergeable(deps: LedgerDeps, owner: ChainOwner, chains: readonly Chain[]
  * at the cursor and read MERGE_BATCH entries at a time, the newest entry of all taken next, so a
  * page reads about limit + chains × batch entries.
  */
-export function entriesBelow(deps: LedgerDeps, owner: ChainOwner, before: number, limit: number, filter: { journalId?: string | null; currency?: string | null } = {}): ChainRow[] {
-  const chains = chainsOf(deps, owner, filter);
+export function entriesBelow(deps: LedgerDeps, owner: ChainOwner, before: number, limit: number, filter: ChainFilter = {}): ChainRow[] {
+  const chains = listedChains(deps, owner, filter);
   if (chains.length === 0) return [];
   if (chains.length === 1) return chainRows(deps, chains[0]!, before - 1, limit);
-  mergeable(deps, owner, chains);
   const batch = Math.min(limit, MERGE_BATCH);
   const cursors = chains.map((chain) => ({ chain, rows: chainRows(deps, chain, before - 1, batch), next: 0 }));
   const out: ChainRow[] = [];
@@ -146,14 +159,14 @@ export function entriesBelow(deps: LedgerDeps, owner: ChainOwner, before: number
 
 /**
  * Up to `limit` of an account's or set's entries above seq `after`, oldest first, across its
- * chains (or those of one journal or currency). A chain is read upwards a stretch at a time: from
- * the first mark above the cursor (or the head) down to the cursor, at most ~CHAIN_MARK_EVERY
- * entries, then from the next mark down to that one; the chains' stretches are merged oldest first.
+ * chains (or those of one journal or currency). A chain is read upwards a stretch at a time: the
+ * seqs from the first mark above the cursor (or the head) down to the cursor, then from the next
+ * mark down to that one; the chains' seqs are merged oldest first, and only the page's entries
+ * are read out.
  */
-export function entriesAbove(deps: LedgerDeps, owner: ChainOwner, after: number, limit: number, filter: { journalId?: string | null; currency?: string | null } = {}): ChainRow[] {
-  const chains = chainsOf(deps, owner, filter);
-  mergeable(deps, owner, chains);
-  const stretch = (cursor: { chain: Chain; floor: number }): ChainRow[] => {
+export function entriesAbove(deps: LedgerDeps, owner: ChainOwner, after: number, limit: number, filter: ChainFilter = {}): EntryRow[] {
+  const chains = listedChains(deps, owner, filter);
+  const stretch = (cursor: { chain: Chain; floor: number }): number[] => {
     const { chain, floor } = cursor;
     if (floor >= chain.head) return [];
     const top = deps.st.markAbove.get(chain.owner.id, chain.journalId, chain.currency, floor) ?? chain.head;
@@ -161,34 +174,35 @@ export function entriesAbove(deps: LedgerDeps, owner: ChainOwner, after: number,
     return walks(deps, chain).above.all({ from: top, owner: owner.id, floor }).reverse();
   };
   const cursors = chains.map((chain) => {
-    const cursor = { chain, floor: after, rows: [] as ChainRow[], next: 0 };
-    cursor.rows = stretch(cursor);
+    const cursor = { chain, floor: after, seqs: [] as number[], next: 0 };
+    cursor.seqs = stretch(cursor);
     return cursor;
   });
-  const out: ChainRow[] = [];
-  while (out.length < limit) {
+  const seqs: number[] = [];
+  while (seqs.length < limit) {
     let oldest: (typeof cursors)[number] | null = null;
     for (const cursor of cursors) {
-      const row = cursor.rows[cursor.next];
-      if (row && (!oldest || row.seq < oldest.rows[oldest.next]!.seq)) oldest = cursor;
+      const seq = cursor.seqs[cursor.next];
+      if (seq !== undefined && (!oldest || seq < oldest.seqs[oldest.next]!)) oldest = cursor;
     }
     if (!oldest) break;
-    out.push(oldest.rows[oldest.next++]!);
-    if (oldest.next === oldest.rows.length) {
-      oldest.rows = stretch(oldest);
+    seqs.push(oldest.seqs[oldest.next++]!);
+    if (oldest.next === oldest.seqs.length) {
+      oldest.seqs = stretch(oldest);
       oldest.next = 0;
     }
   }
-  return out;
+  return seqs.length === 0 ? [] : deps.st.entriesBySeqs.all(JSON.stringify(seqs));
 }
 
 /**
- * Every entry seq of an account or set, oldest first (a calculation's backfill): at most `max`,
- * else LIMIT_EXCEEDED from `tooMany`.
+ * Every entry seq of an account or set (of one journal, when given), oldest first (a
+ * calculation's backfill): at most `max`, else LIMIT_EXCEEDED from `tooMany`.
  */
-export function chainSeqs(deps: LedgerDeps, owner: ChainOwner, max: number, tooMany: () => EngineError): number[] {
+export function chainSeqs(deps: LedgerDeps, owner: ChainOwner, filter: ChainFilter, max: number, tooMany: () => EngineError): number[] {
   const seqs: number[] = [];
-  for (const chain of chainsOf(deps, owner)) {
+  // Every chain holds an entry at least: more chains than `max` are more entries than it.
+  for (const chain of chainsOf(deps, owner, filter, max, tooMany)) {
     let from: number | null = chain.head;
     while (from !== null) {
       const rows = walks(deps, chain).seqs.all({ from, owner: owner.id, limit: 1000 });

@@ -25,14 +25,16 @@ export const POSTGRES_FIRST = 16;
 export const DEFAULT_JOURNAL_ID = '00000000-0000-0000-0000-000000000000';
 
 /**
- * Migration 18, the same on both backends: every balance record chains its entries, as a set's
+ * Migration 18 (its PostgreSQL twin below): every balance record chains its entries, as a set's
  * have since migration 16. Each entry holds the seq of the previous entry of its account's record
  * (account, journal, currency): entries.account_prev. The record holds the newest (log_head),
  * and every 64th entry of a chain is a mark, for accounts as for sets (entry_marks, the
  * set_entry_marks of migration 16 renamed). An account's entries are read through its chains, so
  * entries_by_account (account_id, seq) goes: an index that took every entry into a random leaf of
- * its own b-tree (about three WAL pages a posting; the posting 13–15 % faster without it).
- * PostgreSQL's twin differs in the column's type only (SQLite's INTEGER is its BIGINT).
+ * its own b-tree (about three WAL pages a posting; the posting ~15 % faster without it).
+ * PostgreSQL's twin differs in the column's type (SQLite's INTEGER is its BIGINT) and names the
+ * renamed table's primary key as a new database names it. A mark falls on every 64th entry of a
+ * chain here; a posting marks its last entry when it passes a multiple: either serves a seek.
  */
 const migration18 = (integer: 'INTEGER' | 'BIGINT') => `
       ALTER TABLE entries ADD COLUMN account_prev ${integer};
@@ -42,7 +44,7 @@ const migration18 = (integer: 'INTEGER' | 'BIGINT') => `
         WINDOW chain AS (PARTITION BY account_id, journal_id, currency ORDER BY seq);
       UPDATE entries SET account_prev = r.prev FROM m18_rows AS r WHERE entries.seq = r.seq AND r.prev IS NOT NULL;
       ALTER TABLE set_entry_marks RENAME TO entry_marks;
-      ALTER TABLE entry_marks RENAME COLUMN account_set_id TO account_id;
+      ALTER TABLE entry_marks RENAME COLUMN account_set_id TO account_id;${integer === 'BIGINT' ? '\n      ALTER TABLE entry_marks RENAME CONSTRAINT set_entry_marks_pkey TO entry_marks_pkey;' : ''}
       INSERT INTO entry_marks (account_id, journal_id, currency, seq)
         SELECT account_id, journal_id, currency, seq FROM m18_rows WHERE n % 64 = 0;
       UPDATE balances SET log_head = h.head, log_prev = h.before_head, log_count = h.entries

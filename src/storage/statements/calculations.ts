@@ -201,8 +201,6 @@ export function calculationStatements(db: Db) {
 
     /** Backfill sources, in posting order, at most `limit` rows after seq `after`. */
     entriesPage: db.prepare<[number, number], EntryRow>('SELECT * FROM entries WHERE seq > ? ORDER BY seq LIMIT ?'),
-    /** Entries by seq, in seq order (a JSON list of seqs). */
-    entriesBySeqs: db.prepare<[string], EntryRow>('SELECT e.* FROM json_each(?) j JOIN entries e ON e.seq = CAST(j.value AS INTEGER) ORDER BY e.seq'),
   };
 }
 

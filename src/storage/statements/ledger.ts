@@ -386,14 +386,18 @@ function chainStatements(db: Db) {
       entries: db.prepare<[{ from: number; owner: string; limit: number }], ChainRow>(
         walk(`SELECT e.*, walk.prev AS log_prev, ${kind.version} AS record_version, ${kind.after} AS record_after FROM walk JOIN entries e ON e.seq = walk.seq ORDER BY walk.n`),
       ),
-      /** The entries of a chain from entry @from down while above @floor, newest first (a stretch between two marks: at most ~CHAIN_MARK_EVERY). */
-      above: db.prepare<[{ from: number; owner: string; floor: number }], ChainRow>(
+      /**
+       * The seqs of a chain from entry @from down while above @floor, newest first: a stretch
+       * between two marks (CHAIN_MARK_EVERY entries, up to entriesPerTransactionMax more where one
+       * posting crossed a multiple), walked by primary key with no row read out.
+       */
+      above: db.prepare<[{ from: number; owner: string; floor: number }], number>(
         `WITH RECURSIVE walk(seq, prev, n) AS (
            SELECT seq, ${kind.prev('entries')}, 1 FROM entries WHERE seq = @from AND seq > @floor
            UNION ALL
            SELECT e.seq, ${kind.prev('e')}, walk.n + 1 FROM walk JOIN entries e ON e.seq = walk.prev WHERE walk.prev > @floor
-         ) SELECT e.*, walk.prev AS log_prev, ${kind.version} AS record_version, ${kind.after} AS record_after FROM walk JOIN entries e ON e.seq = walk.seq ORDER BY walk.n`,
-      ),
+         ) SELECT seq FROM walk ORDER BY n`,
+      ).pluck(),
       /** Up to @limit seqs of a chain from entry @from down (the last one's prev continues it). */
       seqs: db.prepare<[{ from: number; owner: string; limit: number }], { seq: number; prev: number | null }>(walk('SELECT seq, prev FROM walk ORDER BY n')),
     };
@@ -403,11 +407,18 @@ function chainStatements(db: Db) {
     accountChain: walks(kinds.account),
     setChain: walks(kinds.set),
     insertEntryMark: db.prepare<[string, string, string, number]>('INSERT INTO entry_marks (account_id, journal_id, currency, seq) VALUES (?, ?, ?, ?)'),
-    /** The heads of an account's or set's chains: one per balance record that has entries. */
-    chainHeads: db.prepare<[string], { journal_id: string; currency: string; log_head: number }>(
-      'SELECT journal_id, currency, log_head FROM balances WHERE account_id = ? AND log_head IS NOT NULL',
+    /**
+     * The heads of an account's or set's chains (one per balance record that has entries), of one
+     * journal or currency when given: at most @limit (the account's records, by primary key prefix).
+     */
+    chainHeads: db.prepare<[{ owner: string; journal: string | null; currency: string | null; limit: number }], { journal_id: string; currency: string; log_head: number }>(
+      `SELECT journal_id, currency, log_head FROM balances
+       WHERE account_id = @owner AND log_head IS NOT NULL AND (CAST(@journal AS TEXT) IS NULL OR journal_id = @journal) AND (CAST(@currency AS TEXT) IS NULL OR currency = @currency)
+       ORDER BY journal_id, currency LIMIT @limit`,
     ),
-    /** The first mark above a seq: a chain's entries at or below the seq are at most ~64 links down from it. */
+    /** A page's entries by seq, in seq order (a JSON list of seqs). */
+    entriesBySeqs: db.prepare<[string], EntryRow>('SELECT e.* FROM json_each(?) j JOIN entries e ON e.seq = CAST(j.value AS INTEGER) ORDER BY e.seq'),
+    /** The first mark above a seq: a chain's entries at or below the seq are at most ~64 links down from it (see CHAIN_MARK_EVERY). */
     markAbove: db.prepare<[string, string, string, number], number>(
       'SELECT seq FROM entry_marks WHERE account_id = ? AND journal_id = ? AND currency = ? AND seq > ? ORDER BY seq LIMIT 1',
     ).pluck(),
@@ -438,7 +449,11 @@ export function byRows<S>(max: number, build: (rows: number) => S): ByColumns<S>
   return get;
 }
 
-/** Every CHAIN_MARK_EVERY-th entry of a chain is also a mark (entry_marks). */
+/**
+ * Every CHAIN_MARK_EVERY-th entry of a chain is also a mark (entry_marks): a posting that takes a
+ * chain past a multiple marks its last entry on it, so marks are CHAIN_MARK_EVERY entries apart,
+ * or up to entriesPerTransactionMax more where one posting put many entries on one record.
+ */
 export const CHAIN_MARK_EVERY = 64;
 
 export const BALANCE_COLUMNS = ['settled_dr', 'settled_cr', 'pending_dr', 'pending_cr', 'encumbrance_dr', 'encumbrance_cr'] as const;
