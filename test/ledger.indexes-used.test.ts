@@ -1,7 +1,7 @@
 import type { Statement } from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { calculationStatements } from '../src/storage/statements/calculations.js';
-import { type ByColumns, ledgerStatements } from '../src/storage/statements/ledger.js';
+import { type ByNumber, ledgerStatements } from '../src/storage/statements/ledger.js';
 import { velocityStatements } from '../src/storage/statements/velocity.js';
 import { viewStatements } from '../src/storage/statements/views.js';
 import { newEngine, ON_POSTGRES } from './helpers.js';
@@ -22,8 +22,8 @@ function statementsOf(group: Record<string, unknown>, prefix: string): Array<[st
   const out: Array<[string, Statement]> = [];
   for (const [name, value] of Object.entries(group)) {
     if (value && typeof value === 'object' && 'source' in value && 'reader' in value) out.push([`${prefix}${name}`, value as Statement]);
-    // A statement per set of balance columns (byColumns), prepared on first use: each prepared here.
-    else if (typeof value === 'function' && 'all' in value) (value as unknown as ByColumns<Statement>).all().forEach((s, i) => out.push([`${prefix}${name}(${i + 1})`, s]));
+    // Statements by a number (byColumns, byRows), prepared on first use: each prepared here.
+    else if (typeof value === 'function' && 'all' in value) (value as unknown as ByNumber<Statement>).all().forEach((s, i) => out.push([`${prefix}${name}(${i + 1})`, s]));
     else if (value && typeof value === 'object') out.push(...statementsOf(value as Record<string, unknown>, `${prefix}${name}.`));
   }
   return out;
@@ -47,7 +47,7 @@ describe('query plans', () => {
         : explain.all(...new Array(positional).fill(null))) as Array<{ detail: string }>;
       checked++;
       for (const { detail } of plan) {
-        // A recursive CTE's own queue ("SCAN up", a set log's "SCAN walk") is not a table.
+        // A recursive CTE's own queue ("SCAN up", a chain's "SCAN walk") is not a table.
         if (/^SCAN (\w+)$/.test(detail) && !/^SCAN (up|down|walk)\b/.test(detail) && !WHOLE_TABLE[name.split('.').at(-1)!]) scans.push(`${name}: ${detail}`);
       }
     }

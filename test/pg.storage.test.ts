@@ -12,7 +12,7 @@ import { migratePostgres, POSTGRES_BASELINE } from '../src/storage/pg/schema.js'
 import { actionStatements, queueStatements } from '../src/storage/statements/actions.js';
 import { authStatements } from '../src/storage/statements/auth.js';
 import { calculationStatements } from '../src/storage/statements/calculations.js';
-import { type ByColumns, ledgerStatements } from '../src/storage/statements/ledger.js';
+import { type ByNumber, ledgerStatements } from '../src/storage/statements/ledger.js';
 import { sessionStatements } from '../src/storage/statements/sessions.js';
 import { skillStatements } from '../src/storage/statements/skills.js';
 import { velocityStatements } from '../src/storage/statements/velocity.js';
@@ -231,8 +231,8 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
             failures.push(`${name}: ${(error as Error).message.split('\n')[0]}`);
           }
         } else if (typeof value === 'function' && 'all' in value) {
-          // A statement per set of balance columns (byColumns), prepared on first use: every one.
-          (value as ByColumns<unknown>).all().forEach((statement, i) => visit(statement, `${name}(${i + 1})`));
+          // Statements by a number (byColumns, byRows), prepared on first use: every one.
+          (value as ByNumber<unknown>).all().forEach((statement, i) => visit(statement, `${name}(${i + 1})`));
         } else if (value && typeof value === 'object') for (const [k, v] of Object.entries(value)) visit(v, `${name}.${k}`);
       };
       visit(groups, 'st');

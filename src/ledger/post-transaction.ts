@@ -7,7 +7,7 @@ import { checkCelValueSize } from '../cel/cel.js';
 import { canonicalJson, fingerprint, isUuid } from '../ids.js';
 import { setOwn } from '../json.js';
 import { ENTRY_SEQ_BLOCK } from '../storage/backend.js';
-import { ENTRY_INSERT_ROWS, type EntryRow, type TranCodeRow, type TransactionRow } from '../storage/statements/ledger.js';
+import { ENTRY_COLUMNS, ENTRY_INSERT_ROWS, type EntryRow, type TranCodeRow, type TransactionRow } from '../storage/statements/ledger.js';
 import { setsAbove } from './account-sets.js';
 import { afterPosting } from './after-posting.js';
 import { applyToBalances, type BalanceDelta } from './balances.js';
@@ -335,12 +335,7 @@ function insertEntries(deps: LedgerDeps, entries: readonly EntryRow[]): void {
   for (let start = 0; start < entries.length; start += ENTRY_INSERT_ROWS) {
     const rows = Math.min(ENTRY_INSERT_ROWS, entries.length - start);
     const values: unknown[] = [];
-    for (let i = start; i < start + rows; i++) {
-      const e = entries[i]!;
-      // In ENTRY_COLUMNS order.
-      values.push(e.seq, e.entry_id, e.transaction_id, e.account_id, e.journal_id, e.sequence, e.entry_type, e.layer, e.direction, e.units, e.currency,
-        e.description, e.metadata, e.created, e.parent_account_ids, e.balance_version, e.balance_after, e.set_links, e.account_prev);
-    }
+    for (let i = start; i < start + rows; i++) for (const column of ENTRY_COLUMNS) values.push(entries[i]![column]);
     deps.st.insertEntries(rows).run(values);
   }
 }
@@ -349,7 +344,7 @@ function insertEntries(deps: LedgerDeps, entries: readonly EntryRow[]): void {
  * PostgreSQL: the seq before a block of ENTRY_SEQ_BLOCK free seqs (see nextEntrySeqBlock). Seqs
  * then grow with gaps, and in the order postings took their blocks, not the order they committed;
  * two postings to one balance record still commit in seq order (the second waits for the first's
- * row, fails, and runs again with a new block), so each record's entries and set log stay in order.
+ * row, fails, and runs again with a new block), so each record's chain of entries stays in seq order.
  */
 function entrySeqBlock(deps: LedgerDeps, entries: number): { seq: number } {
   // createEngine refuses an entriesPerTransactionMax past the block on PostgreSQL.

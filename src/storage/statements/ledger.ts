@@ -438,17 +438,6 @@ export const ENTRY_COLUMNS = [
 /** The most entries one insert statement writes (a posting of more takes several). */
 export const ENTRY_INSERT_ROWS = 8;
 
-/** A statement per number of rows, 1 to `max`, prepared on first use. */
-export function byRows<S>(max: number, build: (rows: number) => S): ByColumns<S> {
-  const prepared: S[] = [];
-  const get = ((rows: number) => {
-    if (!Number.isInteger(rows) || rows < 1 || rows > max) throw new Error(`bug: ${rows} rows in one statement (1 to ${max})`);
-    return (prepared[rows] ??= build(rows));
-  }) as ByColumns<S>;
-  get.all = () => Array.from({ length: max }, (_, i) => get(i + 1));
-  return get;
-}
-
 /**
  * Every CHAIN_MARK_EVERY-th entry of a chain is also a mark (entry_marks): a posting that takes a
  * chain past a multiple marks its last entry on it, so marks are CHAIN_MARK_EVERY entries apart,
@@ -464,26 +453,35 @@ export function balanceColumnIndex(layer: string, direction: string): number {
 }
 
 /**
- * A statement per set of changed balance columns (bit i of the mask for BALANCE_COLUMNS[i]),
- * prepared on first use: at most 63, most postings use one or two (a layer's debit, or its debit
- * and credit).
+ * Statements by a small number, 1 to `max`, each prepared on first use; `all()` prepares every
+ * one (PostgreSQL's statement check prepares each against the schema).
  */
-export function byColumns<S>(build: (columns: BalanceColumn[]) => S): ByColumns<S> {
-  const prepared: S[] = [];
-  const get = ((mask: number) => (prepared[mask] ??= build(BALANCE_COLUMNS.filter((_, i) => (mask & (1 << i)) !== 0)))) as ByColumns<S>;
-  get.all = () => Array.from({ length: 63 }, (_, i) => get(i + 1));
-  return get;
-}
-
-/** A statement per set of changed balance columns (see byColumns). */
-/** Statements by a small number (byColumns: a mask of columns; byRows: a count of rows), and every one of them. */
-export interface ByColumns<S> {
-  (mask: number): S;
-  /** Every one of them, prepared now (PostgreSQL's statement check prepares each against the schema). */
+export interface ByNumber<S> {
+  (n: number): S;
   all(): S[];
 }
 
-/** What a balance upsert returns: the record as it left it, for the entries' history snapshot. */
+export function byNumber<S>(max: number, build: (n: number) => S): ByNumber<S> {
+  const prepared: S[] = [];
+  const get = ((n: number) => {
+    if (!Number.isInteger(n) || n < 1 || n > max) throw new Error(`bug: statement ${n} of 1 to ${max}`);
+    return (prepared[n] ??= build(n));
+  }) as ByNumber<S>;
+  get.all = () => Array.from({ length: max }, (_, i) => get(i + 1));
+  return get;
+}
+
+/**
+ * A statement per set of changed balance columns (bit i of the mask for BALANCE_COLUMNS[i]): at
+ * most 63, most postings use one or two (a layer's debit, or its debit and credit).
+ */
+export function byColumns<S>(build: (columns: BalanceColumn[]) => S): ByNumber<S> {
+  return byNumber(63, (mask) => build(BALANCE_COLUMNS.filter((_, i) => (mask & (1 << i)) !== 0)));
+}
+
+/** A statement per number of rows written at once, 1 to `max`. */
+export const byRows = byNumber;
+
 /** The SET of a balance row taking a posting's amounts (named parameters, one per layer and side). */
 export const ADD_TO_BALANCE = `settled_dr = dec_add(settled_dr, @settled_dr), settled_cr = dec_add(settled_cr, @settled_cr),
          pending_dr = dec_add(pending_dr, @pending_dr), pending_cr = dec_add(pending_cr, @pending_cr),
@@ -491,6 +489,7 @@ export const ADD_TO_BALANCE = `settled_dr = dec_add(settled_dr, @settled_dr), se
          entry_id = @entry_id, version = version + 1, modified = @modified`;
 
 const BALANCE_AFTER = `version, settled_dr || ' ' || settled_cr || ' ' || pending_dr || ' ' || pending_cr || ' ' || encumbrance_dr || ' ' || encumbrance_cr AS after`;
+/** What a balance upsert returns: the record as it left it, for the entries' history snapshot. */
 export interface BalanceAfter {
   version: number;
   /** A posting's upsert (balanceUpserts with log): the chain head the upsert replaced, and the entries counted. */
