@@ -3,7 +3,7 @@ import { ReplaceableSandbox } from '../sandbox/replaceable.js';
 import type { Sandbox } from '../sandbox/sandbox.js';
 import type { ActionDeps } from './actions/actions.js';
 import { authenticate, type Client, type ClientDeps, ensureAdmin, hashKey, invalidKey, lookupClient, SYSTEM_PRINCIPAL } from './auth/clients.js';
-import { Authority } from './policy/authority.js';
+import { authorityOf } from './execution/call-rules.js';
 import { authStatements } from './storage/statements/auth.js';
 import { queueStatements } from './storage/statements/actions.js';
 import { dispatchChange } from './execution/queue/triggers.js';
@@ -458,7 +458,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     principal: caller.principal,
     caller,
     frame,
-    authority: new Authority(cel, caller.principal, { principal: caller.principal }, caller.client, frame, frame?.root.outerLayers ?? []),
+    authority: authorityOf(cel, caller, frame),
     ...(waits ? { waits } : {}),
   });
 

@@ -1,13 +1,13 @@
 import { randomUUID } from 'node:crypto';
-import { type ActionVersion, DEFAULT_EXECUTION, getVersion, latestActiveVersion, NATIVE_TOOLS, runsOutsideTransactions, type ToolReference } from '../actions/actions.js';
+import { type ActionVersion, DEFAULT_EXECUTION, getVersion, NATIVE_TOOLS, runsOutsideTransactions, type ToolReference } from '../actions/actions.js';
 import { EngineError, type ErrorData } from '../errors.js';
 import { derivedId } from '../ids.js';
 import type { ModelMessage, ModelResponse, ModelToolCall, ModelToolResult, ModelToolSpec } from '../models/types.js';
-import { Authority } from '../policy/authority.js';
-import type { AuthorityLayer } from '../policy/policy.js';
 import type { QueueRow } from '../storage/statements/actions.js';
-import { type CallNode, type Caller, type ModelCallRecord, persistTree, type RootState, rowToNode } from '../execution/call-tree.js';
-import { fixedInput, runCall, succeeded, toEngineError, validate } from '../execution/invoke.js';
+import { type CallNode, type ModelCallRecord, persistTree, rowToNode } from '../execution/call-tree.js';
+import { authorityOf, checkMayCall, checkRunnable, type Outer, outerOf, outerWith, referencedVersion, type VersionRef } from '../execution/call-rules.js';
+import { beginCall } from '../execution/entry.js';
+import { fixedInput, succeeded, toEngineError, validate } from '../execution/invoke.js';
 import { jsonToCel } from '../cel/values.js';
 import type { AttemptOutcome } from '../execution/queue/attempt.js';
 import { isRetryable, retryRule, shouldRetry } from '../execution/queue/attempt.js';
@@ -73,8 +73,7 @@ interface RunContext {
   input: unknown;
   principal: string;
   /** The tools that were on the starter's stack, then the agent itself: every tool call is bounded by them. */
-  layers: AuthorityLayer[];
-  refs: Array<{ actionId: string; version: number }>;
+  outer: Outer;
   /** Epoch ms past which the run fails (agents: created + runTimeoutMs). */
   deadline: number;
   signal: AbortSignal;
@@ -216,13 +215,10 @@ export class AgentRuns {
       if (!caller) {
         throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(row.principal)} no longer exists`, { hint: 'Start it again as an existing client.' });
       }
-      const refs = row.start_stack ? (JSON.parse(row.start_stack) as Array<{ actionId: string; version: number }>) : [];
-      const outer = refs.map((ref) => layerOf(getVersion(svc.actions, { id: ref.actionId, version: ref.version })));
-      new Authority(svc.cel, caller.principal, { principal: caller.principal }, caller.client, null, outer).check({
-        action: 'INSERT', resource: 'actions.Execution', document: { action: row.action_name, version: row.action_version, input },
-      });
+      const outer = outerOf(svc.actions, row.start_stack ? (JSON.parse(row.start_stack) as VersionRef[]) : []);
+      checkMayCall(authorityOf(svc.cel, caller, null, outer.layers), row.action_name, row.action_version, input);
       const version = getVersion(svc.actions, { id: row.action_id!, version: row.action_version! });
-      if (version.status !== 'ACTIVE') throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is ${version.status}`);
+      checkRunnable(version);
       const config = modelConfig(version.kind as 'model' | 'agent', version.config, svc.limits) as AgentConfig;
       let session: RunContext['session'] = null;
       if (row.session_id) {
@@ -241,7 +237,7 @@ export class AgentRuns {
       return {
         value: {
           svc, claim, executionId: row.execution_id, version, config, input, principal: caller.principal,
-          layers: [...outer, layerOf(version)], refs: [...refs, { actionId: version.actionId, version: version.version }],
+          outer: outerWith(outer, version),
           deadline: Date.parse(row.created) + runTimeoutMs, signal, triggerDepth: row.trigger_depth, wake: this.options.wake, session,
         },
         commit: false,
@@ -307,9 +303,6 @@ function ctxRetry(svc: ExecutionServices, claim: RunClaim, error: ErrorData): bo
   return shouldRetry(svc, rule, error, claim.attempt);
 }
 
-function layerOf(version: ActionVersion): AuthorityLayer {
-  return { name: `tool ${version.name}@${version.version}`, policies: version.policies };
-}
 
 function leaseUntil(svc: ExecutionServices, now: Date): string {
   return new Date(now.getTime() + svc.limits.agentLeaseMs).toISOString();
@@ -561,16 +554,8 @@ function offeredTools(ctx: RunContext, agent: ActionVersion, runId: string): Off
         const native = reference.name as 'graphql' | 'cel';
         return { reference, version: null, native, spec: { name: native, ...NATIVE_SPECS[native] } };
       }
-      const pinned = reference.version ?? offered.get(reference.name) ?? null;
-      let version: ActionVersion;
-      if (pinned !== null) {
-        version = getVersion(svc.actions, { name: reference.name, version: pinned });
-      } else {
-        const action = getVersion(svc.actions, { name: reference.name });
-        const active = latestActiveVersion(svc.actions, action.actionId);
-        if (!active) throw new EngineError('VERSION_LOCKED', `${reference.name}, a tool of ${agent.name}, has no ACTIVE version`, { hint: 'Activate a version, or pin one.' });
-        version = active;
-      }
+      // Pinned, or as recorded at turn 1, or the latest ACTIVE: whether it may run is checked where it runs.
+      const version = referencedVersion(svc.actions, { name: reference.name, version: reference.version ?? offered.get(reference.name) ?? null }, undefined, `${reference.name}, a tool of ${agent.name},`);
       return { reference, version, native: null, spec: { name: reference.name, description: version.tool.description, inputSchema: withoutFixed(version.tool.inputSchema, reference) } };
     }),
     commit: false,
@@ -784,35 +769,16 @@ async function toolCall(ctx: RunContext, s: ToolStep): Promise<CallNode> {
       const caller = svc.callerOf(ctx.principal);
       if (!caller) throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(ctx.principal)} no longer exists`);
       const target = tool.native ? ({ type: 'native', name: tool.native } as const) : ({ type: 'version', version: tool.version! } as const);
-      const timeoutMs = tool.version?.execution.timeoutMs ?? svc.limits.toolTimeoutMs;
-      const deadline = Math.min(Date.now() + timeoutMs, ctx.deadline);
-      const callCaller: Caller = { ...caller, deadline };
-      const root: RootState = {
-        deadline, calls: 0, principal: caller.principal, caller: callCaller, fatal: null, resolved: new Map(), input: ctx.input, ids: new Set(),
-        outerLayers: ctx.layers, outerRefs: ctx.refs,
-      };
-      svc.triggerDepth.current = ctx.triggerDepth;
-      try {
-        const run = svc.cel.withDeadline(deadline, () =>
-          runCall(svc, {
-            target, input, executionId: callId, parent: null, root, inputFingerprint: null, attach,
-            authorize: () =>
-              new Authority(svc.cel, caller.principal, { principal: caller.principal }, caller.client, null, ctx.layers).check({
-                action: 'INSERT', resource: 'actions.Execution', document: { action: tool.reference.name, version: tool.version?.version ?? null, input },
-              }),
-          }),
-        );
-        const node = run.value;
-        const overran = callCaller.overran ?? run.overran;
-        if (root.fatal || overran) {
-          fatal = toEngineError(root.fatal ?? overran);
-          throw fatal;
-        }
-        persistTree(svc.st, node);
-        return node;
-      } finally {
-        svc.triggerDepth.current = 0;
+      const begun = beginCall(svc, {
+        caller, target, input, executionId: callId, inputFingerprint: null, outer: ctx.outer, authorize: true, attach,
+        triggerDepth: ctx.triggerDepth, deadlineCap: ctx.deadline, executionInput: ctx.input, model: { agent: `${ctx.version.name}@${ctx.version.version}` },
+      });
+      if (begun.fatal || begun.overran) {
+        fatal = toEngineError(begun.fatal ?? begun.overran);
+        throw fatal;
       }
+      persistTree(svc.st, begun.node);
+      return begun.node;
     });
   } catch (error) {
     if (error instanceof LeaseLost || error !== fatal || fatal === null) throw error;
@@ -909,10 +875,8 @@ async function nestedRun(ctx: RunContext, s: ToolStep, callId: string, tool: Off
         }
         const caller = svc.callerOf(ctx.principal);
         if (!caller) throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(ctx.principal)} no longer exists`);
-        new Authority(svc.cel, caller.principal, { principal: caller.principal }, caller.client, null, ctx.layers).check({
-          action: 'INSERT', resource: 'actions.Execution', document: { action: tool.reference.name, version: version.version, input },
-        });
-        if (version.status !== 'ACTIVE') throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is ${version.status}`);
+        checkMayCall(authorityOf(svc.cel, caller, null, ctx.outer.layers), version.name, version.version, input);
+        checkRunnable(version);
         validate(svc, version, 'input', input);
         persistTree(svc.st, baseNode(ctx, {
           executionId: callId, actionId: version.actionId, actionName: tool.reference.name, actionVersion: version.version, kind: kindOf(tool), input,
@@ -924,7 +888,7 @@ async function nestedRun(ctx: RunContext, s: ToolStep, callId: string, tool: Off
       throw new NestedRefusal(toEngineError(error));
     }
   }
-  const inner: RunContext = { ...ctx, version, layers: [...ctx.layers, layerOf(version)], refs: [...ctx.refs, { actionId: version.actionId, version: version.version }] };
+  const inner: RunContext = { ...ctx, version, outer: outerWith(ctx.outer, version) };
   let output: unknown = null;
   let error: ErrorData | null = null;
   try {

@@ -94,6 +94,8 @@ export interface RootState {
   outerLayers: AuthorityLayer[];
   /** The same tools as version references, to pass on when this execution starts another. */
   outerRefs: Array<{ actionId: string; version: number }>;
+  /** An agent's tool call: the agent whose model asked for it (what its GraphQL runs is the model's text). */
+  model: { agent: string } | null;
 }
 
 /** The call a piece of code runs inside: a tool's program, or a GraphQL operation it made. */
@@ -106,6 +108,8 @@ export interface CallFrame extends AuthorityFrame {
   version: ActionVersion | null;
   /** The event this frame's program received. */
   event: unknown;
+  /** The GraphQL this frame runs was written by a model (see checkNotModelWritten): it begins no call. */
+  modelWritten?: boolean;
 }
 
 /** JSON texts already made of a node's input and output: each counts only while the value is the one it was made from. */

@@ -1,22 +1,18 @@
 import type { HostBridge, RunFailure } from '../../sandbox/sandbox.js';
-import { type ActionVersion, getVersion, latestActiveVersion, NATIVE_TOOLS, runsOutsideTransactions, type ToolReference, versionKey } from '../actions/actions.js';
+import { type ActionVersion, NATIVE_TOOLS, runsOutsideTransactions, type ToolReference, versionKey } from '../actions/actions.js';
 import { celToJson, jsonToCel } from '../cel/values.js';
 import { EngineError, type ErrorData, isErrorCode, quote } from '../errors.js';
-import { canonicalJson, fingerprint } from '../ids.js';
+import { fingerprint } from '../ids.js';
 import { checkJsonDepth } from '../json.js';
-import { Authority } from '../policy/authority.js';
-import { type CallFrame, type CallNode, type Caller, type ExecutionKind, outputText, persistTree, rememberInputText, rememberOutputText, type RootState, rowToNode } from './call-tree.js';
+import { type CallFrame, type CallNode, type ExecutionKind, outputText, rememberInputText, rememberOutputText, type RootState } from './call-tree.js';
+import { authorityOf, type CallTarget, checkMayCall, checkRunnable, layerOf, referencedVersion } from './call-rules.js';
 import type { ExecutionRow } from '../storage/statements/actions.js';
-import { checkOwner, checkReplay } from './replay.js';
 import { cacheable, ResultCache } from './result-cache.js';
 import type { ExecutionServices } from './services.js';
 
 /** Names longer than this are cut in messages and records; at most NAMES_LISTED_MAX names are listed. */
 const NAME_SHOWN_MAX = 64;
 const NAMES_LISTED_MAX = 20;
-
-/** What a call runs: a tool version (program or graphql kind), or a native tool. */
-export type CallTarget = { type: 'version'; version: ActionVersion } | { type: 'native'; name: 'graphql' | 'cel' };
 
 export interface InvokeRequest {
   id?: string | null;
@@ -33,38 +29,6 @@ class DryRunRollback extends Error {
   constructor(readonly output: unknown) {
     super('dry run');
   }
-}
-
-/**
- * invokeAction: the path of one call made by a client, or by a program through graphql().
- * Resolve the version (required and ACTIVE) → idempotency by executionId → run the call under its
- * own savepoint (validate input, run, validate output; roll back on any failure) → record the tree.
- * A failed call is a FAILED execution, not an error; only a failure no caller may catch (the
- * deadline) escapes, and fails the whole request.
- */
-export function invokeAction(svc: ExecutionServices, caller: Caller, parent: CallFrame | null, request: InvokeRequest): CallNode {
-  const target = resolveInvokeTarget(svc, request);
-  const input = request.input ?? {};
-  // canonicalJson({target, input}), written directly (its keys sorted: input, then target).
-  const canonicalInput = canonicalJson(input);
-  const inputFingerprint = fingerprint(`{"input":${canonicalInput},"target":${JSON.stringify(targetKey(target))}}`);
-  checkNewInTree(parent, request.executionId);
-  const existing = svc.st.fingerprintOfExecution.get(request.executionId);
-  if (existing !== undefined) {
-    checkOwner(caller, svc.st.executionById.get(request.executionId)!);
-    const row = existing === inputFingerprint ? svc.st.executionById.get(request.executionId)! : null;
-    if (row && !isStarted(row)) {
-      checkReplay(svc, caller, parent, row);
-      return rowToNode(row);
-    }
-    throw executionIdConflict(request.executionId, existing, row ? 'started' : null);
-  }
-  const root = parent?.root ?? newRoot(svc, caller, target, input);
-  const node = runCall(svc, { target, input, executionId: request.executionId, parent, root, inputFingerprint, ...(canonicalIsPlain(input, canonicalInput) ? { inputText: canonicalInput } : {}) });
-  if (root.fatal) throw root.fatal;
-  if (!parent && caller.transport !== undefined) node.transport = caller.transport;
-  if (!parent) persistTree(svc.st, node);
-  return node;
 }
 
 /** An execution id names one call: one already used in this call tree cannot name another. */
@@ -104,21 +68,6 @@ export function isStarted(row: ExecutionRow): boolean {
   return (row as { max_attempts?: number | null }).max_attempts != null;
 }
 
-function resolveInvokeTarget(svc: ExecutionServices, request: InvokeRequest): CallTarget {
-  if (request.id == null && request.name != null && (NATIVE_TOOLS as readonly string[]).includes(request.name)) {
-    return { type: 'native', name: request.name as 'graphql' | 'cel' };
-  }
-  if (request.actionVersion == null) {
-    throw new EngineError('BAD_REQUEST', 'invokeAction needs input.actionVersion', {
-      hint: 'Name the exact version to run (invoke never picks one for you); startAction can default to the current ACTIVE one.',
-    });
-  }
-  const version = request.version ?? getVersion(svc.actions, { id: request.id, name: request.name, version: request.actionVersion });
-  checkRunnable(version);
-  checkInvocable(version);
-  return { type: 'version', version };
-}
-
 /**
  * A model or agent calls a model over the network, which takes seconds: it never runs inside a
  * database transaction, so it cannot be invoked (or called by a program), only started.
@@ -128,26 +77,6 @@ export function checkInvocable(version: ActionVersion): void {
   throw new EngineError('BAD_REQUEST', `${version.name} is ${version.kind === 'agent' ? 'an agent' : 'a model'}: it calls a model over the network, which never runs inside a request's transaction, so it cannot be invoked or called by a program`, {
     hint: `Start it with startAction (it runs in the worker, each step in a short transaction of its own) and wait for it with actions.execution(id:, waitMs:)${version.kind === 'agent' ? '' : ', or have an agent call it'}.`,
   });
-}
-
-function checkRunnable(version: ActionVersion): void {
-  if (version.status === 'LOCKED') {
-    throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is LOCKED`, { hint: 'Invoke an ACTIVE version.' });
-  }
-  if (version.status === 'DRAFT') {
-    throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is a DRAFT`, { hint: 'Activate it first with activateAction.' });
-  }
-}
-
-function targetKey(target: CallTarget): string {
-  return target.type === 'native' ? target.name : versionKey(target.version.actionId, target.version.version);
-}
-
-function newRoot(svc: ExecutionServices, caller: Caller, target: CallTarget, input: unknown): RootState {
-  const timeoutMs = (target.type === 'version' ? target.version.execution.timeoutMs : null) ?? svc.limits.toolTimeoutMs;
-  const own = Date.now() + timeoutMs;
-  const requestBound = caller.deadline !== undefined && caller.deadline < own;
-  return { deadline: requestBound ? caller.deadline! : own, requestBound, calls: 0, principal: caller.principal, caller, fatal: null, resolved: new Map(), input, ids: new Set(), outerLayers: [], outerRefs: [] };
 }
 
 interface Call {
@@ -202,7 +131,9 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
   const frame: CallFrame = {
     parent,
     // A tool or graphql-kind action narrows authority with its own policies; native calls add nothing.
-    layer: target.type === 'version' ? { name: `tool ${target.version.name}@${target.version.version}`, policies: target.version.policies } : null,
+    layer: target.type === 'version' ? layerOf(target.version) : null,
+    // The GraphQL of a model's own tool call (the native graphql tool, a graphql-kind action) is the model's text.
+    modelWritten: root.model !== null && parent === null && (target.type === 'native' ? target.name === 'graphql' : target.version.kind === 'graphql'),
     node,
     root,
     version: target.type === 'version' ? target.version : null,
@@ -211,7 +142,11 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
   try {
     checkBounds(svc, node, parent, root);
     call.authorize?.();
-    if (target.type === 'version') checkInvocable(target.version);
+    if (target.type === 'version') {
+      // Whoever began the call and however its version was found: only an ACTIVE version runs.
+      checkRunnable(target.version);
+      checkInvocable(target.version);
+    }
     let inputText = checkInputBytes(svc, node.actionName, call.input, call.inputText);
     rememberInputText(node, call.input, inputText, call.inputRest);
     if (target.type === 'version') {
@@ -302,23 +237,11 @@ function hooksOf(version: ActionVersion): { before?: ToolReference | null; after
  */
 function runHook(svc: ExecutionServices, frame: CallFrame, reference: ToolReference, phase: 'before' | 'after', input: unknown): unknown {
   const { root } = frame;
-  const version =
-    reference.version != null
-      ? getVersion(svc.actions, { name: reference.name, version: reference.version })
-      : (() => {
-          const action = getVersion(svc.actions, { name: reference.name });
-          const active = latestActiveVersion(svc.actions, action.actionId);
-          if (!active) throw new EngineError('VERSION_LOCKED', `${reference.name}, the ${phase} hook of ${frame.node.actionName}, has no ACTIVE version`, { hint: 'Activate a version, or pin one.' });
-          return active;
-        })();
-  checkRunnable(version);
+  const version = referencedVersion(svc.actions, reference, undefined, `${reference.name}, the ${phase} hook of ${frame.node.actionName},`);
   const target: CallTarget = { type: 'version', version };
   const node = runCall(svc, {
     target, input, executionId: svc.newId(), parent: frame, root, inputFingerprint: null,
-    authorize: () =>
-      new Authority(svc.cel, root.principal, { principal: root.principal }, root.caller.client, frame, root.outerLayers).check({
-        action: 'INSERT', resource: 'actions.Execution', document: { action: reference.name, version: version.version, input },
-      }),
+    authorize: () => checkMayCall(authorityOf(svc.cel, root.caller, frame), reference.name, version.version, input),
   });
   if (root.fatal) throw root.fatal;
   if (!succeeded(node)) {
@@ -569,9 +492,7 @@ class CallBridge implements HostBridge {
    * checked with, against the client and every tool on the stack, this calling one included.
    */
   private authorizeCall(name: string, target: CallTarget, input: unknown): void {
-    const root = this.frame.root;
-    const authority = new Authority(this.svc.cel, root.principal, { principal: root.principal }, root.caller.client, this.frame, root.outerLayers);
-    authority.check({ action: 'INSERT', resource: 'actions.Execution', document: { action: name, version: target.type === 'version' ? target.version.version : null, input } });
+    checkMayCall(authorityOf(this.svc.cel, this.frame.root.caller, this.frame), name, target.type === 'version' ? target.version.version : null, input);
   }
 
   private tool(name: string, input: unknown, options: unknown): string {
@@ -651,34 +572,10 @@ class CallBridge implements HostBridge {
     return node;
   }
 
-  /** A pinned version always; otherwise the latest ACTIVE one, resolved once per execution. */
+  /** A pinned version always; otherwise the latest ACTIVE one, resolved once per execution (runCall checks it may run). */
   private resolveReference(reference: ToolReference): CallTarget {
     if ((NATIVE_TOOLS as readonly string[]).includes(reference.name)) return { type: 'native', name: reference.name as 'graphql' | 'cel' };
-    const root = this.frame.root;
-    if (reference.version != null) {
-      const version = getVersion(this.svc.actions, { name: reference.name, version: reference.version });
-      checkRunnable(version);
-      return { type: 'version', version };
-    }
-    let version = root.resolved.get(reference.name);
-    if (version) {
-      // The version may have been created by a call that then rolled back: read it again (a
-      // cache hit unless something changed) and resolve afresh if it is gone.
-      try {
-        version = getVersion(this.svc.actions, { id: version.actionId, version: version.version });
-      } catch (error) {
-        if (!(error instanceof EngineError && error.code === 'NOT_FOUND')) throw error;
-        version = undefined;
-      }
-    }
-    if (!version) {
-      const action = getVersion(this.svc.actions, { name: reference.name });
-      const active = latestActiveVersion(this.svc.actions, action.actionId);
-      if (!active) throw new EngineError('VERSION_LOCKED', `${reference.name} has no ACTIVE version`, { hint: 'Activate a version, or pin one.' });
-      version = active;
-      root.resolved.set(reference.name, version);
-    }
-    return { type: 'version', version };
+    return { type: 'version', version: referencedVersion(this.svc.actions, reference, this.frame.root.resolved) };
   }
 
   private fixedInput(reference: ToolReference, input: unknown): unknown {
@@ -715,25 +612,4 @@ function parseArg(text: string | undefined, what: string, depthMax: number): unk
 function envelope(node: CallNode): string {
   if (succeeded(node)) return `{"ok":true,"value":${node.output === undefined || node.output === null ? 'null' : outputText(node)!}}`;
   return JSON.stringify({ ok: false, error: node.error as ErrorData });
-}
-
-/** Whether canonical JSON of the input is also its plain JSON.stringify (every object's keys already in order). */
-function canonicalIsPlain(value: unknown, canonical: string): boolean {
-  return keysInOrder(value) && canonical.length > 0;
-}
-
-function keysInOrder(value: unknown): boolean {
-  if (value === null || typeof value !== 'object') return true;
-  if (Array.isArray(value)) {
-    for (const item of value) if (!keysInOrder(item)) return false;
-    return true;
-  }
-  let previous: string | null = null;
-  for (const key in value) {
-    // canonicalJson leaves an own __proto__ out, JSON.stringify does not.
-    if ((previous !== null && !(previous < key)) || key === '__proto__') return false;
-    if (!keysInOrder((value as Record<string, unknown>)[key])) return false;
-    previous = key;
-  }
-  return true;
 }

@@ -1,5 +1,5 @@
 import { EngineError } from '../errors.js';
-import { Authority } from '../policy/authority.js';
+import { authorityOf } from './call-rules.js';
 import type { ExecutionRow } from '../storage/statements/actions.js';
 import { type CallFrame, type Caller, rowToNode } from './call-tree.js';
 import type { ExecutionServices } from './services.js';
@@ -14,8 +14,7 @@ import type { ExecutionServices } from './services.js';
  */
 export function checkReplay(svc: ExecutionServices, caller: Caller, frame: CallFrame | null, row: ExecutionRow): void {
   checkOwner(caller, row);
-  const authority = new Authority(svc.cel, caller.principal, { principal: caller.principal }, caller.client, frame, frame?.root.outerLayers ?? []);
-  authority.check({ action: 'SELECT', resource: 'actions.Execution', document: rowToNode(row) });
+  authorityOf(svc.cel, caller, frame).check({ action: 'SELECT', resource: 'actions.Execution', document: rowToNode(row) });
 }
 
 /**

@@ -1,10 +1,10 @@
 import { DEFAULT_EXECUTION, getVersion } from '../../actions/actions.js';
 import { EngineError, ERROR_CODES, type ErrorData } from '../../errors.js';
-import { Authority } from '../../policy/authority.js';
-import type { AuthorityLayer } from '../../policy/policy.js';
 import type { QueueRow } from '../../storage/statements/actions.js';
 import { type CallNode, persistTree } from '../call-tree.js';
-import { runCall, succeeded as answered, toEngineError } from '../invoke.js';
+import { succeeded as answered, toEngineError } from '../invoke.js';
+import { beginCall } from '../entry.js';
+import { outerOf, type VersionRef } from '../call-rules.js';
 import type { ExecutionServices } from '../services.js';
 import { backoffDelayMs } from './backoff.js';
 import { jsonToCel } from '../../cel/values.js';
@@ -43,43 +43,24 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
     if (!caller) {
       throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(row.principal)} no longer exists`, { hint: 'Start it again as an existing client.' });
     }
-    const outerRefs = row.start_stack ? (JSON.parse(row.start_stack) as Array<{ actionId: string; version: number }>) : [];
-    const outerLayers = startStack(svc, outerRefs);
-    const authority = new Authority(svc.cel, caller.principal, { principal: caller.principal }, caller.client, null, outerLayers);
-    authority.check({ action: 'INSERT', resource: 'actions.Execution', document: { action: row.action_name, version: row.action_version, input } });
+    const outer = outerOf(svc.actions, row.start_stack ? (JSON.parse(row.start_stack) as VersionRef[]) : []);
     const version = getVersion(svc.actions, { id: row.action_id!, version: row.action_version! });
     backoff = version.execution.backoff;
     retryIf = retryRule(version);
-    if (version.status !== 'ACTIVE') throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is ${version.status}`);
-    const timeoutMs = version.execution.timeoutMs ?? svc.limits.toolTimeoutMs;
-    // The attempt is the request here: its deadline bounds the resolvers of its graphql calls too.
-    const deadline = Date.now() + timeoutMs;
-    // The changes this attempt makes fire triggers one level below its own (dispatchChange reads it).
-    svc.triggerDepth.current = row.trigger_depth;
-    // Resolvers and CEL under this attempt stop at its deadline too; an attempt that ran past it
-    // fails whole (an assertion cut short would have hidden rows from it), its writes rolled back.
-    const attemptCaller = { ...caller, deadline };
+    // The attempt is the request here: its deadline (the version's timeout) bounds its resolvers
+    // and CEL too, and its changes fire triggers one level below its own. An attempt that ran past
+    // it fails whole (an assertion cut short would have hidden rows from it), its writes rolled back.
     node = svc.transactions.savepoint(() => {
-      const run = svc.cel.withDeadline(deadline, () =>
-        runCall(svc, {
-          target: { type: 'version', version },
-          input,
-          executionId: row.execution_id,
-          parent: null,
-          root: { deadline, calls: 0, principal: caller.principal, caller: attemptCaller, fatal: null, resolved: new Map(), input, ids: new Set(), outerLayers, outerRefs },
-          inputFingerprint: row.input_fingerprint,
-          attempt,
-        }),
-      );
-      const overran = attemptCaller.overran ?? run.overran;
-      if (overran && run.value.status === 'SUCCEEDED') throw overran;
-      return run.value;
+      const { node: ran, overran } = beginCall(svc, {
+        caller, target: { type: 'version', version }, input, executionId: row.execution_id, inputFingerprint: row.input_fingerprint,
+        outer, authorize: true, attempt, triggerDepth: row.trigger_depth,
+      });
+      if (overran && ran.status === 'SUCCEEDED') throw overran;
+      return ran;
     });
     error = node.error;
   } catch (e) {
     error = toEngineError(e).toData();
-  } finally {
-    svc.triggerDepth.current = 0;
   }
 
   return finish(svc, row, owner, { attempt, startedAt, startedMs, node, error, backoff, retryIf });
@@ -133,14 +114,6 @@ function finish(
     executionId: row.execution_id, action: row.action_name, version: row.action_version, attempt, maxAttempts,
     status, error, runAt, durationMs: performance.now() - startedMs,
   };
-}
-
-/** The tools that were on the starter's stack, with their policies as they are now. */
-function startStack(svc: ExecutionServices, refs: Array<{ actionId: string; version: number }>): AuthorityLayer[] {
-  return refs.map((ref) => {
-    const version = getVersion(svc.actions, { id: ref.actionId, version: ref.version });
-    return { name: `tool ${version.name}@${version.version}`, policies: version.policies };
-  });
 }
 
 /** A version's `execution.retryIf` (CEL over the failed attempt's error), or null. */

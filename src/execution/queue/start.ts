@@ -1,5 +1,6 @@
 import { getVersion, latestActiveVersion, NATIVE_TOOLS, type ActionVersion, findAction } from '../../actions/actions.js';
-import { EngineError, type ErrorData } from '../../errors.js';
+import { EngineError, type ErrorData, quote } from '../../errors.js';
+import { checkNotModelWritten, checkRunnable } from '../call-rules.js';
 import { canonicalJson, fingerprint } from '../../ids.js';
 import type { QueueStatements } from '../../storage/statements/actions.js';
 import { type CallFrame, type CallNode, type Caller, rowToNode } from '../call-tree.js';
@@ -22,6 +23,7 @@ export interface StartRequest {
  * version is resolved now and recorded. Same idempotency rule as invoke.
  */
 export function startAction(svc: ExecutionServices, caller: Caller, request: StartRequest, frame: CallFrame | null = null): CallNode {
+  checkNotModelWritten(frame, `startAction of ${quote(request.name ?? request.id)}`);
   if (request.name && (NATIVE_TOOLS as readonly string[]).includes(request.name) && !request.id) {
     throw new EngineError('BAD_REQUEST', `the native ${request.name} tool cannot be started`, { hint: 'Invoke it, or start a tool that calls it.' });
   }
@@ -66,7 +68,7 @@ export function refuseWithoutSession(svc: ExecutionServices, version: ActionVers
 export function resolveStartVersion(svc: ExecutionServices, ref: { id?: string | null; name?: string | null; actionVersion?: number | null }): ActionVersion {
   if (ref.actionVersion != null) {
     const version = getVersion(svc.actions, { id: ref.id, name: ref.name, version: ref.actionVersion });
-    if (version.status !== 'ACTIVE') throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is ${version.status}`);
+    checkRunnable(version);
     return version;
   }
   const action = findAction(svc.actions, { id: ref.id, name: ref.name });

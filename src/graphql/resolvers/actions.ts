@@ -2,7 +2,7 @@ import * as actions from '../../actions/actions.js';
 import type { ActionVersion, ExecutionSettings, ToolDefinition } from '../../actions/actions.js';
 import { EngineError } from '../../errors.js';
 import { type CallNode, childrenOf, rowToNode } from '../../execution/call-tree.js';
-import { invokeAction } from '../../execution/invoke.js';
+import { invokeAction } from '../../execution/entry.js';
 import { startAction } from '../../execution/queue/start.js';
 import * as triggers from '../../execution/queue/triggers.js';
 import { pageRequest, toConnection } from '../../paging.js';
