@@ -503,7 +503,7 @@ describe('a model reaches a tool only through its agent’s reference', () => {
     const locked = await runToEnd(f.engine, 'pays_v1', { m: 'pay' }, 'alice');
     expect(locked.tree.children[0].children[0].error).toMatchObject({ code: 'VERSION_LOCKED' });
     // The teller's call of pay@1, approved after the lock, is refused when it resumes.
-    const [{ approval_id }] = f.engine.db.prepare(`SELECT approval_id FROM approvals`).all() as Array<{ approval_id: string }>;
+    const { approval_id } = f.engine.db.prepare(`SELECT approval_id FROM approvals`).get() as { approval_id: string };
     ok(f.engine, `mutation($a: UUID!) { actions { approveCall(approvalId: $a) { status } } }`, { a: approval_id });
     for (const until = Date.now() + 10_000; Date.now() < until; await new Promise((r) => setTimeout(r, 5))) {
       await f.engine.createWorker().drainAll();

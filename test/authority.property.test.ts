@@ -6,6 +6,7 @@ import type { Engine } from '../src/engine.js';
 import { checkGrant, patternCovers, patternsOverlap, readsOnlyDocument } from '../src/policy/grant.js';
 import { type AuthorityLayer, decide, type Operation, type Policy, type PolicyAction, resourceMatches } from '../src/policy/policy.js';
 import { id, newEngine, ok } from './helpers.js';
+import { type ScriptedModel, startScriptedModel, toolResults } from '../examples/scripted-model/server.mjs';
 
 /*
  * Authority never widens. Random principals with random policies grant to each other (directly
@@ -350,4 +351,157 @@ describe('containment of resource patterns', () => {
     expect(() => checkGrant(cel, layers, granted)).not.toThrow();
     expect(() => checkGrant(cel, layers, [...granted.slice(1), { ...granted[0]!, resources: ['r0.*', 'q.*'] }])).toThrow('policies[63] would grant SELECT on q.*, which tool t0@1 does not hold');
   });
+});
+
+/*
+ * What a model can cause is what its agent's references allow. Random agents declare random
+ * references (pinned or not, a fixed input or not, an approval or not) to two tools with random
+ * version statuses, and list the native graphql and cel tools or not; a scripted model (over real
+ * HTTP) answers with random calls: by reference, through graphql's invokeAction and startAction
+ * with any version and input, to names not declared. Whatever the model asks, every call of the
+ * tools that runs is a call its reference would have made: under the model's own turn, at the
+ * pinned (or latest ACTIVE) version, which is ACTIVE, with the fixed input, approved when asked.
+ */
+describe('agents: no model answer makes a call its reference would not have made', () => {
+  type VersionStatus = 'ACTIVE' | 'LOCKED' | 'DRAFT' | 'absent';
+  interface RefSpec { declared: boolean; pinned: 1 | 2 | null; fixed: boolean; approval: boolean }
+  type ModelCall =
+    | { via: 'reference'; tool: 0 | 1; who: string }
+    | { via: 'graphql'; verb: 'invokeAction' | 'startAction'; tool: 0 | 1; version: 1 | 2; who: string }
+    | { via: 'cel' }
+    | { via: 'undeclared' };
+  const refSpec = fc.record({ declared: fc.boolean(), pinned: fc.constantFrom(null, 1 as const, 2 as const), fixed: fc.boolean(), approval: fc.boolean() });
+  const modelCall: fc.Arbitrary<ModelCall> = fc.oneof(
+    { weight: 3, arbitrary: fc.record({ via: fc.constant('reference' as const), tool: fc.constantFrom(0 as const, 1 as const), who: fc.constantFrom('me', 'bob') }) },
+    { weight: 3, arbitrary: fc.record({ via: fc.constant('graphql' as const), verb: fc.constantFrom('invokeAction' as const, 'startAction' as const), tool: fc.constantFrom(0 as const, 1 as const), version: fc.constantFrom(1 as const, 2 as const), who: fc.constantFrom('me', 'bob') }) },
+    { weight: 1, arbitrary: fc.record({ via: fc.constant('cel' as const) }) },
+    { weight: 1, arbitrary: fc.record({ via: fc.constant('undeclared' as const) }) },
+  );
+  const agentScenario = fc.record({
+    tools: fc.tuple(
+      fc.record({ v1: fc.constantFrom<VersionStatus>('ACTIVE', 'ACTIVE', 'LOCKED'), v2: fc.constantFrom<VersionStatus>('absent', 'ACTIVE', 'DRAFT', 'LOCKED') }),
+      fc.record({ v1: fc.constantFrom<VersionStatus>('ACTIVE', 'ACTIVE', 'LOCKED'), v2: fc.constantFrom<VersionStatus>('absent', 'ACTIVE', 'DRAFT', 'LOCKED') }),
+    ),
+    refs: fc.tuple(refSpec, refSpec),
+    graphql: fc.boolean(),
+    cel: fc.boolean(),
+    calls: fc.array(modelCall, { minLength: 1, maxLength: 5 }),
+    approve: fc.boolean(),
+  });
+
+  type AgentScenario = typeof agentScenario extends fc.Arbitrary<infer T> ? T : never;
+  let agentEngine: Engine;
+  let model: ScriptedModel;
+  let script: (request: any) => unknown = () => ({ text: 'done' });
+  let n = 0;
+  const seen = { calls: 0, ranByReference: 0, refusedGraphql: 0, approvals: 0 };
+  beforeAll(async () => {
+    model = await startScriptedModel({ rules: [(request: any) => script(request) as any] });
+    agentEngine = await newEngine({ providers: [{ name: 'local', format: 'openai', baseUrl: `${model.url}/v1`, models: ['m'], maxRetries: 0 }] });
+    ok(agentEngine, `mutation($pol: [PolicyInput!]!) { auth { createClient(input: {principal: "starter", name: "starter", policies: $pol}) { apiKey } } }`, {
+      pol: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['*'] }],
+    });
+  });
+  afterAll(async () => {
+    agentEngine?.close();
+    await model?.close();
+  });
+
+  async function runAgentScenario(s: AgentScenario): Promise<void> {
+    const r = ++n;
+    const e = agentEngine;
+    const tool = (k: number) => `a${r}_t${k}`;
+    const statusOf: Array<Record<number, VersionStatus>> = [];
+    for (const [k, spec] of s.tools.entries()) {
+      const actionId = id(`${70_000 + r * 10 + k}`);
+      const define = (version: number, draft: boolean) => ({
+        name: tool(k), kind: 'tool', draft,
+        config: { runtime: 'javascript', src: `function run(e) { return { version: ${version}, who: e.data.who ?? null }; }` },
+        tool: { description: 't', inputSchema: { type: 'object', properties: { who: { type: 'string' } } } },
+        policies: [],
+      });
+      ok(e, `mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }`, { id: actionId, input: define(1, false) });
+      if (spec.v2 !== 'absent') ok(e, `mutation($id: UUID!, $input: ActionInput!) { actions { updateAction(id: $id, input: $input) { version } } }`, { id: actionId, input: define(2, spec.v2 === 'DRAFT') });
+      if (spec.v2 === 'LOCKED') ok(e, `mutation($id: UUID!) { actions { lockAction(id: $id, version: 2) { version } } }`, { id: actionId });
+      if (spec.v1 === 'LOCKED') ok(e, `mutation($id: UUID!) { actions { lockAction(id: $id, version: 1) { version } } }`, { id: actionId });
+      statusOf.push({ 1: spec.v1, 2: spec.v2 });
+    }
+    const references = s.refs.flatMap((ref: RefSpec, k: number) =>
+      ref.declared && !(ref.pinned === 2 && s.tools[k]!.v2 === 'absent')
+        ? [{ name: tool(k), ...(ref.pinned ? { version: ref.pinned } : {}), ...(ref.fixed ? { input: { who: "'fixed'" } } : {}), ...(ref.approval ? { approval: {} } : {}) }]
+        : [],
+    );
+    const natives = [...(s.graphql ? [{ name: 'graphql' }] : []), ...(s.cel ? [{ name: 'cel' }] : [])];
+    const agent = `a${r}_agent`;
+    ok(e, `mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }`, { id: id(`${80_000 + r}`), input: {
+      name: agent, kind: 'agent', config: { provider: 'local', model: 'm', prompt: '{{m}}', maxTurns: 3, maxToolCalls: 8 },
+      tool: { description: 'a', inputSchema: { type: 'object', properties: { m: { type: 'string' } }, required: ['m'] } },
+      tools: [...references, ...natives],
+      // As wide as it gets: only the references' gates stand between the model and the tools.
+      policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['*'] }],
+    } });
+    let c = 0;
+    const toolCalls = s.calls.map((call: ModelCall) => {
+      c++;
+      if (call.via === 'reference') return { name: tool(call.tool), arguments: { who: call.who } };
+      if (call.via === 'cel') return { name: 'cel', arguments: { expression: '1 + 1' } };
+      if (call.via === 'undeclared') return { name: `a${r}_nothing`, arguments: {} };
+      const executionId = id(`${90_000_000 + r * 100 + c}`);
+      return { name: 'graphql', arguments: { query: `mutation { actions { ${call.verb}(name: "${tool(call.tool)}", input: {executionId: "${executionId}", actionVersion: ${call.version}, input: {who: "${call.who}"}}) { status } } }` } };
+    });
+    script = (request: any) => (toolResults(request).length === 0 ? { toolCalls } : { text: 'done' });
+    const run = id(`${95_000_000 + r}`);
+    ok(e, `mutation($e: UUID!, $n: String!) { actions { startAction(name: $n, input: {executionId: $e, input: {m: "go"}}) { status } } }`, { e: run, n: agent }, 'starter');
+    const worker = e.createWorker();
+    for (let round = 0; round < 20; round++) {
+      await worker.drainAll();
+      const status = (e.db.prepare('SELECT status FROM executions WHERE execution_id = ?').get(run) as { status: string }).status;
+      if (status === 'SUCCEEDED' || status === 'FAILED') break;
+      if (status === 'WAITING_APPROVAL') {
+        const pending = e.db.prepare(`SELECT approval_id FROM approvals WHERE execution_id = ? AND status = 'PENDING'`).all(run) as Array<{ approval_id: string }>;
+        for (const { approval_id } of pending) {
+          seen.approvals++;
+          ok(e, `mutation($a: UUID!) { actions { ${s.approve ? 'approveCall' : 'rejectCall'}(approvalId: $a) { status } } }`, { a: approval_id });
+        }
+      }
+      await new Promise((resolve) => setTimeout(resolve, 2));
+    }
+    await worker.drainAll();
+
+    // Every call of the tools that exists: a turn's own call, as its reference would make it.
+    const rows = e.db.prepare(`SELECT x.execution_id, x.action_name, x.action_version, x.input, x.status, p.kind AS parent_kind FROM executions x LEFT JOIN executions p ON p.execution_id = x.parent_id WHERE x.action_name IN (?, ?)`).all(tool(0), tool(1)) as Array<{ execution_id: string; action_name: string; action_version: number | null; input: string; status: string; parent_kind: string | null }>;
+    for (const row of rows) {
+      seen.calls++;
+      const k = row.action_name === tool(0) ? 0 : 1;
+      const ref = references.find((x: { name: string }) => x.name === row.action_name) as { version?: number; input?: unknown; approval?: unknown } | undefined;
+      const ran = row.status === 'SUCCEEDED';
+      if (!ran) continue;
+      seen.ranByReference++;
+      expect(ref, `${row.action_name} ran without a reference`).toBeDefined();
+      expect(row.parent_kind, `${row.action_name} ran under a ${row.parent_kind}, not the model's turn`).toBe('MODEL');
+      const expected = ref!.version ?? (statusOf[k]![2] === 'ACTIVE' ? 2 : 1);
+      expect(row.action_version).toBe(expected);
+      expect(statusOf[k]![row.action_version!]).toBe('ACTIVE');
+      if (ref!.input) expect(JSON.parse(row.input).who).toBe('fixed');
+      if (ref!.approval) {
+        const approved = e.db.prepare(`SELECT status FROM approvals WHERE call_id = ?`).get(row.execution_id) as { status: string } | undefined;
+        expect(approved?.status).toBe('APPROVED');
+      }
+    }
+    // Nothing the model wrote as GraphQL began a call: no execution is a child of a GRAPHQL call, none was queued.
+    const underGraphql = e.db.prepare(`SELECT count(*) AS n FROM executions x JOIN executions p ON p.execution_id = x.parent_id WHERE p.kind = 'GRAPHQL' AND p.root_id = ?`).get(run) as { n: number };
+    expect(underGraphql.n).toBe(0);
+    const queued = e.db.prepare(`SELECT count(*) AS n FROM executions WHERE action_name IN (?, ?) AND parent_id IS NULL`).get(tool(0), tool(1)) as { n: number };
+    expect(queued.n).toBe(0);
+    seen.refusedGraphql += s.calls.filter((x: ModelCall) => x.via === 'graphql').length;
+  }
+
+  it('random agents, references and injected answers', async () => {
+    await fc.assert(fc.asyncProperty(agentScenario, runAgentScenario), { numRuns: 100 });
+    console.log("agents property:", JSON.stringify(seen));
+    // The property saw calls run through references and approvals decided, not only refusals.
+    expect(seen.ranByReference).toBeGreaterThan(0);
+    expect(seen.approvals).toBeGreaterThan(0);
+    expect(seen.refusedGraphql).toBeGreaterThan(0);
+  }, 120_000);
 });
