@@ -7,8 +7,10 @@
  *   git worktree add /tmp/base 29237bd && ln -s "$PWD/node_modules" /tmp/base/node_modules
  *   TREES=/tmp/base:plain,$PWD:calc NODE_ENV=production npx tsx bench/trees.ts
  *
- * Each entry of TREES is `path:plain` (the TRANSFER posting alone) or `path:calc` (with the sets,
- * the overdraft control and the calculation of bench:ledger; the tree must have addLedgerFeatures).
+ * Each entry of TREES is `path:plain` (the TRANSFER posting alone), `path:calc` (with the sets,
+ * the overdraft control and the calculation of bench:ledger; the tree must have addLedgerFeatures),
+ * `path:invoke` (invokeAction of bench:invoke's transfer tool, whose program posts through graphql)
+ * or `path:nested` (invokeAction of a tool calling transfer as tools.transfer()).
  * TREE_POSTS posts per round (500), TREE_ROUNDS rounds (30).
  */
 import { join } from 'node:path';
@@ -33,10 +35,28 @@ for (const [i, spec] of specs.entries()) {
   if (mode === 'calc') {
     if (!common.addLedgerFeatures) throw new Error(`${tree} has no ledger features to add (addLedgerFeatures): post plain there`);
     common.addLedgerFeatures(engine, ['sets', 'control', 'calc']);
-  } else if (mode !== 'plain') throw new Error(`${spec}: the mode is plain or calc`);
+  } else if (mode === 'invoke' || mode === 'nested') {
+    common.createTransferTool(engine, common.uuid(888_888));
+    common.ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
+      id: common.uuid(888_889),
+      input: {
+        name: 'pay', kind: 'tool',
+        config: { runtime: 'javascript', src: 'function run(event) { return tools.transfer(event.data); }' },
+        tools: [{ name: 'transfer', version: 1 }],
+        policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }, { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }],
+      },
+    });
+  } else if (mode !== 'plain') throw new Error(`${spec}: the mode is plain, calc, invoke or nested`);
+  const invoke = `mutation($e: UUID!, $input: JSON) { actions { invokeAction(id: "${common.uuid(mode === 'nested' ? 888_889 : 888_888)}", input: {executionId: $e, actionVersion: 1, input: $input}) { status } } }`;
   const post = (n: number) => {
     const [from, to] = common.pair(n);
-    common.ok(engine, common.POST, { input: { transactionId: common.uuid(n), tranCode: 'TRANSFER', params: { from, to, amount: `${10 + (n % 5000)}.${n % 100}` } } });
+    const amount = `${10 + (n % 5000)}.${n % 100}`;
+    if (mode === 'invoke' || mode === 'nested') {
+      const r = common.ok(engine, invoke, { e: common.uuid(n), input: { transaction_id: common.uuid(500_000_000 + n), from, to, amount } });
+      if (r.actions.invokeAction.status !== 'SUCCEEDED') throw new Error(JSON.stringify(r));
+      return;
+    }
+    common.ok(engine, common.POST, { input: { transactionId: common.uuid(n), tranCode: 'TRANSFER', params: { from, to, amount } } });
   };
   sides.push({ name: `${tree}:${mode}`, post, wall: [], cpu: [] });
 }
