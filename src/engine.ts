@@ -449,7 +449,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     return principal;
   }
   const clientDeps: ClientDeps = { st: authStatements(db), cel, clock, pageSizeMax: limits.pageSizeMax, policiesMax: limits.policiesMax };
-  const contextFor = (caller: Caller, frame: CallFrame | null, waits?: ExecutionWait[]): RequestContext => ({
+  const contextFor = (caller: Caller, frame: CallFrame | null, dryRun: boolean, waits?: ExecutionWait[]): RequestContext => ({
     ledger,
     cel,
     limits,
@@ -458,6 +458,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     principal: caller.principal,
     caller,
     frame,
+    dryRun: dryRun || caller.dryRun === true,
     authority: authorityOf(cel, caller, frame),
     ...(waits ? { waits } : {}),
   });
@@ -495,7 +496,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     if ('errors' in prepared) return { data: null, errors: prepared.errors.map((e) => toErrorData(formatError(e, logError))), dryRun: false };
     const plan = planOperation(prepared.document, request.operationName);
     if (!('mode' in plan)) return { data: null, errors: [toErrorData(formatError(plan, logError))], dryRun: false };
-    const executed = executePrepared(schema, prepared, request, contextFor(frame.root.caller, frame), limits);
+    const executed = executePrepared(schema, prepared, request, contextFor(frame.root.caller, frame, plan.dryRun), limits);
     return {
       data: (executed.data as Record<string, unknown> | null | undefined) ?? null,
       errors: (executed.errors ?? []).map((e) => toErrorData(formatError(e, logError))),
@@ -532,9 +533,14 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
         // Inside the transaction: a client changed by another process before it began is seen.
         const known = requestCaller(requestOptions);
         if (known instanceof EngineError) return { value: known, commit: false };
-        const caller: Caller = { ...known, deadline: Date.now() + limits.requestDeadlineMs, ...(requestOptions.transport ? { transport: requestOptions.transport } : {}) };
+        const caller: Caller = {
+          ...known,
+          deadline: Date.now() + limits.requestDeadlineMs,
+          ...(requestOptions.transport ? { transport: requestOptions.transport } : {}),
+          ...(plan.dryRun ? { dryRun: true } : {}),
+        };
         const run = cel.withDeadline(caller.deadline!, () =>
-          executePrepared(schema, prepared, request, contextFor(caller, null, plan.mode === 'read' ? waits : undefined), limits),
+          executePrepared(schema, prepared, request, contextFor(caller, null, plan.dryRun, plan.mode === 'read' ? waits : undefined), limits),
         );
         let executed = run.value;
         const overran = caller.overran ?? run.overran;

@@ -138,10 +138,12 @@ describe('velocity controls', () => {
     expect(listed.attachedControls.nodes).toEqual([{ velocityControl: { name: 'control 100', limits: [{ name: 'limit 10' }] }, params: { amount: 'inf' } }]);
     expect(listed.velocityControl).toEqual({ enforcement: { action: 'REJECT' }, limits: [{ velocityLimitId: id(10) }] });
     attach(c, alice, { amount: '-inf' });
-    // On the limit's DEBIT side alice is 6 − 1 = 5 overdrawn; any balance passes −Infinity.
-    expect(post(2, cash, alice, '1').errors![0]!.message).toBe('velocity -Infinity USD exceeded, balance is 5 USD');
-    ok(engine, `mutation { detachVelocityControl(velocityControlId: "${c}", accountId: "${alice}") { accountId } }`);
+    // On the limit's DEBIT side alice is 6 overdrawn; any balance passes −Infinity, so every posting
+    // that moves it further (a debit) is refused, and one that moves it back (a credit) is not.
+    expect(post(2, alice, bob, '1').errors![0]!.message).toBe('velocity -Infinity USD exceeded, balance is 7 USD');
     expect(post(2, cash, alice, '1').errors).toBeUndefined();
+    ok(engine, `mutation { detachVelocityControl(velocityControlId: "${c}", accountId: "${alice}") { accountId } }`);
+    expect(post(3, alice, bob, '1').errors).toBeUndefined();
     expect(fails(engine, `mutation { deleteVelocityLimit(id: "${id(10)}") { name } }`).message).toContain('in 1 control');
     ok(engine, `mutation { removeLimitFromControl(velocityControlId: "${c}", velocityLimitId: "${id(10)}") { name } deleteVelocityLimit(id: "${id(10)}") { name } deleteVelocityControl(id: "${c}") { name } }`);
   });
@@ -204,6 +206,236 @@ describe('velocity controls', () => {
     expect(count(engine, 'velocity_attachments')).toBe(1);
     client('reader', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] }]);
     expect(fails(engine, CONTROL, { i: { velocityControlId: id(101), name: 'x' } }, 'reader').code).toBe('ACCESS_DENIED');
+  });
+});
+
+// ------------------------------------------------------------------------------------------------
+// One posting gate: every write that moves a balance (post, void, a batch, a tool's posting, a
+// membership change) is judged by the same rule, and the rule judges the direction of the write.
+
+const CLIENT = 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }';
+const VOID = 'mutation($id: UUID!) { voidTransaction(id: $id) { transactionId voidOf exceptions { type message detail } } }';
+const VOID_WITH = 'mutation($id: UUID!, $p: VoidPropertiesInput) { voidTransaction(id: $id, properties: $p) { transactionId voidOf exceptions { type message detail } } }';
+const as = (principal?: string) => (principal === undefined ? {} : { principal });
+const client = (principal: string, policies: unknown[]) => ok(engine, CLIENT, { i: { principal, name: principal, policies } });
+const postAs = (n: number, from: string, to: string, amount: string, principal?: string, extra: Record<string, unknown> = {}) =>
+  engine.graphql(POST_X, { input: { transactionId: id(7000 + n), tranCode: 'TRANSFER', params: { from, to, amount, ...(extra.params as object) }, ...(extra.properties ? { properties: extra.properties } : {}) } }, as(principal));
+const voidOf = (n: number, principal?: string) => engine.graphql(VOID, { id: id(7000 + n) }, as(principal));
+const voidedBy = (n: number) => ok(engine, `{ transaction(id: "${id(7000 + n)}") { voidedBy } }`).transaction.voidedBy as string | null;
+/** A refund desk: reads the ledger and may void (UPDATE and INSERT on financial.Transaction), but may not lower the controls. */
+const REFUNDS = [
+  { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] },
+  { effect: 'ALLOW', actions: ['INSERT', 'UPDATE'], resources: ['financial.Transaction'] },
+  { effect: 'ALLOW', actions: ['INSERT'], resources: ['financial.Entry'] },
+  { effect: 'ALLOW', actions: ['UPDATE'], resources: ['financial.Balance'] },
+];
+/** A payments client: posts, and may not read balances. */
+const PAYMENTS = [
+  { effect: 'ALLOW', actions: ['INSERT'], resources: ['financial.Transaction', 'financial.Entry'] },
+  { effect: 'ALLOW', actions: ['UPDATE'], resources: ['financial.Balance'] },
+];
+
+describe('one posting gate (the attacker’s tests)', () => {
+  it('a refund desk that may void but not override cannot overdraw a REJECT-guarded account by voiding a spent deposit; an operator can, and the void records the exception', () => {
+    const c = control(100, 'REJECT', [limit(10)]);
+    attach(c, alice); // alice may not go below 0
+    post(1, cash, alice, '100');
+    post(2, alice, bob, '100');
+    client('refunds', REFUNDS);
+    const refused = voidOf(1, 'refunds');
+    expect(refused.errors?.[0]?.extensions).toMatchObject({
+      code: 'BALANCE_VELOCITY_EXCEEDED',
+      exception: { type: 'VELOCITY_CONTROL', detail: { accountId: alice, velocityControlId: c, violatingBalance: '100 USD' } },
+    });
+    expect(count(engine, 'transactions')).toBe(2);
+    expect(units(alice)).toBe('0');
+    expect(voidedBy(1)).toBeNull();
+    // The override needs UPDATE on financial.VelocityControl, on a void as on a post.
+    const overriding = engine.graphql(VOID_WITH, { id: id(7001), p: { overrideVelocityEnforcement: { action: 'WARN' } } }, as('refunds'));
+    expect(overriding.errors?.[0]?.extensions?.code).toBe('ACCESS_DENIED');
+    expect(count(engine, 'transactions')).toBe(2);
+    // An operator who may lower the controls voids it past the limit; the reversal records why.
+    const overridden = ok(engine, VOID_WITH, { id: id(7001), p: { overrideVelocityEnforcement: { action: 'WARN' } } }).voidTransaction;
+    expect(overridden.voidOf).toBe(id(7001));
+    expect(overridden.exceptions).toEqual([
+      { type: 'VELOCITY_CONTROL', message: 'velocity 0 USD exceeded, balance is 100 USD', detail: expect.objectContaining({ accountId: alice, velocityControlId: c, transactionId: overridden.transactionId }) },
+    ]);
+    expect(ok(engine, `{ transaction(id: "${overridden.transactionId}") { exceptions { type } } }`).transaction.exceptions).toEqual([{ type: 'VELOCITY_CONTROL' }]);
+    expect(units(alice)).toBe('-100');
+  });
+
+  it('a write that reduces an overdraft passes a REJECT control; one that deepens it does not; one that leaves the guarded balance where it is passes', () => {
+    const c = control(100, 'REJECT', [limit(10)]);
+    attach(c, alice);
+    post(1, cash, alice, '100');
+    post(2, alice, bob, '100');
+    ok(engine, VOID_WITH, { id: id(7001), p: { overrideVelocityEnforcement: { action: 'WARN' } } }); // alice is at -100
+    client('refunds', REFUNDS);
+    const deposit = postAs(3, cash, alice, '50', 'refunds');
+    expect(deposit.errors).toBeUndefined();
+    expect((deposit.data!.postTransaction as any).exceptions).toEqual([]);
+    expect(units(alice)).toBe('-50');
+    const deeper = postAs(4, alice, bob, '0.01', 'refunds');
+    expect(deeper.errors?.[0]?.extensions).toMatchObject({ code: 'BALANCE_VELOCITY_EXCEEDED', exception: { detail: { violatingBalance: '50.01 USD' } } });
+    // PENDING entries do not move the SETTLED balance the limit reads: not worse, so not refused.
+    expect(postAs(5, alice, bob, '10', 'refunds', { params: { layer: 'PENDING' } }).errors).toBeUndefined();
+    // Voiding the deepening transfer of 100 (bob pays it back) improves alice: allowed to the desk.
+    expect(voidOf(2, 'refunds').errors).toBeUndefined();
+    expect(units(alice)).toBe('50');
+    // A VOID control does not void a posting that improves a balance past its limit either.
+    attach(control(101, 'VOID', [limit(11)]), bob, { amount: '-1000' }); // bob must hold 1000
+    const paid = postAs(6, cash, bob, '1', 'refunds').data!.postTransaction as any;
+    expect(paid).toMatchObject({ voidedBy: null, exceptions: [] });
+    expect(postAs(7, bob, cash, '1', 'refunds').data!.postTransaction).toMatchObject({ voidedBy: expect.any(String), exceptions: [expect.objectContaining({ type: 'VELOCITY_CONTROL' })] });
+  });
+
+  it('WARN records the exception on the void; a void a VOID control would void is refused (a void cannot be voided)', () => {
+    attach(control(100, 'WARN', [limit(10)]), alice);
+    attach(control(101, 'VOID', [limit(11)]), bob);
+    post(1, cash, alice, '100');
+    post(2, alice, bob, '100');
+    post(3, bob, cash, '100');
+    const warned = ok(engine, VOID, { id: id(7001) }).voidTransaction;
+    expect(warned.exceptions).toEqual([expect.objectContaining({ type: 'VELOCITY_CONTROL', detail: expect.objectContaining({ accountId: alice, velocityControlId: id(100) }) })]);
+    expect(units(alice)).toBe('-100');
+    const transactions = count(engine, 'transactions');
+    const refused = voidOf(2); // alice back up (improves), bob to -100 (past his VOID limit)
+    expect(refused.errors?.[0]?.extensions).toMatchObject({ code: 'BALANCE_VELOCITY_EXCEEDED', exception: { detail: { accountId: bob, velocityControlId: id(101) } } });
+    expect(refused.errors?.[0]?.extensions?.hint).toContain('cannot be voided');
+    expect(count(engine, 'transactions')).toBe(transactions);
+    expect(units(bob)).toBe('0');
+    expect(voidedBy(2)).toBeNull();
+  });
+
+  it('a void is judged against the windowed totals it changes: taking back a counted deposit is refused when the day is then past its limit', () => {
+    const l = limit(10, { window: [{ alias: 'day', value: 'context.vars.transaction.effective' }] }); // net debits of a day at most params.amount
+    attach(control(100, 'REJECT', [l]), alice, { amount: '100' });
+    post(1, cash, alice, '1000');
+    expect(post(2, alice, bob, '1050').errors).toBeUndefined(); // the day's net debit is 50
+    const refused = voidOf(1);
+    expect(refused.errors?.[0]?.extensions).toMatchObject({ code: 'BALANCE_VELOCITY_EXCEEDED', exception: { detail: { accountId: alice, velocityLimitId: l, violatingBalance: '1050 USD' } } });
+    expect(voidedBy(1)).toBeNull();
+    // Voiding the spend instead takes the day back to -1000: allowed.
+    expect(voidOf(2).errors).toBeUndefined();
+  });
+
+  it('a membership change passes the same gate: a control with a condition is not skipped, and a change that improves a set past its limit is allowed', () => {
+    ok(engine, `mutation { a: createAccountSet(input: {accountSetId: "${id(500)}", name: "guarded"}) { accountSetId } b: createAccountSet(input: {accountSetId: "${id(501)}", name: "wallets"}) { accountSetId } }`);
+    // A condition reads the posting; a membership change has none, so the control is judged as if it held.
+    attach(control(100, 'REJECT', [limit(10)], { condition: 'context.vars.entry.layer == SETTLED' }), id(500));
+    post(1, alice, cash, '500'); // alice is overdrawn by 500
+    const ADD = 'mutation($s: UUID!, $m: UUID!) { addToAccountSet(id: $s, member: {memberType: ACCOUNT, memberId: $m}) { accountSetId } }';
+    const REMOVE = 'mutation($s: UUID!, $m: UUID!) { removeFromAccountSet(id: $s, member: {memberType: ACCOUNT, memberId: $m}) { accountSetId } }';
+    const added = engine.graphql(ADD, { s: id(500), m: alice });
+    expect(added.errors?.[0]?.extensions).toMatchObject({ code: 'BALANCE_VELOCITY_EXCEEDED', exception: { detail: { accountId: id(500), velocityControlId: id(100) } } });
+    expect(count(engine, 'account_set_members')).toBe(0);
+    // wallets = {bob, cash-funded carol}: past its limit through an override, removing the overdrawn member improves it.
+    const carol = createAccount(engine, 4);
+    attach(control(101, 'REJECT', [limit(11)]), id(501));
+    ok(engine, ADD, { s: id(501), m: bob });
+    ok(engine, ADD, { s: id(501), m: carol });
+    post(2, cash, carol, '10');
+    post(3, bob, cash, '30', { properties: { overrideVelocityEnforcement: { action: 'WARN' } } }); // wallets at -20
+    expect(engine.graphql(REMOVE, { s: id(501), m: bob }).errors).toBeUndefined(); // wallets at 10
+    expect(engine.graphql(ADD, { s: id(501), m: bob }).errors?.[0]?.extensions?.code).toBe('BALANCE_VELOCITY_EXCEEDED'); // back to -20: worse
+    expect(engine.graphql(REMOVE, { s: id(501), m: carol }).errors).toBeUndefined(); // from 10 to 0: worse, but within the limit
+  });
+
+  it('a batch as `tally import` sends it and a tool’s void pass the same gate', () => {
+    attach(control(100, 'REJECT', [limit(10)]), alice);
+    post(1, cash, alice, '10');
+    const rows = [
+      { transactionId: id(8001), tranCode: 'TRANSFER', params: { from: alice, to: bob, amount: '4' } },
+      { transactionId: id(8002), tranCode: 'TRANSFER', params: { from: alice, to: bob, amount: '7' } },
+      { transactionId: id(8003), tranCode: 'TRANSFER', params: { from: cash, to: alice, amount: '1' } },
+    ];
+    const batch = engine.graphql(`mutation Import(${rows.map((_, i) => `$t${i}: TransactionInput!`).join(', ')}) {\n${rows.map((_, i) => `r${i}: postTransaction(input: $t${i}) { transactionId }`).join('\n')}\n}`, Object.fromEntries(rows.map((r, i) => [`t${i}`, r])));
+    expect(batch.errors?.[0]).toMatchObject({ path: ['r1'], extensions: { code: 'BALANCE_VELOCITY_EXCEEDED' } });
+    expect(count(engine, 'transactions')).toBe(1);
+    post(2, alice, bob, '10'); // alice at 0
+    ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
+      id: id(600),
+      input: {
+        name: 'refund',
+        config: { runtime: 'javascript', src: 'function run(event) { return graphql("mutation($id: UUID!) { voidTransaction(id: $id) { transactionId } }", { id: event.data.id }).voidTransaction; }' },
+        tool: { description: 'Voids a transaction.', inputSchema: { type: 'object', properties: { id: { type: 'string' } }, required: ['id'] } },
+        policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
+      },
+    });
+    const invoked = ok(engine, 'mutation($e: UUID!, $i: JSON) { actions { invokeAction(name: "refund", input: {executionId: $e, actionVersion: 1, input: $i}) { status error { code } } } }', { e: id(601), i: { id: id(7001) } }).actions.invokeAction;
+    expect(invoked).toEqual({ status: 'FAILED', error: { code: 'BALANCE_VELOCITY_EXCEEDED' } });
+    expect(voidedBy(1)).toBeNull();
+    expect(units(alice)).toBe('0');
+  });
+
+  it('a client that may post but not read balances learns nothing from @dryRun probes; its real refusals keep the code and are logged', async () => {
+    const logged: Array<Record<string, unknown>> = [];
+    const ignore = () => {};
+    engine = await newEngine({ logger: { debug: ignore, info: ignore, error: ignore, warn: (fields, message) => logged.push({ ...fields, message }) } });
+    createTransferCode(engine);
+    createAccount(engine, 1, { normalBalanceType: 'DEBIT' });
+    createAccount(engine, 2);
+    createAccount(engine, 3);
+    const c = control(100, 'REJECT', [limit(10)]);
+    attach(c, alice);
+    post(1, cash, alice, '1234.56');
+    client('payments', PAYMENTS);
+    expect(fails(engine, `{ balance(accountId: "${alice}") { settled { normalBalance { units } } } }`, undefined, 'payments').code).toBe('ACCESS_DENIED');
+    let probes = 0;
+    const DRY = 'mutation($i: TransactionInput!) @dryRun { postTransaction(input: $i) { transactionId } }';
+    const probe = (amount: string, principal = 'payments') => {
+      const transactionId = id(9000 + ++probes);
+      const r = engine.graphql(DRY, { i: { transactionId, tranCode: 'TRANSFER', params: { from: alice, to: bob, amount } } }, as(principal));
+      // The id and the time differ from probe to probe by themselves: the rest is the answer.
+      return JSON.parse(JSON.stringify(r).replaceAll(transactionId, 'TX').replace(/\d{4}-\d\d-\d\dT[\d:.]+Z/g, 'TIME'));
+    };
+    // Whether it fits or not, a non-reader's dry run gets the same answer: not judged.
+    const fits = probe('1');
+    const over = probe('5000');
+    expect(fits).toEqual(over);
+    expect(fits.errors[0].extensions).toMatchObject({ code: 'BALANCE_VELOCITY_EXCEEDED', exception: { detail: { accountId: alice, violatingBalance: null } } });
+    expect(fits.errors[0].message).not.toContain('1234');
+    // The binary search of the review finds nothing.
+    let lo = 0;
+    let hi = 100_000_000;
+    while (lo < hi) {
+      const mid = Math.ceil((lo + hi) / 2);
+      if (!probe((mid / 100).toFixed(2)).errors) lo = mid;
+      else hi = mid - 1;
+    }
+    expect((lo / 100).toFixed(2)).not.toBe('1234.56');
+    expect(count(engine, 'transactions')).toBe(1);
+    // Real postings are judged: a refusal keeps its code (the balance withheld), and is logged with who asked.
+    const refused = postAs(2, alice, bob, '5000', 'payments');
+    expect(refused.errors?.[0]?.extensions).toMatchObject({ code: 'BALANCE_VELOCITY_EXCEEDED', exception: { detail: { accountId: alice, velocityControlId: c, violatingBalance: null } } });
+    expect(postAs(3, alice, bob, '1', 'payments').errors).toBeUndefined();
+    expect(logged).toContainEqual(expect.objectContaining({ event: 'velocity', write: 'post', principal: 'payments', accountId: alice, velocityControlId: c, dryRun: false, balanceReadable: false }));
+    expect(logged).toContainEqual(expect.objectContaining({ event: 'velocity', write: 'post', principal: 'payments', accountId: alice, dryRun: true, judged: false }));
+    expect(JSON.stringify(logged)).not.toContain('1233.56');
+    // A client that may read the balance gets its dry runs judged.
+    client('desk', [...PAYMENTS, { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.Balance'] }]);
+    expect(probe('1233.56', 'desk').errors).toBeUndefined();
+    expect(probe('1233.57', 'desk').errors[0].extensions.exception.detail.violatingBalance).toBe('0.01 USD');
+    // A dry-run void by a client that may void but not read the balance is not judged either.
+    client('voider', [...PAYMENTS, { effect: 'ALLOW', actions: ['UPDATE'], resources: ['financial.Transaction'] }]);
+    const dryVoid = (n: number) => JSON.stringify(engine.graphql(`mutation @dryRun { voidTransaction(id: "${id(7000 + n)}") { transactionId } }`, {}, as('voider')).errors?.[0]?.extensions?.code);
+    expect(dryVoid(1)).toBe(dryVoid(3)); // one would overdraw alice, the other pays her back
+    expect(dryVoid(1)).toBe('"BALANCE_VELOCITY_EXCEEDED"');
+    // Nor is a posting a tool makes inside a @dryRun request (the tool's own graphql call is not @dryRun).
+    ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
+      id: id(600),
+      input: {
+        name: 'pay',
+        config: { runtime: 'javascript', src: 'function run(event) { return graphql("mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }", { i: event.data }).postTransaction; }' },
+        tool: { description: 'Posts a transaction.', inputSchema: { type: 'object' } },
+        policies: [{ effect: 'ALLOW', actions: ['INSERT', 'UPDATE'], resources: ['financial.*'] }],
+      },
+    });
+    client('payments_tool', [...PAYMENTS, { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }]);
+    const viaTool = (n: number, amount: string) => (engine.graphql('mutation($e: UUID!, $i: JSON) @dryRun { actions { invokeAction(name: "pay", input: {executionId: $e, actionVersion: 1, input: $i}) { status error { code message } } } }',
+      { e: id(610 + n), i: { transactionId: id(620 + n), tranCode: 'TRANSFER', params: { from: alice, to: bob, amount } } }, as('payments_tool')).data as any)?.actions?.invokeAction;
+    expect(viaTool(1, '1')).toEqual(viaTool(2, '5000'));
+    expect(viaTool(3, '1')).toMatchObject({ status: 'FAILED', error: { code: 'BALANCE_VELOCITY_EXCEEDED' } });
   });
 });
 
@@ -276,19 +508,19 @@ describe('velocity and sets, property', () => {
             expect(count(engine, 'transactions')).toBe(before);
           } else {
             const t = result.data!.postTransaction as { voidedBy: string | null; exceptions: Array<{ detail: { velocityControlId: string; accountId: string } }> };
-            // The WARN control judged S2 as the posting left it, before a VOID control (on w5) voided it.
+            // The WARN control judged S2 as the posting left it, before a VOID control (on w5) voided it:
+            // a warning when the posting left S2 past 500 and further past than before (strictly worse).
             const inS2 = (w: number) => w === 2 || w === 3;
             const s2Posted = s2Before.plus(inS2(p.to) ? p.amount : 0).minus(inS2(p.from) ? p.amount : 0);
-            const touchesS2 = inS2(p.from) || inS2(p.to);
             const warned = t.exceptions.some((e) => e.detail.velocityControlId === warn);
-            expect(warned).toBe(touchesS2 && s2Posted.gt(500));
+            expect(warned).toBe(s2Posted.gt(500) && s2Posted.gt(s2Before));
             const touchesW5 = p.from === 5 || p.to === 5;
             const voided = t.exceptions.some((e) => e.detail.velocityControlId === voiding);
             seen.posted++;
             if (warned) seen.warned++;
             if (voided) seen.voided++;
             expect(voided).toBe(t.voidedBy !== null);
-            if (voided) expect(touchesW5).toBe(true);
+            if (voided) expect(touchesW5 && p.to === 5).toBe(true); // only a credit to w5 takes it further past its cap
           }
           // Invariants after every request.
           same(totals(S1), [totals(wallet(0)), totals(wallet(1))]);

@@ -73,6 +73,8 @@ export interface Caller {
   overran?: EngineError;
   /** How the request reached the engine, when not plain GraphQL: 'mcp' (recorded on its top-level executions). */
   transport?: string;
+  /** The request is a `@dryRun` mutation: everything in it, nested calls included, is rolled back. */
+  dryRun?: boolean;
 }
 
 /** What every call of one tree shares: one deadline, one call budget, references resolved once. */

@@ -21,6 +21,8 @@ export interface RequestContext {
   authority: Authority;
   /** The call this operation runs inside; null for a client's own request. */
   frame: CallFrame | null;
+  /** This operation is `@dryRun`, or runs inside one: whatever it writes is rolled back. */
+  dryRun: boolean;
   /**
    * Where `actions.execution(waitMs:)` records a wait, for a request run by engine.executeAsync
    * (HTTP, MCP): it waits after the transaction ends and runs the request again. Absent for

@@ -5,7 +5,7 @@ import { BALANCE_COLUMNS } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
 import { DEFAULT_JOURNAL_ID, getJournal, insertUnique } from './journals.js';
 import { toEntry } from './post-transaction.js';
-import { checkMovedBalances } from './velocity.js';
+import { checkMovedBalances, type Writer } from './velocity.js';
 import { deleteSetChains, entriesBelow } from './chains.js';
 import { type AccountSet, type Direction, type Entry, jsonObjectText, optionalText, readJson, requiredText } from './records.js';
 
@@ -191,7 +191,8 @@ export function setsAbove(deps: LedgerDeps, accountId: string, journalId: string
 /** Accounts below a set member whose sets addToAccountSet counts before it adds the member. */
 const ACCOUNTS_CHECKED = 1000;
 
-export function addToAccountSet(deps: LedgerDeps, accountSetId: string, member: SetMember): AccountSet {
+/** `writer`: who changes the membership, as the posting gate needs to know (none: the engine itself). */
+export function addToAccountSet(deps: LedgerDeps, accountSetId: string, member: SetMember, writer?: Writer): AccountSet {
   const set = findSetRow(deps, accountSetId);
   const memberRow = deps.st.accountById.get(member?.memberId);
   const type = member?.memberType;
@@ -239,12 +240,12 @@ export function addToAccountSet(deps: LedgerDeps, accountSetId: string, member: 
   }
   const now = deps.clock.now().toISOString();
   deps.st.insertSetMember.run(accountSetId, member.memberId, type, now);
-  moveBalances(deps, member.memberId, set.journal_id!, above, 1, now);
-  checkMovedBalances(deps, above, set.journal_id!);
+  const moved = moveBalances(deps, member.memberId, set.journal_id!, above, 1, now);
+  checkMovedBalances(deps, above, set.journal_id!, moved, 1, writer);
   return toAccountSet(set);
 }
 
-export function removeFromAccountSet(deps: LedgerDeps, accountSetId: string, member: SetMember): AccountSet {
+export function removeFromAccountSet(deps: LedgerDeps, accountSetId: string, member: SetMember, writer?: Writer): AccountSet {
   const set = findSetRow(deps, accountSetId);
   const row = deps.st.setMember.get(accountSetId, member?.memberId);
   if (!row || (member.memberType != null && row.member_type !== member.memberType)) {
@@ -253,13 +254,13 @@ export function removeFromAccountSet(deps: LedgerDeps, accountSetId: string, mem
   const above = [accountSetId, ...deps.st.ancestorsOf.all(accountSetId).map((a) => a.id)];
   const now = deps.clock.now().toISOString();
   deps.st.deleteSetMember.run(accountSetId, member.memberId);
-  moveBalances(deps, member.memberId, set.journal_id!, above, -1, now);
-  checkMovedBalances(deps, above, set.journal_id!);
+  const moved = moveBalances(deps, member.memberId, set.journal_id!, above, -1, now);
+  checkMovedBalances(deps, above, set.journal_id!, moved, -1, writer);
   return toAccountSet(set);
 }
 
-/** Add (sign 1) or subtract (sign -1) a member's balances in `journalId` to each set of `sets`. */
-function moveBalances(deps: LedgerDeps, memberId: string, journalId: string, sets: readonly string[], sign: 1 | -1, now: string): void {
+/** Add (sign 1) or subtract (sign -1) a member's balances in `journalId` to each set of `sets`; returns those balances. */
+function moveBalances(deps: LedgerDeps, memberId: string, journalId: string, sets: readonly string[], sign: 1 | -1, now: string): BalanceRow[] {
   const balances: BalanceRow[] = deps.st.balancesOfJournal.all(memberId, journalId);
   for (const balance of balances) {
     const amount = (text: string) => (sign === 1 || text === '0' ? text : text.startsWith('-') ? text.slice(1) : `-${text}`);
@@ -270,6 +271,7 @@ function moveBalances(deps: LedgerDeps, memberId: string, journalId: string, set
       if (!deps.st.updateBalance.get(row)) deps.st.insertBalance.get(row);
     }
   }
+  return balances;
 }
 
 export function membersOf(deps: LedgerDeps, accountSetId: string, first: number, after?: string | null): Connection<AccountSetMemberRow> {

@@ -6,6 +6,7 @@ import * as journals from './journals.js';
 import * as posting from './post-transaction.js';
 import * as reads from './reads.js';
 import * as tranCodes from './tran-codes.js';
+import type { Writer } from './velocity.js';
 
 /**
  * The ledger's public surface: one object per engine, every method synchronous and run inside the
@@ -37,8 +38,8 @@ export class Ledger {
   createAccountSet = (input: sets.AccountSetInput) => sets.createAccountSet(this.deps, input);
   updateAccountSet = (id: string, input: sets.AccountSetUpdate) => sets.updateAccountSet(this.deps, id, input);
   deleteAccountSet = (id: string) => sets.deleteAccountSet(this.deps, id);
-  addToAccountSet = (id: string, member: sets.SetMember) => sets.addToAccountSet(this.deps, id, member);
-  removeFromAccountSet = (id: string, member: sets.SetMember) => sets.removeFromAccountSet(this.deps, id, member);
+  addToAccountSet = (id: string, member: sets.SetMember, writer?: Writer) => sets.addToAccountSet(this.deps, id, member, writer);
+  removeFromAccountSet = (id: string, member: sets.SetMember, writer?: Writer) => sets.removeFromAccountSet(this.deps, id, member, writer);
   setMembers = (id: string, first: number, after?: string | null) => sets.membersOf(this.deps, id, first, after);
   setsOf = (memberId: string, first: number, after?: string | null) => sets.setsOf(this.deps, memberId, first, after);
   setEntries = (id: string, first: number, after?: string | null, currency?: string | null) => sets.setEntries(this.deps, id, first, after, currency);
@@ -52,8 +53,9 @@ export class Ledger {
   updateTranCode = (id: string, input: tranCodes.TranCodeUpdate) => tranCodes.updateTranCode(this.deps, id, input);
   lockTranCode = (id: string) => tranCodes.lockTranCode(this.deps, id);
 
-  postTransaction = (input: posting.PostTransactionInput, guard?: posting.WriteGuard) => posting.postTransaction(this.deps, this.tranCodeCache, input, guard);
-  voidTransaction = (id: string, guard?: posting.WriteGuard) => posting.voidTransaction(this.deps, id, guard);
+  postTransaction = (input: posting.PostTransactionInput, guard?: posting.WriteGuard, writer?: Writer) => posting.postTransaction(this.deps, this.tranCodeCache, input, guard, writer);
+  voidTransaction = (id: string, guard?: posting.WriteGuard, options?: { properties?: posting.VoidProperties | null; writer?: Writer }) =>
+    posting.voidTransaction(this.deps, id, guard, options);
   getTransaction = (id: string) => reads.getTransaction(this.deps, id);
   listTransactions = (args: Parameters<typeof reads.listTransactions>[1]) => reads.listTransactions(this.deps, args);
   entriesOfTransaction = (id: string, first: number, after?: string | null) => reads.entriesOfTransaction(this.deps, id, first, after);

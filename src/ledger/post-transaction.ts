@@ -18,7 +18,7 @@ import { DEFAULT_JOURNAL_ID } from './journals.js';
 import { bindParams, isDate } from './params.js';
 import { type Direction, type Entry, isPlainJson, type JsonObject, jsonObjectText, type Layer, readJson, type Transaction } from './records.js';
 import { type CompiledField, type CompiledTranCode, findTranCodeRow, type TranCodeCache } from './tran-codes.js';
-import { enforceVelocity, uncountVoided, type VelocityProperties } from './velocity.js';
+import { enforceVelocity, enforceVoid, uncountVoided, type VelocityProperties, type Writer } from './velocity.js';
 
 /** An entry about to be written, as the authorization hook sees it. */
 export interface EntryToWrite {
@@ -45,6 +45,9 @@ export interface PostTransactionInput {
   /** Velocity enforcement override, or an exception to record (the posting is then voided at once). */
   properties?: VelocityProperties | null;
 }
+
+/** A void's properties: only the velocity override (a void records no exception of its own making). */
+export type VoidProperties = Pick<VelocityProperties, 'overrideVelocityEnforcement'>;
 
 export function toTransaction(row: TransactionRow): Transaction {
   return {
@@ -101,9 +104,11 @@ interface PlannedEntry {
 /**
  * The only writer of transactions, entries and balances. Expands the tran code, checks that every
  * currency and layer balances and that every account and the journal accept postings, then writes
- * it all. Nothing is written before every check has passed. `transactionId` is the idempotency key.
+ * it all and has the posting gate (velocity.ts decide) judge it. Nothing is kept unless every
+ * check passed. `transactionId` is the idempotency key. `writer`: who posts, as the gate needs to
+ * know (none: the engine itself).
  */
-export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: PostTransactionInput, guard?: WriteGuard): Transaction {
+export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: PostTransactionInput, guard?: WriteGuard, writer?: Writer): Transaction {
   const params = input.params ?? {};
   if (typeof params !== 'object' || params === null || Array.isArray(params)) {
     throw new EngineError('BAD_REQUEST', `params must be a JSON object, got ${quote(params)}`, {
@@ -184,13 +189,14 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
     `the calculations, views, indexes and velocity controls posting ${input.transactionId} reaches`,
     () => {
       const posted = writeTransaction(deps, row, expanded.entries);
-      return { posted, velocity: enforceVelocity(deps, posted, properties) };
+      return { posted, velocity: enforceVelocity(deps, posted, properties, writer) };
     },
     deps.limits.postingCelCostMax,
     'postingCelCostMax',
   );
   if (velocity.exceptions.length > 0) deps.vel.setExceptions.run(JSON.stringify(velocity.exceptions), row.transaction_id);
-  if (velocity.voidIt) voidTransaction(deps, row.transaction_id, guard);
+  // The gate's own void (VOID, properties.exception): the pair leaves every balance as it was, so it is not judged again.
+  if (velocity.voidIt) reverse(deps, row.transaction_id, guard, null);
   const written = velocity.exceptions.length > 0 || velocity.voidIt ? toTransaction(deps.st.transactionById.get(row.transaction_id)!) : toTransaction(posted.transaction);
   announce(deps, written, compiled.document.code, () => JSON.parse(paramsText ?? '{}'), expanded.entries);
   return written;
@@ -209,8 +215,21 @@ function announce(deps: LedgerDeps, transaction: Transaction, tranCode: string, 
   deps.onChange({ event: 'transaction.inserted', recordId: transaction.transactionId, recordVersion: 1, document, previous: null });
 }
 
-/** Write the reversal of a transaction: every entry on its layer with the opposite direction. */
-export function voidTransaction(deps: LedgerDeps, transactionId: string, guard?: WriteGuard): Transaction {
+/**
+ * Void a transaction: write its reversal (every entry on its layer with the opposite direction),
+ * judged by the posting gate like any posting (velocity.ts enforceVoid): a void that would take a
+ * guarded balance further past its limit is refused unless `properties` overrides the enforcement.
+ */
+export function voidTransaction(deps: LedgerDeps, transactionId: string, guard?: WriteGuard, options: { properties?: VoidProperties | null; writer?: Writer } = {}): Transaction {
+  const properties = options.properties ?? null;
+  if (properties !== null && (typeof properties !== 'object' || Array.isArray(properties))) {
+    throw new EngineError('BAD_REQUEST', `properties must be an object, got ${quote(properties)}`);
+  }
+  return reverse(deps, transactionId, guard, { properties: properties === null ? null : { overrideVelocityEnforcement: properties.overrideVelocityEnforcement ?? null }, writer: options.writer });
+}
+
+/** Write the reversal of a transaction; `gate` null only for the gate's own void of a posting it just let through. */
+function reverse(deps: LedgerDeps, transactionId: string, guard: WriteGuard | undefined, gate: { properties: VelocityProperties | null; writer: Writer | undefined } | null): Transaction {
   const original = deps.st.transactionById.get(transactionId);
   if (!original) throw new EngineError('NOT_FOUND', `transaction ${quote(transactionId)} does not exist`);
   if (original.voided_by) {
@@ -263,18 +282,23 @@ export function voidTransaction(deps: LedgerDeps, transactionId: string, guard?:
     metadata: e.metadata,
   }));
   guard?.(toWrite(planned, reversal.journal_id));
-  const written = deps.cel.scope(
+  const { written, verdict } = deps.cel.scope(
     `the calculations, views, indexes and velocity controls the void of ${transactionId} reaches`,
     () => {
-      const written = writeTransaction(deps, reversal, planned).transaction;
+      const posted = writeTransaction(deps, reversal, planned);
       deps.st.markVoided.run(reversal.transaction_id, now.toISOString(), transactionId);
-      uncountVoided(deps, { transaction: original, entries });
-      return written;
+      const voided = { transaction: original, entries };
+      if (gate === null) {
+        uncountVoided(deps, voided);
+        return { written: posted.transaction, verdict: null };
+      }
+      return { written: posted.transaction, verdict: enforceVoid(deps, posted, voided, gate.properties, gate.writer) };
     },
     deps.limits.postingCelCostMax,
     'postingCelCostMax',
   );
-  const reversed = toTransaction(written);
+  if (verdict && verdict.exceptions.length > 0) deps.vel.setExceptions.run(JSON.stringify(verdict.exceptions), reversal.transaction_id);
+  const reversed = toTransaction(verdict && verdict.exceptions.length > 0 ? deps.st.transactionById.get(reversal.transaction_id)! : written);
   announce(deps, reversed, tranCode?.code ?? '', () => null, planned);
   return reversed;
 }

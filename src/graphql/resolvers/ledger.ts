@@ -3,6 +3,7 @@ import { type Balance, layerTotals, normalBalance } from '../../ledger/balances.
 import { DEFAULT_JOURNAL_ID } from '../../ledger/journals.js';
 import type { Account, AccountSet, Direction, Entry, Layer, Transaction } from '../../ledger/records.js';
 import type { TranCode } from '../../ledger/tran-codes.js';
+import type { WriteKind, Writer } from '../../ledger/velocity.js';
 import { entriesByIndex, transactionsByIndex } from '../../ledger/indexes.js';
 import { getIndex } from '../../ledger/views.js';
 import { evaluateCel, evaluateDocument } from '../evaluate.js';
@@ -186,12 +187,12 @@ const mutation: Record<string, Resolver> = {
   addToAccountSet: (_, { id, member }, ctx) => {
     guard(ctx, 'INSERT', ASM, { accountSetId: id, ...member, accountSet: ctx.ledger.getAccountSet(id) });
     guardMember(ctx, member);
-    return ctx.ledger.addToAccountSet(id, member);
+    return gated(ctx, 'membership', (writer) => ctx.ledger.addToAccountSet(id, member, writer));
   },
   removeFromAccountSet: (_, { id, member }, ctx) => {
     guard(ctx, 'DELETE', ASM, { accountSetId: id, ...member, accountSet: ctx.ledger.getAccountSet(id) });
     guardMember(ctx, member);
-    return ctx.ledger.removeFromAccountSet(id, member);
+    return gated(ctx, 'membership', (writer) => ctx.ledger.removeFromAccountSet(id, member, writer));
   },
   createTranCode: (_, { input }, ctx) => ctx.ledger.createTranCode(guard(ctx, 'INSERT', TC, input)),
   updateTranCode: (_, { id, input }, ctx) => {
@@ -204,23 +205,15 @@ const mutation: Record<string, Resolver> = {
   },
   postTransaction: (_, { input }, ctx) => {
     guard(ctx, 'INSERT', T, input);
-    // Lowering every velocity control of a posting (an override, or an exception that posts and voids)
-    // is a power over the controls, not over the posting: UPDATE on financial.VelocityControl.
-    const properties = input?.properties;
-    if (properties?.overrideVelocityEnforcement != null || properties?.exception != null) {
-      guard(ctx, 'UPDATE', 'financial.VelocityControl', { transactionId: input.transactionId, tranCode: input.tranCode, properties });
-    }
-    try {
-      return ctx.ledger.postTransaction(input, postingGuard(ctx));
-    } catch (error) {
-      throw redactVelocityError(ctx, error);
-    }
+    guardOverride(ctx, input?.properties, { transactionId: input.transactionId, tranCode: input.tranCode });
+    return gated(ctx, 'post', (writer) => ctx.ledger.postTransaction(input, postingGuard(ctx), writer));
   },
-  voidTransaction: (_, { id }, ctx) => {
+  voidTransaction: (_, { id, properties }, ctx) => {
     const original = ctx.ledger.getTransaction(id);
     guard(ctx, 'UPDATE', T, original);
     guard(ctx, 'INSERT', T, original);
-    return ctx.ledger.voidTransaction(id, postingGuard(ctx));
+    guardOverride(ctx, properties, { transactionId: id, voidOf: id });
+    return gated(ctx, 'void', (writer) => ctx.ledger.voidTransaction(id, postingGuard(ctx), { properties, writer }));
   },
   evaluate: (_, args, ctx) => {
     // Running CEL is running the native cel tool: the same policy allows (or refuses) both.
@@ -230,12 +223,46 @@ const mutation: Record<string, Resolver> = {
 };
 
 /**
- * A velocity exception names the balance that broke the limit, of any account or set the posting
- * reached (the counterparty's too): shown only to a stack that may read that balance.
+ * Lowering every velocity control of a write (an override, or an exception that posts and voids) is
+ * a power over the controls, not over the write: UPDATE on financial.VelocityControl, whatever the
+ * write (a post, a void).
  */
-function mayReadBalance(ctx: RequestContext, accountId: unknown): boolean {
+function guardOverride(ctx: RequestContext, properties: { overrideVelocityEnforcement?: unknown; exception?: unknown } | null | undefined, document: Record<string, unknown>): void {
+  if (properties?.overrideVelocityEnforcement != null || properties?.exception != null) {
+    guard(ctx, 'UPDATE', 'financial.VelocityControl', { ...document, properties });
+  }
+}
+
+/**
+ * Every write a client (or a tool, a trigger) sends that moves a balance: the posting gate judges it
+ * (src/ledger/velocity.ts decide) knowing who writes (may they read the balances, is it a dry
+ * run); a refusal is logged (who asked, which control on which account or set; never a balance)
+ * and shows the violating balance only to a stack that may read it.
+ */
+function gated<T>(ctx: RequestContext, write: WriteKind, run: (writer: Writer) => T): T {
+  const writer: Writer = { dryRun: ctx.dryRun, mayRead: (accountId, journalId, currency) => mayReadBalance(ctx, accountId, journalId, currency) };
+  try {
+    return run(writer);
+  } catch (error) {
+    if (!(error instanceof EngineError) || error.code !== 'BALANCE_VELOCITY_EXCEEDED') throw error;
+    const detail = ((error.exception as { detail?: Record<string, unknown> } | undefined)?.detail ?? {}) as Record<string, unknown>;
+    ctx.services.log.warn({
+      event: 'velocity', write, principal: ctx.principal, accountId: detail.accountId ?? null, velocityControlId: detail.velocityControlId ?? null,
+      velocityLimitId: detail.velocityLimitId ?? null, dryRun: ctx.dryRun, judged: detail.judged !== false, balanceReadable: mayReadBalance(ctx, detail.accountId),
+    }, `velocity control refused a ${write === 'post' ? 'posting' : write === 'void' ? 'void' : 'membership change'}`);
+    throw redactVelocityError(ctx, error);
+  }
+}
+
+/**
+ * A velocity exception names the balance that broke the limit, of any account or set the posting
+ * reached (the counterparty's too): shown only to a stack that may read that balance. The same
+ * question decides whether a dry run is judged (see gated).
+ */
+function mayReadBalance(ctx: RequestContext, accountId: unknown, journalId?: string, currency?: string): boolean {
   if (typeof accountId !== 'string') return true;
-  return ctx.authority.allows({ action: 'SELECT', resource: 'financial.Balance', document: { accountId } });
+  const document = { accountId, ...(journalId === undefined ? {} : { journalId }), ...(currency === undefined ? {} : { currency }) };
+  return ctx.authority.allows({ action: 'SELECT', resource: 'financial.Balance', document });
 }
 
 function redactException<T extends { message: string; detail: Record<string, unknown> | null }>(ctx: RequestContext, exception: T): T {
