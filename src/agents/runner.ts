@@ -410,6 +410,8 @@ async function modelTurn(ctx: RunContext, runId: string, turn: number, depth: nu
   const known = recorded(ctx, turnId);
   if (known) return answerOf(known);
   checkDeadline(ctx, `model turn ${turn}`);
+  // lockAction stops a run in flight: no model turn of a version that is no longer ACTIVE.
+  svc.transactions.run('read', () => ({ value: checkRunnable(getVersion(svc.actions, { id: ctx.version.actionId, version: ctx.version.version })), commit: false }));
   const bytes = Buffer.byteLength(JSON.stringify(request.messages));
   if (bytes > svc.limits.agentConversationBytesMax) {
     throw new EngineError('LIMIT_EXCEEDED', `the conversation of ${ctx.version.name} is ${bytes} bytes at turn ${turn}; agentConversationBytesMax is ${svc.limits.agentConversationBytesMax}`, {
@@ -728,7 +730,19 @@ async function toolCall(ctx: RunContext, s: ToolStep): Promise<CallNode> {
         LOAD_SKILL, args, tool,
       );
     }
-    const document = svc.transactions.run('read', () => ({ value: svc.skills.read(skill.name, skill.version), commit: false }));
+    let document: ReturnType<typeof svc.skills.read>;
+    try {
+      document = svc.transactions.run('read', () => {
+        // Loading a skill is reading it: the starter, and every tool above the agent, may SELECT it
+        // (the agent declaring it is its own consent, checked when the version was made).
+        const caller = svc.callerOf(ctx.principal);
+        if (!caller) throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(ctx.principal)} no longer exists`);
+        authorityOf(svc.cel, caller, null, ctx.outer.layers.slice(0, -1)).check({ action: 'SELECT', resource: 'actions.Skill', document: skill });
+        return { value: svc.skills.read(skill.name, skill.version), commit: false };
+      });
+    } catch (error) {
+      return failed(toEngineError(error), LOAD_SKILL, args, tool);
+    }
     if (!document) return failed(new EngineError('NOT_FOUND', `skill ${skill.name} version ${skill.version} no longer exists`), LOAD_SKILL, args, tool);
     return step(ctx, () => {
       const node: CallNode = {
@@ -867,26 +881,33 @@ class NestedRefusal extends Error {
 async function nestedRun(ctx: RunContext, s: ToolStep, callId: string, tool: OfferedTool, version: ActionVersion, input: unknown, resumed: boolean): Promise<CallNode> {
   const { svc } = ctx;
   const depth = s.depth + 1;
-  if (!resumed) {
-    try {
-      step(ctx, () => {
-        if (depth > svc.limits.toolDepthMax) {
-          throw new EngineError('LIMIT_EXCEEDED', `${version.name} would run at tool depth ${depth}; toolDepthMax is ${svc.limits.toolDepthMax}`, { hint: 'Flatten the chain of agents calling agents.' });
-        }
-        const caller = svc.callerOf(ctx.principal);
-        if (!caller) throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(ctx.principal)} no longer exists`);
-        checkMayCall(authorityOf(svc.cel, caller, null, ctx.outer.layers), version.name, version.version, input);
-        checkRunnable(version);
-        validate(svc, version, 'input', input);
-        persistTree(svc.st, baseNode(ctx, {
-          executionId: callId, actionId: version.actionId, actionName: tool.reference.name, actionVersion: version.version, kind: kindOf(tool), input,
-          parentId: s.turnId, rootId: ctx.executionId, depth: s.depth,
-        }));
-      });
-    } catch (error) {
-      if (error instanceof LeaseLost || error instanceof Cancelled) throw error;
-      throw new NestedRefusal(toEngineError(error));
-    }
+  // Checked on every start and every resume (after an approval, after a crash): the caller may
+  // still call it, and it is still ACTIVE.
+  try {
+    step(ctx, () => {
+      if (depth > svc.limits.toolDepthMax) {
+        throw new EngineError('LIMIT_EXCEEDED', `${version.name} would run at tool depth ${depth}; toolDepthMax is ${svc.limits.toolDepthMax}`, { hint: 'Flatten the chain of agents calling agents.' });
+      }
+      const caller = svc.callerOf(ctx.principal);
+      if (!caller) throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(ctx.principal)} no longer exists`);
+      checkMayCall(authorityOf(svc.cel, caller, null, ctx.outer.layers), version.name, version.version, input);
+      checkRunnable(getVersion(svc.actions, { id: version.actionId, version: version.version }));
+      validate(svc, version, 'input', input);
+      if (resumed) return;
+      persistTree(svc.st, baseNode(ctx, {
+        executionId: callId, actionId: version.actionId, actionName: tool.reference.name, actionVersion: version.version, kind: kindOf(tool), input,
+        parentId: s.turnId, rootId: ctx.executionId, depth: s.depth,
+      }));
+    });
+  } catch (error) {
+    if (error instanceof LeaseLost || error instanceof Cancelled) throw error;
+    if (!resumed) throw new NestedRefusal(toEngineError(error));
+    // Resumed and refused now: its row (RUNNING) ends FAILED with the reason, told to the model.
+    const failure = toEngineError(error).toData();
+    return step(ctx, () => {
+      svc.queue.finishNested.run({ execution_id: callId, status: 'FAILED', output: null, error: JSON.stringify(failure), finished: svc.clock.now().toISOString() });
+      return rowToNode(svc.st.executionById.get(callId)!);
+    });
   }
   const inner: RunContext = { ...ctx, version, outer: outerWith(ctx.outer, version) };
   let output: unknown = null;

@@ -94,15 +94,18 @@ export function referencedVersion(actions: ActionDeps, ref: { name: string; vers
 
 /**
  * The gate for what a model can cause: a GraphQL operation a model wrote (the native graphql
- * tool, or a graphql-kind action, called as an agent's tool) begins no call. The model calls a
- * tool only as the agent's tool, through the agent's reference to it: its pinned version, its
- * fixed input and its approval. invokeAction and startAction, the GraphQL doors to a call, ask here.
+ * tool, or a graphql-kind action, handed the model's answer as an agent's tool call or a hook of
+ * one) begins no call and changes no tool. The model calls a tool only as the agent's tool, through
+ * the agent's reference to it: its pinned version, its fixed input and its approval.
+ * invokeAction and startAction, the GraphQL doors to a call, and the writes of actions (which later
+ * calls would run) ask here.
  */
 export function checkNotModelWritten(frame: CallFrame | null, what: string): void {
   if (!frame?.modelWritten) return;
-  throw new EngineError('ACCESS_DENIED', `${what} refused: the GraphQL operation was written by the model of ${frame.root.model!.agent}, and a model calls tools only as its agent's tools`, {
-    hint: `Call the tool by its own name as one of ${frame.root.model!.agent}'s tools: its reference's pinned version, fixed input and approval apply there. To let the model call it, add it to the agent's tools.`,
-    details: { agent: frame.root.model!.agent },
+  const agent = frame.root.model!.agent;
+  throw new EngineError('ACCESS_DENIED', `${what} refused: the GraphQL operation was written by the model of ${agent}, and a model's GraphQL neither calls tools nor changes them`, {
+    hint: `A model calls a tool as one of ${agent}'s tools, by its own name: its reference's pinned version, fixed input and approval apply there. To let the model call it, add it to the agent's tools.`,
+    details: { agent },
   });
 }
 

@@ -110,7 +110,9 @@ export interface CallFrame extends AuthorityFrame {
   version: ActionVersion | null;
   /** The event this frame's program received. */
   event: unknown;
-  /** The GraphQL this frame runs was written by a model (see checkNotModelWritten): it begins no call. */
+  /** Its input is a model's answer: an agent's tool call, or a hook of one handed its input. */
+  modelInput?: boolean;
+  /** The GraphQL this frame runs is a model's text (see checkNotModelWritten): it begins no call. */
   modelWritten?: boolean;
 }
 

@@ -80,7 +80,7 @@ export function beginCall(svc: ExecutionServices, entry: CallEntry): BegunCall {
   try {
     const ran = svc.cel.withDeadline(deadline, () =>
       runCall(svc, {
-        target, input: entry.input, executionId: entry.executionId, parent: null, root, inputFingerprint: entry.inputFingerprint,
+        target, input: entry.input, executionId: entry.executionId, parent: null, root, inputFingerprint: entry.inputFingerprint, modelInput: entry.model !== undefined,
         ...(authorize ? { authorize } : {}), ...(entry.attempt === undefined ? {} : { attempt: entry.attempt }), ...(entry.attach ? { attach: entry.attach } : {}),
         ...(entry.inputText === undefined ? {} : { inputText: entry.inputText }),
       }),

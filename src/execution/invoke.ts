@@ -1,5 +1,5 @@
 import type { HostBridge, RunFailure } from '../../sandbox/sandbox.js';
-import { type ActionVersion, NATIVE_TOOLS, runsOutsideTransactions, type ToolReference, versionKey } from '../actions/actions.js';
+import { type ActionVersion, getVersion, NATIVE_TOOLS, runsOutsideTransactions, type ToolReference, versionKey } from '../actions/actions.js';
 import { celToJson, jsonToCel } from '../cel/values.js';
 import { EngineError, type ErrorData, isErrorCode, quote } from '../errors.js';
 import { fingerprint } from '../ids.js';
@@ -92,6 +92,8 @@ interface Call {
   authorize?: () => void;
   /** A top-level call that belongs under a recorded execution (a tool call of an agent run, under its model turn). */
   attach?: { parentId: string; rootId: string; depth: number };
+  /** The input is a model's answer (or made from one by a hook's caller): see CallFrame.modelInput. */
+  modelInput?: boolean;
   /** `JSON.stringify(input)`, when the caller made it; for a native graphql call also the text without its query. */
   inputText?: string;
   inputRest?: string;
@@ -132,8 +134,10 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
     parent,
     // A tool or graphql-kind action narrows authority with its own policies; native calls add nothing.
     layer: target.type === 'version' ? layerOf(target.version) : null,
-    // The GraphQL of a model's own tool call (the native graphql tool, a graphql-kind action) is the model's text.
-    modelWritten: root.model !== null && parent === null && (target.type === 'native' ? target.name === 'graphql' : target.version.kind === 'graphql'),
+    // Its input is the model's answer (an agent's tool call, or a hook handed that call's input):
+    // run as GraphQL (the native graphql tool, a graphql-kind action), it is the model's text.
+    modelInput: call.modelInput === true,
+    modelWritten: call.modelInput === true && (target.type === 'native' ? target.name === 'graphql' : target.version.kind === 'graphql'),
     node,
     root,
     version: target.type === 'version' ? target.version : null,
@@ -143,8 +147,9 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
     checkBounds(svc, node, parent, root);
     call.authorize?.();
     if (target.type === 'version') {
-      // Whoever began the call and however its version was found: only an ACTIVE version runs.
-      checkRunnable(target.version);
+      // Whoever began the call and however its version was found (pinned, resolved at an agent's
+      // first turn, approved hours ago): only a version ACTIVE as stored now runs.
+      checkRunnable(getVersion(svc.actions, { id: target.version.actionId, version: target.version.version }));
       checkInvocable(target.version);
     }
     let inputText = checkInputBytes(svc, node.actionName, call.input, call.inputText);
@@ -161,7 +166,7 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
     }
     // A read-only tool with cacheTtlMs answers from an earlier call while nothing has written since.
     const ttl = target.type === 'version' ? ((target.version.execution as { cacheTtlMs?: number | null }).cacheTtlMs ?? null) : null;
-    const cacheKey = ttl !== null && target.type === 'version' ? ResultCache.key(target.version, node.input, root.principal, authorityStack(frame)) : null;
+    const cacheKey = ttl !== null && target.type === 'version' ? ResultCache.key(target.version, node.input, root.principal, authorityStack(frame), root.input) : null;
     const hit = cacheKey !== null ? svc.results.get(cacheKey) : null;
     if (hit) {
       node.status = 'CACHED';
@@ -237,10 +242,11 @@ function hooksOf(version: ActionVersion): { before?: ToolReference | null; after
  */
 function runHook(svc: ExecutionServices, frame: CallFrame, reference: ToolReference, phase: 'before' | 'after', input: unknown): unknown {
   const { root } = frame;
-  const version = referencedVersion(svc.actions, reference, undefined, `${reference.name}, the ${phase} hook of ${frame.node.actionName},`);
+  const version = referencedVersion(svc.actions, reference, root.resolved, `${reference.name}, the ${phase} hook of ${frame.node.actionName},`);
   const target: CallTarget = { type: 'version', version };
   const node = runCall(svc, {
-    target, input, executionId: svc.newId(), parent: frame, root, inputFingerprint: null,
+    // A hook sees the hooked call's input: a model's answer stays the model's in it.
+    target, input, executionId: svc.newId(), parent: frame, root, inputFingerprint: null, modelInput: frame.modelInput === true,
     authorize: () => checkMayCall(authorityOf(svc.cel, root.caller, frame), reference.name, version.version, input),
   });
   if (root.fatal) throw root.fatal;

@@ -38,10 +38,11 @@ export class ResultCache {
    * What a cached answer is keyed by: the version and input, and who asked under which authority —
    * the principal (a change to its policies is a write to clients, which empties the cache) and the
    * tools above the call (their versions' policies). A read-only tool's output depends on what its
-   * caller may see: one client's answer is never another's.
+   * caller may see: one client's answer is never another's. And on the execution's input, which its
+   * references' fixed inputs read (`execution.input`): one subject's answer is never another's.
    */
-  static key(version: ActionVersion, input: unknown, principal: string, stack: readonly string[]): string {
-    return `${version.actionId}@${version.version}:${fingerprint(canonicalJson({ input: input ?? null, principal, stack }))}`;
+  static key(version: ActionVersion, input: unknown, principal: string, stack: readonly string[], executionInput: unknown): string {
+    return `${version.actionId}@${version.version}:${fingerprint(canonicalJson({ input: input ?? null, principal, stack, executionInput: executionInput ?? null }))}`;
   }
 
   get(key: string): { executionId: string; output: unknown } | null {

@@ -3,6 +3,7 @@ import type { ActionVersion, ExecutionSettings, ToolDefinition } from '../../act
 import { EngineError } from '../../errors.js';
 import { type CallNode, childrenOf, rowToNode } from '../../execution/call-tree.js';
 import { invokeAction } from '../../execution/entry.js';
+import { checkNotModelWritten } from '../../execution/call-rules.js';
 import { startAction } from '../../execution/queue/start.js';
 import * as triggers from '../../execution/queue/triggers.js';
 import { pageRequest, toConnection } from '../../paging.js';
@@ -255,11 +256,13 @@ export const actionResolvers = {
   },
   ActionsMutation: {
     createAction: (_: unknown, { id, input }: Args, ctx: RequestContext) => {
+      checkNotModelWritten(ctx.frame, `createAction of ${JSON.stringify(input?.name ?? id)}`);
       guard(ctx, 'INSERT', AA, { actionId: id, ...input });
       guardSkills(ctx, input);
       return actions.createAction(ctx.services.actions, id, input);
     },
     updateAction: (_: unknown, { id, input }: Args, ctx: RequestContext) => {
+      checkNotModelWritten(ctx.frame, `updateAction of ${id}`);
       guard(ctx, 'UPDATE', AA, actions.getVersion(ctx.services.actions, { id }));
       guardSkills(ctx, input);
       return actions.updateAction(ctx.services.actions, id, input);
@@ -269,6 +272,7 @@ export const actionResolvers = {
       return actions.setVersionStatus(ctx.services.actions, id, version, 'LOCKED');
     },
     activateAction: (_: unknown, { id, version }: Args, ctx: RequestContext) => {
+      checkNotModelWritten(ctx.frame, `activateAction of ${id}`);
       guard(ctx, 'UPDATE', AA, actions.getVersion(ctx.services.actions, { id, version }));
       return actions.setVersionStatus(ctx.services.actions, id, version, 'ACTIVE');
     },
@@ -340,6 +344,10 @@ export const actionResolvers = {
       return triggers.updateTrigger(ctx.services, ctx.principal, id, input, (next) => guard(ctx, 'UPDATE', AT, next));
     },
     deleteTrigger: (_: unknown, { id }: Args, ctx: RequestContext) => {
+      if (ctx.frame) {
+        // As for createTrigger: what the trigger does outlives the call; a tool does not remove it either.
+        throw new EngineError('ACCESS_DENIED', 'triggers cannot be deleted from inside a tool call', { hint: 'Delete triggers as a client (or with tally deploy).' });
+      }
       guard(ctx, 'DELETE', AT, triggers.getTrigger(ctx.services, id));
       return triggers.deleteTrigger(ctx.services, id);
     },
