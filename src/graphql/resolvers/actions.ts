@@ -52,15 +52,16 @@ function guardExecution(ctx: RequestContext, id: string | null | undefined, name
 }
 
 /**
- * A session the stack may read (or update): one it may not is NOT_FOUND, as one that does not
- * exist, so a session id tells another client nothing.
+ * A session the caller may read (or update): its own, and one the stack's policies allow
+ * (sessions.usable decides). Any other is NOT_FOUND, as one that does not exist, so a session id
+ * tells another client nothing.
  */
 function visibleSession(ctx: RequestContext, sessionId: string, action: 'SELECT' | 'UPDATE'): SessionRow {
-  const row = ctx.services.sessions.sessionById.get(sessionId);
-  if (!row || !ctx.authority.allows({ action, resource: AS, document: sessions.sessionDocument(ctx.services, row) })) {
-    throw new EngineError('NOT_FOUND', `session ${sessionId} does not exist`, { hint: 'Open one with createSession.' });
-  }
-  return row;
+  return sessions.usableSession(ctx.services, ctx.principal, sessionId, sessionPolicy(ctx, action));
+}
+
+function sessionPolicy(ctx: RequestContext, action: 'SELECT' | 'UPDATE') {
+  return (document: ReturnType<typeof sessions.sessionDocument>) => ctx.authority.allows({ action, resource: AS, document });
 }
 
 /**
@@ -231,7 +232,7 @@ export const actionResolvers = {
       const page = toConnection(rows, req, (r) => r.rowid, (r) => r);
       const keep = (r: (typeof rows)[number]) =>
         (where?.status == null || sessions.sessionStatus(ctx.services, r) === where.status) && (where?.agent == null || r.action_name === where.agent) &&
-        ctx.authority.allows({ action: 'SELECT', resource: AS, document: sessions.sessionDocument(ctx.services, r) });
+        sessions.usable(ctx.services, r, ctx.principal, sessionPolicy(ctx, 'SELECT'));
       const edges = page.edges.filter((e) => keep(e.node));
       return { ...page, edges, nodes: edges.map((e) => e.node) };
     },
@@ -305,11 +306,11 @@ export const actionResolvers = {
       return sessions.createSession(ctx.services, ctx.caller, ctx.frame, { sessionId, agent, input });
     },
     sendMessage: (_: unknown, { sessionId, messageId, text }: Args, ctx: RequestContext) => {
-      const row = ctx.services.sessions.sessionById.get(sessionId);
-      if (row && row.principal === ctx.principal) {
-        const version = sessions.sessionAgent(ctx.services, row);
-        guard(ctx, 'INSERT', AE, { action: version.name, version: version.version, input: sessions.turnInput(row, text) });
-      }
+      // A turn starts the agent: the stack must be allowed that, as for startAction (checked on the
+      // caller's own session only; any other is NOT_FOUND).
+      const row = sessions.usableSession(ctx.services, ctx.principal, sessionId);
+      const version = sessions.sessionAgent(ctx.services, row);
+      guard(ctx, 'INSERT', AE, { action: version.name, version: version.version, input: sessions.turnInput(row, text) });
       return sessions.sendMessage(ctx.services, ctx.caller, ctx.frame, { sessionId, messageId, text });
     },
     closeSession: (_: unknown, { sessionId }: Args, ctx: RequestContext) => sessions.closeSession(ctx.services, ctx.frame, visibleSession(ctx, sessionId, 'UPDATE')),
