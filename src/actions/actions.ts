@@ -640,11 +640,17 @@ export function findAction(deps: ActionDeps, ref: { id?: string | null; name?: s
   if (ref.id) row = deps.st.actionById.get(ref.id);
   else if (ref.name) row = deps.st.actionByName.get(ref.name) ?? findByAlias(deps, ref.name);
   else throw new EngineError('BAD_REQUEST', 'an action needs an id or a name');
-  if (!row) {
-    throw new EngineError('NOT_FOUND', `action ${quote(ref.id ?? ref.name)} does not exist`, { hint: 'Create it with createAction, or check the id or name.' });
-  }
+  if (!row) throw noSuchAction(ref.id ?? ref.name);
   checkName(deps, row, ref);
   return row;
+}
+
+/**
+ * The NOT_FOUND of an action id or name that names none; also the answer for a tool a caller may
+ * not call (actions.tool), so the two cannot be told apart.
+ */
+export function noSuchAction(ref: string | null | undefined): EngineError {
+  return new EngineError('NOT_FOUND', `action ${quote(ref)} does not exist`, { hint: 'Create it with createAction, or check the id or name.' });
 }
 
 /** The action name `name` stands for: itself, or the action it is an alias of (whether or not a version that answers to it is ACTIVE; unknown names as they are). */

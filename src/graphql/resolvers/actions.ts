@@ -112,11 +112,34 @@ function toolNode(ctx: RequestContext, version: ActionVersion, access: ToolAcces
 }
 
 /**
- * The tools a caller may call: each action's latest ACTIVE version, kept when invoking it is allowed
- * (the check invokeAction makes, with no input yet) and the caller could make at least one of its
- * writes. No SELECT on actions.Action is needed: a caller that may invoke a tool may see what calling
- * it needs (its schema and access), as a Tool. The actions are read until the page is full, and the
- * cursors are those of the tools listed (their actionId), so a caller shown none learns no count.
+ * Whether the caller may invoke a version as a tool: the check invokeAction makes (with no input
+ * yet). The one rule of the listing (tools) and the lookup (tool(name)), so of MCP's tools/list and
+ * tools/call too. No SELECT on actions.Action is needed: a caller that may invoke a tool may see
+ * what calling it needs (its schema and access), as a Tool.
+ */
+function mayInvoke(ctx: RequestContext, version: ActionVersion): boolean {
+  return ctx.authority.allows({ action: 'INSERT', resource: AE, document: { action: version.name, version: version.version, input: null } });
+}
+
+/**
+ * The tool `name` (an action name or an alias) at its latest ACTIVE version, when the caller may
+ * invoke it. A tool it may not invoke, or one with no ACTIVE version, is NOT_FOUND with the same
+ * message as a name nobody used: a lookup tells no more than the listing shows. (A tool the caller
+ * may invoke but none of whose writes it could make is left out of the listing, yet found by name:
+ * calling it is refused inside the call, where it writes.)
+ */
+function toolByName(ctx: RequestContext, name: string): ToolNode {
+  const deps = ctx.services.actions;
+  const version = actions.latestActiveVersion(deps, actions.findAction(deps, { name }).action_id);
+  if (!version || !mayInvoke(ctx, version)) throw actions.noSuchAction(name);
+  return toolNode(ctx, version, toolAccess(deps, version, ctx.caller.client?.policies ?? null, memoOf(ctx)));
+}
+
+/**
+ * The tools a caller may call: each action's latest ACTIVE version, kept when it may invoke it
+ * (mayInvoke) and could make at least one of its writes. The actions are read until the page is
+ * full, and the cursors are those of the tools listed (their actionId), so a caller shown none
+ * learns no count.
  */
 function listTools(ctx: RequestContext, first: number, after: string | null | undefined) {
   const deps = ctx.services.actions;
@@ -138,8 +161,7 @@ function listTools(ctx: RequestContext, first: number, after: string | null | un
     for (const row of rows) {
       rowid = row.rowid;
       const version = actions.latestActiveVersion(deps, row.action_id);
-      if (!version) continue;
-      if (!ctx.authority.allows({ action: 'INSERT', resource: AE, document: { action: version.name, version: version.version, input: null } })) continue;
+      if (!version || !mayInvoke(ctx, version)) continue;
       const access = toolAccess(deps, version, policies, memo);
       if (access.hidden) continue;
       found.push(toolNode(ctx, version, access));
@@ -213,12 +235,7 @@ export const actionResolvers = {
     },
     executions: (_: unknown, args: Args, ctx: RequestContext) => visible(ctx, AE, listExecutions(ctx, args)),
     tools: (_: unknown, { first, after }: Args, ctx: RequestContext) => listTools(ctx, first, after),
-    tool: (_: unknown, { name }: Args, ctx: RequestContext) => {
-      const version = actions.latestActiveVersion(ctx.services.actions, actions.findAction(ctx.services.actions, { name }).action_id);
-      if (!version) throw new EngineError('NOT_FOUND', `${name} has no ACTIVE version`, { hint: 'Activate a version with activateAction.' });
-      guard(ctx, 'INSERT', AE, { action: version.name, version: version.version, input: null });
-      return toolNode(ctx, version, toolAccess(ctx.services.actions, version, ctx.caller.client?.policies ?? null, memoOf(ctx)));
-    },
+    tool: (_: unknown, { name }: Args, ctx: RequestContext) => toolByName(ctx, name),
     nativeTools: (_: unknown, __: Args, ctx: RequestContext) =>
       actions.NATIVE_TOOLS.filter((name) => ctx.authority.allows({ action: 'INSERT', resource: AE, document: { action: name, version: null, input: null } })).map((name) => ({
         name,
