@@ -466,11 +466,11 @@ export function aliasOwner(deps: ActionDeps, name: string): ActionRow | undefine
 }
 
 /**
- * Every alias of every version, built by one scan of the actions (each version's parsed document
- * reused) and cached in `deps.versions`: dropped with it when the record-cache epoch moves (any
- * write to action_versions, a status change, a rollback, another connection's commit), and rebuilt
- * on each call outside a transaction the TransactionManager runs (no cache is used there). An alias
- * two actions have (written before aliases were reserved for life) is the older action's.
+ * Every alias of every version, built by one scan of the actions and their versions and cached in
+ * `deps.versions`: dropped with it when the record-cache epoch moves (any write to action_versions,
+ * a status change, a rollback, another connection's commit), and rebuilt on each call outside a
+ * transaction the TransactionManager runs (no cache is used there). An alias two actions have
+ * (written before aliases were reserved for life) is the older action's.
  */
 function aliasIndex(deps: ActionDeps): Map<string, AliasEntry> {
   return deps.versions.get(ALIAS_INDEX_KEY, () => buildAliasIndex(deps) as unknown as ActionVersion) as unknown as Map<string, AliasEntry>;
@@ -486,7 +486,7 @@ function buildAliasIndex(deps: ActionDeps): Map<string, AliasEntry> {
       rowid = row.rowid;
       const { rowid: _, ...action } = row;
       for (const stored of deps.st.versions.all(row.action_id)) {
-        for (const alias of versionOfRow(deps, stored).tool.aliases ?? []) {
+        for (const alias of aliasesOf(deps, stored)) {
           const entry = index.get(alias);
           if (!entry) index.set(alias, { action, runnable: stored.status === 'ACTIVE' });
           else if (entry.action.action_id === action.action_id && stored.status === 'ACTIVE') entry.runnable = true;
@@ -495,6 +495,18 @@ function buildAliasIndex(deps: ActionDeps): Map<string, AliasEntry> {
     }
     if (rows.length < batch) return index;
   }
+}
+
+/**
+ * A stored version's aliases, read without filling the document cache (the scan reads every
+ * version; the cache is for the versions calls use): its parsed document when cached, else the
+ * stored text parsed, when it mentions aliases at all.
+ */
+function aliasesOf(deps: ActionDeps, row: ActionVersionRow): readonly string[] {
+  const cached = deps.documents.get(versionKey(row.action_id, row.version));
+  if (cached?.text === row.document) return cached.document.tool.aliases ?? [];
+  if (!row.document.includes('"aliases"')) return [];
+  return (JSON.parse(row.document) as ActionVersionDocument).tool.aliases ?? [];
 }
 
 /**
