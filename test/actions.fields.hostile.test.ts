@@ -162,3 +162,65 @@ describe('refused attacks', () => {
     engine.close();
   });
 });
+
+describe('names and aliases are an action’s own for its whole life', () => {
+  // Was a finding (H09, medium): alias uniqueness was checked against each action's latest version
+  // only. payments drafted a version without its alias `pay`; its ACTIVE version still answered to
+  // it, and mallory created an action named `pay`: every caller of `pay` ran mallory's program.
+  const AUTHOR = { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['actions.Action'] };
+  const CREATES = { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Action'] };
+  const STATUS = `mutation($id: UUID!, $v: Int!) { actions { lockAction(id: $id, version: $v) { status } } }`;
+  const ACTIVATE = `mutation($id: UUID!, $v: Int!) { actions { activateAction(id: $id, version: $v) { status } } }`;
+  const AT = `mutation($n: String!, $e: UUID!, $v: Int!) { actions { invokeAction(name: $n, input: {executionId: $e, actionVersion: $v, input: {}}) { actionName actionVersion output } } }`;
+  const by = (who: string) => js(`function run() { return { by: ${JSON.stringify(who)} }; }`);
+
+  async function payments(): Promise<Engine> {
+    const engine = await newEngine();
+    ok(engine, CLIENT, { i: { principal: 'payments', name: 'payments team', policies: [AUTHOR, INVOKES] } });
+    ok(engine, CLIENT, { i: { principal: 'mallory', name: 'mallory', policies: [CREATES] } });
+    ok(engine, CREATE, { id: id(80), input: { name: 'payments', config: by('payments'), tool: { description: 'Payments', aliases: ['pay'] } } }, 'payments');
+    return engine;
+  }
+  const takeover = (engine: Engine, n: number, name: string, aliases: string[] = []) =>
+    fails(engine, CREATE, { id: id(n), input: { name, config: by('mallory'), tool: { description: 'Mine', aliases } } }, 'mallory');
+  const at = (engine: Engine, name: string, version: number) => ok(engine, AT, { n: name, e: id(800_000 + ++seq), v: version }).actions.invokeAction;
+
+  it('an alias an ACTIVE version still has, after a DRAFT dropped it, is neither a name nor an alias mallory can take', async () => {
+    const engine = await payments();
+    ok(engine, UPDATE, { id: id(80), input: { tool: { aliases: ['pay_v2'] }, draft: true } }, 'payments');
+    const asName = takeover(engine, 81, 'pay');
+    expect(asName).toMatchObject({ code: 'ALREADY_EXISTS', message: '"pay" is an alias of payments' });
+    expect(asName.hint).toContain('whole life');
+    const asAlias = takeover(engine, 82, 'mine', ['pay']);
+    expect(asAlias).toMatchObject({ code: 'ALREADY_EXISTS', message: 'tool.aliases: "pay" of mine is already an alias of payments' });
+    // The DRAFT's new alias is payments' too, before it can run.
+    expect(takeover(engine, 83, 'pay_v2')).toMatchObject({ code: 'ALREADY_EXISTS', message: '"pay_v2" is an alias of payments' });
+    expect(takeover(engine, 84, 'mine', ['pay_v2']).code).toBe('ALREADY_EXISTS');
+    expect(count(engine, 'actions')).toBe(1);
+    expect(at(engine, 'pay', 1)).toMatchObject({ actionName: 'payments', output: { by: 'payments' } });
+    engine.close();
+  });
+
+  it('an alias stays reserved once no version that can run has it, and resolves only while an ACTIVE version answers to it', async () => {
+    const engine = await payments();
+    ok(engine, UPDATE, { id: id(80), input: { tool: { aliases: [] } } }, 'payments');
+    ok(engine, STATUS, { id: id(80), v: 1 }, 'payments');
+    // Version 1, LOCKED, can be activated again: `pay` is still payments'.
+    expect(takeover(engine, 85, 'pay').code).toBe('ALREADY_EXISTS');
+    expect(takeover(engine, 86, 'mine', ['pay']).code).toBe('ALREADY_EXISTS');
+    // No ACTIVE version answers to `pay`: it names no tool now.
+    expect(fails(engine, AT, { n: 'pay', e: id(8600), v: 2 }).code).toBe('NOT_FOUND');
+    ok(engine, ACTIVATE, { id: id(80), v: 1 }, 'payments');
+    expect(at(engine, 'pay', 1)).toMatchObject({ actionName: 'payments', actionVersion: 1, output: { by: 'payments' } });
+    engine.close();
+  });
+
+  it('an alias that only a DRAFT has does not resolve until the version is activated', async () => {
+    const engine = await payments();
+    ok(engine, UPDATE, { id: id(80), input: { tool: { aliases: ['pay', 'send_money'] }, draft: true } }, 'payments');
+    expect(fails(engine, AT, { n: 'send_money', e: id(8700), v: 2 }).code).toBe('NOT_FOUND');
+    ok(engine, ACTIVATE, { id: id(80), v: 2 }, 'payments');
+    expect(at(engine, 'send_money', 2)).toMatchObject({ actionName: 'payments', actionVersion: 2 });
+    engine.close();
+  });
+});

@@ -70,17 +70,30 @@ describe('action version fields: title, aliases, metadata, readOnly, retryIf, ca
     expect(read(engine, 'plain').tool).toMatchObject({ title: 'Plain', aliases: ['plain_two'], metadata: { a: 1 }, description: 'Still plain.' });
     ok(engine, UPDATE, { id: id(4), input: { tool: { title: null, aliases: [], metadata: null } } });
     expect(read(engine, 'plain').tool).toMatchObject({ title: null, aliases: [], metadata: null });
-    // The alias it gave up is free again.
-    create(engine, 5, 'plain_two');
+    // The alias it gave up is still its own: its versions 2 and 3 answer to it (and any version can
+    // be activated again), so no other action may take it, for the action's whole life.
+    const taken = refused(engine, 5, 'plain_two');
+    expect(taken).toMatchObject({ code: 'ALREADY_EXISTS', message: '"plain_two" is an alias of plain' });
+    expect(taken.hint).toContain("for the action's whole life");
+  });
+
+  it('graphql, cel and load_skill are reserved: no action, version or alias takes them', () => {
+    for (const name of ['graphql', 'cel', 'load_skill']) {
+      const error = refused(engine, 52, name);
+      expect(error).toMatchObject({ code: 'ALREADY_EXISTS', message: `action name "${name}" is a reserved tool name: graphql, cel and load_skill are the engine's own tools` });
+      expect(error.hint).toContain(`my_${name}`);
+      expect(fails(engine, UPDATE, { id: id(4), input: { tool: { aliases: [name] } } })).toMatchObject({ code: 'ALREADY_EXISTS', message: expect.stringContaining(`tool.aliases: "${name}" is a reserved tool name`) });
+    }
+    expect(fails(engine, READ, { name: 'load_skill' }).code).toBe('NOT_FOUND');
   });
 
   it('refuses each bad value with its code, naming the value', () => {
     const cases: Array<[Record<string, unknown>, Record<string, unknown>, string, string]> = [
       [{}, { title: 'x'.repeat(201) }, 'LIMIT_EXCEEDED', 'tool.title'],
       [{}, { aliases: ['Bad-Name'] }, 'BAD_REQUEST', '"Bad-Name" is not a tool name'],
-      [{}, { aliases: ['graphql'] }, 'BAD_REQUEST', '"graphql" is a native tool'],
-      [{}, { aliases: ['cel'] }, 'BAD_REQUEST', '"cel" is a native tool'],
-      [{}, { aliases: ['load_skill'] }, 'BAD_REQUEST', '"load_skill" is a native tool'],
+      [{}, { aliases: ['graphql'] }, 'ALREADY_EXISTS', 'tool.aliases: "graphql" is a reserved tool name'],
+      [{}, { aliases: ['cel'] }, 'ALREADY_EXISTS', 'tool.aliases: "cel" is a reserved tool name'],
+      [{}, { aliases: ['load_skill'] }, 'ALREADY_EXISTS', 'tool.aliases: "load_skill" is a reserved tool name'],
       [{}, { aliases: ['writer'] }, 'ALREADY_EXISTS', '"writer" of fresh is the name of another action (writer)'],
       [{}, { aliases: ['account_balance'] }, 'ALREADY_EXISTS', '"account_balance" of fresh is already an alias of balance'],
       [{}, { aliases: ['fresh'] }, 'BAD_REQUEST', '"fresh" is the action\'s own name'],

@@ -1,4 +1,4 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { beforeEach, describe, expect, it } from 'vitest';
@@ -201,5 +201,20 @@ describe('deploy: account sets and velocity controls', () => {
     moved[1] = { ...moved[1]!, journalId: id(999) } as never;
     write({ 'account-sets.json': moved });
     await expect(planDeploy(readProject(dir), target)).rejects.toThrow(`account-sets.json: account set customer: journalId cannot change (it is in journal 00000000-0000-0000-0000-000000000000)`);
+  });
+});
+
+describe('deploy: reserved tool names', () => {
+  // An action named load_skill replaced an agent's skill loader: graphql, cel and load_skill are
+  // refused by the engine (the one check), and deploy reports its error naming the file, applying nothing.
+  it.each(['load_skill', 'graphql', 'cel'])('a tool file named %s is refused with the engine’s error, naming the file, and nothing is applied', async (name) => {
+    mkdirSync(join(dir, 'tools'));
+    writeFileSync(join(dir, 'tools', `${name}.js`), 'function run() { return 1; }');
+    writeFileSync(join(dir, 'tools', `${name}.json`), JSON.stringify({ actionId: id(500), description: 'Mine' }));
+    const error = await deploy(readProject(dir), target).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(DeployError);
+    expect((error as Error).message).toContain(`tools/${name}.js: action name "${name}" is a reserved tool name: graphql, cel and load_skill are the engine's own tools [ALREADY_EXISTS]`);
+    expect((error as Error).message).toMatch(/nothing was applied$/);
+    expect(engine.graphql(`{ account(id: "${WALLET}") { code } }`).errors?.[0]?.extensions?.code).toBe('NOT_FOUND');
   });
 });

@@ -103,8 +103,8 @@ describe('actions.tools / actions.tool / MCP tools/list show what calling a tool
     expect((one.data as any).actions.tool).toEqual(tools.nodes[0]);
     expect(JSON.stringify([listed, one])).not.toContain(SECRET);
     expect(JSON.stringify([listed, one])).not.toContain('hidden_rule');
-    // A tool it may not invoke stays refused.
-    expect(as(engine, 'attacker', '{ actions { tool(name: "chain_0") { name } } }').errors?.[0]?.extensions?.code).toBe('ACCESS_DENIED');
+    // A tool it may not invoke is not there, as a name nobody used (H11).
+    expect(as(engine, 'attacker', '{ actions { tool(name: "chain_0") { name } } }').errors?.[0]?.extensions?.code).toBe('NOT_FOUND');
   });
 
   it('MCP tools/list carries only name, title, description, schemas and annotations', async () => {

@@ -69,3 +69,64 @@ describe('MCP tools/list: what a client sees, with annotations derived from poli
     expect(await toolsOf(engine, 'nobody')).toEqual({});
   });
 });
+
+describe('a tool the client may not call is not there, on every path', () => {
+  // Was a finding (H11, low): tools/list hid a tool mallory may not call, but actions.tool(name)
+  // (and so MCP tools/call, which asks it first) answered ACCESS_DENIED for it and NOT_FOUND for a
+  // name nobody used, so any client could probe which tool names exist.
+  const TOOL = `query($n: String!) { actions { tool(name: $n) { name } } }`;
+  const INVOKE = `mutation($n: String!, $e: UUID!) { actions { invokeAction(name: $n, input: {executionId: $e, actionVersion: 1, input: {}}) { status } } }`;
+  let engine: Engine;
+
+  beforeAll(async () => {
+    engine = await newEngine();
+    tool(engine, 1, 'secret_payout', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['*'] }], { tool: { description: 'Internal.', aliases: ['payout'] } });
+    tool(engine, 2, 'public_tool', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['*'] }]);
+    tool(engine, 3, 'locked_tool', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['*'] }]);
+    ok(engine, `mutation { actions { lockAction(id: "${id(3)}", version: 1) { status } } }`);
+    // Writes accounts: mallory may not, so the listing leaves it out, though she may invoke it.
+    tool(engine, 4, 'closes_accounts', [{ effect: 'ALLOW', actions: ['SELECT', 'UPDATE'], resources: ['financial.Account'] }]);
+    ok(engine, `mutation($pol: [PolicyInput!]!) { auth { createClient(input: {principal: "mallory", name: "m", policies: $pol}) { apiKey } } }`, { pol: [
+      { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'], assertions: { only: "context.document.action == 'public_tool' || context.document.action == 'closes_accounts'" } },
+    ] });
+  });
+  afterAll(() => engine.close());
+
+  const shape = (text: string, name: string) => text.split(JSON.stringify(name)).join('"<name>"');
+
+  it('actions.tool(name): NOT_FOUND, with the same message, for a tool she may not invoke, its alias, a LOCKED one, and a name nobody used', () => {
+    const answers = ['secret_payout', 'payout', 'locked_tool', 'no_such_tool'].map((n) => {
+      const error = engine.graphql(TOOL, { n }, { principal: 'mallory' }).errors![0]!;
+      return { code: error.extensions!.code, message: shape(error.message, n), hint: error.extensions!.hint };
+    });
+    expect(new Set(answers.map((a) => JSON.stringify(a))).size).toBe(1);
+    expect(answers[0]).toEqual({ code: 'NOT_FOUND', message: 'action "<name>" does not exist', hint: expect.any(String) });
+    expect(ok(engine, TOOL, { n: 'public_tool' }, 'mallory').actions.tool.name).toBe('public_tool');
+    // She may invoke closes_accounts: it is found by name, though not listed (she could make none of its writes).
+    expect(ok(engine, TOOL, { n: 'closes_accounts' }, 'mallory').actions.tool.name).toBe('closes_accounts');
+  });
+
+  it('MCP tools/call and tools/list: the same answer for a tool she may not call as for a name nobody used', async () => {
+    const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+    await createMcpServer(engineBackend(engine, { principal: 'mallory' }), { toolsPageSize: engine.limits.mcpToolsPageSize }).connect(serverSide);
+    const client = new Client({ name: 'test', version: '1' });
+    await client.connect(clientSide);
+    const texts = [];
+    for (const name of ['secret_payout', 'payout', 'locked_tool', 'no_such_tool']) {
+      const result = (await client.callTool({ name, arguments: {} })) as { isError?: boolean; content: Array<{ text: string }> };
+      expect(result.isError, name).toBe(true);
+      texts.push(shape(result.content[0]!.text, name));
+    }
+    expect(new Set(texts).size).toBe(1);
+    expect(texts[0]).toBe('NOT_FOUND: action "<name>" does not exist\nhint: Available tools: public_tool.');
+    expect((await client.listTools()).tools.map((t) => t.name)).toEqual(['public_tool']);
+    await client.close();
+  });
+
+  it('invokeAction(name:) of a tool she may not invoke is ACCESS_DENIED whether or not it exists: the policy is checked on the name first', () => {
+    const exists = engine.graphql(INVOKE, { n: 'secret_payout', e: id(9001) }, { principal: 'mallory' }).errors![0]!;
+    const nobody = engine.graphql(INVOKE, { n: 'no_such_tool', e: id(9002) }, { principal: 'mallory' }).errors![0]!;
+    expect([exists.extensions!.code, exists.message]).toEqual(['ACCESS_DENIED', nobody.message]);
+    expect(nobody.extensions!.code).toBe('ACCESS_DENIED');
+  });
+});

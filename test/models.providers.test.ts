@@ -7,6 +7,7 @@ import {
   ModelProviders,
   OpenAiProvider,
   parseProviders,
+  redact,
   type ModelFormat,
   type ModelProvider,
   type ModelRequest,
@@ -83,6 +84,22 @@ function expectNoKey(error: EngineError): void {
   expect(error.hint ?? '').not.toContain(KEY);
   expect(JSON.stringify(error.details ?? null)).not.toContain(KEY);
   expect(JSON.stringify(error.toData())).not.toContain(KEY);
+}
+
+/** The text with `\uXXXX` and `%XX` escapes read as the characters they stand for. */
+function unescaped(text: string): string {
+  return text
+    .replace(/\\+u([0-9a-fA-F]{4})/g, (_m, hex: string) => String.fromCharCode(parseInt(hex, 16)))
+    .replace(/%([0-9a-fA-F]{2})/g, (_m, hex: string) => String.fromCharCode(parseInt(hex, 16)));
+}
+
+/** No run of 8 or more consecutive characters of the key, plain or escaped, anywhere in the error. */
+function expectNoKeyRun(error: EngineError): void {
+  expectNoKey(error);
+  const seen = JSON.stringify(error.toData());
+  for (const text of [seen, unescaped(seen), unescaped(seen).replace(/\\/g, '')]) {
+    for (let i = 0; i + 8 <= KEY.length; i++) expect(text).not.toContain(KEY.slice(i, i + 8));
+  }
 }
 
 // The openai SDK honours retry-after 0; the anthropic SDK ignores a zero wait, so retry-after-ms 1 too.
@@ -348,6 +365,35 @@ describe.each(['openai', 'anthropic'] as const)('%s provider', (format) => {
     expectNoKey(revoked);
   });
 
+  // Was a finding (H05, low): the provider's text was cut to 300 characters before the key was
+  // redacted, so a key that straddled the cut was never matched whole and its first characters
+  // reached the execution's error.
+  it('a key that straddles the 300-character cut leaves no run of 8 of its characters', async () => {
+    for (const at of [280, 290, 295, 299]) {
+      model.push({ status: 401, rawBody: JSON.stringify({ error: { message: `${'n'.repeat(at)}${KEY} and ${'m'.repeat(300)}` } }) });
+      const refused = await failure(provider(format).complete(request()));
+      expect(refused.code).toBe('MODEL_ERROR');
+      expect(refused.message).toContain('…');
+      expectNoKeyRun(refused);
+    }
+  });
+
+  it('an echoed key is redacted in every encoding, and so is a fragment of it', async () => {
+    const unicode = [...KEY].map((c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`).join('');
+    const texts = [
+      `json ${JSON.stringify(JSON.stringify({ key: KEY }))}`,
+      `unicode "${unicode}"`,
+      `percent ${encodeURIComponent(KEY).replace(/-/g, '%2D')}`,
+      `fragment ${KEY.slice(3, 15)} end`,
+    ];
+    for (const text of texts) {
+      model.push({ status: 400, rawBody: `{"error":{"message":${JSON.stringify(text)}}}`, headers: { 'content-type': 'application/json' } });
+      const refused = await failure(provider(format).complete(request()));
+      expect(refused.message).toContain('[redacted]');
+      expectNoKeyRun(refused);
+    }
+  });
+
   it('an answer outside the wire format is MODEL_ERROR', async () => {
     model.push({ rawBody: format === 'openai' ? '{"id":"x","choices":[]}' : '{"id":"x","content":"nope"}' });
     const error = await failure(provider(format).complete(request()));
@@ -540,5 +586,32 @@ describe('ModelProviders', () => {
     const error = await failure(providers.get('claude').complete(request({ model: 'claude-x' })));
     expect(error.code).toBe('MODEL_ERROR');
     expect(error.message).toBe('provider claude: the environment variable UNSET_KEY_VAR is not set');
+  });
+});
+
+describe('redact', () => {
+  const key = 'sk-"odd\\key/ü-0123456789';
+  it('takes out the key plain, JSON-escaped, \\u-escaped, percent-encoded, and any run of 8 of its characters', () => {
+    const forms = [
+      key,
+      JSON.stringify(key).slice(1, -1),
+      JSON.stringify(JSON.stringify(key)).slice(3, -3),
+      [...key].map((c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`).join(''),
+      encodeURIComponent(key),
+      key.slice(5, 13),
+      key.slice(-9),
+    ];
+    for (const form of forms) {
+      const out = redact(`before ${form} after`, key);
+      expect(out).toBe('before [redacted] after');
+    }
+  });
+  it('leaves a run of fewer than 8 characters, and text without the key, as it is', () => {
+    expect(redact(`a ${key.slice(0, 7)} b`, key)).toBe(`a ${key.slice(0, 7)} b`);
+    expect(redact('nothing \\u0041 here %41', key)).toBe('nothing \\u0041 here %41');
+    expect(redact('x', null)).toBe('x');
+  });
+  it('a key shorter than 8 characters is taken out whole', () => {
+    expect(redact('k=abc12 and abc1', 'abc12')).toBe('k=[redacted] and abc1');
   });
 });

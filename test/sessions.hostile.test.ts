@@ -2,7 +2,7 @@
 // and mallory), a real SQLite file, the real scripted model server over HTTP, no mocks. Tests of
 // weaknesses it found are fixed; their tests say what they were;
 // the attacks that are refused are plain `it`.
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -173,6 +173,43 @@ describe('another client’s session', () => {
     const ms = openSession(engine, 'mallory');
     expect(fails(engine, SEND, { s: ms, m: 'x'.repeat(129), t: 'hi' }, 'mallory').code).toBe('BAD_REQUEST');
     expect((engine.db.prepare('SELECT count(*) AS n FROM sessions WHERE principal = ?').get('mallory') as { n: number }).n).toBe(1);
+  });
+});
+
+describe('two desks with the bank’s operator policies', () => {
+  // Was a finding (H10, low): session(sessionId) and closeSession checked the policy only, and the
+  // bank's operator policies allow SELECT * and UPDATE actions.Session: two desks read and closed
+  // each other's sessions. The owner is checked on every session read and write, in one place.
+  let f: Fixture;
+  let s: string;
+  beforeAll(async () => {
+    f = await fixture();
+    const clients = JSON.parse(readFileSync(join(import.meta.dirname, '..', 'examples', 'bank', 'clients.json'), 'utf8')) as Array<{ principal: string; policies: unknown[] }>;
+    const operator = clients.find((c) => c.principal === 'operator')!;
+    for (const p of ['desk_a', 'desk_b']) {
+      ok(f.engine, `mutation($p: String!, $pol: [PolicyInput!]!) { auth { createClient(input: {principal: $p, name: $p, policies: $pol}) { apiKey } } }`, { p, pol: operator.policies });
+    }
+    s = openSession(f.engine, 'desk_a', 'payer', { account: 'customer-4411' });
+    await settle(f.engine, send(f.engine, 'desk_a', s, 'customer 4411 asks about her overdraft'));
+  });
+  afterAll(async () => close(f));
+
+  it('desk_b can neither read, list, send to nor close desk_a’s session: NOT_FOUND, as an id nobody used', () => {
+    const { engine } = f;
+    const fresh = sid(++seq);
+    for (const [query, variables] of [[SESSION, {}], [CLOSE, {}], [SEND, { m: 'x', t: 'pay 999' }]] as const) {
+      const theirs = fails(engine, query, { s, ...variables }, 'desk_b');
+      const nobodys = fails(engine, query, { s: fresh, ...variables }, 'desk_b');
+      expect(theirs.code, query).toBe('NOT_FOUND');
+      expect(theirs.message.replace(s, '<id>'), query).toBe(nobodys.message.replace(fresh, '<id>'));
+    }
+    const listed = ok(engine, `{ actions { sessions(first: 100) { nodes { sessionId } } } }`, {}, 'desk_b').actions.sessions.nodes;
+    expect(listed).toEqual([]);
+    const own = ok(engine, SESSION, { s }, 'desk_a').actions.session;
+    expect(own.status).toBe('OPEN');
+    expect(own.messages.map((m: any) => m.text)).toEqual(['customer 4411 asks about her overdraft', 'heard: customer 4411 asks about her overdraft']);
+    expect(ok(engine, `{ actions { sessions(first: 100) { nodes { sessionId } } } }`, {}, 'desk_a').actions.sessions.nodes).toEqual([{ sessionId: s }]);
+    expect(ok(engine, CLOSE, { s }, 'desk_a').actions.closeSession.status).toBe('CLOSED');
   });
 });
 

@@ -112,11 +112,16 @@ export interface ActionInput {
   draft?: boolean | null;
 }
 
-/** Names of the native tools every tenant has; no action may take them. */
+/** Names of the native tools every tenant has (a program's graphql() and cel()). */
 export const NATIVE_TOOLS = ['graphql', 'cel'] as const;
+/** The agent runner's built-in tool that loads a declared skill's body (offered under this name in src/agents/runner.ts). */
+export const LOAD_SKILL_TOOL = 'load_skill';
+/**
+ * Tool names the engine keeps for its own tools: no action's name, tool.name or alias may be one
+ * (an action called load_skill would stand in for an agent's skill loader).
+ */
+export const RESERVED_TOOL_NAMES: readonly string[] = [...NATIVE_TOOLS, LOAD_SKILL_TOOL];
 const NAME_PATTERN = /^[a-z][a-z0-9_]{0,63}$/;
-/** Names no alias may take besides the native tools: the agent runner's own tool. */
-const RESERVED_NAMES = [...NATIVE_TOOLS, 'load_skill'] as const;
 export const TOOL_TITLE_MAX = 200;
 export const TOOL_ALIASES_MAX = 8;
 /** The longest execution.cacheTtlMs: one hour. */
@@ -241,6 +246,8 @@ function buildDocument(deps: ActionDeps, base: { actionId: string; name: string;
   if (!NAME_PATTERN.test(tool.name)) {
     throw new EngineError('BAD_REQUEST', `tool.name ${quote(tool.name)} is not a tool name`, { hint: 'Use lower_snake_case: a letter, then letters, digits and _.' });
   }
+  checkNotReserved(base.name, 'action name');
+  checkNotReserved(tool.name, 'tool.name');
   deps.schemas.compile(tool.inputSchema, 'tool.inputSchema');
   if (tool.outputSchema !== null) deps.schemas.compile(tool.outputSchema, 'tool.outputSchema');
 
@@ -388,9 +395,20 @@ function checkReference(deps: ActionDeps, ref: { name: string; version?: number 
   return { name: ref.name, version: ref.version ?? null, input, ...(approval ? { approval } : {}) };
 }
 
+/** Refuse a reserved tool name (graphql, cel, load_skill) as `what`: the one check for names, tool names and aliases. */
+function checkNotReserved(name: string, what: string): void {
+  if (!RESERVED_TOOL_NAMES.includes(name)) return;
+  throw new EngineError('ALREADY_EXISTS', `${what} ${quote(name)} is a reserved tool name: ${RESERVED_TOOL_NAMES.join(', ').replace(/, ([^,]*)$/, ' and $1')} are the engine's own tools`, {
+    hint: `Rename it (e.g. my_${name}); a graphql-kind action narrows the native graphql tool under a name of its own.`,
+    details: { name, reserved: [...RESERVED_TOOL_NAMES] },
+  });
+}
+
+const TAKEN_HINT = "Choose another name: an action's name, and every alias any of its versions has (DRAFT, ACTIVE or LOCKED: each can be activated), are its own for the action's whole life.";
+
 /**
- * A tool's aliases: each a tool name, not a native tool or load_skill, not the action's own name,
- * listed once, at most TOOL_ALIASES_MAX, and no other action's name or alias (its latest version).
+ * A tool's aliases: each a tool name, not a reserved one, not the action's own name, listed once,
+ * at most TOOL_ALIASES_MAX, and no other action's name or alias (in any of its versions: see aliasOwner).
  */
 function checkAliases(deps: ActionDeps, base: { actionId: string; name: string }, aliases: unknown): string[] {
   if (!Array.isArray(aliases)) throw new EngineError('BAD_REQUEST', `tool.aliases must be a list of tool names, got ${quote(aliases)}`);
@@ -402,19 +420,17 @@ function checkAliases(deps: ActionDeps, base: { actionId: string; name: string }
     if (typeof alias !== 'string' || !NAME_PATTERN.test(alias)) {
       throw new EngineError('BAD_REQUEST', `tool.aliases: ${quote(alias)} is not a tool name`, { hint: 'Use lower_snake_case: a letter, then letters, digits and _ (at most 64).' });
     }
-    if ((RESERVED_NAMES as readonly string[]).includes(alias)) {
-      throw new EngineError('BAD_REQUEST', `tool.aliases: ${quote(alias)} is a native tool's name`, { hint: 'Choose another alias: graphql, cel and load_skill always name the native tools.' });
-    }
+    checkNotReserved(alias, 'tool.aliases:');
     if (alias === base.name) throw new EngineError('BAD_REQUEST', `tool.aliases: ${quote(alias)} is the action's own name`, { hint: 'Leave it out: the tool answers to its name already.' });
     if (seen.has(alias)) throw new EngineError('BAD_REQUEST', `tool.aliases: ${quote(alias)} is listed twice`);
     seen.add(alias);
     const named = deps.st.actionByName.get(alias);
     if (named && named.action_id !== base.actionId) {
-      throw new EngineError('ALREADY_EXISTS', `tool.aliases: ${quote(alias)} of ${base.name} is the name of another action (${named.name})`, { hint: 'Choose another alias: names and aliases are unique across all actions.' });
+      throw new EngineError('ALREADY_EXISTS', `tool.aliases: ${quote(alias)} of ${base.name} is the name of another action (${named.name})`, { hint: TAKEN_HINT });
     }
-    const owner = findByAlias(deps, alias);
+    const owner = aliasOwner(deps, alias);
     if (owner && owner.action_id !== base.actionId) {
-      throw new EngineError('ALREADY_EXISTS', `tool.aliases: ${quote(alias)} of ${base.name} is already an alias of ${owner.name}`, { hint: 'Choose another alias: names and aliases are unique across all actions.' });
+      throw new EngineError('ALREADY_EXISTS', `tool.aliases: ${quote(alias)} of ${base.name} is already an alias of ${owner.name}`, { hint: TAKEN_HINT });
     }
   }
   return [...seen];
@@ -423,33 +439,74 @@ function checkAliases(deps: ActionDeps, base: { actionId: string; name: string }
 /** The key of the alias index in the versions RecordCache (no version key contains '#'). */
 const ALIAS_INDEX_KEY = '#aliases';
 
-/**
- * The action that answers to `name` as an alias (in its latest version), or undefined. The index of
- * every alias is built by one scan of the actions (each latest version, its parsed document reused)
- * and cached in `deps.versions`: dropped with it when the record-cache epoch moves (any write to
- * action_versions, a rollback, another connection's commit), and rebuilt on each call outside a
- * transaction the TransactionManager runs (no cache is used there).
- */
-export function findByAlias(deps: ActionDeps, name: string): ActionRow | undefined {
-  const index = deps.versions.get(ALIAS_INDEX_KEY, () => aliasIndex(deps) as unknown as ActionVersion) as unknown as Map<string, ActionRow>;
-  return index.get(name);
+/** The action an alias is reserved for, and whether one of its ACTIVE versions answers to it. */
+interface AliasEntry {
+  action: ActionRow;
+  runnable: boolean;
 }
 
-function aliasIndex(deps: ActionDeps): Map<string, ActionRow> {
-  const index = new Map<string, ActionRow>();
+/**
+ * The action that answers to `name` as an alias: the action whose versions have it, while one of
+ * its ACTIVE versions does (an alias only a DRAFT or LOCKED version has names no tool until that
+ * version is activated). Which version runs is the caller's to say, as by name.
+ */
+export function findByAlias(deps: ActionDeps, name: string): ActionRow | undefined {
+  const entry = aliasIndex(deps).get(name);
+  return entry?.runnable ? entry.action : undefined;
+}
+
+/**
+ * The action an alias belongs to: the one any of whose versions (DRAFT, ACTIVE or LOCKED: each can
+ * be activated, and versions are never deleted) has it. It is that action's for its whole life, so
+ * no other action may take it as a name or an alias, and a policy on the action's name holds
+ * whichever of its aliases a caller uses.
+ */
+export function aliasOwner(deps: ActionDeps, name: string): ActionRow | undefined {
+  return aliasIndex(deps).get(name)?.action;
+}
+
+/**
+ * Every alias of every version, built by one scan of the actions and their versions and cached in
+ * `deps.versions`: dropped with it when the record-cache epoch moves (any write to action_versions,
+ * a status change, a rollback, another connection's commit), and rebuilt on each call outside a
+ * transaction the TransactionManager runs (no cache is used there). An alias two actions have
+ * (written before aliases were reserved for life) is the older action's.
+ */
+function aliasIndex(deps: ActionDeps): Map<string, AliasEntry> {
+  return deps.versions.get(ALIAS_INDEX_KEY, () => buildAliasIndex(deps) as unknown as ActionVersion) as unknown as Map<string, AliasEntry>;
+}
+
+function buildAliasIndex(deps: ActionDeps): Map<string, AliasEntry> {
+  const index = new Map<string, AliasEntry>();
   let rowid = 0;
   const batch = 256;
   for (;;) {
     const rows = deps.st.actionsPage.all(rowid, batch);
     for (const row of rows) {
       rowid = row.rowid;
-      const stored = deps.st.version.get(row.action_id, row.latest_version);
-      if (!stored) continue;
       const { rowid: _, ...action } = row;
-      for (const alias of versionOfRow(deps, stored).tool.aliases ?? []) if (!index.has(alias)) index.set(alias, action);
+      for (const stored of deps.st.versions.all(row.action_id)) {
+        for (const alias of aliasesOf(deps, stored)) {
+          const entry = index.get(alias);
+          if (!entry) index.set(alias, { action, runnable: stored.status === 'ACTIVE' });
+          else if (entry.action.action_id === action.action_id && stored.status === 'ACTIVE') entry.runnable = true;
+        }
+      }
     }
     if (rows.length < batch) return index;
   }
+}
+
+/**
+ * A stored version's aliases, read without filling the document cache (the scan reads every
+ * version; the cache is for the versions calls use): its parsed document when cached, else the
+ * stored text parsed, when it mentions aliases at all.
+ */
+function aliasesOf(deps: ActionDeps, row: ActionVersionRow): readonly string[] {
+  const cached = deps.documents.get(versionKey(row.action_id, row.version));
+  if (cached?.text === row.document) return cached.document.tool.aliases ?? [];
+  if (!row.document.includes('"aliases"')) return [];
+  return (JSON.parse(row.document) as ActionVersionDocument).tool.aliases ?? [];
 }
 
 /**
@@ -521,12 +578,10 @@ export function createAction(deps: ActionDeps, actionId: string, input: ActionIn
   if (typeof name !== 'string' || !NAME_PATTERN.test(name)) {
     throw new EngineError('BAD_REQUEST', `action name ${quote(name)} is not a tool name`, { hint: 'Use lower_snake_case: a letter, then letters, digits and _ (at most 64).' });
   }
-  if ((NATIVE_TOOLS as readonly string[]).includes(name)) {
-    throw new EngineError('ALREADY_EXISTS', `${quote(name)} is a native tool`, { hint: 'Choose another name; a graphql-kind action can narrow the native graphql tool under its own name.' });
-  }
-  if (deps.st.actionByName.get(name)) throw new EngineError('ALREADY_EXISTS', `an action named ${quote(name)} already exists`);
-  const aliasOf = findByAlias(deps, name);
-  if (aliasOf) throw new EngineError('ALREADY_EXISTS', `${quote(name)} is an alias of ${aliasOf.name}`, { hint: 'Choose another name: names and aliases are unique across all actions.' });
+  checkNotReserved(name, 'action name');
+  if (deps.st.actionByName.get(name)) throw new EngineError('ALREADY_EXISTS', `an action named ${quote(name)} already exists`, { hint: 'Use updateAction to make its next version, or choose another name.' });
+  const aliasOf = aliasOwner(deps, name);
+  if (aliasOf) throw new EngineError('ALREADY_EXISTS', `${quote(name)} is an alias of ${aliasOf.name}`, { hint: TAKEN_HINT });
   const now = deps.clock.now().toISOString();
   const document = buildDocument(deps, { actionId, name, version: 1, created: now }, input, null);
   deps.st.insertAction.run({ action_id: actionId, name, latest_version: 1, created: now, modified: now });
@@ -597,23 +652,29 @@ export function findAction(deps: ActionDeps, ref: { id?: string | null; name?: s
   if (ref.id) row = deps.st.actionById.get(ref.id);
   else if (ref.name) row = deps.st.actionByName.get(ref.name) ?? findByAlias(deps, ref.name);
   else throw new EngineError('BAD_REQUEST', 'an action needs an id or a name');
-  if (!row) {
-    throw new EngineError('NOT_FOUND', `action ${quote(ref.id ?? ref.name)} does not exist`, { hint: 'Create it with createAction, or check the id or name.' });
-  }
+  if (!row) throw noSuchAction(ref.id ?? ref.name);
   checkName(deps, row, ref);
   return row;
 }
 
-/** The action name `name` stands for: itself, or the action it is an alias of (unknown names as they are). */
+/**
+ * The NOT_FOUND of an action id or name that names none; also the answer for a tool a caller may
+ * not call (actions.tool), so the two cannot be told apart.
+ */
+export function noSuchAction(ref: string | null | undefined): EngineError {
+  return new EngineError('NOT_FOUND', `action ${quote(ref)} does not exist`, { hint: 'Create it with createAction, or check the id or name.' });
+}
+
+/** The action name `name` stands for: itself, or the action it is an alias of (whether or not a version that answers to it is ACTIVE; unknown names as they are). */
 export function canonicalName(deps: ActionDeps, name: string): string {
   if (deps.st.actionByName.get(name)) return name;
-  return findByAlias(deps, name)?.name ?? name;
+  return aliasOwner(deps, name)?.name ?? name;
 }
 
 /** Given both an id and a name, they must name the same action (the name may be one of its aliases). */
 function checkName(deps: ActionDeps, action: { name: string }, ref: { id?: string | null; name?: string | null }): void {
   const name = action.name;
-  if (ref.id && ref.name != null && ref.name !== name && findByAlias(deps, ref.name)?.name !== name) {
+  if (ref.id && ref.name != null && ref.name !== name && aliasOwner(deps, ref.name)?.name !== name) {
     throw new EngineError('BAD_REQUEST', `action ${ref.id} is named ${quote(name)}, not ${quote(ref.name)}`, { hint: 'Pass the id or the name, or both of the same action.' });
   }
 }

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { type ActionVersion, DEFAULT_EXECUTION, getVersion, NATIVE_TOOLS, runsOutsideTransactions, type ToolReference } from '../actions/actions.js';
+import { type ActionVersion, DEFAULT_EXECUTION, getVersion, LOAD_SKILL_TOOL, NATIVE_TOOLS, runsOutsideTransactions, type ToolReference } from '../actions/actions.js';
 import { EngineError, type ErrorData } from '../errors.js';
 import { derivedId } from '../ids.js';
 import type { ModelMessage, ModelResponse, ModelToolCall, ModelToolResult, ModelToolSpec } from '../models/types.js';
@@ -588,7 +588,7 @@ function offeredSkills(ctx: RunContext, agent: ActionVersion, runId: string): Of
   };
 }
 
-const LOAD_SKILL = 'load_skill';
+const LOAD_SKILL = LOAD_SKILL_TOOL;
 
 const NATIVE_SPECS = {
   graphql: {

@@ -36,12 +36,6 @@ export function sessionStatus(svc: ExecutionServices, row: SessionRow): SessionS
   return Date.parse(row.last_active) + svc.limits.sessionIdleMs <= svc.clock.now().getTime() ? 'EXPIRED' : 'OPEN';
 }
 
-export function getSession(svc: ExecutionServices, sessionId: string): SessionRow {
-  const row = svc.sessions.sessionById.get(sessionId);
-  if (!row) throw new EngineError('NOT_FOUND', `session ${sessionId} does not exist`, { hint: 'Open one with createSession.' });
-  return row;
-}
-
 /** What a policy sees of a session (context.document). */
 export function sessionDocument(svc: ExecutionServices, row: SessionRow) {
   return { sessionId: row.session_id, agent: row.action_name, agentVersion: row.action_version, input: JSON.parse(row.input) as unknown, principal: row.principal, status: sessionStatus(svc, row) };
@@ -79,10 +73,32 @@ export function createSession(svc: ExecutionServices, caller: Caller, frame: Cal
   return svc.sessions.sessionById.get(request.sessionId)!;
 }
 
-/** The session as the caller may use it: its own, OPEN. Another client's session is NOT_FOUND (an id is not a capability). */
-function ownOpenSession(svc: ExecutionServices, caller: Caller, sessionId: string): SessionRow {
+/** The one answer for a session a caller may not use, the same as for an id nobody used. */
+function noSuchSession(sessionId: string): EngineError {
+  return new EngineError('NOT_FOUND', `session ${sessionId} does not exist`, { hint: 'Open one with createSession; a session is seen and used only by the client that opened it.' });
+}
+
+/**
+ * Whether `principal` may use the session: it is its own, and its policies allow the request
+ * (`allows`, over the session's policy document; left out, for a turn, whose INSERT on
+ * actions.Execution is checked instead). The one rule of every session read and write
+ * (session, sessions, sendMessage, closeSession): another client's session is never usable,
+ * whatever its policies allow, since a session id is not a capability.
+ */
+export function usable(svc: ExecutionServices, row: SessionRow, principal: string, allows?: (document: ReturnType<typeof sessionDocument>) => boolean): boolean {
+  return row.principal === principal && (allows === undefined || allows(sessionDocument(svc, row)));
+}
+
+/** The session `sessionId` when `principal` may use it (see usable); otherwise NOT_FOUND, as an id nobody used. */
+export function usableSession(svc: ExecutionServices, principal: string, sessionId: string, allows?: (document: ReturnType<typeof sessionDocument>) => boolean): SessionRow {
   const row = svc.sessions.sessionById.get(sessionId);
-  if (!row || row.principal !== caller.principal) throw new EngineError('NOT_FOUND', `session ${sessionId} does not exist`, { hint: 'Open one with createSession; only its client sends messages to it.' });
+  if (!row || !usable(svc, row, principal, allows)) throw noSuchSession(sessionId);
+  return row;
+}
+
+/** The session as the caller may send to it: usable, and OPEN. */
+function ownOpenSession(svc: ExecutionServices, caller: Caller, sessionId: string): SessionRow {
+  const row = usableSession(svc, caller.principal, sessionId);
   const status = sessionStatus(svc, row);
   if (status !== 'OPEN') {
     throw new EngineError('BAD_REQUEST', `session ${sessionId} is ${status}${status === 'EXPIRED' ? ` (unused for sessionIdleMs, ${svc.limits.sessionIdleMs} ms)` : ''}; it takes no more messages`, {

@@ -99,7 +99,6 @@ export function missingKeyError(config: ProviderConfig, model: string, variable:
   });
 }
 
-/** Replace every occurrence of the key (and its JSON-escaped form) with `[redacted]`. */
 /**
  * A successful answer with the key taken out of everything a record keeps (its text, tool names
  * and arguments): a provider, or a proxy before it, that echoes its request headers cannot put the
@@ -115,12 +114,122 @@ export function redactResponse<T extends { text: string | null; toolCalls: Array
   };
 }
 
+/** The shortest run of the key's characters that is taken out (the whole key when it is shorter). */
+export const KEY_RUN_MIN = 8;
+
+/**
+ * The text with the key taken out: every run of KEY_RUN_MIN or more consecutive characters of the
+ * key (the whole key when it is shorter) is replaced with `[redacted]`, whether it is written
+ * plainly or escaped: JSON (`\"`, `\\`, `\/`, at any depth of nesting), `\uXXXX`, or percent-encoded
+ * (`%XX`), or any mix of these. This is the one redaction every path that records a provider's text
+ * goes through (errors, answers, tool calls), and it runs on the raw text, before anything is cut.
+ */
 export function redact(text: string, key: string | null): string {
-  if (key === null || key === '') return text;
-  let out = text.split(key).join('[redacted]');
-  const escaped = JSON.stringify(key).slice(1, -1);
-  if (escaped !== key) out = out.split(escaped).join('[redacted]');
-  return out;
+  if (key === null || key === '' || text === '') return text;
+  const run = Math.min(KEY_RUN_MIN, key.length);
+  const runs = new Set<string>();
+  for (let i = 0; i + run <= key.length; i++) runs.add(key.slice(i, i + run));
+  const inKey = new Set(key);
+  // The text as the characters it stands for: plain[k] is read from text[starts[k], starts[k + 1]).
+  // Text without escapes is read as it is.
+  const escaped = text.includes('\\') || text.includes('%');
+  let plain = text;
+  let starts: Int32Array | null = null;
+  if (escaped) {
+    // Decoding never lengthens the text (an escape is wider than what it stands for).
+    const at = new Int32Array(text.length + 1);
+    let n = 0;
+    let read = '';
+    let copied = 0;
+    for (let p = 0; p < text.length; ) {
+      const c = text.charCodeAt(p);
+      if (c !== 0x5c && c !== 0x25) {
+        at[n++] = p;
+        p += 1;
+        continue;
+      }
+      const [decoded, width] = decodedAt(text, p);
+      read += text.slice(copied, p) + decoded;
+      // An escape that stands for two UTF-16 units (a percent-encoded emoji) is read as both; the
+      // second is given no characters of its own, so the escape goes wherever its first unit goes.
+      for (let u = 0; u < decoded.length; u++) at[n++] = u === 0 ? p : p + width;
+      p += width;
+      copied = p;
+    }
+    at[n] = text.length;
+    plain = read + text.slice(copied);
+    starts = at;
+  }
+  // Mark every character inside a window of `run` characters that is a run of the key. A window
+  // whose last character is not in the key cannot be one, nor can the run - 1 windows after it.
+  const covered = new Uint8Array(plain.length);
+  let any = false;
+  for (let k = 0; k + run <= plain.length; ) {
+    if (!inKey.has(plain[k + run - 1]!)) {
+      k += run;
+      continue;
+    }
+    if (runs.has(plain.slice(k, k + run))) {
+      covered.fill(1, k, k + run);
+      any = true;
+    }
+    k += 1;
+  }
+  if (!any) return text;
+  const from = (k: number): number => (starts === null ? k : starts[k]!);
+  let out = '';
+  let copied = 0;
+  for (let k = 0; k < plain.length; ) {
+    if (covered[k] === 0) {
+      k += 1;
+      continue;
+    }
+    out += text.slice(copied, from(k));
+    while (k < plain.length && covered[k] === 1) k += 1;
+    out += '[redacted]';
+    copied = from(k);
+  }
+  return out + text.slice(copied);
+}
+
+const HEX4 = /^[0-9a-fA-F]{4}$/;
+const HEX2 = /^[0-9a-fA-F]{2}$/;
+
+/** A percent-encoded UTF-8 character at text[p] (`%41`, `%C3%BC`) and its width, else the `%` itself. */
+function percentAt(text: string, p: number): [string, number] {
+  const byte = (i: number): number => {
+    const hex = text.slice(p + 3 * i + 1, p + 3 * i + 3);
+    return text[p + 3 * i] === '%' && HEX2.test(hex) ? parseInt(hex, 16) : -1;
+  };
+  const lead = byte(0);
+  const length = lead < 0 ? 0 : lead < 0x80 ? 1 : lead >= 0xc2 && lead < 0xe0 ? 2 : lead >= 0xe0 && lead < 0xf0 ? 3 : lead >= 0xf0 && lead < 0xf5 ? 4 : 0;
+  if (length === 0) return ['%', 1];
+  const bytes = [lead];
+  for (let i = 1; i < length; i++) {
+    const next = byte(i);
+    if (next < 0x80 || next > 0xbf) return ['%', 1];
+    bytes.push(next);
+  }
+  const decoded = UTF8.decode(Uint8Array.from(bytes));
+  return decoded.includes('\ufffd') ? ['%', 1] : [decoded, 3 * length];
+}
+
+const UTF8 = new TextDecoder('utf-8', { fatal: false });
+const JSON_ESCAPES: Record<string, string> = { '"': '"', '/': '/', b: '\b', f: '\f', n: '\n', r: '\r', t: '\t' };
+
+/** The character an escape at text[p] stands for and how many characters it takes, else text[p] itself. */
+function decodedAt(text: string, p: number): [string, number] {
+  const c = text[p]!;
+  if (c === '%') return percentAt(text, p);
+  if (c !== '\\') return [c, 1];
+  // A run of backslashes (one per level of JSON nesting), then what it escapes.
+  let q = p;
+  while (text[q] === '\\') q += 1;
+  const next = text[q];
+  if (next === 'u' && HEX4.test(text.slice(q + 1, q + 5))) return [String.fromCharCode(parseInt(text.slice(q + 1, q + 5), 16)), q + 5 - p];
+  if (next !== undefined && next in JSON_ESCAPES) return [JSON_ESCAPES[next]!, q + 1 - p];
+  // Backslashes that escape nothing above stand for one backslash.
+  return ['\\', q - p];
 }
 
 function redactValue(value: unknown, key: string | null): unknown {
@@ -162,8 +271,13 @@ export interface CallContext {
 
 const DETAIL_MAX = 300;
 
-function cut(text: string, max = DETAIL_MAX): string {
-  const flat = text.replace(/\s+/g, ' ').trim();
+/**
+ * A provider's words as an error keeps them: the key taken out of the raw text first, then the
+ * whitespace collapsed and the text cut to DETAIL_MAX characters (a cut never splits a key the
+ * redaction has yet to find).
+ */
+function cut(text: string, key: string | null, max = DETAIL_MAX): string {
+  const flat = redact(text, key).replace(/\s+/g, ' ').trim();
   return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
 }
 
@@ -216,13 +330,13 @@ export function mapCallError(error: unknown, ctx: CallContext, classes: SdkError
   } else if (error instanceof classes.APIConnectionError) {
     const cause = (error as Error & { cause?: unknown }).cause;
     const why = cause instanceof Error ? `${error.message} (${cause.message})` : error.message;
-    out = new EngineError('MODEL_UNAVAILABLE', `${who} could not be reached (${tries(attempts)}): ${cut(why)}`, {
+    out = new EngineError('MODEL_UNAVAILABLE', `${who} could not be reached (${tries(attempts)}): ${cut(why, key)}`, {
       details: { provider: config.name, model, attempts },
     });
   } else if (error instanceof classes.APIError && typeof error.status === 'number') {
     const status = error.status;
     const retryable = status === 408 || status === 409 || status === 429 || status >= 500;
-    const message = cut(providerMessage(error));
+    const message = cut(providerMessage(error), key);
     out = new EngineError(
       retryable ? 'MODEL_UNAVAILABLE' : 'MODEL_ERROR',
       `${who} answered HTTP ${status} (${tries(attempts)}): ${message}`,
@@ -237,7 +351,7 @@ export function mapCallError(error: unknown, ctx: CallContext, classes: SdkError
     );
   } else {
     const message = error instanceof Error ? error.message : String(error);
-    out = new EngineError('MODEL_ERROR', `${who} answered outside its wire format: ${cut(message)}`, {
+    out = new EngineError('MODEL_ERROR', `${who} answered outside its wire format: ${cut(message, key)}`, {
       details: { provider: config.name, model, attempts },
     });
   }
@@ -247,7 +361,7 @@ export function mapCallError(error: unknown, ctx: CallContext, classes: SdkError
 /** A MODEL_ERROR for an answer that parsed as JSON but is not the provider's response shape. */
 export function wireFormatError(ctx: CallContext, what: string): EngineError {
   return redactError(
-    new EngineError('MODEL_ERROR', `provider ${ctx.config.name} (model ${ctx.model}) answered outside its wire format: ${cut(what)}`, {
+    new EngineError('MODEL_ERROR', `provider ${ctx.config.name} (model ${ctx.model}) answered outside its wire format: ${cut(what, ctx.key)}`, {
       details: { provider: ctx.config.name, model: ctx.model, attempts: ctx.state.attempts },
     }),
     ctx.key,

@@ -53,15 +53,16 @@ function guardExecution(ctx: RequestContext, id: string | null | undefined, name
 }
 
 /**
- * A session the stack may read (or update): one it may not is NOT_FOUND, as one that does not
- * exist, so a session id tells another client nothing.
+ * A session the caller may read (or update): its own, and one the stack's policies allow
+ * (sessions.usable decides). Any other is NOT_FOUND, as one that does not exist, so a session id
+ * tells another client nothing.
  */
 function visibleSession(ctx: RequestContext, sessionId: string, action: 'SELECT' | 'UPDATE'): SessionRow {
-  const row = ctx.services.sessions.sessionById.get(sessionId);
-  if (!row || !ctx.authority.allows({ action, resource: AS, document: sessions.sessionDocument(ctx.services, row) })) {
-    throw new EngineError('NOT_FOUND', `session ${sessionId} does not exist`, { hint: 'Open one with createSession.' });
-  }
-  return row;
+  return sessions.usableSession(ctx.services, ctx.principal, sessionId, sessionPolicy(ctx, action));
+}
+
+function sessionPolicy(ctx: RequestContext, action: 'SELECT' | 'UPDATE') {
+  return (document: ReturnType<typeof sessions.sessionDocument>) => ctx.authority.allows({ action, resource: AS, document });
 }
 
 /**
@@ -112,11 +113,34 @@ function toolNode(ctx: RequestContext, version: ActionVersion, access: ToolAcces
 }
 
 /**
- * The tools a caller may call: each action's latest ACTIVE version, kept when invoking it is allowed
- * (the check invokeAction makes, with no input yet) and the caller could make at least one of its
- * writes. No SELECT on actions.Action is needed: a caller that may invoke a tool may see what calling
- * it needs (its schema and access), as a Tool. The actions are read until the page is full, and the
- * cursors are those of the tools listed (their actionId), so a caller shown none learns no count.
+ * Whether the caller may invoke a version as a tool: the check invokeAction makes (with no input
+ * yet). The one rule of the listing (tools) and the lookup (tool(name)), so of MCP's tools/list and
+ * tools/call too. No SELECT on actions.Action is needed: a caller that may invoke a tool may see
+ * what calling it needs (its schema and access), as a Tool.
+ */
+function mayInvoke(ctx: RequestContext, version: ActionVersion): boolean {
+  return ctx.authority.allows({ action: 'INSERT', resource: AE, document: { action: version.name, version: version.version, input: null } });
+}
+
+/**
+ * The tool `name` (an action name or an alias) at its latest ACTIVE version, when the caller may
+ * invoke it. A tool it may not invoke, or one with no ACTIVE version, is NOT_FOUND with the same
+ * message as a name nobody used: a lookup tells no more than the listing shows. (A tool the caller
+ * may invoke but none of whose writes it could make is left out of the listing, yet found by name:
+ * calling it is refused inside the call, where it writes.)
+ */
+function toolByName(ctx: RequestContext, name: string): ToolNode {
+  const deps = ctx.services.actions;
+  const version = actions.latestActiveVersion(deps, actions.findAction(deps, { name }).action_id);
+  if (!version || !mayInvoke(ctx, version)) throw actions.noSuchAction(name);
+  return toolNode(ctx, version, toolAccess(deps, version, ctx.caller.client?.policies ?? null, memoOf(ctx)));
+}
+
+/**
+ * The tools a caller may call: each action's latest ACTIVE version, kept when it may invoke it
+ * (mayInvoke) and could make at least one of its writes. The actions are read until the page is
+ * full, and the cursors are those of the tools listed (their actionId), so a caller shown none
+ * learns no count.
  */
 function listTools(ctx: RequestContext, first: number, after: string | null | undefined) {
   const deps = ctx.services.actions;
@@ -138,8 +162,7 @@ function listTools(ctx: RequestContext, first: number, after: string | null | un
     for (const row of rows) {
       rowid = row.rowid;
       const version = actions.latestActiveVersion(deps, row.action_id);
-      if (!version) continue;
-      if (!ctx.authority.allows({ action: 'INSERT', resource: AE, document: { action: version.name, version: version.version, input: null } })) continue;
+      if (!version || !mayInvoke(ctx, version)) continue;
       const access = toolAccess(deps, version, policies, memo);
       if (access.hidden) continue;
       found.push(toolNode(ctx, version, access));
@@ -213,12 +236,7 @@ export const actionResolvers = {
     },
     executions: (_: unknown, args: Args, ctx: RequestContext) => visible(ctx, AE, listExecutions(ctx, args)),
     tools: (_: unknown, { first, after }: Args, ctx: RequestContext) => listTools(ctx, first, after),
-    tool: (_: unknown, { name }: Args, ctx: RequestContext) => {
-      const version = actions.latestActiveVersion(ctx.services.actions, actions.findAction(ctx.services.actions, { name }).action_id);
-      if (!version) throw new EngineError('NOT_FOUND', `${name} has no ACTIVE version`, { hint: 'Activate a version with activateAction.' });
-      guard(ctx, 'INSERT', AE, { action: version.name, version: version.version, input: null });
-      return toolNode(ctx, version, toolAccess(ctx.services.actions, version, ctx.caller.client?.policies ?? null, memoOf(ctx)));
-    },
+    tool: (_: unknown, { name }: Args, ctx: RequestContext) => toolByName(ctx, name),
     nativeTools: (_: unknown, __: Args, ctx: RequestContext) =>
       actions.NATIVE_TOOLS.filter((name) => ctx.authority.allows({ action: 'INSERT', resource: AE, document: { action: name, version: null, input: null } })).map((name) => ({
         name,
@@ -232,7 +250,7 @@ export const actionResolvers = {
       const page = toConnection(rows, req, (r) => r.rowid, (r) => r);
       const keep = (r: (typeof rows)[number]) =>
         (where?.status == null || sessions.sessionStatus(ctx.services, r) === where.status) && (where?.agent == null || r.action_name === where.agent) &&
-        ctx.authority.allows({ action: 'SELECT', resource: AS, document: sessions.sessionDocument(ctx.services, r) });
+        sessions.usable(ctx.services, r, ctx.principal, sessionPolicy(ctx, 'SELECT'));
       const edges = page.edges.filter((e) => keep(e.node));
       return { ...page, edges, nodes: edges.map((e) => e.node) };
     },
@@ -309,11 +327,11 @@ export const actionResolvers = {
       return sessions.createSession(ctx.services, ctx.caller, ctx.frame, { sessionId, agent, input });
     },
     sendMessage: (_: unknown, { sessionId, messageId, text }: Args, ctx: RequestContext) => {
-      const row = ctx.services.sessions.sessionById.get(sessionId);
-      if (row && row.principal === ctx.principal) {
-        const version = sessions.sessionAgent(ctx.services, row);
-        guard(ctx, 'INSERT', AE, { action: version.name, version: version.version, input: sessions.turnInput(row, text) });
-      }
+      // A turn starts the agent: the stack must be allowed that, as for startAction (checked on the
+      // caller's own session only; any other is NOT_FOUND).
+      const row = sessions.usableSession(ctx.services, ctx.principal, sessionId);
+      const version = sessions.sessionAgent(ctx.services, row);
+      guard(ctx, 'INSERT', AE, { action: version.name, version: version.version, input: sessions.turnInput(row, text) });
       return sessions.sendMessage(ctx.services, ctx.caller, ctx.frame, { sessionId, messageId, text });
     },
     closeSession: (_: unknown, { sessionId }: Args, ctx: RequestContext) => sessions.closeSession(ctx.services, ctx.frame, visibleSession(ctx, sessionId, 'UPDATE')),
