@@ -25,6 +25,12 @@ export interface SandboxLimits {
    * the context is thrown away rather than reused.
    */
   retainedBytesMax: number;
+  /**
+   * Nesting levels made when the sandbox is made, each runtime with one idle context (~10 ms
+   * each): a chain of tools that deep costs its first caller what it costs the hundredth. Deeper
+   * levels, and levels thrown away after a call, are made on first use.
+   */
+  warmLevels?: number;
 }
 
 /** The engine's side of a call: every guest capability goes through here. */
@@ -107,8 +113,10 @@ export class Sandbox {
     private readonly module: QuickJSWASMModule,
     private readonly limits: SandboxLimits,
   ) {
-    const level = this.level(0);
-    level.idle.push(this.createContext(level));
+    for (let depth = 0; depth < Math.max(1, limits.warmLevels ?? 1); depth++) {
+      const level = this.level(depth);
+      level.idle.push(this.createContext(level));
+    }
   }
 
   /**

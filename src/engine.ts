@@ -265,6 +265,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       contextPoolMax: limits.contextPoolMax,
       programsPerContextMax: 256,
       retainedBytesMax: limits.sandboxRetainedBytesMax,
+      // Every level a chain of tools may reach (toolDepthMax below the first call), made now.
+      warmLevels: limits.toolDepthMax + 1,
     },
     logError,
   );
