@@ -631,16 +631,19 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     const toolWritesBefore = toolsChange.writes;
     const began = performance.now();
     startedInTransaction = false;
-    // A request that may run long (a tool, a backfill) never joins a group holding another client's
-    // requests: their replies would wait for it (a group answers after its COMMIT). It starts the next
-    // group instead; one client's requests may share a group with its own long ones.
+    // A request that may run long (a tool, a backfill) never shares a group with another client's
+    // requests: their replies would wait for it (a group answers after its COMMIT), and they would
+    // share its COMMIT's fate. It starts the next group instead, and another client's request after
+    // it starts the one after; one client's requests may share a group with its own long ones.
     const long = unitOf.map((i) => operationTraits(readies[i]!.prepared.document, readies[i]!.plan.operation).long);
     const who = unitOf.map((i) => requests[i]!.options?.apiKey ?? requests[i]!.options?.principal ?? SYSTEM_PRINCIPAL);
     let oneClient = true;
+    let anyLong = long[0] === true;
     const more = (ran: number): boolean => {
       if (ran >= limits.writeBatchMax || performance.now() - began >= limits.writeBatchWaitMs) return false;
       oneClient &&= who[ran] === who[ran - 1];
-      return !long[ran] || oneClient;
+      anyLong ||= long[ran] === true;
+      return oneClient || !anyLong;
     };
     const outcomes = transactions.runBatch(units, more);
     let kept = false;
