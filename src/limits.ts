@@ -162,13 +162,6 @@ export interface Limits {
   /** Of writeQueueBytesMax, the most one client's waiting bodies may hold. */
   writeQueuePerClientBytesMax: number;
   /**
-   * Calls `tally serve` holds for its writer thread besides group commits (queries that wait on an
-   * execution, MCP calls), running, waiting or queued behind a busy writer: past it BUSY (503).
-   */
-  writerCallsMax: number;
-  /** Of writerCallsMax, the most one client (by key or principal) may hold; past it BUSY (503). */
-  writerCallsPerClientMax: number;
-  /**
    * How long /readyz keeps trying the write lock while another process holds it (trying again
    * every few milliseconds, never blocking other requests); held longer, the database is reported
    * not ready.
@@ -388,8 +381,6 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   writeQueuePerClientMax: 256,
   writeQueueBytesMax: 32 * 1024 * 1024,
   writeQueuePerClientBytesMax: 8 * 1024 * 1024,
-  writerCallsMax: 1024,
-  writerCallsPerClientMax: 256,
   readinessWaitMs: 100,
   metricsLabelValuesMax: 100,
   walAutocheckpointPages: 10_000,
