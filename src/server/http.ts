@@ -1,4 +1,5 @@
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import { invalidKey } from '../auth/clients.js';
 import type { AsyncRequestOptions, Engine, OperationSummary, RequestOptions, WaitOptions } from '../engine.js';
 import { EngineError, quote } from '../errors.js';
@@ -92,8 +93,9 @@ interface Operability {
  */
 export function createServer(engine: Engine, options: ServerOptions = {}): Server {
   const limits = engine.limits;
-  // Node checks request timeouts on an interval (30 s by default); check often enough to honour ours.
-  const connectionsCheckingInterval = Math.max(50, Math.min(1000, Math.floor(limits.requestTimeoutMs / 4)));
+  // Node checks request and header timeouts on an interval (30 s by default); check often enough to honour ours.
+  const timeouts = [limits.requestTimeoutMs, limits.headersTimeoutMs].filter((ms) => ms > 0);
+  const connectionsCheckingInterval = Math.max(50, Math.min(1000, Math.floor(Math.min(...timeouts, 4000) / 4)));
   const asset = assetReader();
   const logger = options.logger ?? silentLogger;
   const logInternal = (error: unknown) =>
@@ -137,11 +139,92 @@ export function createServer(engine: Engine, options: ServerOptions = {}): Serve
   });
   operability.set(server, ops);
   server.requestTimeout = limits.requestTimeoutMs;
-  server.headersTimeout = Math.min(limits.requestTimeoutMs, 60_000);
+  server.headersTimeout = limits.requestTimeoutMs > 0 ? Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs) : limits.headersTimeoutMs;
+  server.keepAliveTimeout = limits.keepAliveTimeoutMs;
+  boundConnections(server, limits);
   server.once('close', () => void mcp.closeAll());
   return server;
 }
 
+/** One open connection, as boundConnections tracks it. */
+interface Connection {
+  socket: Socket;
+  address: string;
+  /** Requests in flight on it (read, running, or their responses being written). */
+  active: number;
+  /** Whether it has sent a request (one that never did is the first to be closed for room). */
+  served: boolean;
+  /** Closes it when its first request has not arrived within headersTimeoutMs. */
+  timer: NodeJS.Timeout | undefined;
+}
+
+/**
+ * Connections are the one thing a peer gets without a key, and each holds a file descriptor. So a
+ * connection must send its first request within headersTimeoutMs of opening (Node's headersTimeout
+ * covers a request's headers once they have begun; keepAliveTimeoutMs the wait for the next
+ * request), and at most connectionsMax are open, connectionsPerAddressMax from one peer address. A
+ * connection that would pass a bound makes room by closing the connection (of its own address, or
+ * of all) open the longest with no request in flight, one that never sent a request first: an
+ * idle connection holds nothing anyone is waiting for. When every one has a request in flight, the
+ * new connection is closed at once. server.maxConnections, one place above connectionsMax (the
+ * newcomer's, before it makes room), is Node's own bound, counting connections still closing.
+ */
+function boundConnections(server: Server, limits: Readonly<Limits>): void {
+  const all = new Map<Socket, Connection>();
+  const byAddress = new Map<string, Map<Socket, Connection>>();
+  const forget = (connection: Connection) => {
+    clearTimeout(connection.timer);
+    all.delete(connection.socket);
+    const mine = byAddress.get(connection.address);
+    mine?.delete(connection.socket);
+    if (mine?.size === 0) byAddress.delete(connection.address);
+  };
+  /** Close the oldest connection of `connections` with no request in flight (never served first); false when every one is busy. */
+  const makeRoom = (connections: Map<Socket, Connection>): boolean => {
+    let oldestServed: Connection | undefined;
+    for (const connection of connections.values()) {
+      if (connection.active > 0) continue;
+      if (!connection.served) {
+        oldestServed = connection;
+        break;
+      }
+      oldestServed ??= connection;
+    }
+    if (!oldestServed) return false;
+    forget(oldestServed);
+    oldestServed.socket.destroy();
+    return true;
+  };
+  server.maxConnections = limits.connectionsMax + 1;
+  server.on('connection', (socket: Socket) => {
+    const address = socket.remoteAddress ?? '';
+    const mine = byAddress.get(address);
+    if ((mine?.size ?? 0) >= limits.connectionsPerAddressMax && !makeRoom(mine!)) return void socket.destroy();
+    if (all.size >= limits.connectionsMax && !makeRoom(all)) return void socket.destroy();
+    const connection: Connection = { socket, address, active: 0, served: false, timer: undefined };
+    if (limits.headersTimeoutMs > 0) {
+      connection.timer = setTimeout(() => {
+        if (!connection.served) socket.destroy();
+      }, limits.headersTimeoutMs);
+      connection.timer.unref();
+    }
+    all.set(socket, connection);
+    if (mine) mine.set(socket, connection);
+    else byAddress.set(address, new Map([[socket, connection]]));
+    socket.once('close', () => forget(connection));
+  });
+  // Before the request's own handler, which may answer (and close the response) at once.
+  server.prependListener('request', (req: IncomingMessage, res: ServerResponse) => {
+    const connection = all.get(req.socket);
+    if (!connection) return;
+    if (!connection.served) {
+      connection.served = true;
+      clearTimeout(connection.timer);
+    }
+    connection.active++;
+    res.once('close', () => connection.active--);
+  });
+}
 
 /**
  * One line per request once its response is written (or the client went away): what ran, as whom,
