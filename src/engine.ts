@@ -27,7 +27,7 @@ import {
   planOperation,
   type PreparedDocument,
 } from './graphql/executor.js';
-import { operationTraits } from './graphql/document-shape.js';
+import { operationTraits, waitProbe } from './graphql/document-shape.js';
 import { buildSchema } from './graphql/schema.js';
 import type { LedgerDeps } from './ledger/deps.js';
 import { Ledger } from './ledger/ledger.js';
@@ -116,13 +116,16 @@ export interface RequestOptions {
   transport?: 'mcp';
 }
 
-/** What executeAsync takes beyond a request's options: how its waits end early. */
-export interface AsyncRequestOptions extends RequestOptions {
-  /** Aborts the waits (the HTTP client went away); the request then runs again at once. */
+/** How a request's waits on executions end early (executeAsync, awaitExecutions). */
+export interface WaitOptions {
+  /** Aborts the waits (the HTTP client went away); the request then runs at once. */
   signal?: AbortSignal;
   /** The longest all the request's waits may take together (the HTTP server's requestTimeoutMs left). */
   waitMsMax?: number;
 }
+
+/** What executeAsync takes beyond a request's options: how its waits end early. */
+export interface AsyncRequestOptions extends RequestOptions, WaitOptions {}
 
 /** One request of a group commit (Engine.executeBatch). */
 export interface BatchRequest {
@@ -135,7 +138,7 @@ export interface OperationSummary {
   /** The operation's name in the document (client-chosen), or null when anonymous. */
   name: string | null;
   dryRun: boolean;
-  /** A field takes `waitMs`: it may wait on an execution (the server keeps it on the writer, which hears of attempts at once). */
+  /** A field takes `waitMs`: it may wait on an execution (see executionWaits). */
   waits: boolean;
   /** A field may run long (a tool's program, a backfill): a group commit runs it first, never behind other replies. */
   long: boolean;
@@ -168,10 +171,11 @@ export interface Engine {
    */
   readonly transactionRetries: number;
   /**
-   * execute, then, when the query asked to wait (`actions.execution(waitMs:)` on an execution not yet
-   * terminal), wait outside any transaction for each such execution (one shared deadline), and run
-   * the request again once, in a fresh read transaction: that second answer is returned. Used by the
-   * HTTP server and MCP; `execute` and `graphql` answer at once.
+   * A query that asks to wait (`actions.execution(waitMs:)` on an execution not yet terminal that
+   * its caller may see): the waits (executionWaits), waited for outside any transaction
+   * (awaitExecutions), then the request, run once. Anything else: execute. Used by in-process MCP
+   * (`tally mcp`); `execute` and `graphql` answer at once. The HTTP server takes the same three
+   * steps itself, each where it belongs (see src/server/http.ts).
    */
   executeAsync(request: GraphqlRequest, options?: AsyncRequestOptions): Promise<FormattedResult>;
   graphqlAsync(query: string, variables?: Record<string, unknown> | null, options?: AsyncRequestOptions & { operationName?: string | null }): Promise<FormattedResult>;
@@ -182,6 +186,20 @@ export interface Engine {
    * executionWaitersMax waits in flight it resolves at once.
    */
   waitForExecution(executionId: string, timeoutMs: number, signal?: AbortSignal, principal?: string): Promise<void>;
+  /**
+   * The executions a query asks to wait on: its wait fields run alone (see waitProbe: a few
+   * primary-key reads, however heavy the rest of the query), in a read transaction, under the
+   * request's caller; an execution it may not see, or that is terminal or unknown, is no wait.
+   * Empty for a mutation, a query without `waitMs`, or a request that does not run.
+   */
+  executionWaits(request: GraphqlRequest, options?: RequestOptions): ExecutionWait[];
+  /** Wait for each of `waits` (waitForExecution), all within one deadline: the longest waitMs, cut to waitMsMax. */
+  awaitExecutions(waits: ReadonlyArray<ExecutionWait>, options?: WaitOptions): Promise<void>;
+  /**
+   * An attempt of execution `executionId` ended elsewhere in this process (the writer thread's
+   * queue worker, heard by the HTTP thread): this engine's waits on it look at its status now.
+   */
+  wakeWaiters(executionId: string, status: string): void;
   /** 'query' or 'mutation' for a document that validates; undefined otherwise. */
   operationType(request: GraphqlRequest): 'query' | 'mutation' | undefined;
   /** The operation a request would run (type, name, @dryRun), when its document validates. */
@@ -621,16 +639,19 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     const toolWritesBefore = toolsChange.writes;
     const began = performance.now();
     startedInTransaction = false;
-    // A request that may run long (a tool, a backfill) never joins a group holding another client's
-    // requests: their replies would wait for it (a group answers after its COMMIT). It starts the next
-    // group instead; one client's requests may share a group with its own long ones.
+    // A request that may run long (a tool, a backfill) never shares a group with another client's
+    // requests: their replies would wait for it (a group answers after its COMMIT), and they would
+    // share its COMMIT's fate. It starts the next group instead, and another client's request after
+    // it starts the one after; one client's requests may share a group with its own long ones.
     const long = unitOf.map((i) => operationTraits(readies[i]!.prepared.document, readies[i]!.plan.operation).long);
     const who = unitOf.map((i) => requests[i]!.options?.apiKey ?? requests[i]!.options?.principal ?? SYSTEM_PRINCIPAL);
     let oneClient = true;
+    let anyLong = long[0] === true;
     const more = (ran: number): boolean => {
       if (ran >= limits.writeBatchMax || performance.now() - began >= limits.writeBatchWaitMs) return false;
       oneClient &&= who[ran] === who[ran - 1];
-      return !long[ran] || oneClient;
+      anyLong ||= long[ran] === true;
+      return oneClient || !anyLong;
     };
     const outcomes = transactions.runBatch(units, more);
     let kept = false;
@@ -756,11 +777,19 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     }
   }
 
-  async function executeAsync(request: GraphqlRequest, options: AsyncRequestOptions = {}): Promise<FormattedResult> {
-    const { signal, waitMsMax, ...requestOptions } = options;
+  function executionWaits(request: GraphqlRequest, requestOptions: RequestOptions = {}): ExecutionWait[] {
+    const ready = prepareRequest(request);
+    if (!('plan' in ready) || ready.plan.mode !== 'read') return [];
+    const probe = waitProbe(ready.prepared.document, ready.plan.operation);
+    if (probe === null) return [];
     const waits: ExecutionWait[] = [];
-    const first = execute(request, requestOptions, waits);
-    if (waits.length === 0) return first;
+    // Its answer is of no use (the request runs after the waits); its errors are the request's own, told then.
+    execute({ query: probe, variables: request.variables ?? null, operationName: ready.plan.operation.name?.value ?? null }, requestOptions, waits);
+    return waits;
+  }
+
+  async function awaitExecutions(waits: ReadonlyArray<ExecutionWait>, { signal, waitMsMax }: WaitOptions = {}): Promise<void> {
+    if (waits.length === 0) return;
     const started = Date.now();
     const longest = Math.max(...waits.map((w) => w.waitMs));
     const deadline = started + Math.min(longest, waitMsMax ?? longest);
@@ -769,7 +798,18 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       if (left <= 0 || signal?.aborted) continue;
       await waitForExecution(wait.executionId, left, signal, wait.principal);
     }
-    // Once, without recording waits: the answer as it is now.
+  }
+
+  function wakeWaiters(executionId: string, status: string): void {
+    const set = waitersById.get(executionId);
+    if (set) for (const wake of [...set]) wake(status);
+  }
+
+  async function executeAsync(request: GraphqlRequest, options: AsyncRequestOptions = {}): Promise<FormattedResult> {
+    const { signal, waitMsMax, ...requestOptions } = options;
+    const waits = executionWaits(request, requestOptions);
+    if (waits.length > 0) await awaitExecutions(waits, { ...(signal ? { signal } : {}), ...(waitMsMax === undefined ? {} : { waitMsMax }) });
+    // Once, after the waits: the answer as it is now.
     return execute(request, requestOptions);
   }
 
@@ -785,10 +825,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const batchListeners: Array<(size: number) => void> = [];
   const attemptListeners: Array<(outcome: AttemptOutcome) => void> = [
     (outcome) => logAttempt(logger, outcome),
-    (outcome) => {
-      const set = waitersById.get(outcome.executionId);
-      if (set) for (const wake of [...set]) wake(outcome.status);
-    },
+    (outcome) => wakeWaiters(outcome.executionId, outcome.status),
   ];
   const readinessCheck = db.prepare('BEGIN IMMEDIATE');
   const rollbackCheck = db.prepare('ROLLBACK');
@@ -843,6 +880,9 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       return executeAsync({ query, variables: variables ?? null, operationName: operationName ?? null }, rest);
     },
     waitForExecution,
+    executionWaits,
+    awaitExecutions,
+    wakeWaiters,
     createWorker: (workerOptions = {}) =>
       new Worker(services, transactions, {
         owner: workerOptions.owner ?? `worker-${process.pid}`,

@@ -70,6 +70,28 @@ export interface Limits {
   mcpSessionIdleMs: number;
   /** HTTP request timeout: a client that does not finish sending its body in time is cut off. */
   requestTimeoutMs: number;
+  /**
+   * How long a connection may take to send a request's headers: from its opening to its first
+   * request (a socket that sends nothing is closed), and from a request's first byte to the end of
+   * its headers (408). No key is needed to open a connection, so this is what an unknown peer can
+   * hold one for; headers are a few hundred bytes, sent at once by every client.
+   */
+  headersTimeoutMs: number;
+  /** How long a keep-alive connection may stay open with no request after a response (then it is closed). */
+  keepAliveTimeoutMs: number;
+  /**
+   * Open HTTP connections, all peers together: each holds a file descriptor (a server at `ulimit
+   * -n` 1024 refuses every connection past its descriptors). A connection past it closes the
+   * connection longest open with no request in flight (one that never sent a request first); when
+   * every connection has a request in flight, the new one is closed at once.
+   */
+  connectionsMax: number;
+  /**
+   * Of connectionsMax, those from one peer address, made room for in the same way (that address's
+   * idle connections first), so one peer cannot take every place. Every connection from a reverse
+   * proxy has the proxy's address: behind one, raise this to connectionsMax and bound peers there.
+   */
+  connectionsPerAddressMax: number;
   /** Longest CEL expression in characters. */
   celExpressionLengthMax: number;
   /** Compiled CEL expressions kept in the cache. */
@@ -161,13 +183,6 @@ export interface Limits {
   writeQueueBytesMax: number;
   /** Of writeQueueBytesMax, the most one client's waiting bodies may hold. */
   writeQueuePerClientBytesMax: number;
-  /**
-   * Calls `tally serve` holds for its writer thread besides group commits (queries that wait on an
-   * execution, MCP calls), running, waiting or queued behind a busy writer: past it BUSY (503).
-   */
-  writerCallsMax: number;
-  /** Of writerCallsMax, the most one client (by key or principal) may hold; past it BUSY (503). */
-  writerCallsPerClientMax: number;
   /**
    * How long /readyz keeps trying the write lock while another process holds it (trying again
    * every few milliseconds, never blocking other requests); held longer, the database is reported
@@ -358,6 +373,10 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   mcpSessionsPerClientMax: 8,
   mcpSessionIdleMs: 10 * 60_000,
   requestTimeoutMs: 30_000,
+  headersTimeoutMs: 10_000,
+  keepAliveTimeoutMs: 5000,
+  connectionsMax: 512,
+  connectionsPerAddressMax: 128,
   celExpressionLengthMax: 4096,
   celCacheMax: 10_000,
   celCostMax: 1_000_000,
@@ -388,8 +407,6 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   writeQueuePerClientMax: 256,
   writeQueueBytesMax: 32 * 1024 * 1024,
   writeQueuePerClientBytesMax: 8 * 1024 * 1024,
-  writerCallsMax: 1024,
-  writerCallsPerClientMax: 256,
   readinessWaitMs: 100,
   metricsLabelValuesMax: 100,
   walAutocheckpointPages: 10_000,

@@ -144,6 +144,49 @@ describe('executionWaitersMax', () => {
   });
 });
 
+describe('engine.executionWaits: a query\'s wait fields, run alone', () => {
+  let engine: Running['engine'];
+  beforeAll(async () => {
+    engine = await newEngine();
+    ok(engine, CREATE, { id: id(1), input: PING });
+    // alice may see her own executions only (these are the engine's).
+    createClient(engine, 'alice', OWN_EXECUTIONS);
+    // 403 is terminal (run), the others QUEUED (no worker runs them).
+    ok(engine, START, { n: 'ping', e: id(403), i: {} });
+    engine.createWorker().drain();
+    for (const e of [401, 402, 404]) ok(engine, START, { n: 'ping', e: id(e), i: {} });
+  });
+  afterAll(() => engine.close());
+  const waitsOf = (query: string, variables: Record<string, unknown> = {}, principal?: string) =>
+    engine.executionWaits({ query, variables, operationName: null }, principal === undefined ? {} : { principal }).map((w) => [w.executionId.slice(-3), w.waitMs]);
+
+  it('finds them through aliases, fragments (one spread twice), inline fragments and variables; @include(if: false) and @skip(if: true) wait for nothing', () => {
+    const query = `query($a: UUID!, $w: Int!, $no: Boolean!, $n: Int!) {
+      journal { name }
+      x: actions { first: execution(executionId: $a, waitMs: $w) { status output } ...Wait ...Wait }
+      ... on Query { actions { execution(executionId: "${id(402)}", waitMs: 300) { status } } }
+      ...Top
+      actions { skipped: execution(executionId: "${id(404)}", waitMs: 100) @include(if: $no) { status } gone: execution(executionId: "${id(404)}", waitMs: 100) @skip(if: true) { status } }
+    }
+    fragment Wait on ActionsQuery { terminal: execution(executionId: "${id(403)}", waitMs: 500) { status } }
+    fragment Top on Query { accounts(first: $n) { nodes { code } } actions { executions(first: 5) { nodes { executionId } } last: execution(executionId: "${id(404)}", waitMs: 700) { executionId } } }`;
+    expect(engine.graphql(query, { a: id(401), w: 200, no: false, n: 5 }).errors).toBeUndefined();
+    // The terminal execution (403) is no wait; 404 is waited for once per field.
+    expect(waitsOf(query, { a: id(401), w: 200, no: false, n: 5 })).toEqual([['401', 200], ['402', 300], ['404', 700]]);
+    expect(waitsOf(query, { a: id(401), w: 200, no: true, n: 5 })).toEqual([['401', 200], ['402', 300], ['404', 700], ['404', 100]]);
+  });
+
+  it('nothing for a query without waitMs, a waitMs of 0, a mutation, a document that does not run, an unknown execution; another client\'s execution is no wait for a client that may not see it', () => {
+    expect(waitsOf(`{ actions { execution(executionId: "${id(401)}") { status } } }`)).toEqual([]);
+    expect(waitsOf(`{ actions { execution(executionId: "${id(401)}", waitMs: 0) { status } } }`)).toEqual([]);
+    expect(waitsOf(`mutation { queries { actions { execution(executionId: "${id(401)}", waitMs: 100) { status } } } }`)).toEqual([]);
+    expect(waitsOf(`{ actions { execution(executionId: "${id(401)}", waitMs: 100) { nope } } }`)).toEqual([]);
+    expect(waitsOf(`{ actions { execution(executionId: "${id(999)}", waitMs: 100) { status } } }`)).toEqual([]);
+    expect(waitsOf(`{ actions { execution(executionId: "${id(401)}", waitMs: 100) { status } } }`, {}, 'alice')).toEqual([]);
+    expect(waitsOf(`{ actions { execution(executionId: "${id(401)}", waitMs: 100) { status } } }`)).toEqual([['401', 100]]);
+  });
+});
+
 describe('MCP tools/call of an agent tool', () => {
   let running: Running;
   let model: ScriptedModel;

@@ -79,7 +79,7 @@ describe('engine.executeBatch', () => {
     expect(sizes).toEqual([1]);
   });
 
-  it('a request that may run long (invokeAction) shares a group only with its own client\'s requests', async () => {
+  it('a request that may run long (invokeAction) shares a group only with its own client\'s requests, before it and after it', async () => {
     const engine = await ledger();
     ok(engine, 'mutation($id: UUID!, $i: ActionInput!) { actions { createAction(id: $id, input: $i) { version } } }', {
       id: id(60),
@@ -94,8 +94,9 @@ describe('engine.executeBatch', () => {
     engine.onBatch((size) => sizes.push(size));
     const answers = engine.executeBatch([post(350, 1, 2, '1'), invoke(351), invoke(352), invoke(353, other), post(354, 1, 2, '1')]);
     expect(answers.map((a) => a.errors)).toEqual([undefined, undefined, undefined, undefined, undefined]);
-    // The engine's own post and invokes share a group; the other client's invoke starts the next.
-    expect(sizes).toEqual([3, 2]);
+    // The engine's own post and invokes share a group; the other client's invoke starts the next,
+    // and the engine's post after it the one after (it does not share the invoke's COMMIT).
+    expect(sizes).toEqual([3, 1, 1]);
   });
 
   it('answers exactly what running the requests one by one answers (idempotency, conflicts, @dryRun, Mutation.queries, reads)', async () => {

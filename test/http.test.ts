@@ -1,7 +1,7 @@
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { connect } from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connect, type Socket } from 'node:net';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { id, startServer } from './helpers.js';
 
 let running: Awaited<ReturnType<typeof startServer>>;
@@ -141,5 +141,121 @@ describe('GraphQL over HTTP', () => {
     const res = await fetch(url, { headers: { accept: 'text/html' } });
     expect(res.status).toBe(200);
     expect(await res.text()).toContain('<title>Tally GraphQL</title>');
+  });
+});
+
+/**
+ * The attacker needs no key: anyone who can reach the port opens connections. Each holds a file
+ * descriptor, so connections are bounded in time (headersTimeoutMs to send a request's headers,
+ * keepAliveTimeoutMs idle after a response) and in number (connectionsMax, connectionsPerAddressMax):
+ * a connection past a bound closes an idle one (a connection that never sent a request first), or
+ * is itself closed when every one has a request in flight. Loopback's 127.0.0.2 and .3 are other peers.
+ */
+describe('connections without a key hold nothing for long, and only so many', () => {
+  let bounded: Awaited<ReturnType<typeof startServer>>;
+  let port: number;
+  const sockets: Socket[] = [];
+  beforeAll(async () => {
+    bounded = await startServer(KEY, { limits: { headersTimeoutMs: 400, keepAliveTimeoutMs: 300, requestTimeoutMs: 20_000, connectionsMax: 6, connectionsPerAddressMax: 4 } });
+    port = (bounded.server.address() as AddressInfo).port;
+  });
+  afterEach(() => {
+    for (const socket of sockets.splice(0)) socket.destroy();
+  });
+  afterAll(() => bounded.stop());
+
+  /** A connection from `from` (127.0.0.x), once it is open. */
+  const open = (from = '127.0.0.1') =>
+    new Promise<Socket>((resolve, reject) => {
+      const socket = connect({ port, host: '127.0.0.1', localAddress: from }, () => resolve(socket));
+      socket.on('error', reject);
+      sockets.push(socket);
+    });
+  /** Resolves when the server closes `socket`, with how long that took; 'open' if it did not within `ms`. */
+  const closedWithin = (socket: Socket, ms: number) =>
+    new Promise<number | 'open'>((resolve) => {
+      const t0 = performance.now();
+      if (socket.destroyed) return resolve(0);
+      const timer = setTimeout(() => resolve('open'), ms);
+      socket.once('close', () => {
+        clearTimeout(timer);
+        resolve(performance.now() - t0);
+      });
+    });
+  /** A connection with a request in flight: a POST whose body never comes (it holds its place until requestTimeoutMs). */
+  const busy = async (from = '127.0.0.1') => {
+    const socket = await open(from);
+    socket.write(`POST /graphql HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${KEY}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"query":`);
+    return socket;
+  };
+  /** A GET /healthz on a new connection from `from`: its status line, or how it failed. */
+  const healthz = (from = '127.0.0.1') =>
+    new Promise<string>((resolve) => {
+      const socket = connect({ port, host: '127.0.0.1', localAddress: from });
+      sockets.push(socket);
+      let response = '';
+      socket.on('connect', () => socket.write('GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n'));
+      socket.on('data', (chunk) => (response += chunk.toString()));
+      socket.on('error', () => {});
+      socket.on('close', () => resolve(response.split('\r\n')[0] || 'closed without an answer'));
+      setTimeout(() => resolve(`no answer in 3 s (${response.split('\r\n')[0]})`), 3000);
+    });
+  const settle = () => new Promise((r) => setTimeout(r, 100));
+
+  it('a connection that sends nothing is closed after headersTimeoutMs; one that sends half its headers gets 408', async () => {
+    const silent = await open();
+    const half = await open();
+    let answer = '';
+    half.on('data', (chunk) => (answer += chunk.toString()));
+    half.write('GET /healthz HTTP/1.1\r\nhost: x\r\n');
+    const [silentAfter, halfAfter] = await Promise.all([closedWithin(silent, 3000), closedWithin(half, 3000)]);
+    expect(silentAfter).not.toBe('open');
+    expect(silentAfter).toBeGreaterThan(300);
+    expect(halfAfter).not.toBe('open');
+    expect(answer).toMatch(/^HTTP\/1.1 408|^$/);
+  });
+
+  it('a keep-alive connection with no request after its response is closed after keepAliveTimeoutMs', async () => {
+    const socket = await open();
+    let answer = '';
+    const answered = new Promise<void>((resolve) => socket.on('data', (chunk) => ((answer += chunk.toString()), answer.includes('"ok"') && resolve())));
+    socket.write('GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n');
+    await answered;
+    expect(answer).toMatch(/^HTTP\/1.1 200/);
+    const after = await closedWithin(socket, 3000);
+    expect(after).not.toBe('open');
+    expect(after).toBeLessThan(2000);
+  });
+
+  it('connectionsPerAddressMax: a peer at its bound gets in by closing its own oldest idle connection; with all of them busy it is refused, and another peer is served', async () => {
+    const idle = [await open(), await open(), await open(), await open()];
+    await settle();
+    expect(await healthz()).toBe('HTTP/1.1 200 OK');
+    // The oldest idle one made room.
+    expect(await closedWithin(idle[0]!, 1000)).not.toBe('open');
+    for (const socket of idle.slice(1)) expect(socket.destroyed).toBe(false);
+    for (const socket of idle) socket.destroy();
+    await settle();
+    const held = [await busy(), await busy(), await busy(), await busy()];
+    await settle();
+    expect(await healthz()).toBe('closed without an answer');
+    expect(await healthz('127.0.0.2')).toBe('HTTP/1.1 200 OK');
+    for (const socket of held) expect(socket.destroyed).toBe(false);
+  });
+
+  it('connectionsMax: past it, a new peer gets in by closing the oldest idle connection of any peer; with all of them busy it is refused', async () => {
+    const idle = [await open('127.0.0.1'), await open('127.0.0.1'), await open('127.0.0.1'), await open('127.0.0.2'), await open('127.0.0.2'), await open('127.0.0.2')];
+    await settle();
+    expect(await healthz('127.0.0.3')).toBe('HTTP/1.1 200 OK');
+    expect(await closedWithin(idle[0]!, 1000)).not.toBe('open');
+    for (const socket of idle) socket.destroy();
+    await settle();
+    const held = [await busy('127.0.0.1'), await busy('127.0.0.1'), await busy('127.0.0.1'), await busy('127.0.0.2'), await busy('127.0.0.2'), await busy('127.0.0.2')];
+    await settle();
+    expect(await healthz('127.0.0.3')).toBe('closed without an answer');
+    for (const socket of held) expect(socket.destroyed).toBe(false);
+    for (const socket of held) socket.destroy();
+    await settle();
+    expect(await healthz('127.0.0.3')).toBe('HTTP/1.1 200 OK');
   });
 });

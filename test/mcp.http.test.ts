@@ -302,12 +302,12 @@ describe('/mcp resource bounds: hostile initialize bodies, list checks after com
     // The first read of each key's list (the baseline) is done.
     await new Promise((r) => setTimeout(r, 1200));
     const engine = running.engine;
-    // MCP sessions send their requests through graphqlAsync (a long-poll may wait).
-    const original = engine.graphqlAsync;
+    // MCP sessions' requests run as any other (here, with no read pool, on this engine's execute), marked as MCP's.
+    const original = engine.execute;
     let mcpCalls = 0;
-    engine.graphqlAsync = (query, variables, options) => {
+    engine.execute = (request, options) => {
       if (options?.transport === 'mcp') mcpCalls++;
-      return original(query, variables, options);
+      return original(request, options);
     };
     const foreign = new Database(path);
     try {
@@ -329,7 +329,7 @@ describe('/mcp resource bounds: hostile initialize bodies, list checks after com
       expect(mcpCalls).toBeLessThanOrEqual(8);
     } finally {
       foreign.close();
-      engine.graphqlAsync = original;
+      engine.execute = original;
       await Promise.all(clients.map(({ client }) => client.close()));
     }
   });

@@ -54,14 +54,6 @@ function ledger(engine: Engine, postings: number): void {
   postTransfers(engine, postings);
 }
 
-async function until(condition: () => boolean, timeoutMs = 20_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > end) throw new Error('timed out waiting for a condition');
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
-
 describe('a read-only engine (createEngine({ readOnly: true }))', () => {
   it('answers queries from the writer\'s file and refuses every write with BAD_REQUEST, writing nothing', async () => {
     const path = file('read-only.db');
@@ -166,7 +158,7 @@ describe('the read pool', () => {
 
   it('starts readPoolThreads threads (2 by default)', () => {
     expect(DEFAULT_LIMITS.readPoolThreads).toBe(2);
-    expect(pool.stats()).toMatchObject({ threads: 2, ready: 2, queued: 0, running: 0, waiting: 0 });
+    expect(pool.stats()).toMatchObject({ threads: 2, ready: 2, queued: 0, running: 0 });
   });
 
   it('reads the balance the writer committed, right after each post', async () => {
@@ -245,29 +237,18 @@ describe('the read pool', () => {
     for (const r of await everywhere({ query: ACCOUNTS })) expect(json(r.data)).toEqual(before);
   });
 
-  it('runs a query that waits on an execution in its thread, and answers once the writer\'s worker ran it', async () => {
+  it('answers a query that asks to wait at once (the wait is the server\'s, not the thread\'s), and tells which executions it waits on', async () => {
     ok(writer, START, { n: 'ping', e: id(801) });
     const t0 = performance.now();
-    const waiting = pool.execute({ query: WAIT, variables: { e: id(801), w: 10_000 } });
-    await until(() => pool.stats().waiting === 1);
-    // Waiting, it holds no place: other reads go on.
-    expect(pool.stats().running).toBe(0);
-    expect((await pool.execute({ query: ACCOUNTS })).errors).toBeUndefined();
+    expect(json((await pool.execute({ query: WAIT, variables: { e: id(801), w: 10_000 } })).data)).toEqual({ actions: { execution: { status: 'QUEUED', output: null } } });
+    expect(performance.now() - t0).toBeLessThan(1000);
+    // A query that reads more besides: its waits are its wait fields'.
+    const both = `query($e: UUID!, $w: Int) { ${HEAVY_READ.slice(1, -1)} actions { execution(executionId: $e, waitMs: $w) { status } } }`;
+    expect(await pool.executionWaits({ query: both, variables: { e: id(801), w: 10_000 } })).toEqual([{ executionId: id(801), waitMs: 10_000, principal: 'system' }]);
+    // Run by the writer's worker, it is terminal: no wait.
     writer.createWorker().drain();
-    const result = await waiting;
-    expect(json(result.data)).toEqual({ actions: { execution: { status: 'SUCCEEDED', output: { ok: true } } } });
-    expect(performance.now() - t0).toBeLessThan(5000);
-
-    // The caller's signal ends a wait: the query answers at once, with the state as it is.
-    ok(writer, START, { n: 'ping', e: id(802) });
-    const gone = new AbortController();
-    const cut = pool.execute({ query: WAIT, variables: { e: id(802), w: 10_000 } }, {}, gone.signal);
-    await until(() => pool.stats().waiting === 1);
-    const t1 = performance.now();
-    gone.abort();
-    expect(json((await cut).data)).toEqual({ actions: { execution: { status: 'QUEUED', output: null } } });
-    expect(performance.now() - t1).toBeLessThan(1000);
-    expect(pool.stats()).toMatchObject({ running: 0, waiting: 0, queued: 0 });
+    expect(await pool.executionWaits({ query: WAIT, variables: { e: id(801), w: 10_000 } })).toEqual([]);
+    expect(pool.stats()).toMatchObject({ running: 0, queued: 0 });
     expect(logged).toEqual([]);
   });
 });
@@ -341,7 +322,7 @@ describe('the read pool against a hostile client', () => {
     for (const r of results.filter((r) => code(r) !== 'BUSY')) expect([undefined, 'LIMIT_EXCEEDED']).toContain(code(r));
     const ran = order.filter((name) => name === 'alice' || !busy.includes(results[Number(name.split('-')[1])]!));
     expect(ran.indexOf('alice')).toBeLessThanOrEqual(3);
-    expect(pool.stats()).toMatchObject({ running: 0, queued: 0, waiting: 0 });
+    expect(pool.stats()).toMatchObject({ running: 0, queued: 0 });
   });
 });
 
@@ -355,17 +336,17 @@ describe('the read pool when a thread dies, and its limits', () => {
     ok(writer, CREATE_ACTION, { id: id(700), input: PING });
   });
   afterAll(() => writer.close());
+  const LONG_READ = '{ a: accounts(first: 1) { nodes { code } } b: __schema { types { name fields { name args { name } } } } c: __schema { types { name fields { name args { name } } } } }';
 
   it('a thread killed mid-request: that request answers INTERNAL, a new thread replaces it and serves the next read; a cancelled query is dropped; a closed pool answers BUSY', async () => {
     const logged: unknown[] = [];
     const pool = await ReadPool.start({ path, size: 1, logError: (error) => logged.push(error) });
     try {
-      ok(writer, START, { n: 'ping', e: id(901) });
-      const waiting = pool.execute({ query: WAIT, variables: { e: id(901), w: 20_000 } });
-      await until(() => pool.stats().waiting === 1);
+      const running = pool.execute({ query: LONG_READ });
+      expect(pool.stats().running).toBe(1);
       const t0 = performance.now();
       await pool.terminateThread(0);
-      const result = await waiting;
+      const result = await running;
       expect(performance.now() - t0).toBeLessThan(1000);
       expect(result.data).toBeNull();
       expect(result.errors![0]!.extensions).toMatchObject({ code: 'INTERNAL', retryable: true });

@@ -1,11 +1,14 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { createEngine, type Engine } from '../src/engine.js';
 import { WriteQueue } from '../src/server/write-queue.js';
 import { WriterThread } from '../src/server/writer-thread.js';
+import { createAccount, createTransferCode, id, ok, postTransfers } from './helpers.js';
 
 /**
  * `tally serve` runs its writer engine (mutations, tools, the queue worker) on a thread of its own:
@@ -26,9 +29,8 @@ interface Served {
   output: () => string;
 }
 
-async function serve(limits?: Record<string, number>): Promise<Served> {
-  const folder = mkdtempSync(join(tmpdir(), 'tally-writer-'));
-  const db = join(folder, 'w.db');
+async function serve(limits?: Record<string, number>, db = join(mkdtempSync(join(tmpdir(), 'tally-writer-')), 'w.db')): Promise<Served> {
+  const folder = dirname(db);
   const env: NodeJS.ProcessEnv = { ...process.env, TALLY_ADMIN_KEY: ADMIN };
   delete env.TALLY_CONFIG;
   if (limits) {
@@ -170,6 +172,96 @@ describe('tally serve: the writer on its own thread', () => {
   }, 60_000);
 });
 
+/**
+ * The attacker: a client that may only read (or only call one slow tool) sends heavy work that runs
+ * on the writer thread, and another client's posting waits for it. Everything the writer runs takes
+ * turns with the group commits, so the teller waits for at most about one of the hostile requests.
+ * Worst of three postings, as the hostile scripts measure; the bound (1 s) is generous for a busy
+ * 2-core machine: held in turn, each posting waits for well under 0.5 s.
+ */
+describe('one client\'s requests on the writer do not hold another client\'s posting', () => {
+  let served: Served;
+  const keys: Record<string, string> = {};
+  const TELLER = `{effect: ALLOW, actions: [INSERT], resources: ["financial.Transaction", "financial.Entry"]},
+    {effect: ALLOW, actions: [UPDATE], resources: ["financial.Balance"]}, {effect: ALLOW, actions: [SELECT], resources: ["financial.*"]}`;
+  const HOG = `{effect: ALLOW, actions: [INSERT], resources: ["actions.Execution"], assertions: {only: "context.document.action == 'slow_report'"}},
+    {effect: ALLOW, actions: [SELECT], resources: ["financial.*"]}`;
+
+  beforeAll(async () => {
+    // 2000 transfers of history to read, prepared on the file before it is served.
+    const db = join(mkdtempSync(join(tmpdir(), 'tally-turns-')), 'turns.db');
+    const engine = await createEngine({ path: db, logError: () => {} });
+    for (const n of [1, 2, 3]) createAccount(engine, n);
+    createTransferCode(engine);
+    postTransfers(engine, 2000);
+    for (const [principal, policies] of [['reader', '{effect: ALLOW, actions: [SELECT], resources: ["*"]}'], ['teller', TELLER], ['hog', HOG]] as const) {
+      keys[principal] = ok(engine, `mutation { auth { createClient(input: {principal: "${principal}", name: "${principal}", policies: [${policies}]}) { apiKey } } }`).auth.createClient.apiKey;
+    }
+    // A tool that computes until its deadline (a slow report, a bug): the hog may call it, and nothing else.
+    ok(engine, `mutation { actions { createAction(id: "${id(50)}", input: {name: "slow_report", kind: "tool",
+      config: {runtime: "javascript", src: "function run() { let x = 0; for (;;) x++; }"}, execution: {timeoutMs: 300},
+      tool: {description: "A slow report", inputSchema: {type: "object"}}, policies: [{effect: ALLOW, actions: [SELECT], resources: ["financial.*"]}]}) { version } } }`);
+    engine.close();
+    served = await serve(undefined, db);
+  }, 120_000);
+  afterAll(() => served?.child.kill('SIGKILL'));
+
+  let txn = 0;
+  /** The teller's postings one after another while `flood` is in flight: the slowest, in ms. */
+  async function worstPosting(flood: Array<Promise<unknown>>): Promise<number> {
+    await new Promise((r) => setTimeout(r, 100));
+    let worst = 0;
+    for (let i = 0; i < 3; i++) {
+      const t0 = performance.now();
+      const posted = await post(served, 'mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }', {
+        i: { transactionId: id(900_000 + ++txn), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } },
+      }, keys.teller);
+      expect(posted.body.errors).toBeUndefined();
+      worst = Math.max(worst, performance.now() - t0);
+    }
+    await Promise.all(flood);
+    return worst;
+  }
+
+  it('a read-only client\'s heavy queries that name waitMs (on an execution that does not exist) run where reads run, not on the writer', async () => {
+    const pages = ['a', 'b', 'c', 'd'].map((k) => `${k}: transactions(first: 1000) { nodes { transactionId description created entries(first: 2) { nodes { entryId units currency direction } } } }`).join(' ');
+    // Heavy: four full pages (this one without the wait field, to see them).
+    expect((await post(served, `{ ${pages} }`, {}, keys.reader)).body.data.d.nodes).toHaveLength(1000);
+    const heavy = `{ ${pages} actions { execution(executionId: "${id(424242)}", waitMs: 1) { status } } }`;
+    const answers: Array<{ status: number; body: any }> = [];
+    const flood = Array.from({ length: 12 }, () => post(served, heavy, {}, keys.reader).then((answer) => answers.push(answer)));
+    const worst = await worstPosting(flood);
+    // Each ran (the unknown execution is NOT_FOUND, which nulls the answer's data).
+    expect(answers).toHaveLength(12);
+    for (const answer of answers) expect(answer.body.errors[0].extensions.code).toBe('NOT_FOUND');
+    expect(worst).toBeLessThan(1000);
+  }, 120_000);
+
+  it('a client\'s MCP tools/call of a spinning tool (16 in flight over 8 sessions) take turns with another client\'s posting', async () => {
+    const clients: Client[] = [];
+    for (let i = 0; i < 8; i++) {
+      const transport = new StreamableHTTPClientTransport(new URL(served.url.replace('/graphql', '/mcp')), { requestInit: { headers: { authorization: `Bearer ${keys.hog}` } } });
+      const client = new Client({ name: `hog${i}`, version: '1' });
+      await client.connect(transport);
+      clients.push(client);
+    }
+    try {
+      const outcomes: unknown[] = [];
+      const flood = clients.flatMap((client) => Array.from({ length: 2 }, () => client.callTool({ name: 'slow_report', arguments: {} }, undefined, { timeout: 120_000 }).then((r) => outcomes.push(r))));
+      const worst = await worstPosting(flood);
+      // Each call ran its program to its deadline.
+      expect(outcomes).toHaveLength(16);
+      for (const outcome of outcomes as Array<{ isError?: boolean; content: Array<{ text: string }> }>) {
+        expect(outcome.isError).toBe(true);
+        expect(outcome.content[0]!.text).toContain('TIMEOUT');
+      }
+      expect(worst).toBeLessThan(1000);
+    } finally {
+      for (const client of clients) await client.close();
+    }
+  }, 120_000);
+});
+
 const WAIT_D009 = '{ actions { execution(executionId: "00000000-0000-4000-8000-00000000d009", waitMs: 20000) { status } } }';
 
 describe('tally serve with writerThreads 0', () => {
@@ -215,18 +307,18 @@ describe('WriterThread in-process', () => {
     // The write is committed: this thread's own connection sees it.
     expect(engine.graphql('{ journals(first: 5) { nodes { name } } }').data).toEqual({ journals: { nodes: [{ name: 'Default' }, { name: 'One' }] } });
     // A tool, started: no queue worker runs in this thread (worker: null), so it stays QUEUED.
-    const started = await thread.executeAsync({ query: `mutation { actions { createAction(id: "00000000-0000-4000-8000-00000000d002", input: {name: "t", kind: "tool",
+    const started = await thread.execute({ query: `mutation { actions { createAction(id: "00000000-0000-4000-8000-00000000d002", input: {name: "t", kind: "tool",
       config: {runtime: "javascript", src: "function run() { return 1; }"}, policies: [{effect: ALLOW, actions: [SELECT], resources: ["*"]}]}) { version }
       startAction(name: "t", input: {executionId: "00000000-0000-4000-8000-00000000d009", actionVersion: 1}) { status } } }` });
     expect(started).toEqual({ data: { actions: { createAction: { version: 1 }, startAction: { status: 'QUEUED' } } } });
     await new Promise((r) => setTimeout(r, 50));
     expect(batches).toEqual([2]);
     expect(changed).toBeGreaterThanOrEqual(1);
-    // A wait cut short by the caller's signal answers at once.
-    const gone = new AbortController();
-    const waiting = thread.executeAsync({ query: WAIT_D009 }, { signal: gone.signal });
-    setTimeout(() => gone.abort(), 100);
-    expect((await waiting).data).toEqual({ actions: { execution: { status: 'QUEUED' } } });
+    // Nothing waits on the thread: a query that asks to wait answers at once there, and the thread
+    // tells which executions it waits on (the server waits for them itself).
+    expect((await thread.execute({ query: WAIT_D009 })).data).toEqual({ actions: { execution: { status: 'QUEUED' } } });
+    expect(await thread.executionWaits({ query: WAIT_D009 })).toEqual([{ executionId: '00000000-0000-4000-8000-00000000d009', waitMs: 20000, principal: 'system' }]);
+    expect(await thread.executionWaits({ query: '{ journal { name } }' })).toEqual([]);
     const snapshot = await thread.snapshot();
     expect(snapshot).toMatchObject({ database: null, sandbox: null, workerRunning: null });
     expect(snapshot.stats!.documentCacheSize).toBeGreaterThan(0);
@@ -273,48 +365,53 @@ describe('WriterThread in-process', () => {
     await thread.close();
   }, 30_000);
 
-  it('holds at most writerCallsMax calls for the writer: past it BUSY at once, and room again when one ends', async () => {
-    const thread = await WriterThread.start({ path, log: null, worker: null, limits: { writerCallsMax: 2 }, logError: () => {} });
-    const gone = new AbortController();
-    // Two long-polls on a QUEUED execution hold the two places.
-    const waits = [thread.executeAsync({ query: WAIT_D009 }, { signal: gone.signal }), thread.executeAsync({ query: WAIT_D009 }, { signal: gone.signal })];
-    const refused = await thread.executeAsync({ query: '{ journal { name } }' });
-    expect(refused.errors![0]!.extensions!.code).toBe('BUSY');
-    expect(refused.errors![0]!.message).toContain('writerCallsMax 2');
-    gone.abort();
-    for (const wait of await Promise.all(waits)) expect(wait.data).toEqual({ actions: { execution: { status: 'QUEUED' } } });
-    expect((await thread.executeAsync({ query: '{ journal { name } }' })).data).toEqual({ journal: { name: 'Default' } });
-    await thread.close();
-  }, 30_000);
-
-  it('holds at most writerCallsPerClientMax calls of one client: past it that client is told BUSY, another still gets in', async () => {
-    const thread = await WriterThread.start({ path, log: null, worker: null, limits: { writerCallsPerClientMax: 2 }, logError: () => {} });
-    const gone = new AbortController();
+  it('the write queue is the one way to the writer: a client\'s queries there take turns with another\'s mutations, one unit of a client at a time, bounded by writeQueuePerClientMax', async () => {
+    const thread = await WriterThread.start({ path, log: null, worker: null, logError: () => {} });
+    const queue = new WriteQueue({ ...engine, limits: { ...engine.limits, writeQueuePerClientMax: 3 } }, () => thread);
     const created = engine.graphql('mutation { auth { createClient(input: {principal: "mallory", name: "mallory", policies: [{effect: ALLOW, actions: [SELECT], resources: ["*"]}]}) { apiKey } } }');
     const mallory = { apiKey: (created.data as any).auth.createClient.apiKey as string };
-    const waits = [thread.executeAsync({ query: WAIT_D009 }, { ...mallory, signal: gone.signal }), thread.executeAsync({ query: WAIT_D009 }, { ...mallory, signal: gone.signal })];
-    const refused = await thread.executeAsync({ query: '{ journal { name } }' }, mallory);
+    const read = { request: { query: '{ journals(first: 5) { nodes { name } } }' }, options: mallory };
+    const q1 = queue.query(read, 'mallory');
+    const q2 = queue.query(read, 'mallory');
+    const waits = queue.executionWaits({ request: { query: WAIT_D009 }, options: mallory }, 'mallory');
+    // Past writeQueuePerClientMax (every kind counted together): that client is told BUSY at once.
+    const refused = await queue.query(read, 'mallory');
     expect(refused.errors![0]!.extensions!.code).toBe('BUSY');
-    expect(refused.errors![0]!.message).toContain('writerCallsPerClientMax 2');
-    // The engine's own authority (another share) is not held up by mallory's.
-    expect((await thread.executeAsync({ query: '{ journal { name } }' })).data).toEqual({ journal: { name: 'Default' } });
+    expect(refused.errors![0]!.message).toContain('writeQueuePerClientMax 3');
+    const honest = queue.submit({ request: { query: 'mutation { createJournal(input: {journalId: "00000000-0000-4000-8000-00000000d004", name: "Honest"}) { name } }' } }, 'honest');
+    const order = await settleOrder({ q1, q2, waits, honest });
+    // Mallory's first query was at the writer; the honest mutation came next, before mallory's second.
+    expect(order).toEqual(['q1', 'honest', 'q2', 'waits']);
+    expect((await honest).data).toEqual({ createJournal: { name: 'Honest' } });
+    expect((await q1).errors).toBeUndefined();
+    // Mallory may read the execution: the wait is hers to wait for.
+    expect(await waits).toEqual([{ executionId: '00000000-0000-4000-8000-00000000d009', waitMs: 20000, principal: 'mallory' }]);
+    // A query whose caller went away before its turn is dropped: answered BUSY, never run.
+    const blocker = queue.query(read, 'mallory');
+    const gone = new AbortController();
+    const dropped = queue.query(read, 'mallory', 0, gone.signal);
     gone.abort();
-    for (const wait of await Promise.all(waits)) expect(wait.data).toEqual({ actions: { execution: { status: 'QUEUED' } } });
+    expect((await dropped).errors![0]!.message).toContain('cancelled');
+    expect((await blocker).errors).toBeUndefined();
+    expect(queue.size).toBe(0);
     await thread.close();
   }, 30_000);
 
   it('a thread that dies answers what it held INTERNAL (outcome unknown) and what comes later too', async () => {
     const errors: unknown[] = [];
     const thread = await WriterThread.start({ path, log: null, worker: null, limits: { writeBatchWaitMs: 60_000 }, logError: (e) => errors.push(e) });
-    // Kill it from outside while a request waits on an execution there.
-    const waiting = thread.executeAsync({ query: WAIT_D009 });
-    await new Promise((r) => setTimeout(r, 100));
+    // Kill it from outside while a tool spins there.
+    const spin = await thread.execute({ query: `mutation { actions { createAction(id: "00000000-0000-4000-8000-00000000d005", input: {name: "spin", kind: "tool",
+      config: {runtime: "javascript", src: "function run() { for (;;) {} }"}, execution: {timeoutMs: 700}, policies: []}) { version } } }` });
+    expect(spin.errors).toBeUndefined();
+    const waiting = thread.execute({ query: 'mutation { actions { invokeAction(name: "spin", input: {executionId: "00000000-0000-4000-8000-00000000d006", actionVersion: 1}) { status } } }' });
+    await new Promise((r) => setTimeout(r, 200));
     await (thread as unknown as { worker: { terminate(): Promise<number> } }).worker.terminate();
     const answer = await waiting;
     expect(answer.errors![0]!.extensions!.code).toBe('INTERNAL');
     expect(answer.errors![0]!.message).toContain('whether the request was committed is unknown');
     expect(thread.failed).toMatch(/writer thread ended/);
-    const later = await thread.executeAsync({ query: '{ journal { name } }' });
+    const later = await thread.execute({ query: '{ journal { name } }' });
     expect(later.errors![0]!.extensions!.code).toBe('INTERNAL');
     expect(errors.length).toBe(1);
   }, 30_000);

@@ -1,4 +1,4 @@
-import { type DocumentNode, type FragmentDefinitionNode, Kind, type OperationDefinitionNode, type SelectionNode, type SelectionSetNode } from 'graphql';
+import { type DocumentNode, type FieldNode, type FragmentDefinitionNode, Kind, type OperationDefinitionNode, print, type SelectionNode, type SelectionSetNode, visit } from 'graphql';
 
 /** Field selections written in the document (aliases count; a fragment's fields count once). */
 export function countFields(document: DocumentNode): number {
@@ -153,7 +153,7 @@ const LONG_FIELDS = new Set(['invokeAction', 'createCalculation', 'attachCalcula
 
 /** What the server needs to know of an operation before it runs it (see operationTraits). */
 export interface OperationTraits {
-  /** A field takes `waitMs` (it may wait on an execution: run it where attempts are heard at once). */
+  /** A field takes `waitMs` (it may wait on an execution: see waitProbe). */
   waits: boolean;
   /** A field may run long (LONG_FIELDS): in a group commit it goes first, never behind others' replies. */
   long: boolean;
@@ -193,4 +193,74 @@ export function operationTraits(document: DocumentNode, operation: OperationDefi
   }
   traitsOf.set(operation, traits);
   return traits;
+}
+
+const probes = new WeakMap<OperationDefinitionNode, string | null>();
+
+/** `__typename`: what the probe selects of each execution it keeps. */
+const TYPENAME: FieldNode = { kind: Kind.FIELD, name: { kind: Kind.NAME, value: '__typename' } };
+
+/**
+ * The wait fields of a query, alone: a document of the operation's `actions { execution(…, waitMs:)
+ * }` fields (aliases, arguments and @include/@skip kept, `__typename` selected), through the
+ * fragments that hold them (each once: a fragment spread many times stays one fragment), with the
+ * variables they use. Running it records the same waits as running the query (the execution
+ * resolver decides, see actions.ts) for the cost of a few primary-key reads, so a query that waits
+ * runs once, after its waits, instead of once before and once after. Null when the operation has
+ * no such field. Remembered per operation node (documents are cached).
+ */
+export function waitProbe(document: DocumentNode, operation: OperationDefinitionNode): string | null {
+  const known = probes.get(operation);
+  if (known !== undefined) return known;
+  const fragments = new Map<string, FragmentDefinitionNode>();
+  for (const definition of document.definitions) {
+    if (definition.kind === Kind.FRAGMENT_DEFINITION) fragments.set(definition.name.value, definition);
+  }
+  // Each fragment pruned once (null while pruning it: validated documents have no cycles anyway).
+  const pruned = new Map<string, FragmentDefinitionNode | null>();
+  const fragment = (name: string): FragmentDefinitionNode | null => {
+    if (pruned.has(name)) return pruned.get(name)!;
+    pruned.set(name, null);
+    const definition = fragments.get(name);
+    const level = definition?.typeCondition.name.value;
+    if (!definition || (level !== 'Query' && level !== 'ActionsQuery')) return null;
+    const selections = prune(definition.selectionSet, level);
+    const kept: FragmentDefinitionNode | null = selections.length > 0 ? { ...definition, selectionSet: { kind: Kind.SELECTION_SET, selections } } : null;
+    pruned.set(name, kept);
+    return kept;
+  };
+  // `actions` fields on Query, `execution(waitMs:)` fields on ActionsQuery (the only field that waits).
+  const prune = (set: SelectionSetNode, level: 'Query' | 'ActionsQuery'): SelectionNode[] => {
+    const kept: SelectionNode[] = [];
+    for (const selection of set.selections) {
+      if (selection.kind === Kind.FIELD) {
+        if (level === 'Query' && selection.name.value === 'actions' && selection.selectionSet) {
+          const selections = prune(selection.selectionSet, 'ActionsQuery');
+          if (selections.length > 0) kept.push({ ...selection, selectionSet: { kind: Kind.SELECTION_SET, selections } });
+        } else if (level === 'ActionsQuery' && selection.name.value === 'execution' && selection.arguments?.some((a) => a.name.value === 'waitMs')) {
+          kept.push({ ...selection, selectionSet: { kind: Kind.SELECTION_SET, selections: [TYPENAME] } });
+        }
+      } else if (selection.kind === Kind.INLINE_FRAGMENT) {
+        if (selection.typeCondition && selection.typeCondition.name.value !== level) continue;
+        const selections = prune(selection.selectionSet, level);
+        if (selections.length > 0) kept.push({ ...selection, selectionSet: { kind: Kind.SELECTION_SET, selections } });
+      } else if (fragment(selection.name.value)) {
+        kept.push(selection);
+      }
+    }
+    return kept;
+  };
+  let probe: string | null = null;
+  const selections = operation.operation === 'query' ? prune(operation.selectionSet, 'Query') : [];
+  if (selections.length > 0) {
+    const used = [...pruned.values()].filter((f): f is FragmentDefinitionNode => f !== null);
+    const body: OperationDefinitionNode = { ...operation, selectionSet: { kind: Kind.SELECTION_SET, selections } };
+    // Only the variables the kept fields use (graphql-js refuses a document with unused ones).
+    const names = new Set<string>();
+    visit({ kind: Kind.DOCUMENT, definitions: [{ ...body, variableDefinitions: [] }, ...used] }, { Variable: (node) => void names.add(node.name.value) });
+    const variableDefinitions = (operation.variableDefinitions ?? []).filter((definition) => names.has(definition.variable.name.value));
+    probe = print({ kind: Kind.DOCUMENT, definitions: [{ ...body, variableDefinitions }, ...used] });
+  }
+  probes.set(operation, probe);
+  return probe;
 }

@@ -1,9 +1,10 @@
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import { invalidKey } from '../auth/clients.js';
-import type { Engine, OperationSummary, RequestOptions } from '../engine.js';
+import type { AsyncRequestOptions, Engine, OperationSummary, RequestOptions, WaitOptions } from '../engine.js';
 import { EngineError, quote } from '../errors.js';
 import type { Worker } from '../execution/queue/worker.js';
-import type { FormattedResult, GraphqlRequest } from '../graphql/executor.js';
+import { errorAnswer, type FormattedResult, type GraphqlRequest } from '../graphql/executor.js';
 import { type Logger, silentLogger } from '../log.js';
 import { jsonTextTooDeep, McpHttp, sendJsonRpcError } from '../mcp/http.js';
 import { assetReader, consolePage } from './console-page.js';
@@ -51,15 +52,17 @@ const traces = new WeakMap<ServerResponse, RequestTrace>();
 const operability = new WeakMap<Server, Operability>();
 
 /**
- * Run mutations, waiting queries and MCP calls on `tally serve`'s writer thread from now on (see
- * WriterThread), so that their work (a tool running to its deadline) never holds this thread, which
- * then only checks keys, parses documents to route them, and replies. What runs on the engine
- * finishes there. The server's in-process queue worker, if any, is the caller's to stop: the
- * thread runs its own.
+ * Run what the write queue sends to the writer (group commits, and queries when there is no read
+ * pool) on `tally serve`'s writer thread from now on (see WriterThread), so that their work (a tool
+ * running to its deadline) never holds this thread, which then only checks keys, parses documents
+ * to route them, waits on executions, and replies. What runs on the engine finishes there. The
+ * thread's attempts wake this thread's waits. The server's in-process queue worker, if any, is the
+ * caller's to stop: the thread runs its own.
  */
 export function attachWriter(server: Server, writer: Executor): void {
   const ops = operability.get(server);
   if (!ops) throw new Error('bug: not a Tally server');
+  writer.onAttempt((outcome) => ops.engine.wakeWaiters(outcome.executionId, outcome.status));
   ops.executor.switchTo(writer);
 }
 
@@ -74,7 +77,9 @@ export function attachReadPool(server: Server, pool: ReadPool): void {
 }
 
 interface Operability {
-  /** Where mutations, waiting queries and MCP calls run: the engine, or the writer thread once attached. */
+  /** This thread's engine: it checks keys, routes, and holds the waits on executions. */
+  engine: Engine;
+  /** The writer, which only the write queue calls: the engine, or the writer thread once attached. */
   executor: ExecutorSwitch;
   metrics: ServerMetrics;
   writes: WriteQueue;
@@ -88,8 +93,9 @@ interface Operability {
  */
 export function createServer(engine: Engine, options: ServerOptions = {}): Server {
   const limits = engine.limits;
-  // Node checks request timeouts on an interval (30 s by default); check often enough to honour ours.
-  const connectionsCheckingInterval = Math.max(50, Math.min(1000, Math.floor(limits.requestTimeoutMs / 4)));
+  // Node checks request and header timeouts on an interval (30 s by default); check often enough to honour ours.
+  const timeouts = [limits.requestTimeoutMs, limits.headersTimeoutMs].filter((ms) => ms > 0);
+  const connectionsCheckingInterval = Math.max(50, Math.min(1000, Math.floor(Math.min(...timeouts, 4000) / 4)));
   const asset = assetReader();
   const logger = options.logger ?? silentLogger;
   const logInternal = (error: unknown) =>
@@ -97,14 +103,23 @@ export function createServer(engine: Engine, options: ServerOptions = {}): Serve
       ? logger.error({ event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) }, 'mcp session failed')
       : (options.log ?? console.error)(`tally: mcp session failed: ${error instanceof Error ? error.message : String(error)}`);
   const executor = new ExecutorSwitch(engineExecutor(engine, options.worker));
+  // MCP sessions' requests take the same way as /graphql's (see run), as the client of their key.
   const mcpEngine = {
     limits,
     authenticate: (apiKey: string) => engine.authenticate(apiKey),
     onActionsChanged: (listener: () => void) => executor.onActionsChanged(listener),
-    graphqlAsync: executor.graphqlAsync.bind(executor),
+    graphqlAsync: (query: string, variables?: Record<string, unknown> | null, options: AsyncRequestOptions & { operationName?: string | null } = {}) => {
+      const { operationName, signal, waitMsMax, ...rest } = options;
+      const request: GraphqlRequest = { query, variables: variables ?? null, operationName: operationName ?? null };
+      const principal = rest.apiKey === undefined ? (rest.principal ?? '') : engine.authenticate(rest.apiKey);
+      if (principal === null) return Promise.resolve(errorAnswer(invalidKey()));
+      const bytes = Buffer.byteLength(query) + Buffer.byteLength(JSON.stringify(variables ?? null));
+      return run(ops, request, engine.peekOperation(request), rest, principal, bytes, { ...(signal ? { signal } : {}), ...(waitMsMax === undefined ? {} : { waitMsMax }) });
+    },
   };
   const mcp = new McpHttp(mcpEngine, { logError: logInternal, ...(options.mcpAllowedOrigins ? { allowedOrigins: options.mcpAllowedOrigins } : {}) });
   const ops: Operability = {
+    engine,
     executor,
     metrics: new ServerMetrics(engine, executor, () => ops.reads?.stats()),
     writes: new WriteQueue(engine, () => executor),
@@ -124,9 +139,91 @@ export function createServer(engine: Engine, options: ServerOptions = {}): Serve
   });
   operability.set(server, ops);
   server.requestTimeout = limits.requestTimeoutMs;
-  server.headersTimeout = Math.min(limits.requestTimeoutMs, 60_000);
+  server.headersTimeout = limits.requestTimeoutMs > 0 ? Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs) : limits.headersTimeoutMs;
+  server.keepAliveTimeout = limits.keepAliveTimeoutMs;
+  boundConnections(server, limits);
   server.once('close', () => void mcp.closeAll());
   return server;
+}
+
+/** One open connection, as boundConnections tracks it. */
+interface Connection {
+  socket: Socket;
+  address: string;
+  /** Requests in flight on it (read, running, or their responses being written). */
+  active: number;
+  /** Whether it has sent a request (one that never did is the first to be closed for room). */
+  served: boolean;
+  /** Closes it when its first request has not arrived within headersTimeoutMs. */
+  timer: NodeJS.Timeout | undefined;
+}
+
+/**
+ * Connections are the one thing a peer gets without a key, and each holds a file descriptor. So a
+ * connection must send its first request within headersTimeoutMs of opening (Node's headersTimeout
+ * covers a request's headers once they have begun; keepAliveTimeoutMs the wait for the next
+ * request), and at most connectionsMax are open, connectionsPerAddressMax from one peer address. A
+ * connection that would pass a bound makes room by closing the connection (of its own address, or
+ * of all) open the longest with no request in flight, one that never sent a request first: an
+ * idle connection holds nothing anyone is waiting for. When every one has a request in flight, the
+ * new connection is closed at once. server.maxConnections, one place above connectionsMax (the
+ * newcomer's, before it makes room), is Node's own bound, counting connections still closing.
+ */
+function boundConnections(server: Server, limits: Readonly<Limits>): void {
+  const all = new Map<Socket, Connection>();
+  const byAddress = new Map<string, Map<Socket, Connection>>();
+  const forget = (connection: Connection) => {
+    clearTimeout(connection.timer);
+    all.delete(connection.socket);
+    const mine = byAddress.get(connection.address);
+    mine?.delete(connection.socket);
+    if (mine?.size === 0) byAddress.delete(connection.address);
+  };
+  /** Close the oldest connection of `connections` with no request in flight (never served first); false when every one is busy. */
+  const makeRoom = (connections: Map<Socket, Connection>): boolean => {
+    let oldestServed: Connection | undefined;
+    for (const connection of connections.values()) {
+      if (connection.active > 0) continue;
+      if (!connection.served) {
+        oldestServed = connection;
+        break;
+      }
+      oldestServed ??= connection;
+    }
+    if (!oldestServed) return false;
+    forget(oldestServed);
+    oldestServed.socket.destroy();
+    return true;
+  };
+  server.maxConnections = limits.connectionsMax + 1;
+  server.on('connection', (socket: Socket) => {
+    const address = socket.remoteAddress ?? '';
+    const mine = byAddress.get(address);
+    if ((mine?.size ?? 0) >= limits.connectionsPerAddressMax && !makeRoom(mine!)) return void socket.destroy();
+    if (all.size >= limits.connectionsMax && !makeRoom(all)) return void socket.destroy();
+    const connection: Connection = { socket, address, active: 0, served: false, timer: undefined };
+    if (limits.headersTimeoutMs > 0) {
+      connection.timer = setTimeout(() => {
+        if (!connection.served) socket.destroy();
+      }, limits.headersTimeoutMs);
+      connection.timer.unref();
+    }
+    all.set(socket, connection);
+    if (mine) mine.set(socket, connection);
+    else byAddress.set(address, new Map([[socket, connection]]));
+    socket.once('close', () => forget(connection));
+  });
+  // Before the request's own handler, which may answer (and close the response) at once.
+  server.prependListener('request', (req: IncomingMessage, res: ServerResponse) => {
+    const connection = all.get(req.socket);
+    if (!connection) return;
+    if (!connection.served) {
+      connection.served = true;
+      clearTimeout(connection.timer);
+    }
+    connection.active++;
+    res.once('close', () => connection.active--);
+  });
 }
 
 /**
@@ -227,7 +324,7 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops
       res.setHeader('allow', 'POST');
       return sendErrors(res, 405, mediaType, [new EngineError('BAD_REQUEST', 'mutations must be sent with POST', { hint: 'POST the request as JSON.' })]);
     }
-    return sendResult(res, mediaType, await executeWaiting(engine, ops.executor, readsFor(ops, operation), req, res, request, { apiKey }));
+    return sendResult(res, mediaType, await runFor(ops, req, res, request, operation, { apiKey }, client.principal, 0));
   }
 
   if (req.method !== 'POST') {
@@ -250,41 +347,50 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops
   const operation = traceOperation(engine, res, request);
   // `tally mcp --server` proxies MCP tool calls here and says so: its executions record the transport.
   const transport = req.headers['tally-transport'] === 'mcp' ? { transport: 'mcp' as const } : {};
-  // Mutations go through the group commit; they never wait on executions (only queries do).
-  if (operation?.type === 'mutation') return sendResult(res, mediaType, await ops.writes.submit({ request, options: { apiKey, ...transport } }, client.principal, Buffer.byteLength(body)));
-  return sendResult(res, mediaType, await executeWaiting(engine, ops.executor, readsFor(ops, operation), req, res, request, { apiKey, ...transport }));
+  return sendResult(res, mediaType, await runFor(ops, req, res, request, operation, { apiKey, ...transport }, client.principal, Buffer.byteLength(body)));
 }
 
 /**
- * The read pool for a query, unless one of its fields takes `waitMs` (read from the parsed
- * document, fragments included): a wait on an execution runs on the writer, which hears of its
- * attempts at once. Documents that do not validate are answered by the writer too.
+ * The one way a request reaches an engine, for /graphql and /mcp alike. A mutation joins the group
+ * commit (the write queue). A query runs on the read pool; without one (not started yet, none
+ * configured, PostgreSQL) it takes its turn in the write queue, alone, between the groups: nothing
+ * reaches the writer any other way, so one client's queries and calls delay another client's
+ * writes by at most about one of them. A query that asks to wait (`execution(waitMs:)`) first has
+ * its wait fields alone run where it will run (engine.executionWaits, a few primary-key reads),
+ * waits here, on this thread's engine (a timer and a listener, woken by the writer's attempts, see
+ * attachWriter), then runs once. Documents that do not parse go where queries go: they answer
+ * their error there.
  */
-function readsFor(ops: Operability, operation: OperationSummary | undefined): ReadPool | undefined {
-  return operation?.type === 'query' && !operation.waits ? ops.reads : undefined;
+async function run(ops: Operability, request: GraphqlRequest, operation: OperationSummary | undefined, options: RequestOptions, principal: string, bytes: number, wait: WaitOptions): Promise<FormattedResult> {
+  if (operation?.type === 'mutation') return ops.writes.submit({ request, options }, principal, bytes);
+  const reads = ops.reads;
+  const asked = { request, options };
+  const who = { ...(options.apiKey === undefined ? {} : { apiKey: options.apiKey }), ...(options.principal === undefined ? {} : { principal: options.principal }) };
+  if (operation?.waits) {
+    const waits = reads ? await reads.executionWaits(request, who, wait.signal) : await ops.writes.executionWaits(asked, principal, bytes, wait.signal);
+    await ops.engine.awaitExecutions(waits, wait);
+  }
+  return reads ? reads.execute(request, who, wait.signal) : ops.writes.query(asked, principal, bytes, wait.signal);
 }
 
 /**
- * engine.executeAsync: a query that asks to wait (`execution(waitMs:)`) waits outside any transaction.
- * The wait ends when the client goes away (its slot among executionWaitersMax is freed at once) and
- * in time to answer within requestTimeoutMs of the request's start (less a margin for the answer).
- * `reads`: the read pool to run it on (see readsFor), or undefined to run it on the writer.
+ * run, for an HTTP request: the client going away ends its waits (its slot among
+ * executionWaitersMax is freed at once) and drops it while it still waits for its turn; the waits
+ * end in time to answer within requestTimeoutMs of the request's start (less a margin for the answer).
  */
-async function executeWaiting(engine: Engine, executor: Executor, reads: ReadPool | undefined, req: IncomingMessage, res: ServerResponse, request: GraphqlRequest, options: RequestOptions): Promise<FormattedResult> {
+async function runFor(ops: Operability, req: IncomingMessage, res: ServerResponse, request: GraphqlRequest, operation: OperationSummary | undefined, options: RequestOptions, principal: string, bytes: number): Promise<FormattedResult> {
   const gone = new AbortController();
   const abort = () => gone.abort();
   res.once('close', abort);
   req.socket.once('close', abort);
   try {
-    const timeoutMs = engine.limits.requestTimeoutMs;
+    const timeoutMs = ops.engine.limits.requestTimeoutMs;
     const startedMs = traces.get(res)?.startedMs ?? performance.now();
     const margin = Math.min(1000, Math.floor(timeoutMs / 10));
     const waitMsMax = timeoutMs > 0 ? Math.max(0, Math.floor(timeoutMs - margin - (performance.now() - startedMs))) : undefined;
-    const waitOptions = { signal: gone.signal, ...(waitMsMax === undefined ? {} : { waitMsMax }) };
-    if (reads) {
-      return await reads.execute(request, { ...(options.apiKey === undefined ? {} : { apiKey: options.apiKey }), ...(options.principal === undefined ? {} : { principal: options.principal }), ...(waitMsMax === undefined ? {} : { waitMsMax }) }, gone.signal);
-    }
-    return await executor.executeAsync(request, { ...options, ...waitOptions });
+    // A mutation is never dropped: once sent, it is the client's to learn whether it was written.
+    const signal = operation?.type === 'mutation' ? {} : { signal: gone.signal };
+    return await run(ops, request, operation, options, principal, bytes, { ...signal, ...(waitMsMax === undefined ? {} : { waitMsMax }) });
   } finally {
     res.off('close', abort);
     req.socket.off('close', abort);

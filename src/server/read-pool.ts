@@ -2,6 +2,7 @@ import { closeSync, openSync, readSync } from 'node:fs';
 import { resolve as resolvePath } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { EngineError, type ErrorData } from '../errors.js';
+import type { ExecutionWait } from '../graphql/context.js';
 import { errorAnswer, type FormattedResult, type GraphqlRequest } from '../graphql/executor.js';
 import { type Limits, resolveLimits } from '../limits.js';
 import type { FromReadWorker, ReadWorkerData, ReadWorkerRequestOptions, ToReadWorker } from './read-worker.js';
@@ -13,8 +14,7 @@ import type { FromReadWorker, ReadWorkerData, ReadWorkerRequestOptions, ToReadWo
 const BOOT = new URL('./read-worker-boot.mjs', import.meta.url);
 
 /**
- * Queries posted to one thread at a time and not yet answered (one waiting on an execution does not
- * count). One: every query waits in the pool's queue, where clients take turns, never in a thread's
+ * Queries posted to one thread at a time and not yet answered. One: every query waits in the pool's queue, where clients take turns, never in a thread's
  * port behind a heavy query another thread could have overtaken. Two would save the thread's idle
  * time over the message round trip (~0.03-0.05 ms of the ~0.08 ms a read pays for the pool); on
  * this 2-core machine the reads per second were the same within noise (4,134 vs 4,320 with 4
@@ -51,14 +51,12 @@ export interface ReadPoolOptions {
   logError: (error: unknown) => void;
 }
 
-/** Who asks and how long the query may wait: RequestOptions and AsyncRequestOptions' waitMsMax. */
+/** Who asks: RequestOptions' apiKey and principal. */
 export interface ReadOptions {
   /** The API key the request came with: the client is looked up by it inside the read's transaction. */
   apiKey?: string;
   /** The client the request acts as, when there is no key (the engine's own authority when both are left out). */
   principal?: string;
-  /** The longest all the query's execution waits may take together (see Engine.executeAsync). */
-  waitMsMax?: number;
 }
 
 export interface ReadPoolStats {
@@ -70,8 +68,6 @@ export interface ReadPoolStats {
   queued: number;
   /** Queries posted to a thread and running there (or next in its port). */
   running: number;
-  /** Queries waiting on an execution in a thread (they hold no transaction and no thread time). */
-  waiting: number;
   /** Queries answered BUSY because the queue was full (shed ones included). */
   refused: number;
   /** Threads started again after one ended or failed to start. */
@@ -84,11 +80,14 @@ interface Pending {
   id: number;
   /** Whose share of the queue it takes (see admit). */
   client: string;
+  /** Run the query (engine.execute), or only tell which executions it waits on (engine.executionWaits). */
+  mode: 'execute' | 'waits';
   request: GraphqlRequest;
   options: ReadWorkerRequestOptions;
   signal: AbortSignal | undefined;
   onAbort: (() => void) | undefined;
-  resolve: (result: FormattedResult) => void;
+  /** The thread's answer; an error answer (the pool's own: BUSY, closed, the thread died) in either mode. */
+  resolve: (result: FormattedResult | ExecutionWait[]) => void;
   /** The thread it was posted to; null while queued. */
   slot: Slot | null;
   settled: boolean;
@@ -100,7 +99,6 @@ interface Slot {
   ready: boolean;
   gone: boolean;
   running: Map<number, Pending>;
-  waiting: Map<number, Pending>;
   /** Why it could not start (its startFailed message, or its error event). */
   failure: EngineError | null;
   exited: Promise<void>;
@@ -118,12 +116,13 @@ interface Slot {
  * THREAD_DEPTH, it waits in the pool's queue, at most readQueueMax of them (past it: BUSY, retryable).
  * The queue is served one client at a time in turn, and a full queue sheds the newest query of the
  * client holding the most places for a client holding fewer: one client flooding the pool with
- * heavy queries gets BUSY, the others' queries still run. A query that waits on an execution
- * (`actions.execution(waitMs:)`) waits in its thread without holding its place there.
+ * heavy queries gets BUSY, the others' queries still run. Nothing waits in a thread: a query that
+ * asks to wait on an execution (`actions.execution(waitMs:)`) has its wait fields alone run first
+ * (executionWaits), waits on the HTTP thread, then runs once, each run a turn in the queue.
  *
  * A thread that dies (a crash, an out-of-memory, terminateThread) is replaced at once; the queries it
  * had in flight are answered INTERNAL (retryable), never left hanging. The caller's AbortSignal ends
- * a query's waits (it then answers at once) or, still queued, drops it.
+ * query still queued: it is dropped.
  *
  * The pool's own work (dispatch, answers) runs on the caller's event loop: a read is answered only
  * when that loop is free, so the writer's synchronous work on the same thread still delays the
@@ -183,22 +182,35 @@ export class ReadPool {
   }
 
   /**
-   * Answer one GraphQL query on a read thread: what engine.executeAsync(request, options) answers
+   * Answer one GraphQL query on a read thread: what engine.execute(request, options) answers
    * there. Never rejects: a full queue, a closed pool, a thread that died, a cancelled query each
    * answer with an error result (`data: null`, one error with its code).
    */
   execute(request: GraphqlRequest, options: ReadOptions = {}, signal?: AbortSignal): Promise<FormattedResult> {
+    return this.enqueue('execute', request, options, signal) as Promise<FormattedResult>;
+  }
+
+  /**
+   * Which executions a query asks to wait on (engine.executionWaits), on a read thread in the
+   * client's turn. None when the pool cannot answer (full, closed, the thread died): the query,
+   * sent next, then tells why.
+   */
+  executionWaits(request: GraphqlRequest, options: ReadOptions = {}, signal?: AbortSignal): Promise<ExecutionWait[]> {
+    return this.enqueue('waits', request, options, signal).then((answer) => (Array.isArray(answer) ? answer : []));
+  }
+
+  private enqueue(mode: Pending['mode'], request: GraphqlRequest, options: ReadOptions, signal: AbortSignal | undefined): Promise<FormattedResult | ExecutionWait[]> {
     if (this.closing) return Promise.resolve(errorAnswer(closedError()));
     if (signal?.aborted) return Promise.resolve(errorAnswer(cancelledError()));
-    return new Promise<FormattedResult>((resolve) => {
+    return new Promise<FormattedResult | ExecutionWait[]>((resolve) => {
       const p: Pending = {
         id: this.nextId++,
         client: options.principal ?? options.apiKey ?? '',
+        mode,
         request: { query: request.query, variables: request.variables ?? null, operationName: request.operationName ?? null },
         options: {
           ...(options.apiKey === undefined ? {} : { apiKey: options.apiKey }),
           ...(options.principal === undefined ? {} : { principal: options.principal }),
-          ...(options.waitMsMax === undefined ? {} : { waitMsMax: options.waitMsMax }),
         },
         signal,
         onAbort: undefined,
@@ -227,13 +239,11 @@ export class ReadPool {
   stats(): ReadPoolStats {
     let ready = 0;
     let running = 0;
-    let waiting = 0;
     for (const slot of this.slots) {
       if (slot.ready) ready++;
       running += slot.running.size;
-      waiting += slot.waiting.size;
     }
-    return { threads: this.size, ready, queued: this.queued, running, waiting, refused: this.refused, restarts: this.restarts, walHolds: this.holds };
+    return { threads: this.size, ready, queued: this.queued, running, refused: this.refused, restarts: this.restarts, walHolds: this.holds };
   }
 
   /**
@@ -248,8 +258,8 @@ export class ReadPool {
   }
 
   /**
-   * Stop taking queries, answer the queued ones BUSY, let each thread finish what it runs (its waits
-   * cut short) and close its engine, then resolve. A thread that has not ended after a short while is
+   * Stop taking queries, answer the queued ones BUSY, let each thread finish what it runs and close
+   * its engine, then resolve. A thread that has not ended after a short while is
    * terminated, and what it still ran is answered BUSY. Close the pool before the writer engine: the
    * last connection to close is then the writer's, which checkpoints and removes the WAL.
    */
@@ -292,7 +302,6 @@ export class ReadPool {
       ready: false,
       gone: false,
       running: new Map(),
-      waiting: new Map(),
       failure: null,
       exited: new Promise<void>((resolve) => (exit = resolve)),
     };
@@ -339,20 +348,12 @@ export class ReadPool {
 
   private onMessage(slot: Slot, message: FromReadWorker): void {
     switch (message.type) {
-      case 'result': {
-        const p = slot.running.get(message.id) ?? slot.waiting.get(message.id);
-        if (!p) return;
-        slot.running.delete(message.id);
-        slot.waiting.delete(message.id);
-        this.settle(p, message.result);
-        this.dispatch();
-        return;
-      }
-      case 'waiting': {
+      case 'result':
+      case 'waits': {
         const p = slot.running.get(message.id);
         if (!p) return;
         slot.running.delete(message.id);
-        slot.waiting.set(message.id, p);
+        this.settle(p, message.type === 'result' ? message.result : message.waits);
         this.dispatch();
         return;
       }
@@ -370,9 +371,8 @@ export class ReadPool {
    * after one that could not start. With no thread able to answer, the queued queries fail too.
    */
   private onGone(slot: Slot, failure: EngineError, wasReady: boolean): void {
-    const inFlight = [...slot.running.values(), ...slot.waiting.values()];
+    const inFlight = [...slot.running.values()];
     slot.running.clear();
-    slot.waiting.clear();
     const closing = this.closing !== null;
     for (const p of inFlight) this.settle(p, errorAnswer(closing ? closedError() : failure));
     if (closing || (!this.started && !wasReady)) return;
@@ -400,13 +400,13 @@ export class ReadPool {
     this.restartTimers.add(timer);
   }
 
-  /** The ready thread with the fewest queries running (then waiting), below THREAD_DEPTH; or none. */
+  /** The ready thread with the fewest queries running, below THREAD_DEPTH; or none. */
   private leastBusy(): Slot | undefined {
     if (this.walHeld()) return undefined;
     let best: Slot | undefined;
     for (const slot of this.slots) {
       if (!slot.ready || slot.running.size >= THREAD_DEPTH) continue;
-      if (!best || slot.running.size < best.running.size || (slot.running.size === best.running.size && slot.waiting.size < best.waiting.size)) best = slot;
+      if (!best || slot.running.size < best.running.size) best = slot;
     }
     return best;
   }
@@ -439,7 +439,7 @@ export class ReadPool {
   }
 
   /**
-   * While holding: once no read runs (a query waiting on an execution holds no snapshot), wait
+   * While holding: once no read runs, wait
    * WAL_DRAIN_MS, then let reads go. The pool holds again only once the log has grown another
    * walAutocheckpointPages frames past where it stood at the release: when something outside the
    * pool keeps the checkpoint from finishing (another process's open read, a backup), the pool
@@ -509,7 +509,7 @@ export class ReadPool {
     slot.running.set(p.id, p);
     this.refIfBusy(slot);
     try {
-      slot.worker.postMessage({ type: 'run', id: p.id, request: p.request, options: p.options } satisfies ToReadWorker);
+      slot.worker.postMessage({ type: 'run', id: p.id, mode: p.mode, request: p.request, options: p.options } satisfies ToReadWorker);
     } catch (error) {
       // Variables the structured clone refuses (a function, a symbol): not a GraphQL value anyway.
       slot.running.delete(p.id);
@@ -523,24 +523,20 @@ export class ReadPool {
     p.signal.addEventListener('abort', p.onAbort, { once: true });
   }
 
-  /** The caller gave up: a queued query is dropped; a posted one has its waits ended (it answers at once). */
+  /** The caller gave up: a queued query is dropped (a posted one runs to its end: it is synchronous there). */
   private cancel(p: Pending): void {
-    if (p.settled) return;
-    if (p.slot === null) {
-      const list = this.queues.get(p.client);
-      const at = list?.indexOf(p) ?? -1;
-      if (list && at >= 0) {
-        list.splice(at, 1);
-        if (list.length === 0) this.queues.delete(p.client);
-        this.queued--;
-      }
-      this.settle(p, errorAnswer(cancelledError()));
-      return;
+    if (p.settled || p.slot !== null) return;
+    const list = this.queues.get(p.client);
+    const at = list?.indexOf(p) ?? -1;
+    if (list && at >= 0) {
+      list.splice(at, 1);
+      if (list.length === 0) this.queues.delete(p.client);
+      this.queued--;
     }
-    if (!p.slot.gone) p.slot.worker.postMessage({ type: 'cancel', id: p.id } satisfies ToReadWorker);
+    this.settle(p, errorAnswer(cancelledError()));
   }
 
-  private settle(p: Pending, result: FormattedResult): void {
+  private settle(p: Pending, result: FormattedResult | ExecutionWait[]): void {
     if (p.settled) return;
     p.settled = true;
     if (p.onAbort) p.signal?.removeEventListener('abort', p.onAbort);
@@ -551,7 +547,7 @@ export class ReadPool {
   /** A thread keeps the process alive while it has queries in flight, and only then. */
   private refIfBusy(slot: Slot): void {
     if (slot.gone) return;
-    if (slot.running.size + slot.waiting.size > 0) slot.worker.ref();
+    if (slot.running.size > 0) slot.worker.ref();
     else slot.worker.unref();
   }
 }

@@ -1,9 +1,10 @@
 import { resolve as resolvePath } from 'node:path';
 import { Worker } from 'node:worker_threads';
-import type { AsyncRequestOptions, BatchRequest, Engine } from '../engine.js';
+import type { BatchRequest, Engine, RequestOptions } from '../engine.js';
 import { EngineError } from '../errors.js';
 import type { AttemptOutcome } from '../execution/queue/attempt.js';
 import type { ModelCallSample } from '../execution/services.js';
+import type { ExecutionWait } from '../graphql/context.js';
 import { errorAnswer, type FormattedResult, type GraphqlRequest } from '../graphql/executor.js';
 import { resolveLimits } from '../limits.js';
 import type { FromWriterWorker, ToWriterWorker, WriterEvent, WriterSnapshot, WriterWorkerData } from './writer-worker.js';
@@ -15,14 +16,18 @@ const CLOSE_WAIT_MS = 10_000;
 const SNAPSHOT_WAIT_MS = 50;
 
 /**
- * Where the server runs what it does not answer itself: mutations (a group commit at a time),
- * queries that wait on executions or that no read thread takes, and MCP calls. The engine itself
- * in-process; the writer thread under `tally serve` (see WriterThread).
+ * The writer: where the server runs what no read thread takes. Mutations a group commit at a time,
+ * and queries (when there is no read pool) one at a time, each when the write queue gives it its
+ * turn (src/server/write-queue.ts: nothing reaches the writer any other way). The engine itself
+ * in-process; the writer thread under `tally serve` (see WriterThread). Nothing here waits: a
+ * query's waits on executions are the HTTP thread's (engine.awaitExecutions).
  */
 export interface Executor {
   executeGroup(group: ReadonlyArray<BatchRequest>): Array<FormattedResult | undefined> | Promise<Array<FormattedResult | undefined>>;
-  executeAsync(request: GraphqlRequest, options?: AsyncRequestOptions): Promise<FormattedResult>;
-  graphqlAsync(query: string, variables?: Record<string, unknown> | null, options?: AsyncRequestOptions & { operationName?: string | null }): Promise<FormattedResult>;
+  /** One request alone: engine.execute. */
+  execute(request: GraphqlRequest, options?: RequestOptions): FormattedResult | Promise<FormattedResult>;
+  /** The executions a query asks to wait on: engine.executionWaits. */
+  executionWaits(request: GraphqlRequest, options?: RequestOptions): ExecutionWait[] | Promise<ExecutionWait[]>;
   onBatch(listener: (size: number) => void): void;
   onAttempt(listener: (outcome: AttemptOutcome) => void): void;
   onModelCall(listener: (call: ModelCallSample) => void): void;
@@ -35,8 +40,8 @@ export interface Executor {
 export function engineExecutor(engine: Engine, worker?: { readonly isRunning: boolean }): Executor {
   return {
     executeGroup: (group) => engine.executeGroup(group),
-    executeAsync: (request, options) => engine.executeAsync(request, options),
-    graphqlAsync: (query, variables, options) => engine.graphqlAsync(query, variables, options),
+    execute: (request, options) => engine.execute(request, options),
+    executionWaits: (request, options) => engine.executionWaits(request, options),
     onBatch: (listener) => engine.onBatch(listener),
     onAttempt: (listener) => engine.onAttempt(listener),
     onModelCall: (listener) => engine.onModelCall(listener),
@@ -48,7 +53,7 @@ export function engineExecutor(engine: Engine, worker?: { readonly isRunning: bo
 /**
  * The executor the server holds: the engine until `tally serve`'s writer thread is up (it starts
  * after the server listens, as the read pool does), then the thread. Listeners hear the events of
- * both (an execution waiting on the engine finishes there).
+ * both (the engine's queue worker finishes its attempt after the switch).
  */
 export class ExecutorSwitch implements Executor {
   private current: Executor;
@@ -83,12 +88,12 @@ export class ExecutorSwitch implements Executor {
     return this.current.executeGroup(group);
   }
 
-  executeAsync(request: GraphqlRequest, options?: AsyncRequestOptions) {
-    return this.current.executeAsync(request, options);
+  execute(request: GraphqlRequest, options?: RequestOptions) {
+    return this.current.execute(request, options);
   }
 
-  graphqlAsync(query: string, variables?: Record<string, unknown> | null, options?: AsyncRequestOptions & { operationName?: string | null }) {
-    return this.current.graphqlAsync(query, variables, options);
+  executionWaits(request: GraphqlRequest, options?: RequestOptions) {
+    return this.current.executionWaits(request, options);
   }
 
   snapshot() {
@@ -128,7 +133,7 @@ export interface WriterThreadOptions extends Omit<WriterWorkerData, 'path'> {
  */
 export class WriterThread implements Executor {
   private nextId = 1;
-  private readonly pending = new Map<number, { kind: 'group' | 'result' | 'snapshot'; size: number; resolve(value: unknown): void }>();
+  private readonly pending = new Map<number, { kind: Kind; size: number; resolve(value: unknown): void }>();
   private readonly listeners = {
     batch: [] as Array<(size: number) => void>,
     attempt: [] as Array<(outcome: AttemptOutcome) => void>,
@@ -140,17 +145,12 @@ export class WriterThread implements Executor {
   private closed: Promise<void> | null = null;
   private exited!: Promise<void>;
 
-  /** executeAsync calls not yet answered (bounded by writerCallsMax), and each client's (writerCallsPerClientMax). */
-  private calls = 0;
-  private readonly callsByClient = new Map<string, number>();
   /** The snapshot asked of the thread and not yet answered: callers share it (a /readyz flood is one message). */
   private snapshotAsked: Promise<WriterSnapshot> | null = null;
 
   private constructor(
     private readonly worker: Worker,
     private readonly logError: (error: unknown) => void,
-    private readonly callsMax: number,
-    private readonly callsPerClientMax: number,
   ) {}
 
   /** Start the thread and wait until its engine is open (and its queue worker started). */
@@ -158,8 +158,9 @@ export class WriterThread implements Executor {
     const { logError, ...rest } = options;
     const data: WriterWorkerData = { ...rest, path: resolvePath(options.path) };
     const worker = new Worker(BOOT, { workerData: data });
-    const limits = resolveLimits(options.limits);
-    const thread = new WriterThread(worker, logError, limits.writerCallsMax, limits.writerCallsPerClientMax);
+    // Limits the thread's engine would refuse are refused here first, before the thread starts.
+    resolveLimits(options.limits);
+    const thread = new WriterThread(worker, logError);
     thread.exited = new Promise((resolve) => worker.once('exit', () => resolve()));
     await new Promise<void>((resolve, reject) => {
       worker.on('message', (message: FromWriterWorker) => {
@@ -195,49 +196,12 @@ export class WriterThread implements Executor {
     return this.call<Array<FormattedResult | undefined>>('group', group.length, (id) => ({ type: 'group', id, group: requests }));
   }
 
-  executeAsync(request: GraphqlRequest, options: AsyncRequestOptions = {}): Promise<FormattedResult> {
-    if (this.calls >= this.callsMax) {
-      return Promise.resolve(busy(`${this.calls} calls are waiting for the writer (writerCallsMax ${this.callsMax})`));
-    }
-    // Whose share it takes: the key (never logged or shown), the principal, or the engine's own.
-    const client = options.apiKey ?? options.principal ?? '';
-    const mine = this.callsByClient.get(client) ?? 0;
-    if (mine >= this.callsPerClientMax) {
-      return Promise.resolve(busy(`this client has ${mine} calls waiting for the writer (writerCallsPerClientMax ${this.callsPerClientMax})`));
-    }
-    this.calls++;
-    this.callsByClient.set(client, mine + 1);
-    return this.executeCounted(request, options).finally(() => {
-      this.calls--;
-      const left = (this.callsByClient.get(client) ?? 1) - 1;
-      if (left > 0) this.callsByClient.set(client, left);
-      else this.callsByClient.delete(client);
-    });
+  execute(request: GraphqlRequest, options: RequestOptions = {}): Promise<FormattedResult> {
+    return this.call<FormattedResult>('result', 1, (id) => ({ type: 'execute', id, request: plainRequest(request), options: { ...options } }));
   }
 
-  private executeCounted(request: GraphqlRequest, options: AsyncRequestOptions): Promise<FormattedResult> {
-    const { signal, waitMsMax, ...rest } = options;
-    // The time a call waits for a busy thread counts against its waits: the thread gets a deadline, not a span.
-    const deadline = waitMsMax === undefined ? undefined : Date.now() + waitMsMax;
-    let id = 0;
-    const result = this.call<FormattedResult>('result', 1, (assigned) => {
-      id = assigned;
-      return { type: 'execute', id, request: plainRequest(request), options: rest, ...(deadline === undefined ? {} : { deadline }) };
-    });
-    if (signal && id !== 0) {
-      const cancel = () => this.send({ type: 'cancel', id });
-      if (signal.aborted) cancel();
-      else {
-        signal.addEventListener('abort', cancel, { once: true });
-        void result.finally(() => signal.removeEventListener('abort', cancel));
-      }
-    }
-    return result;
-  }
-
-  graphqlAsync(query: string, variables?: Record<string, unknown> | null, options: AsyncRequestOptions & { operationName?: string | null } = {}): Promise<FormattedResult> {
-    const { operationName, ...rest } = options;
-    return this.executeAsync({ query, variables: variables ?? null, operationName: operationName ?? null }, rest);
+  executionWaits(request: GraphqlRequest, options: RequestOptions = {}): Promise<ExecutionWait[]> {
+    return this.call<ExecutionWait[]>('waits', 1, (id) => ({ type: 'waits', id, request: plainRequest(request), options: { ...options } }));
   }
 
   /**
@@ -274,7 +238,7 @@ export class WriterThread implements Executor {
     this.listeners.actionsChanged.push(listener);
   }
 
-  /** Waits end (their requests answer), the running attempt finishes, the engine closes, the thread ends. */
+  /** What the thread was sent is answered, the running attempt finishes, the engine closes, the thread ends. */
   close(): Promise<void> {
     if (this.closed) return this.closed;
     this.closed = (async () => {
@@ -286,7 +250,7 @@ export class WriterThread implements Executor {
     return this.closed;
   }
 
-  private call<T>(kind: 'group' | 'result' | 'snapshot', size: number, message: (id: number) => ToWriterWorker): Promise<T> {
+  private call<T>(kind: Kind, size: number, message: (id: number) => ToWriterWorker): Promise<T> {
     if (this.failure !== null || this.closed) return Promise.resolve(this.unavailable(kind, size, 'notSent') as T);
     const id = this.nextId++;
     return new Promise<T>((resolve) => {
@@ -301,7 +265,7 @@ export class WriterThread implements Executor {
     } catch (error) {
       // A request the structured clone refuses (it came from JSON: it cannot happen) is a bug: answer it anyway.
       this.logError(error);
-      if ('id' in message && message.type !== 'cancel') this.settle(message.id, undefined, 'notSent', error);
+      if ('id' in message) this.settle(message.id, undefined, 'notSent', error);
     }
   }
 
@@ -313,6 +277,8 @@ export class WriterThread implements Executor {
         return this.settle(message.id, message.answers.map((a) => a ?? undefined));
       case 'result':
         return this.settle(message.id, message.result);
+      case 'waits':
+        return this.settle(message.id, message.waits);
       case 'snapshot':
         return this.settle(message.id, message.snapshot);
       case 'events':
@@ -363,11 +329,13 @@ export class WriterThread implements Executor {
    * server shutting down, the thread gone, or a request that could not be sent: nothing ran);
    * `lost`, the thread had it and ended before answering (whether it committed is unknown).
    */
-  private unavailable(kind: 'group' | 'result' | 'snapshot', size: number, reason: 'notSent' | 'lost', cause?: unknown): unknown {
+  private unavailable(kind: Kind, size: number, reason: 'notSent' | 'lost', cause?: unknown): unknown {
     if (kind === 'snapshot') {
       const why = this.failure ?? 'the server is shutting down';
       return { stats: null, database: why, sandbox: why, workerRunning: false };
     }
+    // No waits: the request itself is answered next, and tells what happened.
+    if (kind === 'waits') return [];
     let error: EngineError;
     if (cause !== undefined) {
       error = new EngineError('INTERNAL', `the request could not be sent to the writer thread: ${(cause as Error)?.message ?? String(cause)}; it was not run`);
@@ -386,9 +354,8 @@ export class WriterThread implements Executor {
   }
 }
 
-function busy(message: string): FormattedResult {
-  return errorAnswer(new EngineError('BUSY', message, { hint: 'Retry the request in a moment, or send fewer at once.' }));
-}
+/** What a call to the thread is answered with: a group's answers, one request's, a query's waits, a snapshot. */
+type Kind = 'group' | 'result' | 'waits' | 'snapshot';
 
 /** The request as plain data (what arrives from JSON already is; a GraphqlRequest built in code may carry more). */
 function plainRequest(request: GraphqlRequest): GraphqlRequest {

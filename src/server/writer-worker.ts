@@ -1,19 +1,22 @@
 import { parentPort, workerData } from 'node:worker_threads';
-import { createEngine, type AsyncRequestOptions, type BatchRequest, type Engine, type EngineOptions } from '../engine.js';
+import { createEngine, type BatchRequest, type Engine, type EngineOptions, type RequestOptions } from '../engine.js';
 import { EngineError, type ErrorData } from '../errors.js';
 import type { AttemptOutcome } from '../execution/queue/attempt.js';
 import type { Worker } from '../execution/queue/worker.js';
+import type { ExecutionWait } from '../graphql/context.js';
 import type { FormattedResult, GraphqlRequest } from '../graphql/executor.js';
 import type { Limits } from '../limits.js';
 import type { ModelCallSample } from '../execution/services.js';
 import { createLogger, type LogLevel } from './logger.js';
 
 /**
- * The writer thread of `tally serve` (see writer-thread.ts): the engine that runs every mutation,
- * every query that waits on an execution, every MCP call, and the queue worker, so that none of
- * their work (a tool running to its deadline) holds the HTTP thread, which only parses, routes and
- * replies. One message per request; its events (group commits, attempts, model calls, tool changes)
- * go back as messages for /metrics and MCP sessions.
+ * The writer thread of `tally serve` (see writer-thread.ts): the engine that runs every mutation
+ * (a group commit at a time), every query no read thread takes, and the queue worker, so that none
+ * of their work (a tool running to its deadline) holds the HTTP thread, which only parses, routes
+ * and replies. The write queue sends it one unit at a time per client, in turn; each message is
+ * answered by synchronous work, in the order the messages came (nothing here waits on an
+ * execution: the HTTP thread does). Its events (group commits, attempts, model calls, tool
+ * changes) go back as messages for /metrics, MCP sessions and the HTTP thread's waits.
  */
 
 /** What the server gives the thread when it starts it. */
@@ -46,9 +49,8 @@ export type WriterEvent =
 /** Server → thread. */
 export type ToWriterWorker =
   | { type: 'group'; id: number; group: BatchRequest[] }
-  /** `deadline` (epoch ms): when the request's waits must end, the time it queued for the thread counted. */
-  | { type: 'execute'; id: number; request: GraphqlRequest; options: Omit<AsyncRequestOptions, 'signal' | 'waitMsMax'>; deadline?: number }
-  | { type: 'cancel'; id: number }
+  | { type: 'execute'; id: number; request: GraphqlRequest; options: RequestOptions }
+  | { type: 'waits'; id: number; request: GraphqlRequest; options: RequestOptions }
   | { type: 'snapshot'; id: number }
   | { type: 'close' };
 
@@ -58,6 +60,7 @@ export type FromWriterWorker =
   | { type: 'startFailed'; error: ErrorData }
   | { type: 'group'; id: number; answers: Array<FormattedResult | null>; events?: WriterEvent[] }
   | { type: 'result'; id: number; result: FormattedResult }
+  | { type: 'waits'; id: number; waits: ExecutionWait[] }
   | { type: 'snapshot'; id: number; snapshot: WriterSnapshot }
   | { type: 'events'; events: WriterEvent[] }
   | { type: 'log'; message: string }
@@ -147,27 +150,26 @@ function answer(id: number, result: FormattedResult): void {
   }
 }
 
-const controllers = new Map<number, AbortController>();
-const inFlight = new Set<Promise<void>>();
+function execute(id: number, request: GraphqlRequest, options: RequestOptions): void {
+  let result: FormattedResult;
+  try {
+    result = engine.execute(request, options);
+  } catch (error) {
+    post({ type: 'log', message: describe(error) });
+    result = failed(`the request failed: ${(error as Error)?.message ?? String(error)}`);
+  }
+  answer(id, result);
+}
 
-function execute(id: number, request: GraphqlRequest, options: Omit<AsyncRequestOptions, 'signal' | 'waitMsMax'>, deadline: number | undefined): void {
-  const controller = new AbortController();
-  controllers.set(id, controller);
-  const waits = deadline === undefined ? {} : { waitMsMax: Math.max(0, deadline - Date.now()) };
-  const done = engine
-    .executeAsync(request, { ...options, ...waits, signal: controller.signal })
-    .then(
-      (result) => answer(id, result),
-      (error: unknown) => {
-        post({ type: 'log', message: describe(error) });
-        answer(id, failed(`the request failed: ${(error as Error)?.message ?? String(error)}`));
-      },
-    )
-    .finally(() => {
-      controllers.delete(id);
-      inFlight.delete(done);
-    });
-  inFlight.add(done);
+function waits(id: number, request: GraphqlRequest, options: RequestOptions): void {
+  let found: ExecutionWait[] = [];
+  try {
+    found = engine.executionWaits(request, options);
+  } catch (error) {
+    // No waits: the request itself runs next, and tells what went wrong.
+    post({ type: 'log', message: describe(error) });
+  }
+  post({ type: 'waits', id, waits: found });
 }
 
 function group(id: number, requests: BatchRequest[]): void {
@@ -197,10 +199,10 @@ port.on('message', (message: ToWriterWorker) => {
       group(message.id, message.group);
       break;
     case 'execute':
-      execute(message.id, message.request, message.options, message.deadline);
+      execute(message.id, message.request, message.options);
       break;
-    case 'cancel':
-      controllers.get(message.id)?.abort();
+    case 'waits':
+      waits(message.id, message.request, message.options);
       break;
     case 'snapshot':
       try {
@@ -210,9 +212,8 @@ port.on('message', (message: ToWriterWorker) => {
       }
       break;
     case 'close':
-      // Waits end at once (their requests answer), the running attempt finishes, then the engine closes.
-      for (const controller of controllers.values()) controller.abort();
-      void Promise.allSettled([...inFlight, worker?.stop() ?? Promise.resolve()]).then(() => {
+      // The running attempt finishes, then the engine closes.
+      void Promise.allSettled([worker?.stop() ?? Promise.resolve()]).then(() => {
         engine.close();
         post({ type: 'closed' });
         port.close();
