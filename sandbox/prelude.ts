@@ -9,6 +9,9 @@ export const PRELUDE = String.raw`
   'use strict';
   const host = globalThis.__tally_host;
   delete globalThis.__tally_host;
+  // The output's bound (outputBytesMax), given by the host for this context's life.
+  const OUTPUT_MAX = typeof globalThis.__tally_output_max === 'number' ? globalThis.__tally_output_max : Infinity;
+  delete globalThis.__tally_output_max;
   const FAIL = Symbol('tally.fail');
   const stringify = JSON.stringify;
   const parse = JSON.parse;
@@ -307,21 +310,29 @@ export const PRELUDE = String.raw`
   // value anyway) the plain JSON.stringify takes over: the checking replacer costs stack per level.
   const STRICT_DEPTH_MAX = 256;
   const TOO_DEEP = {};
-  function strictStringify(value, what, allowUndefined) {
+  function strictStringify(value, what, allowUndefined, max) {
     try {
-      return checkedStringify(value, what, allowUndefined);
+      return checkedStringify(value, what, allowUndefined, max === undefined ? Infinity : max);
     } catch (e) {
       if (e === TOO_DEEP) return stringify(value);
       throw e;
     }
   }
-  function checkedStringify(value, what, allowUndefined) {
+  // Past max, the text is refused as it is made: each string counts its length and quotes, each key
+  // its length, quotes and colon (a lower bound of the UTF-8 bytes), before it is written out.
+  const TOO_LARGE = {};
+  function checkedStringify(value, what, allowUndefined, max) {
     const paths = new Map();
     const depths = new Map();
+    let size = 0;
     return stringify(value, function (key, v) {
       const parent = paths.get(this);
       const path = parent === undefined ? what : isArray(this) ? parent + '[' + key + ']' : parent + '.' + key;
       const type = typeof v;
+      if (max !== Infinity) {
+        size += (parent !== undefined && !isArray(this) ? key.length + 3 : 1) + (type === 'string' ? v.length + 2 : 0);
+        if (size > max) throw TOO_LARGE;
+      }
       if (type === 'object' && v !== null) {
         const depth = parent === undefined ? 0 : depths.get(this) + 1;
         if (depth > STRICT_DEPTH_MAX) throw TOO_DEEP;
@@ -349,8 +360,18 @@ export const PRELUDE = String.raw`
       if (output !== null && typeof output === 'object' && typeof output.then === 'function') {
         throw new TypeError('run(event) returned a Promise; tool programs are synchronous');
       }
-      const json = strictStringify(output === undefined ? null : output, 'the output', false);
+      let json;
+      try {
+        json = strictStringify(output === undefined ? null : output, 'the output', false, OUTPUT_MAX);
+      } catch (e) {
+        if (e !== TOO_LARGE) throw e;
+        json = null;
+      }
       if (json === undefined) throw new TypeError('run(event) returned a value that is not JSON (a function, a symbol, or a toJSON that returns undefined)');
+      // Refused as it is made, before it is copied out (its UTF-8 bytes are at least its length).
+      if (json === null || json.length > OUTPUT_MAX) {
+        return stringify({ error: { code: 'LIMIT_EXCEEDED', message: 'the output is more than outputBytesMax (' + OUTPUT_MAX + ' bytes of JSON)', hint: 'Return less: ids and totals, not whole documents (or raise outputBytesMax in the limits).' } });
+      }
       return '{"output":' + json + '}';
     } catch (e) {
       if (e !== null && typeof e === 'object' && e[FAIL] === true) return stringify({ fail: { message: e.message, hint: e.hint, retry: e.retry } });

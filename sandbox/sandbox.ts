@@ -31,6 +31,11 @@ export interface SandboxLimits {
    * levels, and levels thrown away after a call, are made on first use.
    */
   warmLevels?: number;
+  /**
+   * The largest output a call may return (JSON bytes): the prelude refuses a longer one as it is
+   * made, before it is copied out of the sandbox. The engine checks the exact byte count after.
+   */
+  outputBytesMax?: number;
 }
 
 /** The engine's side of a call: every guest capability goes through here. */
@@ -427,6 +432,11 @@ export class Sandbox {
     });
     ctx.setProp(ctx.global, '__tally_host', hostFn);
     hostFn.dispose();
+    if (this.limits.outputBytesMax !== undefined) {
+      const max = ctx.newNumber(this.limits.outputBytesMax);
+      ctx.setProp(ctx.global, '__tally_output_max', max);
+      max.dispose();
+    }
     this.building = true;
     let prelude;
     try {

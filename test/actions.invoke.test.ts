@@ -257,6 +257,22 @@ describe('the sandbox holds its limits, and the engine keeps serving', () => {
     const result = invoke(createTool(36, 'big_output', 'function run() { return "x".repeat(10 * 1024 * 1024); }', { execution: { timeoutMs: 5000 } }), {});
     expect(result.error.code).toBe('LIMIT_EXCEEDED');
     expect(result.error.message).toContain('outputBytesMax');
+    // Refused inside the sandbox as the text is made, not copied out first and measured after.
+    expect(result.error.message).toContain('the output is more than outputBytesMax');
+    expect(result.error.hint).toContain('outputBytesMax');
+  });
+
+  it('outputBytesMax is crossed as the output is made: many small strings, and one long one past it; just under it passes', async () => {
+    engine = await newEngine({ limits: { outputBytesMax: 10_000 } });
+    const many = invoke(createTool(60, 'many_strings', 'function run() { const a = []; for (let i = 0; i < 5000; i++) a.push("ab" + i); return { a }; }'), {});
+    expect(many.error).toMatchObject({ code: 'LIMIT_EXCEEDED' });
+    expect(many.error.message).toContain('more than outputBytesMax (10000 bytes');
+    const under = invoke(createTool(61, 'just_under', 'function run() { return { s: "x".repeat(9980) }; }'), {});
+    expect(under.error ?? null).toBeNull();
+    // Multi-byte text: the guest's count is a lower bound, the engine's byte count decides.
+    const wide = invoke(createTool(62, 'wide', 'function run() { return { s: "é".repeat(6000) }; }'), {});
+    expect(wide.error).toMatchObject({ code: 'LIMIT_EXCEEDED' });
+    expect(wide.error.message).toContain('bytes; outputBytesMax is 10000');
   });
 
   it('an input over inputBytesMax fails with LIMIT_EXCEEDED', async () => {
