@@ -44,6 +44,7 @@ import { ResultCache } from './execution/result-cache.js';
 import { WAIT_ENDS } from './execution/status.js';
 import { actionStatements } from './storage/statements/actions.js';
 import { sessionStatements } from './storage/statements/sessions.js';
+import { deploymentStatements } from './storage/statements/deployments.js';
 import { skillStatements } from './storage/statements/skills.js';
 import { checkSkillReference, type SkillDeps, skillServices } from './skills/skills.js';
 import { calculationStatements } from './storage/statements/calculations.js';
@@ -416,6 +417,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     runGraphql: (request, frame) => runNested(request, frame),
     models,
     sessions: sessionStatements(db),
+    deployments: deploymentStatements(db),
     results: resultCache,
     onModelCall: (call) => {
       for (const listener of modelCallListeners) listener(call);

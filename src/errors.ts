@@ -35,6 +35,7 @@ export const ERROR_CODES = {
   TIMEOUT: { retryable: true, hint: 'The call ran past its deadline; raise timeoutMs or do less work per call.' },
   LIMIT_EXCEEDED: { retryable: false, hint: 'Stay within the limit named in the message, or raise it in the engine options.' },
   VERSION_LOCKED: { retryable: false, hint: 'Use an ACTIVE version.' },
+  RECORD_CHANGED: { retryable: false, hint: 'The record changed since it was read; read it again and decide anew.' },
   GRAPHQL_PARSE_FAILED: { retryable: false, hint: 'Fix the GraphQL syntax at the location shown.' },
   GRAPHQL_VALIDATION_FAILED: { retryable: false, hint: 'Check the document against schema.graphql.' },
   BUSY: { retryable: true, hint: 'The database was busy; retry the request.' },

@@ -278,6 +278,56 @@ describe('ledger verbs', () => {
   });
 });
 
+describe('deploy keeps what the running system wrote (issue 34)', () => {
+  it('deploy, lock Alice, deploy again: the plan says what it keeps; a conflict exits 1 with nothing written, a mistyped flag is a usage error, --overwrite-runtime-changes lets the file win', async () => {
+    const dir = join(mkdtempSync(join(scratch, 'redeploy-')), 'bank');
+    cpSync(BANK, dir, { recursive: true });
+    const db = join(dir, '..', 'bank.db');
+    const run = (...args: string[]) => tally(args, { cwd: dir });
+    const gql = (document: string, variables: unknown = {}) => tally(['gql', '-', '--db', db, '--variables', JSON.stringify(variables)], { cwd: dir, stdin: document });
+    const alice = async () => JSON.parse((await gql(`{ account(id: "${ALICE}") { status metadata } }`)).out).data.account;
+    expect((await run('deploy', '.', '--db', db)).status).toBe(0);
+    const locked = await run('invoke', 'lock_account', '--db', db, '--input', JSON.stringify({ account_id: ALICE, reason: 'Card reported stolen' }));
+    expect(locked.status, locked.err).toBe(0);
+    const CASE = { note: 'Card reported stolen', opened_by: 'system' };
+
+    const again = await run('deploy', '.', '--db', db);
+    expect(again.status, again.err).toBe(0);
+    expect(again.out).toContain(`= account alice unchanged\n  keeps metadata.case ${JSON.stringify(CASE)}, status "LOCKED": written since the last deploy, not declared in accounts.json\n`);
+    expect(await alice()).toEqual({ status: 'LOCKED', metadata: { tier: 'gold', case: CASE } });
+
+    // Both the file and the running system change Alice's tier.
+    expect((await gql(`mutation($m: JSON) { updateAccount(id: "${ALICE}", input: {metadata: $m}) { version } }`, { m: { tier: 'silver', case: CASE } })).status).toBe(0);
+    const accounts = JSON.parse(readFileSync(join(dir, 'accounts.json'), 'utf8'));
+    accounts.find((a: { code: string }) => a.code === 'alice').metadata = { tier: 'platinum' };
+    writeFileSync(join(dir, 'accounts.json'), JSON.stringify(accounts));
+    const refused = await run('deploy', '.', '--db', db);
+    expect(refused.status).toBe(1);
+    expect(refused.out).toContain('= account alice unchanged\n! conflict account alice metadata.tier: deployed "gold", now "silver", file "platinum"\n');
+    expect(refused.err.split('\n').slice(0, 3)).toEqual([
+      'tally: 1 field changed both at runtime and in the project files since the last deploy:',
+      '! conflict account alice metadata.tier: deployed "gold", now "silver", file "platinum"',
+      'nothing was applied',
+    ]);
+    expect(refused.err).toContain('hint: Put the value to keep in the file');
+    const json = await run('deploy', '.', '--db', db, '--json');
+    expect(json.status).toBe(1);
+    expect(JSON.parse(json.out).error).toMatchObject({ code: 'CONFLICT', hint: expect.stringContaining('--overwrite-runtime-changes') });
+    expect((await alice()).metadata.tier).toBe('silver');
+
+    const typo = await run('deploy', '.', '--db', db, '--overwrite-runtime-change');
+    expect(typo).toMatchObject({ status: 2, out: '' });
+    expect(typo.err.split('\n')[0]).toBe('tally: unknown option --overwrite-runtime-change');
+    expect((await alice()).metadata.tier).toBe('silver');
+
+    const forced = await run('deploy', '.', '--db', db, '--overwrite-runtime-changes');
+    expect(forced.status, forced.err).toBe(0);
+    expect(forced.out).toContain('~ update account alice (metadata.tier)\n! overwrite account alice metadata.tier: deployed "gold", now "silver", file "platinum" (the file wins: --overwrite-runtime-changes)\n');
+    expect(forced.out).toContain('applied 1 change(s)');
+    expect(await alice()).toEqual({ status: 'LOCKED', metadata: { tier: 'platinum', case: CASE } });
+  }, 120_000);
+});
+
 describe('executions and execution', () => {
   it('executions are newest first, --limit pages with a "more…" cursor, --after follows it, --since bounds them', async () => {
     // Three executions in one request, in order (mutation fields run one after another).

@@ -113,11 +113,11 @@ describe('deploy: account sets and velocity controls', () => {
       ),
     });
     expect(await changes()).toEqual([
-      '~ update account set customer (-1 member)',
+      '~ update account set customer (name, -1 member)',
       '~ update account set everyone (+1 member)',
-      '~ update velocity limit no overdraft',
+      '~ update velocity limit no overdraft (description)',
       '+ create velocity limit second',
-      '~ update velocity control the guard (+1 limit, -1 limit)',
+      '~ update velocity control the guard (name, +1 limit, -1 limit)',
       '- remove velocity attachment the guard on customer',
       '+ create velocity attachment the guard on everyone',
       '+ create velocity attachment the guard on wallet',
@@ -136,8 +136,8 @@ describe('deploy: account sets and velocity controls', () => {
     // Other params: attached again; dropping a control's attach list detaches it everywhere.
     write({ 'velocity.json': velocity({ velocityLimitIds: [LIMIT_2], attach: [{ accountId: OUTER, params: { amount: '6' } }] }, [noOverdraft(), noOverdraft({ velocityLimitId: LIMIT_2, name: 'second' })]) });
     expect(await changes()).toEqual([
-      '~ update velocity limit no overdraft', // its description is gone
-      '~ update velocity control guard',
+      '~ update velocity limit no overdraft (description)', // its description is gone
+      '~ update velocity control guard (name)',
       '- remove velocity attachment guard on wallet',
       '~ update velocity attachment guard on everyone (journal or params changed)',
     ]);
@@ -216,5 +216,79 @@ describe('deploy: reserved tool names', () => {
     expect((error as Error).message).toContain(`tools/${name}.js: action name "${name}" is a reserved tool name: graphql, cel and load_skill are the engine's own tools [ALREADY_EXISTS]`);
     expect((error as Error).message).toMatch(/nothing was applied$/);
     expect(engine.graphql(`{ account(id: "${WALLET}") { code } }`).errors?.[0]?.extensions?.code).toBe('NOT_FOUND');
+  });
+});
+
+describe('deploy: members, limits and attachments the running system added are kept (issue 34)', () => {
+  it('a member added to a set at runtime stays and the plan says so; a member the deploy added and the file drops goes', async () => {
+    await deploy(readProject(dir), target);
+    ok(engine, `mutation { addToAccountSet(id: "${SET}", member: {memberType: ACCOUNT, memberId: "${CASH}"}) { version } }`);
+    const again = await deploy(readProject(dir), target);
+    expect(formatPlan(again.plan.filter((i) => i.name === 'customer'))).toBe('= account set customer unchanged\n  keeps members ["cash"]: written since the last deploy, not declared in account-sets.json');
+    const members = () => ok(engine, `{ accountSet(id: "${SET}") { members(first: 5) { nodes { ... on Account { code } } } } }`).accountSet.members.nodes.map((n: any) => n.code).sort();
+    expect(members()).toEqual(['cash', 'savings', 'wallet']);
+    const edited = sets();
+    edited[1] = { ...edited[1]!, members: [{ memberType: 'ACCOUNT', memberId: WALLET }] };
+    write({ 'account-sets.json': edited });
+    expect(await changes()).toEqual(['~ update account set customer (-1 member)']);
+    await deploy(readProject(dir), target);
+    expect(members()).toEqual(['cash', 'wallet']);
+    // A velocity control attached by someone else to a project account is not the deploy's to detach.
+    ok(engine, `mutation { attachVelocityControl(velocityControlId: "${CONTROL}", accountId: "${OTHER}") { accountId } }`);
+    expect(await changes()).toEqual([]);
+    expect(ok(engine, `{ attachedControls(accountId: "${OTHER}", first: 5) { nodes { velocityControlId } } }`).attachedControls.nodes).toHaveLength(1);
+  });
+});
+
+describe('deployed records: what a deploy recorded, on the server (issue 34)', () => {
+  const RECORD = 'mutation($r: [DeployedRecordInput!]!) { recordDeployment(records: $r) }';
+  const READ = 'query($k: [DeployedRecordKey!]!) { deployedRecords(keys: $k) { kind id state principal version } }';
+  const codeOf = (result: { errors?: ReadonlyArray<{ extensions?: Record<string, unknown> }> }) => result.errors?.[0]?.extensions?.code;
+
+  it('records and reads back by kind and id; each deploy of a record counts one version', () => {
+    expect(ok(engine, RECORD, { r: [{ kind: 'ACCOUNT', id: WALLET, state: { fields: { name: 'Wallet' } } }] }).recordDeployment).toBe(1);
+    ok(engine, RECORD, { r: [{ kind: 'ACCOUNT', id: WALLET, state: { fields: { name: 'Purse' } } }] });
+    expect(ok(engine, READ, { k: [{ kind: 'ACCOUNT', id: WALLET }, { kind: 'TOOL', id: 'none' }] }).deployedRecords).toEqual([
+      { kind: 'ACCOUNT', id: WALLET, state: { fields: { name: 'Purse' } }, principal: 'system', version: 2 },
+    ]);
+  });
+
+  it('bad input is refused with a clear error and writes nothing: a state that is no object or too large, too many records, a kind that does not exist', async () => {
+    const small = await newEngine({ path: join(dir, 'small.db'), limits: { pageSizeMax: 2, jsonBytesMax: 100 } });
+    const one = { kind: 'ACCOUNT', id: WALLET, state: { fields: {} } };
+    const refused = (r: unknown[]) => small.graphql(RECORD, { r });
+    expect(refused([one, { ...one, id: SAVINGS, state: ['x'] }]).errors?.[0]).toMatchObject({ message: `the state of account "${SAVINGS}" must be a JSON object, got ["x"]`, extensions: { code: 'BAD_REQUEST' } });
+    expect(refused([{ ...one, state: { fields: { name: 'x'.repeat(200) } } }]).errors?.[0]).toMatchObject({ message: expect.stringContaining('jsonBytesMax is 100'), extensions: { code: 'LIMIT_EXCEEDED' } });
+    expect(refused([one, one, one]).errors?.[0]).toMatchObject({ message: 'recordDeployment(records:) lists 3 records; pageSizeMax is 2', extensions: { code: 'LIMIT_EXCEEDED' } });
+    expect(codeOf(small.graphql(READ, { k: [{ kind: 'ACCOUNT', id: WALLET }, { kind: 'ACCOUNT', id: SAVINGS }, { kind: 'ACCOUNT', id: OTHER }] }))).toBe('LIMIT_EXCEEDED');
+    expect(codeOf(refused([{ ...one, kind: 'WALLET' }]))).toBe('BAD_REQUEST');
+    // The first record of a refused request went with it.
+    expect(ok(small, READ, { k: [{ kind: 'ACCOUNT', id: WALLET }] }).deployedRecords).toEqual([]);
+    small.close();
+  });
+
+  it('a record planned from an older version is RECORD_CHANGED; a client without deploy.Record, and a program, cannot write one', () => {
+    ok(engine, `mutation { createAccount(input: {accountId: "${WALLET}", code: "wallet", name: "Wallet"}) { version } }`);
+    const stale = engine.graphql(RECORD, { r: [{ kind: 'ACCOUNT', id: WALLET, state: { fields: {} }, expectVersion: 2 }] });
+    expect(stale.errors?.[0]).toMatchObject({ message: `account "${WALLET}" is at version 1, not 2 as when the deploy was planned`, extensions: { code: 'RECORD_CHANGED', details: { expected: 2, actual: 1 } } });
+    expect(ok(engine, RECORD, { r: [{ kind: 'ACCOUNT', id: WALLET, state: { fields: {} }, expectVersion: 1 }] }).recordDeployment).toBe(1);
+
+    ok(engine, 'mutation { auth { createClient(input: {principal: "ops", name: "ops", policies: [{effect: ALLOW, actions: [SELECT, INSERT, UPDATE], resources: ["financial.*", "actions.*"]}]}) { apiKey } } }');
+    expect(engine.graphql(READ, { k: [{ kind: 'ACCOUNT', id: WALLET }] }, { principal: 'ops' }).errors?.[0]?.message).toBe('SELECT on deploy.Record refused by client ops: no policy allows it');
+    expect(codeOf(engine.graphql(RECORD, { r: [{ kind: 'ACCOUNT', id: SAVINGS, state: {} }] }, { principal: 'ops' }))).toBe('ACCESS_DENIED');
+
+    // A program allowed everything still cannot make its own writes look deployed.
+    ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
+      id: id(500),
+      input: {
+        name: 'forge', kind: 'tool', tool: { name: 'forge', inputSchema: { type: 'object' } },
+        config: { runtime: 'javascript', src: `function run() { return graphql('mutation($r: [DeployedRecordInput!]!) { recordDeployment(records: $r) }', { r: [{ kind: 'ACCOUNT', id: '${WALLET}', state: { fields: { name: 'forged' } } }] }); }` },
+        policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE', 'DELETE'], resources: ['*'] }],
+      },
+    });
+    const call = ok(engine, `mutation { actions { invokeAction(name: "forge", input: {executionId: "${id(501)}", actionVersion: 1, input: {}}) { status error { code message } } } }`).actions.invokeAction;
+    expect(call.status).toBe('FAILED');
+    expect(call.error.message).toContain('deployed records cannot be written from inside a tool call');
+    expect(ok(engine, READ, { k: [{ kind: 'ACCOUNT', id: WALLET }] }).deployedRecords[0].state).toEqual({ fields: {} });
   });
 });

@@ -6,9 +6,9 @@ import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { deploy, DeployError, formatPlan } from '../src/deploy/deploy.js';
 import { readProject } from '../src/deploy/project.js';
-import type { Target } from '../src/deploy/target.js';
+import { serverTarget, type Target } from '../src/deploy/target.js';
 import type { Engine } from '../src/engine.js';
-import { newEngine } from './helpers.js';
+import { newEngine, startServer } from './helpers.js';
 
 const BANK = join(import.meta.dirname, '..', 'examples', 'bank');
 const BIN = join(import.meta.dirname, '..', 'bin', 'tally.mjs');
@@ -325,5 +325,171 @@ describe('tally deploy', () => {
     expect(ok(engine, '{ account(code: "alice") { code } }').account.code).toBe('alice');
     late.closeAllConnections();
     late.close();
+  });
+});
+
+describe('tally deploy keeps what the running system wrote (issue 34)', () => {
+  const CASE = { note: 'Card reported stolen', opened_by: 'operator' };
+  const readAlice = (engine: Engine) => ok(engine, `{ account(id: "${ALICE}") { name status metadata } }`).account;
+  const setMetadata = (engine: Engine, account: string, change: Record<string, unknown>) => {
+    // As a tool would: read the metadata, change a key, write it back (open_case does the same).
+    const { metadata } = ok(engine, `{ account(id: "${account}") { metadata } }`).account;
+    ok(engine, 'mutation($id: UUID!, $m: JSON) { updateAccount(id: $id, input: {metadata: $m}) { version } }', { id: account, m: { ...metadata, ...change } });
+  };
+  const editAccounts = (dir: string, edit: (accounts: Array<Record<string, any>>) => void) => {
+    const accounts = JSON.parse(readFileSync(join(dir, 'accounts.json'), 'utf8'));
+    edit(accounts);
+    writeFileSync(join(dir, 'accounts.json'), JSON.stringify(accounts));
+  };
+  const linesOf = (plan: Awaited<ReturnType<typeof deploy>>['plan'], kind: string, name: string) => formatPlan(plan.filter((i) => i.kind === kind && i.name === name)).split('\n');
+
+  /** The bank in a fresh folder and database, deployed through the engine in-process or through a real HTTP server. */
+  async function deployed(how: 'in process' | 'over HTTP') {
+    const dir = join(mkdtempSync(join(tmpdir(), 'tally-redeploy-')), 'bank');
+    cpSync(BANK, dir, { recursive: true });
+    let engine: Engine;
+    let target: Target;
+    let stop = async () => {};
+    if (how === 'in process') {
+      engine = await newEngine({ path: join(dir, '..', 'bank.db') });
+      target = engineTarget(engine);
+    } else {
+      // A deploy is one request: a deadline that fits it (issue 34's budgets are another change).
+      const running = await startServer('tly_redeploy-admin-key', { path: join(dir, '..', 'bank.db'), limits: { requestDeadlineMs: 20_000 } });
+      engine = running.engine;
+      target = serverTarget(running.url, 'tly_redeploy-admin-key');
+      stop = running.stop;
+    }
+    const first = await deploy(readProject(dir), target);
+    expect(first.plan.every((i) => i.change === 'create')).toBe(true);
+    return { dir, engine, target, stop };
+  }
+
+  for (const how of ['in process', 'over HTTP'] as const) {
+    it(`${how}: deploy the bank, lock Alice through lock_account, deploy again: her case and her lock stay, and the plan says why`, async () => {
+      const { dir, engine, target, stop } = await deployed(how);
+      try {
+        expect(invoke(engine, 'lock_account', 60, { account_id: ALICE, reason: 'Card reported stolen' }).output).toEqual({ locked: true, case_opened: true });
+        const again = await deploy(readProject(dir), target);
+        expect(readAlice(engine)).toEqual({ name: "Alice's wallet", status: 'LOCKED', metadata: { tier: 'gold', case: CASE } });
+        expect(again.applied).toBe(false);
+        expect(again.plan.every((i) => i.change === 'unchanged')).toBe(true);
+        expect(linesOf(again.plan, 'account', 'alice')).toEqual([
+          '= account alice unchanged',
+          '  keeps metadata.case {"note":"Card reported stolen","opened_by":"operator"}, status "LOCKED": written since the last deploy, not declared in accounts.json',
+        ]);
+        // Said once: the deploy recorded what it saw, so the next one has nothing new to say.
+        const third = await deploy(readProject(dir), target);
+        expect(formatPlan(third.plan).split('\n').filter((l) => !l.startsWith('= '))).toEqual([]);
+        // A field the file changed that nothing changed at runtime is written; only that field.
+        editAccounts(dir, (accounts) => (accounts.find((a) => a.code === 'alice')!.name = "Alice's card wallet"));
+        const renamed = await deploy(readProject(dir), target);
+        expect(linesOf(renamed.plan, 'account', 'alice')).toEqual(['~ update account alice (name)']);
+        expect(readAlice(engine)).toEqual({ name: "Alice's card wallet", status: 'LOCKED', metadata: { tier: 'gold', case: CASE } });
+      } finally {
+        await stop();
+      }
+    });
+
+    it(`${how}: a field changed at runtime and in the file is a conflict: refused, nothing written; --overwrite-runtime-changes lets the file win`, async () => {
+      const { dir, engine, target, stop } = await deployed(how);
+      try {
+        invoke(engine, 'lock_account', 61, { account_id: ALICE, reason: 'Card reported stolen' });
+        setMetadata(engine, ALICE, { tier: 'silver' });
+        editAccounts(dir, (accounts) => {
+          accounts.find((a) => a.code === 'alice')!.metadata = { tier: 'platinum' };
+          accounts.push({ accountId: 'b0000000-0000-4000-8000-000000000099', code: 'carol', name: "Carol's wallet" });
+        });
+        const refused = await deploy(readProject(dir), target).catch((e: unknown) => e);
+        expect(refused).toBeInstanceOf(DeployError);
+        expect((refused as DeployError).code).toBe('CONFLICT');
+        expect((refused as Error).message).toBe([
+          '1 field changed both at runtime and in the project files since the last deploy:',
+          '! conflict account alice metadata.tier: deployed "gold", now "silver", file "platinum"',
+          'nothing was applied',
+        ].join('\n'));
+        expect((refused as DeployError).hint).toContain('--overwrite-runtime-changes');
+        expect(readAlice(engine).metadata).toEqual({ tier: 'silver', case: CASE });
+        expect(engine.graphql('{ account(code: "carol") { code } }').errors?.[0]?.extensions?.code).toBe('NOT_FOUND');
+        // A dry run refuses it the same way.
+        await expect(deploy(readProject(dir), target, { dryRun: true })).rejects.toMatchObject({ code: 'CONFLICT' });
+
+        const forced = await deploy(readProject(dir), target, { overwriteRuntimeChanges: true });
+        expect(forced.applied).toBe(true);
+        expect(linesOf(forced.plan, 'account', 'alice')).toEqual([
+          '~ update account alice (metadata.tier)',
+          '! overwrite account alice metadata.tier: deployed "gold", now "silver", file "platinum" (the file wins: --overwrite-runtime-changes)',
+          '  keeps metadata.case {"note":"Card reported stolen","opened_by":"operator"}, status "LOCKED": written since the last deploy, not declared in accounts.json',
+        ]);
+        // The file wins where it declares; what it does not declare is still kept.
+        expect(readAlice(engine)).toEqual({ name: "Alice's wallet", status: 'LOCKED', metadata: { tier: 'platinum', case: CASE } });
+        expect(ok(engine, '{ account(code: "carol") { code } }').account.code).toBe('carol');
+        expect((await deploy(readProject(dir), target)).plan.every((i) => i.change === 'unchanged' && !i.drift)).toBe(true);
+      } finally {
+        await stop();
+      }
+    });
+  }
+
+  it('a declared field changed at runtime while the file stayed the same is kept, and said so on every deploy until the flag restores it', async () => {
+    const { dir, engine, target } = await deployed('in process');
+    setMetadata(engine, BOB, { tier: 'vip' });
+    const keep = '! keep account bob metadata.tier: deployed "standard", now "vip"; changed at runtime, the file still says "standard" (--overwrite-runtime-changes restores it)';
+    for (let i = 0; i < 2; i++) {
+      const again = await deploy(readProject(dir), target);
+      expect(linesOf(again.plan, 'account', 'bob')).toEqual(['= account bob unchanged', keep]);
+      expect(ok(engine, `{ account(id: "${BOB}") { metadata } }`).account.metadata).toEqual({ tier: 'vip' });
+    }
+    const restored = await deploy(readProject(dir), target, { overwriteRuntimeChanges: true });
+    expect(linesOf(restored.plan, 'account', 'bob')[0]).toBe('~ update account bob (metadata.tier)');
+    expect(ok(engine, `{ account(id: "${BOB}") { metadata } }`).account.metadata).toEqual({ tier: 'standard' });
+    // A key the file stops declaring goes, when nothing changed it since the deploy wrote it.
+    editAccounts(dir, (accounts) => delete accounts.find((a) => a.code === 'bob')!.metadata);
+    expect(linesOf((await deploy(readProject(dir), target)).plan, 'account', 'bob')).toEqual(['~ update account bob (metadata.tier)']);
+    expect(ok(engine, `{ account(id: "${BOB}") { metadata } }`).account.metadata).toBeNull();
+  });
+
+  it('a record written between the plan and the apply refuses the deploy (RECORD_CHANGED): the runtime write stays, nothing of the deploy is applied', async () => {
+    const { dir, engine, target } = await deployed('in process');
+    editAccounts(dir, (accounts) => (accounts.find((a) => a.code === 'alice')!.name = 'Alice W.'));
+    // A tool writes Alice's metadata while the deploy is on its way: after the plan read her, before the apply.
+    const racing: Target = {
+      ...target,
+      request: async (q, v) => {
+        if (q.startsWith('mutation Deploy')) invoke(engine, 'lock_account', 62, { account_id: ALICE, reason: 'Card reported stolen' });
+        return target.request(q, v);
+      },
+    };
+    const error = await deploy(readProject(dir), racing).catch((e: unknown) => e);
+    expect((error as Error).message).toMatch(/^deploy: account "b0000000-0000-4000-8000-000000000011" is at version 3, not 1 as when the deploy was planned \[RECORD_CHANGED\]\nnothing was applied$/);
+    expect(readAlice(engine)).toEqual({ name: "Alice's wallet", status: 'LOCKED', metadata: { tier: 'gold', case: CASE } });
+    // Planned again from the record as it is now: only the name is written.
+    await deploy(readProject(dir), target);
+    expect(readAlice(engine)).toEqual({ name: 'Alice W.', status: 'LOCKED', metadata: { tier: 'gold', case: CASE } });
+  });
+
+  it('tools, tran codes and triggers: a version made outside the deploy is kept (a conflict once the file changes too), a trigger paused at runtime stays paused', async () => {
+    const { dir, engine, target } = await deployed('in process');
+    const refund = ok(engine, '{ actions { action(name: "refund") { actionId config } } }').actions.action;
+    ok(engine, 'mutation($id: UUID!, $c: JSON) { actions { updateAction(id: $id, input: {config: $c}) { version } } }', { id: refund.actionId, c: { ...refund.config, src: `${refund.config.src}\n// hotfix` } });
+    const trigger = JSON.parse(readFileSync(join(dir, 'triggers', 'notify-large.json'), 'utf8'));
+    ok(engine, `mutation { actions { updateTrigger(id: "${trigger.triggerId}", input: {status: LOCKED}) { version } } }`);
+    const again = await deploy(readProject(dir), target);
+    expect(again.applied).toBe(false);
+    expect(linesOf(again.plan, 'tool', 'refund')).toEqual([
+      '= tool refund (version 2) unchanged',
+      '! keep tool refund version: deployed version 1, now version 2; changed at runtime, the file still says version 1 (--overwrite-runtime-changes restores it)',
+    ]);
+    expect(linesOf(again.plan, 'trigger', trigger.name)).toEqual([`= trigger ${trigger.name} unchanged`, '  keeps status "LOCKED": written since the last deploy, not declared in triggers/notify-large.json']);
+    expect(ok(engine, `{ actions { trigger(id: "${trigger.triggerId}") { status } } }`).actions.trigger.status).toBe('LOCKED');
+
+    const src = join(dir, 'tools', 'refund.js');
+    writeFileSync(src, readFileSync(src, 'utf8').replace('every entry reversed', 'every entry reversed (edited)'));
+    const refused = await deploy(readProject(dir), target).catch((e: unknown) => e);
+    expect((refused as Error).message).toContain('! conflict tool refund version: deployed version 1, now version 2, file version 3');
+    expect(ok(engine, '{ actions { action(name: "refund") { version } } }').actions.action.version).toBe(2);
+    const forced = await deploy(readProject(dir), target, { overwriteRuntimeChanges: true });
+    expect(linesOf(forced.plan, 'tool', 'refund')[0]).toBe('~ new version 3 of tool refund');
+    expect(ok(engine, '{ actions { action(name: "refund") { version } } }').actions.action.version).toBe(3);
   });
 });

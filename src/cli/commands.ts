@@ -168,13 +168,14 @@ export async function deployCommand(args: string[], options: Options, io: Io): P
   // A dry run against a database that does not exist yet checks against an empty one, in memory,
   // and leaves no file behind.
   const dryRun = options['dry-run'] === true;
+  const overwriteRuntimeChanges = options['overwrite-runtime-changes'] === true;
   const fresh = options.db !== undefined && !existsSync(String(options.db));
   const target = await openTarget(dryRun && fresh ? { ...options, db: ':memory:' } : options, io, project.server, true);
   const bar = progress(io, 'planning');
   try {
-    const result = await deploy(project, target, { dryRun, onProgress: bar.update });
+    const result = await deploy(project, target, { dryRun, overwriteRuntimeChanges, onProgress: bar.update });
     bar.done();
-    if (options.json) io.out(`${JSON.stringify({ applied: result.applied, plan: result.plan.map(({ kind, name, change, version }) => ({ kind, name, change, version })), keys: result.keys }, null, 2)}\n`);
+    if (options.json) io.out(`${JSON.stringify({ applied: result.applied, plan: result.plan.map(({ kind, name, change, version, drift }) => ({ kind, name, change, version, ...(drift ? { drift } : {}) })), keys: result.keys }, null, 2)}\n`);
     else {
       io.out(`${formatPlan(result.plan)}\n`);
       const changes = result.plan.filter((p) => p.change !== 'unchanged').length;
@@ -184,7 +185,10 @@ export async function deployCommand(args: string[], options: Options, io: Io): P
     return EXIT.ok;
   } catch (error) {
     bar.done();
-    if (error instanceof DeployError || error instanceof ProjectError) throw new OperationError(error.message);
+    // A refused plan is shown whole: what would have been done, and each conflict under its record.
+    if (error instanceof DeployError && error.code === 'CONFLICT' && !options.json) io.out(`${formatPlan(error.plan)}\n`);
+    if (error instanceof DeployError) throw new OperationError(error.message, error.code ?? 'FAILED', error.hint);
+    if (error instanceof ProjectError) throw new OperationError(error.message);
     throw error;
   } finally {
     await target.close();

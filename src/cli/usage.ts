@@ -92,11 +92,16 @@ export const COMMANDS: Record<string, CommandSpec> = {
   },
   deploy: {
     name: 'deploy',
-    args: '[DIR] [--dry-run]',
+    args: '[DIR] [--dry-run] [--overwrite-runtime-changes]',
     summary: 'Create what a project folder defines and new versions of what changed, in one transaction.\n'
+      + 'It writes only the fields the files declare; a field changed at runtime since the last deploy is kept (`! keep`),\n'
+      + 'or, when the files changed it too, a conflict (`! conflict`) that refuses the deploy.\n'
       + 'The server is "server" of DIR/tally.json unless --server, $TALLY_SERVER or --db says otherwise.',
-    options: { 'dry-run': { type: 'boolean', help: 'check the plan and roll it back' } },
-    examples: ['tally deploy examples/bank', 'tally deploy examples/bank --db ./data/bank.db --dry-run'],
+    options: {
+      'dry-run': { type: 'boolean', help: 'check the plan and roll it back' },
+      'overwrite-runtime-changes': { type: 'boolean', help: 'write the files\' values over fields changed at runtime since the last deploy (conflicts and kept changes)' },
+    },
+    examples: ['tally deploy examples/bank', 'tally deploy examples/bank --db ./data/bank.db --dry-run', 'tally deploy examples/bank --overwrite-runtime-changes'],
     target: true,
   },
   invoke: {

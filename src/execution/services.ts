@@ -11,6 +11,7 @@ import type { TransactionManager } from '../storage/transaction.js';
 import type { CallFrame, Caller } from './call-tree.js';
 import type { ModelProviders } from '../models/providers.js';
 import type { SessionStatements } from '../storage/statements/sessions.js';
+import type { DeploymentStatements } from '../storage/statements/deployments.js';
 import type { ResultCache } from './result-cache.js';
 import type { SkillServices } from '../skills/skills.js';
 
@@ -77,6 +78,8 @@ export interface ExecutionServices {
   results: ResultCache;
   /** Sessions, their messages, approvals, and the run states they park and wake. */
   sessions: SessionStatements;
+  /** What tally deploy recorded of the records it manages (src/graphql/resolvers/deployments.ts). */
+  deployments: DeploymentStatements;
   /** Called after every model call a run of this process made (the server's metrics count them). */
   onModelCall(call: ModelCallSample): void;
   /** Run a GraphQL operation inside the current transaction, as a call of `frame`. */

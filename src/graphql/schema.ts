@@ -7,6 +7,7 @@ import type { RequestContext } from './context.js';
 import { actionResolvers } from './resolvers/actions.js';
 import { authResolvers } from './resolvers/auth.js';
 import { calculationResolvers } from './resolvers/calculations.js';
+import { deploymentResolvers } from './resolvers/deployments.js';
 import { ledgerResolvers } from './resolvers/ledger.js';
 import { skillResolvers } from './resolvers/skills.js';
 import { viewResolvers } from './resolvers/views.js';
@@ -19,7 +20,7 @@ export const SCHEMA_PATH = fileURLToPath(new URL('../../schema.graphql', import.
 export function buildSchema(limits: { jsonDepthMax: number; requestDeadlineMs: number }): GraphQLSchema {
   const schema = makeExecutableSchema({
     typeDefs: readFileSync(SCHEMA_PATH, 'utf8'),
-    resolvers: [{ ...scalars, JSON: jsonScalar(limits.jsonDepthMax) }, ledgerResolvers, actionResolvers, skillResolvers, authResolvers, velocityResolvers, calculationResolvers, viewResolvers],
+    resolvers: [{ ...scalars, JSON: jsonScalar(limits.jsonDepthMax) }, ledgerResolvers, actionResolvers, skillResolvers, authResolvers, velocityResolvers, calculationResolvers, viewResolvers, deploymentResolvers],
     resolverValidationOptions: { requireResolversToMatchSchema: 'error' },
   });
   checkDeadlineInResolvers(schema, limits.requestDeadlineMs);

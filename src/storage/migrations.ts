@@ -55,6 +55,25 @@ const migration18 = (integer: 'INTEGER' | 'BIGINT') => `
       DROP INDEX entries_by_account;
     `;
 
+/**
+ * Migration 19: what `tally deploy` last wrote of each record it manages (src/deploy/records.ts),
+ * written in the deploy's own transaction. The next deploy reads it to tell a field changed at
+ * runtime since (a tool's metadata, a status an operator set) from a field the project files
+ * changed. `state` is the deploy's JSON; `principal` the client that deployed.
+ */
+const migration19 = (integer: 'INTEGER' | 'BIGINT', withoutRowid: string) => `
+      CREATE TABLE IF NOT EXISTS deployed_records (
+        kind        TEXT NOT NULL,
+        record_id   TEXT NOT NULL,
+        state       TEXT NOT NULL,
+        principal   TEXT NOT NULL,
+        version     ${integer} NOT NULL,
+        created     TEXT NOT NULL,
+        modified    TEXT NOT NULL,
+        PRIMARY KEY (kind, record_id)
+      )${withoutRowid};
+    `;
+
 export const MIGRATIONS: readonly Migration[] = [
   {
     version: 1,
@@ -728,5 +747,11 @@ export const MIGRATIONS: readonly Migration[] = [
     name: 'account chains',
     sql: migration18('INTEGER'),
     postgres: migration18('BIGINT'),
+  },
+  {
+    version: 19,
+    name: 'deployed records',
+    sql: migration19('INTEGER', ' WITHOUT ROWID'),
+    postgres: migration19('BIGINT', ''),
   },
 ];
