@@ -363,7 +363,7 @@ export function persistTree(st: ActionStatements, root: CallNode, undone = false
       r.principal, r.parent_id, r.root_id, r.depth, r.attempt, r.started, r.finished, r.logs, r.created, r.modified, r.transport ?? null, r.model ?? null, r.cached_from ?? null,
       entries.length > 0 ? `[${entries.join(',')}]` : null,
     ).lastInsertRowid as number;
-    for (const id of ids) st.insertCallId.run(id, seq);
+    st.insertCallIds(ids, seq);
     for (let i = below.length - 1; i >= 0; i--) stack.push(below[i]!);
   }
 }
@@ -386,7 +386,7 @@ function appendToHolder(st: ActionStatements, node: CallNode, undone: boolean, s
   gather(st, holder, node, undone || node.status !== 'SUCCEEDED' || node.undone === true, entries, ids, below);
   const joined = entries.join(',');
   st.setCalls.run(row.calls ? `${row.calls.slice(0, -1)},${joined}]` : `[${joined}]`, row.seq);
-  for (const id of ids) st.insertCallId.run(id, row.seq);
+  st.insertCallIds(ids, row.seq);
   for (let i = below.length - 1; i >= 0; i--) stack.push(below[i]!);
   return true;
 }

@@ -160,6 +160,9 @@ const DOCUMENT_HASHED_CHARS_MAX = 4096;
 const EARLIER_TURN_DONE = `(e.session_id IS NULL OR NOT EXISTS (SELECT 1 FROM executions p WHERE p.session_id = e.session_id AND p.seq < e.seq
   AND p.status IN ('QUEUED', 'RUNNING', 'WAITING_APPROVAL')))`;
 
+/** Rows per INSERT of call ids, largest first: 1,024 ids take 16 statements, any count at most 64/64 + 7 + 7. */
+const CALL_ID_ROWS = [64, 8, 1] as const;
+
 /** Every SQL statement of actions and executions, prepared once per engine. */
 export function actionStatements(db: Db) {
   const pages = new Map<string, Statement>();
@@ -168,6 +171,8 @@ export function actionStatements(db: Db) {
   const documentText = db.prepare<[string], string>('SELECT text FROM documents WHERE sha256 = ?').pluck();
   const insertDocument = db.prepare<[string, string, string]>('INSERT OR IGNORE INTO documents (sha256, text, created) VALUES (?, ?, ?)');
   const hashes = new Map<string, string>();
+  // The multi-row inserts of call ids, prepared when first needed, by rows per statement.
+  const insertCallIds: Record<number, Statement> = {};
   const textOf = (sha256: string) => documentText.get(sha256);
   /** The row of an execution, or of a compact call (made from its entry; undefined: no such execution). */
   const executionById = (id: string): ExecutionRow | undefined => {
@@ -214,7 +219,18 @@ export function actionStatements(db: Db) {
     /** Rows among the children of an execution (compact calls are not rows). */
     childRowCount: db.prepare<[string], number>('SELECT count(*) FROM executions WHERE parent_id = ?').pluck(),
     setCalls: db.prepare<[string, number]>('UPDATE executions SET calls = ? WHERE seq = ?'),
-    insertCallId: db.prepare<[string, number]>('INSERT INTO call_ids (call_id, holder) VALUES (?, ?)'),
+    /** Every id of one holder's compact calls, several rows per statement (one round trip each on PostgreSQL). */
+    insertCallIds: (ids: readonly string[], holder: number): void => {
+      let i = 0;
+      for (const size of CALL_ID_ROWS) {
+        const statement = (insertCallIds[size] ??= db.prepare(`INSERT INTO call_ids (call_id, holder) VALUES ${Array(size).fill('(?, ?)').join(', ')}`));
+        for (; ids.length - i >= size; i += size) {
+          const values: Array<string | number> = [];
+          for (let k = i; k < i + size; k++) values.push(ids[k]!, holder);
+          statement.run(...values);
+        }
+      }
+    },
     /** The sha256 of a query text, its document written once (INSERT OR IGNORE: a probe when it exists). */
     documentHash: (text: string, now: string): string => {
       let sha256 = hashes.get(text);
