@@ -13,6 +13,7 @@ import { Cel } from './cel/cel.js';
 import { type Clock, systemClock } from './clock.js';
 import { EngineError, type ErrorData, isErrorCode } from './errors.js';
 import { orderedIds } from './ids.js';
+import type { RequestDeadline } from './budgets.js';
 import type { CallFrame, Caller } from './execution/call-tree.js';
 import type { ExecutionServices, ModelCallSample, NestedGraphqlResult } from './execution/services.js';
 import type { ExecutionWait, RequestContext } from './graphql/context.js';
@@ -26,6 +27,7 @@ import {
   type OperationPlan,
   planOperation,
   type PreparedDocument,
+  type RequestBudget,
 } from './graphql/executor.js';
 import { operationTraits, waitProbe } from './graphql/document-shape.js';
 import { buildSchema } from './graphql/schema.js';
@@ -513,12 +515,37 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     return client ? asCaller(client) : invalidKey();
   }
 
+  /**
+   * The budget a request runs under (see @budget): STANDARD for anyone, OPERATOR for the engine
+   * itself and for a client whose policies allow INSERT on budget.Operator.
+   */
+  function requestBudget(caller: Caller, name: RequestBudget): RequestDeadline | EngineError {
+    if (name === 'STANDARD') return { name: 'requestDeadlineMs', ms: limits.requestDeadlineMs };
+    try {
+      authorityOf(cel, caller, null).check({ action: 'INSERT', resource: 'budget.Operator' });
+    } catch (error) {
+      if (!(error instanceof EngineError)) throw error;
+      return new EngineError('ACCESS_DENIED', `${caller.principal} may not run a request under the OPERATOR budget: ${error.message}`, {
+        hint: 'The operator budget (operatorDeadlineMs) is for an operator\'s long work: give the client a policy allowing INSERT on budget.Operator, or leave out @budget.',
+        details: { budget: 'OPERATOR', resource: 'budget.Operator' },
+      });
+    }
+    return { name: 'operatorDeadlineMs', ms: limits.operatorDeadlineMs };
+  }
+
   /** A GraphQL operation a call makes: same transaction, its own savepoint (taken by the caller). */
   function runNested(request: GraphqlRequest, frame: CallFrame): NestedGraphqlResult {
     const prepared = documents.prepare(request.query);
     if ('errors' in prepared) return { data: null, errors: prepared.errors.map((e) => toErrorData(formatError(e, logError))), dryRun: false };
     const plan = planOperation(prepared.document, request.operationName);
     if (!('mode' in plan)) return { data: null, errors: [toErrorData(formatError(plan, logError))], dryRun: false };
+    if (plan.budget !== 'STANDARD') {
+      // A call runs inside its request, under that request's deadline: it cannot choose another.
+      const refused = new EngineError('BAD_REQUEST', `@budget(name: ${plan.budget}) names a request's budget; a graphql() call runs inside its request's`, {
+        hint: 'Leave out @budget here; send the whole request under the budget instead.',
+      });
+      return { data: null, errors: [refused.toData()], dryRun: false };
+    }
     const executed = executePrepared(schema, prepared, request, contextFor(frame.root.caller, frame, plan.dryRun), limits);
     return {
       data: (executed.data as Record<string, unknown> | null | undefined) ?? null,
@@ -556,9 +583,12 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
         // Inside the transaction: a client changed by another process before it began is seen.
         const known = requestCaller(requestOptions);
         if (known instanceof EngineError) return { value: known, commit: false };
+        const budget = requestBudget(known, plan.budget);
+        if (budget instanceof EngineError) return { value: budget, commit: false };
         const caller: Caller = {
           ...known,
-          deadline: Date.now() + limits.requestDeadlineMs,
+          deadline: Date.now() + budget.ms,
+          budget,
           ...(requestOptions.transport ? { transport: requestOptions.transport } : {}),
           ...(plan.dryRun ? { dryRun: true } : {}),
         };
@@ -943,7 +973,10 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
 
 /** What the server needs to know of an operation before it runs it (see OperationSummary). */
 function summaryOf(document: DocumentNode, plan: OperationPlan): OperationSummary {
-  return { type: plan.mode === 'write' ? 'mutation' : 'query', name: plan.operation.name?.value ?? null, dryRun: plan.dryRun, ...operationTraits(document, plan.operation) };
+  const traits = operationTraits(document, plan.operation);
+  // A request under the operator budget may run for operatorDeadlineMs: it shares no group.
+  const long = traits.long || plan.budget !== 'STANDARD';
+  return { type: plan.mode === 'write' ? 'mutation' : 'query', name: plan.operation.name?.value ?? null, dryRun: plan.dryRun, ...traits, long };
 }
 
 /** One line per attempt: info when it succeeded, warn when it failed (with the next retry time, if any). */

@@ -226,6 +226,15 @@ export interface Limits {
    * below a second, so another client's request on the same server always answers within one.
    */
   requestDeadlineMs: number;
+  /**
+   * The deadline of a request sent under the operator budget (`@budget(name: OPERATOR)`, allowed by
+   * a policy with INSERT on `budget.Operator`): a deploy, an import batch, a backfill, work an
+   * operator starts on purpose. On SQLite the request holds the single writer all that time:
+   * other clients' mutations wait behind it (reads go on from the read pool), and other
+   * processes' writers wait busyTimeoutMs, then fail BUSY (retryable). Never shorter than
+   * requestDeadlineMs.
+   */
+  operatorDeadlineMs: number;
   /** QuickJS heap per sandbox; the WASM memory is capped a little above it, which bounds typed arrays too. */
   sandboxMemoryBytesMax: number;
   /** QuickJS stack: deep recursion fails with LIMIT_EXCEEDED before it can threaten the host stack. */
@@ -418,6 +427,7 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   toolTimeoutMs: 500,
   toolTimeoutMsMax: 750,
   requestDeadlineMs: 750,
+  operatorDeadlineMs: 30_000,
   sandboxMemoryBytesMax: 64 * 1024 * 1024,
   sandboxStackBytesMax: 256 * 1024,
   inputBytesMax: 262_144,
@@ -475,6 +485,11 @@ export function resolveLimits(overrides: Partial<Limits> = {}): Readonly<Limits>
   if (limits.decimalIntegerDigitsMax + limits.decimalFractionDigitsMax > 60) {
     throw new Error(
       `decimalIntegerDigitsMax + decimalFractionDigitsMax must be at most 60 (arithmetic is exact to 80 digits), got ${limits.decimalIntegerDigitsMax} + ${limits.decimalFractionDigitsMax}`,
+    );
+  }
+  if (limits.operatorDeadlineMs < limits.requestDeadlineMs) {
+    throw new Error(
+      `operatorDeadlineMs (${limits.operatorDeadlineMs}) must be at least requestDeadlineMs (${limits.requestDeadlineMs}): the operator budget is the larger one`,
     );
   }
   return Object.freeze(limits);

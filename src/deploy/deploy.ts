@@ -832,7 +832,9 @@ export async function deploy(project: Project, target: Target, options: { dryRun
     groups.actions.length ? `actions { ${groups.actions.join('\n')} }` : '',
     groups.auth.length ? `auth { ${groups.auth.join('\n')} }` : '',
   ].join('\n');
-  const document = `mutation Deploy(${declarations.join(', ')})${options.dryRun ? ' @dryRun' : ''} {\n${body}\n}`;
+  // A deploy is an operator's work: it runs under the operator budget (operatorDeadlineMs), not the
+  // standard request's, so a project of any ordinary size goes in one transaction.
+  const document = `mutation Deploy(${declarations.join(', ')})${options.dryRun ? ' @dryRun' : ''} @budget(name: OPERATOR) {\n${body}\n}`;
   const result = await target.request(document, variables);
   const first = result.errors?.[0];
   if (first?.extensions?.code === 'TIMEOUT') {

@@ -1,4 +1,5 @@
 import { getVersion, NATIVE_TOOLS, versionKey } from '../actions/actions.js';
+import type { Budget } from '../budgets.js';
 import { EngineError, quote } from '../errors.js';
 import { canonicalJson, fingerprint } from '../ids.js';
 import { type CallFrame, type CallNode, type Caller, persistTree, type RootState, rowToNode } from './call-tree.js';
@@ -66,10 +67,15 @@ export function beginCall(svc: ExecutionServices, entry: CallEntry): BegunCall {
   const own = Math.min(Date.now() + timeoutMs, entry.deadlineCap ?? Number.POSITIVE_INFINITY);
   const requestBound = caller.deadline !== undefined && caller.deadline < own;
   const deadline = requestBound ? caller.deadline! : own;
+  const budget: Budget = requestBound
+    ? (caller.budget ?? { name: 'requestDeadlineMs', ms: svc.limits.requestDeadlineMs })
+    : own < Date.now() + timeoutMs
+      ? { name: 'agent.runTimeoutMs', ms: Math.max(0, own - Date.now()) }
+      : { name: target.type === 'version' && target.version.execution.timeoutMs ? 'execution.timeoutMs' : 'toolTimeoutMs', ms: timeoutMs };
   // Resolvers under the call stop at its deadline; what overran is told to the caller too.
   const callCaller: Caller = { ...caller, deadline, overran: undefined };
   const root: RootState = {
-    deadline, requestBound, calls: 0, principal: caller.principal, caller: callCaller, fatal: null, resolved: new Map(),
+    deadline, requestBound, budget, calls: 0, principal: caller.principal, caller: callCaller, fatal: null, resolved: new Map(),
     input: entry.executionInput ?? entry.input, ids: new Set(), outerLayers: outer.layers, outerRefs: outer.refs, model: entry.model ?? null,
   };
   const authorize = entry.authorize

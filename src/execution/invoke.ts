@@ -1,6 +1,7 @@
 import type { HostBridge, RunFailure } from '../../sandbox/sandbox.js';
 import { type ActionVersion, getVersion, NATIVE_TOOLS, runsOutsideTransactions, type ToolReference, versionKey } from '../actions/actions.js';
 import { celToJson, jsonToCel } from '../cel/values.js';
+import { callTimeout } from '../budgets.js';
 import { EngineError, type ErrorData, isErrorCode, quote } from '../errors.js';
 import { fingerprint } from '../ids.js';
 import { checkJsonDepth } from '../json.js';
@@ -383,11 +384,7 @@ function failureToError(svc: ExecutionServices, name: string, failure: RunFailur
         ...(failure.retry === false ? { details: { retry: false } } : {}),
       });
     case 'timeout':
-      return root.requestBound
-        ? new EngineError('TIMEOUT', `${name} ran past the request's deadline (requestDeadlineMs is ${svc.limits.requestDeadlineMs}, shared by every call in one request)`, {
-            hint: 'Do less per request: split the calls over several requests, or start them (startAction) to run on their own.',
-          })
-        : new EngineError('TIMEOUT', `${name} ran past its deadline`);
+      return callTimeout(name, root.budget ?? (root.requestBound ? { name: 'requestDeadlineMs', ms: svc.limits.requestDeadlineMs } : { name: 'toolTimeoutMs', ms: svc.limits.toolTimeoutMs }), root.requestBound === true);
     case 'memory':
       return new EngineError('LIMIT_EXCEEDED', `${name} ran out of memory (sandboxMemoryBytesMax is ${svc.limits.sandboxMemoryBytesMax} bytes)`, {
         hint: 'Hold less in memory at once.',

@@ -245,6 +245,22 @@ export interface OperationPlan {
   operation: OperationDefinitionNode;
   mode: 'read' | 'write';
   dryRun: boolean;
+  /** The budget it asked for with @budget (STANDARD when it did not). */
+  budget: RequestBudget;
+}
+
+/** How long a request may run: requestDeadlineMs, or operatorDeadlineMs for an operator's long work (see @budget). */
+export type RequestBudget = 'STANDARD' | 'OPERATOR';
+
+/** The budget an operation names with `@budget(name: …)`: an enum literal (validation checked its type). */
+function budgetOf(operation: OperationDefinitionNode): RequestBudget | GraphQLError {
+  const directive = operation.directives?.find((d) => d.name.value === 'budget');
+  if (!directive) return 'STANDARD';
+  const value = directive.arguments?.find((a) => a.name.value === 'name')?.value;
+  if (value?.kind === Kind.ENUM) return value.value as RequestBudget;
+  return engineGraphqlError(new EngineError('BAD_REQUEST', '@budget(name:) takes a literal budget name, not a variable', {
+    hint: 'Write the budget in the document: @budget(name: OPERATOR).',
+  }));
 }
 
 export function planOperation(document: DocumentNode, operationName: string | null | undefined): OperationPlan | GraphQLError {
@@ -260,7 +276,9 @@ export function planOperation(document: DocumentNode, operationName: string | nu
     return engineGraphqlError(new EngineError('BAD_REQUEST', 'subscriptions are not supported', { hint: 'Use a query or a mutation.' }));
   }
   const dryRun = operation.directives?.some((d) => d.name.value === 'dryRun') ?? false;
-  return { operation, mode: operation.operation === 'mutation' ? 'write' : 'read', dryRun };
+  const budget = budgetOf(operation);
+  if (typeof budget !== 'string') return budget;
+  return { operation, mode: operation.operation === 'mutation' ? 'write' : 'read', dryRun, budget };
 }
 
 /**
