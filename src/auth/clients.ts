@@ -103,7 +103,9 @@ export function updateClient(
   granter: { principal: string; stack: readonly AuthorityLayer[] },
 ): { client: Client; apiKey: string | null } {
   const current = findClient(deps, principal);
-  if (input.rotateKey && input.policies == null && principal !== granter.principal) {
+  // A client rotating its own key from a request hands over nothing it does not hold; from inside a
+  // call, the tools on the stack bound what the key may be handed (a key carries all its policies).
+  if (input.rotateKey && input.policies == null && (principal !== granter.principal || granter.stack.length > 1)) {
     checkGrant(deps.cel, granter.stack, JSON.parse(current.policies) as Policy[], `rotateKey hands over the policies of client ${principal}: policies`);
   }
   const apiKey = input.rotateKey ? newKey() : null;

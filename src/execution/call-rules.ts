@@ -97,16 +97,28 @@ export function referencedVersion(actions: ActionDeps, ref: { name: string; vers
  * tool, or a graphql-kind action, handed the model's answer as an agent's tool call or a hook of
  * one) begins no call and changes no tool. The model calls a tool only as the agent's tool, through
  * the agent's reference to it: its pinned version, its fixed input and its approval.
- * invokeAction and startAction, the GraphQL doors to a call, and the writes of actions (which later
- * calls would run) ask here.
+ * invokeAction and startAction, the GraphQL doors to a call, the writes of actions (which later
+ * calls would run), and createClient and key rotation (a key would call any tool the agent's
+ * policies allow, directly, past every reference) ask here.
  */
 export function checkNotModelWritten(frame: CallFrame | null, what: string): void {
   if (!frame?.modelWritten) return;
   const agent = frame.root.model!.agent;
-  throw new EngineError('ACCESS_DENIED', `${what} refused: the GraphQL operation was written by the model of ${agent}, and a model's GraphQL neither calls tools nor changes them`, {
+  throw new EngineError('ACCESS_DENIED', `${what} refused: the GraphQL operation was written by the model of ${agent}, and a model's GraphQL neither calls tools, changes them, nor makes API keys`, {
     hint: `A model calls a tool as one of ${agent}'s tools, by its own name: its reference's pinned version, fixed input and approval apply there. To let the model call it, add it to the agent's tools.`,
     details: { agent },
   });
+}
+
+/**
+ * What changes what later callers get is made by a client, never from inside a call: a skill, a
+ * deploy's records. Each such mutation asks here (sessions, triggers and approvals ask their own
+ * rule, with their own reasons; clients and keys may be made by a call, within what every layer
+ * of its stack holds, but not by a model's GraphQL: checkNotModelWritten).
+ */
+export function checkOutsideCall(frame: CallFrame | null, refusal: string, hint: string): void {
+  if (!frame) return;
+  throw new EngineError('ACCESS_DENIED', `${refusal} from inside a tool call`, { hint });
 }
 
 /** What a call runs: a tool version (program or graphql kind), or a native tool. */

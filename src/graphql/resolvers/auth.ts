@@ -1,5 +1,6 @@
 import * as clients from '../../auth/clients.js';
 import { EngineError } from '../../errors.js';
+import { checkNotModelWritten } from '../../execution/call-rules.js';
 import type { RequestContext } from '../context.js';
 import { guard, visible } from './guard.js';
 
@@ -17,12 +18,14 @@ export const authResolvers = {
   AuthMutation: {
     // A client can grant only what its whole stack holds (src/policy/grant.ts).
     createClient: (_: unknown, { input }: Args, ctx: RequestContext) => {
+      checkNotModelWritten(ctx.frame, 'createClient');
       const created = clients.createClient(ctx.clients, guard(ctx, 'INSERT', C, input), ctx.authority.stack);
       logKeyEvent(ctx, 'created', created.client.principal);
       return created;
     },
     updateClient: (_: unknown, { principal, input }: Args, ctx: RequestContext) => {
       guard(ctx, 'UPDATE', C, clients.getClient(ctx.clients, principal));
+      if (input?.rotateKey === true) checkNotModelWritten(ctx.frame, `updateClient(rotateKey) of ${principal}`);
       if (input?.policies != null && principal === ctx.principal) {
         // A client may be allowed to update its own record (its name, its key), never to widen
         // what it may do: another client must change its policies.

@@ -1,6 +1,7 @@
 import * as actions from '../../actions/actions.js';
 import * as clients from '../../auth/clients.js';
 import { EngineError, quote } from '../../errors.js';
+import { checkOutsideCall } from '../../execution/call-rules.js';
 import * as triggers from '../../execution/queue/triggers.js';
 import * as velocity from '../../ledger/velocity.js';
 import { jsonObjectText } from '../../ledger/records.js';
@@ -87,9 +88,7 @@ export const deploymentResolvers = {
   },
   Mutation: {
     recordDeployment: (_: unknown, { records }: Args, ctx: RequestContext) => {
-      if (ctx.frame) {
-        throw new EngineError('ACCESS_DENIED', 'deployed records cannot be written from inside a tool call', { hint: 'Only a deploy records them (tally deploy, as a client).' });
-      }
+      checkOutsideCall(ctx.frame, 'deployed records cannot be written', 'Only a deploy records them (tally deploy, as a client).');
       checkCount(ctx, records.length, 'recordDeployment(records:)');
       const now = ctx.services.clock.now().toISOString();
       for (const record of records as RecordInput[]) {

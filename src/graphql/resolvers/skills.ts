@@ -1,5 +1,6 @@
 import type { ActionVersion } from '../../actions/actions.js';
 import { EngineError } from '../../errors.js';
+import { checkOutsideCall } from '../../execution/call-rules.js';
 import * as skills from '../../skills/skills.js';
 import type { RequestContext } from '../context.js';
 import { guard, visible } from './guard.js';
@@ -20,16 +21,12 @@ export const skillResolvers = {
   },
   ActionsMutation: {
     createSkill: (_: unknown, { id, input }: Args, ctx: RequestContext) => {
-      if (ctx.frame) {
-        throw new EngineError('ACCESS_DENIED', 'skills cannot be created from inside a tool call', { hint: 'Create skills as a client (createSkill, or skills/<name>.md with tally deploy).' });
-      }
+      checkOutsideCall(ctx.frame, 'skills cannot be created', 'Create skills as a client (createSkill, or skills/<name>.md with tally deploy).');
       guard(ctx, 'INSERT', AS, { skillId: id, ...input });
       return skills.createSkill(ctx.services.skills.deps, id, input);
     },
     updateSkill: (_: unknown, { id, input }: Args, ctx: RequestContext) => {
-      if (ctx.frame) {
-        throw new EngineError('ACCESS_DENIED', 'skills cannot be updated from inside a tool call', { hint: 'Update skills as a client (updateSkill, or skills/<name>.md with tally deploy).' });
-      }
+      checkOutsideCall(ctx.frame, 'skills cannot be updated', 'Update skills as a client (updateSkill, or skills/<name>.md with tally deploy).');
       const deps = ctx.services.skills.deps;
       const row = deps.st.skillById.get(id);
       if (!row) throw new EngineError('NOT_FOUND', `skill ${id} does not exist`, { hint: 'Create it with createSkill, or check the id.' });
