@@ -130,6 +130,27 @@ describe('authority: sets, views, velocity', () => {
     expect(JSON.stringify(refused.errors)).not.toContain('1037.65');
   });
 
+  // FINDING (fixed, second review of issue 33, H7): a balance read was judged with {accountId,
+  // journalId, currency, account}, a refusal's redaction with {accountId} alone, so a DENY that
+  // names the account (`context.document.account.code`) hid the balance from a read and showed it
+  // in the refusal. One document (balanceDocument) now serves the read, the dry run and both redactions.
+  it("a refusal shows no balance that the caller's policies deny by the account, whatever they look at", () => {
+    ok(engine, LIMIT, { i: { velocityLimitId: id(10), name: 'cap', limit: { balance: [{ layer: 'SETTLED', amount: '1000', normalBalanceType: 'CREDIT' }] } } });
+    attach(control(100, 'REJECT', [id(10)]), BOB);
+    post(1, CASH, BOB, '987.65');
+    client('alice', [
+      ...TELLER,
+      { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.Balance'] },
+      { effect: 'DENY', actions: ['SELECT'], resources: ['financial.Balance'], assertions: { bobs: `has(context.document.account) && context.document.account.accountId == '${BOB}'` } },
+    ]);
+    expect(fails(engine, `{ balance(accountId: "${BOB}") { settled { normalBalance { units } } } }`, {}, 'alice').code).toBe('ACCESS_DENIED');
+    const refused = post(3, CASH, BOB, '50', {}, 'alice');
+    expect(refused.errors![0]!.extensions!.code).toBe('BALANCE_VELOCITY_EXCEEDED');
+    expect(JSON.stringify(refused.errors)).not.toContain('1037.65');
+    // Other balances she still reads: the DENY is about Bob's account only.
+    expect(ok(engine, `{ balance(accountId: "${ALICE}") { settled { normalBalance { units } } } }`, {}, 'alice').balance.settled.normalBalance.units).toBe('0');
+  });
+
   // FINDING (fixed): @cel variable defaults run CEL before any policy: a client with no policies (evaluate: ACCESS_DENIED) evaluates CEL and reads the result back in the coercion error (src/graphql/executor.ts executePrepared, src/graphql/cel-variables.ts).
   it('a @cel default is running the cel tool: refused to a client that may not evaluate', () => {
     client('nobody', []);

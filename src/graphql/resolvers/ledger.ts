@@ -40,7 +40,7 @@ function balanceOf(ctx: RequestContext, account: Account, journalId: string | nu
   const currency = currencyArg ?? 'USD';
   const journal = journalId ?? DEFAULT_JOURNAL_ID;
   if (journalId) ctx.ledger.getJournal(journalId);
-  guard(ctx, 'SELECT', 'financial.Balance', { accountId: account.accountId, journalId: journal, currency, account });
+  guard(ctx, 'SELECT', 'financial.Balance', balanceDocument({ account }, journal, currency));
   const balance = asOf ? ctx.ledger.balanceAsOf({ id: account.accountId, isSet: false }, journal, currency, asOf) : ctx.ledger.readBalance(account.accountId, journal, currency);
   return { balance, normalBalanceType: account.normalBalanceType };
 }
@@ -50,7 +50,7 @@ function setBalanceOf(ctx: RequestContext, set: AccountSet, journalId: string | 
   const currency = currencyArg ?? 'USD';
   const journal = journalId ?? set.journalId;
   if (journalId) ctx.ledger.getJournal(journalId);
-  guard(ctx, 'SELECT', 'financial.Balance', { accountId: set.accountSetId, journalId: journal, currency, accountSet: set });
+  guard(ctx, 'SELECT', 'financial.Balance', balanceDocument({ accountSet: set }, journal, currency));
   const balance = asOf ? ctx.ledger.balanceAsOf({ id: set.accountSetId, isSet: true }, journal, currency, asOf) : ctx.ledger.readBalance(set.accountSetId, journal, currency);
   return { balance, normalBalanceType: set.normalBalanceType };
 }
@@ -261,20 +261,37 @@ function gated<T>(ctx: RequestContext, write: WriteKind, run: (writer: Writer) =
  */
 function mayReadBalance(ctx: RequestContext, accountId: unknown, journalId?: string, currency?: string): boolean {
   if (typeof accountId !== 'string') return true;
-  const document = { accountId, ...(journalId === undefined ? {} : { journalId }), ...(currency === undefined ? {} : { currency }) };
+  const owner = ctx.ledger.balanceOwner(accountId);
+  const record = owner.isSet ? { accountSet: ctx.ledger.getAccountSet(accountId) } : { account: ctx.ledger.getAccount({ id: accountId }) };
+  const document = balanceDocument(record, journalId ?? owner.journalId ?? DEFAULT_JOURNAL_ID, currency ?? null);
   return ctx.authority.allows({ action: 'SELECT', resource: 'financial.Balance', document });
+}
+
+/**
+ * The document SELECT on financial.Balance is judged by, whatever asks: a balance read, a dry run
+ * judged, a refusal or an exception showing the violating balance. The same fields for all, so a
+ * policy's assertion over the owner (`context.document.account.code`) decides them all alike.
+ */
+function balanceDocument(owner: { account: Account } | { accountSet: AccountSet }, journalId: string, currency: string | null): Record<string, unknown> {
+  const accountId = 'account' in owner ? owner.account.accountId : owner.accountSet.accountSetId;
+  return { accountId, journalId, ...(currency === null ? {} : { currency }), ...owner };
 }
 
 function redactException<T extends { message: string; detail: Record<string, unknown> | null }>(ctx: RequestContext, exception: T): T {
   const detail = exception.detail ?? {};
-  if (!('violatingBalance' in detail) || mayReadBalance(ctx, detail.accountId)) return exception;
+  if (!('violatingBalance' in detail) || mayReadBalance(ctx, detail.accountId, undefined, currencyOf(detail.violatingBalance))) return exception;
   return { ...exception, message: exception.message.replace(/, balance is .*$/, ''), detail: { ...detail, violatingBalance: null } };
+}
+
+/** The currency of a violating balance ("12.50 USD"). */
+function currencyOf(violating: unknown): string | undefined {
+  return typeof violating === 'string' ? violating.slice(violating.lastIndexOf(' ') + 1) : undefined;
 }
 
 function redactVelocityError(ctx: RequestContext, error: unknown): unknown {
   if (!(error instanceof EngineError) || error.code !== 'BALANCE_VELOCITY_EXCEEDED') return error;
   const exception = error.exception as { errorMessage: string; detail: Record<string, unknown> };
-  if (mayReadBalance(ctx, exception.detail?.accountId)) return error;
+  if (mayReadBalance(ctx, exception.detail?.accountId, undefined, currencyOf(exception.detail?.violatingBalance))) return error;
   const message = error.message.replace(/, balance is .*$/, '');
   return new EngineError('BALANCE_VELOCITY_EXCEEDED', message, {
     hint: error.hint,
