@@ -80,6 +80,12 @@ export interface Limits {
   /** How long a keep-alive connection may stay open with no request after a response (then it is closed). */
   keepAliveTimeoutMs: number;
   /**
+   * How long a response may wait on a peer that reads none of it (its output has not moved) before
+   * the connection is closed; a stalled connection also makes room for a new one, as an idle one
+   * does. A slow reader that reads at all is never stalled. 0: never.
+   */
+  responseStallMs: number;
+  /**
    * Open HTTP connections, all peers together: each holds a file descriptor (a server at `ulimit
    * -n` 1024 refuses every connection past its descriptors). A connection past it closes the
    * connection longest open with no request in flight (one that never sent a request first); when
@@ -384,6 +390,7 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   requestTimeoutMs: 30_000,
   headersTimeoutMs: 10_000,
   keepAliveTimeoutMs: 5000,
+  responseStallMs: 10_000,
   connectionsMax: 512,
   connectionsPerAddressMax: 128,
   celExpressionLengthMax: 4096,

@@ -156,7 +156,7 @@ describe('connections without a key hold nothing for long, and only so many', ()
   let port: number;
   const sockets: Socket[] = [];
   beforeAll(async () => {
-    bounded = await startServer(KEY, { limits: { headersTimeoutMs: 400, keepAliveTimeoutMs: 300, requestTimeoutMs: 20_000, connectionsMax: 6, connectionsPerAddressMax: 4 } });
+    bounded = await startServer(KEY, { limits: { headersTimeoutMs: 400, keepAliveTimeoutMs: 300, requestTimeoutMs: 20_000, connectionsMax: 6, connectionsPerAddressMax: 4, responseStallMs: 1500 } });
     port = (bounded.server.address() as AddressInfo).port;
   });
   afterEach(() => {
@@ -257,5 +257,27 @@ describe('connections without a key hold nothing for long, and only so many', ()
     for (const socket of held) socket.destroy();
     await settle();
     expect(await healthz('127.0.0.3')).toBe('HTTP/1.1 200 OK');
+  });
+
+  // Was a finding (second review of issue 33, H1): a peer with no key that asked for the GraphiQL
+  // bundle (3.5 MB) and read none of it held its connection busy forever (no request timeout covers
+  // a response), so six such connections from two addresses closed every later connection at once.
+  it('responses nobody reads: their connections make room for a new peer at once, and are closed after responseStallMs', async () => {
+    const stalled: Socket[] = [];
+    for (const from of ['127.0.0.1', '127.0.0.1', '127.0.0.1', '127.0.0.2', '127.0.0.2', '127.0.0.2']) {
+      const socket = await open(from);
+      socket.write('GET /graphql/assets/graphiql.js HTTP/1.1\r\nhost: x\r\n\r\n'.repeat(3));
+      socket.pause();
+      stalled.push(socket);
+    }
+    // Past two sweeps: their output has stopped moving.
+    await new Promise((r) => setTimeout(r, 1200));
+    expect(stalled.filter((s) => !s.destroyed)).toHaveLength(6);
+    expect(await healthz('127.0.0.3')).toBe('HTTP/1.1 200 OK');
+    // The server closes its side (the peer, reading nothing, does not see it): its connections go.
+    const connections = () => new Promise<number>((resolve) => bounded.server.getConnections((_, n) => resolve(n)));
+    expect(await connections()).toBeGreaterThan(0);
+    for (const end = Date.now() + 3000; Date.now() < end && (await connections()) > 0; ) await settle();
+    expect(await connections()).toBe(0);
   });
 });

@@ -156,6 +156,9 @@ interface Connection {
   served: boolean;
   /** Closes it when its first request has not arrived within headersTimeoutMs. */
   timer: NodeJS.Timeout | undefined;
+  /** socket.bytesWritten when a sweep last saw it, and since when its output has not moved (0: it moves, or it has none). */
+  written: number;
+  stalledSince: number;
 }
 
 /**
@@ -168,6 +171,11 @@ interface Connection {
  * idle connection holds nothing anyone is waiting for. When every one has a request in flight, the
  * new connection is closed at once. server.maxConnections, one place above connectionsMax (the
  * newcomer's, before it makes room), is Node's own bound, counting connections still closing.
+ *
+ * A response the peer does not read holds its connection busy, and no request timeout covers it:
+ * so a sweep looks at each connection with output waiting. One whose output has not moved since
+ * the last sweep is stalled: it makes room like an idle one, and is closed once stalled for
+ * responseStallMs. A slow reader is not stalled; a peer that reads nothing is.
  */
 function boundConnections(server: Server, limits: Readonly<Limits>): void {
   const all = new Map<Socket, Connection>();
@@ -179,11 +187,11 @@ function boundConnections(server: Server, limits: Readonly<Limits>): void {
     mine?.delete(connection.socket);
     if (mine?.size === 0) byAddress.delete(connection.address);
   };
-  /** Close the oldest connection of `connections` with no request in flight (never served first); false when every one is busy. */
+  /** Close the oldest connection of `connections` with no request in flight, or a stalled one (never served first); false when every one is busy. */
   const makeRoom = (connections: Map<Socket, Connection>): boolean => {
     let oldestServed: Connection | undefined;
     for (const connection of connections.values()) {
-      if (connection.active > 0) continue;
+      if (connection.active > 0 && connection.stalledSince === 0) continue;
       if (!connection.served) {
         oldestServed = connection;
         break;
@@ -201,7 +209,7 @@ function boundConnections(server: Server, limits: Readonly<Limits>): void {
     const mine = byAddress.get(address);
     if ((mine?.size ?? 0) >= limits.connectionsPerAddressMax && !makeRoom(mine!)) return void socket.destroy();
     if (all.size >= limits.connectionsMax && !makeRoom(all)) return void socket.destroy();
-    const connection: Connection = { socket, address, active: 0, served: false, timer: undefined };
+    const connection: Connection = { socket, address, active: 0, served: false, timer: undefined, written: 0, stalledSince: 0 };
     if (limits.headersTimeoutMs > 0) {
       connection.timer = setTimeout(() => {
         if (!connection.served) socket.destroy();
@@ -224,6 +232,25 @@ function boundConnections(server: Server, limits: Readonly<Limits>): void {
     connection.active++;
     res.once('close', () => connection.active--);
   });
+  if (limits.responseStallMs > 0) {
+    const sweep = setInterval(() => {
+      const now = Date.now();
+      for (const connection of all.values()) {
+        const { socket } = connection;
+        if (socket.writableLength === 0 || socket.bytesWritten !== connection.written) {
+          connection.written = socket.bytesWritten;
+          connection.stalledSince = 0;
+        } else if (connection.stalledSince === 0) {
+          connection.stalledSince = now;
+        } else if (now - connection.stalledSince >= limits.responseStallMs) {
+          forget(connection);
+          socket.destroy();
+        }
+      }
+    }, Math.max(50, Math.min(1000, Math.floor(limits.responseStallMs / 4))));
+    sweep.unref();
+    server.once('close', () => clearInterval(sweep));
+  }
 }
 
 /**
