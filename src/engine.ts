@@ -33,7 +33,7 @@ import { operationTraits, waitProbe } from './graphql/document-shape.js';
 import { buildSchema } from './graphql/schema.js';
 import type { LedgerDeps } from './ledger/deps.js';
 import { Ledger } from './ledger/ledger.js';
-import { type Limits, resolveLimits } from './limits.js';
+import { type Limits, PG_TOOL_TIMEOUT_MS_MAX, resolveLimits } from './limits.js';
 import { type Logger, silentLogger } from './log.js';
 import { type AttemptOutcome, isRetryable } from './execution/queue/attempt.js';
 import { type Db, type Durability, openDatabase, ReadOnlyTransactions } from './storage/database.js';
@@ -268,7 +268,7 @@ export interface Engine {
  * CLI are thin layers over it. Async only because loading the WASM module is.
  */
 export async function createEngine(options: EngineOptions = {}): Promise<Engine> {
-  const limits = resolveLimits(options.limits);
+  const limits = resolveLimits(withBackendDefaults(options.limits, options.path !== undefined && isPostgresUrl(options.path)));
   const clock = options.clock ?? systemClock;
   const logger = options.logger ?? silentLogger;
   const logError =
@@ -970,6 +970,16 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   };
 }
 
+
+/**
+ * The limits whose default depends on the backend, where the operator left them out. On
+ * PostgreSQL a running tool holds its row locks and its process, not the whole database, so a
+ * version may ask for a longer timeout (toolTimeoutMsMax, PG_TOOL_TIMEOUT_MS_MAX).
+ */
+function withBackendDefaults(limits: Partial<Limits> | undefined, postgres: boolean): Partial<Limits> {
+  if (!postgres || limits?.toolTimeoutMsMax !== undefined) return limits ?? {};
+  return { ...limits, toolTimeoutMsMax: PG_TOOL_TIMEOUT_MS_MAX };
+}
 
 /** What the server needs to know of an operation before it runs it (see OperationSummary). */
 function summaryOf(document: DocumentNode, plan: OperationPlan): OperationSummary {

@@ -219,9 +219,13 @@ export interface Limits {
   /** Wall-clock deadline of a top-level call when its version sets no timeoutMs; nested calls share it. */
   toolTimeoutMs: number;
   /**
-   * Largest execution.timeoutMs a version may ask for. A running tool holds its process (the
-   * engine is synchronous) and, in a mutation, the database's write lock: keep it at or below
-   * busyTimeoutMs, the patience of other processes' writers.
+   * Largest execution.timeoutMs a version may ask for; at most TOOL_TIMEOUT_MS_CEILING. A running
+   * tool holds its process (the engine is synchronous): the thread that answers HTTP when `tally
+   * serve` runs it, so long tools belong on `tally worker` processes (`tally serve --no-worker`).
+   * On SQLite it also holds the one write lock: every other client's writes wait, and other
+   * processes' writers fail BUSY past busyTimeoutMs, so the default is 750 ms there. On PostgreSQL
+   * it holds only its rows' locks: the default there is PG_TOOL_TIMEOUT_MS_MAX (30 s, what agent
+   * frameworks give a tool). A call inside a request stops at the request's deadline all the same.
    */
   toolTimeoutMsMax: number;
   /**
@@ -478,6 +482,11 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   readQueueMax: 256,
 });
 
+/** toolTimeoutMsMax's default on PostgreSQL (see Limits.toolTimeoutMsMax). */
+export const PG_TOOL_TIMEOUT_MS_MAX = 30_000;
+/** The most toolTimeoutMsMax may be set to, on either backend: a tool is a step, not a job. */
+export const TOOL_TIMEOUT_MS_CEILING = 300_000;
+
 export function resolveLimits(overrides: Partial<Limits> = {}): Readonly<Limits> {
   const limits = { ...DEFAULT_LIMITS };
   for (const [name, value] of Object.entries(overrides)) {
@@ -493,6 +502,9 @@ export function resolveLimits(overrides: Partial<Limits> = {}): Readonly<Limits>
     throw new Error(
       `decimalIntegerDigitsMax + decimalFractionDigitsMax must be at most 60 (arithmetic is exact to 80 digits), got ${limits.decimalIntegerDigitsMax} + ${limits.decimalFractionDigitsMax}`,
     );
+  }
+  if (limits.toolTimeoutMsMax > TOOL_TIMEOUT_MS_CEILING) {
+    throw new Error(`toolTimeoutMsMax (${limits.toolTimeoutMsMax}) may be at most ${TOOL_TIMEOUT_MS_CEILING} (5 minutes): longer work is a started execution's attempts, or an agent's run`);
   }
   if (limits.operatorDeadlineMs < limits.requestDeadlineMs) {
     throw new Error(

@@ -116,3 +116,34 @@ describe("a tool's own timeout", () => {
     own.close();
   });
 });
+
+describe("how long a tool may ask for, by backend (toolTimeoutMsMax)", () => {
+  const TEN_S = { name: 'long_report', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { return 1; }' }, policies: EVERYTHING, execution: { timeoutMs: 10_000 } };
+
+  it('on SQLite a version may not ask past 750 ms by default: it would hold the one write lock', async () => {
+    const sqlite = await newEngine({ path: ':memory:' });
+    const error = fails(sqlite, CREATE, { id: id(1), input: TEN_S });
+    expect(error.message).toContain('toolTimeoutMsMax');
+    expect(error.message).toContain('750');
+    expect(sqlite.limits.toolTimeoutMsMax).toBe(750);
+    sqlite.close();
+  });
+
+  it.skipIf(!process.env.TALLY_TEST_PG_URL)('on PostgreSQL it may ask up to 30 s, and a started run uses it', async () => {
+    const { postgresTestDatabase } = await import('./helpers.js');
+    const pg = await newEngine({ path: postgresTestDatabase() });
+    expect(pg.limits.toolTimeoutMsMax).toBe(30_000);
+    // Busy for 1.2 s: past every budget of a request, inside its own timeout as a started run.
+    ok(pg, CREATE, { id: id(1), input: { ...TEN_S, config: { runtime: 'javascript', src: SLOW.replace('120', '1200') } } });
+    ok(pg, `mutation { actions { startAction(name: "long_report", input: {executionId: "${eid()}", input: {}}) { status } } }`);
+    const worker = pg.createWorker();
+    await worker.drainAll();
+    expect(pg.db.prepare("SELECT status FROM executions WHERE action_name = 'long_report'").all()).toEqual([{ status: 'SUCCEEDED' }]);
+    pg.close();
+  });
+
+  it('no backend lets it pass 5 minutes; the operator may set it lower or higher within that', () => {
+    expect(() => resolveLimits({ toolTimeoutMsMax: 300_001 })).toThrow(/toolTimeoutMsMax \(300001\) may be at most 300000/);
+    expect(resolveLimits({ toolTimeoutMsMax: 300_000 }).toolTimeoutMsMax).toBe(300_000);
+  });
+});

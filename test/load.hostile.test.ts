@@ -221,7 +221,8 @@ describe('group commit: one client\'s request must not change what another\'s ge
   }, 60_000);
 
   it('(precondition of the finding above) over HTTP, 1 MB mutations arriving behind one slow request pile up parsed in the write queue', async () => {
-    const { engine } = await writer({ toolTimeoutMs: 700, requestDeadlineMs: 2000 });
+    // The head spins 2.5 s: time for another process to start and send 48 bodies, on a busy machine too.
+    const { engine } = await writer({ toolTimeoutMs: 2500, toolTimeoutMsMax: 2500, requestDeadlineMs: 3000 });
     ok(engine, CREATE_ACTION, { id: id(75), input: { name: 'spin', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { while (true) {} }' }, policies: [] } });
     const mallory = createClient(engine, 'mallory', []);
     const spinner = createClient(engine, 'spinner', [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT'], resources: ['actions.*'] }]);
@@ -374,9 +375,11 @@ describe('group commit: one client\'s request must not change what another\'s ge
   });
 
   it('holds: each request of a group gets its own deadline (a slow earlier request does not eat a later one\'s)', async () => {
-    const { engine, adminKey } = await writer({ toolTimeoutMs: 400, requestDeadlineMs: 600, writeBatchWaitMs: 60_000 });
-    ok(engine, CREATE_ACTION, { id: id(71), input: { name: 'spin', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { while (true) {} }' }, policies: [] } });
-    ok(engine, CREATE_ACTION, { id: id(72), input: { name: 'slowish', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { let x = 0; for (let i = 0; i < 2e6; i++) x += i; return x > 0; }' }, policies: [] } });
+    // spin eats 900 ms of its request's 1000; had the group one deadline, slowish (~50 ms on a
+    // quiet machine, a few times that on a busy one) would have 100 ms left. It has its own 1000.
+    const { engine, adminKey } = await writer({ toolTimeoutMs: 1000, toolTimeoutMsMax: 1000, requestDeadlineMs: 1000, writeBatchWaitMs: 60_000 });
+    ok(engine, CREATE_ACTION, { id: id(71), input: { name: 'spin', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { while (true) {} }' }, policies: [], execution: { timeoutMs: 900 } } });
+    ok(engine, CREATE_ACTION, { id: id(72), input: { name: 'slowish', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { let x = 0; for (let i = 0; i < 1e6; i++) x += i; return x > 0; }' }, policies: [] } });
     const answers = engine.executeBatch([
       { request: { query: INVOKE_BY_NAME, variables: { n: 'spin', e: id(910), i: {} }, operationName: null }, options: { apiKey: adminKey } },
       { request: { query: INVOKE_BY_NAME, variables: { n: 'slowish', e: id(911), i: {} }, operationName: null }, options: { apiKey: adminKey } },

@@ -1,6 +1,7 @@
 // Nothing cold on the request path (issue 34): a fresh `tally serve`'s first request is a chain of
 // tools as deep as toolDepthMax allows, with a CPU hog busy on one of the machine's cores, and it
-// succeeds within the default deadlines (every nesting level's sandbox runtime is made at start).
+// succeeds within the default deadlines (every nesting level's sandbox runtime is made at start);
+// then a fan-out of callsPerExecutionMax calls beneath one call does too, and one more is refused.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -32,6 +33,10 @@ describe('a fresh tally serve, with a CPU hog beside it', () => {
         tools: level === 8 ? [] : [{ name: `chain${level + 1}`, version: 1 }],
       } });
     }
+    engine.graphql(CREATE, { id: id(120), input: {
+      name: 'fan_out', kind: 'tool', policies: CALL_EVERYTHING,
+      config: { runtime: 'javascript', src: 'function run(event) { let n = 0; for (let i = 0; i < event.data.calls; i++) n += cel("1"); return n; }' },
+    } });
     engine.close();
     hog = spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' });
     server = await serveProcess(db, KEY);
@@ -46,5 +51,17 @@ describe('a fresh tally serve, with a CPU hog beside it', () => {
     const first = await gql(`mutation { actions { invokeAction(name: "chain0", input: {executionId: "${id(1000)}", actionVersion: 1, input: {}}) { status output error { code message } } } }`);
     expect(first.errors, JSON.stringify(first)).toBeUndefined();
     expect(first.data.actions.invokeAction).toMatchObject({ status: 'SUCCEEDED', output: { depth: 8 } });
+  });
+
+  it('then 1,024 calls beneath one call succeed, and the 1,025th is LIMIT_EXCEEDED (the specification\'s limits, reachable by default)', async () => {
+    const fan = (e: number, calls: number) =>
+      gql(`mutation { actions { invokeAction(name: "fan_out", input: {executionId: "${id(e)}", actionVersion: 1, input: {calls: ${calls}}}) { status output error { code message } } } }`);
+    const fine = await fan(1001, 1024);
+    expect(fine.errors, JSON.stringify(fine)).toBeUndefined();
+    expect(fine.data.actions.invokeAction).toMatchObject({ status: 'SUCCEEDED', output: 1024 });
+    const over = await fan(1002, 1025);
+    expect(over.errors, JSON.stringify(over)).toBeUndefined();
+    expect(over.data.actions.invokeAction).toMatchObject({ status: 'FAILED', error: { code: 'LIMIT_EXCEEDED' } });
+    expect(over.data.actions.invokeAction.error.message).toContain('call 1025');
   });
 });

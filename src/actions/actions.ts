@@ -532,10 +532,15 @@ function checkDescribed(deps: ActionDeps, tools: readonly ToolReference[]): void
 function checkExecution(deps: ActionDeps, input: ActionInput['execution'], previous: ExecutionSettings): ExecutionSettings {
   const limits = deps.limits;
   if (!input) return previous;
-  const positiveInt = (value: number | null | undefined, fallback: number, what: string, max: number): number => {
+  /** A positive integer at most `max`; past it, LIMIT_EXCEEDED naming the limit (`limit`, a key of TALLY_CONFIG limits) when there is one. */
+  const positiveInt = (value: number | null | undefined, fallback: number, what: string, max: number, limit?: keyof typeof limits): number => {
     if (value == null) return fallback;
     if (!Number.isInteger(value) || value < 1) throw new EngineError('BAD_REQUEST', `execution.${what} must be a positive integer, got ${quote(value)}`);
-    if (value > max) throw new EngineError('LIMIT_EXCEEDED', `execution.${what} ${value} is over its maximum ${max}`);
+    if (value > max) {
+      throw new EngineError('LIMIT_EXCEEDED', `execution.${what} ${value} is over its maximum ${max}${limit ? ` (${limit})` : ''}`, {
+        ...(limit ? { hint: `Ask for at most ${max}, or raise limits.${limit} in TALLY_CONFIG.`, details: { limit, [limit]: max } } : {}),
+      });
+    }
     return value;
   };
   const backoff = input.backoff ?? {};
@@ -544,13 +549,13 @@ function checkExecution(deps: ActionDeps, input: ActionInput['execution'], previ
     throw new EngineError('BAD_REQUEST', `execution.backoff.multiplier must be between 1 and 10, got ${quote(multiplier)}`);
   }
   return {
-    maxAttempts: positiveInt(input.maxAttempts, previous.maxAttempts, 'maxAttempts', limits.maxAttemptsMax),
+    maxAttempts: positiveInt(input.maxAttempts, previous.maxAttempts, 'maxAttempts', limits.maxAttemptsMax, 'maxAttemptsMax'),
     backoff: {
       initialMs: positiveInt(backoff.initialMs, previous.backoff.initialMs, 'backoff.initialMs', 86_400_000),
       multiplier,
       maxMs: positiveInt(backoff.maxMs, previous.backoff.maxMs, 'backoff.maxMs', 86_400_000),
     },
-    timeoutMs: input.timeoutMs === undefined ? previous.timeoutMs : input.timeoutMs === null ? null : positiveInt(input.timeoutMs, 0, 'timeoutMs', limits.toolTimeoutMsMax),
+    timeoutMs: input.timeoutMs === undefined ? previous.timeoutMs : input.timeoutMs === null ? null : positiveInt(input.timeoutMs, 0, 'timeoutMs', limits.toolTimeoutMsMax, 'toolTimeoutMsMax'),
     retryIf: input.retryIf === undefined ? previous.retryIf ?? null : checkRetryIf(deps, input.retryIf),
     cacheTtlMs: input.cacheTtlMs === undefined ? previous.cacheTtlMs ?? null : input.cacheTtlMs === null ? null : positiveInt(input.cacheTtlMs, 0, 'cacheTtlMs', CACHE_TTL_MS_MAX),
   };
