@@ -12,6 +12,9 @@ export const PRELUDE = String.raw`
   // The output's bound (outputBytesMax), given by the host for this context's life.
   const OUTPUT_MAX = typeof globalThis.__tally_output_max === 'number' ? globalThis.__tally_output_max : Infinity;
   delete globalThis.__tally_output_max;
+  // How deep a value may nest (jsonDepthMax, the root is level 1), given the same way.
+  const DEPTH_MAX = typeof globalThis.__tally_depth_max === 'number' ? globalThis.__tally_depth_max : Infinity;
+  delete globalThis.__tally_depth_max;
   const FAIL = Symbol('tally.fail');
   const stringify = JSON.stringify;
   const parse = JSON.parse;
@@ -27,15 +30,20 @@ export const PRELUDE = String.raw`
   function call(op, a, b, c) {
     const envelope = parse(op === 'tool' ? host(op, text(a), text(b), text(c)) : op === 'cancelled' ? host(op) : host(op, text(a), text(b)));
     if (envelope.ok) return envelope.value;
+    throw toolError(envelope.error);
+  }
+
+  // An error with a code the engine gave (a failed host call), or one of its limits refused here.
+  function toolError(failure) {
     // Error.prototype is frozen, so its inherited 'name' cannot be assigned: define own properties.
-    const error = new Error(envelope.error.message);
+    const error = new Error(failure.message);
     const own = (key, value) => Object.defineProperty(error, key, { value, enumerable: true, writable: false, configurable: false });
     own('name', 'ToolError');
-    own('code', envelope.error.code);
-    if (envelope.error.hint !== undefined) own('hint', envelope.error.hint);
-    if (envelope.error.details !== undefined) own('details', envelope.error.details);
+    own('code', failure.code);
+    if (failure.hint !== undefined) own('hint', failure.hint);
+    if (failure.details !== undefined) own('details', failure.details);
     toolErrors.add(error);
-    throw error;
+    return error;
   }
 
   function graphql(query, variables) {
@@ -335,6 +343,10 @@ export const PRELUDE = String.raw`
       }
       if (type === 'object' && v !== null) {
         const depth = parent === undefined ? 0 : depths.get(this) + 1;
+        // Refused here, as the engine would refuse it, before the rest is written out and copied.
+        if (depth >= DEPTH_MAX) {
+          throw toolError({ code: 'LIMIT_EXCEEDED', message: what + ' is nested more than ' + DEPTH_MAX + ' levels deep (jsonDepthMax)', hint: 'Flatten the structure.' });
+        }
         if (depth > STRICT_DEPTH_MAX) throw TOO_DEEP;
         paths.set(v, path);
         depths.set(v, depth);

@@ -36,6 +36,11 @@ export interface SandboxLimits {
    * made, before it is copied out of the sandbox. The engine checks the exact byte count after.
    */
   outputBytesMax?: number;
+  /**
+   * How deep a value leaving a call may nest (the root is level 1): the prelude refuses a deeper
+   * one (LIMIT_EXCEEDED) as it is written out, before the rest of it is made and copied.
+   */
+  jsonDepthMax?: number;
 }
 
 /** The engine's side of a call: every guest capability goes through here. */
@@ -435,6 +440,11 @@ export class Sandbox {
     if (this.limits.outputBytesMax !== undefined) {
       const max = ctx.newNumber(this.limits.outputBytesMax);
       ctx.setProp(ctx.global, '__tally_output_max', max);
+      max.dispose();
+    }
+    if (this.limits.jsonDepthMax !== undefined) {
+      const max = ctx.newNumber(this.limits.jsonDepthMax);
+      ctx.setProp(ctx.global, '__tally_depth_max', max);
       max.dispose();
     }
     this.building = true;

@@ -289,6 +289,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       // Every level a chain of tools may reach (toolDepthMax below the first call), made now.
       warmLevels: limits.toolDepthMax + 1,
       outputBytesMax: limits.outputBytesMax,
+      jsonDepthMax: limits.jsonDepthMax,
     },
     logError,
   );
