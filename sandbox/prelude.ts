@@ -27,10 +27,18 @@ export const PRELUDE = String.raw`
 
   // Only the strings an operation takes cross (each is one copy out of the guest): graphql and cel
   // two, tool three, cancelled none.
+  // Once the engine has refused a call for its budget of calls (callsPerExecutionMax), every later
+  // call of this run is refused too: thrown here, the same error, without crossing to the host (a
+  // loop that catches the refusal costs nothing more per turn). Cleared when a run begins.
+  let overBudget = null;
   function call(op, a, b, c) {
+    if (overBudget !== null && op !== 'cancelled') throw overBudget;
     const envelope = parse(op === 'tool' ? host(op, text(a), text(b), text(c)) : op === 'cancelled' ? host(op) : host(op, text(a), text(b)));
     if (envelope.ok) return envelope.value;
-    throw toolError(envelope.error);
+    const error = toolError(envelope.error);
+    const details = envelope.error.details;
+    if (details !== null && typeof details === 'object' && details.limit === 'callsPerExecutionMax') overBudget = error;
+    throw error;
   }
 
   // An error with a code the engine gave (a failed host call), or one of its limits refused here.
@@ -366,6 +374,7 @@ export const PRELUDE = String.raw`
   function invoke(fn, eventJson) {
     let output;
     pendingSeed = eventJson;
+    overBudget = null;
     x0 = 1; x1 = 2; x2 = 3; x3 = 4;
     try {
       output = fn(eventJson);

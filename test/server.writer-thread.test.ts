@@ -231,9 +231,15 @@ describe('one client\'s requests on the writer do not hold another client\'s pos
     const answers: Array<{ status: number; body: any }> = [];
     const flood = Array.from({ length: 12 }, () => post(served, heavy, {}, keys.reader).then((answer) => answers.push(answer)));
     const worst = await worstPosting(flood);
-    // Each ran (the unknown execution is NOT_FOUND, which nulls the answer's data).
+    // Each ran on the read side: to its end (the unknown execution is NOT_FOUND, which nulls the
+    // answer's data), or, on a busy machine, until its own deadline stopped it (a heavy read is
+    // bounded by requestDeadlineMs wherever it runs).
     expect(answers).toHaveLength(12);
-    for (const answer of answers) expect(answer.body.errors[0].extensions.code).toBe('NOT_FOUND');
+    for (const answer of answers) {
+      const error = answer.body.errors[0];
+      if (error.extensions.code === 'LIMIT_EXCEEDED') expect(error.extensions.details).toMatchObject({ budget: 'requestDeadlineMs' });
+      else expect(error.extensions.code).toBe('NOT_FOUND');
+    }
     expect(worst).toBeLessThan(1000);
   }, 120_000);
 

@@ -92,6 +92,8 @@ export interface RootState {
   caller: Caller;
   /** A failure no caller may catch (deadline, write conflict): set once, fails the whole tree. */
   fatal: Error | null;
+  /** The answer to every call past callsPerExecutionMax after the first (envelope JSON), made once. */
+  overBudget?: string;
   /** Unpinned references resolve to the latest ACTIVE version once per execution, then stay. */
   resolved: Map<string, ActionVersion>;
   input: unknown;

@@ -455,6 +455,20 @@ class CallBridge implements HostBridge {
   ) {}
 
   call(op: string, args: string[]): string {
+    const root = this.frame.root;
+    if (root.calls > this.svc.limits.callsPerExecutionMax && op !== 'cancelled') {
+      // Past the budget, further calls are refused without a record each (a loop catching the
+      // refusal must not write a row per turn; the first refused call is recorded), and without
+      // work: one answer, made once, before the arguments are even read.
+      root.calls++;
+      return (root.overBudget ??= JSON.stringify({
+        ok: false,
+        error: new EngineError('LIMIT_EXCEEDED', `call ${root.calls} and every later call beneath one execution are over callsPerExecutionMax (${this.svc.limits.callsPerExecutionMax})`, {
+          hint: 'Do the work in fewer calls (batch it in one graphql operation), or start it as separate executions.',
+          details: { limit: 'callsPerExecutionMax', callsPerExecutionMax: this.svc.limits.callsPerExecutionMax },
+        }).toData(),
+      }));
+    }
     try {
       if (op === 'graphql') {
         const [query, variablesText] = args;
@@ -486,13 +500,6 @@ class CallBridge implements HostBridge {
   }
 
   private child(target: CallTarget, input: unknown, authorize?: () => void, inputText?: string, inputRest?: string): CallNode {
-    const root = this.frame.root;
-    if (root.calls > this.svc.limits.callsPerExecutionMax) {
-      // Past the budget, further calls are refused without a record each (a loop catching the
-      // refusal must not write a row per turn); the first refused call is recorded.
-      root.calls++;
-      throw new EngineError('LIMIT_EXCEEDED', `call ${root.calls} beneath one execution is over callsPerExecutionMax (${this.svc.limits.callsPerExecutionMax})`);
-    }
     return runCall(this.svc, {
       target, input, executionId: this.svc.newId(), parent: this.frame, root: this.frame.root, inputFingerprint: null,
       ...(authorize ? { authorize } : {}), ...(inputText === undefined ? {} : { inputText, inputRest }),
