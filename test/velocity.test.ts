@@ -127,6 +127,29 @@ describe('velocity controls', () => {
     expect(fails(engine, `{ velocity(accountId: "${alice}", window: {}) { spent } }`).message).toContain('window needs "day"');
   });
 
+  // Was a finding (second review of issue 33, H6): a void took its original's entries back out of
+  // a limit's running totals whether or not they were ever counted, so voiding a debit made before
+  // the control was attached freed limit never spent (180 of debits through a 100-a-day limit).
+  it('a void of a posting made before the control was attached frees no limit: the totals count from the attachment', () => {
+    const l = limit(10, {
+      window: [{ alias: 'day', value: 'context.vars.transaction.effective' }],
+      condition: 'context.vars.entry.direction == DEBIT',
+      limit: { balance: [{ layer: 'SETTLED', amount: 'params.amount', normalBalanceType: 'DEBIT' }] },
+    });
+    const c = control(100, 'REJECT', [l], { condition: 'context.vars.entry.direction == DEBIT' });
+    post(1, cash, alice, '1000');
+    expect(post(2, alice, bob, '80').errors).toBeUndefined(); // before the control is attached: not counted
+    attach(c, alice, { amount: '100' });
+    expect(engine.graphql(`mutation { voidTransaction(id: "${id(7002)}") { transactionId } }`).errors).toBeUndefined();
+    expect(post(3, alice, bob, '100').errors).toBeUndefined();
+    expect(post(4, alice, bob, '80').errors![0]!.extensions!.code).toBe('BALANCE_VELOCITY_EXCEEDED');
+    const today = ok(engine, `{ transaction(id: "${id(7003)}") { effective } }`).transaction.effective;
+    expect(ok(engine, `query($w: JSON!) { velocity(accountId: "${alice}", window: $w) { spent remaining } }`, { w: { day: today } }).velocity).toEqual([{ spent: '100', remaining: '0' }]);
+    // A posting made after the attachment and voided gives its limit back, as before.
+    expect(engine.graphql(`mutation { voidTransaction(id: "${id(7003)}") { transactionId } }`).errors).toBeUndefined();
+    expect(post(5, alice, bob, '80').errors).toBeUndefined();
+  });
+
   it('attaching again replaces the params; detaching stops the checks; lists read through the control and the account', () => {
     const c = control(100, 'REJECT', [limit(10)]);
     attach(c, alice, { amount: '5' });

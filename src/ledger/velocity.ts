@@ -668,8 +668,11 @@ function countTotals(deps: LedgerDeps, posted: Posted, sign: 1 | -1 | 0, now: st
           if (!keepsTotals(limit) && !applies) continue;
           if (limit.condition !== null && !truthy(deps, limit.condition, contextOf(), `velocity limit ${limit.name} condition`)) continue;
           const window = limit.window.length === 0 ? '[]' : windowKey(deps, limit, contextOf());
-          // Running totals of a windowed or conditional limit: each entry once per limit and target.
-          if (sign !== 0 && keepsTotals(limit) && !counted.has(limit.velocityLimitId)) {
+          // Running totals of a windowed or conditional limit: each entry once per limit and target,
+          // counted from when the control was attached; an entry posted before it was never
+          // counted, so its void takes nothing back out (it would free limit never spent).
+          const neverCounted = sign === -1 && posted.transaction.created < attachment.created;
+          if (sign !== 0 && keepsTotals(limit) && !counted.has(limit.velocityLimitId) && !neverCounted) {
             counted.add(limit.velocityLimitId);
             const values: Record<string, string> = {};
             for (const column of BALANCE_COLUMNS) values[column] = '0';
