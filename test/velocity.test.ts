@@ -105,14 +105,18 @@ describe('velocity controls', () => {
     expect(units(alice)).toBe('0');
   });
 
-  it('a windowed limit with a condition counts only matching entries, per window; velocity() reads spent and remaining', () => {
-    // At most 100 of debits per effective day; credits do not count.
+  /** A REJECT control of at most params.amount of debits per effective day (credits do not count). */
+  function dailyDebits(): string {
     const l = limit(10, {
       window: [{ alias: 'day', value: 'context.vars.transaction.effective' }],
       condition: 'context.vars.entry.direction == DEBIT',
       limit: { balance: [{ layer: 'SETTLED', amount: 'params.amount', normalBalanceType: 'DEBIT' }] },
     });
-    const c = control(100, 'REJECT', [l], { condition: 'context.vars.entry.direction == DEBIT' });
+    return control(100, 'REJECT', [l], { condition: 'context.vars.entry.direction == DEBIT' });
+  }
+
+  it('a windowed limit with a condition counts only matching entries, per window; velocity() reads spent and remaining', () => {
+    const c = dailyDebits();
     post(1, cash, alice, '500');
     attach(c, alice, { amount: '100' });
     expect(post(2, alice, bob, '60.00').errors).toBeUndefined();
@@ -131,12 +135,7 @@ describe('velocity controls', () => {
   // a limit's running totals whether or not they were ever counted, so voiding a debit made before
   // the control was attached freed limit never spent (180 of debits through a 100-a-day limit).
   it('a void of a posting made before the control was attached frees no limit: the totals count from the attachment', () => {
-    const l = limit(10, {
-      window: [{ alias: 'day', value: 'context.vars.transaction.effective' }],
-      condition: 'context.vars.entry.direction == DEBIT',
-      limit: { balance: [{ layer: 'SETTLED', amount: 'params.amount', normalBalanceType: 'DEBIT' }] },
-    });
-    const c = control(100, 'REJECT', [l], { condition: 'context.vars.entry.direction == DEBIT' });
+    const c = dailyDebits();
     post(1, cash, alice, '1000');
     expect(post(2, alice, bob, '80').errors).toBeUndefined(); // before the control is attached: not counted
     attach(c, alice, { amount: '100' });
