@@ -25,12 +25,13 @@ export const PRELUDE = String.raw`
   // Every argument crosses as a string ('' for none): the host reads them without type checks.
   const text = (x) => (typeof x === 'string' ? x : '');
 
-  // Only the strings an operation takes cross (each is one copy out of the guest): graphql and cel
-  // two, tool three, cancelled none.
   // Once the engine has refused a call for its budget of calls (callsPerExecutionMax), every later
   // call of this run is refused too: thrown here, the same error, without crossing to the host (a
   // loop that catches the refusal costs nothing more per turn). Cleared when a run begins.
   let overBudget = null;
+
+  // Only the strings an operation takes cross (each is one copy out of the guest): graphql and cel
+  // two, tool three, cancelled none.
   function call(op, a, b, c) {
     if (overBudget !== null && op !== 'cancelled') throw overBudget;
     const envelope = parse(op === 'tool' ? host(op, text(a), text(b), text(c)) : op === 'cancelled' ? host(op) : host(op, text(a), text(b)));

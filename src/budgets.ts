@@ -34,9 +34,13 @@ export function raiseHint(budget: Budget): string {
   }
 }
 
-/** A request that ran past its deadline, found by the resolver `at` (the request fails, a mutation rolls back). */
-export function requestOverrun(budget: RequestDeadline, at: string): EngineError {
-  return new EngineError('LIMIT_EXCEEDED', `the request ran past ${budget.name} (${budget.ms} ms) at ${at}`, {
+/**
+ * Work that ran past its deadline, found by the resolver `at` (the request fails, a mutation rolls
+ * back): the request's budget, or within a call the call's.
+ */
+export function overrun(budget: Budget, at: string): EngineError {
+  const who = budget.name === 'requestDeadlineMs' || budget.name === 'operatorDeadlineMs' ? 'the request' : 'the call';
+  return new EngineError('LIMIT_EXCEEDED', `${who} ran past ${budget.name} (${budget.ms} ms) at ${at}`, {
     hint: raiseHint(budget),
     details: { budget: budget.name, [budget.name]: budget.ms },
   });

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/engine.js';
 import { resolveLimits } from '../src/limits.js';
-import { count, fails, id, newEngine, ok } from './helpers.js';
+import { count, fails, id, newEngine, ok, postgresTestDatabase } from './helpers.js';
 
 const CREATE = 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }';
 const CLIENT = 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }';
@@ -130,7 +130,6 @@ describe("how long a tool may ask for, by backend (toolTimeoutMsMax)", () => {
   });
 
   it.skipIf(!process.env.TALLY_TEST_PG_URL)('on PostgreSQL it may ask up to 30 s, and a started run uses it', async () => {
-    const { postgresTestDatabase } = await import('./helpers.js');
     const pg = await newEngine({ path: postgresTestDatabase() });
     expect(pg.limits.toolTimeoutMsMax).toBe(30_000);
     // Busy for 1.2 s: past every budget of a request, inside its own timeout as a started run.

@@ -1,5 +1,5 @@
 import type { ActionVersion } from '../actions/actions.js';
-import type { Budget, RequestDeadline } from '../budgets.js';
+import type { Budget } from '../budgets.js';
 import type { EngineError, ErrorData } from '../errors.js';
 import type { AuthorityFrame } from '../policy/authority.js';
 import type { AuthorityLayer, Policy } from '../policy/policy.js';
@@ -70,8 +70,8 @@ export interface Caller {
   client: { principal: string; policies: readonly Policy[] } | null;
   /** The whole request's deadline (epoch ms, its budget's length after it began): every call in it shares it. */
   deadline?: number;
-  /** The budget that set the deadline, named in the error of a request that runs past it. */
-  budget?: RequestDeadline;
+  /** The budget that set the deadline (a request's, or within a call the call's), named in the error of work that runs past it. */
+  budget?: Budget;
   /** Set by the first resolver that found the deadline passed: the request fails with it alone. */
   overran?: EngineError;
   /** How the request reached the engine, when not plain GraphQL: 'mcp' (recorded on its top-level executions). */
@@ -86,7 +86,7 @@ export interface RootState {
   /** The deadline is the request's (requestDeadlineMs), not the tool's own timeout. */
   requestBound?: boolean;
   /** The budget that set the deadline, named in the TIMEOUT of a call that runs past it. */
-  budget?: Budget;
+  budget: Budget;
   calls: number;
   principal: string;
   caller: Caller;

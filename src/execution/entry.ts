@@ -64,16 +64,19 @@ export function beginCall(svc: ExecutionServices, entry: CallEntry): BegunCall {
   const { caller, target } = entry;
   const outer = entry.outer ?? NO_OUTER;
   const timeoutMs = (target.type === 'version' ? target.version.execution.timeoutMs : null) ?? svc.limits.toolTimeoutMs;
-  const own = Math.min(Date.now() + timeoutMs, entry.deadlineCap ?? Number.POSITIVE_INFINITY);
+  const now = Date.now();
+  const capped = entry.deadlineCap !== undefined && entry.deadlineCap < now + timeoutMs;
+  const own = capped ? entry.deadlineCap! : now + timeoutMs;
   const requestBound = caller.deadline !== undefined && caller.deadline < own;
   const deadline = requestBound ? caller.deadline! : own;
+  // What set the deadline, named when something runs past it.
   const budget: Budget = requestBound
     ? (caller.budget ?? { name: 'requestDeadlineMs', ms: svc.limits.requestDeadlineMs })
-    : own < Date.now() + timeoutMs
-      ? { name: 'agent.runTimeoutMs', ms: Math.max(0, own - Date.now()) }
+    : capped
+      ? { name: 'agent.runTimeoutMs', ms: Math.max(0, own - now) }
       : { name: target.type === 'version' && target.version.execution.timeoutMs ? 'execution.timeoutMs' : 'toolTimeoutMs', ms: timeoutMs };
   // Resolvers under the call stop at its deadline; what overran is told to the caller too.
-  const callCaller: Caller = { ...caller, deadline, overran: undefined };
+  const callCaller: Caller = { ...caller, deadline, budget, overran: undefined };
   const root: RootState = {
     deadline, requestBound, budget, calls: 0, principal: caller.principal, caller: callCaller, fatal: null, resolved: new Map(),
     input: entry.executionInput ?? entry.input, ids: new Set(), outerLayers: outer.layers, outerRefs: outer.refs, model: entry.model ?? null,

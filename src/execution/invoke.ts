@@ -384,7 +384,7 @@ function failureToError(svc: ExecutionServices, name: string, failure: RunFailur
         ...(failure.retry === false ? { details: { retry: false } } : {}),
       });
     case 'timeout':
-      return callTimeout(name, root.budget ?? (root.requestBound ? { name: 'requestDeadlineMs', ms: svc.limits.requestDeadlineMs } : { name: 'toolTimeoutMs', ms: svc.limits.toolTimeoutMs }), root.requestBound === true);
+      return callTimeout(name, root.budget, root.requestBound === true);
     case 'memory':
       return new EngineError('LIMIT_EXCEEDED', `${name} ran out of memory (sandboxMemoryBytesMax is ${svc.limits.sandboxMemoryBytesMax} bytes)`, {
         hint: 'Hold less in memory at once.',

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { makeExecutableSchema } from '@graphql-tools/schema';
 import { type GraphQLFieldResolver, type GraphQLSchema, isObjectType } from 'graphql';
-import { requestOverrun } from '../budgets.js';
+import { overrun } from '../budgets.js';
 import type { RequestContext } from './context.js';
 import { actionResolvers } from './resolvers/actions.js';
 import { authResolvers } from './resolvers/auth.js';
@@ -43,7 +43,7 @@ function checkDeadlineInResolvers(schema: GraphQLSchema, deadlineMs: number): vo
       field.resolve = (source, args, ctx: RequestContext, info) => {
         const caller = ctx.caller;
         if (caller.deadline !== undefined && Date.now() > caller.deadline) {
-          caller.overran ??= requestOverrun(caller.budget ?? { name: 'requestDeadlineMs', ms: deadlineMs }, `${info.parentType.name}.${info.fieldName}`);
+          caller.overran ??= overrun(caller.budget ?? { name: 'requestDeadlineMs', ms: deadlineMs }, `${info.parentType.name}.${info.fieldName}`);
           throw caller.overran;
         }
         return resolve(source, args, ctx, info);

@@ -1,6 +1,6 @@
 import * as actions from '../../actions/actions.js';
 import type { ActionVersion, ExecutionSettings, ToolDefinition } from '../../actions/actions.js';
-import { requestOverrun } from '../../budgets.js';
+import { overrun } from '../../budgets.js';
 import { EngineError } from '../../errors.js';
 import { type CallNode, childrenOf, rowToNode } from '../../execution/call-tree.js';
 import { invokeAction } from '../../execution/entry.js';
@@ -172,7 +172,7 @@ function listTools(ctx: RequestContext, first: number, after: string | null | un
     if (found.length > req.first || rows.length < batch) break;
     const caller = ctx.caller;
     if (caller.deadline !== undefined && Date.now() > caller.deadline) {
-      caller.overran ??= requestOverrun(caller.budget ?? { name: 'requestDeadlineMs', ms: ctx.limits.requestDeadlineMs }, 'ActionsQuery.tools');
+      caller.overran ??= overrun(caller.budget ?? { name: 'requestDeadlineMs', ms: ctx.limits.requestDeadlineMs }, 'ActionsQuery.tools');
       throw caller.overran;
     }
   }
