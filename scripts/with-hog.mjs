@@ -19,7 +19,8 @@ const stopHog = () => hog.kill('SIGKILL');
 process.on('exit', stopHog);
 for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => process.exit(130));
 const started = Date.now();
-const child = spawn(command[0], command.slice(1), { stdio: 'inherit' });
+// TALLY_CPU_HOG tells a test that brings a hog of its own (test/server.cold.test.ts) that one runs.
+const child = spawn(command[0], command.slice(1), { stdio: 'inherit', env: { ...process.env, TALLY_CPU_HOG: '1' } });
 child.on('exit', (code, signal) => {
   stopHog();
   process.stderr.write(`with-hog: ${command.join(' ')} took ${((Date.now() - started) / 1000).toFixed(1)} s beside a CPU hog\n`);
