@@ -10,11 +10,11 @@ addLedgerFeatures(e, mode === 'plain' ? [] : mode === 'sets' ? ['sets'] : ['sets
 const post = (n: number) => { const [from, to] = pair(n); ok(e, POST, { input: { transactionId: uuid(n), tranCode: 'TRANSFER', params: { from, to, amount: `${10 + (n % 5000)}.${n % 100}` } } }); };
 for (let n = 1; n < 5000; n++) post(n);
 const N = 40;
-const start = statSync(path + '-wal').size;
+const start = statSync(`${path}-wal`).size;
 for (let n = 5000; n < 5000 + N; n++) post(n);
-const size = statSync(path + '-wal').size;
+const size = statSync(`${path}-wal`).size;
 if (size <= start) { console.log(mode, 'the log restarted during the run: run again'); continue; }
-const wal = readFileSync(path + '-wal').subarray(start - 32);
+const wal = readFileSync(`${path}-wal`).subarray(start - 32);
 const pages = new Map<number, number>();
 for (let off = 32; off + 24 <= wal.length; off += 4096 + 24) { const pg = wal.readUInt32BE(off); pages.set(pg, (pages.get(pg) ?? 0) + 1); }
 const names = new Map<number, string>();

@@ -219,7 +219,7 @@ function shortSum(a: string, b: string, subtract: boolean): string | undefined {
   const pb = b.indexOf('.');
   const fa = pa < 0 ? 0 : a.length - pa - 1;
   const fb = pb < 0 ? 0 : b.length - pb - 1;
-  const scale = fa > fb ? fa : fb;
+  const scale = Math.max(fa , fb);
   const ia = scaledShort(a, pa, scale);
   const ib = ia < 0 ? -1 : scaledShort(b, pb, scale);
   if (ib < 0) return undefined;

@@ -143,7 +143,7 @@ describe('hostile programs are contained', () => {
   it('startAction checks inputBytesMax when it is started, writing nothing', async () => {
     engine = await newEngine({ limits: { inputBytesMax: 1000 } });
     const echo = tool(22, 'echo_big', 'function run(e) { return 1; }');
-    const error = fails(engine, 'mutation($id: UUID!, $input: JSON) { actions { startAction(id: $id, input: {executionId: "' + id(803) + '", actionVersion: 1, input: $input}) { status } } }', { id: echo, input: { s: 'x'.repeat(2000) } });
+    const error = fails(engine, `mutation($id: UUID!, $input: JSON) { actions { startAction(id: $id, input: {executionId: "${id(803)}", actionVersion: 1, input: $input}) { status } } }`, { id: echo, input: { s: 'x'.repeat(2000) } });
     expect(error).toMatchObject({ code: 'LIMIT_EXCEEDED', message: expect.stringContaining('inputBytesMax is 1000') });
     expect(count(engine, 'executions')).toBe(0);
   });

@@ -155,8 +155,8 @@ describe('input, output and versions', () => {
     expect(badSchema.message).toContain('tool.inputSchema is not a valid JSON Schema');
     const syntax = fails(engine, CREATE, { id: id(21), input: { name: 'x', kind: 'tool', config: { runtime: 'javascript', src: 'function run() {\n  return {;\n}' } } });
     expect(syntax.message).toMatch(/does not compile: SyntaxError: .* at line 2, column \d+/);
-    const escape = fails(engine, CREATE, { id: id(21), input: { name: 'x', kind: 'tool', config: { runtime: 'javascript', src: 'function run() {}\n}); (function () {' } } });
-    expect(escape.message).toContain('does not compile');
+    const breakout = fails(engine, CREATE, { id: id(21), input: { name: 'x', kind: 'tool', config: { runtime: 'javascript', src: 'function run() {}\n}); (function () {' } } });
+    expect(breakout.message).toContain('does not compile');
     expect(fails(engine, CREATE, { id: id(21), input: { name: 'graphql', kind: 'tool', config: { runtime: 'javascript', src: 'function run() {}' } } }).code).toBe('ALREADY_EXISTS');
     expect(fails(engine, CREATE, { id: id(21), input: { name: 'Bad Name', kind: 'tool', config: { runtime: 'javascript', src: 'function run() {}' } } }).code).toBe('BAD_REQUEST');
     expect(ok(engine, '{ actions { actions(first: 10) { nodes { name } } } }').actions.actions.nodes).toEqual([]);

@@ -198,7 +198,7 @@ describe('clients', () => {
     const as = (q: string) => engine.graphql(q, null, { principal: 'ro' }).errors?.[0]?.message;
     expect(as('mutation { auth { createClient(input: {principal: "x", name: "x", policies: [{effect: ALLOW, actions: [SELECT, INSERT, UPDATE, DELETE], resources: ["*"]}]}) { apiKey } } }')).toBe('INSERT on auth.Client refused by client ro: no policy allows it');
     expect(as(`mutation { actions { createAction(id: "${id(40)}", input: {name: "x", kind: "tool", config: {runtime: "javascript", src: "function run() {}"}}) { version } } }`)).toContain('INSERT on actions.Action');
-    expect(as(POST.replace('$input: TransactionInput!', '$input: TransactionInput = {transactionId: "' + id(41) + '", tranCode: "TRANSFER"}'))).toContain('INSERT on financial.Transaction');
+    expect(as(POST.replace('$input: TransactionInput!', `$input: TransactionInput = {transactionId: "${id(41)}", tranCode: "TRANSFER"}`))).toContain('INSERT on financial.Transaction');
   });
 });
 

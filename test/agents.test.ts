@@ -230,7 +230,7 @@ describe('what a model gets wrong is recorded and recoverable, or fails as docum
     expect(agent.output.text).toContain('NOT_FOUND');
 
     // Invented calls count toward maxToolCalls: the teller allows 6.
-    model.setRules([(request) => ({ toolCalls: [{ name: 'guess', arguments: {} }, { name: 'guess_again', arguments: {} }] })]);
+    model.setRules([() => ({ toolCalls: [{ name: 'guess', arguments: {} }, { name: 'guess_again', arguments: {} }] })]);
     const greedy = await run(engine, 'teller', { account_id: ALICE, message: 'hello' });
     expect(greedy).toMatchObject({ status: 'FAILED', error: { code: 'LIMIT_EXCEEDED' } });
     expect(greedy.error.message).toContain('maxToolCalls is 6');

@@ -339,7 +339,7 @@ describe('executions and execution', () => {
     expect(page1.status, page1.err).toBe(0);
     const lines = page1.out.trimEnd().split('\n');
     expect(lines.slice(0, 2).map((l) => l.split(/\s+/)[1])).toEqual([id(103), id(102)]);
-    expect(lines[0]).toMatch(/^\S+Z  \S+  SUCCEEDED +notify_large@1  attempt 1$/);
+    expect(lines[0]).toMatch(/^\S+Z {2}\S+ {2}SUCCEEDED +notify_large@1 {2}attempt 1$/);
     const more = /^more… --after (\S+)$/.exec(lines[2]!);
     expect(more, page1.out).not.toBeNull();
     const page2 = JSON.parse((await inProject('executions', '--action', 'notify_large', '--limit', '2', '--after', more![1]!, '--json')).out);

@@ -147,11 +147,11 @@ describe('examples/bank, deployed into a fresh database, walked through', () => 
     const id = tx(9040);
     const drawn = execFileSync(process.execPath, [BIN, 'execution', id, '--db', (engine.db as { name: string }).name], { encoding: 'utf8' });
     expect(drawn.split('\n')[0]).toMatch(/^lock_account@1 SUCCEEDED \d+ ms$/);
-    expect(drawn).toMatch(/├─ graphql SUCCEEDED \d+ ms\n└─ open_case@1 SUCCEEDED \d+ ms\n   ├─ graphql SUCCEEDED/);
+    expect(drawn).toMatch(/├─ graphql SUCCEEDED \d+ ms\n└─ open_case@1 SUCCEEDED \d+ ms\n {3}├─ graphql SUCCEEDED/);
     // Under the tree: the input, the output and every attempt.
     expect(drawn).toContain(`input      {"account_id":"${ALICE}","reason":"Card reported stolen"}`);
     expect(drawn).toContain('output     {"locked":true,"case_opened":true}');
-    expect(drawn).toMatch(/\nattempts   1\n  #1 SUCCEEDED \S+Z \d+ ms\n/);
+    expect(drawn).toMatch(/\nattempts {3}1\n {2}#1 SUCCEEDED \S+Z \d+ ms\n/);
   });
 });
 

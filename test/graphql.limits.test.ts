@@ -50,9 +50,9 @@ function doubledDeepFragments(k: number): string {
 
 /** Review case 4: 99 KB of 8,000 `__typename` aliases (~4.7 MB of heap each, cached). */
 function aliases99KB(i: number): string {
-  let q = `query Q${i} { ` + Array.from({ length: 8200 }, (_, j) => `a${j}: __typename`).join(' ');
+  let q = `query Q${i} { ${Array.from({ length: 8200 }, (_, j) => `a${j}: __typename`).join(' ')}`;
   q = q.slice(0, 98990);
-  return q.slice(0, q.lastIndexOf(' a')) + ' }';
+  return `${q.slice(0, q.lastIndexOf(' a'))} }`;
 }
 
 /** Case 4 at the bounds: 1,990 aliases (just under documentFieldsMax), ~1.1 MB estimated (~0.55 MB measured). */

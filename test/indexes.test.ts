@@ -73,7 +73,7 @@ describe('custom indexes', () => {
     expect(second.pageInfo.hasNextPage).toBe(false);
 
     expect(fails(engine, ENTRIES, { c: { index: 'feed' }, first: 10 }).code).toBe('BAD_REQUEST');
-    expect(fails(engine, 'query($c: CustomIndexFilter!) { entries(first: 5, where: { custom: $c, accountId: "' + id(1) + '" }) { nodes { units } } }', { c: feedOf(SET) }).code).toBe('BAD_REQUEST');
+    expect(fails(engine, `query($c: CustomIndexFilter!) { entries(first: 5, where: { custom: $c, accountId: "${id(1)}" }) { nodes { units } } }`, { c: feedOf(SET) }).code).toBe('BAD_REQUEST');
     ok(engine, DELETE_INDEX, { n: 'feed', on: 'Entry' });
     expect(fails(engine, ENTRIES, { c: feedOf(SET), first: 10 }).code).toBe('NOT_FOUND');
     expect(count(engine, 'custom_index_rows')).toBe(0);

@@ -159,7 +159,7 @@ describe('queued executions stay consistent', () => {
       graphql('mutation($id: UUID!) { actions { startAction(id: $id, input: {executionId: "${id(600)}", input: {}}) { status } } }', { id: '${noop}' });
       return graphql('mutation { actions { cancelExecution(executionId: "${id(600)}") { status } } }').actions.cancelExecution.status;
     }`);
-    expect(ok(engine, 'mutation($id: UUID!) { actions { invokeAction(id: $id, input: {executionId: "' + id(601) + '", actionVersion: 1, input: {}}) { output } } }', { id: starter }).actions.invokeAction.output).toBe('CANCELLED');
+    expect(ok(engine, `mutation($id: UUID!) { actions { invokeAction(id: $id, input: {executionId: "${id(601)}", actionVersion: 1, input: {}}) { output } } }`, { id: starter }).actions.invokeAction.output).toBe('CANCELLED');
     const self = tool(10, 'self_cancel', `function run(e) {
       graphql('mutation($e: UUID!) { actions { cancelExecution(executionId: $e) { status } } }', { e: e.execution.executionId });
     }`, { execution: { maxAttempts: 1 } });

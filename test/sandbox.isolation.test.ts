@@ -179,12 +179,12 @@ describe('second hostile review: what the first fixes left open', () => {
     client('clerk', [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'], assertions: { t: "context.document.action == 'find_word'" } }]);
     const started = Date.now();
     // 170,000 × 85,001 steps natively: 7 s with the server frozen. Linear here, and interruptible.
-    const miss = invoke(find, { op: 'includes', text: 'a'.repeat(170_000), word: 'a'.repeat(85_000) + 'b' }, 'clerk');
+    const miss = invoke(find, { op: 'includes', text: 'a'.repeat(170_000), word: `${'a'.repeat(85_000)}b` }, 'clerk');
     expect(Date.now() - started).toBeLessThan(1000);
     expect(miss.output === false || miss.requestError === 'TIMEOUT', JSON.stringify(miss)).toBe(true);
     // The same answers as the native search, where both run.
-    const text = 'ab'.repeat(4_000) + 'abc' + 'ab'.repeat(4_000) + 'abc';
-    const word = 'ab'.repeat(600) + 'c';
+    const text = `${'ab'.repeat(4_000)}abc${'ab'.repeat(4_000)}abc`;
+    const word = `${'ab'.repeat(600)}c`;
     const hit = invoke(find, { text, word });
     expect(hit, JSON.stringify(hit).slice(0, 300)).toMatchObject({
       output: [text.includes(word), text.indexOf(word), text.lastIndexOf(word), text.split(word).length, text.replaceAll(word, '-').length, text.replace(word, '$&').length],

@@ -60,7 +60,7 @@ describe('requestDeadlineMs bounds a whole request, tools and resolvers alike', 
   it('CEL stops at it too: a page whose policy assertion runs per row fails whole, never answers with rows silently hidden', async () => {
     const engine = await tightEngine();
     // ~40,000 units an entry: within celCostMax each time, 3,000 entries would take seconds.
-    const heavy = '[' + Array.from({ length: 200 }, (_, i) => i).join(',') + ']';
+    const heavy = `[${Array.from({ length: 200 }, (_, i) => i).join(',')}]`;
     const assertion = `${heavy}.all(a, ${heavy}.all(b, a + b >= 0)) && context.document.units != ''`;
     const key = ok(engine, 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }', {
       i: { principal: 'auditor', name: 'auditor', policies: [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] }, { effect: 'DENY', actions: ['SELECT'], resources: ['financial.Entry'], assertions: { heavy: `!(${assertion})` } }] },
@@ -77,7 +77,7 @@ describe('requestDeadlineMs bounds a whole request, tools and resolvers alike', 
     const { Cel } = await import('../src/cel/cel.js');
     const { DEFAULT_LIMITS } = await import('../src/limits.js');
     const cel = new Cel({ now: () => new Date() }, DEFAULT_LIMITS);
-    const list = '[' + Array.from({ length: 300 }, (_, i) => i).join(',') + ']';
+    const list = `[${Array.from({ length: 300 }, (_, i) => i).join(',')}]`;
     const slow = `${list}.all(a, ${list}.all(b, a + b >= 0))`;
     expect(cel.evaluate(slow)).toBe(true);
     const run = cel.withDeadline(Date.now() + 2, () => {

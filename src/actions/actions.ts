@@ -176,7 +176,7 @@ function buildDocument(deps: ActionDeps, base: { actionId: string; name: string;
   if (previous && kind !== previous.kind) {
     throw new EngineError('BAD_REQUEST', `an action cannot change kind (${previous.kind} → ${kind})`, { hint: 'Create a new action instead.' });
   }
-  let config = (input.config ?? previous?.config ?? null) as Record<string, unknown> | null;
+  const config = (input.config ?? previous?.config ?? null) as Record<string, unknown> | null;
   if (config === null || typeof config !== 'object' || Array.isArray(config)) {
     throw new EngineError('BAD_REQUEST', `config must be an object, got ${quote(config)}`, {
       hint:

@@ -186,8 +186,8 @@ function select(meter: CostMeter, path: readonly string[], context: Record<strin
   for (const key of path) {
     if (value === null || typeof value !== 'object') return SLOW_PATH;
     // As the evaluator's field access decides what a map is (by constructor: an own `constructor` key makes it no map there).
-    const constructor = (value as { constructor?: unknown }).constructor;
-    if ((constructor !== Object && constructor !== undefined) || !Object.hasOwn(value, key)) return SLOW_PATH;
+    const maker = (value as { constructor?: unknown }).constructor;
+    if ((maker !== Object && maker !== undefined) || !Object.hasOwn(value, key)) return SLOW_PATH;
     value = (value as Record<string, unknown>)[key];
   }
   if (typeof value !== 'string' && typeof value !== 'boolean' && value !== null) return SLOW_PATH;

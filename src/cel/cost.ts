@@ -48,6 +48,7 @@ interface AstNode {
   op: string;
   args: unknown;
   start: number;
+  // biome-ignore lint/suspicious/noExplicitAny: the evaluator's own handlers take its private AST nodes.
   handle?: (...args: any[]) => unknown;
   evaluate(ev: unknown, ast: AstNode, ctx: unknown): unknown;
 }

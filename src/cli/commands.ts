@@ -425,7 +425,7 @@ export async function accountsCommand(args: string[], options: Options, io: Io):
 export function formatTable(header: string[], rows: string[][], right: number[] = []): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => String(r[i] ?? '').length)));
   const line = (cells: string[]) => cells.map((c, i) => (i === cells.length - 1 ? c : right.includes(i) ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join('  ').trimEnd();
-  return [header, ...rows].map(line).join('\n') + '\n';
+  return `${[header, ...rows].map(line).join('\n')}\n`;
 }
 
 export async function balanceCommand(args: string[], options: Options, io: Io): Promise<number> {

@@ -83,11 +83,11 @@ export function mergeFields(
   const writes: Flat = {};
   const drift: Drift[] = [];
   const fields: Flat = {};
-  const valueOf = (source: Flat, field: string) => (Object.hasOwn(source, field) ? norm(source[field]) : norm(defaults[field]));
+  const fieldOf = (source: Flat, field: string) => (Object.hasOwn(source, field) ? norm(source[field]) : norm(defaults[field]));
   for (const field of new Set([...Object.keys(file), ...Object.keys(deployed)])) {
     const declared = Object.hasOwn(file, field);
-    const f = valueOf(file, field);
-    const c = valueOf(now, field);
+    const f = fieldOf(file, field);
+    const c = fieldOf(now, field);
     const known = Object.hasOwn(deployed, field);
     const b = known ? norm(deployed[field]) : undefined;
     const write = () => {

@@ -61,7 +61,7 @@ export function toAccountSet(row: AccountRow): AccountSet {
 
 export function findSetRow(deps: LedgerDeps, accountSetId: string): AccountRow {
   const row = deps.st.accountById.get(accountSetId);
-  if (!row || row.is_account_set !== 1) {
+  if (row?.is_account_set !== 1) {
     throw new EngineError('NOT_FOUND', `account set ${quote(accountSetId)} does not exist${row ? ' (it is an account)' : ''}`, {
       hint: 'Create it with createAccountSet, or check the id.',
     });

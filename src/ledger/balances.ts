@@ -88,7 +88,7 @@ function versionsFrom(deps: LedgerDeps, owner: { id: string; isSet: boolean }, j
   const found: Array<{ balance: Balance; seq: number }> = [];
   let cursor = fromSeq;
   let lastVersion = Number.MAX_SAFE_INTEGER;
-  let stoppedAt: number | null = null;
+  const stoppedAt: number | null = null;
   const batch = Math.min(Math.max(want * 2, 16), 1000);
   // The record heads its own chain (one primary-key read).
   const chain = chainOf(deps, owner, journalId, currency);

@@ -755,7 +755,7 @@ interface Judgement {
  *   may not read a balance it concerns: it is refused, with the same answer whether or not it would
  *   fit, so a dry run is no free probe of a balance its sender may not see.
  */
-function decide(deps: LedgerDeps, write: WriteKind, judgements: Iterable<Judgement>, properties: VelocityProperties | null | undefined, writer: Writer | undefined, now: string): Verdict {
+function decide(_deps: LedgerDeps, write: WriteKind, judgements: Iterable<Judgement>, properties: VelocityProperties | null | undefined, writer: Writer | undefined, now: string): Verdict {
   const override = properties?.overrideVelocityEnforcement?.action ?? null;
   if (override !== null && !ENFORCEMENTS.includes(override)) throw new EngineError('BAD_REQUEST', `overrideVelocityEnforcement.action ${quote(override)} is not one of ${ENFORCEMENTS.join(', ')}`);
   const exceptions: TransactionException[] = [];

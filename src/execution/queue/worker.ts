@@ -128,7 +128,7 @@ export class Worker {
       const { executionId, attempt } = claimed;
       const broken = this.transactions.run('write', () => {
         const row = this.svc.queue.queuedById.get(executionId);
-        if (!row || row.status !== 'QUEUED' || row.attempt !== attempt) return { value: null, commit: false };
+        if (row?.status !== 'QUEUED' || row.attempt !== attempt) return { value: null, commit: false };
         return { value: recordBrokenAttempt(this.svc, row, this.options.owner, error), commit: true };
       });
       return broken ? [broken] : null;

@@ -99,7 +99,7 @@ export interface ToolNode {
   access: ToolAccess;
 }
 
-function toolNode(ctx: RequestContext, version: ActionVersion, access: ToolAccess): ToolNode {
+function toolNode(_ctx: RequestContext, version: ActionVersion, access: ToolAccess): ToolNode {
   return {
     actionId: version.actionId,
     name: version.name,
