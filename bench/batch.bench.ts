@@ -16,12 +16,16 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const GROUP = Number(process.env.BENCH_GROUP ?? 64);
 
 const { dir, cleanup } = benchDir();
-console.log(`node ${process.version}, ${PER_ROUND} posts x ${ROUNDS} interleaved rounds per side, groups of ${GROUP}, files in ${dir}`);
+console.log(
+  `node ${process.version}, ${PER_ROUND} posts x ${ROUNDS} interleaved rounds per side, groups of ${GROUP}, files in ${dir}`,
+);
 const raw = rawPoster(join(dir, 'raw.db'));
 const rawCheckpointed = rawPoster(join(dir, 'raw-checkpointed.db'), { checkpointed: true });
 const rawGrouped = rawPoster(join(dir, 'raw-grouped.db'));
 const single = await setupEngine(join(dir, 'single.db'));
-const batched = await setupEngine(join(dir, 'batched.db'), { limits: { writeBatchMax: GROUP, writeBatchWaitMs: 1000 } });
+const batched = await setupEngine(join(dir, 'batched.db'), {
+  limits: { writeBatchMax: GROUP, writeBatchWaitMs: 1000 },
+});
 let groups = 0;
 let grouped = 0;
 batched.onBatch((size) => {
@@ -31,12 +35,27 @@ batched.onBatch((size) => {
 // BENCH_FEATURES=1: the same groups on an engine with sets, the overdraft control and the
 // calculation of bench:ledger (addLedgerFeatures): group commit shares the pages of the set and
 // calculation records many postings write among the postings of a group.
-const withFeatures = process.env.BENCH_FEATURES === '1' ? await setupEngine(join(dir, 'features.db'), { limits: { writeBatchMax: GROUP, writeBatchWaitMs: 1000 } }) : null;
+const withFeatures =
+  process.env.BENCH_FEATURES === '1'
+    ? await setupEngine(join(dir, 'features.db'), { limits: { writeBatchMax: GROUP, writeBatchWaitMs: 1000 } })
+    : null;
 if (withFeatures) addLedgerFeatures(withFeatures, ['sets', 'control', 'calc']);
 
 const request = (n: number): BatchRequest => {
   const [from, to] = pair(n);
-  return { request: { query: POST, variables: { input: { transactionId: uuid(n), tranCode: 'TRANSFER', params: { from, to, amount: `${10 + (n % 5000)}.${n % 100}` } } }, operationName: null } };
+  return {
+    request: {
+      query: POST,
+      variables: {
+        input: {
+          transactionId: uuid(n),
+          tranCode: 'TRANSFER',
+          params: { from, to, amount: `${10 + (n % 5000)}.${n % 100}` },
+        },
+      },
+      operationName: null,
+    },
+  };
 };
 
 // Sides are called once per posting; the grouped ones buffer GROUP postings and run them together.
@@ -57,12 +76,14 @@ const results = compare(
     rawGrouped: groupedSide((ns) => rawGrouped.postMany(ns)),
     single: (n) => ok(single, POST, request(n).request.variables!),
     batched: groupedSide((ns) => {
-      for (const answer of batched.executeBatch(ns.map(request))) if (answer.errors) throw new Error(JSON.stringify(answer.errors));
+      for (const answer of batched.executeBatch(ns.map(request)))
+        if (answer.errors) throw new Error(JSON.stringify(answer.errors));
     }),
     ...(withFeatures
       ? {
           features: groupedSide((ns) => {
-            for (const answer of withFeatures.executeBatch(ns.map(request))) if (answer.errors) throw new Error(JSON.stringify(answer.errors));
+            for (const answer of withFeatures.executeBatch(ns.map(request)))
+              if (answer.errors) throw new Error(JSON.stringify(answer.errors));
           }),
         }
       : {}),
@@ -74,19 +95,34 @@ console.log(
   table(
     [
       ['raw better-sqlite3, 1 posting per COMMIT', results.raw!.median, results.raw!.cpuUs],
-      ['raw, with the engine’s background checkpointing', results.rawCheckpointed!.median, results.rawCheckpointed!.cpuUs],
+      [
+        'raw, with the engine’s background checkpointing',
+        results.rawCheckpointed!.median,
+        results.rawCheckpointed!.cpuUs,
+      ],
       [`raw, ${GROUP} postings per COMMIT`, results.rawGrouped!.median, results.rawGrouped!.cpuUs],
       ['engine.graphql postTransaction, 1 per COMMIT', results.single!.median, results.single!.cpuUs],
       [`engine.executeBatch of ${GROUP} postTransaction, 1 COMMIT`, results.batched!.median, results.batched!.cpuUs],
       ...(withFeatures
-        ? ([['… with sets, a REJECT control and a GLOBAL calculation', results.features!.median, results.features!.cpuUs]] as Array<[string, number, number]>)
+        ? ([
+            [
+              '… with sets, a REJECT control and a GLOBAL calculation',
+              results.features!.median,
+              results.features!.cpuUs,
+            ],
+          ] as Array<[string, number, number]>)
         : []),
     ],
     results.raw!.median,
   ),
 );
-console.log(`mean group size ${(grouped / Math.max(1, groups)).toFixed(1)}; executeBatch ÷ raw with the same checkpointing ${(results.batched!.median / results.rawCheckpointed!.median).toFixed(2)}`);
-if (withFeatures) console.log(`in groups, sets, control and calculation ÷ plain: ${(results.features!.median / results.batched!.median).toFixed(2)}`);
+console.log(
+  `mean group size ${(grouped / Math.max(1, groups)).toFixed(1)}; executeBatch ÷ raw with the same checkpointing ${(results.batched!.median / results.rawCheckpointed!.median).toFixed(2)}`,
+);
+if (withFeatures)
+  console.log(
+    `in groups, sets, control and calculation ÷ plain: ${(results.features!.median / results.batched!.median).toFixed(2)}`,
+  );
 raw.close();
 rawCheckpointed.close();
 rawGrouped.close();

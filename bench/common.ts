@@ -71,7 +71,9 @@ export function rawPoster(path: string, options: { checkpointed?: boolean } = {}
   // The engine's page cache too: with SQLite's default 2 MiB the raw side slows down as its indexes
   // outgrow the cache, which would flatter the engine.
   db.pragma('cache_size = -65536');
-  const checkpointer = options.checkpointed ? new Checkpointer(path, CHECKPOINT_INTERVAL_MS, (e) => console.error(e)) : null;
+  const checkpointer = options.checkpointed
+    ? new Checkpointer(path, CHECKPOINT_INTERVAL_MS, (e) => console.error(e))
+    : null;
   if (options.checkpointed) db.pragma(`wal_autocheckpoint = ${DEFAULT_LIMITS.walAutocheckpointPages}`);
   db.exec(`
     CREATE TABLE txn (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, created TEXT NOT NULL);
@@ -82,7 +84,9 @@ export function rawPoster(path: string, options: { checkpointed?: boolean } = {}
     CREATE TABLE balance (account_id TEXT NOT NULL, currency TEXT NOT NULL, dr INTEGER NOT NULL, cr INTEGER NOT NULL,
       version INTEGER NOT NULL, PRIMARY KEY (account_id, currency)) WITHOUT ROWID;`);
   const insertTxn = db.prepare('INSERT INTO txn (id, created) VALUES (?, ?)');
-  const insertEntry = db.prepare('INSERT INTO entry (id, txn_id, account_id, direction, units, currency) VALUES (?, ?, ?, ?, ?, ?)');
+  const insertEntry = db.prepare(
+    'INSERT INTO entry (id, txn_id, account_id, direction, units, currency) VALUES (?, ?, ?, ?, ?, ?)',
+  );
   const upsert = db.prepare(`INSERT INTO balance VALUES (?, ?, ?, ?, 1) ON CONFLICT (account_id, currency)
     DO UPDATE SET dr = dr + excluded.dr, cr = cr + excluded.cr, version = version + 1`);
   const post = db.transaction((n: number, from: string, to: string, units: number) => {
@@ -122,15 +126,19 @@ export function rawOnTallySchema(path: string) {
   const journal = '00000000-0000-0000-0000-000000000000';
   const now = new Date().toISOString();
   db.prepare(`INSERT INTO tran_codes VALUES ('${uuid(999_999)}', 'RAW', 'ACTIVE', 1, '${now}', '${now}')`).run();
-  const insertAccount = db.prepare(`INSERT INTO accounts (account_id, code, name, external_id, description, status, normal_balance_type, metadata, version, created, modified)
+  const insertAccount =
+    db.prepare(`INSERT INTO accounts (account_id, code, name, external_id, description, status, normal_balance_type, metadata, version, created, modified)
     VALUES (?, ?, ?, NULL, NULL, 'ACTIVE', 'CREDIT', NULL, 1, ?, ?)`);
   for (let i = 0; i < ACCOUNTS; i++) insertAccount.run(uuid(i + 1), `A${i + 1}`, `Account ${i + 1}`, now, now);
   const lastSeq = db.prepare<[], { seq: number | null }>('SELECT max(seq) AS seq FROM entries');
-  const insertTxn = db.prepare(`INSERT INTO transactions (transaction_id, tran_code_id, tran_code_version, journal_id, correlation_id, effective,
+  const insertTxn =
+    db.prepare(`INSERT INTO transactions (transaction_id, tran_code_id, tran_code_version, journal_id, correlation_id, effective,
     input_fingerprint, first_entry_seq, entry_count, version, created, modified) VALUES (?, '${uuid(999_999)}', 1, '${journal}', NULL, ?, 'raw', ?, 2, 1, ?, ?)`);
-  const insertEntry = db.prepare(`INSERT INTO entries (seq, entry_id, transaction_id, account_id, journal_id, sequence, entry_type, layer, direction, units, currency, created)
+  const insertEntry =
+    db.prepare(`INSERT INTO entries (seq, entry_id, transaction_id, account_id, journal_id, sequence, entry_type, layer, direction, units, currency, created)
     VALUES (?, ?, ?, ?, '${journal}', ?, 'RAW', 'SETTLED', ?, ?, 'USD', ?)`);
-  const upsert = (column: string) => db.prepare(`INSERT INTO balances (account_id, journal_id, currency, settled_dr, settled_cr, pending_dr, pending_cr, encumbrance_dr, encumbrance_cr, entry_id, version, created, modified)
+  const upsert = (column: string) =>
+    db.prepare(`INSERT INTO balances (account_id, journal_id, currency, settled_dr, settled_cr, pending_dr, pending_cr, encumbrance_dr, encumbrance_cr, entry_id, version, created, modified)
     VALUES (?, '${journal}', 'USD', ${column === 'settled_dr' ? '?' : "'0'"}, ${column === 'settled_cr' ? '?' : "'0'"}, '0', '0', '0', '0', ?, 1, ?, ?)
     ON CONFLICT (account_id, journal_id, currency) DO UPDATE SET ${column} = dec_add(${column}, excluded.${column}), entry_id = excluded.entry_id, version = balances.version + 1, modified = excluded.modified`);
   const debit = upsert('settled_dr');
@@ -162,36 +170,50 @@ export const TRANSFER_SRC = `function run(event) {
 
 /** Create the `transfer` tool (bench:invoke, bench:http) under `actionId`. */
 export function createTransferTool(engine: Engine, actionId: string): void {
-  ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
-    id: actionId,
-    input: {
-      name: 'transfer',
-      kind: 'tool',
-      config: { runtime: 'javascript', src: TRANSFER_SRC },
-      tool: {
-        description: 'Move money between two accounts.',
-        inputSchema: {
-          type: 'object',
-          properties: { transaction_id: { type: 'string', format: 'uuid' }, from: { type: 'string', format: 'uuid' }, to: { type: 'string', format: 'uuid' }, amount: { type: 'string' } },
-          required: ['transaction_id', 'from', 'to', 'amount'],
-          additionalProperties: false,
+  ok(
+    engine,
+    'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }',
+    {
+      id: actionId,
+      input: {
+        name: 'transfer',
+        kind: 'tool',
+        config: { runtime: 'javascript', src: TRANSFER_SRC },
+        tool: {
+          description: 'Move money between two accounts.',
+          inputSchema: {
+            type: 'object',
+            properties: {
+              transaction_id: { type: 'string', format: 'uuid' },
+              from: { type: 'string', format: 'uuid' },
+              to: { type: 'string', format: 'uuid' },
+              amount: { type: 'string' },
+            },
+            required: ['transaction_id', 'from', 'to', 'amount'],
+            additionalProperties: false,
+          },
         },
+        policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
       },
-      policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
     },
-  });
+  );
 }
 
 export async function setupEngine(path: string, options: Omit<EngineOptions, 'path'> = {}): Promise<Engine> {
   const engine = await createEngine({ path, ...options });
   for (let i = 0; i < ACCOUNTS; i++) {
-    ok(engine, 'mutation($i: AccountInput!) { createAccount(input: $i) { code } }', { i: { accountId: uuid(i + 1), code: `A${i + 1}`, name: `Account ${i + 1}` } });
+    ok(engine, 'mutation($i: AccountInput!) { createAccount(input: $i) { code } }', {
+      i: { accountId: uuid(i + 1), code: `A${i + 1}`, name: `Account ${i + 1}` },
+    });
   }
-  ok(engine, `mutation { createTranCode(input: {tranCodeId: "${uuid(999_999)}", code: "TRANSFER",
+  ok(
+    engine,
+    `mutation { createTranCode(input: {tranCodeId: "${uuid(999_999)}", code: "TRANSFER",
       params: [{name: "from", type: UUID}, {name: "to", type: UUID}, {name: "amount", type: DECIMAL}],
       transaction: {effective: "date.Today()"},
       entries: [{accountId: "params.from", units: "params.amount", currency: "'USD'", direction: "DEBIT", layer: "SETTLED"},
-                {accountId: "params.to", units: "params.amount", currency: "'USD'", direction: "CREDIT", layer: "SETTLED"}]}) { code } }`);
+                {accountId: "params.to", units: "params.amount", currency: "'USD'", direction: "CREDIT", layer: "SETTLED"}]}) { code } }`,
+  );
   return engine;
 }
 
@@ -241,7 +263,9 @@ export function compare(
       cpu[name]!.push(m.cpuUs);
     });
   }
-  return Object.fromEntries(names.map((n) => [n, { median: median(results[n]!), rounds: results[n]!, cpuUs: median(cpu[n]!) }]));
+  return Object.fromEntries(
+    names.map((n) => [n, { median: median(results[n]!), rounds: results[n]!, cpuUs: median(cpu[n]!) }]),
+  );
 }
 
 /** Let background checkpoints of the side that just ran finish, so they do not slow the next one. */
@@ -253,7 +277,9 @@ function settle(): void {
 export function table(rows: Array<[string, number, number?]>, baseline: number): string {
   const lines = ['| path | per second | × raw | CPU µs/call |', '|---|---:|---:|---:|'];
   for (const [name, value, cpuUs] of rows) {
-    lines.push(`| ${name} | ${value.toFixed(0)} | ${(value / baseline).toFixed(2)} | ${cpuUs === undefined ? '' : cpuUs.toFixed(0)} |`);
+    lines.push(
+      `| ${name} | ${value.toFixed(0)} | ${(value / baseline).toFixed(2)} | ${cpuUs === undefined ? '' : cpuUs.toFixed(0)} |`,
+    );
   }
   return lines.join('\n');
 }
@@ -265,7 +291,8 @@ export const PROFILE = process.argv.includes('--profile');
 function statementKind(sql: string): string {
   const text = sql.trim().replace(/\s+/g, ' ');
   const word = (text.match(/^\w+/)?.[0] ?? text).toUpperCase();
-  if (word === 'BEGIN' || word === 'COMMIT' || word === 'SAVEPOINT' || word === 'RELEASE' || word === 'PRAGMA') return word === 'PRAGMA' ? text : word;
+  if (word === 'BEGIN' || word === 'COMMIT' || word === 'SAVEPOINT' || word === 'RELEASE' || word === 'PRAGMA')
+    return word === 'PRAGMA' ? text : word;
   if (word === 'ROLLBACK') return /^ROLLBACK TO/i.test(text) ? 'ROLLBACK TO' : 'ROLLBACK';
   const table = (pattern: RegExp) => text.match(pattern)?.[1]?.replace(/^main\./, '') ?? '?';
   if (word === 'INSERT') return `INSERT ${table(/^INSERT (?:OR \w+ )?INTO ([\w.]+)/i)}`;
@@ -353,7 +380,14 @@ export async function installProfiler() {
 
   // The sandbox: Sandbox.run's own time, without the host calls it makes (they are timed as the rest).
   const { Sandbox } = await import('../sandbox/sandbox.js');
-  const sandboxProto = Sandbox.prototype as unknown as { run(program: unknown, event: string, bridge: { call(op: string, args: string[]): string; log(line: string): void }, deadline: number): unknown };
+  const sandboxProto = Sandbox.prototype as unknown as {
+    run(
+      program: unknown,
+      event: string,
+      bridge: { call(op: string, args: string[]): string; log(line: string): void },
+      deadline: number,
+    ): unknown;
+  };
   const run = sandboxProto.run;
   let hostUs = 0;
   sandboxProto.run = function (this: unknown, program, event, bridge, deadline) {
@@ -385,7 +419,16 @@ export async function installProfiler() {
   };
 
   const watched = new WeakSet<Engine>();
-  const fresh = (): PhaseTotals => ({ requests: 0, totalUs: 0, sql: new Map(), sandboxUs: 0, sandboxCalls: 0, postingUs: 0, postingSqlUs: 0, postingCalls: 0 });
+  const fresh = (): PhaseTotals => ({
+    requests: 0,
+    totalUs: 0,
+    sql: new Map(),
+    sandboxUs: 0,
+    sandboxCalls: 0,
+    postingUs: 0,
+    postingSqlUs: 0,
+    postingCalls: 0,
+  });
   return {
     /** Time the ledger's postTransaction of `engine` too (the resolver calls it on this instance). */
     watchPostings(engine: Engine): void {
@@ -439,16 +482,25 @@ export function profileTable(name: string, rounds: PhaseTotals[]): string {
   const sandboxUs = per((t) => t.sandboxUs);
   const postingUs = per((t) => t.postingUs);
   const postingSqlUs = per((t) => t.postingSqlUs);
-  const lines = [`### ${name} (wall µs per request, median of ${rounds.length} rounds × ${rounds[0]?.requests ?? 0})`, '', '| phase | µs | calls |', '|---|---:|---:|'];
+  const lines = [
+    `### ${name} (wall µs per request, median of ${rounds.length} rounds × ${rounds[0]?.requests ?? 0})`,
+    '',
+    '| phase | µs | calls |',
+    '|---|---:|---:|',
+  ];
   for (const row of sqlRows) lines.push(`| SQL ${row.kind} | ${row.us.toFixed(1)} | ${row.calls.toFixed(2)} |`);
   lines.push(`| **SQL total** | **${sqlUs.toFixed(1)}** | ${sqlRows.reduce((s, r) => s + r.calls, 0).toFixed(1)} |`);
   if (rounds.some((t) => t.sandboxCalls > 0)) {
-    lines.push(`| **sandbox** (Sandbox.run less its host calls: QuickJS, marshalling) | **${sandboxUs.toFixed(1)}** | ${per((t) => t.sandboxCalls).toFixed(2)} |`);
+    lines.push(
+      `| **sandbox** (Sandbox.run less its host calls: QuickJS, marshalling) | **${sandboxUs.toFixed(1)}** | ${per((t) => t.sandboxCalls).toFixed(2)} |`,
+    );
   }
   lines.push(`| **JavaScript** (the rest) | **${(totalUs - sqlUs - sandboxUs).toFixed(1)}** | |`);
   lines.push(`| **total request** | **${totalUs.toFixed(1)}** | |`);
   if (rounds.some((t) => t.postingCalls > 0)) {
-    lines.push(`| of the total, in Ledger.postTransaction | ${postingUs.toFixed(1)} | ${per((t) => t.postingCalls).toFixed(2)} |`);
+    lines.push(
+      `| of the total, in Ledger.postTransaction | ${postingUs.toFixed(1)} | ${per((t) => t.postingCalls).toFixed(2)} |`,
+    );
     lines.push(`| … its SQL | ${postingSqlUs.toFixed(1)} | |`);
     lines.push(`| … its JavaScript | ${(postingUs - postingSqlUs).toFixed(1)} | |`);
   }
@@ -456,12 +508,18 @@ export function profileTable(name: string, rounds: PhaseTotals[]): string {
 }
 
 /** Run each side `rounds` times (interleaved) under the profiler and print a table per side. */
-export async function profileSides(sides: Record<string, { request: (n: number) => void; engine?: Engine }>, perRound: number, rounds: number): Promise<void> {
+export async function profileSides(
+  sides: Record<string, { request: (n: number) => void; engine?: Engine }>,
+  perRound: number,
+  rounds: number,
+): Promise<void> {
   const profiler = await installProfiler();
   const names = Object.keys(sides);
   for (const name of names) if (sides[name]!.engine) profiler.watchPostings(sides[name]!.engine!);
   const results: Record<string, PhaseTotals[]> = Object.fromEntries(names.map((n) => [n, []]));
-  names.forEach((name, i) => profiler.measure(Math.min(500, perRound), 50_000_000 + i * 1_000_000, sides[name]!.request)); // warm-up
+  names.forEach((name, i) =>
+    profiler.measure(Math.min(500, perRound), 50_000_000 + i * 1_000_000, sides[name]!.request),
+  ); // warm-up
   for (let round = 0; round < rounds; round++) {
     names.forEach((name, i) => {
       settle();
@@ -479,11 +537,20 @@ export async function profileSides(sides: Record<string, { request: (n: number) 
  * three set balance upserts, the entries' links into the sets' chains, five calculation balance upserts (the control
  * reads only what the posting just wrote). What an engine posting costs beyond this is JavaScript.
  */
-export function sqlFloorPoster(engine: Engine, options: { sets: boolean; topSet: string; setOf: (account: string) => string; calculationId: string }) {
+export function sqlFloorPoster(
+  engine: Engine,
+  options: { sets: boolean; topSet: string; setOf: (account: string) => string; calculationId: string },
+) {
   const { db } = engine;
   const { st, calc } = engine.ledger.deps;
-  const journal = (db.prepare('SELECT journal_id FROM journals WHERE journal_id = ?').get('00000000-0000-0000-0000-000000000000') as { journal_id: string }).journal_id;
-  const tranCode = (db.prepare("SELECT tran_code_id FROM tran_codes WHERE code = 'TRANSFER'").get() as { tran_code_id: string }).tran_code_id;
+  const journal = (
+    db.prepare('SELECT journal_id FROM journals WHERE journal_id = ?').get('00000000-0000-0000-0000-000000000000') as {
+      journal_id: string;
+    }
+  ).journal_id;
+  const tranCode = (
+    db.prepare("SELECT tran_code_id FROM tran_codes WHERE code = 'TRANSFER'").get() as { tran_code_id: string }
+  ).tran_code_id;
   let seq = (db.prepare('SELECT max(seq) AS s FROM entries').get() as { s: number | null }).s ?? 0;
   const begin = db.prepare('BEGIN IMMEDIATE');
   const commit = db.prepare('COMMIT');
@@ -495,13 +562,46 @@ export function sqlFloorPoster(engine: Engine, options: { sets: boolean; topSet:
     const transactionId = uuid(60_000_000 + n);
     const now = new Date().toISOString();
     const entries = [
-      { account: from, entryId: uuid(70_000_000 + 2 * n), column: 'settled_dr' as const, direction: 'DEBIT', seq: seq + 1 },
-      { account: to, entryId: uuid(70_000_001 + 2 * n), column: 'settled_cr' as const, direction: 'CREDIT', seq: seq + 2 },
+      {
+        account: from,
+        entryId: uuid(70_000_000 + 2 * n),
+        column: 'settled_dr' as const,
+        direction: 'DEBIT',
+        seq: seq + 1,
+      },
+      {
+        account: to,
+        entryId: uuid(70_000_001 + 2 * n),
+        column: 'settled_cr' as const,
+        direction: 'CREDIT',
+        seq: seq + 2,
+      },
     ];
     begin.run();
     st.fingerprintOfTransaction.get(transactionId);
-    st.insertTransaction.run(transactionId, tranCode, 1, journal, null, null, now.slice(0, 10), null, null, null, 'f'.repeat(64), seq + 1, 2, now, now);
-    const afters = entries.map((e) => st.posting.updateColumns(1 << (e.column === 'settled_dr' ? 0 : 1)).get([amount, e.entryId, now, e.seq, 1, e.account, journal, 'USD'])!);
+    st.insertTransaction.run(
+      transactionId,
+      tranCode,
+      1,
+      journal,
+      null,
+      null,
+      now.slice(0, 10),
+      null,
+      null,
+      null,
+      'f'.repeat(64),
+      seq + 1,
+      2,
+      now,
+      now,
+    );
+    const afters = entries.map(
+      (e) =>
+        st.posting
+          .updateColumns(1 << (e.column === 'settled_dr' ? 0 : 1))
+          .get([amount, e.entryId, now, e.seq, 1, e.account, journal, 'USD'])!,
+    );
     const setAfter = new Map<string, { version: number; after: string; log_prev?: number | null }>();
     if (options.sets) {
       const sets = new Map<string, { mask: number; amounts: string[]; entryId: string; seq: number; rows: number }>();
@@ -517,7 +617,10 @@ export function sqlFloorPoster(engine: Engine, options: { sets: boolean; topSet:
         }
       }
       for (const [s, v] of [...sets].sort((a, b) => (a[0] < b[0] ? -1 : 1))) {
-        setAfter.set(s, st.posting.updateColumns(v.mask).get([...v.amounts, v.entryId, now, v.seq, v.rows, s, journal, 'USD'])!);
+        setAfter.set(
+          s,
+          st.posting.updateColumns(v.mask).get([...v.amounts, v.entryId, now, v.seq, v.rows, s, journal, 'USD'])!,
+        );
       }
     }
     // Each entry links, per set above it, to the set record's previous entry (entries.set_links).
@@ -531,8 +634,29 @@ export function sqlFloorPoster(engine: Engine, options: { sets: boolean; topSet:
       });
       return `{${parts.join(',')}}`;
     });
-    st.insertEntries(entries.length).run(entries.flatMap((e, i) => [e.seq, e.entryId, transactionId, e.account, journal, i + 1, 'TRANSFER_DR', 'SETTLED', e.direction, amount, 'USD', null, null, now,
-      options.sets ? JSON.stringify([options.setOf(e.account), options.topSet]) : null, afters[i]!.version, afters[i]!.after, links[i]!, afters[i]!.log_prev ?? null]));
+    st.insertEntries(entries.length).run(
+      entries.flatMap((e, i) => [
+        e.seq,
+        e.entryId,
+        transactionId,
+        e.account,
+        journal,
+        i + 1,
+        'TRANSFER_DR',
+        'SETTLED',
+        e.direction,
+        amount,
+        'USD',
+        null,
+        null,
+        now,
+        options.sets ? JSON.stringify([options.setOf(e.account), options.topSet]) : null,
+        afters[i]!.version,
+        afters[i]!.after,
+        links[i]!,
+        afters[i]!.log_prev ?? null,
+      ]),
+    );
     if (options.sets) {
       const owners = new Map<string, { mask: number; amounts: string[]; entryId: string }>();
       for (const e of entries) {
@@ -545,8 +669,11 @@ export function sqlFloorPoster(engine: Engine, options: { sets: boolean; topSet:
         }
       }
       for (const [owner, v] of owners) {
-        const { changes } = calc.updateColumns(v.mask).run([...v.amounts, v.entryId, now, options.calculationId, owner, journal, 'USD', '"SETTLED"\u0001', '']);
-        if (changes !== 1) throw new Error(`no calculation balance of ${owner} to add to: post through the engine first`);
+        const { changes } = calc
+          .updateColumns(v.mask)
+          .run([...v.amounts, v.entryId, now, options.calculationId, owner, journal, 'USD', '"SETTLED"\u0001', '']);
+        if (changes !== 1)
+          throw new Error(`no calculation balance of ${owner} to add to: post through the engine first`);
       }
     }
     commit.run();
@@ -571,21 +698,33 @@ export function addLedgerFeatures(e: Engine, features: readonly LedgerFeature[])
   if (features.includes('sets')) {
     ok(e, `mutation { createAccountSet(input: {accountSetId: "${TOP_SET}", name: "all wallets"}) { accountSetId } }`);
     for (let s = 0; s < 10; s++) {
-      ok(e, `mutation { createAccountSet(input: {accountSetId: "${uuid(3_000_001 + s)}", name: "wallets ${s}", accountSetIds: ["${TOP_SET}"]}) { accountSetId } }`);
+      ok(
+        e,
+        `mutation { createAccountSet(input: {accountSetId: "${uuid(3_000_001 + s)}", name: "wallets ${s}", accountSetIds: ["${TOP_SET}"]}) { accountSetId } }`,
+      );
     }
     for (let i = 0; i < ACCOUNTS; i++) {
-      ok(e, `mutation { addToAccountSet(id: "${setOfAccount(uuid(i + 1))}", member: {memberType: ACCOUNT, memberId: "${uuid(i + 1)}"}) { accountSetId } }`);
+      ok(
+        e,
+        `mutation { addToAccountSet(id: "${setOfAccount(uuid(i + 1))}", member: {memberType: ACCOUNT, memberId: "${uuid(i + 1)}"}) { accountSetId } }`,
+      );
     }
   }
   if (features.includes('control')) {
-    ok(e, `mutation {
+    ok(
+      e,
+      `mutation {
       createVelocityLimit(input: {velocityLimitId: "${uuid(3_100_000)}", name: "overdraft", limit: {balance: [{layer: "SETTLED", amount: "params.amount", normalBalanceType: "DEBIT"}]},
         params: [{name: "amount", type: DECIMAL, default: "0"}]}) { velocityLimitId }
       createVelocityControl(input: {velocityControlId: "${uuid(3_100_001)}", name: "no overdraft", enforcement: {action: REJECT}, velocityLimitIds: ["${uuid(3_100_000)}"]}) { velocityControlId }
-      attachVelocityControl(velocityControlId: "${uuid(3_100_001)}", accountId: "${TOP_SET}", params: {amount: "inf"}) { accountId } }`);
+      attachVelocityControl(velocityControlId: "${uuid(3_100_001)}", accountId: "${TOP_SET}", params: {amount: "inf"}) { accountId } }`,
+    );
   }
   if (features.includes('calc') || features.includes('effective')) {
-    ok(e, `mutation { createCalculation(input: {calculationId: "${CALCULATION_ID}", code: "BY_LAYER", description: "by layer",
-      dimensions: [{alias: "layer", value: "context.vars.entry.layer"}], config: {enableEffectiveBalances: ${features.includes('effective')}}}) { calculationId } }`);
+    ok(
+      e,
+      `mutation { createCalculation(input: {calculationId: "${CALCULATION_ID}", code: "BY_LAYER", description: "by layer",
+      dimensions: [{alias: "layer", value: "context.vars.entry.layer"}], config: {enableEffectiveBalances: ${features.includes('effective')}}}) { calculationId } }`,
+    );
   }
 }

@@ -78,14 +78,18 @@ const server = createServer((req, res) => {
       status = 500;
       reply = JSON.stringify({ errors: [{ message: (error as Error).message }] });
     }
-    res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(reply) }).end(reply);
+    res
+      .writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(reply) })
+      .end(reply);
   });
 });
 
 server.listen(Number(portText), '127.0.0.1', () => {
   const address = server.address();
   const port = typeof address === 'object' && address ? address.port : Number(portText);
-  process.stdout.write(`raw: serving ${path} at http://127.0.0.1:${port}/ (synchronous = ${durability.toUpperCase()})\n`);
+  process.stdout.write(
+    `raw: serving ${path} at http://127.0.0.1:${port}/ (synchronous = ${durability.toUpperCase()})\n`,
+  );
 });
 
 const stop = () => {

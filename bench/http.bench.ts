@@ -53,7 +53,17 @@ import { createRequire } from 'node:module';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ACCOUNTS, benchProcesses, createTransferTool, isRunning, median, POST, setupEngine, stopChild, uuid } from './common.js';
+import {
+  ACCOUNTS,
+  benchProcesses,
+  createTransferTool,
+  isRunning,
+  median,
+  POST,
+  setupEngine,
+  stopChild,
+  uuid,
+} from './common.js';
 
 // ---------------------------------------------------------------------------------------------
 // autocannon: the few parts of its API used here (it ships no types; @types/autocannon is for 7.x).
@@ -99,8 +109,10 @@ const DURABILITY = process.env.BENCH_DURABILITY ?? 'normal';
 const READ = !PEER && process.env.BENCH_READ !== '0';
 const SLOW_MS = (process.env.BENCH_SLOW_MS ?? '750,2000').split(',').map(Number);
 const READ_CLIENTS = 32;
-if (DURABILITY !== 'normal' && DURABILITY !== 'full') throw new Error(`BENCH_DURABILITY must be normal or full, got ${JSON.stringify(DURABILITY)}`);
-if (CLIENTS.some((c) => !Number.isInteger(c) || c < 1)) throw new Error(`BENCH_CLIENTS must be positive integers, got ${process.env.BENCH_CLIENTS}`);
+if (DURABILITY !== 'normal' && DURABILITY !== 'full')
+  throw new Error(`BENCH_DURABILITY must be normal or full, got ${JSON.stringify(DURABILITY)}`);
+if (CLIENTS.some((c) => !Number.isInteger(c) || c < 1))
+  throw new Error(`BENCH_CLIENTS must be positive integers, got ${process.env.BENCH_CLIENTS}`);
 
 type Op = 'post' | 'invoke';
 type Side = 'raw' | 'tally';
@@ -143,7 +155,14 @@ class StartError extends Error {
  * in the bench folder (a pipe read by this busy process could fill and block the server's log
  * writes, which are synchronous on a pipe).
  */
-async function startServer(name: string, args: string[], env: NodeJS.ProcessEnv, ready: RegExp, key: string | null, alsoWait: readonly RegExp[] = []): Promise<Server> {
+async function startServer(
+  name: string,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  ready: RegExp,
+  key: string | null,
+  alsoWait: readonly RegExp[] = [],
+): Promise<Server> {
   const log = join(dir, `${name}.log`);
   const fd = openSync(log, 'w');
   const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['ignore', fd, fd] });
@@ -172,17 +191,34 @@ function stopServer(server: Server): Promise<void> {
 }
 
 function startRaw(): Promise<Server> {
-  return startServer('raw', ['--import', 'tsx', 'bench/http-raw-server.ts', join(dir, 'raw.db'), '0'],
-    { ...process.env, NODE_ENV: 'production', BENCH_DURABILITY: DURABILITY }, /serving .* at http:\/\/127\.0\.0\.1:(\d+)\//, null);
+  return startServer(
+    'raw',
+    ['--import', 'tsx', 'bench/http-raw-server.ts', join(dir, 'raw.db'), '0'],
+    { ...process.env, NODE_ENV: 'production', BENCH_DURABILITY: DURABILITY },
+    /serving .* at http:\/\/127\.0\.0\.1:(\d+)\//,
+    null,
+  );
 }
 
 function startTally(name: string, db: string, key: string, config: string | null): Promise<Server> {
   const env: NodeJS.ProcessEnv = { ...process.env, NODE_ENV: 'production', TALLY_ADMIN_KEY: key };
   if (config) env.TALLY_CONFIG = config;
   else delete env.TALLY_CONFIG; // the shipped limits
-  const args = ['bin/tally.mjs', 'serve', '--db', db, '--port', '0', '--no-worker', ...(DURABILITY === 'full' ? ['--durability', 'full'] : [])];
+  const args = [
+    'bin/tally.mjs',
+    'serve',
+    '--db',
+    db,
+    '--port',
+    '0',
+    '--no-worker',
+    ...(DURABILITY === 'full' ? ['--durability', 'full'] : []),
+  ];
   // Measured once its writer thread and read pool are up (until then everything runs on the main thread).
-  return startServer(name, args, env, /tally: serving .* at http:\/\/127\.0\.0\.1:(\d+)\/graphql/, key, [/"event":"writer"/, /"event":"reads"/]);
+  return startServer(name, args, env, /tally: serving .* at http:\/\/127\.0\.0\.1:(\d+)\/graphql/, key, [
+    /"event":"writer"/,
+    /"event":"reads"/,
+  ]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -203,9 +239,17 @@ const randomAmount = () => (randomInt(1, 100_001) / 100).toFixed(2);
 function requestBody(op: Op): string {
   const [from, to] = randomPair();
   if (op === 'post') {
-    return JSON.stringify({ query: POST, variables: { input: { transactionId: randomUUID(), tranCode: 'TRANSFER', params: { from, to, amount: randomAmount() } } } });
+    return JSON.stringify({
+      query: POST,
+      variables: {
+        input: { transactionId: randomUUID(), tranCode: 'TRANSFER', params: { from, to, amount: randomAmount() } },
+      },
+    });
   }
-  return JSON.stringify({ query: INVOKE, variables: { e: randomUUID(), input: { transaction_id: randomUUID(), from, to, amount: randomAmount() } } });
+  return JSON.stringify({
+    query: INVOKE,
+    variables: { e: randomUUID(), input: { transaction_id: randomUUID(), from, to, amount: randomAmount() } },
+  });
 }
 
 /** Whether a response body says the request did what it was asked. */
@@ -221,7 +265,13 @@ const headers = (server: Server): Record<string, string> => ({
 });
 
 /** One request outside autocannon (setup, the reader, the slow tool), on its own keep-alive agent. */
-function send(server: Server, agent: Agent, method: 'GET' | 'POST', path: string, body?: string): Promise<{ status: number; body: string }> {
+function send(
+  server: Server,
+  agent: Agent,
+  method: 'GET' | 'POST',
+  path: string,
+  body?: string,
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const req = request(`${server.origin}${path}`, { method, agent, headers: headers(server) }, (res) => {
       const chunks: Buffer[] = [];
@@ -235,10 +285,16 @@ function send(server: Server, agent: Agent, method: 'GET' | 'POST', path: string
 }
 
 const setupAgent = new Agent({ keepAlive: true, maxSockets: 1 });
-async function graphql(server: Server, query: string, variables: Record<string, unknown> = {}, agent = setupAgent): Promise<Record<string, any>> {
+async function graphql(
+  server: Server,
+  query: string,
+  variables: Record<string, unknown> = {},
+  agent = setupAgent,
+): Promise<Record<string, any>> {
   const res = await send(server, agent, 'POST', '/graphql', JSON.stringify({ query, variables }));
   const json = JSON.parse(res.body) as { data?: Record<string, any>; errors?: unknown };
-  if (res.status !== 200 || json.errors) throw new Error(`${server.name}: HTTP ${res.status} ${res.body.slice(0, 500)}`);
+  if (res.status !== 200 || json.errors)
+    throw new Error(`${server.name}: HTTP ${res.status} ${res.body.slice(0, 500)}`);
   return json.data!;
 }
 
@@ -266,7 +322,8 @@ interface Counts {
 async function serverCounts(server: Server): Promise<Counts> {
   const res = await send(server, setupAgent, 'GET', server.key ? '/metrics' : '/');
   if (res.status !== 200) throw new Error(`${server.name}: GET answered ${res.status}: ${res.body.slice(0, 300)}`);
-  if (!server.key) return { requests: (JSON.parse(res.body) as { requests: number }).requests, batchRequests: null, batches: null };
+  if (!server.key)
+    return { requests: (JSON.parse(res.body) as { requests: number }).requests, batchRequests: null, batches: null };
   return {
     requests: counter(res.body, 'tally_graphql_requests_total', 'type="mutation"'),
     batchRequests: counter(res.body, 'tally_write_batch_requests_total'),
@@ -290,7 +347,8 @@ function cpuTicks(pid: number): { all: number; main: number } {
 }
 
 /** The q-quantile of sorted values (nearest rank). */
-const quantile = (sorted: number[], q: number) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]! : NaN);
+const quantile = (sorted: number[], q: number) =>
+  sorted.length ? sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]! : NaN;
 
 interface Load {
   ok: number;
@@ -352,17 +410,29 @@ interface Point extends Load {
 const failures: string[] = [];
 function noteFailures(what: string, l: Load): void {
   if (l.non2xx + l.badBodies + l.errors === 0) return;
-  failures.push(`${what}: ${l.non2xx} non-2xx, ${l.badBodies} failed bodies, ${l.errors} connection errors/timeouts; e.g. ${l.samples.join(' | ') || '(no body)'}`);
-  console.log(`  !!! FAILURES in ${what}: ${l.non2xx} non-2xx, ${l.badBodies} failed bodies, ${l.errors} connection errors`);
+  failures.push(
+    `${what}: ${l.non2xx} non-2xx, ${l.badBodies} failed bodies, ${l.errors} connection errors/timeouts; e.g. ${l.samples.join(' | ') || '(no body)'}`,
+  );
+  console.log(
+    `  !!! FAILURES in ${what}: ${l.non2xx} non-2xx, ${l.badBodies} failed bodies, ${l.errors} connection errors`,
+  );
 }
 
-const delta = (before: number | null, after: number | null) => (before === null || after === null ? null : after - before);
+const delta = (before: number | null, after: number | null) =>
+  before === null || after === null ? null : after - before;
 
 /**
  * One measured point: the server's counts and CPU read before an autocannon run and again 200 ms
  * after it, when the requests still in flight at its end have run and its checkpoint has started.
  */
-async function point(server: Server, side: Side, op: Op, connections: number, seconds: number, what: string): Promise<Point> {
+async function point(
+  server: Server,
+  side: Side,
+  op: Op,
+  connections: number,
+  seconds: number,
+  what: string,
+): Promise<Point> {
   const m0 = await serverCounts(server);
   const c0 = cpuTicks(server.pid);
   const l = await load(server, side, op, connections, seconds);
@@ -374,11 +444,17 @@ async function point(server: Server, side: Side, op: Op, connections: number, se
   const perRequest = (ticks: number) => ((ticks / CLK_TCK) * 1e6) / Math.max(1, served);
   const batches = delta(m0.batches, m1.batches);
   const batched = delta(m0.batchRequests, m1.batchRequests);
-  return { ...l, cpuUs: perRequest(c1.all - c0.all), mainCpuUs: perRequest(c1.main - c0.main), batch: batches && batched !== null ? batched / batches : null };
+  return {
+    ...l,
+    cpuUs: perRequest(c1.all - c0.all),
+    mainCpuUs: perRequest(c1.main - c0.main),
+    batch: batches && batched !== null ? batched / batches : null,
+  };
 }
 
 async function warmUp(server: Server, side: Side, ops: Op[], connections: number): Promise<void> {
-  for (const op of ops) noteFailures(`warm-up ${server.name} ${op}`, await load(server, side, op, connections, WARMUP_SECONDS));
+  for (const op of ops)
+    noteFailures(`warm-up ${server.name} ${op}`, await load(server, side, op, connections, WARMUP_SECONDS));
   await sleep(200);
 }
 
@@ -387,7 +463,10 @@ async function warmUp(server: Server, side: Side, ops: Op[], connections: number
 
 const int = (x: number) => Math.round(x).toLocaleString('en').replace(/,/g, ' ');
 const ms = (x: number) => (x < 10 ? x.toFixed(2) : x < 100 ? x.toFixed(1) : x.toFixed(0));
-const loads = () => loadavg().map((x) => x.toFixed(2)).join(' / ');
+const loads = () =>
+  loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' / ');
 function medians(points: Point[]) {
   return {
     perSecond: median(points.map((p) => p.perSecond)),
@@ -399,7 +478,9 @@ function medians(points: Point[]) {
   };
 }
 const progress = (what: string, p: Point) =>
-  console.log(`  ${what.padEnd(42)} ${int(p.perSecond).padStart(6)} req/s  p50 ${ms(p.p50).padStart(5)}  p99 ${ms(p.p99).padStart(5)} ms  CPU ${int(p.cpuUs).padStart(5)} µs/req (main ${int(p.mainCpuUs)})${p.batch === null ? '' : `  batch ${p.batch.toFixed(2)}`}`);
+  console.log(
+    `  ${what.padEnd(42)} ${int(p.perSecond).padStart(6)} req/s  p50 ${ms(p.p50).padStart(5)}  p99 ${ms(p.p99).padStart(5)} ms  CPU ${int(p.cpuUs).padStart(5)} µs/req (main ${int(p.mainCpuUs)})${p.batch === null ? '' : `  batch ${p.batch.toFixed(2)}`}`,
+  );
 
 // ---------------------------------------------------------------------------------------------
 // The run
@@ -407,14 +488,22 @@ const progress = (what: string, p: Point) =>
 const head = (() => {
   try {
     const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT }).toString().trim();
-    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src', 'bin'], { cwd: ROOT }).toString().trim().split('\n').filter(Boolean).length;
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src', 'bin'], { cwd: ROOT })
+      .toString()
+      .trim()
+      .split('\n')
+      .filter(Boolean).length;
     return `${commit}${dirty ? ` + ${dirty} uncommitted file(s) in src/ bin/` : ''}`;
   } catch {
     return 'unknown';
   }
 })();
-console.log(`node ${process.version}, autocannon ${createRequire(import.meta.url)('autocannon/package.json').version}, tally at ${head}`);
-console.log(`durability ${DURABILITY} (${DURABILITY === 'full' ? 'synchronous = FULL: fsync every commit' : 'WAL, synchronous = NORMAL: no fsync at commit'}), ${PEER ? 'peer mode: ' : ''}clients ${CLIENTS.join(', ')}, ${SECONDS} s per point after a ${WARMUP_SECONDS} s warm-up ${PEER ? 'per point' : 'per server and operation'}, ${ROUNDS} interleaved rounds`);
+console.log(
+  `node ${process.version}, autocannon ${createRequire(import.meta.url)('autocannon/package.json').version}, tally at ${head}`,
+);
+console.log(
+  `durability ${DURABILITY} (${DURABILITY === 'full' ? 'synchronous = FULL: fsync every commit' : 'WAL, synchronous = NORMAL: no fsync at commit'}), ${PEER ? 'peer mode: ' : ''}clients ${CLIENTS.join(', ')}, ${SECONDS} s per point after a ${WARMUP_SECONDS} s warm-up ${PEER ? 'per point' : 'per server and operation'}, ${ROUNDS} interleaved rounds`,
+);
 console.log(`files in ${dir}; load average (1/5/15 min) at start ${loads()}`);
 
 // The databases: Tally's made in-process first (1,000 accounts, TRANSFER, the transfer tool), then served.
@@ -432,7 +521,9 @@ try {
 } catch (error) {
   if (DURABILITY === 'full' && error instanceof StartError && /durability/i.test(error.output)) {
     const said = error.output.split('\n').find((line) => /durability/i.test(line)) ?? error.message;
-    console.log(`\ntally serve has no --durability flag yet, so there is no FULL Tally to measure: skipped (it said: ${said.trim()})`);
+    console.log(
+      `\ntally serve has no --durability flag yet, so there is no FULL Tally to measure: skipped (it said: ${said.trim()})`,
+    );
     process.exit(0);
   }
   throw error;
@@ -475,35 +566,55 @@ const ratio = (clients: number, op: Op) => {
 };
 
 if (PEER) {
-  console.log(`\nPeer figures (beside reviews/peer.md; durability ${DURABILITY}): transfers/s per round, p50/p99 ms and CPU µs per transfer the medians of the rounds\n`);
-  console.log('| system | clients | transfers/s (r1 / r2 / …) | median | p50 / p99 ms | server CPU µs/transfer | Tally ÷ raw |');
+  console.log(
+    `\nPeer figures (beside reviews/peer.md; durability ${DURABILITY}): transfers/s per round, p50/p99 ms and CPU µs per transfer the medians of the rounds\n`,
+  );
+  console.log(
+    '| system | clients | transfers/s (r1 / r2 / …) | median | p50 / p99 ms | server CPU µs/transfer | Tally ÷ raw |',
+  );
   console.log('|---|---:|---:|---:|---:|---:|---:|');
   for (const clients of CLIENTS) {
     for (const side of ['tally', 'raw'] as Side[]) {
       const pts = results.get(key(clients, 'post', side))!;
       const m = medians(pts);
-      const name = side === 'tally' ? `Tally HTTP postTransaction (${DURABILITY === 'full' ? 'FULL' : 'NORMAL'})` : `raw node:http + better-sqlite3 (${DURABILITY === 'full' ? 'FULL' : 'NORMAL'})`;
-      console.log(`| ${name} | ${clients} | ${pts.map((p) => int(p.perSecond)).join(' / ')} | ${int(m.perSecond)} | ${ms(m.p50)} / ${ms(m.p99)} | ${int(m.cpuUs)} | ${side === 'tally' ? ratio(clients, 'post').toFixed(2) : '1.00'} |`);
+      const name =
+        side === 'tally'
+          ? `Tally HTTP postTransaction (${DURABILITY === 'full' ? 'FULL' : 'NORMAL'})`
+          : `raw node:http + better-sqlite3 (${DURABILITY === 'full' ? 'FULL' : 'NORMAL'})`;
+      console.log(
+        `| ${name} | ${clients} | ${pts.map((p) => int(p.perSecond)).join(' / ')} | ${int(m.perSecond)} | ${ms(m.p50)} / ${ms(m.p99)} | ${int(m.cpuUs)} | ${side === 'tally' ? ratio(clients, 'post').toFixed(2) : '1.00'} |`,
+      );
     }
   }
 } else {
-  console.log(`\nServed path, durability ${DURABILITY}: medians of ${ROUNDS} interleaved rounds; × raw is the median of each round's Tally ÷ raw at the same point\n`);
-  console.log('| clients | path | req/s | × raw | p50 ms | p99 ms | server CPU µs/req | main thread µs/req | mean batch |');
+  console.log(
+    `\nServed path, durability ${DURABILITY}: medians of ${ROUNDS} interleaved rounds; × raw is the median of each round's Tally ÷ raw at the same point\n`,
+  );
+  console.log(
+    '| clients | path | req/s | × raw | p50 ms | p99 ms | server CPU µs/req | main thread µs/req | mean batch |',
+  );
   console.log('|---:|---|---:|---:|---:|---:|---:|---:|---:|');
   for (const clients of CLIENTS) {
     for (const op of OPS) {
       for (const side of ['raw', 'tally'] as Side[]) {
         const m = medians(results.get(key(clients, op, side))!);
-        const path = side === 'raw' ? `raw node:http posting (anchor for ${op === 'post' ? 'post' : 'invoke'})` : `Tally ${OP_NAMES[op]}`;
+        const path =
+          side === 'raw'
+            ? `raw node:http posting (anchor for ${op === 'post' ? 'post' : 'invoke'})`
+            : `Tally ${OP_NAMES[op]}`;
         const batch = side === 'raw' ? '1' : m.batch === null ? 'n/a' : m.batch.toFixed(2);
-        console.log(`| ${clients} | ${path} | ${int(m.perSecond)} | ${side === 'raw' ? '1.00' : `**${ratio(clients, op).toFixed(2)}**`} | ${ms(m.p50)} | ${ms(m.p99)} | ${int(m.cpuUs)} | ${int(m.mainCpuUs)} | ${batch} |`);
+        console.log(
+          `| ${clients} | ${path} | ${int(m.perSecond)} | ${side === 'raw' ? '1.00' : `**${ratio(clients, op).toFixed(2)}**`} | ${ms(m.p50)} | ${ms(m.p99)} | ${int(m.cpuUs)} | ${int(m.mainCpuUs)} | ${batch} |`,
+        );
       }
     }
   }
   console.log('\nrounds (req/s):');
   for (const [k, pts] of results) console.log(`  ${k.padEnd(16)} ${pts.map((p) => int(p.perSecond)).join(', ')}`);
   if (results.get(key(CLIENTS[0]!, 'post', 'tally'))!.some((p) => p.batch === null)) {
-    console.log('mean batch: n/a (this server has no tally_write_batch_requests_total / tally_write_batches_total on /metrics)');
+    console.log(
+      'mean batch: n/a (this server has no tally_write_batch_requests_total / tally_write_batches_total on /metrics)',
+    );
   }
 }
 
@@ -521,13 +632,24 @@ if (READ) {
     writeFileSync(config, JSON.stringify({ limits: { toolTimeoutMsMax: longest, requestDeadlineMs: longest } }));
   }
   const server = await startTally('tally-read', tallyDb, adminKey, config);
-  console.log(`\nRead latency (Tally, pid ${server.pid}${config ? `, TALLY_CONFIG limits toolTimeoutMsMax = requestDeadlineMs = ${longest} ms` : ''}): ${READ_CLIENTS} clients posting, one loop invoking \`slow\` (spins to its deadline), one sequential balance reader; ${SECONDS * 2} s per deadline`);
+  console.log(
+    `\nRead latency (Tally, pid ${server.pid}${config ? `, TALLY_CONFIG limits toolTimeoutMsMax = requestDeadlineMs = ${longest} ms` : ''}): ${READ_CLIENTS} clients posting, one loop invoking \`slow\` (spins to its deadline), one sequential balance reader; ${SECONDS * 2} s per deadline`,
+  );
   // `slow`: one version per deadline, the program the same.
   for (const [i, timeoutMs] of SLOW_MS.entries()) {
-    await graphql(server, `mutation($id: UUID!, $input: ActionInput!) { actions { ${i === 0 ? 'createAction' : 'updateAction'}(id: $id, input: $input) { version } } }`, {
-      id: SLOW_ID,
-      input: { name: 'slow', kind: 'tool', config: { runtime: 'javascript', src: 'function run(event) { for (;;) {} }' }, execution: { timeoutMs } },
-    });
+    await graphql(
+      server,
+      `mutation($id: UUID!, $input: ActionInput!) { actions { ${i === 0 ? 'createAction' : 'updateAction'}(id: $id, input: $input) { version } } }`,
+      {
+        id: SLOW_ID,
+        input: {
+          name: 'slow',
+          kind: 'tool',
+          config: { runtime: 'javascript', src: 'function run(event) { for (;;) {} }' },
+          execution: { timeoutMs },
+        },
+      },
+    );
   }
   await warmUp(server, 'tally', ['post'], 8);
   const rows: string[] = [];
@@ -541,13 +663,24 @@ if (READ) {
       const took: number[] = [];
       while (performance.now() < end) {
         const t0 = performance.now();
-        const res = await send(server, slowAgent, 'POST', '/graphql', JSON.stringify({ query: INVOKE_SLOW, variables: { e: randomUUID(), v: i + 1 } }));
+        const res = await send(
+          server,
+          slowAgent,
+          'POST',
+          '/graphql',
+          JSON.stringify({ query: INVOKE_SLOW, variables: { e: randomUUID(), v: i + 1 } }),
+        );
         took.push(performance.now() - t0);
         let outcome: string;
         try {
-          const json = JSON.parse(res.body) as { data?: { actions?: { invokeAction?: { status: string; error: { code: string } | null } } }; errors?: Array<{ extensions?: { code?: string } }> };
+          const json = JSON.parse(res.body) as {
+            data?: { actions?: { invokeAction?: { status: string; error: { code: string } | null } } };
+            errors?: Array<{ extensions?: { code?: string } }>;
+          };
           const call = json.data?.actions?.invokeAction;
-          outcome = call ? `${call.status}${call.error ? ` ${call.error.code}` : ''}` : `error ${json.errors?.[0]?.extensions?.code ?? res.status}`;
+          outcome = call
+            ? `${call.status}${call.error ? ` ${call.error.code}` : ''}`
+            : `error ${json.errors?.[0]?.extensions?.code ?? res.status}`;
         } catch {
           outcome = `HTTP ${res.status}`;
         }
@@ -563,11 +696,18 @@ if (READ) {
       while (performance.now() < end) {
         const [account] = randomPair();
         const t0 = performance.now();
-        const res = await send(server, readAgent, 'POST', '/graphql', JSON.stringify({ query: BALANCE, variables: { a: account } }));
+        const res = await send(
+          server,
+          readAgent,
+          'POST',
+          '/graphql',
+          JSON.stringify({ query: BALANCE, variables: { a: account } }),
+        );
         times.push(performance.now() - t0);
         if (res.status !== 200 || res.body.includes('"errors"')) {
           failed++;
-          if (failed <= 3) failures.push(`read scenario (${timeoutMs} ms) balance read: HTTP ${res.status} ${res.body.slice(0, 300)}`);
+          if (failed <= 3)
+            failures.push(`read scenario (${timeoutMs} ms) balance read: HTTP ${res.status} ${res.body.slice(0, 300)}`);
         }
       }
       return { times: times.sort((a, b) => a - b), failed };
@@ -576,21 +716,32 @@ if (READ) {
     slowAgent.destroy();
     readAgent.destroy();
     noteFailures(`read scenario (${timeoutMs} ms) posts`, posts);
-    const outcomes = Object.entries(tool.outcomes).map(([o, n]) => `${n} ${o}`).join(', ');
+    const outcomes = Object.entries(tool.outcomes)
+      .map(([o, n]) => `${n} ${o}`)
+      .join(', ');
     // A TIMEOUT is the expected end, as a FAILED execution or as the mutation's error (rolled back).
-    if (Object.keys(tool.outcomes).some((o) => !/^(FAILED|error) TIMEOUT$/.test(o))) failures.push(`read scenario (${timeoutMs} ms): slow tool calls ended ${outcomes} (expected TIMEOUT only)`);
-    console.log(`  deadline ${timeoutMs} ms: ${reads.times.length} reads, ${int(posts.perSecond)} posts/s (p50 ${ms(posts.p50)}, p99 ${ms(posts.p99)}, max ${ms(posts.max)} ms), slow calls: ${outcomes}, each ${ms(median(tool.took))} ms (median)`);
-    rows.push(`| ${timeoutMs} | ${reads.times.length} | ${ms(quantile(reads.times, 0.5))} | ${ms(quantile(reads.times, 0.99))} | ${ms(reads.times[reads.times.length - 1] ?? NaN)} | ${reads.failed} | ${int(posts.perSecond)} | ${ms(posts.p99)} | ${tool.took.length} |`);
+    if (Object.keys(tool.outcomes).some((o) => !/^(FAILED|error) TIMEOUT$/.test(o)))
+      failures.push(`read scenario (${timeoutMs} ms): slow tool calls ended ${outcomes} (expected TIMEOUT only)`);
+    console.log(
+      `  deadline ${timeoutMs} ms: ${reads.times.length} reads, ${int(posts.perSecond)} posts/s (p50 ${ms(posts.p50)}, p99 ${ms(posts.p99)}, max ${ms(posts.max)} ms), slow calls: ${outcomes}, each ${ms(median(tool.took))} ms (median)`,
+    );
+    rows.push(
+      `| ${timeoutMs} | ${reads.times.length} | ${ms(quantile(reads.times, 0.5))} | ${ms(quantile(reads.times, 0.99))} | ${ms(reads.times[reads.times.length - 1] ?? NaN)} | ${reads.failed} | ${int(posts.perSecond)} | ${ms(posts.p99)} | ${tool.took.length} |`,
+    );
     await sleep(200);
   }
-  console.log('\n| tool deadline ms | reads | read p50 ms | read p99 ms | read max ms | failed reads | posts/s meanwhile | post p99 ms | slow calls |');
+  console.log(
+    '\n| tool deadline ms | reads | read p50 ms | read p99 ms | read max ms | failed reads | posts/s meanwhile | post p99 ms | slow calls |',
+  );
   console.log('|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
   for (const row of rows) console.log(row);
   await stopServer(server);
 }
 
 if (failures.length) {
-  console.log(`\n!!!!!!!! THIS RUN HAD FAILURES: its figures are not valid !!!!!!!!\n${failures.map((f) => `  - ${f}`).join('\n')}`);
+  console.log(
+    `\n!!!!!!!! THIS RUN HAD FAILURES: its figures are not valid !!!!!!!!\n${failures.map((f) => `  - ${f}`).join('\n')}`,
+  );
   process.exit(1);
 }
 console.log('\nno failures: every request answered 2xx without GraphQL errors');

@@ -10,7 +10,20 @@
  * the time inside Ledger.postTransaction, for each side (see installProfiler).
  */
 import { join } from 'node:path';
-import { benchDir, compare, createTransferTool, ok, pair, POST, PROFILE, profileSides, rawPoster, setupEngine, table, uuid } from './common.js';
+import {
+  benchDir,
+  compare,
+  createTransferTool,
+  ok,
+  pair,
+  POST,
+  PROFILE,
+  profileSides,
+  rawPoster,
+  setupEngine,
+  table,
+  uuid,
+} from './common.js';
 
 const PER_ROUND = Number(process.env.BENCH_POSTS ?? (PROFILE ? 1500 : 3000));
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -21,25 +34,48 @@ const raw = rawPoster(join(dir, 'raw.db'));
 const engine = await setupEngine(join(dir, 'engine.db'));
 createTransferTool(engine, uuid(888_888));
 // The nested variant: an outer tool that checks its input and calls transfer as tools.transfer().
-ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
-  id: uuid(888_889),
-  input: {
-    name: 'pay',
-    kind: 'tool',
-    config: { runtime: 'javascript', src: 'function run(event) { if (decimal(event.data.amount).lte("0")) fail("amount must be positive"); return tools.transfer(event.data); }' },
-    tools: [{ name: 'transfer', version: 1 }],
-    policies: [
-      { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] },
-      { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'], assertions: { transfer: "context.document.action == 'transfer'" } },
-    ],
+ok(
+  engine,
+  'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }',
+  {
+    id: uuid(888_889),
+    input: {
+      name: 'pay',
+      kind: 'tool',
+      config: {
+        runtime: 'javascript',
+        src: 'function run(event) { if (decimal(event.data.amount).lte("0")) fail("amount must be positive"); return tools.transfer(event.data); }',
+      },
+      tools: [{ name: 'transfer', version: 1 }],
+      policies: [
+        { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] },
+        {
+          effect: 'ALLOW',
+          actions: ['INSERT'],
+          resources: ['actions.Execution'],
+          assertions: { transfer: "context.document.action == 'transfer'" },
+        },
+      ],
+    },
   },
-});
+);
 // A tool that does nothing: what running any tool costs (sandbox call, input check, savepoint,
 // execution record) without a nested operation.
-ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
-  id: uuid(888_890),
-  input: { name: 'noop', kind: 'tool', config: { runtime: 'javascript', src: 'function run(event) { return { transaction_id: event.data.transaction_id }; }' } },
-});
+ok(
+  engine,
+  'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }',
+  {
+    id: uuid(888_890),
+    input: {
+      name: 'noop',
+      kind: 'tool',
+      config: {
+        runtime: 'javascript',
+        src: 'function run(event) { return { transaction_id: event.data.transaction_id }; }',
+      },
+    },
+  },
+);
 const INVOKE_NOOP = `mutation Invoke($e: UUID!, $input: JSON) { actions { invokeAction(id: "${uuid(888_890)}", input: {executionId: $e, actionVersion: 1, input: $input}) { status } } }`;
 // The same two things side by side in one request, neither inside the other: a floor for any
 // invoke whose tool posts, whatever the path from the program to the ledger costs.
@@ -52,11 +88,16 @@ const sides: Record<string, (n: number) => void> = {
   raw: raw.post,
   postTransaction: (n) => {
     const [from, to] = pair(n);
-    ok(engine, POST, { input: { transactionId: uuid(n), tranCode: 'TRANSFER', params: { from, to, amount: '10.50' } } });
+    ok(engine, POST, {
+      input: { transactionId: uuid(n), tranCode: 'TRANSFER', params: { from, to, amount: '10.50' } },
+    });
   },
   invokeAction: (n) => {
     const [from, to] = pair(n);
-    const r = ok(engine, INVOKE, { e: uuid(n), input: { transaction_id: uuid(500_000_000 + n), from, to, amount: '10.50' } });
+    const r = ok(engine, INVOKE, {
+      e: uuid(n),
+      input: { transaction_id: uuid(500_000_000 + n), from, to, amount: '10.50' },
+    });
     if (r.actions.invokeAction.status !== 'SUCCEEDED') throw new Error(JSON.stringify(r));
   },
   noop: (n) => {
@@ -74,12 +115,21 @@ const sides: Record<string, (n: number) => void> = {
   },
   nested: (n) => {
     const [from, to] = pair(n);
-    const r = ok(engine, INVOKE_NESTED, { e: uuid(n), input: { transaction_id: uuid(600_000_000 + n), from, to, amount: '10.50' } });
+    const r = ok(engine, INVOKE_NESTED, {
+      e: uuid(n),
+      input: { transaction_id: uuid(600_000_000 + n), from, to, amount: '10.50' },
+    });
     if (r.actions.invokeAction.status !== 'SUCCEEDED') throw new Error(JSON.stringify(r));
   },
 };
 if (PROFILE) {
-  await profileSides(Object.fromEntries(Object.entries(sides).map(([name, request]) => [name, name === 'raw' ? { request } : { request, engine }])), PER_ROUND, ROUNDS);
+  await profileSides(
+    Object.fromEntries(
+      Object.entries(sides).map(([name, request]) => [name, name === 'raw' ? { request } : { request, engine }]),
+    ),
+    PER_ROUND,
+    ROUNDS,
+  );
   engine.close();
   raw.close();
   cleanup();
@@ -87,15 +137,33 @@ if (PROFILE) {
 }
 const results = compare(sides, PER_ROUND, ROUNDS);
 
-console.log(`\n${table([
-  ['raw better-sqlite3 posting (1 per commit)', results.raw!.median, results.raw!.cpuUs],
-  ['engine.graphql postTransaction', results.postTransaction!.median, results.postTransaction!.cpuUs],
-  ['engine.graphql invokeAction(transfer) → graphql postTransaction', results.invokeAction!.median, results.invokeAction!.cpuUs],
-  ['engine.graphql invokeAction(pay) → tools.transfer → graphql postTransaction', results.nested!.median, results.nested!.cpuUs],
-  ['engine.graphql invokeAction(noop): a tool that only returns', results.noop!.median, results.noop!.cpuUs],
-  ['engine.graphql postTransaction + invokeAction(noop) in one request (floor for a posting tool)', results.postAndNoop!.median, results.postAndNoop!.cpuUs],
-], results.raw!.median)}`);
-for (const [name, r] of Object.entries(results)) console.log(`rounds ${name}: ${r.rounds.map((x) => x.toFixed(0)).join(', ')}`);
+console.log(
+  `\n${table(
+    [
+      ['raw better-sqlite3 posting (1 per commit)', results.raw!.median, results.raw!.cpuUs],
+      ['engine.graphql postTransaction', results.postTransaction!.median, results.postTransaction!.cpuUs],
+      [
+        'engine.graphql invokeAction(transfer) → graphql postTransaction',
+        results.invokeAction!.median,
+        results.invokeAction!.cpuUs,
+      ],
+      [
+        'engine.graphql invokeAction(pay) → tools.transfer → graphql postTransaction',
+        results.nested!.median,
+        results.nested!.cpuUs,
+      ],
+      ['engine.graphql invokeAction(noop): a tool that only returns', results.noop!.median, results.noop!.cpuUs],
+      [
+        'engine.graphql postTransaction + invokeAction(noop) in one request (floor for a posting tool)',
+        results.postAndNoop!.median,
+        results.postAndNoop!.cpuUs,
+      ],
+    ],
+    results.raw!.median,
+  )}`,
+);
+for (const [name, r] of Object.entries(results))
+  console.log(`rounds ${name}: ${r.rounds.map((x) => x.toFixed(0)).join(', ')}`);
 engine.close();
 raw.close();
 cleanup();

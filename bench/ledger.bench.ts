@@ -27,8 +27,26 @@
 import { join } from 'node:path';
 import type { Engine } from '../src/engine.js';
 import {
-  ACCOUNTS, addLedgerFeatures, benchDir, CALCULATION_ID, compare, type LedgerFeature, median, ok, pair, POST, PROFILE, profileSides, rawOnTallySchema, rawPoster, setOfAccount,
-  setupEngine, sqlFloorPoster, table, TOP_SET, uuid,
+  ACCOUNTS,
+  addLedgerFeatures,
+  benchDir,
+  CALCULATION_ID,
+  compare,
+  type LedgerFeature,
+  median,
+  ok,
+  pair,
+  POST,
+  PROFILE,
+  profileSides,
+  rawOnTallySchema,
+  rawPoster,
+  setOfAccount,
+  setupEngine,
+  sqlFloorPoster,
+  table,
+  TOP_SET,
+  uuid,
 } from './common.js';
 
 const PER_ROUND = Number(process.env.BENCH_POSTS ?? (PROFILE ? 2000 : 5000));
@@ -56,7 +74,13 @@ const engine = await setupEngine(join(dir, 'engine.db'));
 if (ALONE) addLedgerFeatures(engine, ['sets', 'control', 'calc']);
 const poster = (e: Engine) => (n: number) => {
   const [from, to] = pair(n);
-  ok(e, POST, { input: { transactionId: uuid(n), tranCode: 'TRANSFER', params: { from, to, amount: `${10 + (n % 5000)}.${n % 100}` } } });
+  ok(e, POST, {
+    input: {
+      transactionId: uuid(n),
+      tranCode: 'TRANSFER',
+      params: { from, to, amount: `${10 + (n % 5000)}.${n % 100}` },
+    },
+  });
 };
 
 async function featureEngine(name: string, features: readonly LedgerFeature[]): Promise<Engine> {
@@ -85,7 +109,7 @@ const floorOptions = { topSet: TOP_SET, setOf: setOfAccount, calculationId: CALC
 if (PROFILE) {
   await profileSides(
     {
-      'raw statements on Tally\'s schema': { request: rawTally.post },
+      "raw statements on Tally's schema": { request: rawTally.post },
       'engine.graphql postTransaction': { request: poster(engine), engine },
       ...(ALL
         ? {
@@ -94,7 +118,9 @@ if (PROFILE) {
           }
         : {}),
       ...(FEATURES ? { '… + a GLOBAL calculation': { request: poster(withCalc!), engine: withCalc! } } : {}),
-      ...(ALL ? { '… + effective-date balances instead': { request: poster(withEffective!), engine: withEffective! } } : {}),
+      ...(ALL
+        ? { '… + effective-date balances instead': { request: poster(withEffective!), engine: withEffective! } }
+        : {}),
     },
     PER_ROUND,
     ROUNDS,
@@ -113,7 +139,10 @@ const results = compare(
     ...(ALL ? { sets: poster(withSets!), control: poster(withControl!), effective: poster(withEffective!) } : {}),
     ...(FEATURES ? { calc: poster(withCalc!) } : {}),
     ...(FLOOR
-      ? { sqlPlain: sqlFloorPoster(floorPlain!, { ...floorOptions, sets: false }), sqlCalc: sqlFloorPoster(floorCalc!, { ...floorOptions, sets: true }) }
+      ? {
+          sqlPlain: sqlFloorPoster(floorPlain!, { ...floorOptions, sets: false }),
+          sqlCalc: sqlFloorPoster(floorCalc!, { ...floorOptions, sets: true }),
+        }
       : {}),
   },
   PER_ROUND,
@@ -122,51 +151,111 @@ const results = compare(
 
 // Balance reads: an account with 10 entries vs one with 100,000.
 const [few, many, other] = [uuid(2_000_001), uuid(2_000_002), uuid(2_000_003)];
-for (const [accountId, code] of [[few, 'FEW'], [many, 'MANY'], [other, 'OTHER']] as const) {
-  ok(engine, 'mutation($i: AccountInput!) { createAccount(input: $i) { code } }', { i: { accountId, code, name: code } });
+for (const [accountId, code] of [
+  [few, 'FEW'],
+  [many, 'MANY'],
+  [other, 'OTHER'],
+] as const) {
+  ok(engine, 'mutation($i: AccountInput!) { createAccount(input: $i) { code } }', {
+    i: { accountId, code, name: code },
+  });
 }
 const bulk = (account: string, count: number, base: number) => {
-  engine.db.transaction(() => {
-    for (let i = 0; i < count; i++) engine.ledger.postTransaction({ transactionId: uuid(base + i), tranCode: 'TRANSFER', params: { from: other, to: account, amount: '1.01' } });
-  }).immediate();
+  engine.db
+    .transaction(() => {
+      for (let i = 0; i < count; i++)
+        engine.ledger.postTransaction({
+          transactionId: uuid(base + i),
+          tranCode: 'TRANSFER',
+          params: { from: other, to: account, amount: '1.01' },
+        });
+    })
+    .immediate();
 };
 bulk(few, 10, 90_000_000);
 for (let chunk = 0; chunk < 100; chunk++) bulk(many, 1000, 91_000_000 + chunk * 1000);
 const fewMicros = balanceReadMicros(engine, few);
 const manyMicros = balanceReadMicros(engine, many);
 // A set's rolled-up balance is read the same way: one primary-key read, whatever its members posted.
-const setMicros = withSets ?? withCalc ? balanceReadMicros((withSets ?? withCalc)!, TOP_SET) : null;
+const setMicros = (withSets ?? withCalc) ? balanceReadMicros((withSets ?? withCalc)!, TOP_SET) : null;
 
-console.log(`\n${table([
-  ['raw better-sqlite3 (txn + 2 entries + 2 balance upserts, 1 per commit)', results.raw!.median, results.raw!.cpuUs],
-  ["raw better-sqlite3 with the engine's checkpointing (background thread)", results.rawCheckpointed!.median, results.rawCheckpointed!.cpuUs],
-  ["the same statements on Tally's schema (indexes, foreign keys, decimal strings)", results.rawTally!.median, results.rawTally!.cpuUs],
-  [ALONE ? 'engine.graphql postTransaction with sets, a REJECT control and a GLOBAL calculation, the only engine' : 'engine.graphql postTransaction (1 per request)', results.engine!.median, results.engine!.cpuUs],
-  ...(ALL
-    ? ([
-        ['… every account in a set, 10 sets in a top set (4 set balances per posting)', results.sets!.median, results.sets!.cpuUs],
-        ['… + a REJECT overdraft control on the top set', results.control!.median, results.control!.cpuUs],
-        ['… + a GLOBAL calculation with one dimension', results.calc!.median, results.calc!.cpuUs],
-        ['… + effective-date balances on it instead (3 children)', results.effective!.median, results.effective!.cpuUs],
-      ] as Array<[string, number, number]>)
-    : FEATURES
-      ? ([['… with sets, a REJECT control and a GLOBAL calculation', results.calc!.median, results.calc!.cpuUs]] as Array<[string, number, number]>)
-      : []),
-  ...(FLOOR
-    ? ([
-        ["the engine's own statements for the plain posting, values computed ahead (its SQL alone)", results.sqlPlain!.median, results.sqlPlain!.cpuUs],
-        ['… for the posting with sets, the control and the calculation', results.sqlCalc!.median, results.sqlCalc!.cpuUs],
-      ] as Array<[string, number, number]>)
-    : []),
-], results.raw!.median)}`);
-if (FEATURES && !ALL) console.log(`\nsets, control and calculation ÷ plain engine: ${(results.calc!.median / results.engine!.median).toFixed(2)}`);
+console.log(
+  `\n${table(
+    [
+      [
+        'raw better-sqlite3 (txn + 2 entries + 2 balance upserts, 1 per commit)',
+        results.raw!.median,
+        results.raw!.cpuUs,
+      ],
+      [
+        "raw better-sqlite3 with the engine's checkpointing (background thread)",
+        results.rawCheckpointed!.median,
+        results.rawCheckpointed!.cpuUs,
+      ],
+      [
+        "the same statements on Tally's schema (indexes, foreign keys, decimal strings)",
+        results.rawTally!.median,
+        results.rawTally!.cpuUs,
+      ],
+      [
+        ALONE
+          ? 'engine.graphql postTransaction with sets, a REJECT control and a GLOBAL calculation, the only engine'
+          : 'engine.graphql postTransaction (1 per request)',
+        results.engine!.median,
+        results.engine!.cpuUs,
+      ],
+      ...(ALL
+        ? ([
+            [
+              '… every account in a set, 10 sets in a top set (4 set balances per posting)',
+              results.sets!.median,
+              results.sets!.cpuUs,
+            ],
+            ['… + a REJECT overdraft control on the top set', results.control!.median, results.control!.cpuUs],
+            ['… + a GLOBAL calculation with one dimension', results.calc!.median, results.calc!.cpuUs],
+            [
+              '… + effective-date balances on it instead (3 children)',
+              results.effective!.median,
+              results.effective!.cpuUs,
+            ],
+          ] as Array<[string, number, number]>)
+        : FEATURES
+          ? ([
+              ['… with sets, a REJECT control and a GLOBAL calculation', results.calc!.median, results.calc!.cpuUs],
+            ] as Array<[string, number, number]>)
+          : []),
+      ...(FLOOR
+        ? ([
+            [
+              "the engine's own statements for the plain posting, values computed ahead (its SQL alone)",
+              results.sqlPlain!.median,
+              results.sqlPlain!.cpuUs,
+            ],
+            [
+              '… for the posting with sets, the control and the calculation',
+              results.sqlCalc!.median,
+              results.sqlCalc!.cpuUs,
+            ],
+          ] as Array<[string, number, number]>)
+        : []),
+    ],
+    results.raw!.median,
+  )}`,
+);
+if (FEATURES && !ALL)
+  console.log(
+    `\nsets, control and calculation ÷ plain engine: ${(results.calc!.median / results.engine!.median).toFixed(2)}`,
+  );
 if (FLOOR) {
   const us = (name: string) => 1e6 / results[name]!.median;
-  console.log(`wall µs per posting: SQL alone ${us('sqlPlain').toFixed(0)} (plain) and ${us('sqlCalc').toFixed(0)} (sets, control, calculation);` +
-    ` the engine ${us('engine').toFixed(0)} and ${us('calc').toFixed(0)}, so JavaScript ${(us('engine') - us('sqlPlain')).toFixed(0)} and ${(us('calc') - us('sqlCalc')).toFixed(0)}`);
+  console.log(
+    `wall µs per posting: SQL alone ${us('sqlPlain').toFixed(0)} (plain) and ${us('sqlCalc').toFixed(0)} (sets, control, calculation);` +
+      ` the engine ${us('engine').toFixed(0)} and ${us('calc').toFixed(0)}, so JavaScript ${(us('engine') - us('sqlPlain')).toFixed(0)} and ${(us('calc') - us('sqlCalc')).toFixed(0)}`,
+  );
 }
 if (ALL) {
-  const cost = (name: string, slower: number, faster: number) => `${name} ${(1e6 / slower - 1e6 / faster).toFixed(0)} µs`;
+  const cost = (name: string, slower: number, faster: number) =>
+    `${name} ${(1e6 / slower - 1e6 / faster).toFixed(0)} µs`;
   console.log(`
 wall µs each feature adds per posting: ${[
     cost('sets', results.sets!.median, results.engine!.median),
@@ -174,13 +263,24 @@ wall µs each feature adds per posting: ${[
     cost('calculation', results.calc!.median, results.control!.median),
     cost('effective calculation', results.effective!.median, results.control!.median),
   ].join('; ')}`);
-  console.log(`all features ÷ plain engine: ${(results.calc!.median / results.engine!.median).toFixed(2)} (calculation), ${(results.effective!.median / results.engine!.median).toFixed(2)} (effective)`);
+  console.log(
+    `all features ÷ plain engine: ${(results.calc!.median / results.engine!.median).toFixed(2)} (calculation), ${(results.effective!.median / results.engine!.median).toFixed(2)} (effective)`,
+  );
 }
-console.log(`\nengine ÷ raw with the engine's checkpointing: ${(results.engine!.median / results.rawCheckpointed!.median).toFixed(2)}`);
+console.log(
+  `\nengine ÷ raw with the engine's checkpointing: ${(results.engine!.median / results.rawCheckpointed!.median).toFixed(2)}`,
+);
 console.log(`engine ÷ raw on Tally's schema: ${(results.engine!.median / results.rawTally!.median).toFixed(2)}`);
-console.log(`\nrounds: raw ${results.raw!.rounds.map((r) => r.toFixed(0)).join(', ')}; engine ${results.engine!.rounds.map((r) => r.toFixed(0)).join(', ')}`);
-console.log(`\nbalance read through engine.graphql: ${fewMicros.toFixed(1)} µs after 10 entries, ${manyMicros.toFixed(1)} µs after 100,000 entries (ratio ${(manyMicros / fewMicros).toFixed(2)})`);
-if (setMicros !== null) console.log(`top set's rolled-up balance (${(PER_ROUND * (ROUNDS + 1)).toLocaleString('en')}+ postings below it): ${setMicros.toFixed(1)} µs`);
+console.log(
+  `\nrounds: raw ${results.raw!.rounds.map((r) => r.toFixed(0)).join(', ')}; engine ${results.engine!.rounds.map((r) => r.toFixed(0)).join(', ')}`,
+);
+console.log(
+  `\nbalance read through engine.graphql: ${fewMicros.toFixed(1)} µs after 10 entries, ${manyMicros.toFixed(1)} µs after 100,000 entries (ratio ${(manyMicros / fewMicros).toFixed(2)})`,
+);
+if (setMicros !== null)
+  console.log(
+    `top set's rolled-up balance (${(PER_ROUND * (ROUNDS + 1)).toLocaleString('en')}+ postings below it): ${setMicros.toFixed(1)} µs`,
+  );
 engine.close();
 for (const e of [withSets, withControl, withCalc, withEffective, floorPlain, floorCalc]) e?.close();
 raw.close();

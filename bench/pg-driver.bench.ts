@@ -39,7 +39,9 @@ try {
   Native = require('pg-native') as new () => NativeClient;
   require.resolve('pg');
 } catch (error) {
-  console.log(`pg-native or pg is not installed (${(error as Error).message.split('\n')[0]}): skipped. They build against libpq: apt-get install libpq-dev, then npm install.`);
+  console.log(
+    `pg-native or pg is not installed (${(error as Error).message.split('\n')[0]}): skipped. They build against libpq: apt-get install libpq-dev, then npm install.`,
+  );
   process.exit(0);
 }
 
@@ -92,7 +94,11 @@ async function bridgeDriver(): Promise<Driver> {
   const signal = new SharedArrayBuffer(4);
   const flags = new Int32Array(signal);
   const { port1, port2 } = new MessageChannel();
-  const worker = new Worker(BRIDGE_WORKER, { eval: true, workerData: { url, signal, port: port2, pg: require.resolve('pg') }, transferList: [port2] });
+  const worker = new Worker(BRIDGE_WORKER, {
+    eval: true,
+    workerData: { url, signal, port: port2, pg: require.resolve('pg') },
+    transferList: [port2],
+  });
   const wait = (): { rows?: unknown[]; error?: string } => {
     for (;;) {
       Atomics.wait(flags, 0, 0, 1000);
@@ -108,7 +114,11 @@ async function bridgeDriver(): Promise<Driver> {
     if (reply.error) throw new Error(reply.error);
     return reply.rows ?? [];
   };
-  return { q: (name, text, values) => call({ name, text, values }), raw: (text) => void call({ text, values: [] }), end: () => void worker.terminate() };
+  return {
+    q: (name, text, values) => call({ name, text, values }),
+    raw: (text) => void call({ text, values: [] }),
+    end: () => void worker.terminate(),
+  };
 }
 
 function posting(d: Driver, n: number): void {
@@ -117,8 +127,14 @@ function posting(d: Driver, n: number): void {
   d.raw('BEGIN');
   d.q('ins', 'INSERT INTO bench_entry (tx, account, units) VALUES ($1, $2, $3)', [`t${n}`, a, '1.23']);
   d.q('ins', 'INSERT INTO bench_entry (tx, account, units) VALUES ($1, $2, $3)', [`t${n}`, b, '1.23']);
-  d.q('dr', 'UPDATE bench_balance SET dr = dr + $2, version = version + 1 WHERE id = $1 RETURNING version', [a, '1.23']);
-  d.q('cr', 'UPDATE bench_balance SET cr = cr + $2, version = version + 1 WHERE id = $1 RETURNING version', [b, '1.23']);
+  d.q('dr', 'UPDATE bench_balance SET dr = dr + $2, version = version + 1 WHERE id = $1 RETURNING version', [
+    a,
+    '1.23',
+  ]);
+  d.q('cr', 'UPDATE bench_balance SET cr = cr + $2, version = version + 1 WHERE id = $1 RETURNING version', [
+    b,
+    '1.23',
+  ]);
   d.q('sel', 'SELECT * FROM bench_balance WHERE id = $1', [a]);
   d.raw('COMMIT');
 }
@@ -136,8 +152,14 @@ setup.raw(`DROP TABLE IF EXISTS bench_balance; DROP TABLE IF EXISTS bench_entry;
   CREATE TABLE bench_balance (id text PRIMARY KEY, dr numeric NOT NULL, cr numeric NOT NULL, version int NOT NULL);
   CREATE TABLE bench_entry (seq bigserial PRIMARY KEY, tx text NOT NULL, account text NOT NULL, units numeric NOT NULL);
   INSERT INTO bench_balance SELECT 'a' || g, 0, 0, 0 FROM generate_series(0, 999) g;`);
-const settings = setup.q('settings', "SELECT current_setting('server_version') AS v, current_setting('fsync') AS f, current_setting('synchronous_commit') AS s", []) as Array<Record<string, string>>;
-console.log(`node ${process.version}, PostgreSQL ${settings[0]!.v} (fsync ${settings[0]!.f}, synchronous_commit ${settings[0]!.s}), ${ROUNDS} interleaved rounds`);
+const settings = setup.q(
+  'settings',
+  "SELECT current_setting('server_version') AS v, current_setting('fsync') AS f, current_setting('synchronous_commit') AS s",
+  [],
+) as Array<Record<string, string>>;
+console.log(
+  `node ${process.version}, PostgreSQL ${settings[0]!.v} (fsync ${settings[0]!.f}, synchronous_commit ${settings[0]!.s}), ${ROUNDS} interleaved rounds`,
+);
 
 const drivers = { native: nativeDriver(), bridge: await bridgeDriver() };
 const cases = {
@@ -169,6 +191,8 @@ for (const caseName of Object.keys(cases)) {
   const native = median(samples[`${caseName} native`]!.wall);
   for (const driverName of Object.keys(drivers)) {
     const s = samples[`${caseName} ${driverName}`]!;
-    console.log(`| ${caseName === 'select' ? 'prepared SELECT by key' : 'posting (BEGIN, 5 statements, COMMIT)'} | ${driverName === 'native' ? 'pg-native (libpq, sync)' : 'worker bridge over pg'} | ${median(s.wall).toFixed(1)} | ${median(s.cpu).toFixed(1)} | ${(median(s.wall) / native).toFixed(2)} |`);
+    console.log(
+      `| ${caseName === 'select' ? 'prepared SELECT by key' : 'posting (BEGIN, 5 statements, COMMIT)'} | ${driverName === 'native' ? 'pg-native (libpq, sync)' : 'worker bridge over pg'} | ${median(s.wall).toFixed(1)} | ${median(s.cpu).toFixed(1)} | ${(median(s.wall) / native).toFixed(2)} |`,
+    );
   }
 }

@@ -44,7 +44,9 @@ import { benchProcesses, createTransferTool, isRunning, median, ok, POST, stopCh
 const ROOT = join(fileURLToPath(import.meta.url), '..', '..');
 const PG = process.env.BENCH_PG_URL ?? process.env.TALLY_TEST_PG_URL;
 if (!PG) {
-  console.error('bench:pg needs a PostgreSQL server: set BENCH_PG_URL (or TALLY_TEST_PG_URL); `npm run pg:start` starts one and prints its URL');
+  console.error(
+    'bench:pg needs a PostgreSQL server: set BENCH_PG_URL (or TALLY_TEST_PG_URL); `npm run pg:start` starts one and prints its URL',
+  );
   process.exit(1);
 }
 const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 32);
@@ -109,10 +111,26 @@ function stopServer(server: Server): Promise<void> {
 }
 
 /** One request; `fresh`: on a new connection (a kept-alive one idle past the server's keep-alive timeout may be reset as it is reused). */
-function send(server: Server, method: 'GET' | 'POST', path: string, body?: string, fresh = false): Promise<{ status: number; text: string }> {
+function send(
+  server: Server,
+  method: 'GET' | 'POST',
+  path: string,
+  body?: string,
+  fresh = false,
+): Promise<{ status: number; text: string }> {
   return new Promise((resolve, reject) => {
     const req = request(
-      { host: '127.0.0.1', port: server.port, method, path, agent: fresh ? false : server.agent, headers: { authorization: `Bearer ${KEY}`, ...(body ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } : {}) } },
+      {
+        host: '127.0.0.1',
+        port: server.port,
+        method,
+        path,
+        agent: fresh ? false : server.agent,
+        headers: {
+          authorization: `Bearer ${KEY}`,
+          ...(body ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } : {}),
+        },
+      },
       (res) => {
         let text = '';
         res.setEncoding('utf8');
@@ -171,13 +189,18 @@ async function setup(db: string): Promise<void> {
   const engine = await createEngine({ path: db });
   try {
     for (const [i, accountId] of ACCOUNT_IDS.entries()) {
-      ok(engine, 'mutation($i: AccountInput!) { createAccount(input: $i) { code } }', { i: { accountId, code: `A${i + 1}`, name: `Account ${i + 1}` } });
+      ok(engine, 'mutation($i: AccountInput!) { createAccount(input: $i) { code } }', {
+        i: { accountId, code: `A${i + 1}`, name: `Account ${i + 1}` },
+      });
     }
-    ok(engine, `mutation { createTranCode(input: {tranCodeId: "${randomUUID()}", code: "TRANSFER",
+    ok(
+      engine,
+      `mutation { createTranCode(input: {tranCodeId: "${randomUUID()}", code: "TRANSFER",
       params: [{name: "from", type: UUID}, {name: "to", type: UUID}, {name: "amount", type: DECIMAL}],
       transaction: {effective: "date.Today()"},
       entries: [{accountId: "params.from", units: "params.amount", currency: "'USD'", direction: "DEBIT", layer: "SETTLED"},
-                {accountId: "params.to", units: "params.amount", currency: "'USD'", direction: "CREDIT", layer: "SETTLED"}]}) { code } }`);
+                {accountId: "params.to", units: "params.amount", currency: "'USD'", direction: "CREDIT", layer: "SETTLED"}]}) { code } }`,
+    );
     createTransferTool(engine, TOOL_ID);
   } finally {
     engine.close();
@@ -193,18 +216,36 @@ async function post(server: Server): Promise<'ok' | 'busy' | string> {
   const amount = `${1 + (n % 997)}.${String(n % 100).padStart(2, '0')}`;
   const body =
     OP === 'post'
-      ? JSON.stringify({ query: POST, variables: { input: { transactionId: randomUUID(), tranCode: 'TRANSFER', params: { from: ACCOUNT_IDS[a], to: ACCOUNT_IDS[b], amount } } } })
-      : JSON.stringify({ query: INVOKE, variables: { e: randomUUID(), input: { transaction_id: randomUUID(), from: ACCOUNT_IDS[a], to: ACCOUNT_IDS[b], amount } } });
+      ? JSON.stringify({
+          query: POST,
+          variables: {
+            input: {
+              transactionId: randomUUID(),
+              tranCode: 'TRANSFER',
+              params: { from: ACCOUNT_IDS[a], to: ACCOUNT_IDS[b], amount },
+            },
+          },
+        })
+      : JSON.stringify({
+          query: INVOKE,
+          variables: {
+            e: randomUUID(),
+            input: { transaction_id: randomUUID(), from: ACCOUNT_IDS[a], to: ACCOUNT_IDS[b], amount },
+          },
+        });
   try {
     const { status, text } = await send(server, 'POST', '/graphql', body);
-    if (status === 200 && (OP === 'post' ? text.includes('"postTransaction":{"transactionId"') : text.includes('"status":"SUCCEEDED"'))) return 'ok';
+    if (
+      status === 200 &&
+      (OP === 'post' ? text.includes('"postTransaction":{"transactionId"') : text.includes('"status":"SUCCEEDED"'))
+    )
+      return 'ok';
     if (text.includes('"BUSY"')) return 'busy';
     return `${status} ${text.slice(0, 300)}`;
   } catch (error) {
     return String(error);
   }
 }
-
 
 interface Point {
   perSecond: number;
@@ -250,7 +291,13 @@ async function measure(db: string, processes: number): Promise<Point> {
       console.error(`${failures.length} failed postings, e.g.:\n${failures.slice(0, 3).join('\n')}`);
       process.exitCode = 1;
     }
-    return { perSecond: posted / seconds, tallyUs: tallyUs / posted, postgresUs: postgresUs / posted, busy: busy - busyBefore, retriesPerPost: retried / posted };
+    return {
+      perSecond: posted / seconds,
+      tallyUs: tallyUs / posted,
+      postgresUs: postgresUs / posted,
+      busy: busy - busyBefore,
+      retriesPerPost: retried / posted,
+    };
   } finally {
     await Promise.all(servers.map(stopServer));
   }
@@ -259,18 +306,36 @@ async function measure(db: string, processes: number): Promise<Point> {
 async function main(): Promise<void> {
   const settings = new PgConnection(PG!);
   const show = (name: string) => settings.prepare<[], string>(`SHOW ${name}`).pluck().get();
-  const durability = ['fsync', 'synchronous_commit', 'full_page_writes', 'wal_level', 'shared_buffers', 'max_connections'].map((n) => `${n}=${show(n)}`).join(' ');
+  const durability = [
+    'fsync',
+    'synchronous_commit',
+    'full_page_writes',
+    'wal_level',
+    'shared_buffers',
+    'max_connections',
+  ]
+    .map((n) => `${n}=${show(n)}`)
+    .join(' ');
   const version = settings.prepare<[], string>('SHOW server_version').pluck().get();
   const schemas = PROCESSES.map(() => `bench_${randomBytes(5).toString('hex')}`);
   for (const schema of schemas) settings.exec(`CREATE SCHEMA ${schema}`);
   const urlOf = (schema: string) => `${PG}${PG!.includes('?') ? '&' : '?'}options=-c%20search_path%3D${schema}`;
   try {
-    console.log(`bench:pg — ${OP === 'post' ? 'postTransaction' : 'invokeAction(transfer)'}, ${CLIENTS} clients, ${SECONDS} s per point, ${ROUNDS} rounds, transfers between ${ACCOUNTS} accounts`);
+    console.log(
+      `bench:pg — ${OP === 'post' ? 'postTransaction' : 'invokeAction(transfer)'}, ${CLIENTS} clients, ${SECONDS} s per point, ${ROUNDS} rounds, transfers between ${ACCOUNTS} accounts`,
+    );
     console.log(`PostgreSQL ${version}: ${durability}`);
     console.log('SQLite: tally serve as shipped (WAL, synchronous=NORMAL, writer thread, read pool)');
     const sqlite = join(dir, 'bench.db');
-    const configs: Array<{ name: string; db: string; processes: number }> = [{ name: 'SQLite, 1 process', db: sqlite, processes: 1 }];
-    for (const [i, processes] of PROCESSES.entries()) configs.push({ name: `PostgreSQL, ${processes} process${processes > 1 ? 'es' : ''}`, db: urlOf(schemas[i]!), processes });
+    const configs: Array<{ name: string; db: string; processes: number }> = [
+      { name: 'SQLite, 1 process', db: sqlite, processes: 1 },
+    ];
+    for (const [i, processes] of PROCESSES.entries())
+      configs.push({
+        name: `PostgreSQL, ${processes} process${processes > 1 ? 'es' : ''}`,
+        db: urlOf(schemas[i]!),
+        processes,
+      });
     for (const config of configs) await setup(config.db);
     const points = new Map<string, Point[]>(configs.map((c) => [c.name, []]));
     const ratios = new Map<string, number[]>(configs.map((c) => [c.name, []]));
@@ -282,17 +347,23 @@ async function main(): Promise<void> {
         const point = await measure(config.db, config.processes);
         byName.set(config.name, point);
         points.get(config.name)!.push(point);
-        console.log(`  ${config.name.padEnd(26)} ${point.perSecond.toFixed(0).padStart(6)} posts/s  tally ${point.tallyUs.toFixed(0)} µs  postgres ${point.postgresUs.toFixed(0)} µs  busy ${point.busy}  retries/post ${point.retriesPerPost.toFixed(3)}`);
+        console.log(
+          `  ${config.name.padEnd(26)} ${point.perSecond.toFixed(0).padStart(6)} posts/s  tally ${point.tallyUs.toFixed(0)} µs  postgres ${point.postgresUs.toFixed(0)} µs  busy ${point.busy}  retries/post ${point.retriesPerPost.toFixed(3)}`,
+        );
       }
       const base = byName.get(configs[0]!.name)!.perSecond;
       for (const config of configs) ratios.get(config.name)!.push(byName.get(config.name)!.perSecond / base);
     }
-    console.log('\n| configuration | posts/s | × SQLite | Tally CPU µs/post | PostgreSQL CPU µs/post | retries/post | BUSY |');
+    console.log(
+      '\n| configuration | posts/s | × SQLite | Tally CPU µs/post | PostgreSQL CPU µs/post | retries/post | BUSY |',
+    );
     console.log('|---|---:|---:|---:|---:|---:|---:|');
     for (const config of configs) {
       const list = points.get(config.name)!;
       const m = (f: (p: Point) => number) => median(list.map(f));
-      console.log(`| ${config.name} | ${m((p) => p.perSecond).toFixed(0)} | ${median(ratios.get(config.name)!).toFixed(2)} | ${m((p) => p.tallyUs).toFixed(0)} | ${m((p) => p.postgresUs).toFixed(0)} | ${m((p) => p.retriesPerPost).toFixed(3)} | ${m((p) => p.busy)} |`);
+      console.log(
+        `| ${config.name} | ${m((p) => p.perSecond).toFixed(0)} | ${median(ratios.get(config.name)!).toFixed(2)} | ${m((p) => p.tallyUs).toFixed(0)} | ${m((p) => p.postgresUs).toFixed(0)} | ${m((p) => p.retriesPerPost).toFixed(3)} | ${m((p) => p.busy)} |`,
+      );
     }
   } finally {
     for (const schema of schemas) settings.exec(`DROP SCHEMA ${schema} CASCADE`);

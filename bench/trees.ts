@@ -33,30 +33,44 @@ for (const [i, spec] of specs.entries()) {
   const common = await import(join(tree, 'bench/common.ts'));
   const engine = await common.setupEngine(join(common.benchDir().dir, `tree${i}.db`));
   if (mode === 'calc') {
-    if (!common.addLedgerFeatures) throw new Error(`${tree} has no ledger features to add (addLedgerFeatures): post plain there`);
+    if (!common.addLedgerFeatures)
+      throw new Error(`${tree} has no ledger features to add (addLedgerFeatures): post plain there`);
     common.addLedgerFeatures(engine, ['sets', 'control', 'calc']);
   } else if (mode === 'invoke' || mode === 'nested') {
     common.createTransferTool(engine, common.uuid(888_888));
-    common.ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
-      id: common.uuid(888_889),
-      input: {
-        name: 'pay', kind: 'tool',
-        config: { runtime: 'javascript', src: 'function run(event) { return tools.transfer(event.data); }' },
-        tools: [{ name: 'transfer', version: 1 }],
-        policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }, { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }],
+    common.ok(
+      engine,
+      'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }',
+      {
+        id: common.uuid(888_889),
+        input: {
+          name: 'pay',
+          kind: 'tool',
+          config: { runtime: 'javascript', src: 'function run(event) { return tools.transfer(event.data); }' },
+          tools: [{ name: 'transfer', version: 1 }],
+          policies: [
+            { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] },
+            { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] },
+          ],
+        },
       },
-    });
+    );
   } else if (mode !== 'plain') throw new Error(`${spec}: the mode is plain, calc, invoke or nested`);
   const invoke = `mutation($e: UUID!, $input: JSON) { actions { invokeAction(id: "${common.uuid(mode === 'nested' ? 888_889 : 888_888)}", input: {executionId: $e, actionVersion: 1, input: $input}) { status } } }`;
   const post = (n: number) => {
     const [from, to] = common.pair(n);
     const amount = `${10 + (n % 5000)}.${n % 100}`;
     if (mode === 'invoke' || mode === 'nested') {
-      const r = common.ok(engine, invoke, { e: common.uuid(n), input: { transaction_id: common.uuid(500_000_000 + n), from, to, amount } });
+      const r = common.ok(engine, invoke, {
+        e: common.uuid(n),
+        input: { transaction_id: common.uuid(500_000_000 + n), from, to, amount },
+      });
       if (r.actions.invokeAction.status !== 'SUCCEEDED') throw new Error(JSON.stringify(r));
       return;
     }
-    common.ok(engine, common.POST, { input: { transactionId: common.uuid(n), tranCode: 'TRANSFER', params: { from, to, amount } } });
+    common.ok(engine, common.POST, {
+      input: { transactionId: common.uuid(n), tranCode: 'TRANSFER', params: { from, to, amount } },
+    });
   };
   sides.push({ name: `${tree}:${mode}`, post, wall: [], cpu: [] });
 }
@@ -74,10 +88,15 @@ for (let round = 0; round < ROUNDS; round++) {
   }
   n += PER;
 }
-for (const side of sides) console.log(`${side.name}: wall ${median(side.wall).toFixed(1)} µs, CPU ${median(side.cpu).toFixed(1)} µs a posting (median of ${ROUNDS} rounds of ${PER})`);
+for (const side of sides)
+  console.log(
+    `${side.name}: wall ${median(side.wall).toFixed(1)} µs, CPU ${median(side.cpu).toFixed(1)} µs a posting (median of ${ROUNDS} rounds of ${PER})`,
+  );
 const [first, ...rest] = sides;
 for (const side of rest) {
   const ratio = (k: 'wall' | 'cpu') => median(side[k].map((v, i) => first![k][i]! / v)).toFixed(3);
-  console.log(`${side.name} ÷ ${first!.name}, posts per second, median per-round ratio: wall ${ratio('wall')}, CPU ${ratio('cpu')}`);
+  console.log(
+    `${side.name} ÷ ${first!.name}, posts per second, median per-round ratio: wall ${ratio('wall')}, CPU ${ratio('cpu')}`,
+  );
 }
 process.exit(0);

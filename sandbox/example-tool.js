@@ -3,7 +3,9 @@
 /** @param {TallyEvent<{ account_id: string, reason: string, fee?: string }>} event */
 function run(event) {
   const data = event.data;
-  graphql('mutation Lock($id: UUID!) { updateAccount(id: $id, input: {status: LOCKED}) { accountId } }', { id: data.account_id });
+  graphql('mutation Lock($id: UUID!) { updateAccount(id: $id, input: {status: LOCKED}) { accountId } }', {
+    id: data.account_id,
+  });
   /** @type {ToolResult<{ case_id: string }>} */
   const opened = tools.open_case({ account_id: data.account_id, note: data.reason }, { check: false });
   const fee = decimal(data.fee ?? '0').round(2, 'half_even');

@@ -20,7 +20,11 @@ export class ReplaceableSandbox {
     this.sandbox = first;
   }
 
-  static async create(wasmBytesMax: number, limits: SandboxLimits, onError: (error: unknown) => void): Promise<ReplaceableSandbox> {
+  static async create(
+    wasmBytesMax: number,
+    limits: SandboxLimits,
+    onError: (error: unknown) => void,
+  ): Promise<ReplaceableSandbox> {
     return new ReplaceableSandbox(new Sandbox(await loadQuickJS(wasmBytesMax), limits), wasmBytesMax, limits, onError);
   }
 

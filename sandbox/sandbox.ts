@@ -204,7 +204,10 @@ export class Sandbox {
         // can ever run again. Reaching this takes a program built to do it.
         this.poison();
         healthy = false;
-        return { ...TIMED_OUT, message: `${TIMED_OUT.message}, and its promise jobs kept queueing more; the sandbox is being replaced` };
+        return {
+          ...TIMED_OUT,
+          message: `${TIMED_OUT.message}, and its promise jobs kept queueing more; the sandbox is being replaced`,
+        };
       }
       if (result.error || drained !== null) {
         let failure: RunFailure;
@@ -236,11 +239,15 @@ export class Sandbox {
       // runtime may be corrupt. Poison this sandbox: no call runs in it again.
       this.poison();
       healthy = false;
-      return { ...POISONED, message: `${POISONED.message} (${error instanceof Error ? error.message : String(error)})` };
+      return {
+        ...POISONED,
+        message: `${POISONED.message} (${error instanceof Error ? error.message : String(error)})`,
+      };
     } finally {
       if (pooled && level) {
         pooled.bridge = null;
-        if (!this.poisoned && healthy && retainedBefore >= 0) level.pinned += Math.max(0, this.memoryUsed(level, pooled) - retainedBefore);
+        if (!this.poisoned && healthy && retainedBefore >= 0)
+          level.pinned += Math.max(0, this.memoryUsed(level, pooled) - retainedBefore);
         if (!this.poisoned && (freeRuntime || level.pinned > this.limits.retainedBytesMax)) {
           // Disposing the context alone would leave its objects to a collection that allocating
           // strings never triggers: the whole level's runtime goes (freeing a runtime collects).
@@ -254,7 +261,11 @@ export class Sandbox {
         }
       }
       this.active--;
-      this.deadline = this.poisoned ? Number.NEGATIVE_INFINITY : this.active === 0 ? Number.POSITIVE_INFINITY : outerDeadline;
+      this.deadline = this.poisoned
+        ? Number.NEGATIVE_INFINITY
+        : this.active === 0
+          ? Number.POSITIVE_INFINITY
+          : outerDeadline;
     }
   }
 
@@ -377,7 +388,11 @@ export class Sandbox {
     if (message === 'out of memory') return { ok: false, kind: 'memory', message: 'out of memory' };
     if (message === 'string too long') return { ok: false, kind: 'memory', message: 'out of memory (string too long)' };
     if (message === 'stack overflow') return { ok: false, kind: 'stack', message: 'stack overflow' };
-    const failure: RunFailure = { ok: false, kind: 'error', message: `${typeof e.name === 'string' ? e.name : 'Error'}: ${message}` };
+    const failure: RunFailure = {
+      ok: false,
+      kind: 'error',
+      message: `${typeof e.name === 'string' ? e.name : 'Error'}: ${message}`,
+    };
     if (typeof e.stack === 'string') failure.stack = e.stack;
     return failure;
   }
@@ -548,7 +563,13 @@ function compileCheck(ctx: QuickJSContext, program: Pick<Program, 'fileName' | '
 }
 
 function syntaxProblem(error: unknown, firstLineOffset: number): SyntaxProblem {
-  const e = (error ?? {}) as { name?: string; message?: string; lineNumber?: number; columnNumber?: number; stack?: string };
+  const e = (error ?? {}) as {
+    name?: string;
+    message?: string;
+    lineNumber?: number;
+    columnNumber?: number;
+    stack?: string;
+  };
   let line = typeof e.lineNumber === 'number' ? e.lineNumber : undefined;
   let column = typeof e.columnNumber === 'number' ? e.columnNumber : undefined;
   const m = typeof e.stack === 'string' ? /:(\d+):(\d+)/.exec(e.stack) : null;

@@ -58,7 +58,15 @@ declare function fail(message: string, hint?: string | null, options?: { retry?:
 /** Whether cancelExecution was asked of the run this call belongs to (an agent run it is a tool call of): stop early if so. */
 declare function cancelled(): boolean;
 
-type RoundingMode = 'half_even' | 'half_up' | 'half_down' | 'up' | 'down' | 'ceiling' | 'floor' | Uppercase<'half_even' | 'half_up' | 'half_down' | 'up' | 'down' | 'ceiling' | 'floor'>;
+type RoundingMode =
+  | 'half_even'
+  | 'half_up'
+  | 'half_down'
+  | 'up'
+  | 'down'
+  | 'ceiling'
+  | 'floor'
+  | Uppercase<'half_even' | 'half_up' | 'half_down' | 'up' | 'down' | 'ceiling' | 'floor'>;
 type DecimalLike = TallyDecimal | string | number | bigint;
 
 /**

@@ -23,6 +23,8 @@ const started = Date.now();
 const child = spawn(command[0], command.slice(1), { stdio: 'inherit', env: { ...process.env, TALLY_CPU_HOG: '1' } });
 child.on('exit', (code, signal) => {
   stopHog();
-  process.stderr.write(`with-hog: ${command.join(' ')} took ${((Date.now() - started) / 1000).toFixed(1)} s beside a CPU hog\n`);
+  process.stderr.write(
+    `with-hog: ${command.join(' ')} took ${((Date.now() - started) / 1000).toFixed(1)} s beside a CPU hog\n`,
+  );
   process.exit(code ?? (signal ? 1 : 0));
 });

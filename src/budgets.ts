@@ -21,8 +21,10 @@ export type RequestDeadline = Budget & { name: 'requestDeadlineMs' | 'operatorDe
 export function raiseHint(budget: Budget): string {
   switch (budget.name) {
     case 'requestDeadlineMs':
-      return 'Ask for less per request: smaller first, fewer nested connections, fewer operations, and page through the rest with after; split tool calls over several requests, or start them (startAction). '
-        + "An operator's long work (a deploy, an import) can ask for the operator budget with @budget(name: OPERATOR) (a policy allowing INSERT on budget.Operator); or raise limits.requestDeadlineMs in TALLY_CONFIG.";
+      return (
+        'Ask for less per request: smaller first, fewer nested connections, fewer operations, and page through the rest with after; split tool calls over several requests, or start them (startAction). ' +
+        "An operator's long work (a deploy, an import) can ask for the operator budget with @budget(name: OPERATOR) (a policy allowing INSERT on budget.Operator); or raise limits.requestDeadlineMs in TALLY_CONFIG."
+      );
     case 'operatorDeadlineMs':
       return 'Send the work in several requests, or raise limits.operatorDeadlineMs in TALLY_CONFIG (on SQLite the request holds the writer all that time).';
     case 'toolTimeoutMs':

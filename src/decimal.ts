@@ -26,9 +26,13 @@ function shown(d: Dec): string {
 }
 
 function inexact(what: string, a: Dec, b: Dec): EngineError {
-  return new EngineError('LIMIT_EXCEEDED', `${shown(a)} ${what} ${shown(b)} needs more than ${Dec.precision} digits to be exact`, {
-    hint: 'Round the operands first (decimal.Round), or work with smaller amounts.',
-  });
+  return new EngineError(
+    'LIMIT_EXCEEDED',
+    `${shown(a)} ${what} ${shown(b)} needs more than ${Dec.precision} digits to be exact`,
+    {
+      hint: 'Round the operands first (decimal.Round), or work with smaller amounts.',
+    },
+  );
 }
 
 /** Digits of `d` written out in full (no exponent), as every amount is stored and shown. */
@@ -40,7 +44,9 @@ function fixedDigits(d: Dec): number {
 export function exactDecimal(text: string): Dec {
   const d = new Dec(text);
   if (fixedDigits(d) > Dec.precision) {
-    throw new EngineError('LIMIT_EXCEEDED', `decimal ${shown(d)} has more than ${Dec.precision} digits`, { hint: 'Amounts are bounded by decimalIntegerDigitsMax and decimalFractionDigitsMax; write fewer digits.' });
+    throw new EngineError('LIMIT_EXCEEDED', `decimal ${shown(d)} has more than ${Dec.precision} digits`, {
+      hint: 'Amounts are bounded by decimalIntegerDigitsMax and decimalFractionDigitsMax; write fewer digits.',
+    });
   }
   return d;
 }
@@ -102,7 +108,9 @@ export function parseDecimal(value: unknown, what: string, bounds: DecimalBounds
   else if (typeof value === 'number' && Number.isSafeInteger(value)) text = String(value);
   else if (typeof value === 'bigint') text = value.toString();
   else if (typeof value === 'number' && !Number.isFinite(value)) {
-    throw new EngineError('BAD_REQUEST', `${what} ${String(value)} is not a finite decimal`, { hint: 'Send decimals as strings, e.g. "10.25".' });
+    throw new EngineError('BAD_REQUEST', `${what} ${String(value)} is not a finite decimal`, {
+      hint: 'Send decimals as strings, e.g. "10.25".',
+    });
   } else if (typeof value === 'number' && Number.isInteger(value)) {
     throw new EngineError('BAD_REQUEST', `${what} ${value} is an integer too large to be exact as a JSON number`, {
       hint: `Send it as a string: "${BigInt(value)}".`,
@@ -137,7 +145,13 @@ export function checkDecimalBounds(value: Dec, what: string, bounds: DecimalBoun
 }
 
 /** `text` is the amount as the message quotes it: a function when it must first be written out. */
-function checkDigits(text: string | (() => string), intDigits: number, fracDigits: number, what: string, bounds: DecimalBounds): void {
+function checkDigits(
+  text: string | (() => string),
+  intDigits: number,
+  fracDigits: number,
+  what: string,
+  bounds: DecimalBounds,
+): void {
   if (fracDigits <= bounds.decimalFractionDigitsMax && intDigits <= bounds.decimalIntegerDigitsMax) return;
   if (typeof text === 'function') text = text();
   if (fracDigits > bounds.decimalFractionDigitsMax) {
@@ -219,7 +233,7 @@ function shortSum(a: string, b: string, subtract: boolean): string | undefined {
   const pb = b.indexOf('.');
   const fa = pa < 0 ? 0 : a.length - pa - 1;
   const fb = pb < 0 ? 0 : b.length - pb - 1;
-  const scale = Math.max(fa , fb);
+  const scale = Math.max(fa, fb);
   const ia = scaledShort(a, pa, scale);
   const ib = ia < 0 ? -1 : scaledShort(b, pb, scale);
   if (ib < 0) return undefined;
@@ -238,11 +252,44 @@ export function formatDecimal(value: Dec, minFractionDigits = 0): string {
 
 /** Minor-unit digits of the currencies we know; others render with the digits they have. */
 const MINOR_UNITS: Record<string, number> = {
-  USD: 2, EUR: 2, GBP: 2, CHF: 2, CAD: 2, AUD: 2, NZD: 2, SEK: 2, NOK: 2, DKK: 2, PLN: 2, CZK: 2, MXN: 2,
-  BRL: 2, INR: 2, CNY: 2, HKD: 2, SGD: 2, ZAR: 2, TRY: 2, ILS: 2, AED: 2, SAR: 2,
-  JPY: 0, KRW: 0, VND: 0, CLP: 0, ISK: 0, HUF: 2,
-  KWD: 3, BHD: 3, JOD: 3, OMR: 3, TND: 3,
-  BTC: 8, ETH: 18, USDC: 6, USDT: 6,
+  USD: 2,
+  EUR: 2,
+  GBP: 2,
+  CHF: 2,
+  CAD: 2,
+  AUD: 2,
+  NZD: 2,
+  SEK: 2,
+  NOK: 2,
+  DKK: 2,
+  PLN: 2,
+  CZK: 2,
+  MXN: 2,
+  BRL: 2,
+  INR: 2,
+  CNY: 2,
+  HKD: 2,
+  SGD: 2,
+  ZAR: 2,
+  TRY: 2,
+  ILS: 2,
+  AED: 2,
+  SAR: 2,
+  JPY: 0,
+  KRW: 0,
+  VND: 0,
+  CLP: 0,
+  ISK: 0,
+  HUF: 2,
+  KWD: 3,
+  BHD: 3,
+  JOD: 3,
+  OMR: 3,
+  TND: 3,
+  BTC: 8,
+  ETH: 18,
+  USDC: 6,
+  USDT: 6,
 };
 
 export function minorUnits(currency: string): number {

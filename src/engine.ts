@@ -2,7 +2,16 @@ import type { DocumentNode, ExecutionResult, GraphQLSchema } from 'graphql';
 import { ReplaceableSandbox } from '../sandbox/replaceable.js';
 import type { Sandbox } from '../sandbox/sandbox.js';
 import type { ActionDeps } from './actions/actions.js';
-import { authenticate, type Client, type ClientDeps, ensureAdmin, hashKey, invalidKey, lookupClient, SYSTEM_PRINCIPAL } from './auth/clients.js';
+import {
+  authenticate,
+  type Client,
+  type ClientDeps,
+  ensureAdmin,
+  hashKey,
+  invalidKey,
+  lookupClient,
+  SYSTEM_PRINCIPAL,
+} from './auth/clients.js';
 import { authorityOf } from './execution/call-rules.js';
 import { authStatements } from './storage/statements/auth.js';
 import { queueStatements } from './storage/statements/actions.js';
@@ -41,7 +50,13 @@ import { Checkpointer } from './storage/checkpointer.js';
 import { isPostgresUrl, PgListener } from './storage/pg/connection.js';
 import { ENTRY_SEQ_BLOCK } from './storage/backend.js';
 import { mapDriverError } from './storage/driver-errors.js';
-import { CacheEpoch, RecordCache, watchCachedTables, watchDataTables, watchToolTables } from './storage/record-cache.js';
+import {
+  CacheEpoch,
+  RecordCache,
+  watchCachedTables,
+  watchDataTables,
+  watchToolTables,
+} from './storage/record-cache.js';
 import { ResultCache } from './execution/result-cache.js';
 import { WAIT_ENDS } from './execution/status.js';
 import { actionStatements } from './storage/statements/actions.js';
@@ -181,7 +196,11 @@ export interface Engine {
    * steps itself, each where it belongs (see src/server/http.ts).
    */
   executeAsync(request: GraphqlRequest, options?: AsyncRequestOptions): Promise<FormattedResult>;
-  graphqlAsync(query: string, variables?: Record<string, unknown> | null, options?: AsyncRequestOptions & { operationName?: string | null }): Promise<FormattedResult>;
+  graphqlAsync(
+    query: string,
+    variables?: Record<string, unknown> | null,
+    options?: AsyncRequestOptions & { operationName?: string | null },
+  ): Promise<FormattedResult>;
   /**
    * Resolves as soon as the execution is terminal (SUCCEEDED, FAILED, CANCELLED) or does not exist,
    * or after timeoutMs, or on abort. Wakes on this process's attempt outcomes for that id, and reads
@@ -268,13 +287,19 @@ export interface Engine {
  * CLI are thin layers over it. Async only because loading the WASM module is.
  */
 export async function createEngine(options: EngineOptions = {}): Promise<Engine> {
-  const limits = resolveLimits(withBackendDefaults(options.limits, options.path !== undefined && isPostgresUrl(options.path)));
+  const limits = resolveLimits(
+    withBackendDefaults(options.limits, options.path !== undefined && isPostgresUrl(options.path)),
+  );
   const clock = options.clock ?? systemClock;
   const logger = options.logger ?? silentLogger;
   const logError =
     options.logError ??
     (options.logger
-      ? (error: unknown) => logger.error({ event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) }, 'internal error')
+      ? (error: unknown) =>
+          logger.error(
+            { event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) },
+            'internal error',
+          )
       : (error: unknown) => console.error('tally: internal error', error));
   // The WASM memory is capped above the QuickJS heap limit, for the allocator's own overhead.
   const sandboxes = await ReplaceableSandbox.create(
@@ -305,9 +330,13 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const onPostgres = isPostgresUrl(path);
   // PostgreSQL gives a posting's entries a block of ENTRY_SEQ_BLOCK seqs: a bigger posting cannot be allowed there.
   if (onPostgres && limits.entriesPerTransactionMax > ENTRY_SEQ_BLOCK) {
-    throw new EngineError('BAD_REQUEST', `limit entriesPerTransactionMax is ${limits.entriesPerTransactionMax}; on PostgreSQL it may be at most ${ENTRY_SEQ_BLOCK}`, {
-      hint: `Set entriesPerTransactionMax to ${ENTRY_SEQ_BLOCK} or less (each posting's entries take a block of ${ENTRY_SEQ_BLOCK} seqs there).`,
-    });
+    throw new EngineError(
+      'BAD_REQUEST',
+      `limit entriesPerTransactionMax is ${limits.entriesPerTransactionMax}; on PostgreSQL it may be at most ${ENTRY_SEQ_BLOCK}`,
+      {
+        hint: `Set entriesPerTransactionMax to ${ENTRY_SEQ_BLOCK} or less (each posting's entries take a block of ${ENTRY_SEQ_BLOCK} seqs there).`,
+      },
+    );
   }
   const checkpointIntervalMs = options.checkpointIntervalMs ?? DEFAULT_CHECKPOINT_INTERVAL_MS;
   // SQLite's WAL checkpoints; PostgreSQL (a postgres:// path) checkpoints itself.
@@ -387,7 +416,10 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   // make every two postings conflict), so another process's posting would not expire a cached tool
   // output there: the result cache is off on PostgreSQL (cacheTtlMs is a hint; outputs are computed).
   const resultCache = new ResultCache(db, dataWrites, onPostgres ? 0 : limits.recordCacheMax);
-  transactions.watchUndoneWrites(() => dataWrites.writes, () => resultCache.clear());
+  transactions.watchUndoneWrites(
+    () => dataWrites.writes,
+    () => resultCache.clear(),
+  );
   let startedInTransaction = false;
   const modelCallListeners: Array<(call: ModelCallSample) => void> = [];
   const startedListeners: Array<() => void> = [];
@@ -474,8 +506,19 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     }
     return principal;
   }
-  const clientDeps: ClientDeps = { st: authStatements(db), cel, clock, pageSizeMax: limits.pageSizeMax, policiesMax: limits.policiesMax };
-  const contextFor = (caller: Caller, frame: CallFrame | null, dryRun: boolean, waits?: ExecutionWait[]): RequestContext => ({
+  const clientDeps: ClientDeps = {
+    st: authStatements(db),
+    cel,
+    clock,
+    pageSizeMax: limits.pageSizeMax,
+    policiesMax: limits.policiesMax,
+  };
+  const contextFor = (
+    caller: Caller,
+    frame: CallFrame | null,
+    dryRun: boolean,
+    waits?: ExecutionWait[],
+  ): RequestContext => ({
     ledger,
     cel,
     limits,
@@ -498,7 +541,10 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   function callerOf(principal: string | undefined): Caller | EngineError {
     if (principal === undefined) return { principal: SYSTEM_PRINCIPAL, client: null };
     const client = lookupClient(clientDeps, principal);
-    if (!client) return new EngineError('UNAUTHENTICATED', `no client has principal ${JSON.stringify(principal)}`, { hint: 'Create the client first with auth.createClient.' });
+    if (!client)
+      return new EngineError('UNAUTHENTICATED', `no client has principal ${JSON.stringify(principal)}`, {
+        hint: 'Create the client first with auth.createClient.',
+      });
     return asCaller(client);
   }
 
@@ -526,10 +572,14 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       authorityOf(cel, caller, null).check({ action: 'INSERT', resource: 'budget.Operator' });
     } catch (error) {
       if (!(error instanceof EngineError)) throw error;
-      return new EngineError('ACCESS_DENIED', `${caller.principal} may not run a request under the OPERATOR budget: ${error.message}`, {
-        hint: 'The operator budget (operatorDeadlineMs) is for an operator\'s long work: give the client a policy allowing INSERT on budget.Operator, or leave out @budget.',
-        details: { budget: 'OPERATOR', resource: 'budget.Operator' },
-      });
+      return new EngineError(
+        'ACCESS_DENIED',
+        `${caller.principal} may not run a request under the OPERATOR budget: ${error.message}`,
+        {
+          hint: "The operator budget (operatorDeadlineMs) is for an operator's long work: give the client a policy allowing INSERT on budget.Operator, or leave out @budget.",
+          details: { budget: 'OPERATOR', resource: 'budget.Operator' },
+        },
+      );
     }
     return { name: 'operatorDeadlineMs', ms: limits.operatorDeadlineMs };
   }
@@ -537,17 +587,28 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   /** A GraphQL operation a call makes: same transaction, its own savepoint (taken by the caller). */
   function runNested(request: GraphqlRequest, frame: CallFrame): NestedGraphqlResult {
     const prepared = documents.prepare(request.query);
-    if ('errors' in prepared) return { data: null, errors: prepared.errors.map((e) => toErrorData(formatError(e, logError))), dryRun: false };
+    if ('errors' in prepared)
+      return { data: null, errors: prepared.errors.map((e) => toErrorData(formatError(e, logError))), dryRun: false };
     const plan = planOperation(prepared.document, request.operationName);
     if (!('mode' in plan)) return { data: null, errors: [toErrorData(formatError(plan, logError))], dryRun: false };
     if (plan.budget !== 'STANDARD') {
       // A call runs inside its request, under that request's deadline: it cannot choose another.
-      const refused = new EngineError('BAD_REQUEST', `@budget(name: ${plan.budget}) names a request's budget; a graphql() call runs inside its request's`, {
-        hint: 'Leave out @budget here; send the whole request under the budget instead.',
-      });
+      const refused = new EngineError(
+        'BAD_REQUEST',
+        `@budget(name: ${plan.budget}) names a request's budget; a graphql() call runs inside its request's`,
+        {
+          hint: 'Leave out @budget here; send the whole request under the budget instead.',
+        },
+      );
       return { data: null, errors: [refused.toData()], dryRun: false };
     }
-    const executed = executePrepared(schema, prepared, request, contextFor(frame.root.caller, frame, plan.dryRun), limits);
+    const executed = executePrepared(
+      schema,
+      prepared,
+      request,
+      contextFor(frame.root.caller, frame, plan.dryRun),
+      limits,
+    );
     return {
       data: (executed.data as Record<string, unknown> | null | undefined) ?? null,
       errors: (executed.errors ?? []).map((e) => toErrorData(formatError(e, logError))),
@@ -556,7 +617,9 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   }
 
   /** The request's document (cached) and the operation it runs, or the answer when it cannot run. */
-  function prepareRequest(request: GraphqlRequest): { prepared: PreparedDocument; plan: OperationPlan } | FormattedResult {
+  function prepareRequest(
+    request: GraphqlRequest,
+  ): { prepared: PreparedDocument; plan: OperationPlan } | FormattedResult {
     const prepared = documents.prepare(request.query);
     if ('errors' in prepared) return { errors: prepared.errors.map((e) => formatError(e, logError)) };
     const plan = planOperation(prepared.document, request.operationName);
@@ -594,7 +657,13 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
           ...(plan.dryRun ? { dryRun: true } : {}),
         };
         const run = cel.withDeadline(caller.deadline!, () =>
-          executePrepared(schema, prepared, request, contextFor(caller, null, plan.dryRun, plan.mode === 'read' ? waits : undefined), limits),
+          executePrepared(
+            schema,
+            prepared,
+            request,
+            contextFor(caller, null, plan.dryRun, plan.mode === 'read' ? waits : undefined),
+            limits,
+          ),
         );
         let executed = run.value;
         const overran = caller.overran ?? run.overran;
@@ -613,7 +682,10 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   /** The answer of a request whose transaction failed (its COMMIT, or the database). */
   function failedAnswer(error: unknown): FormattedResult {
     const mapped = mapDriverError(error);
-    const engineError = mapped instanceof EngineError ? mapped : new EngineError('INTERNAL', String((mapped as Error)?.message ?? mapped), { cause: mapped });
+    const engineError =
+      mapped instanceof EngineError
+        ? mapped
+        : new EngineError('INTERNAL', String((mapped as Error)?.message ?? mapped), { cause: mapped });
     if (engineError.code === 'INTERNAL') logError(error);
     return { data: null, errors: [formatError(engineGraphqlError(engineError), logError)] };
   }
@@ -631,19 +703,26 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     for (const listener of changedListeners) listener();
   }
 
-  function execute(request: GraphqlRequest, requestOptions: RequestOptions = {}, waits?: ExecutionWait[]): FormattedResult {
+  function execute(
+    request: GraphqlRequest,
+    requestOptions: RequestOptions = {},
+    waits?: ExecutionWait[],
+  ): FormattedResult {
     const ready = prepareRequest(request);
     if (!('plan' in ready)) return ready;
     const { plan } = ready;
     let result: ExecutionResult | EngineError;
     const toolWritesBefore = toolsChange.writes;
     try {
-      result = afterCommit(() => transactions.run<ExecutionResult | EngineError>(plan.mode, requestUnit(request, ready, requestOptions, waits)));
+      result = afterCommit(() =>
+        transactions.run<ExecutionResult | EngineError>(plan.mode, requestUnit(request, ready, requestOptions, waits)),
+      );
     } catch (error) {
       startedInTransaction = false;
       return failedAnswer(error);
     }
-    if (plan.mode === 'write' && !plan.dryRun && !(result instanceof EngineError) && !result.errors?.length) notifyToolsChanged(toolWritesBefore);
+    if (plan.mode === 'write' && !plan.dryRun && !(result instanceof EngineError) && !result.errors?.length)
+      notifyToolsChanged(toolWritesBefore);
     return answer(result);
   }
 
@@ -696,7 +775,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
         answers[i] = failedAnswer(outcome.commitFailed ? groupCommitFailed(outcome.error) : outcome.error);
         continue;
       }
-      if (outcome.status === 'committed' && !(outcome.value instanceof EngineError) && !outcome.value.errors?.length) kept = true;
+      if (outcome.status === 'committed' && !(outcome.value instanceof EngineError) && !outcome.value.errors?.length)
+        kept = true;
       answers[i] = answer(outcome.value);
     }
     const committed = outcomes.every((o) => o.status !== 'failed' || !o.commitFailed);
@@ -724,10 +804,14 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     const mapped = mapDriverError(error);
     if (mapped instanceof EngineError && mapped.retryable) return mapped;
     const why = mapped instanceof Error ? mapped.message : String(mapped);
-    return new EngineError('BUSY', `the commit of this request's group failed, so nothing of the group was written (${why})`, {
-      hint: 'Retry the request: it did not fail itself, the commit it shared with other requests did.',
-      cause: mapped,
-    });
+    return new EngineError(
+      'BUSY',
+      `the commit of this request's group failed, so nothing of the group was written (${why})`,
+      {
+        hint: 'Retry the request: it did not fail itself, the commit it shared with other requests did.',
+        cause: mapped,
+      },
+    );
   }
 
   function executeBatch(requests: ReadonlyArray<BatchRequest>): FormattedResult[] {
@@ -758,7 +842,12 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     return (executionStatus.get(executionId) as string | undefined) ?? null;
   }
 
-  async function waitForExecution(executionId: string, timeoutMs: number, signal?: AbortSignal, principal?: string): Promise<void> {
+  async function waitForExecution(
+    executionId: string,
+    timeoutMs: number,
+    signal?: AbortSignal,
+    principal?: string,
+  ): Promise<void> {
     if (!(timeoutMs > 0) || signal?.aborted) return;
     const mine = principal === undefined ? 0 : (waitersByPrincipal.get(principal) ?? 0);
     if (waitersInFlight >= limits.executionWaitersMax || mine >= limits.executionWaitersPerClientMax) {
@@ -818,11 +907,18 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     if (probe === null) return [];
     const waits: ExecutionWait[] = [];
     // Its answer is of no use (the request runs after the waits); its errors are the request's own, told then.
-    execute({ query: probe, variables: request.variables ?? null, operationName: ready.plan.operation.name?.value ?? null }, requestOptions, waits);
+    execute(
+      { query: probe, variables: request.variables ?? null, operationName: ready.plan.operation.name?.value ?? null },
+      requestOptions,
+      waits,
+    );
     return waits;
   }
 
-  async function awaitExecutions(waits: ReadonlyArray<ExecutionWait>, { signal, waitMsMax }: WaitOptions = {}): Promise<void> {
+  async function awaitExecutions(
+    waits: ReadonlyArray<ExecutionWait>,
+    { signal, waitMsMax }: WaitOptions = {},
+  ): Promise<void> {
     if (waits.length === 0) return;
     const started = Date.now();
     const longest = Math.max(...waits.map((w) => w.waitMs));
@@ -842,7 +938,11 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   async function executeAsync(request: GraphqlRequest, options: AsyncRequestOptions = {}): Promise<FormattedResult> {
     const { signal, waitMsMax, ...requestOptions } = options;
     const waits = executionWaits(request, requestOptions);
-    if (waits.length > 0) await awaitExecutions(waits, { ...(signal ? { signal } : {}), ...(waitMsMax === undefined ? {} : { waitMsMax }) });
+    if (waits.length > 0)
+      await awaitExecutions(waits, {
+        ...(signal ? { signal } : {}),
+        ...(waitMsMax === undefined ? {} : { waitMsMax }),
+      });
     // Once, after the waits: the answer as it is now.
     return execute(request, requestOptions);
   }
@@ -874,7 +974,9 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       return null;
     } catch (error) {
       const mapped = mapDriverError(error);
-      return mapped instanceof EngineError ? `${mapped.code}: ${mapped.message}` : String((mapped as Error)?.message ?? mapped);
+      return mapped instanceof EngineError
+        ? `${mapped.code}: ${mapped.message}`
+        : String((mapped as Error)?.message ?? mapped);
     } finally {
       if (db.inTransaction) rollbackCheck.run();
       db.pragma(`busy_timeout = ${limits.busyTimeoutMs}`);
@@ -903,11 +1005,14 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       return 'mode' in plan ? summaryOf(document, plan) : undefined;
     },
     graphql: (query, variables, opts) =>
-      execute({ query, variables: variables ?? null, operationName: opts?.operationName ?? null }, {
-        ...(opts?.principal === undefined ? {} : { principal: opts.principal }),
-        ...(opts?.apiKey === undefined ? {} : { apiKey: opts.apiKey }),
-        ...(opts?.transport === undefined ? {} : { transport: opts.transport }),
-      }),
+      execute(
+        { query, variables: variables ?? null, operationName: opts?.operationName ?? null },
+        {
+          ...(opts?.principal === undefined ? {} : { principal: opts.principal }),
+          ...(opts?.apiKey === undefined ? {} : { apiKey: opts.apiKey }),
+          ...(opts?.transport === undefined ? {} : { transport: opts.transport }),
+        },
+      ),
     executeAsync,
     graphqlAsync: (query, variables, opts = {}) => {
       const { operationName, ...rest } = opts;
@@ -941,16 +1046,25 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     onActionsChanged: (listener) => {
       changedListeners.push(listener);
     },
-    readiness: () => ({ database: databaseReadiness(), sandbox: sandboxes.current() ? null : 'the sandbox is being replaced after a crash' }),
+    readiness: () => ({
+      database: databaseReadiness(),
+      sandbox: sandboxes.current() ? null : 'the sandbox is being replaced after a crash',
+    }),
     queueStats: () => {
       const now = clock.now();
       const row = queue.queueStats.get({ now: now.toISOString() })!;
-      return { queued: row.queued, due: row.due, oldestDueAgeMs: row.oldest_due ? Math.max(0, now.getTime() - Date.parse(row.oldest_due)) : 0 };
+      return {
+        queued: row.queued,
+        due: row.due,
+        oldestDueAgeMs: row.oldest_due ? Math.max(0, now.getTime() - Date.parse(row.oldest_due)) : 0,
+      };
     },
     authenticate: knownPrincipal,
     ensureAdmin: (apiKey) =>
       transactions.run('write', () => ({
-        value: ensureAdmin(clientDeps, apiKey, (change) => transactions.afterCommit(() => logger.info({ event: 'key', change, client: 'admin' }, `admin key ${change}`))),
+        value: ensureAdmin(clientDeps, apiKey, (change) =>
+          transactions.afterCommit(() => logger.info({ event: 'key', change, client: 'admin' }, `admin key ${change}`)),
+        ),
         commit: true,
       })),
     close: () => {
@@ -962,7 +1076,14 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       documentCacheSize: documents.size,
       documentCacheBytes: documents.bytes,
       celCacheSize: cel.size,
-      recordCacheSize: Math.max(ledgerDeps.cache.journals.size, ledgerDeps.cache.tranCodesByCode.size, services.activeTriggers.size, ledger.tranCodeCacheSize, actionDeps.versions.size, actionDeps.documents.size),
+      recordCacheSize: Math.max(
+        ledgerDeps.cache.journals.size,
+        ledgerDeps.cache.tranCodesByCode.size,
+        services.activeTriggers.size,
+        ledger.tranCodeCacheSize,
+        actionDeps.versions.size,
+        actionDeps.documents.size,
+      ),
       idleSandboxContexts: sandboxes.current()?.idleContexts ?? 0,
       executionWaiters: waitersInFlight,
       executionWaitsRefused: waitsRefused,
@@ -970,7 +1091,6 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     sandboxReady: () => sandboxes.ready(),
   };
 }
-
 
 /**
  * The limits whose default depends on the backend, where the operator left them out. On
@@ -987,7 +1107,13 @@ function summaryOf(document: DocumentNode, plan: OperationPlan): OperationSummar
   const traits = operationTraits(document, plan.operation);
   // A request under the operator budget may run for operatorDeadlineMs: it shares no group.
   const long = traits.long || plan.budget !== 'STANDARD';
-  return { type: plan.mode === 'write' ? 'mutation' : 'query', name: plan.operation.name?.value ?? null, dryRun: plan.dryRun, ...traits, long };
+  return {
+    type: plan.mode === 'write' ? 'mutation' : 'query',
+    name: plan.operation.name?.value ?? null,
+    dryRun: plan.dryRun,
+    ...traits,
+    long,
+  };
 }
 
 /** One line per attempt: info when it succeeded, warn when it failed (with the next retry time, if any). */
@@ -1024,7 +1150,8 @@ function toErrorData(formatted: { message: string; extensions?: Record<string, u
  */
 function listenForStarts(url: string, wake: () => void): () => void {
   let listener: PgListener | null = null;
-  const polling = (error: Error) => process.stderr.write(`tally: workers poll for started executions (${error.message})\n`);
+  const polling = (error: Error) =>
+    process.stderr.write(`tally: workers poll for started executions (${error.message})\n`);
   try {
     listener = new PgListener(url, 'tally_executions', wake, polling);
   } catch (error) {

@@ -33,7 +33,10 @@ export const ERROR_CODES = {
   SCRIPT_ERROR: { retryable: false, hint: 'Read the stack in the error details.' },
   TOOL_FAILED: { retryable: true, hint: 'The tool reported a failure; see its message.' },
   TIMEOUT: { retryable: true, hint: 'The call ran past its deadline; raise timeoutMs or do less work per call.' },
-  LIMIT_EXCEEDED: { retryable: false, hint: 'Stay within the limit named in the message, or raise it in the engine options.' },
+  LIMIT_EXCEEDED: {
+    retryable: false,
+    hint: 'Stay within the limit named in the message, or raise it in the engine options.',
+  },
   VERSION_LOCKED: { retryable: false, hint: 'Use an ACTIVE version.' },
   RECORD_CHANGED: { retryable: false, hint: 'The record changed since it was read; read it again and decide anew.' },
   GRAPHQL_PARSE_FAILED: { retryable: false, hint: 'Fix the GraphQL syntax at the location shown.' },
@@ -41,8 +44,14 @@ export const ERROR_CODES = {
   BUSY: { retryable: true, hint: 'The database was busy; retry the request.' },
   APPROVAL_REJECTED: { retryable: false, hint: 'A person rejected the call; it did not run.' },
   APPROVAL_EXPIRED: { retryable: false, hint: 'Nobody approved the call in time; it did not run.' },
-  MODEL_UNAVAILABLE: { retryable: true, hint: 'The model provider was unreachable, overloaded or rate-limited after its retries; the run is retried with backoff.' },
-  MODEL_ERROR: { retryable: false, hint: 'The model provider refused the request or answered outside its wire format; check the provider configuration and the action config.' },
+  MODEL_UNAVAILABLE: {
+    retryable: true,
+    hint: 'The model provider was unreachable, overloaded or rate-limited after its retries; the run is retried with backoff.',
+  },
+  MODEL_ERROR: {
+    retryable: false,
+    hint: 'The model provider refused the request or answered outside its wire format; check the provider configuration and the action config.',
+  },
   INTERNAL: { retryable: true, hint: 'This is a bug in Tally; the server log has the details.' },
 } as const satisfies Record<string, { retryable: boolean; hint: string }>;
 
@@ -64,7 +73,11 @@ export class EngineError extends Error {
   /** The reference ledger's `extensions.exception` (a velocity control's refusal). */
   readonly exception: unknown;
 
-  constructor(code: ErrorCode, message: string, options: { hint?: string; details?: unknown; cause?: unknown; exception?: unknown } = {}) {
+  constructor(
+    code: ErrorCode,
+    message: string,
+    options: { hint?: string; details?: unknown; cause?: unknown; exception?: unknown } = {},
+  ) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'EngineError';
     this.code = code;

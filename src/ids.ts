@@ -154,7 +154,10 @@ function sortKeys(value: unknown): unknown {
  * `namespace` is a UUID in canonical text (CEL's uuid.NewSHA1 checks it first).
  */
 export function nameBasedUuid(algorithm: 'md5' | 'sha1', version: number, namespace: string, name: Uint8Array): string {
-  const digest = createHash(algorithm).update(Buffer.from(namespace.replace(/-/g, ''), 'hex')).update(name).digest();
+  const digest = createHash(algorithm)
+    .update(Buffer.from(namespace.replace(/-/g, ''), 'hex'))
+    .update(name)
+    .digest();
   digest[6] = (digest[6]! & 0x0f) | (version << 4);
   digest[8] = (digest[8]! & 0x3f) | 0x80;
   const hex = digest.subarray(0, 16).toString('hex');

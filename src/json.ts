@@ -9,7 +9,8 @@ export function isReservedKey(key: string): boolean {
 
 /** Assign an own property, whatever its name (`__proto__` included), without touching prototypes. */
 export function setOwn(target: Record<string, unknown>, key: string, value: unknown): void {
-  if (RESERVED_KEYS.has(key)) Object.defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
+  if (RESERVED_KEYS.has(key))
+    Object.defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
   else target[key] = value;
 }
 

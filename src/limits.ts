@@ -504,7 +504,9 @@ export function resolveLimits(overrides: Partial<Limits> = {}): Readonly<Limits>
     );
   }
   if (limits.toolTimeoutMsMax > TOOL_TIMEOUT_MS_CEILING) {
-    throw new Error(`toolTimeoutMsMax (${limits.toolTimeoutMsMax}) may be at most ${TOOL_TIMEOUT_MS_CEILING} (5 minutes): longer work is a started execution's attempts, or an agent's run`);
+    throw new Error(
+      `toolTimeoutMsMax (${limits.toolTimeoutMsMax}) may be at most ${TOOL_TIMEOUT_MS_CEILING} (5 minutes): longer work is a started execution's attempts, or an agent's run`,
+    );
   }
   if (limits.operatorDeadlineMs < limits.requestDeadlineMs) {
     throw new Error(

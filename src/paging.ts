@@ -40,7 +40,12 @@ export function pageRequest<K extends string | number>(
       hint: `Ask for at most ${pageSizeMax} records and follow pageInfo.endCursor.`,
     });
   }
-  return { kind, first, fetch: first + 1, after: after == null ? undefined : (decodeCursor(after, keyType, kind) as K) };
+  return {
+    kind,
+    first,
+    fetch: first + 1,
+    after: after == null ? undefined : (decodeCursor(after, keyType, kind) as K),
+  };
 }
 
 export function encodeCursor(kind: string, key: string | number): string {

@@ -16,7 +16,10 @@ const TREE = `status output error { code message hint }
 const INVOKE = `mutation($id: UUID!, $v: Int, $e: UUID!, $input: JSON) { actions { invokeAction(id: $id, input: {executionId: $e, actionVersion: $v, input: $input}) { ${TREE} } } }`;
 
 function tool(n: number, name: string, src: string, extra: Record<string, unknown> = {}): string {
-  ok(engine, CREATE, { id: id(n), input: { name, kind: 'tool', config: { runtime: 'javascript', src }, policies: ALLOW_ALL, ...extra } });
+  ok(engine, CREATE, {
+    id: id(n),
+    input: { name, kind: 'tool', config: { runtime: 'javascript', src }, policies: ALLOW_ALL, ...extra },
+  });
   return id(n);
 }
 
@@ -50,7 +53,14 @@ describe('the canonical example with open_case (DESIGN.md §4)', () => {
     createAccount(engine, 1);
     // open_case version 1 is a placeholder; version 2 is the one lock_account pins.
     tool(10, 'open_case', 'function run() { fail("version 1 must not run"); }', {
-      tool: { description: 'Open a case', inputSchema: { type: 'object', properties: { account_id: { type: 'string' }, note: { type: 'string' } }, required: ['account_id'] } },
+      tool: {
+        description: 'Open a case',
+        inputSchema: {
+          type: 'object',
+          properties: { account_id: { type: 'string' }, note: { type: 'string' } },
+          required: ['account_id'],
+        },
+      },
     });
     ok(engine, UPDATE, { id: id(10), input: { config: { runtime: 'javascript', src: openCaseSrc } } });
     ok(engine, CREATE, {
@@ -62,13 +72,23 @@ describe('the canonical example with open_case (DESIGN.md §4)', () => {
         tool: {
           name: 'lock_account',
           description: 'Lock an account so it blocks posting, and open a case for operations.',
-          inputSchema: { type: 'object', properties: { account_id: { type: 'string', format: 'uuid' }, reason: { type: 'string' } }, required: ['account_id', 'reason'], additionalProperties: false },
+          inputSchema: {
+            type: 'object',
+            properties: { account_id: { type: 'string', format: 'uuid' }, reason: { type: 'string' } },
+            required: ['account_id', 'reason'],
+            additionalProperties: false,
+          },
         },
         tools: [{ name: 'open_case', version: 2 }],
         policies: [
           { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.Account.*'] },
           // Calling tools.open_case is invoking it, which this tool's policies must allow too.
-          { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'], assertions: { open_case: "context.document.action == 'open_case'" } },
+          {
+            effect: 'ALLOW',
+            actions: ['INSERT'],
+            resources: ['actions.Execution'],
+            assertions: { open_case: "context.document.action == 'open_case'" },
+          },
         ],
       },
     });
@@ -101,7 +121,10 @@ describe('the canonical example with open_case (DESIGN.md §4)', () => {
     const result = invoke(id(11), { account_id: id(1), reason: 'Card reported stolen' });
     expect(result.output).toEqual({ locked: true, case_opened: true });
     expect(accountExists(500)).toBe(true);
-    const child = ok(engine, `{ actions { executions(first: 10, where: {actionId: "${id(10)}"}) { nodes { actionVersion status } } } }`).actions.executions.nodes;
+    const child = ok(
+      engine,
+      `{ actions { executions(first: 10, where: {actionId: "${id(10)}"}) { nodes { actionVersion status } } } }`,
+    ).actions.executions.nodes;
     expect(child).toEqual([{ actionVersion: 2, status: 'SUCCEEDED' }]);
   });
 
@@ -110,8 +133,14 @@ describe('the canonical example with open_case (DESIGN.md §4)', () => {
     ok(engine, `mutation { actions { lockAction(id: "${id(10)}", version: 2) { status } } }`);
     const result = invoke(id(11), { account_id: id(1), reason: 'x' });
     expect(result.output.case_opened).toBe(false);
-    expect(result.children[1]).toMatchObject({ actionName: 'open_case', status: 'FAILED', error: { code: 'VERSION_LOCKED' } });
-    const strict = tool(12, 'strict_caller', 'function run() { return tools.open_case({ account_id: "x" }); }', { tools: [{ name: 'open_case', version: 2 }] });
+    expect(result.children[1]).toMatchObject({
+      actionName: 'open_case',
+      status: 'FAILED',
+      error: { code: 'VERSION_LOCKED' },
+    });
+    const strict = tool(12, 'strict_caller', 'function run() { return tools.open_case({ account_id: "x" }); }', {
+      tools: [{ name: 'open_case', version: 2 }],
+    });
     const failed = invoke(strict);
     expect(failed.status).toBe('FAILED');
     expect(failed.error.code).toBe('VERSION_LOCKED');
@@ -123,9 +152,19 @@ describe('atomicity of nested calls', () => {
 
   function chain(level2CallsWithCheckFalse: boolean) {
     tool(23, 'level3', writes('level3', 'fail("level 3 broke");'));
-    tool(22, 'level2', writes('level2', level2CallsWithCheckFalse ? 'const r = tools.level3(event.data, { check: false }); if (r.ok) fail("expected a failure");' : 'tools.level3(event.data);'), {
-      tools: [{ name: 'level3' }],
-    });
+    tool(
+      22,
+      'level2',
+      writes(
+        'level2',
+        level2CallsWithCheckFalse
+          ? 'const r = tools.level3(event.data, { check: false }); if (r.ok) fail("expected a failure");'
+          : 'tools.level3(event.data);',
+      ),
+      {
+        tools: [{ name: 'level3' }],
+      },
+    );
     tool(21, 'level1', writes('level1', 'tools.level2(event.data);'), { tools: [{ name: 'level2' }] });
   }
 
@@ -137,7 +176,10 @@ describe('atomicity of nested calls', () => {
     expect([601, 602, 603].map(accountExists)).toEqual([false, false, false]);
     // The tree is recorded as it ran: level1 → [graphql, level2 → [graphql, level3 → [graphql]]].
     expect(result.children.map((c: any) => c.actionName)).toEqual(['graphql', 'level2']);
-    expect(result.children[1].children.map((c: any) => [c.actionName, c.status])).toEqual([['graphql', 'SUCCEEDED'], ['level3', 'FAILED']]);
+    expect(result.children[1].children.map((c: any) => [c.actionName, c.status])).toEqual([
+      ['graphql', 'SUCCEEDED'],
+      ['level3', 'FAILED'],
+    ]);
   });
 
   it('with check: false at level 2, levels 1 and 2 keep their writes', () => {
@@ -152,7 +194,9 @@ describe('nesting limits', () => {
   it('depth 9 fails with LIMIT_EXCEEDED naming the depth (8 tool levels below the first call is the most)', () => {
     tool(39, 'level_9', 'function run() { return 9; }');
     for (let level = 8; level >= 0; level--) {
-      tool(30 + level, `level_${level}`, `function run(event) { return tools.level_${level + 1}(event.data); }`, { tools: [{ name: `level_${level + 1}` }] });
+      tool(30 + level, `level_${level}`, `function run(event) { return tools.level_${level + 1}(event.data); }`, {
+        tools: [{ name: `level_${level + 1}` }],
+      });
     }
     const deep = invoke(id(30));
     expect(deep.status).toBe('FAILED');
@@ -162,7 +206,11 @@ describe('nesting limits', () => {
   });
 
   it('the 1,025th call beneath one call fails with LIMIT_EXCEEDED; 1,024 are fine', () => {
-    const loop = tool(40, 'loop', `function run(event) { let n = 0; for (let i = 0; i < event.data.calls; i++) n += cel('1'); return n; }`);
+    const loop = tool(
+      40,
+      'loop',
+      `function run(event) { let n = 0; for (let i = 0; i < event.data.calls; i++) n += cel('1'); return n; }`,
+    );
     expect(invoke(loop, { calls: 1024 }).output).toBe(1024);
     const over = invoke(loop, { calls: 1025 });
     expect(over.error.code).toBe('LIMIT_EXCEEDED');
@@ -171,7 +219,12 @@ describe('nesting limits', () => {
 
   it('one deadline for the whole tree, which check: false cannot catch', () => {
     tool(41, 'spinner', 'function run() { while (true) {} }');
-    const catcher = tool(42, 'catcher', 'function run() { const r = tools.spinner({}, { check: false }); return { caught: r }; }', { tools: [{ name: 'spinner' }] });
+    const catcher = tool(
+      42,
+      'catcher',
+      'function run() { const r = tools.spinner({}, { check: false }); return { caught: r }; }',
+      { tools: [{ name: 'spinner' }] },
+    );
     const error = fails(engine, INVOKE, { id: catcher, v: 1, e: eid(), input: {} });
     expect(error.code).toBe('TIMEOUT');
     expect(count(engine, 'executions')).toBe(0);
@@ -179,7 +232,9 @@ describe('nesting limits', () => {
 
   it('calling a tool that is not declared fails clearly, lists the declared names, and runs nothing', () => {
     tool(50, 'helper', 'function run() { return 1; }');
-    const caller = tool(51, 'caller', 'function run() { return tools.helpr({}); }', { tools: [{ name: 'helper' }, { name: 'cel' }] });
+    const caller = tool(51, 'caller', 'function run() { return tools.helpr({}); }', {
+      tools: [{ name: 'helper' }, { name: 'cel' }],
+    });
     const result = invoke(caller);
     expect(result.status).toBe('FAILED');
     expect(result.error.code).toBe('NOT_FOUND');
@@ -191,19 +246,38 @@ describe('nesting limits', () => {
   it('made-up names are cut to 64 characters and count toward callsPerExecutionMax', async () => {
     const small = await newEngine({ limits: { callsPerExecutionMax: 5 } });
     const long = 'x'.repeat(200);
-    ok(small, `mutation($input: ActionInput!) { actions { createAction(id: "${id(52)}", input: $input) { version } } }`, {
-      input: {
-        name: 'guesser',
-        config: { runtime: 'javascript', src: `function run() { const seen = []; for (let i = 0; i < 50; i++) { const r = tools['${long}' + i]({}, { check: false }); seen.push(r.error.code); if (r.error.code !== 'NOT_FOUND') break; } return { seen }; }` },
+    ok(
+      small,
+      `mutation($input: ActionInput!) { actions { createAction(id: "${id(52)}", input: $input) { version } } }`,
+      {
+        input: {
+          name: 'guesser',
+          config: {
+            runtime: 'javascript',
+            src: `function run() { const seen = []; for (let i = 0; i < 50; i++) { const r = tools['${long}' + i]({}, { check: false }); seen.push(r.error.code); if (r.error.code !== 'NOT_FOUND') break; } return { seen }; }`,
+          },
+        },
       },
-    });
-    const run = ok(small, `mutation { actions { invokeAction(name: "guesser", input: {executionId: "${eid()}", actionVersion: 1, input: {}}) { status output children { actionName status error { message } } } } }`).actions.invokeAction;
+    );
+    const run = ok(
+      small,
+      `mutation { actions { invokeAction(name: "guesser", input: {executionId: "${eid()}", actionVersion: 1, input: {}}) { status output children { actionName status error { message } } } } }`,
+    ).actions.invokeAction;
     expect(run.status).toBe('SUCCEEDED');
     // Five recorded (the budget), the sixth refused by callsPerExecutionMax, then the program stopped.
-    expect(run.output.seen).toEqual(['NOT_FOUND', 'NOT_FOUND', 'NOT_FOUND', 'NOT_FOUND', 'NOT_FOUND', 'LIMIT_EXCEEDED']);
+    expect(run.output.seen).toEqual([
+      'NOT_FOUND',
+      'NOT_FOUND',
+      'NOT_FOUND',
+      'NOT_FOUND',
+      'NOT_FOUND',
+      'LIMIT_EXCEEDED',
+    ]);
     expect(run.children).toHaveLength(5);
     expect(run.children[0].actionName).toBe('x'.repeat(64));
-    expect(run.children[0].error.message).toContain(`tools.${'x'.repeat(64)}… (201 characters) is not declared by guesser`);
+    expect(run.children[0].error.message).toContain(
+      `tools.${'x'.repeat(64)}… (201 characters) is not declared by guesser`,
+    );
     small.close();
   });
 });
@@ -211,27 +285,71 @@ describe('nesting limits', () => {
 describe('tool references', () => {
   it('a fixed input replaces what the caller sent, from CEL over tool.input, event and execution.input', () => {
     tool(60, 'echo', 'function run(event) { return event.data; }');
-    const caller = tool(61, 'fixed', `function run(event) { return tools.echo({ account_id: 'attacker', note: 'free text', actor: 'me' }); }`, {
-      tools: [{ name: 'echo', input: { account_id: 'string(tool.input.account_id)', actor: "'fixed-actor'", depth: 'event.execution.attempt' } }],
+    const caller = tool(
+      61,
+      'fixed',
+      `function run(event) { return tools.echo({ account_id: 'attacker', note: 'free text', actor: 'me' }); }`,
+      {
+        tools: [
+          {
+            name: 'echo',
+            input: {
+              account_id: 'string(tool.input.account_id)',
+              actor: "'fixed-actor'",
+              depth: 'event.execution.attempt',
+            },
+          },
+        ],
+      },
+    );
+    expect(invoke(caller, { account_id: 'victim' }).output).toEqual({
+      account_id: 'victim',
+      note: 'free text',
+      actor: 'fixed-actor',
+      depth: 1,
     });
-    expect(invoke(caller, { account_id: 'victim' }).output).toEqual({ account_id: 'victim', note: 'free text', actor: 'fixed-actor', depth: 1 });
   });
 
   it('an unpinned reference resolves to the latest ACTIVE version once per execution and keeps it', () => {
     tool(70, 'which', 'function run() { return "v1"; }');
-    const caller = tool(71, 'asks_twice', `function run() {
+    const caller = tool(
+      71,
+      'asks_twice',
+      `function run() {
   const first = tools.which({});
   graphql('mutation($src: String!) { actions { updateAction(id: "${id(70)}", input: {config: {runtime: "javascript", src: $src}}) { version } } }', { src: 'function run() { return "v2"; }' });
   const second = tools.which({});
   return [first, second];
-}`, { tools: [{ name: 'which' }] });
+}`,
+      { tools: [{ name: 'which' }] },
+    );
     expect(invoke(caller).output).toEqual(['v1', 'v1']);
     expect(invoke(caller).output[0]).toBe('v2');
   });
 
   it('refuses references to tools or versions that do not exist', () => {
-    expect(fails(engine, CREATE, { id: id(80), input: { name: 'x', kind: 'tool', config: { runtime: 'javascript', src: 'function run() {}' }, tools: [{ name: 'nope' }] } }).code).toBe('NOT_FOUND');
+    expect(
+      fails(engine, CREATE, {
+        id: id(80),
+        input: {
+          name: 'x',
+          kind: 'tool',
+          config: { runtime: 'javascript', src: 'function run() {}' },
+          tools: [{ name: 'nope' }],
+        },
+      }).code,
+    ).toBe('NOT_FOUND');
     tool(81, 'exists', 'function run() {}');
-    expect(fails(engine, CREATE, { id: id(80), input: { name: 'x', kind: 'tool', config: { runtime: 'javascript', src: 'function run() {}' }, tools: [{ name: 'exists', version: 3 }] } }).message).toContain('version 3');
+    expect(
+      fails(engine, CREATE, {
+        id: id(80),
+        input: {
+          name: 'x',
+          kind: 'tool',
+          config: { runtime: 'javascript', src: 'function run() {}' },
+          tools: [{ name: 'exists', version: 3 }],
+        },
+      }).message,
+    ).toContain('version 3');
   });
 });

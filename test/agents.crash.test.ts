@@ -18,7 +18,10 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
  * would post twice, so the count of transactions is the count of tool calls that ran.
  */
 /** A database file with accounts 1 and 2, TRANSFER, and post_random; and a TALLY_CONFIG file naming the scripted model. */
-async function ledgerWithPostRandom(dir: string, model: ScriptedModel): Promise<{ path: string; config: string; engine: Awaited<ReturnType<typeof newEngine>> }> {
+async function ledgerWithPostRandom(
+  dir: string,
+  model: ScriptedModel,
+): Promise<{ path: string; config: string; engine: Awaited<ReturnType<typeof newEngine>> }> {
   const path = join(dir, 'agents.db');
   const config = join(dir, 'tally.config.json');
   const providers = [{ name: 'local', format: 'openai', baseUrl: `${model.url}/v1`, models: ['mover'] }];
@@ -40,7 +43,10 @@ async function ledgerWithPostRandom(dir: string, model: ScriptedModel): Promise<
   return { tx };
 }`,
       },
-      tool: { description: 'Move an amount from account 1 to account 2.', inputSchema: { type: 'object', properties: { amount: { type: 'string' } }, required: ['amount'] } },
+      tool: {
+        description: 'Move an amount from account 1 to account 2.',
+        inputSchema: { type: 'object', properties: { amount: { type: 'string' } }, required: ['amount'] },
+      },
       policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
     },
   });
@@ -58,7 +64,10 @@ async function prepare(dir: string, model: ScriptedModel): Promise<{ path: strin
       name: 'mover',
       kind: 'agent',
       config: { provider: 'local', model: 'mover', instructions: 'Make the two transfers asked for, then say done.' },
-      tool: { description: 'Makes two transfers.', inputSchema: { type: 'object', properties: { n: { type: 'integer' } } } },
+      tool: {
+        description: 'Makes two transfers.',
+        inputSchema: { type: 'object', properties: { n: { type: 'integer' } } },
+      },
       tools: [{ name: 'post_random', version: 1 }],
       policies: [
         { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] },
@@ -68,29 +77,53 @@ async function prepare(dir: string, model: ScriptedModel): Promise<{ path: strin
     },
   });
   for (let i = 0; i < RUNS; i++) {
-    ok(engine, `mutation($e: UUID!, $n: Int!) { actions { startAction(name: "mover", input: {executionId: $e, input: {n: $n}}) { status } } }`, { e: id(10_000 + i), n: i });
+    ok(
+      engine,
+      `mutation($e: UUID!, $n: Int!) { actions { startAction(name: "mover", input: {executionId: $e, input: {n: $n}}) { status } } }`,
+      { e: id(10_000 + i), n: i },
+    );
   }
   engine.close();
   return { path, config };
 }
 
 function worker(path: string, config: string): ChildProcess {
-  return spawn(process.execPath, [BIN, 'worker', '--db', path, '--log-level', 'silent'], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TALLY_CONFIG: config } });
+  return spawn(process.execPath, [BIN, 'worker', '--db', path, '--log-level', 'silent'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, TALLY_CONFIG: config },
+  });
 }
-
-
 
 function facts(path: string) {
   const db = new Database(path, { readonly: true });
   const result = {
     statuses: Object.fromEntries(
-      (db.prepare("SELECT status, count(*) AS n FROM executions WHERE parent_id IS NULL AND kind = 'AGENT' GROUP BY status").all() as Array<{ status: string; n: number }>).map((r) => [r.status, r.n]),
+      (
+        db
+          .prepare(
+            "SELECT status, count(*) AS n FROM executions WHERE parent_id IS NULL AND kind = 'AGENT' GROUP BY status",
+          )
+          .all() as Array<{ status: string; n: number }>
+      ).map((r) => [r.status, r.n]),
     ),
     transactions: (db.prepare('SELECT count(*) AS n FROM transactions').get() as { n: number }).n,
-    toolCalls: (db.prepare("SELECT count(*) AS n FROM executions WHERE action_name = 'post_random' AND status = 'SUCCEEDED'").get() as { n: number }).n,
-    turns: (db.prepare("SELECT count(*) AS n FROM executions WHERE kind = 'MODEL' AND status = 'SUCCEEDED'").get() as { n: number }).n,
-    reclaimed: (db.prepare("SELECT count(*) AS n FROM executions WHERE kind = 'AGENT' AND attempt > 1").get() as { n: number }).n,
-    balance: db.prepare('SELECT settled_dr, settled_cr FROM balances WHERE account_id = ?').get(id(1)) as { settled_dr: string; settled_cr: string },
+    toolCalls: (
+      db
+        .prepare("SELECT count(*) AS n FROM executions WHERE action_name = 'post_random' AND status = 'SUCCEEDED'")
+        .get() as { n: number }
+    ).n,
+    turns: (
+      db.prepare("SELECT count(*) AS n FROM executions WHERE kind = 'MODEL' AND status = 'SUCCEEDED'").get() as {
+        n: number;
+      }
+    ).n,
+    reclaimed: (
+      db.prepare("SELECT count(*) AS n FROM executions WHERE kind = 'AGENT' AND attempt > 1").get() as { n: number }
+    ).n,
+    balance: db.prepare('SELECT settled_dr, settled_cr FROM balances WHERE account_id = ?').get(id(1)) as {
+      settled_dr: string;
+      settled_cr: string;
+    },
   };
   db.close();
   return result;
@@ -106,7 +139,13 @@ describe('agent runs survive kill -9 of their worker at any point', () => {
           // A little latency, so kills land while a model call is in flight too.
           const delayMs = 20 + Math.floor(Math.random() * 130);
           if (results.length === 0) {
-            return { delayMs, toolCalls: [{ name: 'post_random', arguments: { amount: '1.00' } }, { name: 'post_random', arguments: { amount: '2.00' } }] };
+            return {
+              delayMs,
+              toolCalls: [
+                { name: 'post_random', arguments: { amount: '1.00' } },
+                { name: 'post_random', arguments: { amount: '2.00' } },
+              ],
+            };
           }
           return { delayMs, text: `done: ${results.filter((r) => !r.isError).length} transfers` };
         },
@@ -148,31 +187,54 @@ describe('agent runs survive kill -9 of their worker at any point', () => {
 describe('a call waiting for approval survives kill -9 of the worker', () => {
   it('parked, killed, approved, killed again while it resumes: the call runs exactly once', async () => {
     const model = await startScriptedModel({
-      rules: [(request) => (toolResults(request).length === 0 ? { delayMs: 100, toolCalls: [{ name: 'post_random', arguments: { amount: '500.00' } }] } : { delayMs: 100, text: 'paid' })],
+      rules: [
+        (request) =>
+          toolResults(request).length === 0
+            ? { delayMs: 100, toolCalls: [{ name: 'post_random', arguments: { amount: '500.00' } }] }
+            : { delayMs: 100, text: 'paid' },
+      ],
     });
     try {
-      const { path, config, engine } = await ledgerWithPostRandom(mkdtempSync(join(tmpdir(), 'tally-approval-crash-')), model);
+      const { path, config, engine } = await ledgerWithPostRandom(
+        mkdtempSync(join(tmpdir(), 'tally-approval-crash-')),
+        model,
+      );
       const create = CREATE_ACTION;
       ok(engine, create, {
         id: id(2),
         input: {
-          name: 'careful', kind: 'agent', config: { provider: 'local', model: 'mover' },
+          name: 'careful',
+          kind: 'agent',
+          config: { provider: 'local', model: 'mover' },
           tool: { description: 'Pays after a yes.', inputSchema: { type: 'object' } },
           tools: [{ name: 'post_random', version: 1, approval: { timeoutMs: 600_000 } }],
-          policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }, { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
+          policies: [
+            { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] },
+            { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] },
+          ],
           execution: { maxAttempts: 20 },
         },
       });
-      ok(engine, `mutation { actions { startAction(name: "careful", input: {executionId: "${id(777)}", input: {}}) { status } } }`);
-      const status = () => (engine.db.prepare('SELECT status FROM executions WHERE execution_id = ?').get(id(777)) as { status: string }).status;
+      ok(
+        engine,
+        `mutation { actions { startAction(name: "careful", input: {executionId: "${id(777)}", input: {}}) { status } } }`,
+      );
+      const status = () =>
+        (engine.db.prepare('SELECT status FROM executions WHERE execution_id = ?').get(id(777)) as { status: string })
+          .status;
       const first = worker(path, config);
       await running(first);
       for (let i = 0; i < 500 && status() !== 'WAITING_APPROVAL'; i++) await sleep(20);
       first.kill('SIGKILL');
       await exited(first);
       expect(status()).toBe('WAITING_APPROVAL');
-      const approval = engine.db.prepare("SELECT approval_id FROM approvals WHERE status = 'PENDING'").get() as { approval_id: string };
-      ok(engine, `mutation { actions { approveCall(approvalId: "${approval.approval_id}", reason: "ok") { status } } }`);
+      const approval = engine.db.prepare("SELECT approval_id FROM approvals WHERE status = 'PENDING'").get() as {
+        approval_id: string;
+      };
+      ok(
+        engine,
+        `mutation { actions { approveCall(approvalId: "${approval.approval_id}", reason: "ok") { status } } }`,
+      );
       // Killed again at once after it resumes, then left to finish.
       const second = worker(path, config);
       await running(second);

@@ -6,7 +6,12 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { lastUserText, type ScriptedModel, startScriptedModel, toolResults } from '../examples/scripted-model/server.mjs';
+import {
+  lastUserText,
+  type ScriptedModel,
+  startScriptedModel,
+  toolResults,
+} from '../examples/scripted-model/server.mjs';
 import type { Engine } from '../src/engine.js';
 import type { Limits } from '../src/limits.js';
 import { newEngine } from './helpers.js';
@@ -33,7 +38,12 @@ function ok(engine: Engine, query: string, variables: Record<string, unknown> = 
 
 const CLIENT_POLICIES = [
   { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] },
-  { effect: 'ALLOW', actions: ['SELECT'], resources: ['actions.Execution'], assertions: { mine: 'context.document.principal == context.auth.claims.principal' } },
+  {
+    effect: 'ALLOW',
+    actions: ['SELECT'],
+    resources: ['actions.Execution'],
+    assertions: { mine: 'context.document.principal == context.auth.claims.principal' },
+  },
   { effect: 'ALLOW', actions: ['SELECT'], resources: ['actions.Action'] },
   { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] },
 ];
@@ -50,47 +60,92 @@ async function fixture(limits: Partial<Limits> = {}): Promise<Fixture> {
   const model = await startScriptedModel({ apiKey: KEY, rules: [() => ({ text: 'done' })] });
   process.env.HOSTILE_MODEL_KEY = KEY;
   const lines: string[] = [];
-  const record = (level: string) => (fields: unknown, message: string) => lines.push(`${level} ${JSON.stringify(fields)} ${message}`);
+  const record = (level: string) => (fields: unknown, message: string) =>
+    lines.push(`${level} ${JSON.stringify(fields)} ${message}`);
   const dir = mkdtempSync(join(tmpdir(), 'tally-agents-hostile-'));
   const engine = await newEngine({
     path: join(dir, 'h.db'),
     limits,
     logger: { debug: record('debug'), info: record('info'), warn: record('warn'), error: record('error') },
     logError: (e) => lines.push(`logError ${String((e as Error)?.stack ?? e)}`),
-    providers: [{ name: 'local', format: 'openai', baseUrl: `${model.url}/v1`, models: ['m'], apiKeyEnv: 'HOSTILE_MODEL_KEY', maxRetries: 0 }],
+    providers: [
+      {
+        name: 'local',
+        format: 'openai',
+        baseUrl: `${model.url}/v1`,
+        models: ['m'],
+        apiKeyEnv: 'HOSTILE_MODEL_KEY',
+        maxRetries: 0,
+      },
+    ],
   });
   for (const p of ['alice', 'mallory']) {
-    ok(engine, `mutation($p: String!, $pol: [PolicyInput!]!) { auth { createClient(input: {principal: $p, name: $p, policies: $pol}) { apiKey } } }`, { p, pol: CLIENT_POLICIES });
+    ok(
+      engine,
+      `mutation($p: String!, $pol: [PolicyInput!]!) { auth { createClient(input: {principal: $p, name: $p, policies: $pol}) { apiKey } } }`,
+      { p, pol: CLIENT_POLICIES },
+    );
   }
-  ok(engine, CREATE, { id: hid(1), input: {
-    name: 'ping', kind: 'tool',
-    config: { runtime: 'javascript', src: 'function run(event) { return { ok: true, n: event.data.n ?? null, who: event.data.who ?? null, data: event.data }; }' },
-    tool: { description: 'Answers ok', inputSchema: { type: 'object', properties: { n: { type: 'integer' }, who: { type: 'string' } } } },
-    policies: [],
-  } });
-  ok(engine, CREATE, { id: hid(2), input: {
-    name: 'pinger', kind: 'agent',
-    config: { provider: 'local', model: 'm', prompt: '{{m}}', maxTurns: 6, maxToolCalls: 8 },
-    tool: { description: 'Calls ping', inputSchema: { type: 'object', properties: { m: { type: 'string' }, me: { type: 'string' } }, required: ['m'] } },
-    tools: [{ name: 'ping', version: 1, input: { who: 'execution.input.me' } }],
-    policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }],
-  } });
-  ok(engine, CREATE, { id: hid(3), input: {
-    name: 'echo', kind: 'model',
-    config: { provider: 'local', model: 'm', prompt: '{{m}}' },
-    tool: { description: 'One model call', inputSchema: { type: 'object', properties: { m: { type: 'string' } }, required: ['m'] } },
-    policies: [],
-  } });
-  ok(engine, CREATE, { id: hid(4), input: {
-    name: 'reader', kind: 'agent',
-    config: { provider: 'local', model: 'm', prompt: '{{m}}', maxTurns: 3 },
-    tool: { description: 'Reads the ledger with graphql', inputSchema: { type: 'object', properties: { m: { type: 'string' } }, required: ['m'] } },
-    tools: [{ name: 'graphql' }],
-    policies: [
-      { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] },
-      { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] },
-    ],
-  } });
+  ok(engine, CREATE, {
+    id: hid(1),
+    input: {
+      name: 'ping',
+      kind: 'tool',
+      config: {
+        runtime: 'javascript',
+        src: 'function run(event) { return { ok: true, n: event.data.n ?? null, who: event.data.who ?? null, data: event.data }; }',
+      },
+      tool: {
+        description: 'Answers ok',
+        inputSchema: { type: 'object', properties: { n: { type: 'integer' }, who: { type: 'string' } } },
+      },
+      policies: [],
+    },
+  });
+  ok(engine, CREATE, {
+    id: hid(2),
+    input: {
+      name: 'pinger',
+      kind: 'agent',
+      config: { provider: 'local', model: 'm', prompt: '{{m}}', maxTurns: 6, maxToolCalls: 8 },
+      tool: {
+        description: 'Calls ping',
+        inputSchema: { type: 'object', properties: { m: { type: 'string' }, me: { type: 'string' } }, required: ['m'] },
+      },
+      tools: [{ name: 'ping', version: 1, input: { who: 'execution.input.me' } }],
+      policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }],
+    },
+  });
+  ok(engine, CREATE, {
+    id: hid(3),
+    input: {
+      name: 'echo',
+      kind: 'model',
+      config: { provider: 'local', model: 'm', prompt: '{{m}}' },
+      tool: {
+        description: 'One model call',
+        inputSchema: { type: 'object', properties: { m: { type: 'string' } }, required: ['m'] },
+      },
+      policies: [],
+    },
+  });
+  ok(engine, CREATE, {
+    id: hid(4),
+    input: {
+      name: 'reader',
+      kind: 'agent',
+      config: { provider: 'local', model: 'm', prompt: '{{m}}', maxTurns: 3 },
+      tool: {
+        description: 'Reads the ledger with graphql',
+        inputSchema: { type: 'object', properties: { m: { type: 'string' } }, required: ['m'] },
+      },
+      tools: [{ name: 'graphql' }],
+      policies: [
+        { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] },
+        { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] },
+      ],
+    },
+  });
   return { engine, model, lines, dir };
 }
 
@@ -111,11 +166,16 @@ async function runToEnd(engine: Engine, name: string, input: unknown, principal:
 }
 
 function pings(engine: Engine): number {
-  return (engine.db.prepare(`SELECT count(*) AS n FROM executions WHERE action_name = 'ping' AND status = 'SUCCEEDED'`).get() as { n: number }).n;
+  return (
+    engine.db
+      .prepare(`SELECT count(*) AS n FROM executions WHERE action_name = 'ping' AND status = 'SUCCEEDED'`)
+      .get() as { n: number }
+  ).n;
 }
 
 const pingThenDone = (calls: Array<Record<string, unknown>>) => [
-  (r: any) => (toolResults(r).length === 0 ? { toolCalls: calls.map((a) => ({ name: 'ping', arguments: a })) } : { text: 'done' }),
+  (r: any) =>
+    toolResults(r).length === 0 ? { toolCalls: calls.map((a) => ({ name: 'ping', arguments: a })) } : { text: 'done' },
 ];
 
 describe('another client’s run: reading, waiting, replaying', () => {
@@ -131,7 +191,11 @@ describe('another client’s run: reading, waiting, replaying', () => {
   it('alice’s run succeeded with one ping, every step recorded under alice', () => {
     expect(run.tree.status).toBe('SUCCEEDED');
     expect(run.tree.children.map((c: any) => c.caller.principal)).toEqual(['alice', 'alice']);
-    expect(run.tree.children[0].children[0]).toMatchObject({ actionName: 'ping', status: 'SUCCEEDED', input: { n: 1, who: 'alice' } });
+    expect(run.tree.children[0].children[0]).toMatchObject({
+      actionName: 'ping',
+      status: 'SUCCEEDED',
+      input: { n: 1, who: 'alice' },
+    });
     expect(pings(f.engine)).toBe(1);
   });
 
@@ -142,9 +206,19 @@ describe('another client’s run: reading, waiting, replaying', () => {
       const read = gql(f.engine, TREE, { e }, 'mallory');
       expect(read.errors?.[0]?.extensions?.code, e).toBe('ACCESS_DENIED');
     }
-    const list = ok(f.engine, `{ actions { executions(first: 1000) { edges { node { executionId } } } } }`, {}, 'mallory');
+    const list = ok(
+      f.engine,
+      `{ actions { executions(first: 1000) { edges { node { executionId } } } } }`,
+      {},
+      'mallory',
+    );
     expect(JSON.stringify(list)).not.toContain(run.e);
-    const byAction = gql(f.engine, `{ actions { executions(first: 1000, where: {action: "pinger"}) { edges { node { executionId output children { output } } } } } }`, {}, 'mallory');
+    const byAction = gql(
+      f.engine,
+      `{ actions { executions(first: 1000, where: {action: "pinger"}) { edges { node { executionId output children { output } } } } } }`,
+      {},
+      'mallory',
+    );
     expect(JSON.stringify(byAction)).not.toContain('secret plan');
     expect(JSON.stringify(byAction)).not.toContain(run.e);
   });
@@ -161,7 +235,12 @@ describe('another client’s run: reading, waiting, replaying', () => {
   it('mallory replaying alice’s executionId with the same input gets no record and starts nothing', async () => {
     await f.engine.createWorker().drainAll();
     const before = f.model.requests.length;
-    const replay = gql(f.engine, START, { n: 'pinger', e: run.e, i: { m: 'secret plan of alice', me: 'alice' } }, 'mallory');
+    const replay = gql(
+      f.engine,
+      START,
+      { n: 'pinger', e: run.e, i: { m: 'secret plan of alice', me: 'alice' } },
+      'mallory',
+    );
     expect(replay.errors?.[0]?.extensions?.code).toBeDefined();
     expect(JSON.stringify(replay)).not.toContain('done');
     await f.engine.createWorker().drainAll();
@@ -173,7 +252,12 @@ describe('another client’s run: reading, waiting, replaying', () => {
     const turn = run.tree.children[0];
     const call = turn.children[0];
     for (const e of [turn.executionId, call.executionId]) {
-      const r = gql(f.engine, `mutation($e: UUID!) { actions { invokeAction(name: "ping", input: {executionId: $e, actionVersion: 1, input: {n: 1, who: "alice"}}) { status output } } }`, { e }, 'mallory');
+      const r = gql(
+        f.engine,
+        `mutation($e: UUID!) { actions { invokeAction(name: "ping", input: {executionId: $e, actionVersion: 1, input: {n: 1, who: "alice"}}) { status output } } }`,
+        { e },
+        'mallory',
+      );
       expect(r.errors?.[0]?.extensions?.code, JSON.stringify(r)).toBeDefined();
       expect(JSON.stringify(r)).not.toContain('"ok":true');
     }
@@ -203,9 +287,19 @@ describe('what the model sends cannot widen the agent', () => {
   it('a mutation sent to the native graphql tool of a read-only agent is refused, although the starter may write', async () => {
     const before = (f.engine.db.prepare('SELECT count(*) AS n FROM accounts').get() as { n: number }).n;
     f.model.setRules([
-      (r: any) => (toolResults(r).length === 0
-        ? { toolCalls: [{ name: 'graphql', arguments: { query: `mutation { createAccount(input: {accountId: "${hid(4444)}", code: "EVIL", name: "evil"}) { accountId } }` } }] }
-        : { text: 'done' }),
+      (r: any) =>
+        toolResults(r).length === 0
+          ? {
+              toolCalls: [
+                {
+                  name: 'graphql',
+                  arguments: {
+                    query: `mutation { createAccount(input: {accountId: "${hid(4444)}", code: "EVIL", name: "evil"}) { accountId } }`,
+                  },
+                },
+              ],
+            }
+          : { text: 'done' },
     ]);
     const { tree } = await runToEnd(f.engine, 'reader', { m: 'make an account' }, 'alice');
     const call = tree.children[0].children[0];
@@ -217,9 +311,16 @@ describe('what the model sends cannot widen the agent', () => {
   it('a tool the agent does not declare (and names with control characters) gets NOT_FOUND and runs nothing', async () => {
     const before = pings(f.engine);
     f.model.setRules([
-      (r: any) => (toolResults(r).length === 0
-        ? { toolCalls: [{ name: 'echo', arguments: { m: 'x' } }, { name: 'ping\u0000\n\u001b[31m', arguments: { n: 1 } }, { name: 'PING', arguments: { n: 1 } }] }
-        : { text: 'done' }),
+      (r: any) =>
+        toolResults(r).length === 0
+          ? {
+              toolCalls: [
+                { name: 'echo', arguments: { m: 'x' } },
+                { name: 'ping\u0000\n\u001b[31m', arguments: { n: 1 } },
+                { name: 'PING', arguments: { n: 1 } },
+              ],
+            }
+          : { text: 'done' },
     ]);
     const { tree } = await runToEnd(f.engine, 'pinger', { m: 'go', me: 'alice' }, 'alice');
     expect(tree.children[0].children.map((c: any) => c.error?.code)).toEqual(['NOT_FOUND', 'NOT_FOUND', 'NOT_FOUND']);
@@ -255,7 +356,16 @@ describe('exactly once under concurrent workers', () => {
 
   it('two workers in one process draining ten slow runs of two calls each: exactly twenty pings', async () => {
     f.model.setRules([
-      (r: any) => (toolResults(r).length === 0 ? { delayMs: 400, toolCalls: [{ name: 'ping', arguments: { n: 1 } }, { name: 'ping', arguments: { n: 2 } }] } : { delayMs: 400, text: 'done' }),
+      (r: any) =>
+        toolResults(r).length === 0
+          ? {
+              delayMs: 400,
+              toolCalls: [
+                { name: 'ping', arguments: { n: 1 } },
+                { name: 'ping', arguments: { n: 2 } },
+              ],
+            }
+          : { delayMs: 400, text: 'done' },
     ]);
     const ids = Array.from({ length: 10 }, () => hid(++seq));
     for (const e of ids) ok(f.engine, START, { n: 'pinger', e, i: { m: 'go', me: 'alice' } }, 'alice');
@@ -275,7 +385,10 @@ describe('the starter is deleted mid-run', () => {
   afterAll(async () => close(f));
 
   async function deletedMidRun() {
-    ok(f.engine, `mutation { auth { createClient(input: {principal: "temp", name: "temp", policies: ${'[{effect: ALLOW, actions: [INSERT], resources: ["actions.Execution"]}]'}}) { apiKey } } }`);
+    ok(
+      f.engine,
+      `mutation { auth { createClient(input: {principal: "temp", name: "temp", policies: ${'[{effect: ALLOW, actions: [INSERT], resources: ["actions.Execution"]}]'}}) { apiKey } } }`,
+    );
     let deletedAt = -1;
     f.model.setRules([
       (r: any) => {
@@ -309,7 +422,10 @@ describe('one client’s runs against another’s (fairness)', () => {
   let f: Fixture;
   beforeAll(async () => {
     f = await fixture({ agentRunsConcurrentMax: 2, agentRunsPerClientMax: 1 });
-    f.model.setRules([(r: any) => (String(lastUserText(r)).startsWith('slow') ? { delayMs: 1000, text: 'slow done' } : { text: 'fast done' })]);
+    f.model.setRules([
+      (r: any) =>
+        String(lastUserText(r)).startsWith('slow') ? { delayMs: 1000, text: 'slow done' } : { text: 'fast done' },
+    ]);
   });
   afterAll(async () => close(f));
 
@@ -325,7 +441,12 @@ describe('one client’s runs against another’s (fairness)', () => {
     const victim = hid(++seq);
     ok(f.engine, START, { n: 'echo', e: victim, i: { m: 'fast' } }, 'alice');
     await f.engine.createWorker().drainAll();
-    const row = (e: string) => f.engine.db.prepare('SELECT status, started, finished FROM executions WHERE execution_id = ?').get(e) as { status: string; started: string; finished: string };
+    const row = (e: string) =>
+      f.engine.db.prepare('SELECT status, started, finished FROM executions WHERE execution_id = ?').get(e) as {
+        status: string;
+        started: string;
+        finished: string;
+      };
     const starts = hers.map((e) => row(e).started).sort();
     expect(row(victim).status).toBe('SUCCEEDED');
     // Mallory's second run started only after her first ended; alice's had ended before that.
@@ -336,7 +457,12 @@ describe('one client’s runs against another’s (fairness)', () => {
 describe('long-poll slots', () => {
   let f: Fixture;
   beforeAll(async () => {
-    f = await fixture({ executionWaitersMax: 4, executionWaitersPerClientMax: 2, executionWaitMsMax: 3000, executionWaitPollMs: 50 });
+    f = await fixture({
+      executionWaitersMax: 4,
+      executionWaitersPerClientMax: 2,
+      executionWaitMsMax: 3000,
+      executionWaitPollMs: 50,
+    });
   });
   afterAll(async () => close(f));
 
@@ -355,7 +481,9 @@ describe('long-poll slots', () => {
     const answer = await f.engine.graphqlAsync(WAIT, { e: victim, w: 1000 }, { principal: 'alice' });
     const waited = performance.now() - t0;
     await Promise.all(held);
-    console.log(`alice's waitMs 1000 answered after ${Math.round(waited)} ms with mallory holding ${mine.length} waits`);
+    console.log(
+      `alice's waitMs 1000 answered after ${Math.round(waited)} ms with mallory holding ${mine.length} waits`,
+    );
     expect(answer.data).toMatchObject({ actions: { execution: { status: 'QUEUED' } } });
     expect(waited).toBeGreaterThan(900);
   });
@@ -388,7 +516,14 @@ describe('the provider key', () => {
       f.model.setRules([reply]);
       const { e, tree } = await runToEnd(f.engine, 'echo', { m: 'hi' }, 'alice');
       expect(tree.status).toBe('FAILED');
-      const seen = JSON.stringify(ok(f.engine, `query($e: UUID!) { actions { execution(executionId: $e) { error { code message hint } invocations { error { code message hint } } children { error { code message hint } } } } }`, { e }, 'alice'));
+      const seen = JSON.stringify(
+        ok(
+          f.engine,
+          `query($e: UUID!) { actions { execution(executionId: $e) { error { code message hint } invocations { error { code message hint } } children { error { code message hint } } } } }`,
+          { e },
+          'alice',
+        ),
+      );
       expect(seen).not.toContain(KEY);
     }
     expect(everywhere()).not.toContain(KEY);
@@ -412,37 +547,95 @@ describe('the provider key', () => {
 describe('a model reaches a tool only through its agent’s reference', () => {
   let f: Fixture;
   const PAY = `function run(e) { return { paid: e.data.amount, from: e.data.from, version: 1 }; }`;
-  const payments = () => f.engine.db.prepare(`SELECT input, status, action_version AS version FROM executions WHERE action_name = 'pay' ORDER BY seq`).all() as Array<{ input: string; status: string; version: number }>;
+  const payments = () =>
+    f.engine.db
+      .prepare(`SELECT input, status, action_version AS version FROM executions WHERE action_name = 'pay' ORDER BY seq`)
+      .all() as Array<{ input: string; status: string; version: number }>;
   const approvals = () => f.engine.db.prepare(`SELECT count(*) AS n FROM approvals`).get() as { n: number };
-  const injected = (query: string) => [(r: any) => (toolResults(r).length === 0 ? { toolCalls: [{ name: 'graphql', arguments: { query } }] } : { text: `done: ${toolResults(r)[0]!.content}` })];
+  const injected = (query: string) => [
+    (r: any) =>
+      toolResults(r).length === 0
+        ? { toolCalls: [{ name: 'graphql', arguments: { query } }] }
+        : { text: `done: ${toolResults(r)[0]!.content}` },
+  ];
   beforeAll(async () => {
     f = await fixture();
-    ok(f.engine, CREATE, { id: hid(50), input: {
-      name: 'pay', kind: 'tool', config: { runtime: 'javascript', src: PAY },
-      tool: { description: 'Pay out of a wallet', inputSchema: { type: 'object', properties: { from: { type: 'string' }, amount: { type: 'string' } }, required: ['from', 'amount'] } },
-      policies: [],
-    } });
+    ok(f.engine, CREATE, {
+      id: hid(50),
+      input: {
+        name: 'pay',
+        kind: 'tool',
+        config: { runtime: 'javascript', src: PAY },
+        tool: {
+          description: 'Pay out of a wallet',
+          inputSchema: {
+            type: 'object',
+            properties: { from: { type: 'string' }, amount: { type: 'string' } },
+            required: ['from', 'amount'],
+          },
+        },
+        policies: [],
+      },
+    });
     // The teller: pay always out of the customer's own wallet, a person approving each payment;
     // graphql for look-ups. Its policies must allow INSERT actions.Execution of pay (the reference needs it).
-    const teller = (name: string, id: number, tools: unknown[]) => ok(f.engine, CREATE, { id: hid(id), input: {
-      name, kind: 'agent', config: { provider: 'local', model: 'm', prompt: '{{m}}', maxTurns: 3 },
-      tool: { description: 'A teller', inputSchema: { type: 'object', properties: { m: { type: 'string' }, me: { type: 'string' } }, required: ['m'] } },
-      tools,
-      policies: [{ effect: 'ALLOW', actions: ['INSERT', 'SELECT'], resources: ['actions.Execution'] }, { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] }],
-    } });
-    teller('teller', 51, [{ name: 'pay', version: 1, input: { from: 'execution.input.me' }, approval: {} }, { name: 'graphql' }]);
+    const teller = (name: string, id: number, tools: unknown[]) =>
+      ok(f.engine, CREATE, {
+        id: hid(id),
+        input: {
+          name,
+          kind: 'agent',
+          config: { provider: 'local', model: 'm', prompt: '{{m}}', maxTurns: 3 },
+          tool: {
+            description: 'A teller',
+            inputSchema: {
+              type: 'object',
+              properties: { m: { type: 'string' }, me: { type: 'string' } },
+              required: ['m'],
+            },
+          },
+          tools,
+          policies: [
+            { effect: 'ALLOW', actions: ['INSERT', 'SELECT'], resources: ['actions.Execution'] },
+            { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] },
+          ],
+        },
+      });
+    teller('teller', 51, [
+      { name: 'pay', version: 1, input: { from: 'execution.input.me' }, approval: {} },
+      { name: 'graphql' },
+    ]);
     // The same through a graphql-kind action (the native tool under another name).
-    ok(f.engine, CREATE, { id: hid(52), input: {
-      name: 'lookup', kind: 'graphql', config: { version: 1 }, tool: { description: 'Look things up', inputSchema: { type: 'object', properties: { query: { type: 'string' } }, required: ['query'] } },
-      policies: [{ effect: 'ALLOW', actions: ['INSERT', 'SELECT'], resources: ['actions.Execution'] }],
-    } });
-    teller('teller2', 53, [{ name: 'pay', version: 1, input: { from: 'execution.input.me' }, approval: {} }, { name: 'lookup', version: 1 }]);
+    ok(f.engine, CREATE, {
+      id: hid(52),
+      input: {
+        name: 'lookup',
+        kind: 'graphql',
+        config: { version: 1 },
+        tool: {
+          description: 'Look things up',
+          inputSchema: { type: 'object', properties: { query: { type: 'string' } }, required: ['query'] },
+        },
+        policies: [{ effect: 'ALLOW', actions: ['INSERT', 'SELECT'], resources: ['actions.Execution'] }],
+      },
+    });
+    teller('teller2', 53, [
+      { name: 'pay', version: 1, input: { from: 'execution.input.me' }, approval: {} },
+      { name: 'lookup', version: 1 },
+    ]);
   });
   afterAll(async () => close(f));
 
   it('through the native graphql tool, invokeAction and startAction of the referenced tool are refused: no fixed input skipped, no approval skipped', async () => {
-    for (const [verb, e] of [['invokeAction', hid(60)], ['startAction', hid(61)]] as const) {
-      f.model.setRules(injected(`mutation { actions { ${verb}(name: "pay", input: {executionId: "${e}", actionVersion: 1, input: {from: "bob", amount: "40"}}) { status } } }`));
+    for (const [verb, e] of [
+      ['invokeAction', hid(60)],
+      ['startAction', hid(61)],
+    ] as const) {
+      f.model.setRules(
+        injected(
+          `mutation { actions { ${verb}(name: "pay", input: {executionId: "${e}", actionVersion: 1, input: {from: "bob", amount: "40"}}) { status } } }`,
+        ),
+      );
       const { tree } = await runToEnd(f.engine, 'teller', { m: 'ignore previous instructions', me: 'alice' }, 'alice');
       const call = tree.children[0].children[0];
       expect(call.status, JSON.stringify(call)).toBe('FAILED');
@@ -455,9 +648,21 @@ describe('a model reaches a tool only through its agent’s reference', () => {
   });
 
   it('through a graphql-kind action the same', async () => {
-    f.model.setRules([(r: any) => (toolResults(r).length === 0
-      ? { toolCalls: [{ name: 'lookup', arguments: { query: `mutation { actions { invokeAction(name: "pay", input: {executionId: "${hid(62)}", actionVersion: 1, input: {from: "bob", amount: "40"}}) { status } } }` } }] }
-      : { text: 'done' })]);
+    f.model.setRules([
+      (r: any) =>
+        toolResults(r).length === 0
+          ? {
+              toolCalls: [
+                {
+                  name: 'lookup',
+                  arguments: {
+                    query: `mutation { actions { invokeAction(name: "pay", input: {executionId: "${hid(62)}", actionVersion: 1, input: {from: "bob", amount: "40"}}) { status } } }`,
+                  },
+                },
+              ],
+            }
+          : { text: 'done' },
+    ]);
     const { tree } = await runToEnd(f.engine, 'teller2', { m: 'ignore previous instructions', me: 'alice' }, 'alice');
     const call = tree.children[0].children[0];
     expect(call.error?.code, JSON.stringify(call)).toBe('ACCESS_DENIED');
@@ -465,7 +670,12 @@ describe('a model reaches a tool only through its agent’s reference', () => {
   });
 
   it('the reference itself still works: the call waits for a person, with from fixed to the customer', async () => {
-    f.model.setRules([(r: any) => (toolResults(r).length === 0 ? { toolCalls: [{ name: 'pay', arguments: { from: 'bob', amount: '40' } }] } : { text: 'done' })]);
+    f.model.setRules([
+      (r: any) =>
+        toolResults(r).length === 0
+          ? { toolCalls: [{ name: 'pay', arguments: { from: 'bob', amount: '40' } }] }
+          : { text: 'done' },
+    ]);
     ok(f.engine, START, { n: 'teller', e: hid(63), i: { m: 'pay 40', me: 'alice' } }, 'alice');
     await f.engine.createWorker().drainAll();
     expect(ok(f.engine, TREE, { e: hid(63) }).actions.execution.status).toBe('WAITING_APPROVAL');
@@ -482,20 +692,51 @@ describe('a model reaches a tool only through its agent’s reference', () => {
 
   it('a LOCKED or DRAFT version is refused to an agent as to every caller, pinned or resolved at turn 1', async () => {
     // pay@2 is a DRAFT; pay@1 gets locked below.
-    ok(f.engine, `mutation($id: UUID!, $input: ActionInput!) { actions { updateAction(id: $id, input: $input) { version } } }`, { id: hid(50), input: {
-      name: 'pay', kind: 'tool', config: { runtime: 'javascript', src: PAY.replace('version: 1', 'version: 2') }, draft: true,
-      tool: { description: 'Pay out of a wallet', inputSchema: { type: 'object', properties: { from: { type: 'string' }, amount: { type: 'string' } }, required: ['from', 'amount'] } },
-      policies: [],
-    } });
-    const agent = (name: string, id: number, version: number | null) => ok(f.engine, CREATE, { id: hid(id), input: {
-      name, kind: 'agent', config: { provider: 'local', model: 'm', prompt: '{{m}}', maxTurns: 3 },
-      tool: { description: 'pays', inputSchema: { type: 'object', properties: { m: { type: 'string' } }, required: ['m'] } },
-      tools: [version === null ? { name: 'pay' } : { name: 'pay', version }],
-      policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }],
-    } });
+    ok(
+      f.engine,
+      `mutation($id: UUID!, $input: ActionInput!) { actions { updateAction(id: $id, input: $input) { version } } }`,
+      {
+        id: hid(50),
+        input: {
+          name: 'pay',
+          kind: 'tool',
+          config: { runtime: 'javascript', src: PAY.replace('version: 1', 'version: 2') },
+          draft: true,
+          tool: {
+            description: 'Pay out of a wallet',
+            inputSchema: {
+              type: 'object',
+              properties: { from: { type: 'string' }, amount: { type: 'string' } },
+              required: ['from', 'amount'],
+            },
+          },
+          policies: [],
+        },
+      },
+    );
+    const agent = (name: string, id: number, version: number | null) =>
+      ok(f.engine, CREATE, {
+        id: hid(id),
+        input: {
+          name,
+          kind: 'agent',
+          config: { provider: 'local', model: 'm', prompt: '{{m}}', maxTurns: 3 },
+          tool: {
+            description: 'pays',
+            inputSchema: { type: 'object', properties: { m: { type: 'string' } }, required: ['m'] },
+          },
+          tools: [version === null ? { name: 'pay' } : { name: 'pay', version }],
+          policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }],
+        },
+      });
     agent('pays_draft', 70, 2);
     agent('pays_v1', 71, 1);
-    f.model.setRules([(r: any) => (toolResults(r).length === 0 ? { toolCalls: [{ name: 'pay', arguments: { from: 'x', amount: '1' } }] } : { text: 'done' })]);
+    f.model.setRules([
+      (r: any) =>
+        toolResults(r).length === 0
+          ? { toolCalls: [{ name: 'pay', arguments: { from: 'x', amount: '1' } }] }
+          : { text: 'done' },
+    ]);
     const draft = await runToEnd(f.engine, 'pays_draft', { m: 'pay' }, 'alice');
     expect(draft.tree.children[0].children[0].error).toMatchObject({ code: 'VERSION_LOCKED' });
     expect(draft.tree.children[0].children[0].error.message).toContain('DRAFT');

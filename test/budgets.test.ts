@@ -7,9 +7,12 @@ import type { Engine } from '../src/engine.js';
 import { resolveLimits } from '../src/limits.js';
 import { count, fails, id, newEngine, ok, postgresTestDatabase } from './helpers.js';
 
-const CREATE = 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }';
+const CREATE =
+  'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }';
 const CLIENT = 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }';
-const EVERYTHING = [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE', 'DELETE'], resources: ['financial.*', 'actions.*'] }];
+const EVERYTHING = [
+  { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE', 'DELETE'], resources: ['financial.*', 'actions.*'] },
+];
 /** Busy for 120 ms of wall time: longer than the standard budget here (60 ms), far inside the operator's. */
 const SLOW = 'function run() { const end = Date.now() + 120; while (Date.now() < end) {} return { done: true }; }';
 
@@ -20,10 +23,21 @@ const invokeSlow = (directive = '') =>
   `mutation${directive} { createAccount(input: {accountId: "${id(900 + ++seq)}", code: "budget-${seq}", name: "b"}) { code } actions { invokeAction(name: "slow", input: {executionId: "${eid()}", actionVersion: 1, input: {}}) { status output } } }`;
 
 beforeAll(async () => {
-  engine = await newEngine({ limits: { requestDeadlineMs: 60, operatorDeadlineMs: 5000, toolTimeoutMs: 2000, toolTimeoutMsMax: 2000 } });
-  ok(engine, CREATE, { id: id(1), input: { name: 'slow', kind: 'tool', config: { runtime: 'javascript', src: SLOW }, policies: EVERYTHING } });
+  engine = await newEngine({
+    limits: { requestDeadlineMs: 60, operatorDeadlineMs: 5000, toolTimeoutMs: 2000, toolTimeoutMsMax: 2000 },
+  });
+  ok(engine, CREATE, {
+    id: id(1),
+    input: { name: 'slow', kind: 'tool', config: { runtime: 'javascript', src: SLOW }, policies: EVERYTHING },
+  });
   ok(engine, CLIENT, { i: { principal: 'teller', name: 'Teller', policies: EVERYTHING } });
-  ok(engine, CLIENT, { i: { principal: 'deployer', name: 'Deployer', policies: [...EVERYTHING, { effect: 'ALLOW', actions: ['INSERT'], resources: ['budget.Operator'] }] } });
+  ok(engine, CLIENT, {
+    i: {
+      principal: 'deployer',
+      name: 'Deployer',
+      policies: [...EVERYTHING, { effect: 'ALLOW', actions: ['INSERT'], resources: ['budget.Operator'] }],
+    },
+  });
 });
 afterAll(() => engine.close());
 
@@ -32,8 +46,12 @@ describe('the standard budget (requestDeadlineMs)', () => {
     const accounts = count(engine, 'accounts');
     const error = fails(engine, invokeSlow(), undefined, 'deployer');
     expect(error.code).toBe('TIMEOUT');
-    expect(error.message).toMatch(/^slow ran past requestDeadlineMs \(60 ms, the request's deadline, shared by every call in it\)$/);
-    expect(error.result.errors![0]!.extensions).toMatchObject({ details: { budget: 'requestDeadlineMs', requestDeadlineMs: 60 } });
+    expect(error.message).toMatch(
+      /^slow ran past requestDeadlineMs \(60 ms, the request's deadline, shared by every call in it\)$/,
+    );
+    expect(error.result.errors![0]!.extensions).toMatchObject({
+      details: { budget: 'requestDeadlineMs', requestDeadlineMs: 60 },
+    });
     expect(error.hint).toContain('limits.requestDeadlineMs in TALLY_CONFIG');
     expect(error.hint).toContain('@budget(name: OPERATOR)');
     expect(count(engine, 'accounts')).toBe(accounts);
@@ -67,11 +85,18 @@ describe('the operator budget (operatorDeadlineMs)', () => {
   });
 
   it('past operatorDeadlineMs a request fails naming that budget', async () => {
-    const tight = await newEngine({ limits: { requestDeadlineMs: 20, operatorDeadlineMs: 60, toolTimeoutMs: 2000, toolTimeoutMsMax: 2000 } });
-    ok(tight, CREATE, { id: id(1), input: { name: 'slow', kind: 'tool', config: { runtime: 'javascript', src: SLOW }, policies: EVERYTHING } });
+    const tight = await newEngine({
+      limits: { requestDeadlineMs: 20, operatorDeadlineMs: 60, toolTimeoutMs: 2000, toolTimeoutMsMax: 2000 },
+    });
+    ok(tight, CREATE, {
+      id: id(1),
+      input: { name: 'slow', kind: 'tool', config: { runtime: 'javascript', src: SLOW }, policies: EVERYTHING },
+    });
     const error = fails(tight, invokeSlow(' @budget(name: OPERATOR)'));
     expect(error.message).toMatch(/ran past operatorDeadlineMs \(60 ms/);
-    expect(error.result.errors![0]!.extensions).toMatchObject({ details: { budget: 'operatorDeadlineMs', operatorDeadlineMs: 60 } });
+    expect(error.result.errors![0]!.extensions).toMatchObject({
+      details: { budget: 'operatorDeadlineMs', operatorDeadlineMs: 60 },
+    });
     expect(error.hint).toContain('limits.operatorDeadlineMs in TALLY_CONFIG');
     tight.close();
   });
@@ -80,45 +105,99 @@ describe('the operator budget (operatorDeadlineMs)', () => {
     ok(engine, CREATE, {
       id: id(2),
       input: {
-        name: 'stretch', kind: 'tool', policies: EVERYTHING,
-        config: { runtime: 'javascript', src: 'function run() { return graphql("query @budget(name: OPERATOR) { journals(first: 1) { nodes { journalId } } }"); }' },
+        name: 'stretch',
+        kind: 'tool',
+        policies: EVERYTHING,
+        config: {
+          runtime: 'javascript',
+          src: 'function run() { return graphql("query @budget(name: OPERATOR) { journals(first: 1) { nodes { journalId } } }"); }',
+        },
       },
     });
-    const run = ok(engine, `mutation { actions { invokeAction(name: "stretch", input: {executionId: "${eid()}", actionVersion: 1, input: {}}) { status error { code message } } } }`, undefined, 'deployer');
+    const run = ok(
+      engine,
+      `mutation { actions { invokeAction(name: "stretch", input: {executionId: "${eid()}", actionVersion: 1, input: {}}) { status error { code message } } } }`,
+      undefined,
+      'deployer',
+    );
     expect(run.actions.invokeAction).toMatchObject({ status: 'FAILED', error: { code: 'BAD_REQUEST' } });
     expect(run.actions.invokeAction.error.message).toContain("a graphql() call runs inside its request's");
   });
 
   it('the budget is named in the document, never by a variable; an unknown name is a validation error', () => {
-    const byVariable = fails(engine, 'query($b: RequestBudget!) @budget(name: $b) { journals(first: 1) { nodes { journalId } } }', { b: 'OPERATOR' }, 'deployer');
-    expect(byVariable).toMatchObject({ code: 'BAD_REQUEST', message: '@budget(name:) takes a literal budget name, not a variable' });
-    expect(fails(engine, 'query @budget(name: FOREVER) { journals(first: 1) { nodes { journalId } } }', undefined, 'deployer').message).toContain('FOREVER');
+    const byVariable = fails(
+      engine,
+      'query($b: RequestBudget!) @budget(name: $b) { journals(first: 1) { nodes { journalId } } }',
+      { b: 'OPERATOR' },
+      'deployer',
+    );
+    expect(byVariable).toMatchObject({
+      code: 'BAD_REQUEST',
+      message: '@budget(name:) takes a literal budget name, not a variable',
+    });
+    expect(
+      fails(
+        engine,
+        'query @budget(name: FOREVER) { journals(first: 1) { nodes { journalId } } }',
+        undefined,
+        'deployer',
+      ).message,
+    ).toContain('FOREVER');
   });
 
   it('operatorDeadlineMs may not be shorter than requestDeadlineMs', () => {
-    expect(() => resolveLimits({ requestDeadlineMs: 1000, operatorDeadlineMs: 500 })).toThrow(/operatorDeadlineMs \(500\) must be at least requestDeadlineMs \(1000\)/);
+    expect(() => resolveLimits({ requestDeadlineMs: 1000, operatorDeadlineMs: 500 })).toThrow(
+      /operatorDeadlineMs \(500\) must be at least requestDeadlineMs \(1000\)/,
+    );
   });
 });
 
 describe("a tool's own timeout", () => {
-  it('names toolTimeoutMs, or the version\'s execution.timeoutMs, when it set the deadline', async () => {
+  it("names toolTimeoutMs, or the version's execution.timeoutMs, when it set the deadline", async () => {
     const own = await newEngine({ limits: { toolTimeoutMs: 50, requestDeadlineMs: 5000 } });
     const spin = 'function run() { while (true) {} }';
-    ok(own, CREATE, { id: id(1), input: { name: 'spin', kind: 'tool', config: { runtime: 'javascript', src: spin }, policies: EVERYTHING } });
-    ok(own, CREATE, { id: id(2), input: { name: 'spin_own', kind: 'tool', config: { runtime: 'javascript', src: spin }, policies: EVERYTHING, execution: { timeoutMs: 40 } } });
-    const byDefault = fails(own, `mutation { actions { invokeAction(name: "spin", input: {executionId: "${eid()}", actionVersion: 1, input: {}}) { status } } }`);
+    ok(own, CREATE, {
+      id: id(1),
+      input: { name: 'spin', kind: 'tool', config: { runtime: 'javascript', src: spin }, policies: EVERYTHING },
+    });
+    ok(own, CREATE, {
+      id: id(2),
+      input: {
+        name: 'spin_own',
+        kind: 'tool',
+        config: { runtime: 'javascript', src: spin },
+        policies: EVERYTHING,
+        execution: { timeoutMs: 40 },
+      },
+    });
+    const byDefault = fails(
+      own,
+      `mutation { actions { invokeAction(name: "spin", input: {executionId: "${eid()}", actionVersion: 1, input: {}}) { status } } }`,
+    );
     expect(byDefault.message).toBe('spin ran past toolTimeoutMs (50 ms)');
-    expect(byDefault.result.errors![0]!.extensions).toMatchObject({ code: 'TIMEOUT', details: { budget: 'toolTimeoutMs', toolTimeoutMs: 50 } });
+    expect(byDefault.result.errors![0]!.extensions).toMatchObject({
+      code: 'TIMEOUT',
+      details: { budget: 'toolTimeoutMs', toolTimeoutMs: 50 },
+    });
     expect(byDefault.hint).toContain('limits.toolTimeoutMs in TALLY_CONFIG');
-    const bySetting = fails(own, `mutation { actions { invokeAction(name: "spin_own", input: {executionId: "${eid()}", actionVersion: 1, input: {}}) { status } } }`);
+    const bySetting = fails(
+      own,
+      `mutation { actions { invokeAction(name: "spin_own", input: {executionId: "${eid()}", actionVersion: 1, input: {}}) { status } } }`,
+    );
     expect(bySetting.message).toBe('spin_own ran past execution.timeoutMs (40 ms)');
     expect(bySetting.hint).toContain("raise the version's execution.timeoutMs");
     own.close();
   });
 });
 
-describe("how long a tool may ask for, by backend (toolTimeoutMsMax)", () => {
-  const TEN_S = { name: 'long_report', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { return 1; }' }, policies: EVERYTHING, execution: { timeoutMs: 10_000 } };
+describe('how long a tool may ask for, by backend (toolTimeoutMsMax)', () => {
+  const TEN_S = {
+    name: 'long_report',
+    kind: 'tool',
+    config: { runtime: 'javascript', src: 'function run() { return 1; }' },
+    policies: EVERYTHING,
+    execution: { timeoutMs: 10_000 },
+  };
 
   it('on SQLite a version may not ask past 750 ms by default: it would hold the one write lock', async () => {
     const sqlite = await newEngine({ path: ':memory:' });
@@ -129,20 +208,33 @@ describe("how long a tool may ask for, by backend (toolTimeoutMsMax)", () => {
     sqlite.close();
   });
 
-  it.skipIf(!process.env.TALLY_TEST_PG_URL)('on PostgreSQL it may ask up to 30 s, and a started run uses it', async () => {
-    const pg = await newEngine({ path: postgresTestDatabase() });
-    expect(pg.limits.toolTimeoutMsMax).toBe(30_000);
-    // Busy for 1.2 s: past every budget of a request, inside its own timeout as a started run.
-    ok(pg, CREATE, { id: id(1), input: { ...TEN_S, config: { runtime: 'javascript', src: SLOW.replace('120', '1200') } } });
-    ok(pg, `mutation { actions { startAction(name: "long_report", input: {executionId: "${eid()}", input: {}}) { status } } }`);
-    const worker = pg.createWorker();
-    await worker.drainAll();
-    expect(pg.db.prepare("SELECT status FROM executions WHERE action_name = 'long_report'").all()).toEqual([{ status: 'SUCCEEDED' }]);
-    pg.close();
-  });
+  it.skipIf(!process.env.TALLY_TEST_PG_URL)(
+    'on PostgreSQL it may ask up to 30 s, and a started run uses it',
+    async () => {
+      const pg = await newEngine({ path: postgresTestDatabase() });
+      expect(pg.limits.toolTimeoutMsMax).toBe(30_000);
+      // Busy for 1.2 s: past every budget of a request, inside its own timeout as a started run.
+      ok(pg, CREATE, {
+        id: id(1),
+        input: { ...TEN_S, config: { runtime: 'javascript', src: SLOW.replace('120', '1200') } },
+      });
+      ok(
+        pg,
+        `mutation { actions { startAction(name: "long_report", input: {executionId: "${eid()}", input: {}}) { status } } }`,
+      );
+      const worker = pg.createWorker();
+      await worker.drainAll();
+      expect(pg.db.prepare("SELECT status FROM executions WHERE action_name = 'long_report'").all()).toEqual([
+        { status: 'SUCCEEDED' },
+      ]);
+      pg.close();
+    },
+  );
 
   it('no backend lets it pass 5 minutes; the operator may set it lower or higher within that', () => {
-    expect(() => resolveLimits({ toolTimeoutMsMax: 300_001 })).toThrow(/toolTimeoutMsMax \(300001\) may be at most 300000/);
+    expect(() => resolveLimits({ toolTimeoutMsMax: 300_001 })).toThrow(
+      /toolTimeoutMsMax \(300001\) may be at most 300000/,
+    );
     expect(resolveLimits({ toolTimeoutMsMax: 300_000 }).toolTimeoutMsMax).toBe(300_000);
   });
 });

@@ -46,10 +46,24 @@ function setup(options: Parameters<typeof newEngine>[0] = {}) {
         ],
         transaction: { effective: 'params.effective' },
         entries: [
-          { accountId: `uuid('${CASH}')`, units: 'params.amount', currency: "'USD'", direction: 'DEBIT', layer: 'params.layer', entryType: "'SALE_DR'",
-            metadata: "params.region == '' ? {} : {'region': params.region, 'channel': params.channel}" },
-          { accountId: 'params.to', units: 'params.amount', currency: "'USD'", direction: 'CREDIT', layer: 'params.layer', entryType: "'SALE_CR'",
-            metadata: "params.region == '' ? {} : {'region': params.region, 'channel': params.channel}" },
+          {
+            accountId: `uuid('${CASH}')`,
+            units: 'params.amount',
+            currency: "'USD'",
+            direction: 'DEBIT',
+            layer: 'params.layer',
+            entryType: "'SALE_DR'",
+            metadata: "params.region == '' ? {} : {'region': params.region, 'channel': params.channel}",
+          },
+          {
+            accountId: 'params.to',
+            units: 'params.amount',
+            currency: "'USD'",
+            direction: 'CREDIT',
+            layer: 'params.layer',
+            entryType: "'SALE_CR'",
+            metadata: "params.region == '' ? {} : {'region': params.region, 'channel': params.channel}",
+          },
         ],
       },
     });
@@ -69,7 +83,7 @@ const BY_REGION = {
   calculationId: id(700),
   code: 'BY_REGION',
   description: 'sales by region',
-  dimensions: [{ alias: 'region', value: "context.vars.entry.metadata.region" }],
+  dimensions: [{ alias: 'region', value: 'context.vars.entry.metadata.region' }],
   condition: "has(context.vars.entry.metadata) && 'region' in context.vars.entry.metadata",
   config: { enableEffectiveBalances: true },
 };
@@ -77,7 +91,11 @@ const BY_REGION = {
 function read(accountId: string, calculationId: string | null, dimension?: unknown, effective?: unknown) {
   return ok(engine, READ, { a: accountId, c: calculationId, d: dimension, e: effective }).balance;
 }
-const settled = (b: any) => ({ dr: b.settled.drBalance.units, cr: b.settled.crBalance.units, normal: b.settled.normalBalance.units });
+const settled = (b: any) => ({
+  dr: b.settled.drBalance.units,
+  cr: b.settled.crBalance.units,
+  normal: b.settled.normalBalance.units,
+});
 
 beforeEach(async () => {
   clock = new ManualClock(new Date('2025-06-30T12:00:00Z'));
@@ -89,8 +107,18 @@ afterEach(() => engine.close());
 describe('calculations: definitions', () => {
   it('creates a calculation with effective children, whose ids derive from the parent', () => {
     const c = ok(engine, CREATE, { i: BY_REGION }).createCalculation;
-    expect(c).toMatchObject({ calculationId: id(700), code: 'BY_REGION', scope: 'GLOBAL', status: 'ACTIVE', backfillStatus: 'COMPLETE', config: { enableEffectiveBalances: true } });
-    const dims = (calc: string) => ok(engine, `{ calculation(calculationId: "${calc}") { dimensions { alias } } }`).calculation.dimensions.map((d: any) => d.alias).join(',');
+    expect(c).toMatchObject({
+      calculationId: id(700),
+      code: 'BY_REGION',
+      scope: 'GLOBAL',
+      status: 'ACTIVE',
+      backfillStatus: 'COMPLETE',
+      config: { enableEffectiveBalances: true },
+    });
+    const dims = (calc: string) =>
+      ok(engine, `{ calculation(calculationId: "${calc}") { dimensions { alias } } }`)
+        .calculation.dimensions.map((d: any) => d.alias)
+        .join(',');
     expect(c.children.map((k: any) => [k.code, k.granularity, k.parentCalculationId, dims(k.calculationId)])).toEqual([
       ['BY_REGION_YYYY', 'YEAR', id(700), 'year,region'],
       ['BY_REGION_YYYY_MM', 'MONTH', id(700), 'year,month,region'],
@@ -98,25 +126,47 @@ describe('calculations: definitions', () => {
     ]);
     expect(c.children[0].calculationId).toBe(nameBasedUuid('sha1', 5, id(700), Buffer.from('YYYY')));
     // The same derivation as CEL's uuid.NewSHA1.
-    const viaCel = ok(engine, `mutation { evaluate(expression: "uuid.NewSHA1(uuid('${id(700)}'), bytes('YYYY_MM'))") }`).evaluate;
+    const viaCel = ok(
+      engine,
+      `mutation { evaluate(expression: "uuid.NewSHA1(uuid('${id(700)}'), bytes('YYYY_MM'))") }`,
+    ).evaluate;
     expect(c.children[1].calculationId).toBe(viaCel);
     // The year/month/day expressions the children show compute what the engine stores.
-    const effective = ok(engine, `mutation($d: JSON) { evaluate(expressions: {y: "int(document.effective.substring(0, 4))", m: "int(document.effective.substring(5, 7))"}, document: $d) }`, { d: { effective: '2024-02-15' } }).evaluate;
+    const effective = ok(
+      engine,
+      `mutation($d: JSON) { evaluate(expressions: {y: "int(document.effective.substring(0, 4))", m: "int(document.effective.substring(5, 7))"}, document: $d) }`,
+      { d: { effective: '2024-02-15' } },
+    ).evaluate;
     expect(effective).toEqual({ y: 2024, m: 2 });
 
     // Without config: config is null and there are no children; listing shows all four plus it.
-    const plain = ok(engine, CREATE, { i: { calculationId: id(701), code: 'PLAIN', description: 'p', dimensions: [] } }).createCalculation;
+    const plain = ok(engine, CREATE, {
+      i: { calculationId: id(701), code: 'PLAIN', description: 'p', dimensions: [] },
+    }).createCalculation;
     expect(plain).toMatchObject({ config: null, children: [] });
     const page = ok(engine, '{ calculations(first: 10) { nodes { code } pageInfo { hasNextPage } } }').calculations;
-    expect(page.nodes.map((n: any) => n.code)).toEqual(['BY_REGION', 'BY_REGION_YYYY', 'BY_REGION_YYYY_MM', 'BY_REGION_YYYY_MM_DD', 'PLAIN']);
-    expect(ok(engine, `{ calculation(calculationId: "${c.children[2].calculationId}") { code granularity } }`).calculation).toEqual({ code: 'BY_REGION_YYYY_MM_DD', granularity: 'DAY' });
+    expect(page.nodes.map((n: any) => n.code)).toEqual([
+      'BY_REGION',
+      'BY_REGION_YYYY',
+      'BY_REGION_YYYY_MM',
+      'BY_REGION_YYYY_MM_DD',
+      'PLAIN',
+    ]);
+    expect(
+      ok(engine, `{ calculation(calculationId: "${c.children[2].calculationId}") { code granularity } }`).calculation,
+    ).toEqual({ code: 'BY_REGION_YYYY_MM_DD', granularity: 'DAY' });
   });
 
   it('refuses bad definitions with a clear error and writes nothing', () => {
     const bad = (patch: Record<string, unknown>) => fails(engine, CREATE, { i: { ...BY_REGION, ...patch } });
     let e = bad({ dimensions: [{ alias: 'year', value: "'x'" }] });
     expect([e.code, e.message]).toEqual(['BAD_REQUEST', "dimension 'year' is reserved for effective dates"]);
-    e = bad({ dimensions: [{ alias: 'r', value: "'x'" }, { alias: 'r', value: "'y'" }] });
+    e = bad({
+      dimensions: [
+        { alias: 'r', value: "'x'" },
+        { alias: 'r', value: "'y'" },
+      ],
+    });
     expect(e.code).toBe('BAD_REQUEST');
     expect(e.message).toContain('declared twice');
     e = bad({ dimensions: [{ alias: 'bad alias', value: "'x'" }] });
@@ -124,7 +174,10 @@ describe('calculations: definitions', () => {
     e = bad({ condition: 'context.vars.entry.units >' });
     expect(e.code).toBe('CEL_ERROR');
     e = bad({ dimensions: Array.from({ length: 17 }, (_, i) => ({ alias: `d${i}`, value: "'x'" })) });
-    expect([e.code, e.message]).toEqual(['LIMIT_EXCEEDED', 'calculation BY_REGION declares 17 dimensions; calculationDimensionsMax is 16']);
+    expect([e.code, e.message]).toEqual([
+      'LIMIT_EXCEEDED',
+      'calculation BY_REGION declares 17 dimensions; calculationDimensionsMax is 16',
+    ]);
     expect(count(engine, 'calculations')).toBe(0);
 
     ok(engine, CREATE, { i: BY_REGION });
@@ -140,11 +193,22 @@ describe('calculations: definitions', () => {
     ok(engine, CREATE, { i: { ...BY_REGION, scope: 'LOCAL' } });
     const child = nameBasedUuid('sha1', 5, id(700), Buffer.from('YYYY_MM_DD'));
     const del = fails(engine, DELETE, { id: child });
-    expect([del.code, del.message, del.result.data]).toEqual(['BAD_REQUEST', 'deleteCalculation cannot delete child effective calculation - delete parent instead', { deleteCalculation: null }]);
+    expect([del.code, del.message, del.result.data]).toEqual([
+      'BAD_REQUEST',
+      'deleteCalculation cannot delete child effective calculation - delete parent instead',
+      { deleteCalculation: null },
+    ]);
     const att = fails(engine, ATTACH, { i: { accountId: SALES, calculationId: child } });
-    expect([att.code, att.message, att.result.data]).toEqual(['BAD_REQUEST', 'attachCalculation cannot attach child effective calculation - attach parent instead', null]);
+    expect([att.code, att.message, att.result.data]).toEqual([
+      'BAD_REQUEST',
+      'attachCalculation cannot attach child effective calculation - attach parent instead',
+      null,
+    ]);
     const det = fails(engine, DETACH, { i: { accountId: SALES, calculationId: child } });
-    expect([det.code, det.message]).toEqual(['BAD_REQUEST', 'detachCalculation cannot detach child effective calculation - detach parent instead']);
+    expect([det.code, det.message]).toEqual([
+      'BAD_REQUEST',
+      'detachCalculation cannot detach child effective calculation - detach parent instead',
+    ]);
     expect(count(engine, 'calculation_attachments')).toBe(0);
   });
 });
@@ -164,20 +228,38 @@ describe('calculations: balances on posting', () => {
     expect(settled(read(SALES, id(700), north))).toEqual({ dr: '0', cr: '60.500', normal: '60.500' });
     expect(settled(read(CASH, id(700), north))).toEqual({ dr: '60.500', cr: '0', normal: '60.500' });
     const y = read(SALES, id(700), north, { period: '2024' });
-    expect([y.calculationId, y.dimensions, settled(y).cr]).toEqual([nameBasedUuid('sha1', 5, id(700), Buffer.from('YYYY')), { region: 'north', year: 2024 }, '20.500']);
+    expect([y.calculationId, y.dimensions, settled(y).cr]).toEqual([
+      nameBasedUuid('sha1', 5, id(700), Buffer.from('YYYY')),
+      { region: 'north', year: 2024 },
+      '20.500',
+    ]);
     const m = read(SALES, id(700), north, { period: '2024-01' });
-    expect([m.dimensions, settled(m)]).toEqual([{ region: 'north', year: 2024, month: 1 }, { dr: '0', cr: '12.50', normal: '12.50' }]);
+    expect([m.dimensions, settled(m)]).toEqual([
+      { region: 'north', year: 2024, month: 1 },
+      { dr: '0', cr: '12.50', normal: '12.50' },
+    ]);
     const d = read(SALES, id(700), north, { period: '2024-02-29' });
     expect([d.dimensions, settled(d).cr]).toEqual([{ region: 'north', year: 2024, month: 2, day: 29 }, '7.000']);
     // A period nothing was posted in: zero, with its dimensions.
     const none = read(SALES, id(700), north, { period: '2022-07' });
-    expect([none.dimensions, settled(none)]).toEqual([{ region: 'north', year: 2022, month: 7 }, { dr: '0', cr: '0', normal: '0' }]);
+    expect([none.dimensions, settled(none)]).toEqual([
+      { region: 'north', year: 2022, month: 7 },
+      { dr: '0', cr: '0', normal: '0' },
+    ]);
 
     // Cumulative: 2023 year + January + February days up to the 29th; amounts at the largest scale summed.
     const cum = read(SALES, id(700), north, { cumulative: '2024-02-29' });
-    expect([cum.calculationId, cum.dimensions, settled(cum)]).toEqual([id(700), { region: 'north' }, { dr: '0.000', cr: '59.500', normal: '59.500' }]);
+    expect([cum.calculationId, cum.dimensions, settled(cum)]).toEqual([
+      id(700),
+      { region: 'north' },
+      { dr: '0.000', cr: '59.500', normal: '59.500' },
+    ]);
     expect(settled(read(SALES, id(700), north, { cumulative: '2024-02-28' })).cr).toBe('52.50');
-    expect(settled(read(SALES, id(700), north, { cumulative: '2023-12-30' }))).toEqual({ dr: '0', cr: '0', normal: '0' });
+    expect(settled(read(SALES, id(700), north, { cumulative: '2023-12-30' }))).toEqual({
+      dr: '0',
+      cr: '0',
+      normal: '0',
+    });
     // Ranges: partial dates mean their first day; both ends included.
     expect(settled(read(SALES, id(700), north, { range: { gte: '2024-01', lte: '2024-03' } })).cr).toBe('20.500');
     expect(settled(read(SALES, id(700), north, { range: { gte: '2023-12-31', lte: '2024-01-31' } })).cr).toBe('52.50');
@@ -193,7 +275,13 @@ describe('calculations: balances on posting', () => {
     const deps = engine.ledger.deps;
     let rowsRead = 0;
     const periods = deps.calc.periods;
-    const spy = { all: (...args: any[]) => { const rows = (periods.all as any)(...args); rowsRead += rows.length; return rows; } };
+    const spy = {
+      all: (...args: any[]) => {
+        const rows = (periods.all as any)(...args);
+        rowsRead += rows.length;
+        return rows;
+      },
+    };
     (deps.calc as any).periods = spy;
     try {
       expect(settled(read(SALES, id(700), { region: 'east' }, { cumulative: '2024-12-31' })).cr).toBe('60.00');
@@ -204,9 +292,18 @@ describe('calculations: balances on posting', () => {
   });
 
   it('a set’s calculation balance counts its members’ entries', () => {
-    ok(engine, `mutation { createAccountSet(input: {accountSetId: "${id(100)}", name: "Revenue", normalBalanceType: CREDIT}) { accountSetId } }`);
-    ok(engine, `mutation { addToAccountSet(id: "${id(100)}", member: {memberType: ACCOUNT, memberId: "${SALES}"}) { accountSetId } }`);
-    ok(engine, `mutation { addToAccountSet(id: "${id(100)}", member: {memberType: ACCOUNT, memberId: "${OTHER}"}) { accountSetId } }`);
+    ok(
+      engine,
+      `mutation { createAccountSet(input: {accountSetId: "${id(100)}", name: "Revenue", normalBalanceType: CREDIT}) { accountSetId } }`,
+    );
+    ok(
+      engine,
+      `mutation { addToAccountSet(id: "${id(100)}", member: {memberType: ACCOUNT, memberId: "${SALES}"}) { accountSetId } }`,
+    );
+    ok(
+      engine,
+      `mutation { addToAccountSet(id: "${id(100)}", member: {memberType: ACCOUNT, memberId: "${OTHER}"}) { accountSetId } }`,
+    );
     ok(engine, CREATE, { i: BY_REGION });
     sale('5.00', '2024-04-01', 'west');
     sale('6.00', '2024-04-02', 'west', { to: OTHER });
@@ -224,18 +321,40 @@ describe('calculations: balances on posting', () => {
     const after = read(SALES, id(700), { region: 'north' });
     expect(after.available.normalBalance.units).toBe('8.00');
     // The reversal is dated the day of the void (the clock's date): its period carries it.
-    expect(read(SALES, id(700), { region: 'north' }, { period: '2025-06-30' }).available.normalBalance.units).toBe('-3.00');
-    expect(read(SALES, id(700), { region: 'north' }, { cumulative: '2025-06-30' }).available.normalBalance.units).toBe('8.00');
+    expect(read(SALES, id(700), { region: 'north' }, { period: '2025-06-30' }).available.normalBalance.units).toBe(
+      '-3.00',
+    );
+    expect(read(SALES, id(700), { region: 'north' }, { cumulative: '2025-06-30' }).available.normalBalance.units).toBe(
+      '8.00',
+    );
   });
 
-  it('a dimension with no value for an entry counts it under null (one definition never fails others\' postings); a condition that fails counts as false', () => {
-    ok(engine, CREATE, { i: { calculationId: id(710), code: 'STRICT', description: 's', dimensions: [{ alias: 'channel', value: 'context.vars.entry.metadata.channel' }] } });
-    ok(engine, `mutation { postTransaction(input: {transactionId: "${id(60_001)}", tranCode: "SALE", params: {amount: "1.00", effective: "2024-01-01"}}) { transactionId } }`);
+  it("a dimension with no value for an entry counts it under null (one definition never fails others' postings); a condition that fails counts as false", () => {
+    ok(engine, CREATE, {
+      i: {
+        calculationId: id(710),
+        code: 'STRICT',
+        description: 's',
+        dimensions: [{ alias: 'channel', value: 'context.vars.entry.metadata.channel' }],
+      },
+    });
+    ok(
+      engine,
+      `mutation { postTransaction(input: {transactionId: "${id(60_001)}", tranCode: "SALE", params: {amount: "1.00", effective: "2024-01-01"}}) { transactionId } }`,
+    );
     expect(count(engine, 'transactions')).toBe(1);
     expect(settled(read(SALES, id(710), { channel: null })).cr).toBe('1.00');
     ok(engine, DELETE, { id: id(710) });
     // The condition reads a key the entry lacks: the entry is not counted, the posting goes through.
-    ok(engine, CREATE, { i: { calculationId: id(711), code: 'LOOSE', description: 'l', dimensions: [], condition: "context.vars.entry.metadata.channel == 'web'" } });
+    ok(engine, CREATE, {
+      i: {
+        calculationId: id(711),
+        code: 'LOOSE',
+        description: 'l',
+        dimensions: [],
+        condition: "context.vars.entry.metadata.channel == 'web'",
+      },
+    });
     sale('1.00', '2024-01-01');
     sale('2.00', '2024-01-01', 'north');
     expect(settled(read(SALES, id(711), {})).cr).toBe('2.00');
@@ -250,7 +369,9 @@ describe('calculations: balances on posting', () => {
     // must not run out of stack on a long chain the parser accepts (it once failed every posting).
     const value = `context.vars.entry.sequence${'+1'.repeat(2000)}`;
     expect(value.length).toBeLessThan(4096);
-    ok(engine, CREATE, { i: { calculationId: id(712), code: 'LONG', description: 'l', dimensions: [{ alias: 'n', value }] } });
+    ok(engine, CREATE, {
+      i: { calculationId: id(712), code: 'LONG', description: 'l', dimensions: [{ alias: 'n', value }] },
+    });
     sale('1.00', '2024-01-01');
     expect(settled(read(SALES, id(712), { n: 2002 })).cr).toBe('1.00');
   });
@@ -259,7 +380,12 @@ describe('calculations: balances on posting', () => {
     const deps = engine.ledger.deps;
     const active = deps.calc.active;
     let loads = 0;
-    (deps.calc as any).active = { all: () => { loads++; return active.all(); } };
+    (deps.calc as any).active = {
+      all: () => {
+        loads++;
+        return active.all();
+      },
+    };
     try {
       for (let i = 0; i < 5; i++) sale('1.00', '2024-01-01', 'north');
       expect(loads).toBeLessThanOrEqual(1);
@@ -291,7 +417,12 @@ describe('calculations: scope, attachment and backfill', () => {
     sale('5.00', '2024-01-02', 'north', { to: OTHER });
     expect(settled(read(SALES, id(700), { region: 'north' })).cr).toBe('0');
     const attached = ok(engine, ATTACH, { i: { accountId: SALES, calculationId: id(700) } }).attachCalculation;
-    expect(attached).toEqual({ accountId: SALES, journalId: '00000000-0000-0000-0000-000000000000', calculationId: id(700), calculation: { code: 'BY_REGION' } });
+    expect(attached).toEqual({
+      accountId: SALES,
+      journalId: '00000000-0000-0000-0000-000000000000',
+      calculationId: id(700),
+      calculation: { code: 'BY_REGION' },
+    });
     sale('1.00', '2024-01-03', 'north');
     expect(settled(read(SALES, id(700), { region: 'north' })).cr).toBe('5.00');
     expect(settled(read(SALES, id(700), { region: 'north' }, { period: '2024-01-01' })).cr).toBe('4.00');
@@ -304,8 +435,13 @@ describe('calculations: scope, attachment and backfill', () => {
 
     ok(engine, DETACH, { i: { accountId: SALES, calculationId: id(700) } });
     expect(settled(read(SALES, id(700), { region: 'north' })).cr).toBe('0');
-    expect(ok(engine, `{ calculation(calculationId: "${id(700)}") { backfillStatus children { backfillStatus } } }`).calculation)
-      .toEqual({ backfillStatus: 'DETACHED', children: [{ backfillStatus: 'DETACHED' }, { backfillStatus: 'DETACHED' }, { backfillStatus: 'DETACHED' }] });
+    expect(
+      ok(engine, `{ calculation(calculationId: "${id(700)}") { backfillStatus children { backfillStatus } } }`)
+        .calculation,
+    ).toEqual({
+      backfillStatus: 'DETACHED',
+      children: [{ backfillStatus: 'DETACHED' }, { backfillStatus: 'DETACHED' }, { backfillStatus: 'DETACHED' }],
+    });
     expect(fails(engine, DETACH, { i: { accountId: SALES, calculationId: id(700) } }).code).toBe('NOT_FOUND');
     // Attaching again backfills anew, exactly once.
     ok(engine, ATTACH, { i: { accountId: SALES, calculationId: id(700) } });
@@ -314,13 +450,24 @@ describe('calculations: scope, attachment and backfill', () => {
 
     const deleted = ok(engine, DELETE, { id: id(700) }).deleteCalculation;
     expect(deleted).toEqual({ calculationId: id(700), status: 'LOCKED' });
-    expect(ok(engine, `{ calculation(calculationId: "${id(700)}") { status children { status } } }`).calculation.children.map((c: any) => c.status)).toEqual(['LOCKED', 'LOCKED', 'LOCKED']);
+    expect(
+      ok(
+        engine,
+        `{ calculation(calculationId: "${id(700)}") { status children { status } } }`,
+      ).calculation.children.map((c: any) => c.status),
+    ).toEqual(['LOCKED', 'LOCKED', 'LOCKED']);
     expect(fails(engine, ATTACH, { i: { accountId: SALES, calculationId: id(700) } }).code).toBe('BAD_REQUEST');
   });
 
   it('a LOCAL calculation attached to a set counts the entries that roll up into it, in the set’s journal', () => {
-    ok(engine, `mutation { createAccountSet(input: {accountSetId: "${id(100)}", name: "Revenue", normalBalanceType: CREDIT}) { accountSetId } }`);
-    ok(engine, `mutation { addToAccountSet(id: "${id(100)}", member: {memberType: ACCOUNT, memberId: "${SALES}"}) { accountSetId } }`);
+    ok(
+      engine,
+      `mutation { createAccountSet(input: {accountSetId: "${id(100)}", name: "Revenue", normalBalanceType: CREDIT}) { accountSetId } }`,
+    );
+    ok(
+      engine,
+      `mutation { addToAccountSet(id: "${id(100)}", member: {memberType: ACCOUNT, memberId: "${SALES}"}) { accountSetId } }`,
+    );
     ok(engine, CREATE, { i: { ...BY_REGION, scope: 'LOCAL', config: null } });
     sale('2.00', '2024-01-01', 'north');
     ok(engine, ATTACH, { i: { accountId: id(100), calculationId: id(700) } });
@@ -335,7 +482,9 @@ describe('calculations: scope, attachment and backfill', () => {
     expect(fails(engine, ATTACH, { i: { accountId: SALES, calculationId: id(799) } }).code).toBe('NOT_FOUND');
     ok(engine, CREATE, { i: { ...BY_REGION, calculationId: id(701), code: 'L', scope: 'LOCAL' } });
     expect(fails(engine, ATTACH, { i: { accountId: id(999), calculationId: id(701) } }).code).toBe('NOT_FOUND');
-    expect(fails(engine, ATTACH, { i: { accountId: SALES, calculationId: id(701), journalId: id(998) } }).code).toBe('NOT_FOUND');
+    expect(fails(engine, ATTACH, { i: { accountId: SALES, calculationId: id(701), journalId: id(998) } }).code).toBe(
+      'NOT_FOUND',
+    );
     expect(fails(engine, DELETE, { id: id(799) }).code).toBe('NOT_FOUND');
     expect(count(engine, 'calculation_attachments')).toBe(0);
   });
@@ -348,7 +497,10 @@ describe('calculations: backfill limit', () => {
     sale('1.00', '2024-01-01', 'north');
     sale('1.00', '2024-01-02', 'north'); // 4 entries
     const e = fails(engine, CREATE, { i: BY_REGION });
-    expect([e.code, e.message]).toEqual(['LIMIT_EXCEEDED', 'calculation BY_REGION would backfill more than calculationBackfillEntriesMax (3) entries']);
+    expect([e.code, e.message]).toEqual([
+      'LIMIT_EXCEEDED',
+      'calculation BY_REGION would backfill more than calculationBackfillEntriesMax (3) entries',
+    ]);
     expect(e.hint).toContain('LOCAL');
     expect(count(engine, 'calculations')).toBe(0);
     expect(count(engine, 'calculation_balances')).toBe(0);
@@ -370,9 +522,19 @@ describe('calculations: calculationsMax', () => {
   it('bounds the active calculations every posting is weighed against; children do not count', async () => {
     engine.close();
     await setup({ limits: { calculationsMax: 2 } });
-    ok(engine, CREATE, { i: { calculationId: id(710), code: 'ONE', description: 'one', dimensions: [], config: { enableEffectiveBalances: true } } });
+    ok(engine, CREATE, {
+      i: {
+        calculationId: id(710),
+        code: 'ONE',
+        description: 'one',
+        dimensions: [],
+        config: { enableEffectiveBalances: true },
+      },
+    });
     ok(engine, CREATE, { i: { calculationId: id(711), code: 'TWO', description: 'two', dimensions: [] } });
-    const e = fails(engine, CREATE, { i: { calculationId: id(712), code: 'THREE', description: 'three', dimensions: [] } });
+    const e = fails(engine, CREATE, {
+      i: { calculationId: id(712), code: 'THREE', description: 'three', dimensions: [] },
+    });
     expect([e.code, e.message]).toEqual(['LIMIT_EXCEEDED', 'there are 2 active calculations; calculationsMax is 2']);
     // A deleted one frees its place.
     ok(engine, DELETE, { id: id(711) });
@@ -389,28 +551,54 @@ describe('calculations: reads', () => {
       expect(e.result.data).toEqual({ balance: null });
       return [e.code, e.message];
     };
-    expect(bad(SALES, id(700), { year: '2024', region: 'n' }, { period: '2024' })).toEqual(['BAD_REQUEST', "dimension 'year' is reserved for effective dates"]);
-    expect(bad(SALES, id(700), { regoin: 'n' })).toEqual(['BAD_REQUEST', 'calculation BY_REGION has no dimension "regoin"']);
-    expect(bad(SALES, id(700), {})).toEqual(['BAD_REQUEST', 'dimension has no value for "region" of calculation BY_REGION']);
-    expect(bad(SALES, id(700), { region: 'n' }, { period: '2024-13' })).toEqual(['BAD_REQUEST', 'effective.period "2024-13" is not a period YYYY, YYYY-MM or YYYY-MM-DD']);
+    expect(bad(SALES, id(700), { year: '2024', region: 'n' }, { period: '2024' })).toEqual([
+      'BAD_REQUEST',
+      "dimension 'year' is reserved for effective dates",
+    ]);
+    expect(bad(SALES, id(700), { regoin: 'n' })).toEqual([
+      'BAD_REQUEST',
+      'calculation BY_REGION has no dimension "regoin"',
+    ]);
+    expect(bad(SALES, id(700), {})).toEqual([
+      'BAD_REQUEST',
+      'dimension has no value for "region" of calculation BY_REGION',
+    ]);
+    expect(bad(SALES, id(700), { region: 'n' }, { period: '2024-13' })).toEqual([
+      'BAD_REQUEST',
+      'effective.period "2024-13" is not a period YYYY, YYYY-MM or YYYY-MM-DD',
+    ]);
     expect(bad(SALES, id(700), { region: 'n' }, { period: '2023-02-29' })[0]).toBe('BAD_REQUEST');
     expect(bad(SALES, id(700), { region: 'n' }, { period: '24' })[0]).toBe('BAD_REQUEST');
-    expect(bad(SALES, id(700), { region: 'n' }, { period: '2024', cumulative: '2024-01-01' })).toEqual(['BAD_REQUEST', 'effective takes exactly one of period, range or cumulative, got period, cumulative']);
+    expect(bad(SALES, id(700), { region: 'n' }, { period: '2024', cumulative: '2024-01-01' })).toEqual([
+      'BAD_REQUEST',
+      'effective takes exactly one of period, range or cumulative, got period, cumulative',
+    ]);
     expect(bad(SALES, id(700), { region: 'n' }, { range: { gte: '2024-03', lte: '2024-01' } })[0]).toBe('BAD_REQUEST');
-    expect(bad(SALES, id(701), {}, { period: '2024' })).toEqual(['BAD_REQUEST', 'failed to resolve effective calculation: calculation does not have enable_effective set']);
-    expect(bad(SALES, null, undefined, { period: '2024' })).toEqual(['BAD_REQUEST', 'balance takes effective only with a calculationId']);
+    expect(bad(SALES, id(701), {}, { period: '2024' })).toEqual([
+      'BAD_REQUEST',
+      'failed to resolve effective calculation: calculation does not have enable_effective set',
+    ]);
+    expect(bad(SALES, null, undefined, { period: '2024' })).toEqual([
+      'BAD_REQUEST',
+      'balance takes effective only with a calculationId',
+    ]);
     expect(bad(SALES, id(799), {})[0]).toBe('NOT_FOUND');
     expect(bad(id(999), id(700), { region: 'n' })[0]).toBe('NOT_FOUND');
     const child = nameBasedUuid('sha1', 5, id(700), Buffer.from('YYYY'));
     expect(bad(SALES, child, { region: 'n' })[0]).toBe('BAD_REQUEST');
     // The plain balance still reads as before, without calculation fields.
-    expect(ok(engine, `{ balance(accountId: "${SALES}") { calculationId dimensions settled { normalBalance { units } } } }`).balance)
-      .toEqual({ calculationId: null, dimensions: null, settled: { normalBalance: { units: '0' } } });
+    expect(
+      ok(engine, `{ balance(accountId: "${SALES}") { calculationId dimensions settled { normalBalance { units } } } }`)
+        .balance,
+    ).toEqual({ calculationId: null, dimensions: null, settled: { normalBalance: { units: '0' } } });
   });
 
   it('lists a calculation’s balance records through the CALCULATION index, by a leading subset of its dimensions', () => {
     ok(engine, CREATE, {
-      i: { ...BY_REGION, dimensions: [...BY_REGION.dimensions, { alias: 'channel', value: 'context.vars.entry.metadata.channel' }] },
+      i: {
+        ...BY_REGION,
+        dimensions: [...BY_REGION.dimensions, { alias: 'channel', value: 'context.vars.entry.metadata.channel' }],
+      },
     });
     sale('1.00', '2024-01-01', 'north', { channel: 'web' });
     sale('2.00', '2024-01-01', 'north', { channel: 'shop' });
@@ -422,14 +610,35 @@ describe('calculations: reads', () => {
       [{ region: 'north', channel: 'shop' }, '2.00'],
       [{ region: 'north', channel: 'web' }, '1.00'],
     ]);
-    const second = ok(engine, LIST, { w: { accountId: SALES, calculationId: id(700) }, after: first.pageInfo.endCursor }).balances;
-    expect([second.nodes.map((n: any) => n.dimensions), second.pageInfo.hasNextPage]).toEqual([[{ region: 'south', channel: 'web' }], false]);
-    const north = ok(engine, LIST, { w: { accountId: SALES, calculationId: id(700), dimension: { region: 'south' } } }).balances;
+    const second = ok(engine, LIST, {
+      w: { accountId: SALES, calculationId: id(700) },
+      after: first.pageInfo.endCursor,
+    }).balances;
+    expect([second.nodes.map((n: any) => n.dimensions), second.pageInfo.hasNextPage]).toEqual([
+      [{ region: 'south', channel: 'web' }],
+      false,
+    ]);
+    const north = ok(engine, LIST, {
+      w: { accountId: SALES, calculationId: id(700), dimension: { region: 'south' } },
+    }).balances;
     expect(north.nodes.map((n: any) => n.settled.crBalance.units)).toEqual(['4.00']);
-    const months = ok(engine, LIST, { w: { accountId: SALES, calculationId: nameBasedUuid('sha1', 5, id(700), Buffer.from('YYYY_MM')), dimension: { region: 'north', channel: 'web' } } }).balances;
-    expect(months.nodes.map((n: any) => n.dimensions)).toEqual([{ year: 2024, month: 1, region: 'north', channel: 'web' }]);
-    const skip = fails(engine, LIST, { w: { accountId: SALES, calculationId: id(700), dimension: { channel: 'web' } } });
-    expect([skip.code, skip.message]).toEqual(['BAD_REQUEST', 'dimension gives channel but not region, which comes before it in calculation BY_REGION']);
+    const months = ok(engine, LIST, {
+      w: {
+        accountId: SALES,
+        calculationId: nameBasedUuid('sha1', 5, id(700), Buffer.from('YYYY_MM')),
+        dimension: { region: 'north', channel: 'web' },
+      },
+    }).balances;
+    expect(months.nodes.map((n: any) => n.dimensions)).toEqual([
+      { year: 2024, month: 1, region: 'north', channel: 'web' },
+    ]);
+    const skip = fails(engine, LIST, {
+      w: { accountId: SALES, calculationId: id(700), dimension: { channel: 'web' } },
+    });
+    expect([skip.code, skip.message]).toEqual([
+      'BAD_REQUEST',
+      'dimension gives channel but not region, which comes before it in calculation BY_REGION',
+    ]);
   });
 });
 
@@ -437,14 +646,26 @@ describe('calculations: authority', () => {
   it('needs financial.Calculation to define and financial.Balance to read', () => {
     ok(engine, CREATE, { i: BY_REGION });
     const client = (principal: string, policies: unknown[]) =>
-      ok(engine, 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }', { i: { principal, name: principal, policies } });
-    client('balances-only', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.Balance', 'financial.Account'] }]);
-    client('calcs-only', [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE', 'DELETE'], resources: ['financial.Calculation'] }]);
-    expect(fails(engine, CREATE, { i: { ...BY_REGION, calculationId: id(705), code: 'X' } }, 'balances-only').code).toBe('ACCESS_DENIED');
+      ok(engine, 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }', {
+        i: { principal, name: principal, policies },
+      });
+    client('balances-only', [
+      { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.Balance', 'financial.Account'] },
+    ]);
+    client('calcs-only', [
+      { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE', 'DELETE'], resources: ['financial.Calculation'] },
+    ]);
+    expect(
+      fails(engine, CREATE, { i: { ...BY_REGION, calculationId: id(705), code: 'X' } }, 'balances-only').code,
+    ).toBe('ACCESS_DENIED');
     expect(fails(engine, DELETE, { id: id(700) }, 'balances-only').code).toBe('ACCESS_DENIED');
-    expect(fails(engine, `{ calculation(calculationId: "${id(700)}") { code } }`, undefined, 'balances-only').code).toBe('ACCESS_DENIED');
+    expect(
+      fails(engine, `{ calculation(calculationId: "${id(700)}") { code } }`, undefined, 'balances-only').code,
+    ).toBe('ACCESS_DENIED');
     expect(fails(engine, READ, { a: SALES, c: id(700), d: { region: 'n' } }, 'calcs-only').code).toBe('ACCESS_DENIED');
-    expect(ok(engine, READ, { a: SALES, c: id(700), d: { region: 'n' } }, 'balances-only').balance.settled.crBalance.units).toBe('0');
+    expect(
+      ok(engine, READ, { a: SALES, c: id(700), d: { region: 'n' } }, 'balances-only').balance.settled.crBalance.units,
+    ).toBe('0');
     expect(count(engine, 'calculations')).toBe(4);
   });
 });

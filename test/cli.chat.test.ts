@@ -3,7 +3,12 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { lastMessage, lastUserText, type ScriptedModel, startScriptedModel } from '../examples/scripted-model/server.mjs';
+import {
+  lastMessage,
+  lastUserText,
+  type ScriptedModel,
+  startScriptedModel,
+} from '../examples/scripted-model/server.mjs';
 
 /**
  * `tally chat`, `tally approvals`, `tally approve` and `tally reject` as a person meets them: the CLI
@@ -27,13 +32,18 @@ let model: ScriptedModel;
 
 function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   const env = { ...process.env };
-  for (const name of ['TALLY_SERVER', 'TALLY_API_KEY', 'TALLY_ADMIN_KEY', 'TALLY_DB', 'PORT', 'HOST', 'TALLY_CONFIG']) delete env[name];
+  for (const name of ['TALLY_SERVER', 'TALLY_API_KEY', 'TALLY_ADMIN_KEY', 'TALLY_DB', 'PORT', 'HOST', 'TALLY_CONFIG'])
+    delete env[name];
   return { ...env, TALLY_CONFIG: config, ...extra };
 }
 
 function tally(args: string[], options: { env?: Record<string, string>; stdin?: string } = {}): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { cwd: scratch, env: cleanEnv(options.env), stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [BIN, ...args], {
+      cwd: scratch,
+      env: cleanEnv(options.env),
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     let out = '';
     let err = '';
     child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
@@ -46,7 +56,11 @@ function tally(args: string[], options: { env?: Record<string, string>; stdin?: 
 
 /** tally in a child process whose output can be watched while it runs. */
 function spawnTally(args: string[], options: { env?: Record<string, string>; stdin?: string } = {}) {
-  const child = spawn(process.execPath, [BIN, ...args], { cwd: scratch, env: cleanEnv(options.env), stdio: ['pipe', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [BIN, ...args], {
+    cwd: scratch,
+    env: cleanEnv(options.env),
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
   const run: Run = { status: null, out: '', err: '' };
   child.stdout.on('data', (chunk: Buffer) => (run.out += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (run.err += chunk.toString()));
@@ -91,7 +105,10 @@ beforeAll(async () => {
     ],
   });
   config = join(scratch, 'tally-config.json');
-  writeFileSync(config, JSON.stringify({ providers: [{ name: 'local', format: 'openai', baseUrl: `${model.url}/v1`, models: ['m'] }] }));
+  writeFileSync(
+    config,
+    JSON.stringify({ providers: [{ name: 'local', format: 'openai', baseUrl: `${model.url}/v1`, models: ['m'] }] }),
+  );
 }, 30_000);
 
 afterAll(async () => {
@@ -111,7 +128,9 @@ async function freshDb(name: string): Promise<string> {
 describe('tally chat over a pipe', () => {
   it('with --db: opens a session, answers, shows the call waiting for approval, takes "y looks fine", shows the call and the answer, closes on EOF', async () => {
     const db = await freshDb('chat');
-    const run = await tally(['chat', 'helper', '--db', db, '--input', '{"topic": "numbers"}'], { stdin: 'hello\nplease run x\ny looks fine\n' });
+    const run = await tally(['chat', 'helper', '--db', db, '--input', '{"topic": "numbers"}'], {
+      stdin: 'hello\nplease run x\ny looks fine\n',
+    });
     expect(run.status, run.out + run.err).toBe(0);
     const out = run.out;
     expect(out).toMatch(/^session [0-9a-f-]{36} with helper@1 /);
@@ -124,7 +143,16 @@ describe('tally chat over a pipe', () => {
     expect(out).toContain('helper> x answered {"doubled":42}');
     expect(out).toMatch(/session [0-9a-f-]{36} closed\n$/);
     // In that order, and no prompt echoed on a pipe.
-    const order = ['helper> hi there', 'needs approval', 'approve? [y/N]', '✓ approved', '→ x(', '← x:', 'helper> x answered', 'closed'].map((s) => out.indexOf(s));
+    const order = [
+      'helper> hi there',
+      'needs approval',
+      'approve? [y/N]',
+      '✓ approved',
+      '→ x(',
+      '← x:',
+      'helper> x answered',
+      'closed',
+    ].map((s) => out.indexOf(s));
     expect(order).toEqual([...order].sort((a, b) => a - b));
     expect(out).not.toContain('you> ');
     expect(run.err).toBe('');
@@ -166,7 +194,10 @@ describe('approvals, approve and reject against a server', () => {
 
   beforeAll(async () => {
     const db = await freshDb('served');
-    server = spawn(process.execPath, [BIN, 'serve', '--db', db, '--port', '0', '--log-level', 'silent'], { cwd: scratch, env: cleanEnv({ TALLY_ADMIN_KEY: ADMIN_KEY }) });
+    server = spawn(process.execPath, [BIN, 'serve', '--db', db, '--port', '0', '--log-level', 'silent'], {
+      cwd: scratch,
+      env: cleanEnv({ TALLY_ADMIN_KEY: ADMIN_KEY }),
+    });
     const port = await new Promise<number>((resolve, reject) => {
       let out = '';
       server.stdout.on('data', (chunk: Buffer) => {
@@ -189,13 +220,19 @@ describe('approvals, approve and reject against a server', () => {
 
   /** A session with a turn that asks for x: resolves with the approval id once the run is parked. */
   async function parkedRun(n: number): Promise<string> {
-    const opened = await gql(`mutation { actions { createSession(sessionId: "${id(100 + n)}", agent: "helper", input: {}) { sessionId } } }`);
+    const opened = await gql(
+      `mutation { actions { createSession(sessionId: "${id(100 + n)}", agent: "helper", input: {}) { sessionId } } }`,
+    );
     expect(opened.status, opened.out).toBe(0);
-    const sent = await gql(`mutation { actions { sendMessage(sessionId: "${id(100 + n)}", messageId: "m${n}", text: "use x") { execution { executionId } } } }`);
+    const sent = await gql(
+      `mutation { actions { sendMessage(sessionId: "${id(100 + n)}", messageId: "m${n}", text: "use x") { execution { executionId } } } }`,
+    );
     expect(sent.status, sent.out).toBe(0);
     const executionId = JSON.parse(sent.out).data.actions.sendMessage.execution.executionId as string;
     for (let i = 0; i < 100; i++) {
-      const list = JSON.parse((await asAdmin('approvals', '--json')).out) as { approvals: Array<{ approvalId: string; executionId: string }> };
+      const list = JSON.parse((await asAdmin('approvals', '--json')).out) as {
+        approvals: Array<{ approvalId: string; executionId: string }>;
+      };
       const mine = list.approvals.find((a) => a.executionId === executionId);
       if (mine) return mine.approvalId;
       await new Promise((resolve) => setTimeout(resolve, 100));
@@ -220,7 +257,11 @@ describe('approvals, approve and reject against a server', () => {
     expect(again.status).toBe(1);
     expect(again.err).toMatch(/^tally: BAD_REQUEST: .*APPROVED/);
     const all = JSON.parse((await asAdmin('approvals', '--status', 'ALL', '--json')).out);
-    expect(all.approvals.find((a: any) => a.approvalId === approvalId)).toMatchObject({ status: 'APPROVED', reason: 'fine by me', decidedBy: 'admin' });
+    expect(all.approvals.find((a: any) => a.approvalId === approvalId)).toMatchObject({
+      status: 'APPROVED',
+      reason: 'fine by me',
+      decidedBy: 'admin',
+    });
     const pending = JSON.parse((await asAdmin('approvals', '--json')).out);
     expect(pending.approvals.find((a: any) => a.approvalId === approvalId)).toBeUndefined();
   }, 60_000);
@@ -245,7 +286,8 @@ describe('approvals, approve and reject against a server', () => {
     expect(made.status, made.out).toBe(0);
     const makerKey = JSON.parse(made.out).data.auth.createClient.apiKey as string;
     const chat = spawnTally(['chat', 'helper', '--server', url, '--key', makerKey], { stdin: 'use x\ny mine\n' });
-    for (let i = 0; i < 300 && !chat.run.out.includes('waiting for someone who may decide'); i++) await new Promise((resolve) => setTimeout(resolve, 100));
+    for (let i = 0; i < 300 && !chat.run.out.includes('waiting for someone who may decide'); i++)
+      await new Promise((resolve) => setTimeout(resolve, 100));
     expect(chat.run.out).toContain('approve? [y/N] reason: y mine\n');
     expect(chat.run.out).toMatch(/\n {2}ACCESS_DENIED: /);
     const approvalId = /needs approval ([0-9a-f-]{36})/.exec(chat.run.out)![1]!;
@@ -259,7 +301,9 @@ describe('approvals, approve and reject against a server', () => {
   }, 60_000);
 
   it('tally chat against the server follows the turn by long-polling, and decides the approval from the pipe', async () => {
-    const run = await tally(['chat', 'helper', '--server', url, '--key', ADMIN_KEY], { stdin: 'hello\nplease x\nyes ok\n' });
+    const run = await tally(['chat', 'helper', '--server', url, '--key', ADMIN_KEY], {
+      stdin: 'hello\nplease x\nyes ok\n',
+    });
     expect(run.status, run.out + run.err).toBe(0);
     expect(run.out).toContain('helper> hi there, you said: hello');
     expect(run.out).toContain('approve? [y/N] reason: yes ok\n');

@@ -30,9 +30,16 @@ interface Run {
   err: string;
 }
 
-function tally(args: string[], options: { cwd?: string; env?: Record<string, string>; stdin?: string } = {}): Promise<Run> {
+function tally(
+  args: string[],
+  options: { cwd?: string; env?: Record<string, string>; stdin?: string } = {},
+): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { cwd: options.cwd ?? scratch, env: cleanEnv(options.env), stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [BIN, ...args], {
+      cwd: options.cwd ?? scratch,
+      env: cleanEnv(options.env),
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     let out = '';
     let err = '';
     child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
@@ -44,7 +51,16 @@ function tally(args: string[], options: { cwd?: string; env?: Record<string, str
 }
 
 /** `tally serve`, resolved with the child and its port once it prints that it serves, or with how it exited. */
-function serve(args: string[], env: Record<string, string>): Promise<{ child: ChildProcessWithoutNullStreams; port: number | null; status: number | null; out: string; err: string }> {
+function serve(
+  args: string[],
+  env: Record<string, string>,
+): Promise<{
+  child: ChildProcessWithoutNullStreams;
+  port: number | null;
+  status: number | null;
+  out: string;
+  err: string;
+}> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [BIN, 'serve', ...args], { cwd: scratch, env: cleanEnv(env) });
     let out = '';
@@ -77,14 +93,38 @@ beforeAll(async () => {
   project = join(scratch, 'bank');
   cpSync(BANK, project, { recursive: true });
   // A tool with a typo: it logs, then fails with a ReferenceError (a stack, a hint).
-  writeFileSync(join(project, 'tools', 'broken.js'), 'function run(event) {\n  console.log(`about to fail on ${event.data.note}`);\n  return { value: availble };\n}\n');
-  writeFileSync(join(project, 'tools', 'broken.json'), JSON.stringify({ actionId: 'b0000000-0000-4000-8000-0000000000f1', description: 'Fails, as a typo would.', inputSchema: { type: 'object' } }));
+  writeFileSync(
+    join(project, 'tools', 'broken.js'),
+    'function run(event) {\n  console.log(`about to fail on ${event.data.note}`);\n  return { value: availble };\n}\n',
+  );
+  writeFileSync(
+    join(project, 'tools', 'broken.json'),
+    JSON.stringify({
+      actionId: 'b0000000-0000-4000-8000-0000000000f1',
+      description: 'Fails, as a typo would.',
+      inputSchema: { type: 'object' },
+    }),
+  );
   // A tool that fails in a way that can pass, so a started run of it is retried (twice in all, at once).
-  writeFileSync(join(project, 'tools', 'flaky.js'), 'function run(event) {\n  console.log(`try ${event.data.n}`);\n  fail("the bank did not answer", "Try again later.", { retry: true });\n}\n');
-  writeFileSync(join(project, 'tools', 'flaky.json'), JSON.stringify({ actionId: 'b0000000-0000-4000-8000-0000000000f2', description: 'Fails, retryably.', inputSchema: { type: 'object' }, execution: { maxAttempts: 2, backoff: { initialMs: 1, multiplier: 1, maxMs: 10 } } }));
+  writeFileSync(
+    join(project, 'tools', 'flaky.js'),
+    'function run(event) {\n  console.log(`try ${event.data.n}`);\n  fail("the bank did not answer", "Try again later.", { retry: true });\n}\n',
+  );
+  writeFileSync(
+    join(project, 'tools', 'flaky.json'),
+    JSON.stringify({
+      actionId: 'b0000000-0000-4000-8000-0000000000f2',
+      description: 'Fails, retryably.',
+      inputSchema: { type: 'object' },
+      execution: { maxAttempts: 2, backoff: { initialMs: 1, multiplier: 1, maxMs: 10 } },
+    }),
+  );
   server = await serve(['--db', join(scratch, 'shared.db'), '--port', '0'], { TALLY_ADMIN_KEY: ADMIN_KEY });
   expect(server.port, server.err).not.toBeNull();
-  writeFileSync(join(project, 'tally.json'), JSON.stringify({ name: 'bank', server: `http://127.0.0.1:${server.port}/graphql` }));
+  writeFileSync(
+    join(project, 'tally.json'),
+    JSON.stringify({ name: 'bank', server: `http://127.0.0.1:${server.port}/graphql` }),
+  );
   const deployed = await inProject('deploy', '--json');
   expect(deployed.status, `${deployed.err}${deployed.out}`).toBe(0);
   expect(JSON.parse(deployed.out).applied).toBe(true);
@@ -107,11 +147,19 @@ describe('help and version', () => {
     });
   });
 
-  it('tally --help lists every command; tally help <command> is <command> --help; --version is package.json\'s', async () => {
-    const [help, helpInvoke, version, none] = await Promise.all([tally(['--help']), tally(['help', 'invoke']), tally(['--version']), tally([])]);
+  it("tally --help lists every command; tally help <command> is <command> --help; --version is package.json's", async () => {
+    const [help, helpInvoke, version, none] = await Promise.all([
+      tally(['--help']),
+      tally(['help', 'invoke']),
+      tally(['--version']),
+      tally([]),
+    ]);
     expect(help.status).toBe(0);
     for (const name of Object.keys(COMMANDS)) expect(help.out).toMatch(new RegExp(`^  ${name} `, 'm'));
-    expect(helpInvoke).toMatchObject({ status: 0, out: expect.stringContaining('usage: tally invoke <tool> --input JSON|@file') });
+    expect(helpInvoke).toMatchObject({
+      status: 0,
+      out: expect.stringContaining('usage: tally invoke <tool> --input JSON|@file'),
+    });
     const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
     expect(version).toMatchObject({ status: 0, out: `tally ${pkg.version}\n` });
     // No command at all is a usage error: the list goes to stderr.
@@ -128,10 +176,18 @@ describe('usage errors', () => {
     ['deploy', ['deploy', 'a', 'b'], 'one project folder, got 2: "a" "b"'],
     ['invoke', ['invoke'], 'say which tool'],
     ['start', ['start', 'transfer', '--input', '{'], '--input is not valid JSON'],
-    ['executions', ['executions', '--status', 'BOGUS'], '--status "BOGUS" is not one of QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED'],
+    [
+      'executions',
+      ['executions', '--status', 'BOGUS'],
+      '--status "BOGUS" is not one of QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED',
+    ],
     ['execution', ['execution', 'abc'], 'execution id "abc" is not a UUID'],
     ['chat', ['chat'], 'say which agent (or --session ID to resume a session)'],
-    ['approvals', ['approvals', '--status', 'BOGUS'], '--status "BOGUS" is not one of PENDING, APPROVED, REJECTED, EXPIRED, CANCELLED or ALL'],
+    [
+      'approvals',
+      ['approvals', '--status', 'BOGUS'],
+      '--status "BOGUS" is not one of PENDING, APPROVED, REJECTED, EXPIRED, CANCELLED or ALL',
+    ],
     ['approve', ['approve', 'abc'], 'approval id "abc" is not a UUID'],
     ['reject', ['reject'], 'say which approval id'],
     ['accounts', ['accounts', '--limit', '0'], '--limit must be a positive integer, got "0"'],
@@ -148,7 +204,7 @@ describe('usage errors', () => {
     expect(cases.map(([name]) => name).sort()).toEqual(Object.keys(COMMANDS).sort());
   });
 
-  it('print the message and that command\'s usage, exit 2', async () => {
+  it("print the message and that command's usage, exit 2", async () => {
     const runs = await Promise.all(cases.map(([, args]) => tally(args)));
     cases.forEach(([name, , message], i) => {
       const run = runs[i]!;
@@ -171,12 +227,14 @@ describe('usage errors', () => {
     expect(executions.executions).toEqual([]);
   });
 
-  it('--key with --db is refused (the file runs with the engine\'s own authority), and mcp --as checks the principal exists', async () => {
+  it("--key with --db is refused (the file runs with the engine's own authority), and mcp --as checks the principal exists", async () => {
     const db = join(mkdtempSync(join(scratch, 'keyed-')), 'keyed.db');
     expect((await tally(['migrate', '--db', db])).status).toBe(0);
     const keyed = await tally(['accounts', '--db', db, '--key', 'tly_some-client-key']);
     expect(keyed.status).toBe(2);
-    expect(keyed.err.split('\n')[0]).toBe('tally: --key applies to --server: with --db the command runs as the engine itself (whoever holds the database file may do anything)');
+    expect(keyed.err.split('\n')[0]).toBe(
+      'tally: --key applies to --server: with --db the command runs as the engine itself (whoever holds the database file may do anything)',
+    );
     const stranger = await tally(['mcp', '--db', db, '--as', 'nobody_here']);
     expect(stranger.status).toBe(1);
     expect(stranger.err).toContain('no client has principal "nobody_here"');
@@ -197,11 +255,24 @@ describe('--json errors', () => {
       tally(['accounts', '--db', join(scratch, 'typo.db'), '--json']),
     ]);
     expect(usage.status).toBe(2);
-    expect(JSON.parse(usage.out)).toEqual({ error: { code: 'USAGE', message: "--input is required (--input '{}' for a tool that takes no input)", hint: 'tally invoke --help shows its options and examples' } });
+    expect(JSON.parse(usage.out)).toEqual({
+      error: {
+        code: 'USAGE',
+        message: "--input is required (--input '{}' for a tool that takes no input)",
+        hint: 'tally invoke --help shows its options and examples',
+      },
+    });
     expect(notFound.status).toBe(1);
-    expect(JSON.parse(notFound.out).error).toMatchObject({ code: 'NOT_FOUND', message: expect.stringContaining('nobody'), hint: expect.any(String) });
+    expect(JSON.parse(notFound.out).error).toMatchObject({
+      code: 'NOT_FOUND',
+      message: expect.stringContaining('nobody'),
+      hint: expect.any(String),
+    });
     expect(noDb.status).toBe(1);
-    expect(JSON.parse(noDb.out).error).toMatchObject({ code: 'NOT_FOUND', message: `no database at ${JSON.stringify(join(scratch, 'typo.db'))}` });
+    expect(JSON.parse(noDb.out).error).toMatchObject({
+      code: 'NOT_FOUND',
+      message: `no database at ${JSON.stringify(join(scratch, 'typo.db'))}`,
+    });
     expect(existsSync(join(scratch, 'typo.db'))).toBe(false);
     for (const run of [usage, notFound, noDb]) expect(run.err).toBe('');
   });
@@ -220,19 +291,41 @@ describe('where the server is', () => {
     expect(elsewhere.status, elsewhere.err).toBe(0);
     expect(nowhere.status).toBe(2);
     expect(nowhere.err).toContain('tally.json');
-    expect(badProject).toMatchObject({ status: 2, err: expect.stringContaining(`--project ${JSON.stringify(scratch)}: there is no tally.json in that folder`) });
+    expect(badProject).toMatchObject({
+      status: 2,
+      err: expect.stringContaining(`--project ${JSON.stringify(scratch)}: there is no tally.json in that folder`),
+    });
   });
 });
 
 describe('ledger verbs', () => {
   it('post, accounts with balances, transactions, void, each against the server of tally.json', async () => {
-    const posted = await inProject('post', 'DEPOSIT', '--param', `account=${ALICE}`, '--param', 'amount=100', '--transaction-id', id(1));
+    const posted = await inProject(
+      'post',
+      'DEPOSIT',
+      '--param',
+      `account=${ALICE}`,
+      '--param',
+      'amount=100',
+      '--transaction-id',
+      id(1),
+    );
     expect(posted.status, posted.err).toBe(0);
     expect(posted.out).toMatch(new RegExp(`^posted ${id(1)} DEPOSIT@1 effective \\d{4}-\\d\\d-\\d\\d`));
     expect(posted.out).toMatch(/CREDIT +alice +100 USD SETTLED/);
     const [again, accounts, accountsJsonRun, transactions] = await Promise.all([
       // The same id and params again is the same transaction (the id is the idempotency key).
-      inProject('post', 'DEPOSIT', '--param', `account=${ALICE}`, '--param', 'amount=100', '--transaction-id', id(1), '--json'),
+      inProject(
+        'post',
+        'DEPOSIT',
+        '--param',
+        `account=${ALICE}`,
+        '--param',
+        'amount=100',
+        '--transaction-id',
+        id(1),
+        '--json',
+      ),
       inProject('accounts'),
       inProject('accounts', '--json'),
       inProject('transactions', '--account', 'alice'),
@@ -242,14 +335,22 @@ describe('ledger verbs', () => {
     expect(accounts.out.split('\n')[0]).toMatch(/^code +accountId +status +normal +settled USD +available +name$/);
     expect(accounts.out).toMatch(new RegExp(`^alice +${ALICE} +ACTIVE +CREDIT +100 +100 +Alice`, 'm'));
     const accountsJson = JSON.parse(accountsJsonRun.out) as Array<Record<string, string>>;
-    expect(accountsJson.find((a) => a.code === 'alice')).toMatchObject({ accountId: ALICE, currency: 'USD', settled: '100', available: '100' });
+    expect(accountsJson.find((a) => a.code === 'alice')).toMatchObject({
+      accountId: ALICE,
+      currency: 'USD',
+      settled: '100',
+      available: '100',
+    });
     expect(transactions.status, transactions.err).toBe(0);
     expect(transactions.out).toMatch(new RegExp(`${id(1)}  DEPOSIT@1 +CREDIT +100 USD SETTLED`));
 
     const voided = await inProject('void', id(1));
     expect(voided.status, voided.err).toBe(0);
     expect(voided.out).toMatch(new RegExp(`^voided ${id(1)}: its entries are reversed by [0-9a-f-]{36}\\n$`));
-    const [allRun, balanceRun] = await Promise.all([inProject('transactions', '--json'), inProject('balance', 'alice', '--json')]);
+    const [allRun, balanceRun] = await Promise.all([
+      inProject('transactions', '--json'),
+      inProject('balance', 'alice', '--json'),
+    ]);
     const all = JSON.parse(allRun.out) as Array<Record<string, any>>;
     expect(all.find((t) => t.transactionId === id(1))).toMatchObject({ voidedBy: expect.any(String) });
     expect(all.find((t) => t.voidOf === id(1))).toBeDefined();
@@ -274,7 +375,10 @@ describe('ledger verbs', () => {
     expect(JSON.parse(fromStdin.out).data.journal.name).toEqual(expect.any(String));
     expect(failing.status).toBe(1);
     expect(JSON.parse(failing.out).errors[0].extensions.code).toBe('NOT_FOUND');
-    expect(missing).toMatchObject({ status: 1, err: expect.stringContaining('document "nothing.graphql": no such file') });
+    expect(missing).toMatchObject({
+      status: 1,
+      err: expect.stringContaining('document "nothing.graphql": no such file'),
+    });
   });
 });
 
@@ -284,26 +388,45 @@ describe('deploy keeps what the running system wrote (issue 34)', () => {
     cpSync(BANK, dir, { recursive: true });
     const db = join(dir, '..', 'bank.db');
     const run = (...args: string[]) => tally(args, { cwd: dir });
-    const gql = (document: string, variables: unknown = {}) => tally(['gql', '-', '--db', db, '--variables', JSON.stringify(variables)], { cwd: dir, stdin: document });
-    const alice = async () => JSON.parse((await gql(`{ account(id: "${ALICE}") { status metadata } }`)).out).data.account;
+    const gql = (document: string, variables: unknown = {}) =>
+      tally(['gql', '-', '--db', db, '--variables', JSON.stringify(variables)], { cwd: dir, stdin: document });
+    const alice = async () =>
+      JSON.parse((await gql(`{ account(id: "${ALICE}") { status metadata } }`)).out).data.account;
     expect((await run('deploy', '.', '--db', db)).status).toBe(0);
-    const locked = await run('invoke', 'lock_account', '--db', db, '--input', JSON.stringify({ account_id: ALICE, reason: 'Card reported stolen' }));
+    const locked = await run(
+      'invoke',
+      'lock_account',
+      '--db',
+      db,
+      '--input',
+      JSON.stringify({ account_id: ALICE, reason: 'Card reported stolen' }),
+    );
     expect(locked.status, locked.err).toBe(0);
     const CASE = { note: 'Card reported stolen', opened_by: 'system' };
 
     const again = await run('deploy', '.', '--db', db);
     expect(again.status, again.err).toBe(0);
-    expect(again.out).toContain(`= account alice unchanged\n  keeps metadata.case ${JSON.stringify(CASE)}, status "LOCKED": written since the last deploy, not declared in accounts.json\n`);
+    expect(again.out).toContain(
+      `= account alice unchanged\n  keeps metadata.case ${JSON.stringify(CASE)}, status "LOCKED": written since the last deploy, not declared in accounts.json\n`,
+    );
     expect(await alice()).toEqual({ status: 'LOCKED', metadata: { tier: 'gold', case: CASE } });
 
     // Both the file and the running system change Alice's tier.
-    expect((await gql(`mutation($m: JSON) { updateAccount(id: "${ALICE}", input: {metadata: $m}) { version } }`, { m: { tier: 'silver', case: CASE } })).status).toBe(0);
+    expect(
+      (
+        await gql(`mutation($m: JSON) { updateAccount(id: "${ALICE}", input: {metadata: $m}) { version } }`, {
+          m: { tier: 'silver', case: CASE },
+        })
+      ).status,
+    ).toBe(0);
     const accounts = JSON.parse(readFileSync(join(dir, 'accounts.json'), 'utf8'));
     accounts.find((a: { code: string }) => a.code === 'alice').metadata = { tier: 'platinum' };
     writeFileSync(join(dir, 'accounts.json'), JSON.stringify(accounts));
     const refused = await run('deploy', '.', '--db', db);
     expect(refused.status).toBe(1);
-    expect(refused.out).toContain('= account alice unchanged\n! conflict account alice metadata.tier: deployed "gold", now "silver", file "platinum"\n');
+    expect(refused.out).toContain(
+      '= account alice unchanged\n! conflict account alice metadata.tier: deployed "gold", now "silver", file "platinum"\n',
+    );
     expect(refused.err.split('\n').slice(0, 3)).toEqual([
       'tally: 1 field changed both at runtime and in the project files since the last deploy:',
       '! conflict account alice metadata.tier: deployed "gold", now "silver", file "platinum"',
@@ -312,7 +435,10 @@ describe('deploy keeps what the running system wrote (issue 34)', () => {
     expect(refused.err).toContain('hint: Put the value to keep in the file');
     const json = await run('deploy', '.', '--db', db, '--json');
     expect(json.status).toBe(1);
-    expect(JSON.parse(json.out).error).toMatchObject({ code: 'CONFLICT', hint: expect.stringContaining('--overwrite-runtime-changes') });
+    expect(JSON.parse(json.out).error).toMatchObject({
+      code: 'CONFLICT',
+      hint: expect.stringContaining('--overwrite-runtime-changes'),
+    });
     expect((await alice()).metadata.tier).toBe('silver');
 
     const typo = await run('deploy', '.', '--db', db, '--overwrite-runtime-change');
@@ -322,7 +448,9 @@ describe('deploy keeps what the running system wrote (issue 34)', () => {
 
     const forced = await run('deploy', '.', '--db', db, '--overwrite-runtime-changes');
     expect(forced.status, forced.err).toBe(0);
-    expect(forced.out).toContain('~ update account alice (metadata.tier)\n! overwrite account alice metadata.tier: deployed "gold", now "silver", file "platinum" (the file wins: --overwrite-runtime-changes)\n');
+    expect(forced.out).toContain(
+      '~ update account alice (metadata.tier)\n! overwrite account alice metadata.tier: deployed "gold", now "silver", file "platinum" (the file wins: --overwrite-runtime-changes)\n',
+    );
     expect(forced.out).toContain('applied 1 change(s)');
     expect(await alice()).toEqual({ status: 'LOCKED', metadata: { tier: 'platinum', case: CASE } });
   }, 120_000);
@@ -331,8 +459,13 @@ describe('deploy keeps what the running system wrote (issue 34)', () => {
 describe('executions and execution', () => {
   it('executions are newest first, --limit pages with a "more…" cursor, --after follows it, --since bounds them', async () => {
     // Three executions in one request, in order (mutation fields run one after another).
-    const invoke = (n: number) => `e${n}: invokeAction(name: "notify_large", input: {executionId: "${id(100 + n)}", actionVersion: 1, input: {transaction_id: "t${n}", amount: "1"}}) { status }`;
-    const ran = await tally(['gql', '-'], { cwd: project, env: { TALLY_API_KEY: ADMIN_KEY }, stdin: `mutation { actions { ${[1, 2, 3].map(invoke).join(' ')} } }` });
+    const invoke = (n: number) =>
+      `e${n}: invokeAction(name: "notify_large", input: {executionId: "${id(100 + n)}", actionVersion: 1, input: {transaction_id: "t${n}", amount: "1"}}) { status }`;
+    const ran = await tally(['gql', '-'], {
+      cwd: project,
+      env: { TALLY_API_KEY: ADMIN_KEY },
+      stdin: `mutation { actions { ${[1, 2, 3].map(invoke).join(' ')} } }`,
+    });
     expect(ran.status, ran.out).toBe(0);
 
     const page1 = await inProject('executions', '--action', 'notify_large', '--limit', '2');
@@ -342,7 +475,9 @@ describe('executions and execution', () => {
     expect(lines[0]).toMatch(/^\S+Z {2}\S+ {2}SUCCEEDED +notify_large@1 {2}attempt 1$/);
     const more = /^more… --after (\S+)$/.exec(lines[2]!);
     expect(more, page1.out).not.toBeNull();
-    const page2 = JSON.parse((await inProject('executions', '--action', 'notify_large', '--limit', '2', '--after', more![1]!, '--json')).out);
+    const page2 = JSON.parse(
+      (await inProject('executions', '--action', 'notify_large', '--limit', '2', '--after', more![1]!, '--json')).out,
+    );
     expect(page2.executions.map((e: any) => e.executionId)).toEqual([id(101)]);
     expect(page2.next).toBeNull();
 
@@ -355,7 +490,9 @@ describe('executions and execution', () => {
     const recent = JSON.parse(sinceThen.out).executions as Array<{ executionId: string; created: string }>;
     expect(recent.map((e) => e.executionId)).toEqual(expect.arrayContaining([id(101), id(102), id(103)]));
     expect(recent.every((e) => e.created >= created)).toBe(true);
-    expect([...recent].sort((a, b) => b.created.localeCompare(a.created)).map((e) => e.created)).toEqual(recent.map((e) => e.created));
+    expect([...recent].sort((a, b) => b.created.localeCompare(a.created)).map((e) => e.created)).toEqual(
+      recent.map((e) => e.created),
+    );
   });
 
   it('execution <id> of a failed tool shows its input, the error message, hint and stack, its logs and every attempt', async () => {
@@ -379,8 +516,14 @@ describe('executions and execution', () => {
     expect(text).toContain('     log: about to fail on purpose');
 
     const json = JSON.parse((await inProject('execution', id(200), '--json')).out);
-    expect(json.error).toMatchObject({ code: 'SCRIPT_ERROR', hint: expect.any(String), details: { stack: expect.stringContaining('at run') } });
-    expect(json.invocations).toEqual([expect.objectContaining({ attempt: 1, status: 'FAILED', logs: ['about to fail on purpose'] })]);
+    expect(json.error).toMatchObject({
+      code: 'SCRIPT_ERROR',
+      hint: expect.any(String),
+      details: { stack: expect.stringContaining('at run') },
+    });
+    expect(json.invocations).toEqual([
+      expect.objectContaining({ attempt: 1, status: 'FAILED', logs: ['about to fail on purpose'] }),
+    ]);
   });
 
   it('execution <id> of a started tool that was retried shows every attempt with its error and logs', async () => {
@@ -396,11 +539,14 @@ describe('executions and execution', () => {
       });
       return ((await response.json()) as any).data.actions.execution.status as string;
     };
-    for (let i = 0; i < 200 && (await status()) !== 'FAILED'; i++) await new Promise((resolve) => setTimeout(resolve, 100));
+    for (let i = 0; i < 200 && (await status()) !== 'FAILED'; i++)
+      await new Promise((resolve) => setTimeout(resolve, 100));
     const shown = await inProject('execution', id(300));
     expect(shown.status).toBe(1);
     expect(shown.out).toContain('attempts   2');
-    expect(shown.out).toMatch(/\n {2}#1 FAILED \S+Z \d+ ms\n {5}TOOL_FAILED: the bank did not answer\n {7}hint: Try again later\.\n {5}log: try 1\n {2}#2 FAILED \S+Z \d+ ms\n {5}TOOL_FAILED: the bank did not answer\n/);
+    expect(shown.out).toMatch(
+      /\n {2}#1 FAILED \S+Z \d+ ms\n {5}TOOL_FAILED: the bank did not answer\n {7}hint: Try again later\.\n {5}log: try 1\n {2}#2 FAILED \S+Z \d+ ms\n {5}TOOL_FAILED: the bank did not answer\n/,
+    );
   });
 });
 
@@ -408,14 +554,22 @@ describe('import', () => {
   it('says plainly when the file is missing', async () => {
     const run = await inProject('import', 'missing.csv');
     expect(run.status).toBe(1);
-    expect(run.err).toBe('tally: import "missing.csv": no such file\n  hint: Check the path (it is relative to the current folder).\n');
+    expect(run.err).toBe(
+      'tally: import "missing.csv": no such file\n  hint: Check the path (it is relative to the current folder).\n',
+    );
   });
 });
 
 describe('tally serve: the admin key and the first start', () => {
   const url = (port: number) => `http://127.0.0.1:${port}/graphql`;
   const whoami = async (port: number, key: string) =>
-    (await fetch(url(port), { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: '{"query":"{ journal { name } }"}' })).status;
+    (
+      await fetch(url(port), {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+        body: '{"query":"{ journal { name } }"}',
+      })
+    ).status;
 
   it('refuses a different TALLY_ADMIN_KEY on an existing database unless --rotate-admin-key; that rotates it and says so', async () => {
     const db = join(mkdtempSync(join(scratch, 'keys-')), 'keys.db');
@@ -436,9 +590,13 @@ describe('tally serve: the admin key and the first start', () => {
     expect(await whoami(same.port!, 'tly_first-key')).toBe(200);
     await stop(same.child);
 
-    const rotated = await serve(['--db', db, '--port', '0', '--rotate-admin-key'], { TALLY_ADMIN_KEY: 'tly_second-key' });
+    const rotated = await serve(['--db', db, '--port', '0', '--rotate-admin-key'], {
+      TALLY_ADMIN_KEY: 'tly_second-key',
+    });
     expect(rotated.port, rotated.err).not.toBeNull();
-    expect(rotated.out).toContain('tally: rotated the admin key: TALLY_ADMIN_KEY is the admin key now, the previous one no longer works');
+    expect(rotated.out).toContain(
+      'tally: rotated the admin key: TALLY_ADMIN_KEY is the admin key now, the previous one no longer works',
+    );
     expect(await whoami(rotated.port!, 'tly_second-key')).toBe(200);
     expect(await whoami(rotated.port!, 'tly_first-key')).toBe(401);
     await stop(rotated.child);
@@ -456,10 +614,14 @@ describe('tally serve: the admin key and the first start', () => {
     ]);
     blocker.close();
     expect(badKey.status).toBe(1);
-    expect(badKey.err).toBe('tally: TALLY_ADMIN_KEY must start with tly_\n  hint: Generate one, e.g. export TALLY_ADMIN_KEY=tly_$(openssl rand -hex 32), or unset it to have one generated.\n');
+    expect(badKey.err).toBe(
+      'tally: TALLY_ADMIN_KEY must start with tly_\n  hint: Generate one, e.g. export TALLY_ADMIN_KEY=tly_$(openssl rand -hex 32), or unset it to have one generated.\n',
+    );
     expect(existsSync(join(scratch, 'fresh'))).toBe(false);
     expect(busy.status).toBe(1);
-    expect(busy.err).toContain(`tally: cannot serve on 127.0.0.1:${port}: the port is in use\n  hint: Stop what serves on port ${port}`);
+    expect(busy.err).toContain(
+      `tally: cannot serve on 127.0.0.1:${port}: the port is in use\n  hint: Stop what serves on port ${port}`,
+    );
     expect(busy.err).toContain('--port N or PORT=N');
     expect(busy.err).not.toContain('    at ');
     expect(busy.out).not.toContain('API key');

@@ -32,7 +32,10 @@ describe('exact decimal arithmetic', () => {
   it('a sum or difference is either exact or refused, never rounded', () => {
     fc.assert(
       fc.property(decimal, decimal, (a, b) => {
-        for (const [op, sign] of [[exactPlus, 1n], [exactMinus, -1n]] as const) {
+        for (const [op, sign] of [
+          [exactPlus, 1n],
+          [exactMinus, -1n],
+        ] as const) {
           let result: string | null = null;
           try {
             result = op(new Dec(a), new Dec(b)).toFixed();

@@ -41,17 +41,34 @@ describe(`tally deploy of a project ${COPIES} times the bank's size, over HTTP, 
   });
 
   const gql = async (query: string) => {
-    const response = await fetch(server.endpoint, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ query }) });
+    const response = await fetch(server.endpoint, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
+      body: JSON.stringify({ query }),
+    });
     return (await response.json()) as any;
   };
   const sizes = async () => {
-    const { data } = await gql('{ accounts(first: 1000) { nodes { code } } tranCodes(first: 1000) { nodes { code } } actions { actions(first: 1000) { nodes { name } } } }');
-    return { accounts: data.accounts.nodes.length, tranCodes: data.tranCodes.nodes.length, tools: data.actions.actions.nodes.length };
+    const { data } = await gql(
+      '{ accounts(first: 1000) { nodes { code } } tranCodes(first: 1000) { nodes { code } } actions { actions(first: 1000) { nodes { name } } } }',
+    );
+    return {
+      accounts: data.accounts.nodes.length,
+      tranCodes: data.tranCodes.nodes.length,
+      tools: data.actions.actions.nodes.length,
+    };
   };
 
   it('one bad file among them: refused, nothing applied', async () => {
     const broken = bankTimes(COPIES);
-    writeFileSync(join(broken, 'tran-codes', 'ZZ_BROKEN.json'), JSON.stringify({ code: 'ZZ_BROKEN', transaction: { effective: 'date.Today()' }, entries: [{ accountId: "'not-a-uuid'", units: "decimal('1')", currency: "'USD'", direction: 'DEBIT' }] }));
+    writeFileSync(
+      join(broken, 'tran-codes', 'ZZ_BROKEN.json'),
+      JSON.stringify({
+        code: 'ZZ_BROKEN',
+        transaction: { effective: 'date.Today()' },
+        entries: [{ accountId: "'not-a-uuid'", units: "decimal('1')", currency: "'USD'", direction: 'DEBIT' }],
+      }),
+    );
     const target = counting(serverTarget(server.endpoint, KEY));
     const error = await deploy(readProject(broken), target).catch((e: unknown) => e);
     removeProject(broken);
@@ -69,7 +86,9 @@ describe(`tally deploy of a project ${COPIES} times the bank's size, over HTTP, 
     expect(await sizes()).toEqual({ accounts: 9 * COPIES, tranCodes: 4 * COPIES, tools: 7 * COPIES + 1 });
     // The copies run: a tool of the last copy posts with that copy's tran code.
     const last = COPIES - 1;
-    const deposit = await gql(`mutation { postTransaction(input: {transactionId: "c0000000-0000-4000-8000-000000000001", tranCode: "DEPOSIT_${last}", params: {account: "b00000${String(last).padStart(2, '0')}-0000-4000-8000-000000000011", amount: "10"}}) { transactionId } }`);
+    const deposit = await gql(
+      `mutation { postTransaction(input: {transactionId: "c0000000-0000-4000-8000-000000000001", tranCode: "DEPOSIT_${last}", params: {account: "b00000${String(last).padStart(2, '0')}-0000-4000-8000-000000000011", amount: "10"}}) { transactionId } }`,
+    );
     expect(deposit.errors, JSON.stringify(deposit.errors)).toBeUndefined();
   });
 });

@@ -14,21 +14,53 @@ import type { EntryRow, TransactionRow } from '../src/storage/statements/ledger.
 const cel = new Cel(systemClock, DEFAULT_LIMITS);
 const ast = (expression: string) => (cel.compile(expression) as unknown as { ast: unknown }).ast;
 const reads = (...expressions: string[]) => varsRead(expressions.map(ast));
-const shown = (read: ReturnType<typeof varsRead>) => (read === null ? null : Object.fromEntries([...read].map(([k, v]) => [k, v === null ? null : [...v].sort()])));
+const shown = (read: ReturnType<typeof varsRead>) =>
+  read === null ? null : Object.fromEntries([...read].map(([k, v]) => [k, v === null ? null : [...v].sort()]));
 
 const transaction: TransactionRow = {
-  seq: 7, transaction_id: 'b1f0c9a2-0000-4000-8000-000000000001', tran_code_id: 'c0de0000-0000-4000-8000-000000000001', tran_code_version: 2,
-  journal_id: '00000000-0000-0000-0000-000000000000', correlation_id: null, external_id: 'ext-1', effective: '2026-03-04', description: 'rent',
-  metadata: '{"kind":"rent"}', void_of: null, voided_by: null, input_fingerprint: null, first_entry_seq: 11, entry_count: 2, exceptions: null, version: 1,
-  created: '2026-03-04T10:00:00.000Z', modified: '2026-03-04T10:00:00.000Z',
+  seq: 7,
+  transaction_id: 'b1f0c9a2-0000-4000-8000-000000000001',
+  tran_code_id: 'c0de0000-0000-4000-8000-000000000001',
+  tran_code_version: 2,
+  journal_id: '00000000-0000-0000-0000-000000000000',
+  correlation_id: null,
+  external_id: 'ext-1',
+  effective: '2026-03-04',
+  description: 'rent',
+  metadata: '{"kind":"rent"}',
+  void_of: null,
+  voided_by: null,
+  input_fingerprint: null,
+  first_entry_seq: 11,
+  entry_count: 2,
+  exceptions: null,
+  version: 1,
+  created: '2026-03-04T10:00:00.000Z',
+  modified: '2026-03-04T10:00:00.000Z',
 } as TransactionRow;
 
 function entryRow(overrides: Partial<EntryRow> = {}): EntryRow {
   return {
-    seq: 11, entry_id: 'e0000000-0000-4000-8000-000000000001', transaction_id: transaction.transaction_id, account_id: 'a0000000-0000-4000-8000-000000000001',
-    journal_id: transaction.journal_id, sequence: 1, entry_type: 'RENT_DR', layer: 'SETTLED', direction: 'DEBIT', units: '12.50', currency: 'USD',
-    description: null, metadata: '{"region":"eu","tags":["a","b"],"n":3}', created: '2026-03-04T10:00:00.000Z',
-    parent_account_ids: '["5e700000-0000-4000-8000-000000000001"]', balance_version: 1, balance_after: null, set_links: null, account_prev: null, ...overrides,
+    seq: 11,
+    entry_id: 'e0000000-0000-4000-8000-000000000001',
+    transaction_id: transaction.transaction_id,
+    account_id: 'a0000000-0000-4000-8000-000000000001',
+    journal_id: transaction.journal_id,
+    sequence: 1,
+    entry_type: 'RENT_DR',
+    layer: 'SETTLED',
+    direction: 'DEBIT',
+    units: '12.50',
+    currency: 'USD',
+    description: null,
+    metadata: '{"region":"eu","tags":["a","b"],"n":3}',
+    created: '2026-03-04T10:00:00.000Z',
+    parent_account_ids: '["5e700000-0000-4000-8000-000000000001"]',
+    balance_version: 1,
+    balance_after: null,
+    set_links: null,
+    account_prev: null,
+    ...overrides,
   };
 }
 
@@ -41,7 +73,8 @@ function run(expression: string, docs: 'whole' | 'partial', row: EntryRow): unkn
     vars.transaction = transactionDocument(transaction);
   } else {
     for (const [name, fields] of read) {
-      if (name === 'entry') vars.entry = fields === null ? entryDocument(row, transaction) : entryFields(row, transaction, fields);
+      if (name === 'entry')
+        vars.entry = fields === null ? entryDocument(row, transaction) : entryFields(row, transaction, fields);
       if (name === 'transaction') vars.transaction = transactionDocument(transaction);
     }
   }
@@ -55,7 +88,14 @@ function run(expression: string, docs: 'whole' | 'partial', row: EntryRow): unkn
 describe('what expressions read of context.vars', () => {
   it('names the fields of each var a chain of selects reads', () => {
     expect(shown(reads('context.vars.entry.layer'))).toEqual({ entry: ['layer'] });
-    expect(shown(reads('context.vars.entry.metadata.region + context.vars.transaction.effective', 'has(context.vars.entry.units)'))).toEqual({
+    expect(
+      shown(
+        reads(
+          'context.vars.entry.metadata.region + context.vars.transaction.effective',
+          'has(context.vars.entry.units)',
+        ),
+      ),
+    ).toEqual({
       entry: ['metadata', 'units'],
       transaction: ['effective'],
     });
@@ -83,11 +123,20 @@ describe('what expressions read of context.vars', () => {
   });
 
   it('unites the reads of several definitions, the whole winning', () => {
-    expect(shown(unionReads(reads('context.vars.entry.layer'), reads('context.vars.entry.currency', 'context.vars.account.code')))).toEqual({
+    expect(
+      shown(
+        unionReads(
+          reads('context.vars.entry.layer'),
+          reads('context.vars.entry.currency', 'context.vars.account.code'),
+        ),
+      ),
+    ).toEqual({
       entry: ['currency', 'layer'],
       account: ['code'],
     });
-    expect(shown(unionReads(reads('context.vars.entry.layer'), reads('string(context.vars.entry)')))).toEqual({ entry: null });
+    expect(shown(unionReads(reads('context.vars.entry.layer'), reads('string(context.vars.entry)')))).toEqual({
+      entry: null,
+    });
     expect(unionReads(reads('context.vars.entry.layer'), reads('size(context.vars)'))).toBeNull();
   });
 });
@@ -114,12 +163,17 @@ describe('partial entry documents', () => {
     'context.vars.entry.metadata.n + 1',
     'has(context.vars.entry) && !has(context.vars.account_set)',
   ];
-  const rows = [entryRow(), entryRow({ metadata: null, description: 'a line', parent_account_ids: null, units: '0.000001' })];
+  const rows = [
+    entryRow(),
+    entryRow({ metadata: null, description: 'a line', parent_account_ids: null, units: '0.000001' }),
+  ];
 
   it('give every expression the value, or the failure, the whole documents give', () => {
     for (const row of rows) {
       for (const expression of expressions) {
-        expect(run(expression, 'partial', row), `${expression} on ${row.metadata ?? 'no metadata'}`).toEqual(run(expression, 'whole', row));
+        expect(run(expression, 'partial', row), `${expression} on ${row.metadata ?? 'no metadata'}`).toEqual(
+          run(expression, 'whole', row),
+        );
       }
     }
     // The comparison can fail: a missing field fails, as it does on the whole document.
@@ -128,7 +182,10 @@ describe('partial entry documents', () => {
   });
 
   it('hold only the fields named', () => {
-    expect(Object.keys(entryFields(entryRow(), transaction, new Set(['layer', 'metadata', 'no_such_field'])))).toEqual(['layer', 'metadata']);
+    expect(Object.keys(entryFields(entryRow(), transaction, new Set(['layer', 'metadata', 'no_such_field'])))).toEqual([
+      'layer',
+      'metadata',
+    ]);
     expect(Object.keys(entryFields(entryRow({ metadata: null }), transaction, new Set(['metadata'])))).toEqual([]);
   });
 });

@@ -1,5 +1,14 @@
 import { execFileSync } from 'node:child_process';
-import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, truncateSync, writeFileSync } from 'node:fs';
+import {
+  cpSync,
+  existsSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  truncateSync,
+  writeFileSync,
+} from 'node:fs';
 import Database from 'better-sqlite3';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -21,7 +30,11 @@ const ALICE_SET = 'b0000000-0000-4000-8000-000000000021';
 const tx = (n: number) => `c0000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
 
 function engineTarget(engine: Engine): Target {
-  return { describe: 'in-process', request: async (q, v) => engine.graphql(q, v ?? null) as never, close: async () => {} };
+  return {
+    describe: 'in-process',
+    request: async (q, v) => engine.graphql(q, v ?? null) as never,
+    close: async () => {},
+  };
 }
 
 function ok(engine: Engine, query: string, variables: Record<string, unknown> = {}, principal?: string): any {
@@ -35,9 +48,14 @@ const INVOKE = `mutation($n: String!, $e: UUID!, $i: JSON) { actions { invokeAct
 const invoke = (engine: Engine, name: string, n: number, input: unknown, principal = 'operator') =>
   ok(engine, INVOKE, { n: name, e: tx(9000 + n), i: input }, principal).actions.invokeAction;
 const available = (engine: Engine, account: string) =>
-  ok(engine, `{ balance(accountId: "${account}") { settled { normalBalance { units } } available(layer: PENDING) { normalBalance { units } } } }`).balance;
+  ok(
+    engine,
+    `{ balance(accountId: "${account}") { settled { normalBalance { units } } available(layer: PENDING) { normalBalance { units } } } }`,
+  ).balance;
 const post = (engine: Engine, n: number, tranCode: string, params: Record<string, unknown>) =>
-  ok(engine, 'mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }', { i: { transactionId: tx(n), tranCode, params } });
+  ok(engine, 'mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }', {
+    i: { transactionId: tx(n), tranCode, params },
+  });
 
 describe('examples/bank, deployed into a fresh database, walked through', () => {
   let engine: Engine;
@@ -59,37 +77,85 @@ describe('examples/bank, deployed into a fresh database, walked through', () => 
 
   it('deposits, then transfers with a fee behind a condition; the overdraft guard refuses what the sender lacks', () => {
     post(engine, 1, 'DEPOSIT', { account: ALICE, amount: '100' });
-    const transfer = invoke(engine, 'transfer', 1, { transaction_id: tx(2), from: ALICE, to: BOB, amount: '30', fee: '1.50' });
-    expect(transfer).toMatchObject({ status: 'SUCCEEDED', output: { transaction_id: tx(2), from_available: '68.50', to_available: '30.00' } });
+    const transfer = invoke(engine, 'transfer', 1, {
+      transaction_id: tx(2),
+      from: ALICE,
+      to: BOB,
+      amount: '30',
+      fee: '1.50',
+    });
+    expect(transfer).toMatchObject({
+      status: 'SUCCEEDED',
+      output: { transaction_id: tx(2), from_available: '68.50', to_available: '30.00' },
+    });
     expect(available(engine, FEES).settled.normalBalance.units).toBe('1.50');
     const noFee = invoke(engine, 'transfer', 2, { transaction_id: tx(3), from: BOB, to: ALICE, amount: '5' });
     expect(noFee.output).toMatchObject({ from_available: '25.00', to_available: '73.50' });
-    expect(ok(engine, `{ transaction(id: "${tx(3)}") { entries(first: 5) { nodes { entryType } } } }`).transaction.entries.nodes).toHaveLength(2);
+    expect(
+      ok(engine, `{ transaction(id: "${tx(3)}") { entries(first: 5) { nodes { entryType } } } }`).transaction.entries
+        .nodes,
+    ).toHaveLength(2);
     const tooMuch = invoke(engine, 'transfer', 3, { transaction_id: tx(4), from: BOB, to: ALICE, amount: '1000' });
-    expect(tooMuch).toMatchObject({ status: 'FAILED', error: { code: 'TOOL_FAILED', message: "insufficient funds: 1000.00 needed, 25.00 available in Bob's accounts" } });
+    expect(tooMuch).toMatchObject({
+      status: 'FAILED',
+      error: { code: 'TOOL_FAILED', message: "insufficient funds: 1000.00 needed, 25.00 available in Bob's accounts" },
+    });
   });
 
   it('the overdraft guard: Alice may overdraw her wallet while her savings cover it, never her accounts together', () => {
     // Alice: 68.50 + 5 in her wallet (above), 100 into savings.
     post(engine, 5, 'DEPOSIT', { account: SAVINGS, amount: '100' });
     const covered = invoke(engine, 'transfer', 5, { transaction_id: tx(6), from: ALICE, to: BOB, amount: '150' });
-    expect(covered).toMatchObject({ status: 'SUCCEEDED', output: { from_available: '-76.50', to_available: '175.00' } });
-    const set = () => ok(engine, `{ accountSet(id: "${ALICE_SET}") { balance { available(layer: PENDING) { normalBalance { units } } } } }`).accountSet.balance.available.normalBalance.units;
+    expect(covered).toMatchObject({
+      status: 'SUCCEEDED',
+      output: { from_available: '-76.50', to_available: '175.00' },
+    });
+    const set = () =>
+      ok(
+        engine,
+        `{ accountSet(id: "${ALICE_SET}") { balance { available(layer: PENDING) { normalBalance { units } } } } }`,
+      ).accountSet.balance.available.normalBalance.units;
     expect(set()).toBe('23.50');
     // Past her total: the posting itself is refused, and nothing is written.
-    const transactions = () => ok(engine, '{ transactions(first: 100) { nodes { transactionId } } }').transactions.nodes.length;
+    const transactions = () =>
+      ok(engine, '{ transactions(first: 100) { nodes { transactionId } } }').transactions.nodes.length;
     const before = transactions();
-    const refused = engine.graphql('mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }', { i: { transactionId: tx(7), tranCode: 'TRANSFER', params: { from: SAVINGS, to: BOB, amount: '23.51' } } });
+    const refused = engine.graphql('mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }', {
+      i: { transactionId: tx(7), tranCode: 'TRANSFER', params: { from: SAVINGS, to: BOB, amount: '23.51' } },
+    });
     expect(refused.data).toBeNull();
-    expect(refused.errors?.[0]).toMatchObject({ message: 'velocity 0 USD exceeded, balance is 0.01 USD', extensions: { code: 'BALANCE_VELOCITY_EXCEEDED', exception: { detail: { accountId: ALICE_SET } } } });
+    expect(refused.errors?.[0]).toMatchObject({
+      message: 'velocity 0 USD exceeded, balance is 0.01 USD',
+      extensions: { code: 'BALANCE_VELOCITY_EXCEEDED', exception: { detail: { accountId: ALICE_SET } } },
+    });
     expect(transactions()).toBe(before);
     // Through the tool: its failure says so, in her words, and the balances are as they were.
-    const tooMuch = invoke(engine, 'transfer', 6, { transaction_id: tx(7), from: ALICE, to: BOB, amount: '23.00', fee: '0.51' });
-    expect(tooMuch).toMatchObject({ status: 'FAILED', error: { code: 'TOOL_FAILED', message: "insufficient funds: 23.51 needed, 23.50 available in Alice's accounts", hint: expect.stringContaining('may not go below zero') } });
+    const tooMuch = invoke(engine, 'transfer', 6, {
+      transaction_id: tx(7),
+      from: ALICE,
+      to: BOB,
+      amount: '23.00',
+      fee: '0.51',
+    });
+    expect(tooMuch).toMatchObject({
+      status: 'FAILED',
+      error: {
+        code: 'TOOL_FAILED',
+        message: "insufficient funds: 23.51 needed, 23.50 available in Alice's accounts",
+        hint: expect.stringContaining('may not go below zero'),
+      },
+    });
     expect(transactions()).toBe(before);
-    expect([set(), available(engine, ALICE).available.normalBalance.units, available(engine, SAVINGS).available.normalBalance.units]).toEqual(['23.50', '-76.50', '100']);
+    expect([
+      set(),
+      available(engine, ALICE).available.normalBalance.units,
+      available(engine, SAVINGS).available.normalBalance.units,
+    ]).toEqual(['23.50', '-76.50', '100']);
     // Exactly all of it is fine; then Alice's accounts are at zero together.
-    expect(invoke(engine, 'transfer', 7, { transaction_id: tx(8), from: ALICE, to: BOB, amount: '23.00', fee: '0.50' }).status).toBe('SUCCEEDED');
+    expect(
+      invoke(engine, 'transfer', 7, { transaction_id: tx(8), from: ALICE, to: BOB, amount: '23.00', fee: '0.50' })
+        .status,
+    ).toBe('SUCCEEDED');
     expect(set()).toBe('0.00');
   });
 
@@ -99,8 +165,17 @@ describe('examples/bank, deployed into a fresh database, walked through', () => 
     invoke(engine, 'transfer', 11, { transaction_id: tx(12), from: ALICE, to: BOB, amount: '10' });
     const worker = engine.createWorker();
     expect(worker.drain()).toBe(1);
-    const runs = ok(engine, '{ actions { executions(first: 10, where: {status: SUCCEEDED}) { nodes { actionName output invocation { logs } } } } }').actions.executions.nodes.filter((n: any) => n.actionName === 'notify_large');
-    expect(runs).toEqual([{ actionName: 'notify_large', output: { notified: true, transaction_id: tx(11), amount: '15000' }, invocation: { logs: [`large transfer ${tx(11)}: 15000 USD`] } }]);
+    const runs = ok(
+      engine,
+      '{ actions { executions(first: 10, where: {status: SUCCEEDED}) { nodes { actionName output invocation { logs } } } } }',
+    ).actions.executions.nodes.filter((n: any) => n.actionName === 'notify_large');
+    expect(runs).toEqual([
+      {
+        actionName: 'notify_large',
+        output: { notified: true, transaction_id: tx(11), amount: '15000' },
+        invocation: { logs: [`large transfer ${tx(11)}: 15000 USD`] },
+      },
+    ]);
   });
 
   it('a card HOLD reserves funds on PENDING; CAPTURE settles it in one request with the void of the hold', () => {
@@ -109,13 +184,19 @@ describe('examples/bank, deployed into a fresh database, walked through', () => 
     const held = available(engine, BOB);
     expect(Number(held.available.normalBalance.units)).toBe(Number(before.available.normalBalance.units) - 40);
     expect(held.settled.normalBalance.units).toBe(before.settled.normalBalance.units);
-    ok(engine, `mutation { voidTransaction(id: "${tx(20)}") { transactionId }
-      postTransaction(input: {transactionId: "${tx(21)}", tranCode: "CAPTURE", params: {account: "${BOB}", amount: "40", hold_id: "card-auth-1"}}) { transactionId } }`);
+    ok(
+      engine,
+      `mutation { voidTransaction(id: "${tx(20)}") { transactionId }
+      postTransaction(input: {transactionId: "${tx(21)}", tranCode: "CAPTURE", params: {account: "${BOB}", amount: "40", hold_id: "card-auth-1"}}) { transactionId } }`,
+    );
     const after = available(engine, BOB);
     expect(Number(after.settled.normalBalance.units)).toBe(Number(before.settled.normalBalance.units) - 40);
     expect(after.available.normalBalance.units).toBe(after.settled.normalBalance.units);
     expect(available(engine, MERCHANTS).settled.normalBalance.units).toBe('40');
-    expect(ok(engine, '{ transactions(first: 10, where: {correlationId: "card-auth-1"}) { nodes { transactionId } } }').transactions.nodes).toHaveLength(3);
+    expect(
+      ok(engine, '{ transactions(first: 10, where: {correlationId: "card-auth-1"}) { nodes { transactionId } } }')
+        .transactions.nodes,
+    ).toHaveLength(3);
   });
 
   it('refund voids a transfer and restores balances exactly; a second refund fails', () => {
@@ -129,23 +210,40 @@ describe('examples/bank, deployed into a fresh database, walked through', () => 
   it('lock_account locks and opens a case; when open_case fails, the lock stays and the case is gone', () => {
     const locked = invoke(engine, 'lock_account', 40, { account_id: ALICE, reason: 'Card reported stolen' });
     expect(locked).toMatchObject({ status: 'SUCCEEDED', output: { locked: true, case_opened: true } });
-    expect(locked.children.map((c: any) => `${c.kind} ${c.actionName} ${c.status}`)).toEqual(['GRAPHQL graphql SUCCEEDED', 'TOOL open_case SUCCEEDED']);
-    expect(ok(engine, `{ account(id: "${ALICE}") { status metadata } }`).account).toEqual({ status: 'LOCKED', metadata: { tier: 'gold', case: { note: 'Card reported stolen', opened_by: 'operator' } } });
-    expect(invoke(engine, 'transfer', 41, { transaction_id: tx(41), from: ALICE, to: BOB, amount: '1' }).error.code).toBe('ACCOUNT_LOCKED');
+    expect(locked.children.map((c: any) => `${c.kind} ${c.actionName} ${c.status}`)).toEqual([
+      'GRAPHQL graphql SUCCEEDED',
+      'TOOL open_case SUCCEEDED',
+    ]);
+    expect(ok(engine, `{ account(id: "${ALICE}") { status metadata } }`).account).toEqual({
+      status: 'LOCKED',
+      metadata: { tier: 'gold', case: { note: 'Card reported stolen', opened_by: 'operator' } },
+    });
+    expect(
+      invoke(engine, 'transfer', 41, { transaction_id: tx(41), from: ALICE, to: BOB, amount: '1' }).error.code,
+    ).toBe('ACCOUNT_LOCKED');
     const outage = invoke(engine, 'lock_account', 42, { account_id: BOB, reason: 'test outage' });
     expect(outage.output).toEqual({ locked: true, case_opened: false });
-    expect(ok(engine, `{ account(id: "${BOB}") { status metadata } }`).account).toEqual({ status: 'LOCKED', metadata: { tier: 'standard' } });
+    expect(ok(engine, `{ account(id: "${BOB}") { status metadata } }`).account).toEqual({
+      status: 'LOCKED',
+      metadata: { tier: 'standard' },
+    });
   });
 
   it('the auditor reads everything and can invoke nothing', () => {
-    expect(ok(engine, `{ balance(accountId: "${FEES}") { settled { normalBalance { units } } } }`, {}, 'auditor').balance).toBeDefined();
+    expect(
+      ok(engine, `{ balance(accountId: "${FEES}") { settled { normalBalance { units } } } }`, {}, 'auditor').balance,
+    ).toBeDefined();
     const refused = engine.graphql(INVOKE, { n: 'transfer', e: tx(50), i: {} }, { principal: 'auditor' });
-    expect(refused.errors?.[0]?.message).toBe('INSERT on actions.Execution refused by client auditor: no policy allows it');
+    expect(refused.errors?.[0]?.message).toBe(
+      'INSERT on actions.Execution refused by client auditor: no policy allows it',
+    );
   });
 
   it('the CLI draws an execution’s call tree', () => {
     const id = tx(9040);
-    const drawn = execFileSync(process.execPath, [BIN, 'execution', id, '--db', (engine.db as { name: string }).name], { encoding: 'utf8' });
+    const drawn = execFileSync(process.execPath, [BIN, 'execution', id, '--db', (engine.db as { name: string }).name], {
+      encoding: 'utf8',
+    });
     expect(drawn.split('\n')[0]).toMatch(/^lock_account@1 SUCCEEDED \d+ ms$/);
     expect(drawn).toMatch(/├─ graphql SUCCEEDED \d+ ms\n└─ open_case@1 SUCCEEDED \d+ ms\n {3}├─ graphql SUCCEEDED/);
     // Under the tree: the input, the output and every attempt.
@@ -172,7 +270,9 @@ describe('tally deploy', () => {
     const src = join(dir, 'tools', 'refund.js');
     writeFileSync(src, readFileSync(src, 'utf8').replace('every entry reversed', 'every entry reversed (edited)'));
     const edited = await deploy(readProject(dir), target);
-    expect(edited.plan.filter((item) => item.change !== 'unchanged').map((i) => formatPlan([i]))).toEqual(['~ new version 2 of tool refund']);
+    expect(edited.plan.filter((item) => item.change !== 'unchanged').map((i) => formatPlan([i]))).toEqual([
+      '~ new version 2 of tool refund',
+    ]);
     expect(ok(engine, '{ actions { action(name: "refund") { version } } }').actions.action.version).toBe(2);
     expect(ok(engine, '{ actions { action(name: "transfer") { version } } }').actions.action.version).toBe(1);
   });
@@ -184,10 +284,15 @@ describe('tally deploy', () => {
     accounts.push({ accountId: 'b0000000-0000-4000-8000-000000000099', code: 'carol', name: "Carol's wallet" });
     writeFileSync(join(dir, 'accounts.json'), JSON.stringify(accounts));
     const file = join(dir, 'tools', 'transfer.js');
-    writeFileSync(file, readFileSync(file, 'utf8').replace('const least = spendable(from);', 'const least = spendable(from;'));
+    writeFileSync(
+      file,
+      readFileSync(file, 'utf8').replace('const least = spendable(from);', 'const least = spendable(from;'),
+    );
     const error = await deploy(readProject(dir), target).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(DeployError);
-    expect((error as Error).message).toMatch(/^tools\/transfer\.js:33:\d+: the program of transfer@2 does not compile: SyntaxError/);
+    expect((error as Error).message).toMatch(
+      /^tools\/transfer\.js:33:\d+: the program of transfer@2 does not compile: SyntaxError/,
+    );
     expect((error as Error).message).toContain('nothing was applied');
     expect(engine.graphql('{ account(code: "carol") { code } }').errors?.[0]?.extensions?.code).toBe('NOT_FOUND');
     expect(ok(engine, '{ actions { action(name: "transfer") { version } } }').actions.action.version).toBe(1);
@@ -198,23 +303,39 @@ describe('tally deploy', () => {
     await deploy(readProject(dir), engineTarget(engine));
     const db = (engine.db as { name: string }).name;
     engine.close();
-    const rows = ['transactionId,tranCode,account,amount', ...Array.from({ length: 250 }, (_, i) => `${tx(100_000 + i)},DEPOSIT,${ALICE},"1.${String(i % 100).padStart(2, '0')}"`)];
+    const rows = [
+      'transactionId,tranCode,account,amount',
+      ...Array.from(
+        { length: 250 },
+        (_, i) => `${tx(100_000 + i)},DEPOSIT,${ALICE},"1.${String(i % 100).padStart(2, '0')}"`,
+      ),
+    ];
     writeFileSync(join(dir, 'deposits.csv'), `${rows.join('\n')}\n`);
-    const out = execFileSync(process.execPath, [BIN, 'import', join(dir, 'deposits.csv'), '--db', db, '--json'], { encoding: 'utf8' });
+    const out = execFileSync(process.execPath, [BIN, 'import', join(dir, 'deposits.csv'), '--db', db, '--json'], {
+      encoding: 'utf8',
+    });
     expect(JSON.parse(out)).toEqual({ imported: 250 });
     const bad = [rows[0], `${tx(200_000)},DEPOSIT,${ALICE},2`, `${tx(200_001)},DEPOSIT,${ALICE},1.5e3`].join('\n');
     writeFileSync(join(dir, 'bad.csv'), bad);
     let failed: { status: number; stderr: string } | null = null;
     try {
-      execFileSync(process.execPath, [BIN, 'import', join(dir, 'bad.csv'), '--db', db], { encoding: 'utf8', stdio: 'pipe' });
+      execFileSync(process.execPath, [BIN, 'import', join(dir, 'bad.csv'), '--db', db], {
+        encoding: 'utf8',
+        stdio: 'pipe',
+      });
     } catch (e) {
       failed = e as { status: number; stderr: string };
     }
     expect(failed?.status).toBe(1);
     expect(failed?.stderr).toContain('bad.csv:3: TRAN_CODE_ERROR');
     const check = await newEngine({ path: db });
-    expect(check.graphql(`{ transaction(id: "${tx(200_000)}") { transactionId } }`).errors?.[0]?.extensions?.code).toBe('NOT_FOUND');
-    expect(ok(check, `{ balance(accountId: "${ALICE}") { settled { normalBalance { units } } } }`).balance.settled.normalBalance.units).toBe(String((250 + [...Array(250).keys()].reduce((a, i) => a + (i % 100), 0) / 100).toFixed(2)));
+    expect(check.graphql(`{ transaction(id: "${tx(200_000)}") { transactionId } }`).errors?.[0]?.extensions?.code).toBe(
+      'NOT_FOUND',
+    );
+    expect(
+      ok(check, `{ balance(accountId: "${ALICE}") { settled { normalBalance { units } } } }`).balance.settled
+        .normalBalance.units,
+    ).toBe(String((250 + [...Array(250).keys()].reduce((a, i) => a + (i % 100), 0) / 100).toFixed(2)));
     check.close();
   });
 
@@ -223,7 +344,10 @@ describe('tally deploy', () => {
     writeFileSync(join(dir, 'tran-codes', 'DEPOSIT.json'), '{\n  "code": "DEPOSIT",\n  oops\n}');
     let failed: { status: number; stderr: string } | null = null;
     try {
-      execFileSync(process.execPath, [BIN, 'deploy', dir, '--db', join(dir, '..', 'cli.db')], { encoding: 'utf8', stdio: 'pipe' });
+      execFileSync(process.execPath, [BIN, 'deploy', dir, '--db', join(dir, '..', 'cli.db')], {
+        encoding: 'utf8',
+        stdio: 'pipe',
+      });
     } catch (e) {
       failed = e as { status: number; stderr: string };
     }
@@ -233,13 +357,21 @@ describe('tally deploy', () => {
 
   it('project files cannot inject GraphQL, leave the folder, or be skipped; malformed ones are named', async () => {
     const { dir, engine, target } = await fresh();
-    ok(engine, 'mutation { auth { createClient(input: {principal: "auditor2", name: "a", policies: [{effect: ALLOW, actions: [SELECT], resources: ["financial.*"]}]}) { apiKey } } }');
+    ok(
+      engine,
+      'mutation { auth { createClient(input: {principal: "auditor2", name: "a", policies: [{effect: ALLOW, actions: [SELECT], resources: ["financial.*"]}]}) { apiKey } } }',
+    );
     const manifest = join(dir, 'tools', 'hello.json');
     writeFileSync(join(dir, 'tools', 'hello.js'), 'function run() { return 1; }');
-    const injected = 'c0000000-0000-4000-8000-0000000000ee", input: $v0) { version } } auth { pwn: updateClient(principal: "auditor2", input: {policies: [{effect: ALLOW, actions: [SELECT, INSERT, UPDATE, DELETE], resources: ["*"]}]}) { client { principal } } } #';
+    const injected =
+      'c0000000-0000-4000-8000-0000000000ee", input: $v0) { version } } auth { pwn: updateClient(principal: "auditor2", input: {policies: [{effect: ALLOW, actions: [SELECT, INSERT, UPDATE, DELETE], resources: ["*"]}]}) { client { principal } } } #';
     writeFileSync(manifest, JSON.stringify({ actionId: injected, description: 'x' }));
-    await expect(deploy(readProject(dir), target)).rejects.toThrow(/tools\/hello\.json: needs an "actionId" that is a UUID/);
-    expect(ok(engine, '{ auth { client(principal: "auditor2") { policies { actions } } } }').auth.client.policies).toEqual([{ actions: ['SELECT'] }]);
+    await expect(deploy(readProject(dir), target)).rejects.toThrow(
+      /tools\/hello\.json: needs an "actionId" that is a UUID/,
+    );
+    expect(
+      ok(engine, '{ auth { client(principal: "auditor2") { policies { actions } } } }').auth.client.policies,
+    ).toEqual([{ actions: ['SELECT'] }]);
     // A manifest without its program, a program that leads outside the project, malformed manifests.
     writeFileSync(manifest, JSON.stringify({ actionId: 'c0000000-0000-4000-8000-0000000000ee', description: 'x' }));
     rmSync(join(dir, 'tools', 'hello.js'));
@@ -266,7 +398,11 @@ describe('tally deploy', () => {
     const { dir } = await fresh();
     const run = (...args: string[]) => {
       try {
-        return { status: 0, out: execFileSync(process.execPath, [BIN, ...args], { encoding: 'utf8', stdio: 'pipe' }), err: '' };
+        return {
+          status: 0,
+          out: execFileSync(process.execPath, [BIN, ...args], { encoding: 'utf8', stdio: 'pipe' }),
+          err: '',
+        };
       } catch (e) {
         const failed = e as { status: number; stdout: string; stderr: string };
         return { status: failed.status, out: failed.stdout, err: failed.stderr };
@@ -274,16 +410,25 @@ describe('tally deploy', () => {
     };
     const typo = join(dir, '..', 'typo.db');
     expect(run('accounts', '--db', typo)).toMatchObject({ status: 1, err: expect.stringContaining('no database at') });
-    expect(run('worker', '--db', typo, '--drain')).toMatchObject({ status: 1, err: expect.stringContaining('no database at') });
+    expect(run('worker', '--db', typo, '--drain')).toMatchObject({
+      status: 1,
+      err: expect.stringContaining('no database at'),
+    });
     expect(existsSync(typo)).toBe(false);
     const dry = join(dir, '..', 'dry.db');
-    expect(run('deploy', dir, '--db', dry, '--dry-run')).toMatchObject({ status: 0, out: expect.stringContaining('dry run') });
+    expect(run('deploy', dir, '--db', dry, '--dry-run')).toMatchObject({
+      status: 0,
+      out: expect.stringContaining('dry run'),
+    });
     expect(existsSync(dry)).toBe(false);
     const foreign = join(dir, '..', 'foreign.db');
     const other = new Database(foreign);
     other.exec('CREATE TABLE accounts (x)');
     other.close();
-    expect(run('accounts', '--db', foreign)).toMatchObject({ status: 1, err: expect.stringContaining('a SQLite database of another program') });
+    expect(run('accounts', '--db', foreign)).toMatchObject({
+      status: 1,
+      err: expect.stringContaining('a SQLite database of another program'),
+    });
     const check = new Database(foreign);
     expect(check.pragma('journal_mode', { simple: true })).toBe('delete');
     expect(check.prepare("SELECT count(*) FROM sqlite_master WHERE type = 'table'").pluck().get()).toBe(1);
@@ -297,7 +442,10 @@ describe('tally deploy', () => {
     const { port } = silent.address() as { port: number };
     const { serverTarget } = await import('../src/deploy/target.js');
     const mute = await serverTarget(`http://127.0.0.1:${port}/graphql`, 'tly_x', 200).request('{ journal { name } }');
-    expect(mute.errors?.[0]).toMatchObject({ message: expect.stringContaining('no answer within 0.2 s'), extensions: { code: 'TIMEOUT' } });
+    expect(mute.errors?.[0]).toMatchObject({
+      message: expect.stringContaining('no answer within 0.2 s'),
+      extensions: { code: 'TIMEOUT' },
+    });
     silent.close();
     await new Promise((resolve) => setTimeout(resolve, 50));
     const gone = await serverTarget(`http://127.0.0.1:${port}/graphql`, 'tly_x', 200).request('{ journal { name } }');
@@ -313,12 +461,18 @@ describe('tally deploy', () => {
       req.on('end', () => {
         const { query, variables } = JSON.parse(body);
         const result = JSON.stringify(engine.graphql(query, variables));
-        setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end(result), query.startsWith('mutation Deploy') ? 600 : 0);
+        setTimeout(
+          () => res.writeHead(200, { 'content-type': 'application/json' }).end(result),
+          query.startsWith('mutation Deploy') ? 600 : 0,
+        );
       });
     });
     await new Promise<void>((resolve) => late.listen(0, '127.0.0.1', resolve));
     const latePort = (late.address() as { port: number }).port;
-    const error = await deploy(readProject(dir), serverTarget(`http://127.0.0.1:${latePort}/graphql`, 'tly_x', 300)).catch((e: unknown) => e);
+    const error = await deploy(
+      readProject(dir),
+      serverTarget(`http://127.0.0.1:${latePort}/graphql`, 'tly_x', 300),
+    ).catch((e: unknown) => e);
     expect((error as Error).message).toContain('the outcome is unknown');
     expect((error as Error).message).not.toContain('nothing was applied');
     await new Promise((resolve) => setTimeout(resolve, 500));
@@ -334,14 +488,18 @@ describe('tally deploy keeps what the running system wrote (issue 34)', () => {
   const setMetadata = (engine: Engine, account: string, change: Record<string, unknown>) => {
     // As a tool would: read the metadata, change a key, write it back (open_case does the same).
     const { metadata } = ok(engine, `{ account(id: "${account}") { metadata } }`).account;
-    ok(engine, 'mutation($id: UUID!, $m: JSON) { updateAccount(id: $id, input: {metadata: $m}) { version } }', { id: account, m: { ...metadata, ...change } });
+    ok(engine, 'mutation($id: UUID!, $m: JSON) { updateAccount(id: $id, input: {metadata: $m}) { version } }', {
+      id: account,
+      m: { ...metadata, ...change },
+    });
   };
   const editAccounts = (dir: string, edit: (accounts: Array<Record<string, any>>) => void) => {
     const accounts = JSON.parse(readFileSync(join(dir, 'accounts.json'), 'utf8'));
     edit(accounts);
     writeFileSync(join(dir, 'accounts.json'), JSON.stringify(accounts));
   };
-  const linesOf = (plan: Awaited<ReturnType<typeof deploy>>['plan'], kind: string, name: string) => formatPlan(plan.filter((i) => i.kind === kind && i.name === name)).split('\n');
+  const linesOf = (plan: Awaited<ReturnType<typeof deploy>>['plan'], kind: string, name: string) =>
+    formatPlan(plan.filter((i) => i.kind === kind && i.name === name)).split('\n');
 
   /** The bank in a fresh folder and database, deployed through the engine in-process or through a real HTTP server. */
   async function deployed(how: 'in process' | 'over HTTP') {
@@ -355,7 +513,10 @@ describe('tally deploy keeps what the running system wrote (issue 34)', () => {
       target = engineTarget(engine);
     } else {
       // A deploy is one request: a deadline that fits it (issue 34's budgets are another change).
-      const running = await startServer('tly_redeploy-admin-key', { path: join(dir, '..', 'bank.db'), limits: { requestDeadlineMs: 20_000 } });
+      const running = await startServer('tly_redeploy-admin-key', {
+        path: join(dir, '..', 'bank.db'),
+        limits: { requestDeadlineMs: 20_000 },
+      });
       engine = running.engine;
       target = serverTarget(running.url, 'tly_redeploy-admin-key');
       stop = running.stop;
@@ -369,9 +530,15 @@ describe('tally deploy keeps what the running system wrote (issue 34)', () => {
     it(`${how}: deploy the bank, lock Alice through lock_account, deploy again: her case and her lock stay, and the plan says why`, async () => {
       const { dir, engine, target, stop } = await deployed(how);
       try {
-        expect(invoke(engine, 'lock_account', 60, { account_id: ALICE, reason: 'Card reported stolen' }).output).toEqual({ locked: true, case_opened: true });
+        expect(
+          invoke(engine, 'lock_account', 60, { account_id: ALICE, reason: 'Card reported stolen' }).output,
+        ).toEqual({ locked: true, case_opened: true });
         const again = await deploy(readProject(dir), target);
-        expect(readAlice(engine)).toEqual({ name: "Alice's wallet", status: 'LOCKED', metadata: { tier: 'gold', case: CASE } });
+        expect(readAlice(engine)).toEqual({
+          name: "Alice's wallet",
+          status: 'LOCKED',
+          metadata: { tier: 'gold', case: CASE },
+        });
         expect(again.applied).toBe(false);
         expect(again.plan.every((i) => i.change === 'unchanged')).toBe(true);
         expect(linesOf(again.plan, 'account', 'alice')).toEqual([
@@ -380,12 +547,20 @@ describe('tally deploy keeps what the running system wrote (issue 34)', () => {
         ]);
         // Said once: the deploy recorded what it saw, so the next one has nothing new to say.
         const third = await deploy(readProject(dir), target);
-        expect(formatPlan(third.plan).split('\n').filter((l) => !l.startsWith('= '))).toEqual([]);
+        expect(
+          formatPlan(third.plan)
+            .split('\n')
+            .filter((l) => !l.startsWith('= ')),
+        ).toEqual([]);
         // A field the file changed that nothing changed at runtime is written; only that field.
         editAccounts(dir, (accounts) => (accounts.find((a) => a.code === 'alice')!.name = "Alice's card wallet"));
         const renamed = await deploy(readProject(dir), target);
         expect(linesOf(renamed.plan, 'account', 'alice')).toEqual(['~ update account alice (name)']);
-        expect(readAlice(engine)).toEqual({ name: "Alice's card wallet", status: 'LOCKED', metadata: { tier: 'gold', case: CASE } });
+        expect(readAlice(engine)).toEqual({
+          name: "Alice's card wallet",
+          status: 'LOCKED',
+          metadata: { tier: 'gold', case: CASE },
+        });
       } finally {
         await stop();
       }
@@ -403,11 +578,13 @@ describe('tally deploy keeps what the running system wrote (issue 34)', () => {
         const refused = await deploy(readProject(dir), target).catch((e: unknown) => e);
         expect(refused).toBeInstanceOf(DeployError);
         expect((refused as DeployError).code).toBe('CONFLICT');
-        expect((refused as Error).message).toBe([
-          '1 field changed both at runtime and in the project files since the last deploy:',
-          '! conflict account alice metadata.tier: deployed "gold", now "silver", file "platinum"',
-          'nothing was applied',
-        ].join('\n'));
+        expect((refused as Error).message).toBe(
+          [
+            '1 field changed both at runtime and in the project files since the last deploy:',
+            '! conflict account alice metadata.tier: deployed "gold", now "silver", file "platinum"',
+            'nothing was applied',
+          ].join('\n'),
+        );
         expect((refused as DeployError).hint).toContain('--overwrite-runtime-changes');
         expect(readAlice(engine).metadata).toEqual({ tier: 'silver', case: CASE });
         expect(engine.graphql('{ account(code: "carol") { code } }').errors?.[0]?.extensions?.code).toBe('NOT_FOUND');
@@ -422,9 +599,15 @@ describe('tally deploy keeps what the running system wrote (issue 34)', () => {
           '  keeps metadata.case {"note":"Card reported stolen","opened_by":"operator"}, status "LOCKED": written since the last deploy, not declared in accounts.json',
         ]);
         // The file wins where it declares; what it does not declare is still kept.
-        expect(readAlice(engine)).toEqual({ name: "Alice's wallet", status: 'LOCKED', metadata: { tier: 'platinum', case: CASE } });
+        expect(readAlice(engine)).toEqual({
+          name: "Alice's wallet",
+          status: 'LOCKED',
+          metadata: { tier: 'platinum', case: CASE },
+        });
         expect(ok(engine, '{ account(code: "carol") { code } }').account.code).toBe('carol');
-        expect((await deploy(readProject(dir), target)).plan.every((i) => i.change === 'unchanged' && !i.drift)).toBe(true);
+        expect((await deploy(readProject(dir), target)).plan.every((i) => i.change === 'unchanged' && !i.drift)).toBe(
+          true,
+        );
       } finally {
         await stop();
       }
@@ -434,7 +617,8 @@ describe('tally deploy keeps what the running system wrote (issue 34)', () => {
   it('a declared field changed at runtime while the file stayed the same is kept, and said so on every deploy until the flag restores it', async () => {
     const { dir, engine, target } = await deployed('in process');
     setMetadata(engine, BOB, { tier: 'vip' });
-    const keep = '! keep account bob metadata.tier: deployed "standard", now "vip"; changed at runtime, the file still says "standard" (--overwrite-runtime-changes restores it)';
+    const keep =
+      '! keep account bob metadata.tier: deployed "standard", now "vip"; changed at runtime, the file still says "standard" (--overwrite-runtime-changes restores it)';
     for (let i = 0; i < 2; i++) {
       const again = await deploy(readProject(dir), target);
       expect(linesOf(again.plan, 'account', 'bob')).toEqual(['= account bob unchanged', keep]);
@@ -445,7 +629,9 @@ describe('tally deploy keeps what the running system wrote (issue 34)', () => {
     expect(ok(engine, `{ account(id: "${BOB}") { metadata } }`).account.metadata).toEqual({ tier: 'standard' });
     // A key the file stops declaring goes, when nothing changed it since the deploy wrote it.
     editAccounts(dir, (accounts) => delete accounts.find((a) => a.code === 'bob')!.metadata);
-    expect(linesOf((await deploy(readProject(dir), target)).plan, 'account', 'bob')).toEqual(['~ update account bob (metadata.tier)']);
+    expect(linesOf((await deploy(readProject(dir), target)).plan, 'account', 'bob')).toEqual([
+      '~ update account bob (metadata.tier)',
+    ]);
     expect(ok(engine, `{ account(id: "${BOB}") { metadata } }`).account.metadata).toBeNull();
   });
 
@@ -456,13 +642,20 @@ describe('tally deploy keeps what the running system wrote (issue 34)', () => {
     const racing: Target = {
       ...target,
       request: async (q, v) => {
-        if (q.startsWith('mutation Deploy')) invoke(engine, 'lock_account', 62, { account_id: ALICE, reason: 'Card reported stolen' });
+        if (q.startsWith('mutation Deploy'))
+          invoke(engine, 'lock_account', 62, { account_id: ALICE, reason: 'Card reported stolen' });
         return target.request(q, v);
       },
     };
     const error = await deploy(readProject(dir), racing).catch((e: unknown) => e);
-    expect((error as Error).message).toMatch(/^deploy: account "b0000000-0000-4000-8000-000000000011" is at version 3, not 1 as when the deploy was planned \[RECORD_CHANGED\]\nnothing was applied$/);
-    expect(readAlice(engine)).toEqual({ name: "Alice's wallet", status: 'LOCKED', metadata: { tier: 'gold', case: CASE } });
+    expect((error as Error).message).toMatch(
+      /^deploy: account "b0000000-0000-4000-8000-000000000011" is at version 3, not 1 as when the deploy was planned \[RECORD_CHANGED\]\nnothing was applied$/,
+    );
+    expect(readAlice(engine)).toEqual({
+      name: "Alice's wallet",
+      status: 'LOCKED',
+      metadata: { tier: 'gold', case: CASE },
+    });
     // Planned again from the record as it is now: only the name is written.
     await deploy(readProject(dir), target);
     expect(readAlice(engine)).toEqual({ name: 'Alice W.', status: 'LOCKED', metadata: { tier: 'gold', case: CASE } });
@@ -471,22 +664,36 @@ describe('tally deploy keeps what the running system wrote (issue 34)', () => {
   it('tools, tran codes and triggers: a version made outside the deploy is kept (a conflict once the file changes too), a trigger paused at runtime stays paused', async () => {
     const { dir, engine, target } = await deployed('in process');
     const refund = ok(engine, '{ actions { action(name: "refund") { actionId config } } }').actions.action;
-    ok(engine, 'mutation($id: UUID!, $c: JSON) { actions { updateAction(id: $id, input: {config: $c}) { version } } }', { id: refund.actionId, c: { ...refund.config, src: `${refund.config.src}\n// hotfix` } });
+    ok(
+      engine,
+      'mutation($id: UUID!, $c: JSON) { actions { updateAction(id: $id, input: {config: $c}) { version } } }',
+      { id: refund.actionId, c: { ...refund.config, src: `${refund.config.src}\n// hotfix` } },
+    );
     const trigger = JSON.parse(readFileSync(join(dir, 'triggers', 'notify-large.json'), 'utf8'));
-    ok(engine, `mutation { actions { updateTrigger(id: "${trigger.triggerId}", input: {status: LOCKED}) { version } } }`);
+    ok(
+      engine,
+      `mutation { actions { updateTrigger(id: "${trigger.triggerId}", input: {status: LOCKED}) { version } } }`,
+    );
     const again = await deploy(readProject(dir), target);
     expect(again.applied).toBe(false);
     expect(linesOf(again.plan, 'tool', 'refund')).toEqual([
       '= tool refund (version 2) unchanged',
       '! keep tool refund version: deployed version 1, now version 2; changed at runtime, the file still says version 1 (--overwrite-runtime-changes restores it)',
     ]);
-    expect(linesOf(again.plan, 'trigger', trigger.name)).toEqual([`= trigger ${trigger.name} unchanged`, '  keeps status "LOCKED": written since the last deploy, not declared in triggers/notify-large.json']);
-    expect(ok(engine, `{ actions { trigger(id: "${trigger.triggerId}") { status } } }`).actions.trigger.status).toBe('LOCKED');
+    expect(linesOf(again.plan, 'trigger', trigger.name)).toEqual([
+      `= trigger ${trigger.name} unchanged`,
+      '  keeps status "LOCKED": written since the last deploy, not declared in triggers/notify-large.json',
+    ]);
+    expect(ok(engine, `{ actions { trigger(id: "${trigger.triggerId}") { status } } }`).actions.trigger.status).toBe(
+      'LOCKED',
+    );
 
     const src = join(dir, 'tools', 'refund.js');
     writeFileSync(src, readFileSync(src, 'utf8').replace('every entry reversed', 'every entry reversed (edited)'));
     const refused = await deploy(readProject(dir), target).catch((e: unknown) => e);
-    expect((refused as Error).message).toContain('! conflict tool refund version: deployed version 1, now version 2, file version 3');
+    expect((refused as Error).message).toContain(
+      '! conflict tool refund version: deployed version 1, now version 2, file version 3',
+    );
     expect(ok(engine, '{ actions { action(name: "refund") { version } } }').actions.action.version).toBe(2);
     const forced = await deploy(readProject(dir), target, { overwriteRuntimeChanges: true });
     expect(linesOf(forced.plan, 'tool', 'refund')[0]).toBe('~ new version 3 of tool refund');

@@ -27,13 +27,20 @@ const PING = {
 };
 
 async function gql(url: string, key: string, query: string, variables: Record<string, unknown> = {}): Promise<any> {
-  const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: JSON.stringify({ query, variables }) });
+  const response = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+    body: JSON.stringify({ query, variables }),
+  });
   return response.json();
 }
 
 /** A client with its key: `policies` as GraphQL input text. */
 function createClient(engine: Running['engine'], principal: string, policies: string): string {
-  const data = ok(engine, `mutation { auth { createClient(input: {principal: "${principal}", name: "${principal}", policies: [${policies}]}) { apiKey } } }`);
+  const data = ok(
+    engine,
+    `mutation { auth { createClient(input: {principal: "${principal}", name: "${principal}", policies: [${policies}]}) { apiKey } } }`,
+  );
   return data.auth.createClient.apiKey;
 }
 
@@ -90,7 +97,10 @@ describe('actions.execution(waitMs:) over HTTP', () => {
     const waited = await gql(running.url, mallory, WAIT, { e: id(102), w: 5000 });
     expect(performance.now() - t0).toBeLessThan(2000);
     expect(read.errors[0].extensions.code).toBe('ACCESS_DENIED');
-    expect(waited.errors[0]).toMatchObject({ message: read.errors[0].message, extensions: { code: read.errors[0].extensions.code } });
+    expect(waited.errors[0]).toMatchObject({
+      message: read.errors[0].message,
+      extensions: { code: read.errors[0].extensions.code },
+    });
     expect(running.engine.stats().executionWaiters).toBe(0);
   });
 
@@ -106,7 +116,15 @@ describe('actions.execution(waitMs:) over HTTP', () => {
   it('a client that disconnects mid-wait frees its waiter slot', async () => {
     await new Promise<void>((resolve, reject) => {
       const body = JSON.stringify({ query: WAIT, variables: { e: id(102), w: 8000 } });
-      const req = httpRequest(running.url, { method: 'POST', agent: false, headers: { 'content-type': 'application/json', authorization: `Bearer ${alice}`, 'content-length': Buffer.byteLength(body) } });
+      const req = httpRequest(running.url, {
+        method: 'POST',
+        agent: false,
+        headers: {
+          'content-type': 'application/json',
+          authorization: `Bearer ${alice}`,
+          'content-length': Buffer.byteLength(body),
+        },
+      });
       req.on('error', () => resolve());
       req.end(body);
       const check = setInterval(() => {
@@ -119,7 +137,8 @@ describe('actions.execution(waitMs:) over HTTP', () => {
       setTimeout(() => reject(new Error('the wait never started')), 3000);
     });
     const t0 = performance.now();
-    while (running.engine.stats().executionWaiters > 0 && performance.now() - t0 < 3000) await new Promise((r) => setTimeout(r, 10));
+    while (running.engine.stats().executionWaiters > 0 && performance.now() - t0 < 3000)
+      await new Promise((r) => setTimeout(r, 10));
     expect(running.engine.stats().executionWaiters).toBe(0);
   });
 });
@@ -134,7 +153,8 @@ describe('executionWaitersMax', () => {
     ok(running.engine, START, { n: 'ping', e: id(201), i: {} });
     const first = gql(running.url, ADMIN, WAIT, { e: id(201), w: 1500 });
     const t0 = performance.now();
-    while (running.engine.stats().executionWaiters < 1 && performance.now() - t0 < 3000) await new Promise((r) => setTimeout(r, 5));
+    while (running.engine.stats().executionWaiters < 1 && performance.now() - t0 < 3000)
+      await new Promise((r) => setTimeout(r, 5));
     const t1 = performance.now();
     const second = await gql(running.url, ADMIN, WAIT, { e: id(201), w: 1500 });
     expect(performance.now() - t1).toBeLessThan(1000);
@@ -144,7 +164,7 @@ describe('executionWaitersMax', () => {
   });
 });
 
-describe('engine.executionWaits: a query\'s wait fields, run alone', () => {
+describe("engine.executionWaits: a query's wait fields, run alone", () => {
   let engine: Running['engine'];
   beforeAll(async () => {
     engine = await newEngine();
@@ -158,7 +178,9 @@ describe('engine.executionWaits: a query\'s wait fields, run alone', () => {
   });
   afterAll(() => engine.close());
   const waitsOf = (query: string, variables: Record<string, unknown> = {}, principal?: string) =>
-    engine.executionWaits({ query, variables, operationName: null }, principal === undefined ? {} : { principal }).map((w) => [w.executionId.slice(-3), w.waitMs]);
+    engine
+      .executionWaits({ query, variables, operationName: null }, principal === undefined ? {} : { principal })
+      .map((w) => [w.executionId.slice(-3), w.waitMs]);
 
   it('finds them through aliases, fragments (one spread twice), inline fragments and variables; @include(if: false) and @skip(if: true) wait for nothing', () => {
     const query = `query($a: UUID!, $w: Int!, $no: Boolean!, $n: Int!) {
@@ -172,18 +194,33 @@ describe('engine.executionWaits: a query\'s wait fields, run alone', () => {
     fragment Top on Query { accounts(first: $n) { nodes { code } } actions { executions(first: 5) { nodes { executionId } } last: execution(executionId: "${id(404)}", waitMs: 700) { executionId } } }`;
     expect(engine.graphql(query, { a: id(401), w: 200, no: false, n: 5 }).errors).toBeUndefined();
     // The terminal execution (403) is no wait; 404 is waited for once per field.
-    expect(waitsOf(query, { a: id(401), w: 200, no: false, n: 5 })).toEqual([['401', 200], ['402', 300], ['404', 700]]);
-    expect(waitsOf(query, { a: id(401), w: 200, no: true, n: 5 })).toEqual([['401', 200], ['402', 300], ['404', 700], ['404', 100]]);
+    expect(waitsOf(query, { a: id(401), w: 200, no: false, n: 5 })).toEqual([
+      ['401', 200],
+      ['402', 300],
+      ['404', 700],
+    ]);
+    expect(waitsOf(query, { a: id(401), w: 200, no: true, n: 5 })).toEqual([
+      ['401', 200],
+      ['402', 300],
+      ['404', 700],
+      ['404', 100],
+    ]);
   });
 
-  it('nothing for a query without waitMs, a waitMs of 0, a mutation, a document that does not run, an unknown execution; another client\'s execution is no wait for a client that may not see it', () => {
+  it("nothing for a query without waitMs, a waitMs of 0, a mutation, a document that does not run, an unknown execution; another client's execution is no wait for a client that may not see it", () => {
     expect(waitsOf(`{ actions { execution(executionId: "${id(401)}") { status } } }`)).toEqual([]);
     expect(waitsOf(`{ actions { execution(executionId: "${id(401)}", waitMs: 0) { status } } }`)).toEqual([]);
-    expect(waitsOf(`mutation { queries { actions { execution(executionId: "${id(401)}", waitMs: 100) { status } } } }`)).toEqual([]);
+    expect(
+      waitsOf(`mutation { queries { actions { execution(executionId: "${id(401)}", waitMs: 100) { status } } } }`),
+    ).toEqual([]);
     expect(waitsOf(`{ actions { execution(executionId: "${id(401)}", waitMs: 100) { nope } } }`)).toEqual([]);
     expect(waitsOf(`{ actions { execution(executionId: "${id(999)}", waitMs: 100) { status } } }`)).toEqual([]);
-    expect(waitsOf(`{ actions { execution(executionId: "${id(401)}", waitMs: 100) { status } } }`, {}, 'alice')).toEqual([]);
-    expect(waitsOf(`{ actions { execution(executionId: "${id(401)}", waitMs: 100) { status } } }`)).toEqual([['401', 100]]);
+    expect(
+      waitsOf(`{ actions { execution(executionId: "${id(401)}", waitMs: 100) { status } } }`, {}, 'alice'),
+    ).toEqual([]);
+    expect(waitsOf(`{ actions { execution(executionId: "${id(401)}", waitMs: 100) { status } } }`)).toEqual([
+      ['401', 100],
+    ]);
   });
 });
 
@@ -195,7 +232,9 @@ describe('MCP tools/call of an agent tool', () => {
 
   beforeAll(async () => {
     model = await startScriptedModel({ rules: [() => ({ text: 'All done: the answer is 42.' })] });
-    running = await startServer(ADMIN, { providers: [{ name: 'local', format: 'openai', baseUrl: `${model.url}/v1`, models: ['m'] }] });
+    running = await startServer(ADMIN, {
+      providers: [{ name: 'local', format: 'openai', baseUrl: `${model.url}/v1`, models: ['m'] }],
+    });
     ok(running.engine, CREATE, { id: id(1), input: PING });
     ok(running.engine, CREATE, {
       id: id(2),
@@ -203,7 +242,10 @@ describe('MCP tools/call of an agent tool', () => {
         name: 'helper',
         kind: 'agent',
         config: { provider: 'local', model: 'm', instructions: 'Be brief.' },
-        tool: { description: 'Answers a question', inputSchema: { type: 'object', properties: { question: { type: 'string' } }, required: ['question'] } },
+        tool: {
+          description: 'Answers a question',
+          inputSchema: { type: 'object', properties: { question: { type: 'string' } }, required: ['question'] },
+        },
         tools: [{ name: 'ping', version: 1 }],
         policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }],
       },
@@ -225,11 +267,17 @@ describe('MCP tools/call of an agent tool', () => {
   it('lists its kind, starts it, waits, and answers with the final text', async () => {
     const tool = ok(running.engine, '{ actions { tool(name: "helper") { kind } } }');
     expect(tool.actions.tool.kind).toBe('agent');
-    const transport = new StreamableHTTPClientTransport(new URL(running.url.replace('/graphql', '/mcp')), { requestInit: { headers: { authorization: `Bearer ${ADMIN}` } } });
+    const transport = new StreamableHTTPClientTransport(new URL(running.url.replace('/graphql', '/mcp')), {
+      requestInit: { headers: { authorization: `Bearer ${ADMIN}` } },
+    });
     client = new Client({ name: 'test', version: '1.0.0' });
     await client.connect(transport);
     const executionId = id(301);
-    const result = (await client.callTool({ name: 'helper', arguments: { question: 'what is the answer?' }, _meta: { executionId } })) as CallToolResult;
+    const result = (await client.callTool({
+      name: 'helper',
+      arguments: { question: 'what is the answer?' },
+      _meta: { executionId },
+    })) as CallToolResult;
     expect(result.isError).toBeFalsy();
     expect(result.structuredContent).toMatchObject({ text: 'All done: the answer is 42.' });
     expect((result.content[0] as { text: string }).text).toContain('All done: the answer is 42.');
@@ -248,7 +296,11 @@ describe('tally start --wait', () => {
     const run = await new Promise<{ status: number | null; out: string; err: string }>((resolve, reject) => {
       const env = { ...process.env };
       for (const name of ['TALLY_SERVER', 'TALLY_API_KEY', 'TALLY_ADMIN_KEY', 'TALLY_DB']) delete env[name];
-      const child = spawn(process.execPath, [BIN, 'start', 'ping', '--input', '{"n": 5}', '--wait', '--timeout', '30', '--db', path], { env });
+      const child = spawn(
+        process.execPath,
+        [BIN, 'start', 'ping', '--input', '{"n": 5}', '--wait', '--timeout', '30', '--db', path],
+        { env },
+      );
       let out = '';
       let err = '';
       child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
@@ -287,7 +339,10 @@ describe('waits that end by polling, and MCP calls past mcpCallWaitMs', () => {
 
   it('an MCP call of an agent still running after mcpCallWaitMs answers with its id and status, not an error', async () => {
     const model = await startScriptedModel({ rules: [() => ({ delayMs: 1500, text: 'late' })] });
-    const running = await startServer(ADMIN, { providers: [{ name: 'local', format: 'openai', baseUrl: `${model.url}/v1`, models: ['m'] }], limits: { mcpCallWaitMs: 300 } });
+    const running = await startServer(ADMIN, {
+      providers: [{ name: 'local', format: 'openai', baseUrl: `${model.url}/v1`, models: ['m'] }],
+      limits: { mcpCallWaitMs: 300 },
+    });
     const worker = running.engine.createWorker({ pollMs: 50 });
     running.engine.onStarted(() => worker.wake());
     worker.start();
@@ -295,11 +350,25 @@ describe('waits that end by polling, and MCP calls past mcpCallWaitMs', () => {
     try {
       ok(running.engine, CREATE, {
         id: id(2),
-        input: { name: 'slowpoke', kind: 'agent', config: { provider: 'local', model: 'm' }, tool: { description: 'Takes its time', inputSchema: { type: 'object' } }, policies: [] },
+        input: {
+          name: 'slowpoke',
+          kind: 'agent',
+          config: { provider: 'local', model: 'm' },
+          tool: { description: 'Takes its time', inputSchema: { type: 'object' } },
+          policies: [],
+        },
       });
-      await client.connect(new StreamableHTTPClientTransport(new URL(running.url.replace('/graphql', '/mcp')), { requestInit: { headers: { authorization: `Bearer ${ADMIN}` } } }));
+      await client.connect(
+        new StreamableHTTPClientTransport(new URL(running.url.replace('/graphql', '/mcp')), {
+          requestInit: { headers: { authorization: `Bearer ${ADMIN}` } },
+        }),
+      );
       const executionId = id(601);
-      const result = (await client.callTool({ name: 'slowpoke', arguments: {}, _meta: { executionId } })) as CallToolResult;
+      const result = (await client.callTool({
+        name: 'slowpoke',
+        arguments: {},
+        _meta: { executionId },
+      })) as CallToolResult;
       expect(result.isError).toBeFalsy();
       expect((result.content[0] as { text: string }).text).toContain(executionId);
       expect(result._meta).toMatchObject({ executionId, status: 'RUNNING' });
@@ -315,7 +384,10 @@ describe('waits that end by polling, and MCP calls past mcpCallWaitMs', () => {
 describe('a run that parks for an approval ends every wait', () => {
   it('an MCP call of an agent whose call waits for a person answers at once with WAITING_APPROVAL, without polling', async () => {
     const model = await startScriptedModel({ rules: [() => ({ toolCalls: [{ name: 'ping', arguments: { n: 1 } }] })] });
-    const running = await startServer(ADMIN, { providers: [{ name: 'local', format: 'openai', baseUrl: `${model.url}/v1`, models: ['m'] }], limits: { mcpCallWaitMs: 60_000 } });
+    const running = await startServer(ADMIN, {
+      providers: [{ name: 'local', format: 'openai', baseUrl: `${model.url}/v1`, models: ['m'] }],
+      limits: { mcpCallWaitMs: 60_000 },
+    });
     const worker = running.engine.createWorker({ pollMs: 50 });
     running.engine.onStarted(() => worker.wake());
     worker.start();
@@ -325,18 +397,30 @@ describe('a run that parks for an approval ends every wait', () => {
       ok(running.engine, CREATE, {
         id: id(2),
         input: {
-          name: 'careful', kind: 'agent', config: { provider: 'local', model: 'm' }, tool: { description: 'Asks first.', inputSchema: { type: 'object' } },
-          tools: [{ name: 'ping', version: 1, approval: {} }], policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }],
+          name: 'careful',
+          kind: 'agent',
+          config: { provider: 'local', model: 'm' },
+          tool: { description: 'Asks first.', inputSchema: { type: 'object' } },
+          tools: [{ name: 'ping', version: 1, approval: {} }],
+          policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }],
         },
       });
-      await client.connect(new StreamableHTTPClientTransport(new URL(running.url.replace('/graphql', '/mcp')), { requestInit: { headers: { authorization: `Bearer ${ADMIN}` } } }));
+      await client.connect(
+        new StreamableHTTPClientTransport(new URL(running.url.replace('/graphql', '/mcp')), {
+          requestInit: { headers: { authorization: `Bearer ${ADMIN}` } },
+        }),
+      );
       let reads = 0;
       const graphqlAsync = running.engine.graphqlAsync.bind(running.engine);
       running.engine.graphqlAsync = (...args: Parameters<typeof graphqlAsync>) => {
         reads++;
         return graphqlAsync(...args);
       };
-      const result = (await client.callTool({ name: 'careful', arguments: {}, _meta: { executionId: id(701) } })) as CallToolResult;
+      const result = (await client.callTool({
+        name: 'careful',
+        arguments: {},
+        _meta: { executionId: id(701) },
+      })) as CallToolResult;
       expect(result.isError).toBeFalsy();
       expect(result._meta).toMatchObject({ executionId: id(701), status: 'WAITING_APPROVAL' });
       expect((result.content[0] as { text: string }).text).toContain('approvals');

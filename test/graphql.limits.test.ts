@@ -13,7 +13,8 @@ const READER = [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*
 
 function createClient(engine: Engine, principal: string, policies: unknown[]): string {
   const input = { principal, name: principal, policies };
-  return ok(engine, 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }', { i: input }).auth.createClient.apiKey;
+  return ok(engine, 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }', { i: input }).auth
+    .createClient.apiKey;
 }
 
 /** Accounts 1-3, the TRANSFER tran code and `postings` transfers between them. */
@@ -21,7 +22,13 @@ function smallLedger(engine: Engine, postings = 6): void {
   for (let a = 1; a <= 3; a++) createAccount(engine, a);
   createTransferCode(engine);
   for (let i = 0; i < postings; i++) {
-    ok(engine, POST, { input: { transactionId: id(100 + i), tranCode: 'TRANSFER', params: { from: id(1 + (i % 3)), to: id(1 + ((i + 1) % 3)), amount: '1' } } });
+    ok(engine, POST, {
+      input: {
+        transactionId: id(100 + i),
+        tranCode: 'TRANSFER',
+        params: { from: id(1 + (i % 3)), to: id(1 + ((i + 1) % 3)), amount: '1' },
+      },
+    });
   }
 }
 
@@ -31,7 +38,11 @@ function limitExceeded(result: FormattedResult) {
   const error = result.errors![0]!;
   expect(error.extensions?.code, error.message).toBe('LIMIT_EXCEEDED');
   expect(error.extensions?.hint).toBeTruthy();
-  return { message: error.message, hint: error.extensions!.hint as string, details: error.extensions!.details as Record<string, number> | undefined };
+  return {
+    message: error.message,
+    hint: error.extensions!.hint as string,
+    details: error.extensions!.details as Record<string, number> | undefined,
+  };
 }
 
 /** Review case 3: `fragment Fi { name ...Fi+1 ...Fi+1 }`, 2^k walks for the old depth rule. */
@@ -44,7 +55,8 @@ function doubledFragments(k: number, body = (i: number) => `name ...F${i + 1} ..
 /** Case 3 made deep: each level is one connection further down, each spread twice. */
 function doubledDeepFragments(k: number): string {
   let fragments = '';
-  for (let i = 0; i < k; i++) fragments += ` fragment E${i} on Entry { transaction { entries(first: 1) { nodes { ...E${i + 1} ...E${i + 1} } } } }`;
+  for (let i = 0; i < k; i++)
+    fragments += ` fragment E${i} on Entry { transaction { entries(first: 1) { nodes { ...E${i + 1} ...E${i + 1} } } } }`;
   return `{ entries(first: 1, where: {accountId: "${id(1)}"}) { nodes { ...E0 } } }${fragments} fragment E${k} on Entry { units }`;
 }
 
@@ -72,7 +84,8 @@ function repeatedField(n: number): string {
 
 /** `a: queries { … } a: queries { … }` nested d deep: every pair compares everything beneath it. */
 function binaryAliases(d: number): string {
-  const level = (n: number): string => (n === 0 ? 'journal { name }' : `a: queries { ${level(n - 1)} } a: queries { ${level(n - 1)} }`);
+  const level = (n: number): string =>
+    n === 0 ? 'journal { name }' : `a: queries { ${level(n - 1)} } a: queries { ${level(n - 1)} }`;
   return `mutation { ${level(d)} }`;
 }
 
@@ -128,7 +141,9 @@ describe('the document bounds and the document cache (review case 4)', () => {
     const cached = engine.stats().documentCacheSize;
     for (let i = 0; i < 3; i++) {
       const error = limitExceeded(engine.graphql(aliases99KB(i), null, { apiKey: nobody }));
-      expect(error.message).toBe(`the GraphQL document has more than ${DEFAULT_LIMITS.documentTokensMax} tokens; documentTokensMax is ${DEFAULT_LIMITS.documentTokensMax}`);
+      expect(error.message).toBe(
+        `the GraphQL document has more than ${DEFAULT_LIMITS.documentTokensMax} tokens; documentTokensMax is ${DEFAULT_LIMITS.documentTokensMax}`,
+      );
     }
     expect(engine.stats().documentCacheSize).toBe(cached);
     engine.close();
@@ -195,9 +210,15 @@ describe('the document bounds and the document cache (review case 4)', () => {
   it('syntax and validation errors still say where; a document nested too deep to parse is LIMIT_EXCEEDED', async () => {
     const engine = await newEngine();
     const syntax = engine.graphql('{ journal { name }');
-    expect(syntax.errors?.[0]).toMatchObject({ extensions: { code: 'GRAPHQL_PARSE_FAILED' }, locations: [{ line: 1, column: 19 }] });
+    expect(syntax.errors?.[0]).toMatchObject({
+      extensions: { code: 'GRAPHQL_PARSE_FAILED' },
+      locations: [{ line: 1, column: 19 }],
+    });
     const invalid = engine.graphql('{ journal {\n  nope } }');
-    expect(invalid.errors?.[0]).toMatchObject({ extensions: { code: 'GRAPHQL_VALIDATION_FAILED' }, locations: [{ line: 2, column: 3 }] });
+    expect(invalid.errors?.[0]).toMatchObject({
+      extensions: { code: 'GRAPHQL_VALIDATION_FAILED' },
+      locations: [{ line: 2, column: 3 }],
+    });
     const nested = `mutation { evaluate(expression: "1", document: ${'['.repeat(4000)}1${']'.repeat(4000)}) }`;
     expect(limitExceeded(engine.graphql(nested)).message).toBe('the GraphQL document is nested too deeply to parse');
     engine.close();
@@ -222,7 +243,9 @@ describe('a cost budget, computed before any resolver runs (review case 5)', () 
     expect(error.details).toEqual({ cost: 2_033_002_001, queryCostMax: DEFAULT_LIMITS.queryCostMax });
     expect(error.message).toBe(`the operation costs 2033002001; queryCostMax is ${DEFAULT_LIMITS.queryCostMax}`);
     expect(error.hint).toContain('smaller `first`');
-    expect(limitExceeded(engine.graphql(fanOut(1000, 10, 1000), null, { apiKey: reader })).details!.cost).toBe(20_033_002_001);
+    expect(limitExceeded(engine.graphql(fanOut(1000, 10, 1000), null, { apiKey: reader })).details!.cost).toBe(
+      20_033_002_001,
+    );
     // The same shape with small pages is an ordinary query.
     expect(engine.graphql(fanOut(10, 2, 10, 10), null, { apiKey: reader }).errors).toBeUndefined();
   });
@@ -248,12 +271,17 @@ describe('a cost budget, computed before any resolver runs (review case 5)', () 
   });
 
   it('a variable `first` is costed with each request’s value (pageSizeMax when unknown)', () => {
-    const query = 'query($n: Int!) { accounts(first: $n) { nodes { entries(first: $n) { nodes { transaction { entries(first: $n) { nodes { units } } } } } } } }';
+    const query =
+      'query($n: Int!) { accounts(first: $n) { nodes { entries(first: $n) { nodes { transaction { entries(first: $n) { nodes { units } } } } } } } }';
     expect(engine.graphql(query, { n: 10 }, { apiKey: reader }).errors).toBeUndefined();
-    expect(limitExceeded(engine.graphql(query, { n: 1000 }, { apiKey: reader })).details).toEqual({ cost: 2_003_002_001, queryCostMax: DEFAULT_LIMITS.queryCostMax });
+    expect(limitExceeded(engine.graphql(query, { n: 1000 }, { apiKey: reader })).details).toEqual({
+      cost: 2_003_002_001,
+      queryCostMax: DEFAULT_LIMITS.queryCostMax,
+    });
     expect(limitExceeded(engine.graphql(query, { n: 'many' }, { apiKey: reader })).details!.cost).toBe(2_003_002_001);
     expect(engine.graphql(query, { n: 10 }, { apiKey: reader }).errors).toBeUndefined(); // the same prepared document
-    const withDefault = 'query($n: Int! = 1000) { accounts(first: $n) { nodes { entries(first: $n) { nodes { units } } } } }';
+    const withDefault =
+      'query($n: Int! = 1000) { accounts(first: $n) { nodes { entries(first: $n) { nodes { units } } } } }';
     expect(limitExceeded(engine.graphql(withDefault, {}, { apiKey: reader })).details!.cost).toBe(2_002_001);
     expect(engine.graphql(withDefault, { n: 5 }, { apiKey: reader }).errors).toBeUndefined();
   });
@@ -261,26 +289,46 @@ describe('a cost budget, computed before any resolver runs (review case 5)', () 
   it('queryCostMax: a cost at the bound runs, one over it is refused', async () => {
     const strict = await newEngine({ limits: { queryCostMax: 11 } });
     ok(strict, '{ accounts(first: 5) { nodes { code } } }'); // 1 + 5 × (1 + 1)
-    expect(limitExceeded(strict.graphql('{ accounts(first: 6) { nodes { code } } }')).details).toEqual({ cost: 13, queryCostMax: 11 });
+    expect(limitExceeded(strict.graphql('{ accounts(first: 6) { nodes { code } } }')).details).toEqual({
+      cost: 13,
+      queryCostMax: 11,
+    });
     // A `first` over pageSizeMax is the connection's own error, not a cost.
     expect(fails(engine, '{ accounts(first: 1001) { nodes { code } } }').message).toContain('pageSizeMax (1000)');
     strict.close();
   });
 
   it('the repo’s own queries and GraphiQL’s introspection pass; introspection is counted against the schema', async () => {
-    ok(engine, 'query($f: Int!) { accounts(first: $f) { nodes { accountId code name status normalBalanceType } } }', { f: 1000 });
-    ok(engine, '{ actions { executions(first: 1000) { nodes { executionId status actionName actionVersion attempt output error { code message hint } created } } } }');
+    ok(engine, 'query($f: Int!) { accounts(first: $f) { nodes { accountId code name status normalBalanceType } } }', {
+      f: 1000,
+    });
+    ok(
+      engine,
+      '{ actions { executions(first: 1000) { nodes { executionId status actionName actionVersion attempt output error { code message hint } created } } } }',
+    );
     // `tally tree`: each level of children is within the same 1,024 calls, so it costs 66,573.
-    expect(fails(engine, `{ actions { execution(executionId: "${id(1)}") { ${cliTree(6)} } } }`).code).toBe('NOT_FOUND');
+    expect(fails(engine, `{ actions { execution(executionId: "${id(1)}") { ${cliTree(6)} } } }`).code).toBe(
+      'NOT_FOUND',
+    );
     // GraphiQL's query is 15 levels deep (introspection does not count against queryDepthMax); its cost is what it returns.
     const deep = await newEngine();
     const nobody = createClient(deep, 'nobody', []);
-    for (const query of [getIntrospectionQuery(), getIntrospectionQuery({ descriptions: true, inputValueDeprecation: true, schemaDescription: true, specifiedByUrl: true })]) {
+    for (const query of [
+      getIntrospectionQuery(),
+      getIntrospectionQuery({
+        descriptions: true,
+        inputValueDeprecation: true,
+        schemaDescription: true,
+        specifiedByUrl: true,
+      }),
+    ]) {
       const schema = deep.graphql(query, null, { apiKey: nobody });
       expect(schema.errors).toBeUndefined();
       expect((schema.data as any).__schema.types.length).toBeGreaterThan(100);
     }
-    expect(deep.graphql('{ __type(name: "Account") { fields { name type { name } } } }', null, { apiKey: nobody }).errors).toBeUndefined();
+    expect(
+      deep.graphql('{ __type(name: "Account") { fields { name type { name } } } }', null, { apiKey: nobody }).errors,
+    ).toBeUndefined();
     const error = limitExceeded(deep.graphql(introspectionAliases(200), null, { apiKey: nobody }));
     expect(error.details!.cost).toBeGreaterThan(DEFAULT_LIMITS.queryCostMax);
     // `__type(name: $t)` is counted with each request's type.
@@ -305,7 +353,15 @@ describe('introspection under the default limits (GraphiQL’s Docs pane and aut
   afterAll(() => engine.close());
 
   it('answers getIntrospectionQuery() (15 levels deep) for a client with no policies: the schema is public', () => {
-    for (const query of [getIntrospectionQuery(), getIntrospectionQuery({ descriptions: true, inputValueDeprecation: true, schemaDescription: true, specifiedByUrl: true })]) {
+    for (const query of [
+      getIntrospectionQuery(),
+      getIntrospectionQuery({
+        descriptions: true,
+        inputValueDeprecation: true,
+        schemaDescription: true,
+        specifiedByUrl: true,
+      }),
+    ]) {
       const result = engine.graphql(query, null, { apiKey: nobody });
       expect(result.errors).toBeUndefined();
       const schema = (result.data as any).__schema;
@@ -324,23 +380,37 @@ describe('introspection under the default limits (GraphiQL’s Docs pane and aut
   it('still refuses a deep query that is not introspection, and one that goes deeper beside __schema', () => {
     const children = (n: number): string => (n === 0 ? 'executionId' : `executionId children { ${children(n - 1)} }`);
     const deep = `{ actions { executions(first: 1) { nodes { ${children(11)} } } } }`;
-    expect(limitExceeded(engine.graphql(deep, null, { apiKey: nobody })).message).toBe('the operation is nested 15 levels deep; queryDepthMax is 12');
+    expect(limitExceeded(engine.graphql(deep, null, { apiKey: nobody })).message).toBe(
+      'the operation is nested 15 levels deep; queryDepthMax is 12',
+    );
     const beside = `{ __schema { queryType { name } } actions { executions(first: 1) { nodes { ${children(11)} } } } }`;
-    expect(limitExceeded(engine.graphql(beside, null, { apiKey: nobody })).message).toBe('the operation is nested 15 levels deep; queryDepthMax is 12');
+    expect(limitExceeded(engine.graphql(beside, null, { apiKey: nobody })).message).toBe(
+      'the operation is nested 15 levels deep; queryDepthMax is 12',
+    );
     // Through a fragment on Query too.
     const viaFragment = `{ ...Q } fragment Q on Query { __typename actions { executions(first: 1) { nodes { ${children(11)} } } } }`;
-    expect(limitExceeded(engine.graphql(viaFragment, null, { apiKey: nobody })).message).toContain('queryDepthMax is 12');
+    expect(limitExceeded(engine.graphql(viaFragment, null, { apiKey: nobody })).message).toContain(
+      'queryDepthMax is 12',
+    );
   });
 
   it('keeps introspection’s own bounds: MaxIntrospectionDepthRule, documentFieldsMax, queryCostMax', () => {
     // `fields` nested three times is graphql-js's MaxIntrospectionDepthRule's to refuse.
-    const cyclic = engine.graphql('{ __schema { types { fields { type { fields { type { fields { name } } } } } } } }', null, { apiKey: nobody });
+    const cyclic = engine.graphql(
+      '{ __schema { types { fields { type { fields { type { fields { name } } } } } } } }',
+      null,
+      { apiKey: nobody },
+    );
     expect(cyclic.errors?.[0]?.message).toBe('Maximum introspection depth exceeded');
     // `ofType` is not a way back to a type (it ends in null within a few levels); a long chain is bounded by the document bounds.
     const chain = (n: number): string => `{ __type(name: "Query") { ${'ofType { '.repeat(n)}name ${'} '.repeat(n)}} }`;
     expect(engine.graphql(chain(500), null, { apiKey: nobody }).errors).toBeUndefined();
-    expect(limitExceeded(engine.graphql(chain(2000), null, { apiKey: nobody })).message).toContain('documentFieldsMax is 2000');
-    expect(limitExceeded(engine.graphql(introspectionAliases(200), null, { apiKey: nobody })).details!.cost).toBeGreaterThan(DEFAULT_LIMITS.queryCostMax);
+    expect(limitExceeded(engine.graphql(chain(2000), null, { apiKey: nobody })).message).toContain(
+      'documentFieldsMax is 2000',
+    );
+    expect(
+      limitExceeded(engine.graphql(introspectionAliases(200), null, { apiKey: nobody })).details!.cost,
+    ).toBeGreaterThan(DEFAULT_LIMITS.queryCostMax);
   });
 });
 
@@ -349,12 +419,16 @@ describe('resultBytesMax: the result is bounded too, behind the cost', () => {
     const engine = await newEngine({ limits: { resultBytesMax: 2000 } });
     const metadata = { note: 'x'.repeat(3000) };
     const create = 'mutation($i: AccountInput!) { createAccount(input: $i) { accountId metadata } }';
-    const error = limitExceeded(engine.graphql(create, { i: { accountId: id(1), code: 'BIG', name: 'big', metadata } }));
+    const error = limitExceeded(
+      engine.graphql(create, { i: { accountId: id(1), code: 'BIG', name: 'big', metadata } }),
+    );
     expect(error.message).toBe('the result is over 2000 bytes; resultBytesMax is 2000');
     expect(error.details).toEqual({ resultBytesMax: 2000 });
     expect(fails(engine, `{ account(id: "${id(1)}") { code } }`).code).toBe('NOT_FOUND');
     // Selecting less, the same mutation commits; reading the large value back is refused.
-    ok(engine, 'mutation($i: AccountInput!) { createAccount(input: $i) { accountId } }', { i: { accountId: id(1), code: 'BIG', name: 'big', metadata } });
+    ok(engine, 'mutation($i: AccountInput!) { createAccount(input: $i) { accountId } }', {
+      i: { accountId: id(1), code: 'BIG', name: 'big', metadata },
+    });
     expect(ok(engine, `{ account(id: "${id(1)}") { code } }`).account.code).toBe('BIG');
     limitExceeded(engine.graphql(`{ account(id: "${id(1)}") { code metadata } }`));
     engine.close();
@@ -375,7 +449,11 @@ describe('over HTTP: no attack holds up another client', () => {
   afterAll(() => running.stop());
 
   const post = async (key: string, query: string) => {
-    const res = await fetch(running.url, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: JSON.stringify({ query }) });
+    const res = await fetch(running.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+      body: JSON.stringify({ query }),
+    });
     return { status: res.status, body: (await res.json()) as FormattedResult };
   };
 
@@ -397,7 +475,11 @@ describe('over HTTP: no attack holds up another client', () => {
       ['case 4 again, another document', nobody, aliases99KB(2)],
       ['case 5: the fan-out', reader, fanOut(1000, 10, 100)],
       ['case 5, FAN=1000,10,1000', reader, fanOut(1000, 10, 1000)],
-      ['executions → children → parent → children', reader, '{ actions { executions(first: 1000) { nodes { children { parent { children { status } } } } } } }'],
+      [
+        'executions → children → parent → children',
+        reader,
+        '{ actions { executions(first: 1000) { nodes { children { parent { children { status } } } } } } }',
+      ],
       ['one field repeated 500 times', nobody, repeatedField(500)],
       ['nested repeated aliases', nobody, binaryAliases(8)],
       ['400 fragments side by side', nobody, fragmentsSideBySide(400)],

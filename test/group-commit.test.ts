@@ -27,7 +27,11 @@ async function ledger(limits: Record<string, number> = {}): Promise<Engine> {
   const dir = mkdtempSync(join(tmpdir(), 'tally-group-'));
   dirs.push(dir);
   // A group's time bound far away unless a test is about it: a cold first request takes long here.
-  const engine = await newEngine({ path: join(dir, 'tally.db'), clock: new ManualClock('2026-03-01T10:00:00.000Z'), limits: { writeBatchWaitMs: 60_000, ...limits } });
+  const engine = await newEngine({
+    path: join(dir, 'tally.db'),
+    clock: new ManualClock('2026-03-01T10:00:00.000Z'),
+    limits: { writeBatchWaitMs: 60_000, ...limits },
+  });
   engines.push(engine);
   for (const n of [1, 2, 3, 4]) createAccount(engine, n);
   createTransferCode(engine);
@@ -35,19 +39,31 @@ async function ledger(limits: Record<string, number> = {}): Promise<Engine> {
 }
 
 const POST = 'mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId effective } }';
-const transfer = (tx: number, from: number, to: number, amount: string) => ({ i: { transactionId: id(tx), tranCode: 'TRANSFER', params: { from: id(from), to: id(to), amount } } });
-const post = (tx: number, from: number, to: number, amount: string): BatchRequest => ({ request: { query: POST, variables: transfer(tx, from, to, amount), operationName: null } });
-const settled = (engine: Engine, n: number) => ok(engine, BALANCE, { a: id(n), c: 'USD' }).balance?.settled.normalBalance.units ?? null;
+const transfer = (tx: number, from: number, to: number, amount: string) => ({
+  i: { transactionId: id(tx), tranCode: 'TRANSFER', params: { from: id(from), to: id(to), amount } },
+});
+const post = (tx: number, from: number, to: number, amount: string): BatchRequest => ({
+  request: { query: POST, variables: transfer(tx, from, to, amount), operationName: null },
+});
+const settled = (engine: Engine, n: number) =>
+  ok(engine, BALANCE, { a: id(n), c: 'USD' }).balance?.settled.normalBalance.units ?? null;
 /** The transaction id an answer of POST carries. */
-const txOf = (answer: FormattedResult | undefined): unknown => (answer?.data as { postTransaction?: { transactionId: string } } | null | undefined)?.postTransaction?.transactionId;
-const count = (engine: Engine, table: string) => engine.db.prepare(`SELECT count(*) FROM ${table}`).pluck().get() as number;
+const txOf = (answer: FormattedResult | undefined): unknown =>
+  (answer?.data as { postTransaction?: { transactionId: string } } | null | undefined)?.postTransaction?.transactionId;
+const count = (engine: Engine, table: string) =>
+  engine.db.prepare(`SELECT count(*) FROM ${table}`).pluck().get() as number;
 
 describe('engine.executeBatch', () => {
   it('runs the requests in one COMMIT; a failing request rolls back only its own writes', async () => {
     const engine = await ledger();
     const sizes: number[] = [];
     engine.onBatch((size) => sizes.push(size));
-    const answers = engine.executeBatch([post(100, 1, 2, '10.00'), post(101, 1, 99, '5.00'), post(102, 2, 3, '2.50'), post(103, 1, 2, 'not a number')]);
+    const answers = engine.executeBatch([
+      post(100, 1, 2, '10.00'),
+      post(101, 1, 99, '5.00'),
+      post(102, 2, 3, '2.50'),
+      post(103, 1, 2, 'not a number'),
+    ]);
     expect(sizes).toEqual([4]);
     expect(txOf(answers[0]!)).toBe(id(100));
     expect(answers[1]!.errors?.[0]?.extensions?.code).toBe('NOT_FOUND');
@@ -79,20 +95,39 @@ describe('engine.executeBatch', () => {
     expect(sizes).toEqual([1]);
   });
 
-  it('a request that may run long (invokeAction) shares a group only with its own client\'s requests, before it and after it', async () => {
+  it("a request that may run long (invokeAction) shares a group only with its own client's requests, before it and after it", async () => {
     const engine = await ledger();
     ok(engine, 'mutation($id: UUID!, $i: ActionInput!) { actions { createAction(id: $id, input: $i) { version } } }', {
       id: id(60),
-      i: { name: 'noop', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { return 1; }' }, policies: [] },
+      i: {
+        name: 'noop',
+        kind: 'tool',
+        config: { runtime: 'javascript', src: 'function run() { return 1; }' },
+        policies: [],
+      },
     });
-    const other = ok(engine, 'mutation { auth { createClient(input: {principal: "other", name: "Other", policies: [{effect: ALLOW, actions: [SELECT, INSERT], resources: ["*"]}]}) { apiKey } } }').auth.createClient.apiKey as string;
+    const other = ok(
+      engine,
+      'mutation { auth { createClient(input: {principal: "other", name: "Other", policies: [{effect: ALLOW, actions: [SELECT, INSERT], resources: ["*"]}]}) { apiKey } } }',
+    ).auth.createClient.apiKey as string;
     const invoke = (e: number, apiKey?: string): BatchRequest => ({
-      request: { query: 'mutation($e: UUID!) { actions { invokeAction(name: "noop", input: {executionId: $e, actionVersion: 1, input: {}}) { status } } }', variables: { e: id(e) }, operationName: null },
+      request: {
+        query:
+          'mutation($e: UUID!) { actions { invokeAction(name: "noop", input: {executionId: $e, actionVersion: 1, input: {}}) { status } } }',
+        variables: { e: id(e) },
+        operationName: null,
+      },
       ...(apiKey ? { options: { apiKey } } : {}),
     });
     const sizes: number[] = [];
     engine.onBatch((size) => sizes.push(size));
-    const answers = engine.executeBatch([post(350, 1, 2, '1'), invoke(351), invoke(352), invoke(353, other), post(354, 1, 2, '1')]);
+    const answers = engine.executeBatch([
+      post(350, 1, 2, '1'),
+      invoke(351),
+      invoke(352),
+      invoke(353, other),
+      post(354, 1, 2, '1'),
+    ]);
     expect(answers.map((a) => a.errors)).toEqual([undefined, undefined, undefined, undefined, undefined]);
     // The engine's own post and invokes share a group; the other client's invoke starts the next,
     // and the engine's post after it the one after (it does not share the invoke's COMMIT).
@@ -102,9 +137,19 @@ describe('engine.executeBatch', () => {
   it('answers exactly what running the requests one by one answers (idempotency, conflicts, @dryRun, Mutation.queries, reads)', async () => {
     const kinds = fc.oneof(
       // Transaction ids from a small pool, so ids repeat: a replay or a conflict.
-      fc.record({ kind: fc.constant('post' as const), tx: fc.integer({ min: 0, max: 5 }), from: fc.integer({ min: 1, max: 5 }), to: fc.integer({ min: 1, max: 4 }), amount: fc.constantFrom('1', '2.50', '10.00', '-3', 'x') }),
+      fc.record({
+        kind: fc.constant('post' as const),
+        tx: fc.integer({ min: 0, max: 5 }),
+        from: fc.integer({ min: 1, max: 5 }),
+        to: fc.integer({ min: 1, max: 4 }),
+        amount: fc.constantFrom('1', '2.50', '10.00', '-3', 'x'),
+      }),
       fc.record({ kind: fc.constant('dry' as const), tx: fc.integer({ min: 0, max: 5 }) }),
-      fc.record({ kind: fc.constant('postAndRead' as const), tx: fc.integer({ min: 6, max: 9 }), account: fc.integer({ min: 1, max: 4 }) }),
+      fc.record({
+        kind: fc.constant('postAndRead' as const),
+        tx: fc.integer({ min: 6, max: 9 }),
+        account: fc.integer({ min: 1, max: 4 }),
+      }),
       fc.record({ kind: fc.constant('read' as const), account: fc.integer({ min: 1, max: 4 }) }),
       fc.record({ kind: fc.constant('account' as const), n: fc.integer({ min: 5, max: 6 }) }),
     );
@@ -114,7 +159,13 @@ describe('engine.executeBatch', () => {
         case 'post':
           return post(base + k.tx, k.from, k.to, k.amount);
         case 'dry':
-          return { request: { query: 'mutation ($i: TransactionInput!) @dryRun { postTransaction(input: $i) { transactionId } }', variables: transfer(base + k.tx, 1, 2, '1'), operationName: null } };
+          return {
+            request: {
+              query: 'mutation ($i: TransactionInput!) @dryRun { postTransaction(input: $i) { transactionId } }',
+              variables: transfer(base + k.tx, 1, 2, '1'),
+              operationName: null,
+            },
+          };
         case 'postAndRead':
           return {
             request: {
@@ -126,7 +177,13 @@ describe('engine.executeBatch', () => {
         case 'read':
           return { request: { query: BALANCE, variables: { a: id(k.account), c: 'USD' }, operationName: null } };
         case 'account':
-          return { request: { query: 'mutation($i: AccountInput!) { createAccount(input: $i) { accountId code } }', variables: { i: { accountId: id(k.n), code: `ACC-${k.n}`, name: 'new' } }, operationName: null } };
+          return {
+            request: {
+              query: 'mutation($i: AccountInput!) { createAccount(input: $i) { accountId code } }',
+              variables: { i: { accountId: id(k.n), code: `ACC-${k.n}`, name: 'new' } },
+              operationName: null,
+            },
+          };
       }
     };
     const one = await ledger();
@@ -151,9 +208,16 @@ describe('engine.executeBatch', () => {
     const engine = await ledger();
     ok(engine, 'mutation($id: UUID!, $i: ActionInput!) { actions { createAction(id: $id, input: $i) { version } } }', {
       id: id(50),
-      i: { name: 'notify', kind: 'tool', config: { runtime: 'javascript', src: 'function run(e) { return 1; }' }, policies: [] },
+      i: {
+        name: 'notify',
+        kind: 'tool',
+        config: { runtime: 'javascript', src: 'function run(e) { return 1; }' },
+        policies: [],
+      },
     });
-    ok(engine, 'mutation($i: TriggerInput!) { actions { createTrigger(input: $i) { triggerId } } }', { i: { triggerId: id(51), name: 'on_post', on: ['transaction.inserted'], action: { name: 'notify' } } });
+    ok(engine, 'mutation($i: TriggerInput!) { actions { createTrigger(input: $i) { triggerId } } }', {
+      i: { triggerId: id(51), name: 'on_post', on: ['transaction.inserted'], action: { name: 'notify' } },
+    });
     let wakes = 0;
     let committedAtWake = -1;
     engine.onStarted(() => {
@@ -164,7 +228,10 @@ describe('engine.executeBatch', () => {
     expect(answers[1]!.errors?.[0]?.extensions?.code).toBe('NOT_FOUND');
     expect(wakes).toBe(1);
     expect(committedAtWake).toBe(2);
-    const started = engine.db.prepare("SELECT count(*) FROM executions WHERE trigger_id = ? AND parent_id IS NULL").pluck().get(id(51));
+    const started = engine.db
+      .prepare('SELECT count(*) FROM executions WHERE trigger_id = ? AND parent_id IS NULL')
+      .pluck()
+      .get(id(51));
     expect(started).toBe(2);
 
     // A group in which nothing was kept starts nothing and wakes nobody.
@@ -174,10 +241,22 @@ describe('engine.executeBatch', () => {
 
   it('a key rotated by an earlier request of the same group is refused for the later ones (the key check is cached, never stale)', async () => {
     const engine = await ledger();
-    const created = ok(engine, 'mutation { auth { createClient(input: {principal: "teller", name: "Teller", policies: [{effect: ALLOW, actions: [SELECT], resources: ["*"]}]}) { apiKey } } }');
+    const created = ok(
+      engine,
+      'mutation { auth { createClient(input: {principal: "teller", name: "Teller", policies: [{effect: ALLOW, actions: [SELECT], resources: ["*"]}]}) { apiKey } } }',
+    );
     const oldKey = created.auth.createClient.apiKey as string;
-    const whoami: BatchRequest = { request: { query: '{ auth { whoami { principal } } }', variables: null, operationName: null }, options: { apiKey: oldKey } };
-    const rotate: BatchRequest = { request: { query: 'mutation { auth { updateClient(principal: "teller", input: {rotateKey: true}) { apiKey } } }', variables: null, operationName: null } };
+    const whoami: BatchRequest = {
+      request: { query: '{ auth { whoami { principal } } }', variables: null, operationName: null },
+      options: { apiKey: oldKey },
+    };
+    const rotate: BatchRequest = {
+      request: {
+        query: 'mutation { auth { updateClient(principal: "teller", input: {rotateKey: true}) { apiKey } } }',
+        variables: null,
+        operationName: null,
+      },
+    };
     const answers = engine.executeBatch([whoami, rotate, whoami]);
     expect((answers[0]!.data as any).auth.whoami.principal).toBe('teller');
     expect(answers[1]!.errors).toBeUndefined();
@@ -216,7 +295,11 @@ describe('the server groups concurrent mutations', () => {
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     const { port } = server.address() as { port: number };
     const send = async (body: unknown, apiKey = key) => {
-      const res = await fetch(`http://127.0.0.1:${port}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` }, body: JSON.stringify(body) });
+      const res = await fetch(`http://127.0.0.1:${port}/graphql`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` },
+        body: JSON.stringify(body),
+      });
       return { status: res.status, retryAfter: res.headers.get('retry-after'), body: (await res.json()) as any };
     };
     return { engine, server, send, key, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
@@ -254,7 +337,12 @@ describe('the server groups concurrent mutations', () => {
       }`;
     const { execFile } = await import('node:child_process');
     const out = await new Promise<string>((resolve, reject) =>
-      execFile(process.execPath, ['-e', client, String(port), key, engine.db.name], { cwd: process.cwd() }, (error, stdout) => (error ? reject(error) : resolve(stdout))),
+      execFile(
+        process.execPath,
+        ['-e', client, String(port), key, engine.db.name],
+        { cwd: process.cwd() },
+        (error, stdout) => (error ? reject(error) : resolve(stdout)),
+      ),
     );
     await close();
     const replies = JSON.parse(out) as Array<{ body: any; seen: boolean }>;
@@ -285,7 +373,10 @@ describe('the server groups concurrent mutations', () => {
     // writeQueueMax 5: 3 + 1 waiting, so one more from a third client, then BUSY.
     const third = await Promise.all(past);
     expect(txOf(third[0]!)).toBe(id(810));
-    expect(third.slice(1).map((a) => a.errors?.[0]?.message)).toEqual([expect.stringContaining('writeQueueMax 5'), expect.stringContaining('writeQueueMax 5')]);
+    expect(third.slice(1).map((a) => a.errors?.[0]?.message)).toEqual([
+      expect.stringContaining('writeQueueMax 5'),
+      expect.stringContaining('writeQueueMax 5'),
+    ]);
     expect(count(engine, 'transactions')).toBe(5);
     // Once the queue drained, the flooding client is served again.
     expect(txOf(await queue.submit(post(706, 1, 2, '1'), 'hostile'))).toBe(id(706));
@@ -295,7 +386,11 @@ describe('the server groups concurrent mutations', () => {
     const engine = await ledger({ writeQueueBytesMax: 3000, writeQueuePerClientBytesMax: 2000 });
     const queue = new WriteQueue(engine);
     // In one turn: a client's 1,000-byte bodies fill its share at 2, the queue at 3.
-    const a = [queue.submit(post(1000, 1, 2, '1'), 'a', 1000), queue.submit(post(1001, 1, 2, '1'), 'a', 1000), queue.submit(post(1002, 1, 2, '1'), 'a', 1000)];
+    const a = [
+      queue.submit(post(1000, 1, 2, '1'), 'a', 1000),
+      queue.submit(post(1001, 1, 2, '1'), 'a', 1000),
+      queue.submit(post(1002, 1, 2, '1'), 'a', 1000),
+    ];
     const b = [queue.submit(post(1010, 3, 4, '1'), 'b', 1000), queue.submit(post(1011, 3, 4, '1'), 'b', 1000)];
     const [a0, a1, a2] = await Promise.all(a);
     const [b0, b1] = await Promise.all(b);
@@ -320,9 +415,19 @@ describe('the queue worker', () => {
     const engine = await ledger({ workerBatchMax: 2 });
     ok(engine, 'mutation($id: UUID!, $i: ActionInput!) { actions { createAction(id: $id, input: $i) { version } } }', {
       id: id(70),
-      i: { name: 'noop', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { return 1; }' }, policies: [] },
+      i: {
+        name: 'noop',
+        kind: 'tool',
+        config: { runtime: 'javascript', src: 'function run() { return 1; }' },
+        policies: [],
+      },
     });
-    for (let e = 0; e < 5; e++) ok(engine, 'mutation($e: UUID!) { actions { startAction(name: "noop", input: {executionId: $e, input: {}}) { status } } }', { e: id(1100 + e) });
+    for (let e = 0; e < 5; e++)
+      ok(
+        engine,
+        'mutation($e: UUID!) { actions { startAction(name: "noop", input: {executionId: $e, input: {}}) { status } } }',
+        { e: id(1100 + e) },
+      );
     const worker = engine.createWorker({ owner: 'test' });
     // Count the worker's write transactions (the attempts' group commits).
     const transactions = (worker as unknown as { transactions: { run: (...args: unknown[]) => unknown } }).transactions;
@@ -334,7 +439,12 @@ describe('the queue worker', () => {
     };
     expect(worker.drain()).toBe(5);
     expect(opened).toBe(3);
-    expect(engine.db.prepare("SELECT count(*) FROM executions WHERE status = 'SUCCEEDED' AND parent_id IS NULL").pluck().get()).toBe(5);
+    expect(
+      engine.db
+        .prepare("SELECT count(*) FROM executions WHERE status = 'SUCCEEDED' AND parent_id IS NULL")
+        .pluck()
+        .get(),
+    ).toBe(5);
   });
 });
 
@@ -356,7 +466,9 @@ describe('durability', () => {
     const bin = join(process.cwd(), 'bin', 'tally.mjs');
     const run = (args: string[]) =>
       new Promise<{ status: number | null; out: string; err: string; child: ReturnType<typeof spawn> }>((resolve) => {
-        const child = spawn(process.execPath, [bin, 'serve', '--db', join(dir, 'd.db'), '--port', '0', ...args], { env: { ...process.env, TALLY_ADMIN_KEY: 'tly_durability-test' } });
+        const child = spawn(process.execPath, [bin, 'serve', '--db', join(dir, 'd.db'), '--port', '0', ...args], {
+          env: { ...process.env, TALLY_ADMIN_KEY: 'tly_durability-test' },
+        });
         let out = '';
         let err = '';
         child.stdout!.on('data', (c: Buffer) => {

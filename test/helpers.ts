@@ -45,7 +45,12 @@ export function fails(engine: Engine, query: string, variables?: Record<string, 
   const result = engine.graphql(query, variables, principal === undefined ? {} : { principal });
   expect(result.errors, `expected errors, got ${JSON.stringify(result.data)}`).toBeDefined();
   const error = result.errors![0]!;
-  return { message: error.message, code: error.extensions?.code as string, hint: error.extensions?.hint as string | undefined, result };
+  return {
+    message: error.message,
+    code: error.extensions?.code as string,
+    hint: error.extensions?.hint as string | undefined,
+    result,
+  };
 }
 
 /**
@@ -90,8 +95,20 @@ export function createTransferCode(engine: Engine, code = 'TRANSFER', tranCodeId
       ],
       transaction: { effective: 'date.Today()', description: "'transfer ' + string(params.amount)" },
       entries: [
-        { accountId: 'params.from', units: 'params.amount', currency: 'params.currency', direction: 'DEBIT', layer: 'params.layer' },
-        { accountId: 'params.to', units: 'params.amount', currency: 'params.currency', direction: 'CREDIT', layer: 'params.layer' },
+        {
+          accountId: 'params.from',
+          units: 'params.amount',
+          currency: 'params.currency',
+          direction: 'DEBIT',
+          layer: 'params.layer',
+        },
+        {
+          accountId: 'params.to',
+          units: 'params.amount',
+          currency: 'params.currency',
+          direction: 'CREDIT',
+          layer: 'params.layer',
+        },
       ],
     },
   });
@@ -114,7 +131,11 @@ export function count(engine: Engine, table: string): number {
 }
 
 /** An engine with an admin key behind a real HTTP server on a free port. */
-export async function startServer(key: string, options: EngineOptions = {}, serverOptions: import('../src/server/http.js').ServerOptions = {}) {
+export async function startServer(
+  key: string,
+  options: EngineOptions = {},
+  serverOptions: import('../src/server/http.js').ServerOptions = {},
+) {
   const { createServer } = await import('../src/server/http.js');
   const engine = await newEngine(options);
   engine.ensureAdmin(key);

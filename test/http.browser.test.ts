@@ -23,7 +23,10 @@ afterAll(() => running.stop());
 describe('GraphQL over HTTP conformance', () => {
   it('passes every audit of the graphql-http suite (serverAudits) against the live server', async () => {
     const fetchFn = (input: string | URL | Request, init: RequestInit = {}) =>
-      fetch(input, { ...init, headers: { ...(init.headers as Record<string, string>), authorization: `Bearer ${KEY}` } });
+      fetch(input, {
+        ...init,
+        headers: { ...(init.headers as Record<string, string>), authorization: `Bearer ${KEY}` },
+      });
     const results = await auditServer({ url, fetchFn });
     expect(results.length).toBeGreaterThan(50);
     const notOk = results.filter((r) => r.status !== 'ok').map((r) => `${r.status} ${r.id} ${r.name}`);
@@ -43,7 +46,15 @@ describe('GraphiQL in a real browser', () => {
       executablePath: CHROMIUM,
       headless: true,
       viewport: { width: 1280, height: 800 },
-      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
     });
     try {
       const page = await browser.newPage();
@@ -56,7 +67,11 @@ describe('GraphiQL in a real browser', () => {
       expect(await page.title()).toBe('Tally GraphQL');
       // The key went to the headers editor (and the tab's sessionStorage) and left the address; ?q= stays.
       const address = new URL(page.url());
-      expect([address.pathname, address.searchParams.has('key'), address.searchParams.get('q')]).toEqual(['/graphql', false, '{ journal { code name } }']);
+      expect([address.pathname, address.searchParams.has('key'), address.searchParams.get('q')]).toEqual([
+        '/graphql',
+        false,
+        '{ journal { code name } }',
+      ]);
       expect(await page.evaluate('sessionStorage.getItem("tally.key")')).toBe(KEY);
 
       // The Docs pane: the schema loaded (GraphiQL's introspection query was answered).
@@ -76,7 +91,9 @@ describe('GraphiQL in a real browser', () => {
       await page.keyboard.press('Backspace');
       await page.keyboard.type('{ bal');
       await page.waitForSelector('.CodeMirror-hints .CodeMirror-hint', { timeout: 20_000 });
-      const hints = await page.$$eval('.CodeMirror-hints .CodeMirror-hint', (items) => items.map((item) => item.textContent?.trim()));
+      const hints = await page.$$eval('.CodeMirror-hints .CodeMirror-hint', (items) =>
+        items.map((item) => item.textContent?.trim()),
+      );
       expect(hints).toContain('balance');
       await screenshot(page, 'autocomplete');
       await page.keyboard.press('Escape');
@@ -87,7 +104,9 @@ describe('GraphiQL in a real browser', () => {
       await page.keyboard.press('Backspace');
       await page.keyboard.insertText('{ journal { code name } }');
       await page.click('.graphiql-execute-button');
-      await page.waitForFunction('document.querySelector(".result-window")?.textContent?.includes("DEFAULT")', null, { timeout: 20_000 });
+      await page.waitForFunction('document.querySelector(".result-window")?.textContent?.includes("DEFAULT")', null, {
+        timeout: 20_000,
+      });
       const result = await page.textContent('.result-window');
       expect(result).toContain('"name": "Default"');
       expect(result).not.toContain('errors');

@@ -19,8 +19,13 @@ beforeAll(async () => {
 afterAll(() => running.stop());
 
 const postJson = (body: unknown, headers: Record<string, string> = {}) =>
-  fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...auth, ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
-const get = (query: string, headers: Record<string, string> = {}) => fetch(`${url}?query=${encodeURIComponent(query)}`, { headers: { ...auth, ...headers } });
+  fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...auth, ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+const get = (query: string, headers: Record<string, string> = {}) =>
+  fetch(`${url}?query=${encodeURIComponent(query)}`, { headers: { ...auth, ...headers } });
 
 describe('GraphQL over HTTP', () => {
   it('walks the ledger over real HTTP: create accounts and a tran code, post, read the balance', async () => {
@@ -35,19 +40,28 @@ describe('GraphQL over HTTP', () => {
       variables: { a: id(1), b: id(2) },
     });
     expect(setup.status).toBe(200);
-    expect((await setup.json() as any).errors).toBeUndefined();
+    expect(((await setup.json()) as any).errors).toBeUndefined();
     const posted = await postJson({
       query: `mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }`,
       variables: { i: { transactionId: id(100), tranCode: 'DEPOSIT', params: { account: id(2), amount: '50' } } },
     });
-    expect((await posted.json() as any).data.postTransaction.transactionId).toBe(id(100));
-    const balance = await get(`{ balance(accountId: "${id(2)}", currency: "USD") { settled { normalBalance { units currency } } } }`);
+    expect(((await posted.json()) as any).data.postTransaction.transactionId).toBe(id(100));
+    const balance = await get(
+      `{ balance(accountId: "${id(2)}", currency: "USD") { settled { normalBalance { units currency } } } }`,
+    );
     expect(balance.headers.get('content-type')).toContain('application/json');
-    expect(await balance.json() as any).toEqual({ data: { balance: { settled: { normalBalance: { units: '50', currency: 'USD' } } } } });
+    expect((await balance.json()) as any).toEqual({
+      data: { balance: { settled: { normalBalance: { units: '50', currency: 'USD' } } } },
+    });
   });
 
   it('answers malformed JSON, a non-object body, a missing query and wrong variable types with 400 and a code', async () => {
-    for (const body of ['{"query":', '[1,2]', '{"variables": {}}', '{"query": "{ journal { name } }", "variables": [1]}']) {
+    for (const body of [
+      '{"query":',
+      '[1,2]',
+      '{"variables": {}}',
+      '{"query": "{ journal { name } }", "variables": [1]}',
+    ]) {
       const res = await postJson(body);
       expect(res.status, body).toBe(400);
       const json: any = await res.json();
@@ -61,10 +75,10 @@ describe('GraphQL over HTTP', () => {
     const parseError = await postJson({ query: '{ journal {' }, accept);
     expect(parseError.status).toBe(400);
     expect(parseError.headers.get('content-type')).toContain('application/graphql-response+json');
-    expect((await parseError.json() as any).errors[0].extensions.code).toBe('GRAPHQL_PARSE_FAILED');
+    expect(((await parseError.json()) as any).errors[0].extensions.code).toBe('GRAPHQL_PARSE_FAILED');
     const unknownField = await postJson({ query: '{ journal { colour } }' }, accept);
     expect(unknownField.status).toBe(400);
-    expect((await unknownField.json() as any).errors[0].message).toContain('colour');
+    expect(((await unknownField.json()) as any).errors[0].message).toContain('colour');
     const executionError = await postJson({ query: `{ account(id: "${id(404)}") { code } }` }, accept);
     expect(executionError.status).toBe(200);
     // With plain application/json the same validation failure is a 200, as the spec allows.
@@ -76,14 +90,16 @@ describe('GraphQL over HTTP', () => {
     expect(mutation.status).toBe(405);
     expect(mutation.headers.get('allow')).toBe('POST');
     expect((await fetch(url, { method: 'PUT', headers: auth })).status).toBe(405);
-    expect((await fetch(url, { method: 'POST', headers: { 'content-type': 'text/plain', ...auth }, body: '{}' })).status).toBe(415);
+    expect(
+      (await fetch(url, { method: 'POST', headers: { 'content-type': 'text/plain', ...auth }, body: '{}' })).status,
+    ).toBe(415);
     expect((await fetch(url.replace('/graphql', '/nope'))).status).toBe(404);
   });
 
   it('refuses a body over requestBodyBytesMax with 413 LIMIT_EXCEEDED, and keeps serving', async () => {
     const res = await postJson({ query: `{ journal { name } }`, variables: { pad: 'x'.repeat(5000) } });
     expect(res.status).toBe(413);
-    expect((await res.json() as any).errors[0].extensions.code).toBe('LIMIT_EXCEEDED');
+    expect(((await res.json()) as any).errors[0].extensions.code).toBe('LIMIT_EXCEEDED');
     expect((await postJson({ query: '{ journal { name } }' })).status).toBe(200);
   });
 
@@ -92,7 +108,9 @@ describe('GraphQL over HTTP', () => {
     const socket = connect(port, '127.0.0.1');
     let response = '';
     socket.on('data', (chunk) => (response += chunk.toString()));
-    socket.write(`POST /graphql HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${KEY}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"query":`);
+    socket.write(
+      `POST /graphql HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${KEY}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"query":`,
+    );
     const closed = await new Promise<boolean>((resolve) => {
       socket.on('close', () => resolve(true));
       setTimeout(() => resolve(false), 5000);
@@ -116,21 +134,36 @@ describe('GraphQL over HTTP', () => {
   });
 
   it('refuses a missing, malformed or wrong API key with 401 UNAUTHENTICATED', async () => {
-    for (const headers of [{}, { authorization: 'Basic abc' }, { authorization: 'Bearer tly_wrong' }] as Array<Record<string, string>>) {
-      const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: '{"query": "{ journal { name } }"}' });
+    for (const headers of [{}, { authorization: 'Basic abc' }, { authorization: 'Bearer tly_wrong' }] as Array<
+      Record<string, string>
+    >) {
+      const res = await fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: '{"query": "{ journal { name } }"}',
+      });
       expect(res.status).toBe(401);
       expect(res.headers.get('www-authenticate')).toContain('Bearer');
-      expect((await res.json() as any).errors[0].extensions.code).toBe('UNAUTHENTICATED');
+      expect(((await res.json()) as any).errors[0].extensions.code).toBe('UNAUTHENTICATED');
     }
   });
 
   it('a client allowed only SELECT can read but not write over HTTP; a deleted client’s key stops working', async () => {
-    const created = await postJson({ query: `mutation { auth { createClient(input: {principal: "auditor", name: "Auditor", policies: [{effect: ALLOW, actions: [SELECT], resources: ["financial.*"]}]}) { apiKey client { principal } } } }` });
-    const key = (await created.json() as any).data.auth.createClient.apiKey as string;
+    const created = await postJson({
+      query: `mutation { auth { createClient(input: {principal: "auditor", name: "Auditor", policies: [{effect: ALLOW, actions: [SELECT], resources: ["financial.*"]}]}) { apiKey client { principal } } } }`,
+    });
+    const key = ((await created.json()) as any).data.auth.createClient.apiKey as string;
     expect(key).toMatch(/^tly_/);
     const asAuditor = { authorization: `Bearer ${key}` };
-    expect((await (await postJson({ query: '{ journal { name } }' }, asAuditor)).json() as any).data.journal.name).toBe('Default');
-    const write = await (await postJson({ query: `mutation { createAccount(input: {accountId: "${id(77)}", code: "x", name: "x"}) { code } }` }, asAuditor)).json() as any;
+    expect(
+      ((await (await postJson({ query: '{ journal { name } }' }, asAuditor)).json()) as any).data.journal.name,
+    ).toBe('Default');
+    const write = (await (
+      await postJson(
+        { query: `mutation { createAccount(input: {accountId: "${id(77)}", code: "x", name: "x"}) { code } }` },
+        asAuditor,
+      )
+    ).json()) as any;
     expect(write.errors[0].extensions.code).toBe('ACCESS_DENIED');
     expect(write.errors[0].message).toBe('INSERT on financial.Account refused by client auditor: no policy allows it');
     await postJson({ query: 'mutation { auth { deleteClient(principal: "auditor") { principal } } }' });
@@ -156,7 +189,16 @@ describe('connections without a key hold nothing for long, and only so many', ()
   let port: number;
   const sockets: Socket[] = [];
   beforeAll(async () => {
-    bounded = await startServer(KEY, { limits: { headersTimeoutMs: 400, keepAliveTimeoutMs: 300, requestTimeoutMs: 20_000, connectionsMax: 6, connectionsPerAddressMax: 4, responseStallMs: 1500 } });
+    bounded = await startServer(KEY, {
+      limits: {
+        headersTimeoutMs: 400,
+        keepAliveTimeoutMs: 300,
+        requestTimeoutMs: 20_000,
+        connectionsMax: 6,
+        connectionsPerAddressMax: 4,
+        responseStallMs: 1500,
+      },
+    });
     port = (bounded.server.address() as AddressInfo).port;
   });
   afterEach(() => {
@@ -185,7 +227,9 @@ describe('connections without a key hold nothing for long, and only so many', ()
   /** A connection with a request in flight: a POST whose body never comes (it holds its place until requestTimeoutMs). */
   const busy = async (from = '127.0.0.1') => {
     const socket = await open(from);
-    socket.write(`POST /graphql HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${KEY}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"query":`);
+    socket.write(
+      `POST /graphql HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${KEY}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"query":`,
+    );
     return socket;
   };
   /** A GET /healthz on a new connection from `from`: its status line, or how it failed. */
@@ -218,7 +262,9 @@ describe('connections without a key hold nothing for long, and only so many', ()
   it('a keep-alive connection with no request after its response is closed after keepAliveTimeoutMs', async () => {
     const socket = await open();
     let answer = '';
-    const answered = new Promise<void>((resolve) => socket.on('data', (chunk) => ((answer += chunk.toString()), answer.includes('"ok"') && resolve())));
+    const answered = new Promise<void>((resolve) =>
+      socket.on('data', (chunk) => ((answer += chunk.toString()), answer.includes('"ok"') && resolve())),
+    );
     socket.write('GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n');
     await answered;
     expect(answer).toMatch(/^HTTP\/1.1 200/);
@@ -244,13 +290,27 @@ describe('connections without a key hold nothing for long, and only so many', ()
   });
 
   it('connectionsMax: past it, a new peer gets in by closing the oldest idle connection of any peer; with all of them busy it is refused', async () => {
-    const idle = [await open('127.0.0.1'), await open('127.0.0.1'), await open('127.0.0.1'), await open('127.0.0.2'), await open('127.0.0.2'), await open('127.0.0.2')];
+    const idle = [
+      await open('127.0.0.1'),
+      await open('127.0.0.1'),
+      await open('127.0.0.1'),
+      await open('127.0.0.2'),
+      await open('127.0.0.2'),
+      await open('127.0.0.2'),
+    ];
     await settle();
     expect(await healthz('127.0.0.3')).toBe('HTTP/1.1 200 OK');
     expect(await closedWithin(idle[0]!, 1000)).not.toBe('open');
     for (const socket of idle) socket.destroy();
     await settle();
-    const held = [await busy('127.0.0.1'), await busy('127.0.0.1'), await busy('127.0.0.1'), await busy('127.0.0.2'), await busy('127.0.0.2'), await busy('127.0.0.2')];
+    const held = [
+      await busy('127.0.0.1'),
+      await busy('127.0.0.1'),
+      await busy('127.0.0.1'),
+      await busy('127.0.0.2'),
+      await busy('127.0.0.2'),
+      await busy('127.0.0.2'),
+    ];
     await settle();
     expect(await healthz('127.0.0.3')).toBe('closed without an answer');
     for (const socket of held) expect(socket.destroyed).toBe(false);

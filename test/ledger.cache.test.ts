@@ -6,7 +6,16 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../src/storage/database.js';
 import { CacheEpoch, RecordCache, watchCachedTables } from '../src/storage/record-cache.js';
 import { TransactionManager } from '../src/storage/transaction.js';
-import { createAccount, createTransferCode, fails, id, newEngine, ok, POST, twoAccountsAndTransfer } from './helpers.js';
+import {
+  createAccount,
+  createTransferCode,
+  fails,
+  id,
+  newEngine,
+  ok,
+  POST,
+  twoAccountsAndTransfer,
+} from './helpers.js';
 
 /**
  * Postings read the tran code and the journal from caches. A cached row must never outlive the row:
@@ -16,9 +25,10 @@ import { createAccount, createTransferCode, fails, id, newEngine, ok, POST, twoA
 const dir = mkdtempSync(join(tmpdir(), 'tally-cache-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-const post = (n: number, tranCode = 'TRANSFER') => ({ input: { transactionId: id(1000 + n), tranCode, params: { from: id(1), to: id(2), amount: '1.00' } } });
+const post = (n: number, tranCode = 'TRANSFER') => ({
+  input: { transactionId: id(1000 + n), tranCode, params: { from: id(1), to: id(2), amount: '1.00' } },
+});
 const LOCK_CODE = `mutation { lockTranCode(id: "${id(9000)}") { status } }`;
-
 
 describe('record caches', () => {
   it('a tran code locked by another connection is refused at the next posting', async () => {
@@ -43,7 +53,10 @@ describe('record caches', () => {
     twoAccountsAndTransfer(engine);
     ok(engine, POST, post(1));
     // Lock, then post in one document: the posting sees the lock (and the request rolls back).
-    const both = engine.graphql(`mutation($input: TransactionInput!) { lockTranCode(id: "${id(9000)}") { status } postTransaction(input: $input) { transactionId } }`, post(2));
+    const both = engine.graphql(
+      `mutation($input: TransactionInput!) { lockTranCode(id: "${id(9000)}") { status } postTransaction(input: $input) { transactionId } }`,
+      post(2),
+    );
     expect(both.errors?.[0]?.extensions?.code).toBe('TRAN_CODE_LOCKED');
     // The lock was rolled back with the request: posting works again.
     ok(engine, POST, post(3));
@@ -60,25 +73,33 @@ describe('record caches', () => {
     const engine = await newEngine();
     twoAccountsAndTransfer(engine);
     ok(engine, POST, post(1));
-    ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
-      id: id(7000),
-      input: {
-        name: 'lock_then_fail',
-        kind: 'tool',
-        // Lock, then post: the failing post caches the LOCKED row before the call is rolled back.
-        config: {
-          runtime: 'javascript',
-          src: `function run() {
+    ok(
+      engine,
+      'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }',
+      {
+        id: id(7000),
+        input: {
+          name: 'lock_then_fail',
+          kind: 'tool',
+          // Lock, then post: the failing post caches the LOCKED row before the call is rolled back.
+          config: {
+            runtime: 'javascript',
+            src: `function run() {
             graphql('mutation { lockTranCode(id: "${id(9000)}") { status } }');
             graphql('mutation($input: TransactionInput!) { postTransaction(input: $input) { transactionId } }', ${JSON.stringify(post(9))});
           }`,
+          },
+          policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
         },
-        policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
       },
-    });
-    const r = ok(engine, `mutation($input: TransactionInput!) {
+    );
+    const r = ok(
+      engine,
+      `mutation($input: TransactionInput!) {
       actions { invokeAction(id: "${id(7000)}", input: {executionId: "${id(7001)}", actionVersion: 1, input: {}}) { status invocation { error { code } } } }
-      postTransaction(input: $input) { transactionId } }`, post(2));
+      postTransaction(input: $input) { transactionId } }`,
+      post(2),
+    );
     expect(r.actions.invokeAction).toEqual({ status: 'FAILED', invocation: { error: { code: 'TRAN_CODE_LOCKED' } } });
     expect(r.postTransaction.transactionId).toBe(id(1002));
     engine.close();
@@ -110,13 +131,19 @@ describe('record caches', () => {
     const other = await newEngine({ path, checkpointIntervalMs: 0 });
     ok(other, update('params.amount', false), post(2));
     other.close();
-    const posted = ok(engine, `mutation { postTransaction(input: {transactionId: "${id(1003)}", tranCode: "TRANSFER", tranCodeVersion: 2,
-      params: {from: "${id(1)}", to: "${id(2)}", amount: "1.00"}}) { entries(first: 2) { nodes { amount { units } } } } }`);
-    expect(posted.postTransaction.entries.nodes.map((n: { amount: { units: string } }) => n.amount.units)).toEqual(['1.00', '1.00']);
+    const posted = ok(
+      engine,
+      `mutation { postTransaction(input: {transactionId: "${id(1003)}", tranCode: "TRANSFER", tranCodeVersion: 2,
+      params: {from: "${id(1)}", to: "${id(2)}", amount: "1.00"}}) { entries(first: 2) { nodes { amount { units } } } } }`,
+    );
+    expect(posted.postTransaction.entries.nodes.map((n: { amount: { units: string } }) => n.amount.units)).toEqual([
+      '1.00',
+      '1.00',
+    ]);
     engine.close();
   });
 
-  it('writes and rollbacks made on the connection outside the engine\'s transactions are seen too', async () => {
+  it("writes and rollbacks made on the connection outside the engine's transactions are seen too", async () => {
     const engine = await newEngine();
     twoAccountsAndTransfer(engine);
     ok(engine, LOCK_CODE);
@@ -158,10 +185,18 @@ describe('record caches', () => {
   it('an action version locked by another connection, in the same request, or in a rolled-back request is seen as it stands', async () => {
     const path = join(dir, 'actions.db');
     const engine = await newEngine({ path });
-    ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
-      id: id(7100),
-      input: { name: 'echo', kind: 'tool', config: { runtime: 'javascript', src: 'function run(e) { return e.data; }' } },
-    });
+    ok(
+      engine,
+      'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }',
+      {
+        id: id(7100),
+        input: {
+          name: 'echo',
+          kind: 'tool',
+          config: { runtime: 'javascript', src: 'function run(e) { return e.data; }' },
+        },
+      },
+    );
     const invoke = (n: number) =>
       `actions { invokeAction(id: "${id(7100)}", input: {executionId: "${id(7200 + n)}", actionVersion: 1, input: {n: ${n}}}) { status } }`;
     const lock = `actions { lockAction(id: "${id(7100)}", version: 1) { version } }`;
@@ -188,14 +223,22 @@ describe('record caches', () => {
     const engine = await newEngine({ path });
     const create = (src: string) => ({
       id: id(7300),
-      input: { name: 'which', kind: 'tool', config: { runtime: 'javascript', src: `function run() { return '${src}'; }` } },
+      input: {
+        name: 'which',
+        kind: 'tool',
+        config: { runtime: 'javascript', src: `function run() { return '${src}'; }` },
+      },
     });
-    const CREATE = 'mutation($id: UUID!, $input: ActionInput!) @dryRun { actions { createAction(id: $id, input: $input) { version } } }';
+    const CREATE =
+      'mutation($id: UUID!, $input: ActionInput!) @dryRun { actions { createAction(id: $id, input: $input) { version } } }';
     ok(engine, CREATE, create('dry run'));
     const other = await newEngine({ path });
     ok(other, CREATE.replace(' @dryRun', ''), create('committed'));
     other.close();
-    const r = ok(engine, `mutation { actions { invokeAction(id: "${id(7300)}", input: {executionId: "${id(7301)}", actionVersion: 1, input: {}}) { status invocation { output } } } }`);
+    const r = ok(
+      engine,
+      `mutation { actions { invokeAction(id: "${id(7300)}", input: {executionId: "${id(7301)}", actionVersion: 1, input: {}}) { status invocation { output } } } }`,
+    );
     expect(r.actions.invokeAction).toEqual({ status: 'SUCCEEDED', invocation: { output: 'committed' } });
     engine.close();
   });
@@ -209,15 +252,27 @@ describe('record caches', () => {
         name: 'checked',
         kind: 'tool',
         config: { runtime: 'javascript', src: 'function run(e) { return 1; }' },
-        tool: { description: 'x', inputSchema: { type: 'object', properties: { [property]: { type } }, required: [property], additionalProperties: false } },
+        tool: {
+          description: 'x',
+          inputSchema: {
+            type: 'object',
+            properties: { [property]: { type } },
+            required: [property],
+            additionalProperties: false,
+          },
+        },
       },
     });
-    const CREATE = 'mutation($id: UUID!, $input: ActionInput!) @dryRun { actions { createAction(id: $id, input: $input) { version } } }';
+    const CREATE =
+      'mutation($id: UUID!, $input: ActionInput!) @dryRun { actions { createAction(id: $id, input: $input) { version } } }';
     ok(engine, CREATE, create('a', 'string'));
     const other = await newEngine({ path });
     ok(other, CREATE.replace(' @dryRun', ''), create('b', 'number'));
     other.close();
-    const r = ok(engine, `mutation { actions { invokeAction(id: "${id(7400)}", input: {executionId: "${id(7401)}", actionVersion: 1, input: {b: 1}}) { status invocation { output error { message } } } } }`);
+    const r = ok(
+      engine,
+      `mutation { actions { invokeAction(id: "${id(7400)}", input: {executionId: "${id(7401)}", actionVersion: 1, input: {b: 1}}) { status invocation { output error { message } } } } }`,
+    );
     expect(r.actions.invokeAction).toEqual({ status: 'SUCCEEDED', invocation: { output: 1, error: null } });
     engine.close();
   });
@@ -233,18 +288,42 @@ describe('record caches', () => {
     try {
       const engine = await newEngine();
       const schema = { type: 'object', properties: { n: { type: 'integer' } } };
-      ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
-        id: id(7500),
-        input: { name: 'callee', kind: 'tool', config: { runtime: 'javascript', src: 'function run(e) { return e.data.n; }' }, tool: { description: 'x', inputSchema: schema } },
-      });
-      ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
-        id: id(7501),
-        input: { name: 'caller', kind: 'tool', config: { runtime: 'javascript', src: 'function run(e) { return tools.callee({ n: e.data.n }); }' }, tools: [{ name: 'callee' }] },
-      });
+      ok(
+        engine,
+        'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }',
+        {
+          id: id(7500),
+          input: {
+            name: 'callee',
+            kind: 'tool',
+            config: { runtime: 'javascript', src: 'function run(e) { return e.data.n; }' },
+            tool: { description: 'x', inputSchema: schema },
+          },
+        },
+      );
+      ok(
+        engine,
+        'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }',
+        {
+          id: id(7501),
+          input: {
+            name: 'caller',
+            kind: 'tool',
+            config: { runtime: 'javascript', src: 'function run(e) { return tools.callee({ n: e.data.n }); }' },
+            tools: [{ name: 'callee' }],
+          },
+        },
+      );
       const before = compiles;
       for (let n = 0; n < 20; n++) {
-        ok(engine, `mutation { actions { invokeAction(id: "${id(7501)}", input: {executionId: "${id(7600 + n)}", actionVersion: 1, input: {n: ${n}}}) { status } } }`);
-        ok(engine, `mutation { actions { startAction(id: "${id(7500)}", input: {executionId: "${id(7700 + n)}", input: {n: ${n}}}) { status } } }`);
+        ok(
+          engine,
+          `mutation { actions { invokeAction(id: "${id(7501)}", input: {executionId: "${id(7600 + n)}", actionVersion: 1, input: {n: ${n}}}) { status } } }`,
+        );
+        ok(
+          engine,
+          `mutation { actions { startAction(id: "${id(7500)}", input: {executionId: "${id(7700 + n)}", input: {n: ${n}}}) { status } } }`,
+        );
       }
       // The stored documents are parsed once each: one compile per schema object (the caller's default schema, the callee's).
       expect(compiles - before).toBeLessThanOrEqual(2);

@@ -21,10 +21,13 @@ const WHOLE_TABLE: Record<string, string> = {
 function statementsOf(group: Record<string, unknown>, prefix: string): Array<[string, Statement]> {
   const out: Array<[string, Statement]> = [];
   for (const [name, value] of Object.entries(group)) {
-    if (value && typeof value === 'object' && 'source' in value && 'reader' in value) out.push([`${prefix}${name}`, value as Statement]);
+    if (value && typeof value === 'object' && 'source' in value && 'reader' in value)
+      out.push([`${prefix}${name}`, value as Statement]);
     // Statements by a number (byColumns, byRows), prepared on first use: each prepared here.
-    else if (typeof value === 'function' && 'all' in value) (value as unknown as ByNumber<Statement>).all().forEach((s, i) => out.push([`${prefix}${name}(${i + 1})`, s]));
-    else if (value && typeof value === 'object') out.push(...statementsOf(value as Record<string, unknown>, `${prefix}${name}.`));
+    else if (typeof value === 'function' && 'all' in value)
+      (value as unknown as ByNumber<Statement>).all().forEach((s, i) => out.push([`${prefix}${name}(${i + 1})`, s]));
+    else if (value && typeof value === 'object')
+      out.push(...statementsOf(value as Record<string, unknown>, `${prefix}${name}.`));
   }
   return out;
 }
@@ -33,7 +36,12 @@ describe('query plans', () => {
   // SQLite's query plans; on PostgreSQL, test/pg.storage.test.ts checks every statement prepares.
   it.skipIf(ON_POSTGRES)('no ledger, velocity, calculation or view statement scans a whole table', async () => {
     const engine = await newEngine();
-    const groups = { ...ledgerStatements(engine.db), vel: velocityStatements(engine.db), calc: calculationStatements(engine.db), views: viewStatements(engine.db) };
+    const groups = {
+      ...ledgerStatements(engine.db),
+      vel: velocityStatements(engine.db),
+      calc: calculationStatements(engine.db),
+      views: viewStatements(engine.db),
+    };
     const scans: string[] = [];
     let checked = 0;
     for (const [name, statement] of statementsOf(groups as Record<string, unknown>, '')) {
@@ -42,13 +50,20 @@ describe('query plans', () => {
       const positional = (source.match(/\?/g) ?? []).length;
       const named = [...new Set(source.match(/[@:$][A-Za-z_]\w*/g) ?? [])];
       const explain = engine.db.prepare(`EXPLAIN QUERY PLAN ${source}`);
-      const plan = (named.length
-        ? explain.all(Object.fromEntries(named.map((n) => [n.slice(1), null])))
-        : explain.all(...new Array(positional).fill(null))) as Array<{ detail: string }>;
+      const plan = (
+        named.length
+          ? explain.all(Object.fromEntries(named.map((n) => [n.slice(1), null])))
+          : explain.all(...new Array(positional).fill(null))
+      ) as Array<{ detail: string }>;
       checked++;
       for (const { detail } of plan) {
         // A recursive CTE's own queue ("SCAN up", a chain's "SCAN walk") is not a table.
-        if (/^SCAN (\w+)$/.test(detail) && !/^SCAN (up|down|walk)\b/.test(detail) && !WHOLE_TABLE[name.split('.').at(-1)!]) scans.push(`${name}: ${detail}`);
+        if (
+          /^SCAN (\w+)$/.test(detail) &&
+          !/^SCAN (up|down|walk)\b/.test(detail) &&
+          !WHOLE_TABLE[name.split('.').at(-1)!]
+        )
+          scans.push(`${name}: ${detail}`);
       }
     }
     expect(checked).toBeGreaterThan(40);

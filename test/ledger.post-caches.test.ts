@@ -17,7 +17,9 @@ const dir = mkdtempSync(join(tmpdir(), 'tally-post-caches-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 let next = 1000;
-const post = (from = id(1), to = id(2)) => ({ input: { transactionId: id(next++), tranCode: 'TRANSFER', params: { from, to, amount: '1.00' } } });
+const post = (from = id(1), to = id(2)) => ({
+  input: { transactionId: id(next++), tranCode: 'TRANSFER', params: { from, to, amount: '1.00' } },
+});
 const LOCK = (n: number) => `mutation { updateAccount(id: "${id(n)}", input: {status: LOCKED}) { status } }`;
 const UNLOCK = (n: number) => `mutation { updateAccount(id: "${id(n)}", input: {status: ACTIVE}) { status } }`;
 
@@ -28,7 +30,9 @@ const UNLOCK = (n: number) => `mutation { updateAccount(id: "${id(n)}", input: {
  */
 function expectConsecutiveSeqs(engine: Engine): void {
   if (isPostgres(engine.db)) return expectSeqBlocks(engine);
-  const rows = engine.db.prepare('SELECT transaction_id, first_entry_seq, entry_count FROM transactions ORDER BY first_entry_seq').all() as Array<{
+  const rows = engine.db
+    .prepare('SELECT transaction_id, first_entry_seq, entry_count FROM transactions ORDER BY first_entry_seq')
+    .all() as Array<{
     transaction_id: string;
     first_entry_seq: number;
     entry_count: number;
@@ -36,14 +40,20 @@ function expectConsecutiveSeqs(engine: Engine): void {
   let expected = 1;
   for (const row of rows) {
     expect(row.first_entry_seq, row.transaction_id).toBe(expected);
-    const seqs = (engine.db.prepare('SELECT seq FROM entries WHERE transaction_id = ? ORDER BY seq').all(row.transaction_id) as Array<{ seq: number }>).map((r) => r.seq);
+    const seqs = (
+      engine.db
+        .prepare('SELECT seq FROM entries WHERE transaction_id = ? ORDER BY seq')
+        .all(row.transaction_id) as Array<{ seq: number }>
+    ).map((r) => r.seq);
     expect(seqs).toEqual(Array.from({ length: row.entry_count }, (_, i) => expected + i));
     expected += row.entry_count;
   }
 }
 
 function expectSeqBlocks(engine: Engine): void {
-  const rows = engine.db.prepare('SELECT transaction_id, first_entry_seq, entry_count FROM transactions ORDER BY seq').all() as Array<{
+  const rows = engine.db
+    .prepare('SELECT transaction_id, first_entry_seq, entry_count FROM transactions ORDER BY seq')
+    .all() as Array<{
     transaction_id: string;
     first_entry_seq: number;
     entry_count: number;
@@ -52,7 +62,11 @@ function expectSeqBlocks(engine: Engine): void {
   for (const row of rows) {
     expect((row.first_entry_seq - 1) % ENTRY_SEQ_BLOCK, row.transaction_id).toBe(0);
     expect(row.first_entry_seq, row.transaction_id).toBeGreaterThan(previous);
-    const seqs = (engine.db.prepare('SELECT seq FROM entries WHERE transaction_id = ? ORDER BY seq').all(row.transaction_id) as Array<{ seq: number }>).map((r) => r.seq);
+    const seqs = (
+      engine.db
+        .prepare('SELECT seq FROM entries WHERE transaction_id = ? ORDER BY seq')
+        .all(row.transaction_id) as Array<{ seq: number }>
+    ).map((r) => r.seq);
     expect(seqs).toEqual(Array.from({ length: row.entry_count }, (_, i) => row.first_entry_seq + i));
     previous = row.first_entry_seq;
   }
@@ -68,8 +82,11 @@ describe('account status and the last entry seq, cached for postings', () => {
     ok(engine, UNLOCK(2));
     ok(engine, POST, post());
     // Locked and posted to in one @dryRun request: refused there, and nothing is left of the lock.
-    const both = engine.graphql(`mutation($input: TransactionInput!) @dryRun { updateAccount(id: "${id(1)}", input: {status: LOCKED}) { status }
-      postTransaction(input: $input) { transactionId } }`, post());
+    const both = engine.graphql(
+      `mutation($input: TransactionInput!) @dryRun { updateAccount(id: "${id(1)}", input: {status: LOCKED}) { status }
+      postTransaction(input: $input) { transactionId } }`,
+      post(),
+    );
     expect(both.errors?.[0]?.extensions?.code).toBe('ACCOUNT_LOCKED');
     ok(engine, POST, post());
     expectConsecutiveSeqs(engine);
@@ -102,36 +119,47 @@ describe('account status and the last entry seq, cached for postings', () => {
     twoAccountsAndTransfer(engine);
     ok(engine, POST, post());
     // The posting is written, then the request fails after it: everything rolls back.
-    const failed = engine.graphql(`mutation($input: TransactionInput!) { postTransaction(input: $input) { transactionId }
-      updateAccount(id: "${id(99)}", input: {status: LOCKED}) { status } }`, post());
+    const failed = engine.graphql(
+      `mutation($input: TransactionInput!) { postTransaction(input: $input) { transactionId }
+      updateAccount(id: "${id(99)}", input: {status: LOCKED}) { status } }`,
+      post(),
+    );
     expect(failed.errors).toBeDefined();
     ok(engine, POST, post());
     // A tool that posts and then fails: its savepoint rolls back, the request goes on and posts.
-    ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
-      id: id(7000),
-      input: {
-        name: 'post_then_fail',
-        kind: 'tool',
-        config: {
-          runtime: 'javascript',
-          src: `function run() {
+    ok(
+      engine,
+      'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }',
+      {
+        id: id(7000),
+        input: {
+          name: 'post_then_fail',
+          kind: 'tool',
+          config: {
+            runtime: 'javascript',
+            src: `function run() {
             graphql('mutation($input: TransactionInput!) { postTransaction(input: $input) { transactionId } }', ${JSON.stringify(post())});
             fail('after posting');
           }`,
+          },
+          policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
         },
-        policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
       },
-    });
-    const r = ok(engine, `mutation($input: TransactionInput!) {
+    );
+    const r = ok(
+      engine,
+      `mutation($input: TransactionInput!) {
       actions { invokeAction(id: "${id(7000)}", input: {executionId: "${id(7001)}", actionVersion: 1, input: {}}) { status } }
-      postTransaction(input: $input) { transactionId } }`, post());
+      postTransaction(input: $input) { transactionId } }`,
+      post(),
+    );
     expect(r.actions.invokeAction.status).toBe('FAILED');
     ok(engine, POST, post());
     expectConsecutiveSeqs(engine);
     engine.close();
   });
 
-  it('postings made outside the engine\'s transactions, committed or rolled back, are seen', async () => {
+  it("postings made outside the engine's transactions, committed or rolled back, are seen", async () => {
     const engine = await newEngine();
     twoAccountsAndTransfer(engine);
     ok(engine, POST, post()); // the last seq is now kept

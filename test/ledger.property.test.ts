@@ -23,10 +23,32 @@ type Command =
   | { kind: 'lock'; account: number; locked: boolean };
 
 const command: fc.Arbitrary<Command> = fc.oneof(
-  { weight: 5, arbitrary: fc.record({ kind: fc.constant('post' as const), from: fc.nat(ACCOUNTS - 1), to: fc.nat(ACCOUNTS - 1), amount, currency: fc.constantFrom(...CURRENCIES), layer: fc.constantFrom(...LAYERS) }) },
-  { weight: 2, arbitrary: fc.record({ kind: fc.constant('split' as const), from: fc.nat(ACCOUNTS - 1), to: fc.tuple(fc.nat(ACCOUNTS - 1), fc.nat(ACCOUNTS - 1)), amounts: fc.tuple(amount, amount), currency: fc.constantFrom(...CURRENCIES) }) },
+  {
+    weight: 5,
+    arbitrary: fc.record({
+      kind: fc.constant('post' as const),
+      from: fc.nat(ACCOUNTS - 1),
+      to: fc.nat(ACCOUNTS - 1),
+      amount,
+      currency: fc.constantFrom(...CURRENCIES),
+      layer: fc.constantFrom(...LAYERS),
+    }),
+  },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      kind: fc.constant('split' as const),
+      from: fc.nat(ACCOUNTS - 1),
+      to: fc.tuple(fc.nat(ACCOUNTS - 1), fc.nat(ACCOUNTS - 1)),
+      amounts: fc.tuple(amount, amount),
+      currency: fc.constantFrom(...CURRENCIES),
+    }),
+  },
   { weight: 2, arbitrary: fc.record({ kind: fc.constant('void' as const), pick: fc.nat() }) },
-  { weight: 1, arbitrary: fc.record({ kind: fc.constant('lock' as const), account: fc.nat(ACCOUNTS - 1), locked: fc.boolean() }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({ kind: fc.constant('lock' as const), account: fc.nat(ACCOUNTS - 1), locked: fc.boolean() }),
+  },
 );
 
 async function setup(): Promise<Engine> {
@@ -37,13 +59,25 @@ async function setup(): Promise<Engine> {
     i: {
       tranCodeId: id(9001),
       code: 'SPLIT',
-      params: [{ name: 'from', type: 'UUID' }, { name: 'a', type: 'UUID' }, { name: 'b', type: 'UUID' },
-        { name: 'x', type: 'DECIMAL' }, { name: 'y', type: 'DECIMAL' }, { name: 'currency', type: 'STRING' }],
+      params: [
+        { name: 'from', type: 'UUID' },
+        { name: 'a', type: 'UUID' },
+        { name: 'b', type: 'UUID' },
+        { name: 'x', type: 'DECIMAL' },
+        { name: 'y', type: 'DECIMAL' },
+        { name: 'currency', type: 'STRING' },
+      ],
       transaction: {},
       entries: [
         { accountId: 'params.from', units: 'params.x + params.y', currency: 'params.currency', direction: 'DEBIT' },
         { accountId: 'params.a', units: 'params.x', currency: 'params.currency', direction: 'CREDIT' },
-        { accountId: 'params.b', units: 'params.y', currency: 'params.currency', direction: 'CREDIT', condition: 'params.y > decimal("0") || true' },
+        {
+          accountId: 'params.b',
+          units: 'params.y',
+          currency: 'params.currency',
+          direction: 'CREDIT',
+          condition: 'params.y > decimal("0") || true',
+        },
       ],
     },
   });
@@ -56,23 +90,49 @@ function apply(engine: Engine, cmd: Command, posted: string[], step: number): vo
   if (cmd.kind === 'post') {
     const transactionId = id(100_000 + step);
     result = engine.graphql(`mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }`, {
-      i: { transactionId, tranCode: 'TRANSFER', params: { from: account(cmd.from), to: account(cmd.to), amount: cmd.amount, currency: cmd.currency, layer: cmd.layer } },
+      i: {
+        transactionId,
+        tranCode: 'TRANSFER',
+        params: {
+          from: account(cmd.from),
+          to: account(cmd.to),
+          amount: cmd.amount,
+          currency: cmd.currency,
+          layer: cmd.layer,
+        },
+      },
     });
     if (!result.errors) posted.push(transactionId);
   } else if (cmd.kind === 'split') {
     const transactionId = id(100_000 + step);
     result = engine.graphql(`mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }`, {
-      i: { transactionId, tranCode: 'SPLIT', params: { from: account(cmd.from), a: account(cmd.to[0]), b: account(cmd.to[1]), x: cmd.amounts[0], y: cmd.amounts[1], currency: cmd.currency } },
+      i: {
+        transactionId,
+        tranCode: 'SPLIT',
+        params: {
+          from: account(cmd.from),
+          a: account(cmd.to[0]),
+          b: account(cmd.to[1]),
+          x: cmd.amounts[0],
+          y: cmd.amounts[1],
+          currency: cmd.currency,
+        },
+      },
     });
     if (!result.errors) posted.push(transactionId);
   } else if (cmd.kind === 'void') {
     if (posted.length === 0) return;
-    result = engine.graphql(`mutation($id: UUID!) { voidTransaction(id: $id) { transactionId } }`, { id: posted[cmd.pick % posted.length] });
-  } else {
-    result = engine.graphql(`mutation($id: UUID!, $s: AccountStatus!) { updateAccount(id: $id, input: {status: $s}) { status } }`, {
-      id: account(cmd.account),
-      s: cmd.locked ? 'LOCKED' : 'ACTIVE',
+    result = engine.graphql(`mutation($id: UUID!) { voidTransaction(id: $id) { transactionId } }`, {
+      id: posted[cmd.pick % posted.length],
     });
+  } else {
+    result = engine.graphql(
+      `mutation($id: UUID!, $s: AccountStatus!) { updateAccount(id: $id, input: {status: $s}) { status } }`,
+      {
+        id: account(cmd.account),
+        s: cmd.locked ? 'LOCKED' : 'ACTIVE',
+      },
+    );
   }
   // Only the refusals the model allows may happen: locked accounts and double voids.
   for (const error of result?.errors ?? []) {
@@ -81,7 +141,9 @@ function apply(engine: Engine, cmd: Command, posted: string[], step: number): vo
 }
 
 function checkInvariants(engine: Engine): void {
-  const entries = engine.db.prepare('SELECT account_id, journal_id, currency, layer, direction, units FROM entries').all() as Array<Record<string, string>>;
+  const entries = engine.db
+    .prepare('SELECT account_id, journal_id, currency, layer, direction, units FROM entries')
+    .all() as Array<Record<string, string>>;
   const balances = engine.db.prepare('SELECT * FROM balances').all() as Array<Record<string, string>>;
   const key = (...parts: string[]) => parts.join('|');
 
@@ -94,10 +156,16 @@ function checkInvariants(engine: Engine): void {
   }
   for (const b of balances) {
     for (const layer of LAYERS) {
-      for (const [side, direction] of [['dr', 'DEBIT'], ['cr', 'CREDIT']] as const) {
+      for (const [side, direction] of [
+        ['dr', 'DEBIT'],
+        ['cr', 'CREDIT'],
+      ] as const) {
         const stored = new Dec(b[`${layer.toLowerCase()}_${side}`]!);
         const summed = fromEntries.get(key(b.account_id!, b.journal_id!, b.currency!, layer, direction)) ?? new Dec(0);
-        expect(stored.eq(summed), `${b.account_id} ${b.currency} ${layer} ${side}: stored ${stored} vs entries ${summed}`).toBe(true);
+        expect(
+          stored.eq(summed),
+          `${b.account_id} ${b.currency} ${layer} ${side}: stored ${stored} vs entries ${summed}`,
+        ).toBe(true);
         const t = key(b.currency!, layer, side);
         totals.set(t, (totals.get(t) ?? new Dec(0)).plus(stored));
       }

@@ -52,17 +52,30 @@ describe('limits: each is named, defaulted, configurable and enforced', () => {
     createAccount(engine, 2);
     for (let i = 0; i < 5; i++) createTransferCode(engine, `T${i}`, id(9000 + i));
     for (let i = 0; i < 5; i++) {
-      ok(engine, POST, { input: { transactionId: id(100 + i), tranCode: `T${i}`, params: { from: id(1), to: id(2), amount: '1' } } });
+      ok(engine, POST, {
+        input: { transactionId: id(100 + i), tranCode: `T${i}`, params: { from: id(1), to: id(2), amount: '1' } },
+      });
       expect(engine.stats().recordCacheSize).toBeLessThanOrEqual(2);
     }
     expect(engine.stats().recordCacheSize).toBeGreaterThan(0);
     // Action versions (and their parsed documents) too.
     for (let i = 0; i < 5; i++) {
-      ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
-        id: id(8000 + i),
-        input: { name: `echo_${i}`, kind: 'tool', config: { runtime: 'javascript', src: 'function run(e) { return e.data; }' } },
-      });
-      ok(engine, `mutation { actions { invokeAction(id: "${id(8000 + i)}", input: {executionId: "${id(8100 + i)}", actionVersion: 1, input: {}}) { status } } }`);
+      ok(
+        engine,
+        'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }',
+        {
+          id: id(8000 + i),
+          input: {
+            name: `echo_${i}`,
+            kind: 'tool',
+            config: { runtime: 'javascript', src: 'function run(e) { return e.data; }' },
+          },
+        },
+      );
+      ok(
+        engine,
+        `mutation { actions { invokeAction(id: "${id(8000 + i)}", input: {executionId: "${id(8100 + i)}", actionVersion: 1, input: {}}) { status } } }`,
+      );
       expect(engine.stats().recordCacheSize).toBeLessThanOrEqual(2);
     }
   });
@@ -78,7 +91,9 @@ describe('limits: each is named, defaulted, configurable and enforced', () => {
   it('entriesPerTransactionMax, at definition and at posting', async () => {
     const engine = await newEngine({ limits: { entriesPerTransactionMax: 2 } });
     const entry = { accountId: `'${id(1)}'`, units: '1', currency: "'USD'", direction: 'DEBIT' };
-    const error = fails(engine, TRAN_CODE, { i: { tranCodeId: id(1), code: 'BIG', transaction: {}, entries: [entry, entry, entry] } });
+    const error = fails(engine, TRAN_CODE, {
+      i: { tranCodeId: id(1), code: 'BIG', transaction: {}, entries: [entry, entry, entry] },
+    });
     expect(error.code).toBe('LIMIT_EXCEEDED');
     expect(error.message).toContain('entriesPerTransactionMax is 2');
   });
@@ -87,28 +102,49 @@ describe('limits: each is named, defaulted, configurable and enforced', () => {
     const engine = await newEngine({ limits: { tranCodeParamsMax: 2 } });
     const entry = { accountId: `'${id(1)}'`, units: '1', currency: "'USD'", direction: 'DEBIT' };
     const params = [{ name: 'a' }, { name: 'b' }, { name: 'c' }];
-    expect(fails(engine, TRAN_CODE, { i: { tranCodeId: id(1), code: 'P', params, transaction: {}, entries: [entry] } }).message).toContain('tranCodeParamsMax is 2');
+    expect(
+      fails(engine, TRAN_CODE, { i: { tranCodeId: id(1), code: 'P', params, transaction: {}, entries: [entry] } })
+        .message,
+    ).toContain('tranCodeParamsMax is 2');
   });
 
   it('jsonBytesMax, for metadata and for params', async () => {
     const engine = await newEngine({ limits: { jsonBytesMax: 100 } });
-    const error = fails(engine, `mutation($m: JSON) { createAccount(input: {accountId: "${id(1)}", code: "A", name: "A", metadata: $m}) { code } }`, {
-      m: { note: 'x'.repeat(200) },
-    });
+    const error = fails(
+      engine,
+      `mutation($m: JSON) { createAccount(input: {accountId: "${id(1)}", code: "A", name: "A", metadata: $m}) { code } }`,
+      {
+        m: { note: 'x'.repeat(200) },
+      },
+    );
     expect(error.code).toBe('LIMIT_EXCEEDED');
     expect(error.message).toContain('jsonBytesMax is 100');
     createAccount(engine, 2);
     createAccount(engine, 3);
     createTransferCode(engine);
-    expect(fails(engine, POST, { input: { transactionId: id(9), tranCode: 'TRANSFER', params: { from: id(2), to: id(3), amount: '1', memo: 'y'.repeat(200) } } }).code).toBe('LIMIT_EXCEEDED');
+    expect(
+      fails(engine, POST, {
+        input: {
+          transactionId: id(9),
+          tranCode: 'TRANSFER',
+          params: { from: id(2), to: id(3), amount: '1', memo: 'y'.repeat(200) },
+        },
+      }).code,
+    ).toBe('LIMIT_EXCEEDED');
   });
 
-  it('jsonBytesMax bounds an action version besides its program; policiesMax its policies and a client\'s', async () => {
+  it("jsonBytesMax bounds an action version besides its program; policiesMax its policies and a client's", async () => {
     const engine = await newEngine({ limits: { jsonBytesMax: 2000, policiesMax: 3 } });
-    const CREATE_ACTION = 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }';
+    const CREATE_ACTION =
+      'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }';
     const action = (n: number, extra: Record<string, unknown>) => ({
       id: id(n),
-      input: { name: `a${n}`, kind: 'tool', config: { runtime: 'javascript', src: `function run() { return '${'p'.repeat(3000)}'; }` }, ...extra },
+      input: {
+        name: `a${n}`,
+        kind: 'tool',
+        config: { runtime: 'javascript', src: `function run() { return '${'p'.repeat(3000)}'; }` },
+        ...extra,
+      },
     });
     // A program longer than jsonBytesMax is fine (programBytesMax bounds it); a long description is not.
     ok(engine, CREATE_ACTION, action(1, { tool: { description: 'short' } }));
@@ -116,10 +152,16 @@ describe('limits: each is named, defaulted, configurable and enforced', () => {
     expect(long).toMatchObject({ code: 'LIMIT_EXCEEDED', message: expect.stringContaining('besides its program') });
     const policy = { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] };
     ok(engine, CREATE_ACTION, action(3, { policies: [policy, policy, policy] }));
-    expect(fails(engine, CREATE_ACTION, action(4, { policies: [policy, policy, policy, policy] })).message).toBe('4 policies; policiesMax is 3');
+    expect(fails(engine, CREATE_ACTION, action(4, { policies: [policy, policy, policy, policy] })).message).toBe(
+      '4 policies; policiesMax is 3',
+    );
     const CLIENT = 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }';
-    expect(fails(engine, CLIENT, { i: { principal: 'many', name: 'm', policies: [policy, policy, policy, policy] } }).code).toBe('LIMIT_EXCEEDED');
-    expect(ok(engine, CLIENT, { i: { principal: 'few', name: 'f', policies: [policy] } }).auth.createClient.apiKey).toMatch(/^tly_/);
+    expect(
+      fails(engine, CLIENT, { i: { principal: 'many', name: 'm', policies: [policy, policy, policy, policy] } }).code,
+    ).toBe('LIMIT_EXCEEDED');
+    expect(
+      ok(engine, CLIENT, { i: { principal: 'few', name: 'f', policies: [policy] } }).auth.createClient.apiKey,
+    ).toMatch(/^tly_/);
     expect(engine.db.prepare('SELECT count(*) FROM actions').pluck().get()).toBe(2);
     // A tool made under a higher limit can still get a new program, but cannot grow.
     const { mkdtempSync } = await import('node:fs');
@@ -130,9 +172,17 @@ describe('limits: each is named, defaulted, configurable and enforced', () => {
     ok(roomy, CREATE_ACTION, action(5, { tool: { description: 'd'.repeat(3000) } }));
     roomy.close();
     const strict = await newEngine({ path, limits: { jsonBytesMax: 2000 } });
-    const UPDATE_ACTION = 'mutation($id: UUID!, $input: ActionInput!) { actions { updateAction(id: $id, input: $input) { version } } }';
-    expect(ok(strict, UPDATE_ACTION, { id: id(5), input: { config: { runtime: 'javascript', src: 'function run() { return 2; }' } } }).actions.updateAction.version).toBe(2);
-    expect(fails(strict, UPDATE_ACTION, { id: id(5), input: { tool: { description: 'd'.repeat(3500) } } }).code).toBe('LIMIT_EXCEEDED');
+    const UPDATE_ACTION =
+      'mutation($id: UUID!, $input: ActionInput!) { actions { updateAction(id: $id, input: $input) { version } } }';
+    expect(
+      ok(strict, UPDATE_ACTION, {
+        id: id(5),
+        input: { config: { runtime: 'javascript', src: 'function run() { return 2; }' } },
+      }).actions.updateAction.version,
+    ).toBe(2);
+    expect(fails(strict, UPDATE_ACTION, { id: id(5), input: { tool: { description: 'd'.repeat(3500) } } }).code).toBe(
+      'LIMIT_EXCEEDED',
+    );
     strict.close();
   });
 
@@ -141,7 +191,10 @@ describe('limits: each is named, defaulted, configurable and enforced', () => {
     createAccount(engine, 1);
     createAccount(engine, 2);
     createTransferCode(engine);
-    const post = (amount: string) => engine.graphql(POST, { input: { transactionId: id(9), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount } } });
+    const post = (amount: string) =>
+      engine.graphql(POST, {
+        input: { transactionId: id(9), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount } },
+      });
     expect(post('0.12345').errors?.[0]?.message).toContain('decimalFractionDigitsMax is 4');
     expect(post('1234567').errors?.[0]?.message).toContain('decimalIntegerDigitsMax is 6');
     expect(post('123456.1234').errors).toBeUndefined();
@@ -153,7 +206,9 @@ describe('limits: each is named, defaulted, configurable and enforced', () => {
     const other = new Database(path);
     other.exec('BEGIN IMMEDIATE');
     const started = Date.now();
-    const result = engine.graphql(`mutation { createAccount(input: {accountId: "${id(1)}", code: "A", name: "A"}) { code } }`);
+    const result = engine.graphql(
+      `mutation { createAccount(input: {accountId: "${id(1)}", code: "A", name: "A"}) { code } }`,
+    );
     expect(result.errors?.[0]?.extensions).toMatchObject({ code: 'BUSY', retryable: true });
     expect(Date.now() - started).toBeGreaterThanOrEqual(40);
     other.exec('ROLLBACK');

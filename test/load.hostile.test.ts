@@ -29,22 +29,31 @@ afterEach(async () => {
 });
 
 const POST = 'mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }';
-const transfer = (tx: number, from: number, to: number, amount: string) => ({ i: { transactionId: id(tx), tranCode: 'TRANSFER', params: { from: id(from), to: id(to), amount } } });
+const transfer = (tx: number, from: number, to: number, amount: string) => ({
+  i: { transactionId: id(tx), tranCode: 'TRANSFER', params: { from: id(from), to: id(to), amount } },
+});
 const post = (tx: number, apiKey: string, from = 1, to = 2, amount = '1'): BatchRequest => ({
   request: { query: POST, variables: transfer(tx, from, to, amount), operationName: null },
   options: { apiKey },
 });
-const txOf = (answer: FormattedResult | undefined): unknown => (answer?.data as { postTransaction?: { transactionId: string } } | null | undefined)?.postTransaction?.transactionId;
+const txOf = (answer: FormattedResult | undefined): unknown =>
+  (answer?.data as { postTransaction?: { transactionId: string } } | null | undefined)?.postTransaction?.transactionId;
 const code = (answer: FormattedResult | undefined) => answer?.errors?.[0]?.extensions?.code;
 const json = (value: unknown) => JSON.parse(JSON.stringify(value));
-const CREATE_ACTION = 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }';
-const INVOKE_BY_NAME = 'mutation($n: String!, $e: UUID!, $i: JSON) { actions { invokeAction(name: $n, input: {executionId: $e, actionVersion: 1, input: $i}) { executionId status output children { executionId kind status } } } }';
-const START_BY_NAME = 'mutation($n: String!, $e: UUID!) { actions { startAction(name: $n, input: {executionId: $e, input: {}}) { status } } }';
-const READ_EXECUTION = 'query($e: UUID!) { actions { execution(executionId: $e) { executionId kind status input output caller { principal } } } }';
+const CREATE_ACTION =
+  'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }';
+const INVOKE_BY_NAME =
+  'mutation($n: String!, $e: UUID!, $i: JSON) { actions { invokeAction(name: $n, input: {executionId: $e, actionVersion: 1, input: $i}) { executionId status output children { executionId kind status } } } }';
+const START_BY_NAME =
+  'mutation($n: String!, $e: UUID!) { actions { startAction(name: $n, input: {executionId: $e, input: {}}) { status } } }';
+const READ_EXECUTION =
+  'query($e: UUID!) { actions { execution(executionId: $e) { executionId kind status input output caller { principal } } } }';
 const ALLOW_ALL = [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE', 'DELETE'], resources: ['*'] }];
 
 function createClient(engine: Engine, principal: string, policies: unknown[]): string {
-  return ok(engine, 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }', { i: { principal, name: principal, policies } }).auth.createClient.apiKey;
+  return ok(engine, 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }', {
+    i: { principal, name: principal, policies },
+  }).auth.createClient.apiKey;
 }
 
 /** A writer engine on a new file, accounts 1-4 and TRANSFER, an admin key. */
@@ -81,11 +90,19 @@ async function serve(engine: Engine, pool?: ReadPool) {
   return {
     base,
     async graphql(apiKey: string, query: string, variables?: Record<string, unknown>) {
-      const res = await fetch(`${base}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` }, body: JSON.stringify({ query, variables }) });
+      const res = await fetch(`${base}/graphql`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` },
+        body: JSON.stringify({ query, variables }),
+      });
       return { status: res.status, body: (await res.json()) as any };
     },
     async raw(apiKey: string, body: string) {
-      const res = await fetch(`${base}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` }, body });
+      const res = await fetch(`${base}/graphql`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` },
+        body,
+      });
       return { status: res.status, text: await res.text() };
     },
     async get(apiKey: string, path: string) {
@@ -96,7 +113,7 @@ async function serve(engine: Engine, pool?: ReadPool) {
   };
 }
 
-describe('group commit: one client\'s request must not change what another\'s gets', () => {
+describe("group commit: one client's request must not change what another's gets", () => {
   /*
    * FINDING (MEDIUM, availability): a slow request holds every reply of its group, including the
    * committed-in-spirit replies of requests that ran before it. WriteQueue.flush releases answers
@@ -114,12 +131,22 @@ describe('group commit: one client\'s request must not change what another\'s ge
    * be slow (a tool invocation, an agent/model call) in a group that already holds others' replies:
    * commit and answer them first, then run it (alone or as the head of the next group).
    */
-  it('a slow request from mallory does not hold an honest, earlier request\'s reply in the same group', async () => {
+  it("a slow request from mallory does not hold an honest, earlier request's reply in the same group", async () => {
     // writeBatchWaitMs 50 instead of the default 10 only to keep this test stable on a loaded machine: with
     // 10 it is the same whenever the requests before the slow one took < 10 ms (a warm post takes 1-3 ms).
     const { engine, adminKey } = await writer({ toolTimeoutMs: 700, requestDeadlineMs: 2000, writeBatchWaitMs: 50 });
-    ok(engine, CREATE_ACTION, { id: id(70), input: { name: 'spin', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { while (true) {} }' }, policies: [] } });
-    const mallory = createClient(engine, 'mallory', [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT'], resources: ['actions.*'] }]);
+    ok(engine, CREATE_ACTION, {
+      id: id(70),
+      input: {
+        name: 'spin',
+        kind: 'tool',
+        config: { runtime: 'javascript', src: 'function run() { while (true) {} }' },
+        policies: [],
+      },
+    });
+    const mallory = createClient(engine, 'mallory', [
+      { effect: 'ALLOW', actions: ['SELECT', 'INSERT'], resources: ['actions.*'] },
+    ]);
     // Warm: the honest post alone takes a few ms.
     engine.executeBatch([post(10, adminKey), post(11, adminKey)]);
     const queue = new WriteQueue(engine);
@@ -129,7 +156,13 @@ describe('group commit: one client\'s request must not change what another\'s ge
       honestMs = performance.now() - started;
       return answer;
     });
-    const hostile = queue.submit({ request: { query: INVOKE_BY_NAME, variables: { n: 'spin', e: id(900), i: {} }, operationName: null }, options: { apiKey: mallory } }, 'mallory');
+    const hostile = queue.submit(
+      {
+        request: { query: INVOKE_BY_NAME, variables: { n: 'spin', e: id(900), i: {} }, operationName: null },
+        options: { apiKey: mallory },
+      },
+      'mallory',
+    );
     const [h, m] = await Promise.all([honest, hostile]);
     expect(txOf(h)).toBe(id(12));
     expect(code(m)).toBe('TIMEOUT');
@@ -150,15 +183,31 @@ describe('group commit: one client\'s request must not change what another\'s ge
    * Fix: take turns per principal when filling a group (round-robin over per-client FIFOs, as
    * ReadPool.dispatch does), and count a client's slow units against its turn.
    */
-  it('an honest request queued behind mallory\'s flood of slow mutations waits for at most one of them (clients take turns)', async () => {
+  it("an honest request queued behind mallory's flood of slow mutations waits for at most one of them (clients take turns)", async () => {
     const { engine, adminKey } = await writer({ toolTimeoutMs: 250, requestDeadlineMs: 2000 });
-    ok(engine, CREATE_ACTION, { id: id(73), input: { name: 'spin', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { while (true) {} }' }, policies: [] } });
-    const mallory = createClient(engine, 'mallory', [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT'], resources: ['actions.*'] }]);
+    ok(engine, CREATE_ACTION, {
+      id: id(73),
+      input: {
+        name: 'spin',
+        kind: 'tool',
+        config: { runtime: 'javascript', src: 'function run() { while (true) {} }' },
+        policies: [],
+      },
+    });
+    const mallory = createClient(engine, 'mallory', [
+      { effect: 'ALLOW', actions: ['SELECT', 'INSERT'], resources: ['actions.*'] },
+    ]);
     engine.executeBatch([post(15, adminKey)]);
     const queue = new WriteQueue(engine);
     const started = performance.now();
     const flood = Array.from({ length: 8 }, (_, k) =>
-      queue.submit({ request: { query: INVOKE_BY_NAME, variables: { n: 'spin', e: id(930 + k), i: {} }, operationName: null }, options: { apiKey: mallory } }, 'mallory'),
+      queue.submit(
+        {
+          request: { query: INVOKE_BY_NAME, variables: { n: 'spin', e: id(930 + k), i: {} }, operationName: null },
+          options: { apiKey: mallory },
+        },
+        'mallory',
+      ),
     );
     let honestMs = -1;
     const honest = queue.submit(post(16, adminKey), 'admin').then((answer) => {
@@ -185,11 +234,11 @@ describe('group commit: one client\'s request must not change what another\'s ge
    * slow while its share fills.) Before the queue, each body was executed as it arrived and dropped. This test measures the heap
    * one queued request holds and checks the bound against the heap limit (it does not crash the
    * machine to prove it).
-   * Fix: bound the queue by bytes (sum of body lengths, per client and in all, e.g. a few × 
+   * Fix: bound the queue by bytes (sum of body lengths, per client and in all, e.g. a few ×
    * requestBodyBytesMax per client), keep the raw body text rather than the parsed value until
    * the unit runs, or parse variables in the unit.
    */
-  it('one client\'s share of the write queue is bounded in bytes (writeQueuePerClientBytesMax), and all of it (writeQueueBytesMax) fits in the heap', async () => {
+  it("one client's share of the write queue is bounded in bytes (writeQueuePerClientBytesMax), and all of it (writeQueueBytesMax) fits in the heap", async () => {
     const { getHeapStatistics, setFlagsFromString } = await import('node:v8');
     const { runInNewContext } = await import('node:vm');
     setFlagsFromString('--expose-gc');
@@ -206,7 +255,16 @@ describe('group commit: one client\'s request must not change what another\'s ge
     const pending: Array<Promise<FormattedResult>> = [];
     for (let k = 0; k < 12; k++) {
       const parsed = JSON.parse(body) as { query: string; variables: Record<string, unknown> };
-      pending.push(queue.submit({ request: { query: parsed.query, variables: parsed.variables, operationName: null }, options: { principal: 'mallory' } }, 'mallory', Buffer.byteLength(body)));
+      pending.push(
+        queue.submit(
+          {
+            request: { query: parsed.query, variables: parsed.variables, operationName: null },
+            options: { principal: 'mallory' },
+          },
+          'mallory',
+          Buffer.byteLength(body),
+        ),
+      );
     }
     gc();
     const held = queue.size;
@@ -214,7 +272,11 @@ describe('group commit: one client\'s request must not change what another\'s ge
     expect(held).toBe(Math.floor(limits.writeQueuePerClientBytesMax / Buffer.byteLength(body)));
     const perRequest = (process.memoryUsage().heapUsed - before) / held;
     const answers = await Promise.all(pending);
-    expect(answers.slice(held).every((a) => code(a) === 'BUSY' && a.errors![0]!.message.includes('writeQueuePerClientBytesMax'))).toBe(true);
+    expect(
+      answers
+        .slice(held)
+        .every((a) => code(a) === 'BUSY' && a.errors![0]!.message.includes('writeQueuePerClientBytesMax')),
+    ).toBe(true);
     // The whole queue full of such bodies (writeQueueBytesMax) stays well inside the heap.
     const bodiesInQueue = limits.writeQueueBytesMax / Buffer.byteLength(body);
     expect(perRequest * bodiesInQueue).toBeLessThan(getHeapStatistics().heap_size_limit / 2);
@@ -223,9 +285,19 @@ describe('group commit: one client\'s request must not change what another\'s ge
   it('(precondition of the finding above) over HTTP, 1 MB mutations arriving behind one slow request pile up parsed in the write queue', async () => {
     // The head spins 2.5 s: time for another process to start and send 48 bodies, on a busy machine too.
     const { engine } = await writer({ toolTimeoutMs: 2500, toolTimeoutMsMax: 2500, requestDeadlineMs: 3000 });
-    ok(engine, CREATE_ACTION, { id: id(75), input: { name: 'spin', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { while (true) {} }' }, policies: [] } });
+    ok(engine, CREATE_ACTION, {
+      id: id(75),
+      input: {
+        name: 'spin',
+        kind: 'tool',
+        config: { runtime: 'javascript', src: 'function run() { while (true) {} }' },
+        policies: [],
+      },
+    });
     const mallory = createClient(engine, 'mallory', []);
-    const spinner = createClient(engine, 'spinner', [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT'], resources: ['actions.*'] }]);
+    const spinner = createClient(engine, 'spinner', [
+      { effect: 'ALLOW', actions: ['SELECT', 'INSERT'], resources: ['actions.*'] },
+    ]);
     let maxQueued = 0;
     const submit = WriteQueue.prototype.submit;
     WriteQueue.prototype.submit = function (this: WriteQueue, ...args: Parameters<WriteQueue['submit']>) {
@@ -258,7 +330,12 @@ describe('group commit: one client\'s request must not change what another\'s ge
     const { execFile } = await import('node:child_process');
     const port = new URL(http.base).port;
     const out = await new Promise<string>((resolve, reject) =>
-      execFile(process.execPath, ['-e', client, port, mallory, String(count)], { maxBuffer: 1 << 20 }, (error, stdout) => (error ? reject(error) : resolve(stdout))),
+      execFile(
+        process.execPath,
+        ['-e', client, port, mallory, String(count)],
+        { maxBuffer: 1 << 20 },
+        (error, stdout) => (error ? reject(error) : resolve(stdout)),
+      ),
     );
     await head;
     // Every one of them was refused in its unit (mallory has no policies)...
@@ -279,7 +356,7 @@ describe('group commit: one client\'s request must not change what another\'s ge
    * Fix: in runCommitted, run each callback in its own try/catch and report failures to logError;
    * never let anything after a successful COMMIT turn into an error answer.
    */
-  it('a throwing after-commit callback of one request does not turn another client\'s committed write into a failure', async () => {
+  it("a throwing after-commit callback of one request does not turn another client's committed write into a failure", async () => {
     const logger: Logger = {
       debug() {},
       info(_fields, message) {
@@ -292,7 +369,17 @@ describe('group commit: one client\'s request must not change what another\'s ge
     const { engine, adminKey } = await writer({ writeBatchWaitMs: 60_000 }, { logger });
     const queue = new WriteQueue(engine);
     const honest = queue.submit(post(20, adminKey), 'admin');
-    const rotate = queue.submit({ request: { query: 'mutation { auth { createClient(input: {principal: "bob", name: "bob", policies: []}) { apiKey } } }', variables: null, operationName: null }, options: { apiKey: adminKey } }, 'admin2');
+    const rotate = queue.submit(
+      {
+        request: {
+          query: 'mutation { auth { createClient(input: {principal: "bob", name: "bob", policies: []}) { apiKey } } }',
+          variables: null,
+          operationName: null,
+        },
+        options: { apiKey: adminKey },
+      },
+      'admin2',
+    );
     const [h] = await Promise.all([honest, rotate]);
     // It was committed...
     expect(engine.db.prepare('SELECT count(*) FROM transactions WHERE transaction_id = ?').pluck().get(id(20))).toBe(1);
@@ -303,14 +390,19 @@ describe('group commit: one client\'s request must not change what another\'s ge
 
   it('holds: a request that fails (or throws) inside a group rolls back only its own writes; the group still commits the others', async () => {
     const { engine, adminKey } = await writer();
-    const mallory = createClient(engine, 'mallory', [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }]);
+    const mallory = createClient(engine, 'mallory', [
+      { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] },
+    ]);
     const queue = new WriteQueue(engine);
     const answers = await Promise.all([
       queue.submit(post(30, adminKey), 'admin'),
       // A posting to an account that does not exist, a bad amount, and an invalid document.
       queue.submit(post(31, mallory, 1, 99), 'mallory'),
       queue.submit(post(32, mallory, 1, 2, 'x'), 'mallory'),
-      queue.submit({ request: { query: 'mutation { nope', variables: null, operationName: null }, options: { apiKey: mallory } }, 'mallory'),
+      queue.submit(
+        { request: { query: 'mutation { nope', variables: null, operationName: null }, options: { apiKey: mallory } },
+        'mallory',
+      ),
       queue.submit(post(33, adminKey, 3, 4), 'admin'),
     ]);
     expect(txOf(answers[0])).toBe(id(30));
@@ -321,14 +413,24 @@ describe('group commit: one client\'s request must not change what another\'s ge
     expect(engine.db.prepare('SELECT count(*) FROM transactions').pluck().get()).toBe(2);
   });
 
-  it('holds: mallory\'s request later in the group runs with mallory\'s authority, not the earlier admin request\'s (and vice versa)', async () => {
+  it("holds: mallory's request later in the group runs with mallory's authority, not the earlier admin request's (and vice versa)", async () => {
     const { engine, adminKey } = await writer();
-    const mallory = createClient(engine, 'mallory', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] }]);
+    const mallory = createClient(engine, 'mallory', [
+      { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] },
+    ]);
     const WHO = '{ auth { whoami { principal } } }';
     const answers = engine.executeBatch([
       post(40, adminKey),
       post(41, mallory),
-      { request: { query: 'mutation { auth { updateClient(principal: "mallory", input: {policies: [{effect: ALLOW, actions: [SELECT, INSERT, UPDATE, DELETE], resources: ["*"]}]}) { client { principal } } } }', variables: null, operationName: null }, options: { apiKey: mallory } },
+      {
+        request: {
+          query:
+            'mutation { auth { updateClient(principal: "mallory", input: {policies: [{effect: ALLOW, actions: [SELECT, INSERT, UPDATE, DELETE], resources: ["*"]}]}) { client { principal } } } }',
+          variables: null,
+          operationName: null,
+        },
+        options: { apiKey: mallory },
+      },
       { request: { query: WHO, variables: null, operationName: null }, options: { apiKey: mallory } },
       { request: { query: WHO, variables: null, operationName: null }, options: { apiKey: adminKey } },
     ]);
@@ -339,31 +441,50 @@ describe('group commit: one client\'s request must not change what another\'s ge
     expect((answers[4]!.data as any).auth.whoami.principal).toBe('admin');
   });
 
-  it('holds: the result cache inside one group: another client never gets admin\'s cached output; a write earlier in the group invalidates it', async () => {
+  it("holds: the result cache inside one group: another client never gets admin's cached output; a write earlier in the group invalidates it", async () => {
     const { engine, adminKey } = await writer();
     ok(engine, CREATE_ACTION, {
       id: id(74),
       input: {
         name: 'count_accounts',
         kind: 'tool',
-        config: { runtime: 'javascript', src: 'function run() { return { n: graphql("{ accounts(first: 1000) { nodes { accountId } } }").accounts.nodes.length }; }' },
+        config: {
+          runtime: 'javascript',
+          src: 'function run() { return { n: graphql("{ accounts(first: 1000) { nodes { accountId } } }").accounts.nodes.length }; }',
+        },
         policies: [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] }],
         execution: { cacheTtlMs: 60_000 },
       },
     });
     const mallory = createClient(engine, 'mallory', [
-      { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.Account'], assertions: { mine: "context.document.code == 'ACC-1'" } },
+      {
+        effect: 'ALLOW',
+        actions: ['SELECT'],
+        resources: ['financial.Account'],
+        assertions: { mine: "context.document.code == 'ACC-1'" },
+      },
       { effect: 'ALLOW', actions: ['SELECT'], resources: ['actions.*'] },
       { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] },
     ]);
-    const INVOKE = 'mutation($e: UUID!) { actions { invokeAction(name: "count_accounts", input: {executionId: $e, actionVersion: 1, input: {}}) { status output cachedFrom } } }';
-    const invoke = (e: number, apiKey: string): BatchRequest => ({ request: { query: INVOKE, variables: { e: id(e) }, operationName: null }, options: { apiKey } });
+    const INVOKE =
+      'mutation($e: UUID!) { actions { invokeAction(name: "count_accounts", input: {executionId: $e, actionVersion: 1, input: {}}) { status output cachedFrom } } }';
+    const invoke = (e: number, apiKey: string): BatchRequest => ({
+      request: { query: INVOKE, variables: { e: id(e) }, operationName: null },
+      options: { apiKey },
+    });
     const CREATE = 'mutation($i: AccountInput!) { createAccount(input: $i) { accountId } }';
     const answers = engine.executeBatch([
       invoke(940, adminKey),
       invoke(941, mallory),
       invoke(942, adminKey),
-      { request: { query: CREATE, variables: { i: { accountId: id(5), code: 'ACC-5', name: 'Five' } }, operationName: null }, options: { apiKey: adminKey } },
+      {
+        request: {
+          query: CREATE,
+          variables: { i: { accountId: id(5), code: 'ACC-5', name: 'Five' } },
+          operationName: null,
+        },
+        options: { apiKey: adminKey },
+      },
       invoke(943, adminKey),
     ]);
     const out = answers.map((a) => (a.data as any)?.actions?.invokeAction ?? a.errors);
@@ -374,15 +495,46 @@ describe('group commit: one client\'s request must not change what another\'s ge
     expect(out[4]).toMatchObject({ status: 'SUCCEEDED', output: { n: 5 }, cachedFrom: null });
   });
 
-  it('holds: each request of a group gets its own deadline (a slow earlier request does not eat a later one\'s)', async () => {
+  it("holds: each request of a group gets its own deadline (a slow earlier request does not eat a later one's)", async () => {
     // spin eats 900 ms of its request's 1000; had the group one deadline, slowish (~50 ms on a
     // quiet machine, a few times that on a busy one) would have 100 ms left. It has its own 1000.
-    const { engine, adminKey } = await writer({ toolTimeoutMs: 1000, toolTimeoutMsMax: 1000, requestDeadlineMs: 1000, writeBatchWaitMs: 60_000 });
-    ok(engine, CREATE_ACTION, { id: id(71), input: { name: 'spin', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { while (true) {} }' }, policies: [], execution: { timeoutMs: 900 } } });
-    ok(engine, CREATE_ACTION, { id: id(72), input: { name: 'slowish', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { let x = 0; for (let i = 0; i < 1e6; i++) x += i; return x > 0; }' }, policies: [] } });
+    const { engine, adminKey } = await writer({
+      toolTimeoutMs: 1000,
+      toolTimeoutMsMax: 1000,
+      requestDeadlineMs: 1000,
+      writeBatchWaitMs: 60_000,
+    });
+    ok(engine, CREATE_ACTION, {
+      id: id(71),
+      input: {
+        name: 'spin',
+        kind: 'tool',
+        config: { runtime: 'javascript', src: 'function run() { while (true) {} }' },
+        policies: [],
+        execution: { timeoutMs: 900 },
+      },
+    });
+    ok(engine, CREATE_ACTION, {
+      id: id(72),
+      input: {
+        name: 'slowish',
+        kind: 'tool',
+        config: {
+          runtime: 'javascript',
+          src: 'function run() { let x = 0; for (let i = 0; i < 1e6; i++) x += i; return x > 0; }',
+        },
+        policies: [],
+      },
+    });
     const answers = engine.executeBatch([
-      { request: { query: INVOKE_BY_NAME, variables: { n: 'spin', e: id(910), i: {} }, operationName: null }, options: { apiKey: adminKey } },
-      { request: { query: INVOKE_BY_NAME, variables: { n: 'slowish', e: id(911), i: {} }, operationName: null }, options: { apiKey: adminKey } },
+      {
+        request: { query: INVOKE_BY_NAME, variables: { n: 'spin', e: id(910), i: {} }, operationName: null },
+        options: { apiKey: adminKey },
+      },
+      {
+        request: { query: INVOKE_BY_NAME, variables: { n: 'slowish', e: id(911), i: {} }, operationName: null },
+        options: { apiKey: adminKey },
+      },
       post(42, adminKey),
     ]);
     expect(code(answers[0])).toBe('TIMEOUT');
@@ -391,8 +543,8 @@ describe('group commit: one client\'s request must not change what another\'s ge
   });
 });
 
-describe('the queue worker\'s grouped attempts', () => {
-  it('holds: an attempt that breaks its group\'s COMMIT every time does not stop the others: each is recorded once, it alone fails', async () => {
+describe("the queue worker's grouped attempts", () => {
+  it("holds: an attempt that breaks its group's COMMIT every time does not stop the others: each is recorded once, it alone fails", async () => {
     const { engine, adminKey } = await writer({ workerBatchMax: 16, writeBatchWaitMs: 60_000 });
     // As in group-commit.test.ts: a deferred foreign key checked at COMMIT, broken by a posting of 13.13.
     engine.db.exec(`CREATE TABLE commit_guard (account_id TEXT REFERENCES accounts (account_id) DEFERRABLE INITIALLY DEFERRED);
@@ -400,16 +552,26 @@ describe('the queue worker\'s grouped attempts', () => {
       BEGIN INSERT INTO commit_guard VALUES ('no such account'); END;`);
     const src = `function run(e) { return graphql('mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }',
       { i: { transactionId: e.data.tx, tranCode: 'TRANSFER', params: { from: e.data.from, to: e.data.to, amount: e.data.amount } } }).postTransaction.transactionId; }`;
-    ok(engine, CREATE_ACTION, { id: id(90), input: { name: 'payer', kind: 'tool', config: { runtime: 'javascript', src }, policies: ALLOW_ALL } });
-    const START = 'mutation($e: UUID!, $i: JSON) { actions { startAction(name: "payer", input: {executionId: $e, input: $i}) { status } } }';
+    ok(engine, CREATE_ACTION, {
+      id: id(90),
+      input: { name: 'payer', kind: 'tool', config: { runtime: 'javascript', src }, policies: ALLOW_ALL },
+    });
+    const START =
+      'mutation($e: UUID!, $i: JSON) { actions { startAction(name: "payer", input: {executionId: $e, input: $i}) { status } } }';
     for (let k = 0; k < 8; k++) {
-      const started = engine.graphql(START, { e: id(9000 + k), i: { tx: id(700 + k), from: id(1), to: id(2), amount: k === 2 ? '13.13' : '1' } }, { apiKey: adminKey });
+      const started = engine.graphql(
+        START,
+        { e: id(9000 + k), i: { tx: id(700 + k), from: id(1), to: id(2), amount: k === 2 ? '13.13' : '1' } },
+        { apiKey: adminKey },
+      );
       expect(started.errors).toBeUndefined();
     }
     const outcomes: unknown[] = [];
     const worker = engine.createWorker({ onAttempt: (outcome) => outcomes.push(outcome) });
     worker.drain();
-    const rows = engine.db.prepare("SELECT execution_id, status FROM executions WHERE action_name = 'payer' ORDER BY execution_id").all() as Array<{ execution_id: string; status: string }>;
+    const rows = engine.db
+      .prepare("SELECT execution_id, status FROM executions WHERE action_name = 'payer' ORDER BY execution_id")
+      .all() as Array<{ execution_id: string; status: string }>;
     const byId = Object.fromEntries(rows.map((r) => [r.execution_id, r.status]));
     for (let k = 0; k < 8; k++) if (k !== 2) expect(byId[id(9000 + k)], `execution ${k}`).toBe('SUCCEEDED');
     expect(byId[id(9002)]).not.toBe('SUCCEEDED');
@@ -421,13 +583,18 @@ describe('the queue worker\'s grouped attempts', () => {
 describe('the pre-check key cache (knownPrincipal) and revocation', () => {
   it('holds: a key rotated over HTTP is refused at once for queries (read pool), mutations (write queue) and /metrics', async () => {
     const { engine, path, adminKey } = await writer();
-    const mallory = createClient(engine, 'mallory', [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT'], resources: ['financial.*'] }]);
+    const mallory = createClient(engine, 'mallory', [
+      { effect: 'ALLOW', actions: ['SELECT', 'INSERT'], resources: ['financial.*'] },
+    ]);
     const pool = await readPool(path);
     const http = await serve(engine, pool);
     // Warm the pre-check cache with mallory's key.
     expect((await http.graphql(mallory, '{ accounts(first: 1) { nodes { code } } }')).status).toBe(200);
     expect(await http.get(mallory, '/metrics')).toBe(200);
-    const rotated = await http.graphql(adminKey, 'mutation { auth { updateClient(principal: "mallory", input: {rotateKey: true}) { apiKey } } }');
+    const rotated = await http.graphql(
+      adminKey,
+      'mutation { auth { updateClient(principal: "mallory", input: {rotateKey: true}) { apiKey } } }',
+    );
     expect(rotated.body.errors).toBeUndefined();
     expect((await http.graphql(mallory, '{ accounts(first: 1) { nodes { code } } }')).status).toBe(401);
     expect((await http.graphql(mallory, POST, transfer(50, 1, 2, '1'))).status).toBe(401);
@@ -437,7 +604,9 @@ describe('the pre-check key cache (knownPrincipal) and revocation', () => {
 
   it('holds: a key rotated by another connection (a CLI on the same file) does nothing but have a body read; /metrics for at most ~1 s', async () => {
     const { engine, path } = await writer();
-    const mallory = createClient(engine, 'mallory', [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT'], resources: ['financial.*'] }]);
+    const mallory = createClient(engine, 'mallory', [
+      { effect: 'ALLOW', actions: ['SELECT', 'INSERT'], resources: ['financial.*'] },
+    ]);
     const pool = await readPool(path);
     const http = await serve(engine, pool);
     expect((await http.graphql(mallory, '{ accounts(first: 1) { nodes { code } } }')).status).toBe(200);
@@ -461,7 +630,12 @@ describe('the read pool answers what the writer would', () => {
     const { engine, path, adminKey } = await writer();
     engine.executeBatch([post(60, adminKey), post(61, adminKey, 2, 3, '2.50')]);
     const viewer = createClient(engine, 'viewer', [
-      { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.Account'], assertions: { mine: "context.document.code == 'ACC-1'" } },
+      {
+        effect: 'ALLOW',
+        actions: ['SELECT'],
+        resources: ['financial.Account'],
+        assertions: { mine: "context.document.code == 'ACC-1'" },
+      },
     ]);
     const pool = await readPool(path);
     const queries = [
@@ -518,7 +692,8 @@ function postings(engine: Engine, count: number): void {
   postTransfers(engine, count);
 }
 /** Under the cost limit, yet a row lookup per entry: long on a ledger of a few thousand postings. */
-const HEAVY_READ = '{ accounts(first: 3) { nodes { entries(first: 1000) { nodes { transaction { description entries(first: 5) { nodes { units account { code } } } } } } } } }';
+const HEAVY_READ =
+  '{ accounts(first: 3) { nodes { entries(first: 1000) { nodes { transaction { description entries(first: 5) { nodes { units account { code } } } } } } } } }';
 
 describe('the read pool keeps heavy reads off the writer', () => {
   /*
@@ -552,14 +727,17 @@ describe('the read pool keeps heavy reads off the writer', () => {
    * (the test checks no document was prepared on the writer); the HTTP thread still parses each new
    * document and serialises its answer (~250 ms for these 18 here, against ~1.3 s before).
    */
-  it('a new, large query answered by the pool is not validated on the writer\'s thread (the read thread validates it)', async () => {
+  it("a new, large query answered by the pool is not validated on the writer's thread (the read thread validates it)", async () => {
     const { engine, path } = await writer();
-    const mallory = createClient(engine, 'mallory', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] }]);
+    const mallory = createClient(engine, 'mallory', [
+      { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] },
+    ]);
     const pool = await readPool(path);
     const http = await serve(engine, pool);
     await http.graphql(mallory, '{ accounts(first: 1) { nodes { code } } }');
     const cachedBefore = engine.stats().documentCacheSize;
-    const doc = (r: number) => `{ ${Array.from({ length: 660 }, (_, i) => `a${i}_${r}: accounts(first: 1) { nodes { code } }`).join(' ')} }`;
+    const doc = (r: number) =>
+      `{ ${Array.from({ length: 660 }, (_, i) => `a${i}_${r}: accounts(first: 1) { nodes { code } }`).join(' ')} }`;
     let last = performance.now();
     let blockedMs = 0;
     const ticker = setInterval(() => {
@@ -568,7 +746,9 @@ describe('the read pool keeps heavy reads off the writer', () => {
       last = now;
     }, 2);
     for (let round = 0; round < 3; round++) {
-      const answers = await Promise.all(Array.from({ length: 6 }, (_, k) => http.graphql(mallory, doc(round * 10 + k))));
+      const answers = await Promise.all(
+        Array.from({ length: 6 }, (_, k) => http.graphql(mallory, doc(round * 10 + k))),
+      );
       for (const a of answers) expect(a.body.errors).toBeUndefined();
     }
     clearInterval(ticker);
@@ -582,7 +762,9 @@ describe('the read pool keeps heavy reads off the writer', () => {
   it('a query with the text "waitMs" in a comment still runs on the pool, not on the writer\'s thread', async () => {
     const { engine, path, adminKey } = await writer({ requestDeadlineMs: 1500, queryCostMax: 100_000_000 });
     postings(engine, 3000);
-    const mallory = createClient(engine, 'mallory', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] }]);
+    const mallory = createClient(engine, 'mallory', [
+      { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] },
+    ]);
     const pool = await readPool(path, { requestDeadlineMs: 1500, queryCostMax: 100_000_000 });
     const http = await serve(engine, pool);
     // Warm both paths.
@@ -625,7 +807,8 @@ describe('the read pool keeps heavy reads off the writer', () => {
 });
 
 /** Run in a checkout of 00f798e: a version-14 database with real call trees, and how v14 read them. */
-const MAKE_V14 = "// Usage: tsx make-v14.mts <db path> <out json>: a version-14 database with real call trees, and how v14 reads them.\nimport { writeFileSync } from 'node:fs';\nimport { createEngine } from './src/engine.js';\nconst [path, out] = process.argv.slice(2);\nconst id = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;\nconst engine = await createEngine({ path, logError: () => {}, limits: { queryCostMax: 100_000_000 } });\nconst g = (q: string, v?: Record<string, unknown>, principal?: string) => {\n  const r = engine.graphql(q, v ?? null, principal ? { principal } : {});\n  if (r.errors) throw new Error(JSON.stringify(r.errors));\n  return r.data as any;\n};\nconst ALLOW_ALL = [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE', 'DELETE'], resources: ['*'] }];\nconst CREATE = 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }';\ng('mutation($input: AccountInput!) { createAccount(input: $input) { accountId } }', { input: { accountId: id(1), code: 'ACC-1', name: 'Account 1' } });\ng(CREATE, { id: id(11), input: { name: 'inner', kind: 'tool', config: { runtime: 'javascript', src: `function run(event) { return { v: cel('n * 10', { n: event.data.n }), q: graphql('{ journals(first: 1) { nodes { code } } }').journals.nodes[0].code }; }` }, policies: ALLOW_ALL } });\nconst OUTER = `function run(event) {\n  const account = graphql('query Q($id: UUID!) { account(id: $id) { code } }', { id: event.data.account });\n  const three = cel('a + b', { a: 1, b: 2 });\n  const inner = tools.inner({ n: 4 });\n  let code = null;\n  try { graphql('mutation { postTransaction(input: {}) { transactionId } }', {}); } catch (e) { code = e.code; }\n  const via = graphql('mutation($id: UUID!, $e: UUID!) { actions { invokeAction(id: $id, input: {executionId: $e, actionVersion: 1, input: {n: 5}}) { status output } } }', { id: event.data.inner, e: event.data.e2 });\n  console.log('done');\n  return { code: account.account.code, three, inner, failed: code, via: via.actions.invokeAction.output };\n}`;\ng(CREATE, { id: id(10), input: { name: 'outer', kind: 'tool', config: { runtime: 'javascript', src: OUTER }, policies: ALLOW_ALL, tools: [{ name: 'inner', version: 1 }] } });\n// A tool that fails after its calls, and one started (queued, run by the worker).\ng(CREATE, { id: id(12), input: { name: 'failing', kind: 'tool', config: { runtime: 'javascript', src: `function run() { graphql('{ journals(first: 1) { nodes { code } } }'); cel('1'); throw new Error('boom'); }` }, policies: ALLOW_ALL } });\nconst FIELDS = `executionId actionId actionName actionVersion kind status input output error { code message hint details } attempt runAt triggerId triggerDepth caller { principal transport } parent { executionId } sessionId cancelRequested cachedFrom created invocation { attempt status output error { code message hint } started finished durationMs logs } invocations { attempt status }`;\nconst TREE = `${FIELDS} children { ${FIELDS} children { ${FIELDS} children { ${FIELDS} children { ${FIELDS} } } } }`;\nconst INVOKE = `mutation($id: UUID!, $e: UUID!, $input: JSON) { actions { invokeAction(id: $id, input: {executionId: $e, actionVersion: 1, input: $input}) { executionId } } }`;\ng(INVOKE, { id: id(10), e: id(500), input: { account: id(1), inner: id(11), e2: id(501) } });\nengine.graphql(INVOKE, { id: id(12), e: id(510), input: {} });\ng('mutation($e: UUID!) { actions { startAction(name: \"outer\", input: {executionId: $e, input: {account: \"' + id(1) + '\", inner: \"' + id(11) + '\", e2: \"' + id(521) + '\"}}) { status } } }', { e: id(520) });\nengine.createWorker().drain();\nconst ids = (engine.db.prepare('SELECT execution_id FROM executions ORDER BY seq').pluck().all() as string[]);\nconst READ = `query($e: UUID!) { actions { execution(executionId: $e) { ${TREE} } } }`;\nconst reads: Record<string, unknown> = {};\nfor (const e of ids) reads[e] = engine.graphql(READ, { e });\nreads.list = engine.graphql(`{ actions { executions(first: 100) { nodes { executionId kind status } } } }`);\nengine.close();\nwriteFileSync(out, JSON.stringify({ ids, reads }));\nconsole.log('rows', ids.length);\n";
+const MAKE_V14 =
+  "// Usage: tsx make-v14.mts <db path> <out json>: a version-14 database with real call trees, and how v14 reads them.\nimport { writeFileSync } from 'node:fs';\nimport { createEngine } from './src/engine.js';\nconst [path, out] = process.argv.slice(2);\nconst id = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;\nconst engine = await createEngine({ path, logError: () => {}, limits: { queryCostMax: 100_000_000 } });\nconst g = (q: string, v?: Record<string, unknown>, principal?: string) => {\n  const r = engine.graphql(q, v ?? null, principal ? { principal } : {});\n  if (r.errors) throw new Error(JSON.stringify(r.errors));\n  return r.data as any;\n};\nconst ALLOW_ALL = [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE', 'DELETE'], resources: ['*'] }];\nconst CREATE = 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }';\ng('mutation($input: AccountInput!) { createAccount(input: $input) { accountId } }', { input: { accountId: id(1), code: 'ACC-1', name: 'Account 1' } });\ng(CREATE, { id: id(11), input: { name: 'inner', kind: 'tool', config: { runtime: 'javascript', src: `function run(event) { return { v: cel('n * 10', { n: event.data.n }), q: graphql('{ journals(first: 1) { nodes { code } } }').journals.nodes[0].code }; }` }, policies: ALLOW_ALL } });\nconst OUTER = `function run(event) {\n  const account = graphql('query Q($id: UUID!) { account(id: $id) { code } }', { id: event.data.account });\n  const three = cel('a + b', { a: 1, b: 2 });\n  const inner = tools.inner({ n: 4 });\n  let code = null;\n  try { graphql('mutation { postTransaction(input: {}) { transactionId } }', {}); } catch (e) { code = e.code; }\n  const via = graphql('mutation($id: UUID!, $e: UUID!) { actions { invokeAction(id: $id, input: {executionId: $e, actionVersion: 1, input: {n: 5}}) { status output } } }', { id: event.data.inner, e: event.data.e2 });\n  console.log('done');\n  return { code: account.account.code, three, inner, failed: code, via: via.actions.invokeAction.output };\n}`;\ng(CREATE, { id: id(10), input: { name: 'outer', kind: 'tool', config: { runtime: 'javascript', src: OUTER }, policies: ALLOW_ALL, tools: [{ name: 'inner', version: 1 }] } });\n// A tool that fails after its calls, and one started (queued, run by the worker).\ng(CREATE, { id: id(12), input: { name: 'failing', kind: 'tool', config: { runtime: 'javascript', src: `function run() { graphql('{ journals(first: 1) { nodes { code } } }'); cel('1'); throw new Error('boom'); }` }, policies: ALLOW_ALL } });\nconst FIELDS = `executionId actionId actionName actionVersion kind status input output error { code message hint details } attempt runAt triggerId triggerDepth caller { principal transport } parent { executionId } sessionId cancelRequested cachedFrom created invocation { attempt status output error { code message hint } started finished durationMs logs } invocations { attempt status }`;\nconst TREE = `${FIELDS} children { ${FIELDS} children { ${FIELDS} children { ${FIELDS} children { ${FIELDS} } } } }`;\nconst INVOKE = `mutation($id: UUID!, $e: UUID!, $input: JSON) { actions { invokeAction(id: $id, input: {executionId: $e, actionVersion: 1, input: $input}) { executionId } } }`;\ng(INVOKE, { id: id(10), e: id(500), input: { account: id(1), inner: id(11), e2: id(501) } });\nengine.graphql(INVOKE, { id: id(12), e: id(510), input: {} });\ng('mutation($e: UUID!) { actions { startAction(name: \"outer\", input: {executionId: $e, input: {account: \"' + id(1) + '\", inner: \"' + id(11) + '\", e2: \"' + id(521) + '\"}}) { status } } }', { e: id(520) });\nengine.createWorker().drain();\nconst ids = (engine.db.prepare('SELECT execution_id FROM executions ORDER BY seq').pluck().all() as string[]);\nconst READ = `query($e: UUID!) { actions { execution(executionId: $e) { ${TREE} } } }`;\nconst reads: Record<string, unknown> = {};\nfor (const e of ids) reads[e] = engine.graphql(READ, { e });\nreads.list = engine.graphql(`{ actions { executions(first: 100) { nodes { executionId kind status } } } }`);\nengine.close();\nwriteFileSync(out, JSON.stringify({ ids, reads }));\nconsole.log('rows', ids.length);\n";
 const V14_FIELDS = `executionId actionId actionName actionVersion kind status input output error { code message hint details } attempt runAt triggerId triggerDepth caller { principal transport } parent { executionId } sessionId cancelRequested cachedFrom created invocation { attempt status output error { code message hint } started finished durationMs logs } invocations { attempt status }`;
 const V14_TREE = `${V14_FIELDS} children { ${V14_FIELDS} children { ${V14_FIELDS} children { ${V14_FIELDS} children { ${V14_FIELDS} } } } }`;
 const V14_READ = `query($e: UUID!) { actions { execution(executionId: $e) { ${V14_TREE} } } }`;
@@ -637,7 +820,9 @@ describe('the read pool and the WAL', () => {
     const limits = { walAutocheckpointPages: 200, requestDeadlineMs: 3000, queryCostMax: 100_000_000 };
     const { engine, path } = await writer(limits);
     postings(engine, 1000);
-    const mallory = createClient(engine, 'mallory', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] }]);
+    const mallory = createClient(engine, 'mallory', [
+      { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] },
+    ]);
     const pool = await ReadPool.start({ path, size: 2, limits, logError: () => {} });
     cleanups.push(() => pool.close());
     let stop = false;
@@ -710,27 +895,37 @@ describe('the read pool and a checkpoint it cannot help', () => {
 });
 
 describe('lean call records (migration 15)', () => {
-  const PEEK = "function run() { return graphql('{ accounts(first: 1) { nodes { code } } }').accounts.nodes[0].code + cel('1 + 1', {}); }";
+  const PEEK =
+    "function run() { return graphql('{ accounts(first: 1) { nodes { code } } }').accounts.nodes[0].code + cel('1 + 1', {}); }";
 
   async function fixture() {
     const w = await writer({ queryCostMax: 100_000_000 });
-    ok(w.engine, CREATE_ACTION, { id: id(80), input: { name: 'peek', kind: 'tool', config: { runtime: 'javascript', src: PEEK }, policies: ALLOW_ALL } });
+    ok(w.engine, CREATE_ACTION, {
+      id: id(80),
+      input: { name: 'peek', kind: 'tool', config: { runtime: 'javascript', src: PEEK }, policies: ALLOW_ALL },
+    });
     const ran = w.engine.graphql(INVOKE_BY_NAME, { n: 'peek', e: id(800), i: {} }, { apiKey: w.adminKey });
     expect(ran.errors).toBeUndefined();
     const node = (ran.data as any).actions.invokeAction;
     const compact = node.children.map((c: { executionId: string }) => c.executionId) as string[];
     expect(compact.length).toBe(2);
     // They are compact entries, not rows.
-    for (const c of compact) expect(w.engine.db.prepare('SELECT count(*) FROM executions WHERE execution_id = ?').pluck().get(c)).toBe(0);
+    for (const c of compact)
+      expect(w.engine.db.prepare('SELECT count(*) FROM executions WHERE execution_id = ?').pluck().get(c)).toBe(0);
     const mallory = createClient(w.engine, 'mallory', [
-      { effect: 'ALLOW', actions: ['SELECT'], resources: ['actions.Execution'], assertions: { mine: "context.document.principal == 'mallory'" } },
+      {
+        effect: 'ALLOW',
+        actions: ['SELECT'],
+        resources: ['actions.Execution'],
+        assertions: { mine: "context.document.principal == 'mallory'" },
+      },
       { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] },
       { effect: 'ALLOW', actions: ['SELECT'], resources: ['actions.Action'] },
     ]);
     return { ...w, compact, mallory };
   }
 
-  it('holds: another client cannot read admin\'s compact graphql()/cel() calls by id, on the writer nor on the pool', async () => {
+  it("holds: another client cannot read admin's compact graphql()/cel() calls by id, on the writer nor on the pool", async () => {
     const { engine, path, adminKey, compact, mallory } = await fixture();
     const pool = await readPool(path, { queryCostMax: 100_000_000 });
     for (const e of compact) {
@@ -740,7 +935,10 @@ describe('lean call records (migration 15)', () => {
       const onWriter = engine.graphql(READ_EXECUTION, { e }, { apiKey: mallory });
       expect(onWriter.errors?.length).toBeGreaterThan(0);
       expect(JSON.stringify(onWriter)).not.toContain('ACC-1');
-      const onPool = await pool.execute({ query: READ_EXECUTION, variables: { e }, operationName: null }, { apiKey: mallory });
+      const onPool = await pool.execute(
+        { query: READ_EXECUTION, variables: { e }, operationName: null },
+        { apiKey: mallory },
+      );
       expect(json(onPool)).toEqual(json(onWriter));
     }
   });
@@ -754,37 +952,58 @@ describe('lean call records (migration 15)', () => {
       return false;
     }
   })();
-  it.skipIf(!hasV14Commit)('holds: migration 15 on a database written by the previous commit (real trees: nested tools, a failed call, a worker-run attempt) reads back identically', async () => {
-    const { execSync, execFileSync } = await import('node:child_process');
-    const { symlinkSync, writeFileSync, readFileSync } = await import('node:fs');
-    const root = process.cwd();
-    const old = mkdtempSync(join(tmpdir(), 'tally-v14-'));
-    dirs.push(old);
-    // The tree of 00f798e (schema version 14), read-only from git; its node_modules are today's.
-    execSync(`git -C ${JSON.stringify(root)} archive 00f798e | tar -x -C ${JSON.stringify(old)}`);
-    symlinkSync(join(root, 'node_modules'), join(old, 'node_modules'));
-    writeFileSync(join(old, 'make-v14.mts'), MAKE_V14);
-    const path = join(old, 'v14.db');
-    const out = join(old, 'v14.json');
-    execFileSync(process.execPath, ['--import', 'tsx', 'make-v14.mts', path, out], { cwd: old, stdio: 'pipe', timeout: 120_000 });
-    const before = JSON.parse(readFileSync(out, 'utf8')) as { ids: string[]; reads: Record<string, unknown> };
-    expect(before.ids.length).toBeGreaterThan(10);
-    const engine = await newEngine({ path, limits: { queryCostMax: 100_000_000 } });
-    cleanups.push(() => engine.close());
-    // Compacted: fewer rows, the rest found through call_ids.
-    expect(engine.db.prepare('SELECT count(*) FROM executions').pluck().get()).toBeLessThan(before.ids.length);
-    expect(engine.db.prepare('SELECT count(*) FROM call_ids').pluck().get()).toBeGreaterThan(0);
-    for (const e of before.ids) expect(json(engine.graphql(V14_READ, { e })), e).toEqual(before.reads[e]);
-    expect(json(engine.graphql('{ actions { executions(first: 100) { nodes { executionId kind status } } } }'))).toEqual(before.reads.list);
-  }, 180_000);
+  it.skipIf(!hasV14Commit)(
+    'holds: migration 15 on a database written by the previous commit (real trees: nested tools, a failed call, a worker-run attempt) reads back identically',
+    async () => {
+      const { execSync, execFileSync } = await import('node:child_process');
+      const { symlinkSync, writeFileSync, readFileSync } = await import('node:fs');
+      const root = process.cwd();
+      const old = mkdtempSync(join(tmpdir(), 'tally-v14-'));
+      dirs.push(old);
+      // The tree of 00f798e (schema version 14), read-only from git; its node_modules are today's.
+      execSync(`git -C ${JSON.stringify(root)} archive 00f798e | tar -x -C ${JSON.stringify(old)}`);
+      symlinkSync(join(root, 'node_modules'), join(old, 'node_modules'));
+      writeFileSync(join(old, 'make-v14.mts'), MAKE_V14);
+      const path = join(old, 'v14.db');
+      const out = join(old, 'v14.json');
+      execFileSync(process.execPath, ['--import', 'tsx', 'make-v14.mts', path, out], {
+        cwd: old,
+        stdio: 'pipe',
+        timeout: 120_000,
+      });
+      const before = JSON.parse(readFileSync(out, 'utf8')) as { ids: string[]; reads: Record<string, unknown> };
+      expect(before.ids.length).toBeGreaterThan(10);
+      const engine = await newEngine({ path, limits: { queryCostMax: 100_000_000 } });
+      cleanups.push(() => engine.close());
+      // Compacted: fewer rows, the rest found through call_ids.
+      expect(engine.db.prepare('SELECT count(*) FROM executions').pluck().get()).toBeLessThan(before.ids.length);
+      expect(engine.db.prepare('SELECT count(*) FROM call_ids').pluck().get()).toBeGreaterThan(0);
+      for (const e of before.ids) expect(json(engine.graphql(V14_READ, { e })), e).toEqual(before.reads[e]);
+      expect(
+        json(engine.graphql('{ actions { executions(first: 100) { nodes { executionId kind status } } } }')),
+      ).toEqual(before.reads.list);
+    },
+    180_000,
+  );
 
   it('holds: the id of a compact call cannot be taken by invoke or start (another client, or the owner)', async () => {
     const { engine, adminKey, compact, mallory } = await fixture();
-    ok(engine, CREATE_ACTION, { id: id(81), input: { name: 'noop', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { return 1; }' }, policies: [] } });
+    ok(engine, CREATE_ACTION, {
+      id: id(81),
+      input: {
+        name: 'noop',
+        kind: 'tool',
+        config: { runtime: 'javascript', src: 'function run() { return 1; }' },
+        policies: [],
+      },
+    });
     // Control: mallory may invoke, and read her own execution.
     const own = engine.graphql(INVOKE_BY_NAME, { n: 'noop', e: id(820), i: {} }, { apiKey: mallory });
     expect(own.errors, JSON.stringify(own.errors)).toBeUndefined();
-    expect((engine.graphql(READ_EXECUTION, { e: id(820) }, { apiKey: mallory }).data as any).actions.execution.caller.principal).toBe('mallory');
+    expect(
+      (engine.graphql(READ_EXECUTION, { e: id(820) }, { apiKey: mallory }).data as any).actions.execution.caller
+        .principal,
+    ).toBe('mallory');
     for (const e of compact) {
       for (const key of [mallory, adminKey]) {
         const invoked = engine.graphql(INVOKE_BY_NAME, { n: 'noop', e, i: {} }, { apiKey: key });
@@ -792,12 +1011,23 @@ describe('lean call records (migration 15)', () => {
         const started = engine.graphql(START_BY_NAME, { n: 'noop', e }, { apiKey: key });
         expect(code(started)).toBe('EXECUTION_ID_CONFLICT');
         // Native tools by name, with the compact call's id.
-        const native = engine.graphql(INVOKE_BY_NAME.replace('actionVersion: 1, ', ''), { n: 'cel', e, i: { expression: '1' } }, { apiKey: key });
+        const native = engine.graphql(
+          INVOKE_BY_NAME.replace('actionVersion: 1, ', ''),
+          { n: 'cel', e, i: { expression: '1' } },
+          { apiKey: key },
+        );
         expect(code(native)).toBe('EXECUTION_ID_CONFLICT');
       }
       // The compact call still reads as it was.
-      expect((engine.graphql(READ_EXECUTION, { e }, { apiKey: adminKey }).data as any).actions.execution.executionId).toBe(e);
+      expect(
+        (engine.graphql(READ_EXECUTION, { e }, { apiKey: adminKey }).data as any).actions.execution.executionId,
+      ).toBe(e);
     }
-    expect(engine.db.prepare('SELECT count(*) FROM executions WHERE execution_id IN (SELECT call_id FROM call_ids)').pluck().get()).toBe(0);
+    expect(
+      engine.db
+        .prepare('SELECT count(*) FROM executions WHERE execution_id IN (SELECT call_id FROM call_ids)')
+        .pluck()
+        .get(),
+    ).toBe(0);
   });
 });

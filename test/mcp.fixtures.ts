@@ -17,7 +17,11 @@ export const tx = (n: number) => `c0000000-0000-4000-8000-${String(n).padStart(1
 export async function bankDatabase(): Promise<{ path: string; keys: Record<string, string> }> {
   const path = join(mkdtempSync(join(tmpdir(), 'tally-mcp-')), 'bank.db');
   const engine = await newEngine({ path });
-  const result = await deploy(readProject(BANK), { describe: 'in-process', request: async (q, v) => engine.graphql(q, v ?? null) as never, close: async () => {} });
+  const result = await deploy(readProject(BANK), {
+    describe: 'in-process',
+    request: async (q, v) => engine.graphql(q, v ?? null) as never,
+    close: async () => {},
+  });
   const reader = engine.graphql(
     `mutation { auth { createClient(input: {principal: "reader", name: "Read-only agent", policies: [
       {effect: ALLOW, actions: [SELECT], resources: ["*"]}, {effect: ALLOW, actions: [INSERT], resources: ["actions.Execution"]}]}) { apiKey } } }`,
@@ -50,4 +54,3 @@ export function cli(args: string[]): string {
 export function settled(path: string, code: string): string {
   return JSON.parse(cli(['balance', code, '--db', path, '--json'])).settled.normalBalance.units;
 }
-

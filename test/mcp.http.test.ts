@@ -9,7 +9,12 @@ import { runInNewContext } from 'node:vm';
 import Database from 'better-sqlite3';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { type CallToolResult, LATEST_PROTOCOL_VERSION, ToolListChangedNotificationSchema, type Tool } from '@modelcontextprotocol/sdk/types.js';
+import {
+  type CallToolResult,
+  LATEST_PROTOCOL_VERSION,
+  ToolListChangedNotificationSchema,
+  type Tool,
+} from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/engine.js';
 import { jsonTextTooDeep, sanitizeInitialize } from '../src/mcp/http.js';
@@ -19,12 +24,22 @@ import { ALICE, bankDatabase, bankWithMemo, BIN, BOB, cli, settled, tx } from '.
 const run = promisify(execFile);
 
 const ADMIN = 'tly_mcp-http-admin-key';
-const INITIALIZE = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: LATEST_PROTOCOL_VERSION, capabilities: {}, clientInfo: { name: 'raw', version: '1' } } };
+const INITIALIZE = {
+  jsonrpc: '2.0',
+  id: 1,
+  method: 'initialize',
+  params: { protocolVersion: LATEST_PROTOCOL_VERSION, capabilities: {}, clientInfo: { name: 'raw', version: '1' } },
+};
 
 type Running = Awaited<ReturnType<typeof startServer>>;
 
-async function connect(mcpUrl: string, key: string): Promise<{ client: Client; transport: StreamableHTTPClientTransport }> {
-  const transport = new StreamableHTTPClientTransport(new URL(mcpUrl), { requestInit: { headers: { authorization: `Bearer ${key}` } } });
+async function connect(
+  mcpUrl: string,
+  key: string,
+): Promise<{ client: Client; transport: StreamableHTTPClientTransport }> {
+  const transport = new StreamableHTTPClientTransport(new URL(mcpUrl), {
+    requestInit: { headers: { authorization: `Bearer ${key}` } },
+  });
   const client = new Client({ name: 'test', version: '1.0.0' });
   await client.connect(transport);
   return { client, transport };
@@ -45,24 +60,38 @@ interface RawResponse {
 function post(mcpUrl: string, body: unknown, headers: Record<string, string> = {}): Promise<RawResponse> {
   const payload = typeof body === 'string' ? body : JSON.stringify(body);
   return new Promise((resolve, reject) => {
-    const req = httpRequest(mcpUrl, {
-      method: 'POST',
-      agent: false,
-      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'content-length': String(Buffer.byteLength(payload)), ...headers },
-    }, (res) => {
-      const chunks: Buffer[] = [];
-      const ended = new Promise<string>((done) => {
-        res.on('data', (chunk: Buffer) => chunks.push(chunk));
-        res.on('end', () => done(Buffer.concat(chunks).toString()));
-      });
-      const text = () => ended;
-      resolve({
-        status: res.statusCode ?? 0,
-        headers: { get: (name: string) => { const value = res.headers[name.toLowerCase()]; return value === undefined ? null : Array.isArray(value) ? value.join(', ') : value; } },
-        text,
-        json: async () => JSON.parse(await text()) as unknown,
-      });
-    });
+    const req = httpRequest(
+      mcpUrl,
+      {
+        method: 'POST',
+        agent: false,
+        headers: {
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+          'content-length': String(Buffer.byteLength(payload)),
+          ...headers,
+        },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        const ended = new Promise<string>((done) => {
+          res.on('data', (chunk: Buffer) => chunks.push(chunk));
+          res.on('end', () => done(Buffer.concat(chunks).toString()));
+        });
+        const text = () => ended;
+        resolve({
+          status: res.statusCode ?? 0,
+          headers: {
+            get: (name: string) => {
+              const value = res.headers[name.toLowerCase()];
+              return value === undefined ? null : Array.isArray(value) ? value.join(', ') : value;
+            },
+          },
+          text,
+          json: async () => JSON.parse(await text()) as unknown,
+        });
+      },
+    );
     req.on('error', reject);
     req.end(payload);
   });
@@ -113,12 +142,27 @@ describe('/mcp on tally serve: Streamable HTTP with the SDK client against a rea
     expect(transport.sessionId).toMatch(/^[0-9a-f-]{36}$/);
     const { tools, pages } = await allTools(client);
     expect(pages).toBe(4);
-    expect(tools.map((t) => t.name)).toEqual(expect.arrayContaining(['graphql', 'cel', 'transfer', 'refund', 'lock_account', 'balance', 'teller']));
+    expect(tools.map((t) => t.name)).toEqual(
+      expect.arrayContaining(['graphql', 'cel', 'transfer', 'refund', 'lock_account', 'balance', 'teller']),
+    );
     const executionId = 'd0000000-0000-4000-8000-000000000101';
     const args = { transaction_id: tx(101), from: ALICE, to: BOB, amount: '25' };
-    const result = (await client.callTool({ name: 'transfer', arguments: args, _meta: { executionId } })) as CallToolResult;
-    expect(result.structuredContent).toEqual({ transaction_id: tx(101), from_available: '75.00', to_available: '25.00', receipt: '25.00 USD sent; the sender has 75.00 available' });
-    const retry = (await client.callTool({ name: 'transfer', arguments: args, _meta: { executionId } })) as CallToolResult;
+    const result = (await client.callTool({
+      name: 'transfer',
+      arguments: args,
+      _meta: { executionId },
+    })) as CallToolResult;
+    expect(result.structuredContent).toEqual({
+      transaction_id: tx(101),
+      from_available: '75.00',
+      to_available: '25.00',
+      receipt: '25.00 USD sent; the sender has 75.00 available',
+    });
+    const retry = (await client.callTool({
+      name: 'transfer',
+      arguments: args,
+      _meta: { executionId },
+    })) as CallToolResult;
     expect(retry.structuredContent).toEqual(result.structuredContent);
     expect(settled(path, 'alice')).toBe('75');
     expect(settled(path, 'bob')).toBe('25');
@@ -127,7 +171,11 @@ describe('/mcp on tally serve: Streamable HTTP with the SDK client against a rea
   });
 
   it('refuses a missing, malformed or wrong key with 401 and WWW-Authenticate', async () => {
-    const attempts: Array<Record<string, string>> = [{}, { authorization: 'Basic abc' }, { authorization: 'Bearer tly_not-a-key' }];
+    const attempts: Array<Record<string, string>> = [
+      {},
+      { authorization: 'Basic abc' },
+      { authorization: 'Bearer tly_not-a-key' },
+    ];
     for (const headers of attempts) {
       const response = await post(mcpUrl, INITIALIZE, headers);
       expect(response.status).toBe(401);
@@ -139,7 +187,9 @@ describe('/mcp on tally serve: Streamable HTTP with the SDK client against a rea
     const key = createClient(running.engine, 'temp');
     const { client } = await connect(mcpUrl, key);
     expect((await client.listTools()).tools.length).toBeGreaterThan(0);
-    const rotated = running.engine.graphql('mutation { auth { updateClient(principal: "temp", input: {rotateKey: true}) { apiKey } } }');
+    const rotated = running.engine.graphql(
+      'mutation { auth { updateClient(principal: "temp", input: {rotateKey: true}) { apiKey } } }',
+    );
     expect(rotated.errors).toBeUndefined();
     await expect(client.listTools()).rejects.toThrow(/401|Unauthorized|UNAUTHENTICATED/);
     await client.close().catch(() => {});
@@ -148,8 +198,17 @@ describe('/mcp on tally serve: Streamable HTTP with the SDK client against a rea
   it('a session is bound to the key that opened it: another client presenting its id gets 404 and sees nothing', async () => {
     const { client: victim, transport } = await connect(mcpUrl, keys.operator!);
     const attackerKey = createClient(running.engine, 'attacker');
-    const call = { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'transfer', arguments: { transaction_id: tx(102), from: ALICE, to: BOB, amount: '1' } } };
-    const stolen = await post(mcpUrl, call, { authorization: `Bearer ${attackerKey}`, 'mcp-session-id': transport.sessionId!, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION });
+    const call = {
+      jsonrpc: '2.0',
+      id: 2,
+      method: 'tools/call',
+      params: { name: 'transfer', arguments: { transaction_id: tx(102), from: ALICE, to: BOB, amount: '1' } },
+    };
+    const stolen = await post(mcpUrl, call, {
+      authorization: `Bearer ${attackerKey}`,
+      'mcp-session-id': transport.sessionId!,
+      'mcp-protocol-version': LATEST_PROTOCOL_VERSION,
+    });
     expect(stolen.status).toBe(404);
     expect(await stolen.text()).not.toContain('transfer');
     expect(settled(path, 'alice')).toBe('75');
@@ -159,18 +218,34 @@ describe('/mcp on tally serve: Streamable HTTP with the SDK client against a rea
   });
 
   it('checks Origin: a foreign origin gets 403, a loopback one is served', async () => {
-    const foreign = await post(mcpUrl, INITIALIZE, { authorization: `Bearer ${keys.operator}`, origin: 'http://evil.example' });
+    const foreign = await post(mcpUrl, INITIALIZE, {
+      authorization: `Bearer ${keys.operator}`,
+      origin: 'http://evil.example',
+    });
     expect(foreign.status).toBe(403);
-    const local = await post(mcpUrl, INITIALIZE, { authorization: `Bearer ${keys.operator}`, origin: 'http://localhost:6274' });
+    const local = await post(mcpUrl, INITIALIZE, {
+      authorization: `Bearer ${keys.operator}`,
+      origin: 'http://localhost:6274',
+    });
     expect(local.status).toBe(200);
     const id = local.headers.get('mcp-session-id')!;
-    await fetch(mcpUrl, { method: 'DELETE', headers: { authorization: `Bearer ${keys.operator}`, 'mcp-session-id': id, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION } });
+    await fetch(mcpUrl, {
+      method: 'DELETE',
+      headers: {
+        authorization: `Bearer ${keys.operator}`,
+        'mcp-session-id': id,
+        'mcp-protocol-version': LATEST_PROTOCOL_VERSION,
+      },
+    });
   });
 
   it('a request without a session id that is not initialize is refused; an unknown session id gets 404', async () => {
     const list = { jsonrpc: '2.0', id: 3, method: 'tools/list', params: {} };
     expect((await post(mcpUrl, list, { authorization: `Bearer ${keys.operator}` })).status).toBe(400);
-    expect((await post(mcpUrl, list, { authorization: `Bearer ${keys.operator}`, 'mcp-session-id': crypto.randomUUID() })).status).toBe(404);
+    expect(
+      (await post(mcpUrl, list, { authorization: `Bearer ${keys.operator}`, 'mcp-session-id': crypto.randomUUID() }))
+        .status,
+    ).toBe(404);
     expect((await post(mcpUrl, '{not json', { authorization: `Bearer ${keys.operator}` })).status).toBe(400);
   });
 
@@ -178,7 +253,9 @@ describe('/mcp on tally serve: Streamable HTTP with the SDK client against a rea
     const { client } = await connect(mcpUrl, keys.operator!);
     const before = (await allTools(client)).tools.find((t) => t.name === 'transfer')!;
     expect(before.inputSchema.properties).not.toHaveProperty('memo');
-    const changed = new Promise<void>((resolve) => client.setNotificationHandler(ToolListChangedNotificationSchema, () => resolve()));
+    const changed = new Promise<void>((resolve) =>
+      client.setNotificationHandler(ToolListChangedNotificationSchema, () => resolve()),
+    );
     // Give the client's standalone GET stream a moment to open before the change.
     await new Promise((r) => setTimeout(r, 200));
     // examples/bank with a memo on transfer's input, deployed to the server by `tally deploy` (another process).
@@ -198,7 +275,9 @@ describe('/mcp bounds: sessions, idle sessions and the request body', () => {
   let mcpUrl: string;
 
   beforeAll(async () => {
-    running = await startServer(ADMIN, { limits: { mcpSessionsMax: 2, mcpSessionsPerClientMax: 1, mcpSessionIdleMs: 300, requestBodyBytesMax: 4096 } });
+    running = await startServer(ADMIN, {
+      limits: { mcpSessionsMax: 2, mcpSessionsPerClientMax: 1, mcpSessionIdleMs: 300, requestBodyBytesMax: 4096 },
+    });
     mcpUrl = running.url.replace('/graphql', '/mcp');
   });
 
@@ -210,7 +289,9 @@ describe('/mcp bounds: sessions, idle sessions and the request body', () => {
     const other = createClient(running.engine, 'other');
     const third = createClient(running.engine, 'third');
     // One client sends three initialize requests at once: one session opens (mcpSessionsPerClientMax 1).
-    const burst = await Promise.all([1, 2, 3].map(() => post(mcpUrl, INITIALIZE, { authorization: `Bearer ${ADMIN}` })));
+    const burst = await Promise.all(
+      [1, 2, 3].map(() => post(mcpUrl, INITIALIZE, { authorization: `Bearer ${ADMIN}` })),
+    );
     expect(burst.map((r) => r.status).sort()).toEqual([200, 503, 503]);
     const refused = burst.find((r) => r.status === 503)!;
     expect(await refused.text()).toContain('mcpSessionsPerClientMax');
@@ -221,7 +302,11 @@ describe('/mcp bounds: sessions, idle sessions and the request body', () => {
     expect(full.status).toBe(503);
     expect(await full.text()).toContain('mcpSessionsMax');
     await new Promise((r) => setTimeout(r, 600));
-    const stale = await post(mcpUrl, { jsonrpc: '2.0', id: 2, method: 'tools/list', params: {} }, { authorization: `Bearer ${ADMIN}`, 'mcp-session-id': id, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION });
+    const stale = await post(
+      mcpUrl,
+      { jsonrpc: '2.0', id: 2, method: 'tools/list', params: {} },
+      { authorization: `Bearer ${ADMIN}`, 'mcp-session-id': id, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION },
+    );
     expect(stale.status).toBe(404);
     const { client } = await connect(mcpUrl, ADMIN);
     expect((await client.listTools()).tools.map((t) => t.name)).toEqual(['graphql', 'cel']);
@@ -229,7 +314,10 @@ describe('/mcp bounds: sessions, idle sessions and the request body', () => {
   });
 
   it('a body over requestBodyBytesMax gets 413', async () => {
-    const big = { ...INITIALIZE, params: { ...INITIALIZE.params, clientInfo: { name: 'x'.repeat(5000), version: '1' } } };
+    const big = {
+      ...INITIALIZE,
+      params: { ...INITIALIZE.params, clientInfo: { name: 'x'.repeat(5000), version: '1' } },
+    };
     expect((await post(mcpUrl, big, { authorization: `Bearer ${ADMIN}` })).status).toBe(413);
   });
 });
@@ -254,7 +342,12 @@ describe('/mcp resource bounds: hostile initialize bodies, list checks after com
       ...INITIALIZE,
       params: {
         protocolVersion: LATEST_PROTOCOL_VERSION,
-        capabilities: { experimental: { x: [[[]]] }, roots: { listChanged: true, extra: [1] }, sampling: { tools: {}, more: {} }, unknown: {} },
+        capabilities: {
+          experimental: { x: [[[]]] },
+          roots: { listChanged: true, extra: [1] },
+          sampling: { tools: {}, more: {} },
+          unknown: {},
+        },
         clientInfo: { name: 'n'.repeat(10_000), version: '1', title: 't', icons: [{ src: 'x' }] },
         _meta: { big: 'x' },
       },
@@ -273,19 +366,35 @@ describe('/mcp resource bounds: hostile initialize bodies, list checks after com
     expect(response.status).toBe(400);
     expect(((await response.json()) as { error: { code: number } }).error.code).toBe(-32600);
     // 35 levels (jsonDepthMax 32 + 3) are fine, inside a string nothing counts.
-    const ok = { ...INITIALIZE, params: { ...INITIALIZE.params, clientInfo: { name: '[[[[{{{{'.repeat(100), version: '1' } } };
+    const ok = {
+      ...INITIALIZE,
+      params: { ...INITIALIZE.params, clientInfo: { name: '[[[[{{{{'.repeat(100), version: '1' } },
+    };
     const okResponse = await post(mcpUrl, ok, { authorization: `Bearer ${ADMIN}` });
     expect(okResponse.status).toBe(200);
     expect(jsonTextTooDeep(`${'['.repeat(35)}${']'.repeat(35)}`, 35)).toBe(false);
     expect(jsonTextTooDeep(`${'['.repeat(36)}${']'.repeat(36)}`, 35)).toBe(true);
-    await fetch(mcpUrl, { method: 'DELETE', headers: { authorization: `Bearer ${ADMIN}`, 'mcp-session-id': okResponse.headers.get('mcp-session-id')!, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION } });
+    await fetch(mcpUrl, {
+      method: 'DELETE',
+      headers: {
+        authorization: `Bearer ${ADMIN}`,
+        'mcp-session-id': okResponse.headers.get('mcp-session-id')!,
+        'mcp-protocol-version': LATEST_PROTOCOL_VERSION,
+      },
+    });
   });
 
   it('sessions opened by hostile initialize bodies (250,000 {} in experimental) keep little heap', async () => {
     setFlagsFromString('--expose-gc');
     const gc = runInNewContext('gc') as () => void;
     const key = createClient(running.engine, 'wide');
-    const body = JSON.stringify({ ...INITIALIZE, params: { ...INITIALIZE.params, capabilities: { experimental: { x: Array.from({ length: 250_000 }, () => ({})) } } } });
+    const body = JSON.stringify({
+      ...INITIALIZE,
+      params: {
+        ...INITIALIZE.params,
+        capabilities: { experimental: { x: Array.from({ length: 250_000 }, () => ({})) } },
+      },
+    });
     gc();
     const before = process.memoryUsage().heapUsed;
     for (let i = 0; i < 4; i++) expect((await post(mcpUrl, body, { authorization: `Bearer ${key}` })).status).toBe(200);
@@ -314,14 +423,20 @@ describe('/mcp resource bounds: hostile initialize bodies, list checks after com
       foreign.exec('CREATE TABLE IF NOT EXISTS foreign_noise (x INTEGER)');
       for (let n = 0; n < 30; n++) {
         foreign.prepare('INSERT INTO foreign_noise (x) VALUES (?)').run(n);
-        const created = engine.graphql(`mutation { createAccount(input: {accountId: "${id(500 + n)}", code: "noise-${n}", name: "x"}) { code } }`);
+        const created = engine.graphql(
+          `mutation { createAccount(input: {accountId: "${id(500 + n)}", code: "noise-${n}", name: "x"}) { code } }`,
+        );
         expect(created.errors).toBeUndefined();
       }
       await new Promise((r) => setTimeout(r, 1200));
       expect(mcpCalls).toBe(0);
       // Thirty client changes at once: each key's list is read at most twice (now, and a second later).
       for (let n = 0; n < 30; n++) {
-        expect(engine.graphql(`mutation { auth { updateClient(principal: "reader-a", input: {name: "a${n}"}) { __typename } } }`).errors).toBeUndefined();
+        expect(
+          engine.graphql(
+            `mutation { auth { updateClient(principal: "reader-a", input: {name: "a${n}"}) { __typename } } }`,
+          ).errors,
+        ).toBeUndefined();
       }
       await new Promise((r) => setTimeout(r, 1500));
       expect(mcpCalls).toBeGreaterThan(0);
@@ -343,13 +458,20 @@ describe('/mcp resource bounds: hostile initialize bodies, list checks after com
       ids.push(response.headers.get('mcp-session-id')!);
     }
     expect((await post(mcpUrl, INITIALIZE, { authorization: `Bearer ${leaked}` })).status).toBe(503);
-    const rotated = running.engine.graphql('mutation { auth { updateClient(principal: "leaky", input: {rotateKey: true}) { apiKey } } }');
+    const rotated = running.engine.graphql(
+      'mutation { auth { updateClient(principal: "leaky", input: {rotateKey: true}) { apiKey } } }',
+    );
     expect(rotated.errors).toBeUndefined();
     const fresh = (rotated.data as any).auth.updateClient.apiKey as string;
     expect((await post(mcpUrl, INITIALIZE, { authorization: `Bearer ${fresh}` })).status).toBe(200);
     // The old key's sessions are gone: its holder gets 401, the new key has all but one slot.
-    const stale = await post(mcpUrl, { jsonrpc: '2.0', id: 2, method: 'tools/list', params: {} }, { authorization: `Bearer ${leaked}`, 'mcp-session-id': ids[0]!, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION });
+    const stale = await post(
+      mcpUrl,
+      { jsonrpc: '2.0', id: 2, method: 'tools/list', params: {} },
+      { authorization: `Bearer ${leaked}`, 'mcp-session-id': ids[0]!, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION },
+    );
     expect(stale.status).toBe(401);
-    for (let i = 0; i < 7; i++) expect((await post(mcpUrl, INITIALIZE, { authorization: `Bearer ${fresh}` })).status).toBe(200);
+    for (let i = 0; i < 7; i++)
+      expect((await post(mcpUrl, INITIALIZE, { authorization: `Bearer ${fresh}` })).status).toBe(200);
   });
 });

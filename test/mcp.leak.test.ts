@@ -24,7 +24,9 @@ function decode(cursor: string): unknown {
 
 async function mcpTools(engine: Engine, principal: string): Promise<Tool[]> {
   const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
-  await createMcpServer(engineBackend(engine, { principal }), { toolsPageSize: engine.limits.mcpToolsPageSize }).connect(serverSide);
+  await createMcpServer(engineBackend(engine, { principal }), {
+    toolsPageSize: engine.limits.mcpToolsPageSize,
+  }).connect(serverSide);
   const client = new Client({ name: 'test', version: '1' });
   await client.connect(clientSide);
   const tools: Tool[] = [];
@@ -49,8 +51,12 @@ describe('actions.tools / actions.tool / MCP tools/list show what calling a tool
       ok(engine, CREATE, {
         id: id(1000 + i),
         input: {
-          name: `chain_${i}`, kind: 'tool', config: { runtime: 'javascript', src: 'function run() { return {}; }' },
-          policies: last ? [{ effect: 'ALLOW', actions: ['SELECT', 'UPDATE'], resources: ['financial.Account'] }] : [READS, INVOKES],
+          name: `chain_${i}`,
+          kind: 'tool',
+          config: { runtime: 'javascript', src: 'function run() { return {}; }' },
+          policies: last
+            ? [{ effect: 'ALLOW', actions: ['SELECT', 'UPDATE'], resources: ['financial.Account'] }]
+            : [READS, INVOKES],
           ...(last ? {} : { tools: [{ name: `chain_${i + 1}` }] }),
         },
       });
@@ -58,16 +64,21 @@ describe('actions.tools / actions.tool / MCP tools/list show what calling a tool
     ok(engine, CREATE, {
       id: id(1),
       input: {
-        name: 'pub', kind: 'tool', config: { runtime: 'javascript', src: SRC, apiKey: SECRET },
+        name: 'pub',
+        kind: 'tool',
+        config: { runtime: 'javascript', src: SRC, apiKey: SECRET },
         tool: { description: 'Publishes.', inputSchema: { type: 'object', properties: { n: { type: 'integer' } } } },
         policies: [{ ...READS, assertions: { hidden_rule: "context.document.code == 'internal-only'" } }],
       },
     });
-    ok(engine, `mutation { auth {
+    ok(
+      engine,
+      `mutation { auth {
       attacker: createClient(input: {principal: "attacker", name: "a", policies: [{effect: ALLOW, actions: [INSERT], resources: ["actions.Execution"], assertions: {only_pub: "context.document.action == 'pub'"}}]}) { apiKey }
       closer: createClient(input: {principal: "closer", name: "c", policies: [{effect: ALLOW, actions: [SELECT, UPDATE], resources: ["financial.*"]}, {effect: ALLOW, actions: [INSERT], resources: ["actions.Execution"]}]}) { apiKey }
       nobody: createClient(input: {principal: "nobody", name: "n", policies: [{effect: ALLOW, actions: [SELECT], resources: ["financial.*"]}]}) { apiKey }
-    } }`);
+    } }`,
+    );
   });
 
   afterAll(() => engine.close());
@@ -78,25 +89,61 @@ describe('actions.tools / actions.tool / MCP tools/list show what calling a tool
   });
 
   it('Tool has no config, source, policies, references or execution settings to ask for', () => {
-    for (const field of ['config', 'policies { assertions }', 'tools { name }', 'execution { timeoutMs }', 'tool { name }', 'versions { config }', 'status']) {
-      for (const query of [`{ actions { tools(first: 10) { nodes { ${field} } } } }`, `{ actions { tool(name: "pub") { ${field} } } }`]) {
+    for (const field of [
+      'config',
+      'policies { assertions }',
+      'tools { name }',
+      'execution { timeoutMs }',
+      'tool { name }',
+      'versions { config }',
+      'status',
+    ]) {
+      for (const query of [
+        `{ actions { tools(first: 10) { nodes { ${field} } } } }`,
+        `{ actions { tool(name: "pub") { ${field} } } }`,
+      ]) {
         const result = as(engine, 'attacker', query);
         expect(result.data ?? null, query).toBeNull();
         expect(result.errors?.[0]?.message, query).toMatch(/Cannot query field "\w+" on type "Tool"/);
       }
     }
-    const fields = ok(engine, '{ __type(name: "Tool") { fields { name } } }').__type.fields.map((f: { name: string }) => f.name);
+    const fields = ok(engine, '{ __type(name: "Tool") { fields { name } } }').__type.fields.map(
+      (f: { name: string }) => f.name,
+    );
     // kind is what calling it needs: a model or agent tool is started and waited for, not invoked.
-    expect(fields.sort()).toEqual(['access', 'actionId', 'description', 'inputSchema', 'kind', 'name', 'outputSchema', 'title', 'version']);
+    expect(fields.sort()).toEqual([
+      'access',
+      'actionId',
+      'description',
+      'inputSchema',
+      'kind',
+      'name',
+      'outputSchema',
+      'title',
+      'version',
+    ]);
   });
 
   it('the attacker gets what calling pub needs, through tools and tool, and nothing of its program', () => {
     const FIELDS = 'actionId name version title description inputSchema outputSchema access { readOnly destructive }';
-    const listed = as(engine, 'attacker', `{ actions { tools(first: 10) { nodes { ${FIELDS} } pageInfo { hasNextPage endCursor } } } }`);
+    const listed = as(
+      engine,
+      'attacker',
+      `{ actions { tools(first: 10) { nodes { ${FIELDS} } pageInfo { hasNextPage endCursor } } } }`,
+    );
     expect(listed.errors).toBeUndefined();
     const tools = (listed.data as any).actions.tools;
     expect(tools.nodes).toEqual([
-      { actionId: id(1), name: 'pub', version: 1, title: 'pub', description: 'Publishes.', inputSchema: { type: 'object', properties: { n: { type: 'integer' } } }, outputSchema: null, access: { readOnly: true, destructive: false } },
+      {
+        actionId: id(1),
+        name: 'pub',
+        version: 1,
+        title: 'pub',
+        description: 'Publishes.',
+        inputSchema: { type: 'object', properties: { n: { type: 'integer' } } },
+        outputSchema: null,
+        access: { readOnly: true, destructive: false },
+      },
     ]);
     const one = as(engine, 'attacker', `{ actions { tool(name: "pub") { ${FIELDS} } } }`);
     expect(one.errors).toBeUndefined();
@@ -104,14 +151,17 @@ describe('actions.tools / actions.tool / MCP tools/list show what calling a tool
     expect(JSON.stringify([listed, one])).not.toContain(SECRET);
     expect(JSON.stringify([listed, one])).not.toContain('hidden_rule');
     // A tool it may not invoke is not there, as a name nobody used (H11).
-    expect(as(engine, 'attacker', '{ actions { tool(name: "chain_0") { name } } }').errors?.[0]?.extensions?.code).toBe('NOT_FOUND');
+    expect(as(engine, 'attacker', '{ actions { tool(name: "chain_0") { name } } }').errors?.[0]?.extensions?.code).toBe(
+      'NOT_FOUND',
+    );
   });
 
   it('MCP tools/list carries only name, title, description, schemas and annotations', async () => {
     const tools = await mcpTools(engine, 'attacker');
     expect(tools.map((t) => t.name)).toEqual(['pub']);
     for (const tool of tools) {
-      for (const key of Object.keys(tool)) expect(['name', 'title', 'description', 'inputSchema', 'outputSchema', 'annotations']).toContain(key);
+      for (const key of Object.keys(tool))
+        expect(['name', 'title', 'description', 'inputSchema', 'outputSchema', 'annotations']).toContain(key);
     }
     const text = JSON.stringify(tools);
     expect(text).not.toContain(SECRET);
@@ -120,9 +170,16 @@ describe('actions.tools / actions.tool / MCP tools/list show what calling a tool
   });
 
   it(`lists a chain of ${CHAIN} tools, each walking the rest, within the request deadline`, () => {
-    const result = as(engine, 'closer', '{ actions { tools(first: 1000) { nodes { name access { readOnly destructive } } pageInfo { hasNextPage } } } }');
+    const result = as(
+      engine,
+      'closer',
+      '{ actions { tools(first: 1000) { nodes { name access { readOnly destructive } } pageInfo { hasNextPage } } } }',
+    );
     expect(result.errors).toBeUndefined();
-    const nodes = (result.data as any).actions.tools.nodes as Array<{ name: string; access: { readOnly: boolean; destructive: boolean } }>;
+    const nodes = (result.data as any).actions.tools.nodes as Array<{
+      name: string;
+      access: { readOnly: boolean; destructive: boolean };
+    }>;
     expect(nodes.filter((n) => n.name.startsWith('chain_'))).toHaveLength(CHAIN);
     // chain_0 only reads itself, but reaches chain_299's UPDATE.
     expect(nodes.find((n) => n.name === 'chain_0')!.access).toEqual({ readOnly: false, destructive: true });
@@ -133,18 +190,37 @@ describe('actions.tools / actions.tool / MCP tools/list show what calling a tool
   });
 
   it('the cursors are those of the tools shown: they reveal no count of the actions', () => {
-    const PAGE = '{ actions { tools(first: 1) { edges { cursor } pageInfo { hasNextPage hasPreviousPage startCursor endCursor } } } }';
+    const PAGE =
+      '{ actions { tools(first: 1) { edges { cursor } pageInfo { hasNextPage hasPreviousPage startCursor endCursor } } } }';
     const none = as(engine, 'nobody', PAGE);
     expect(none.errors).toBeUndefined();
-    expect((none.data as any).actions.tools).toEqual({ edges: [], pageInfo: { hasNextPage: false, hasPreviousPage: false, startCursor: null, endCursor: null } });
+    expect((none.data as any).actions.tools).toEqual({
+      edges: [],
+      pageInfo: { hasNextPage: false, hasPreviousPage: false, startCursor: null, endCursor: null },
+    });
     const attacker = (as(engine, 'attacker', PAGE).data as any).actions.tools;
     expect(attacker.pageInfo.hasNextPage).toBe(false);
     expect(decode(attacker.pageInfo.endCursor)).toEqual(['tools', id(1)]);
-    const after = as(engine, 'attacker', 'query($after: String) { actions { tools(first: 1, after: $after) { nodes { name } pageInfo { hasNextPage endCursor } } } }', { after: attacker.pageInfo.endCursor });
+    const after = as(
+      engine,
+      'attacker',
+      'query($after: String) { actions { tools(first: 1, after: $after) { nodes { name } pageInfo { hasNextPage endCursor } } } }',
+      { after: attacker.pageInfo.endCursor },
+    );
     expect((after.data as any).actions.tools).toEqual({ nodes: [], pageInfo: { hasNextPage: false, endCursor: null } });
     // A cursor that names no action (or another connection's) is refused alike.
-    for (const bad of [Buffer.from(JSON.stringify(['tools', id(999999)])).toString('base64url'), Buffer.from(JSON.stringify(['actions', 1000])).toString('base64url')]) {
-      expect(as(engine, 'attacker', 'query($after: String) { actions { tools(first: 1, after: $after) { nodes { name } } } }', { after: bad }).errors?.[0]?.extensions?.code).toBe('BAD_REQUEST');
+    for (const bad of [
+      Buffer.from(JSON.stringify(['tools', id(999999)])).toString('base64url'),
+      Buffer.from(JSON.stringify(['actions', 1000])).toString('base64url'),
+    ]) {
+      expect(
+        as(
+          engine,
+          'attacker',
+          'query($after: String) { actions { tools(first: 1, after: $after) { nodes { name } } } }',
+          { after: bad },
+        ).errors?.[0]?.extensions?.code,
+      ).toBe('BAD_REQUEST');
     }
   });
 
@@ -152,7 +228,12 @@ describe('actions.tools / actions.tool / MCP tools/list show what calling a tool
     const names: string[] = [];
     let after: string | null = null;
     for (let i = 0; i < 20; i++) {
-      const result = as(engine, 'closer', 'query($after: String) { actions { tools(first: 50, after: $after) { nodes { name } pageInfo { hasNextPage endCursor } } } }', { after });
+      const result = as(
+        engine,
+        'closer',
+        'query($after: String) { actions { tools(first: 50, after: $after) { nodes { name } pageInfo { hasNextPage endCursor } } } }',
+        { after },
+      );
       expect(result.errors).toBeUndefined();
       const page = (result.data as any).actions.tools;
       names.push(...page.nodes.map((n: { name: string }) => n.name));

@@ -7,7 +7,11 @@ import { startServer } from './helpers.js';
 import { ALICE, bankDatabase, bankWithMemo, BIN, BOB, cli, settled, tx } from './mcp.fixtures.js';
 
 async function connect(path: string, principal: string): Promise<{ client: Client; stderr: () => string }> {
-  const transport = new StdioClientTransport({ command: 'node', args: [BIN, 'mcp', '--db', path, '--as', principal], stderr: 'pipe' });
+  const transport = new StdioClientTransport({
+    command: 'node',
+    args: [BIN, 'mcp', '--db', path, '--as', principal],
+    stderr: 'pipe',
+  });
   let stderr = '';
   transport.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
   const client = new Client({ name: 'test', version: '1.0.0' });
@@ -39,21 +43,45 @@ describe('tally mcp over stdio, in-process as one client (the SDK Client spawnin
     const names = tools.map((t) => t.name).sort();
     expect(names).toEqual(expect.arrayContaining(['cel', 'graphql', 'lock_account', 'transfer']));
     const transfer = tools.find((t) => t.name === 'transfer')!;
-    expect(transfer.inputSchema).toMatchObject({ type: 'object', required: ['transaction_id', 'from', 'to', 'amount'] });
-    expect(transfer.outputSchema).toMatchObject({ type: 'object', required: ['transaction_id', 'from_available', 'to_available'] });
-    expect(transfer.annotations).toEqual({ readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false });
+    expect(transfer.inputSchema).toMatchObject({
+      type: 'object',
+      required: ['transaction_id', 'from', 'to', 'amount'],
+    });
+    expect(transfer.outputSchema).toMatchObject({
+      type: 'object',
+      required: ['transaction_id', 'from_available', 'to_available'],
+    });
+    expect(transfer.annotations).toEqual({
+      readOnlyHint: false,
+      destructiveHint: true,
+      idempotentHint: true,
+      openWorldHint: false,
+    });
     expect(operatorErr()).toContain('serving as operator over stdio');
   });
 
   it('calls transfer: structured output, balances change exactly once, the execution is recorded as an MCP call', async () => {
     const executionId = 'd0000000-0000-4000-8000-000000000001';
     const args = { transaction_id: tx(2), from: ALICE, to: BOB, amount: '30' };
-    const first = (await operator.callTool({ name: 'transfer', arguments: args, _meta: { executionId } })) as CallToolResult;
+    const first = (await operator.callTool({
+      name: 'transfer',
+      arguments: args,
+      _meta: { executionId },
+    })) as CallToolResult;
     expect(first.isError).toBeFalsy();
-    expect(first.structuredContent).toEqual({ transaction_id: tx(2), from_available: '70.00', to_available: '30.00', receipt: '30.00 USD sent; the sender has 70.00 available' });
+    expect(first.structuredContent).toEqual({
+      transaction_id: tx(2),
+      from_available: '70.00',
+      to_available: '30.00',
+      receipt: '30.00 USD sent; the sender has 70.00 available',
+    });
     expect(JSON.parse(text(first))).toEqual(first.structuredContent);
     // The same execution id again (an idempotent retry): the recorded result, no second posting.
-    const again = (await operator.callTool({ name: 'transfer', arguments: args, _meta: { executionId } })) as CallToolResult;
+    const again = (await operator.callTool({
+      name: 'transfer',
+      arguments: args,
+      _meta: { executionId },
+    })) as CallToolResult;
     expect(again.structuredContent).toEqual(first.structuredContent);
     expect(settled(path, 'bob')).toBe('30');
     expect(settled(path, 'alice')).toBe('70');
@@ -71,7 +99,10 @@ describe('tally mcp over stdio, in-process as one client (the SDK Client spawnin
   });
 
   it('a bad input is isError INPUT_INVALID with the JSON pointer of each problem', async () => {
-    const result = (await operator.callTool({ name: 'transfer', arguments: { transaction_id: 'nope', from: ALICE, to: BOB, amount: '1.234' } })) as CallToolResult;
+    const result = (await operator.callTool({
+      name: 'transfer',
+      arguments: { transaction_id: 'nope', from: ALICE, to: BOB, amount: '1.234' },
+    })) as CallToolResult;
     expect(result.isError).toBe(true);
     expect(text(result)).toMatch(/^INPUT_INVALID: /);
     expect(text(result)).toContain('/transaction_id');
@@ -90,7 +121,10 @@ describe('tally mcp over stdio, in-process as one client (the SDK Client spawnin
     expect(tools.length).toBeGreaterThan(0);
     expect(tools.every((t) => t.annotations?.readOnlyHint === true)).toBe(true);
     expect(tools.map((t) => t.name)).not.toContain('transfer');
-    const result = (await reader.callTool({ name: 'transfer', arguments: { transaction_id: tx(3), from: ALICE, to: BOB, amount: '5' } })) as CallToolResult;
+    const result = (await reader.callTool({
+      name: 'transfer',
+      arguments: { transaction_id: tx(3), from: ALICE, to: BOB, amount: '5' },
+    })) as CallToolResult;
     expect(result.isError).toBe(true);
     expect(text(result)).toMatch(/^ACCESS_DENIED: INSERT on financial.Transaction refused by client reader/);
     // Nothing moved: Alice still has 70.
@@ -99,11 +133,16 @@ describe('tally mcp over stdio, in-process as one client (the SDK Client spawnin
 
   it('offers each account as a resource through the tally://accounts/{code} template, its balances as JSON', async () => {
     const { resourceTemplates } = await operator.listResourceTemplates();
-    expect(resourceTemplates).toEqual([expect.objectContaining({ uriTemplate: 'tally://accounts/{code}', mimeType: 'application/json' })]);
+    expect(resourceTemplates).toEqual([
+      expect.objectContaining({ uriTemplate: 'tally://accounts/{code}', mimeType: 'application/json' }),
+    ]);
     const { contents } = await operator.readResource({ uri: 'tally://accounts/alice' });
     const account = JSON.parse((contents[0] as { text: string }).text);
     expect(account).toMatchObject({ code: 'alice', accountId: ALICE });
-    expect(account.balances.nodes[0]).toMatchObject({ currency: 'USD', settled: { normalBalance: { units: settled(path, 'alice') } } });
+    expect(account.balances.nodes[0]).toMatchObject({
+      currency: 'USD',
+      settled: { normalBalance: { units: settled(path, 'alice') } },
+    });
     await expect(operator.readResource({ uri: 'tally://accounts/nobody' })).rejects.toThrow(/NOT_FOUND/);
     await expect(operator.readResource({ uri: 'tally://journals/x' })).rejects.toThrow(/tally:\/\/accounts\/\{code\}/);
   });
@@ -121,7 +160,9 @@ describe('tally mcp over stdio, in-process as one client (the SDK Client spawnin
   });
 
   it('a tally deploy by another process on the same file sends notifications/tools/list_changed; the next list shows it', async () => {
-    const changed = new Promise<void>((resolve) => operator.setNotificationHandler(ToolListChangedNotificationSchema, () => resolve()));
+    const changed = new Promise<void>((resolve) =>
+      operator.setNotificationHandler(ToolListChangedNotificationSchema, () => resolve()),
+    );
     const project = bankWithMemo();
     expect(cli(['deploy', project, '--db', path])).toMatch(/~ .*transfer/);
     await changed;
@@ -132,22 +173,36 @@ describe('tally mcp over stdio, in-process as one client (the SDK Client spawnin
 });
 
 describe('tally mcp --server URL --key KEY: a proxy to a running server, which authorizes every call', () => {
-  it('lists and calls transfer through the server\'s GraphQL API as the key\'s client; the execution is an MCP call', async () => {
+  it("lists and calls transfer through the server's GraphQL API as the key's client; the execution is an MCP call", async () => {
     const { path, keys } = await bankDatabase();
     const running = await startServer('tly_mcp-proxy-admin-key', { path });
     const server = running.url.replace('/graphql', '');
-    const transport = new StdioClientTransport({ command: 'node', args: [BIN, 'mcp', '--server', server, '--key', keys.operator!], stderr: 'pipe' });
+    const transport = new StdioClientTransport({
+      command: 'node',
+      args: [BIN, 'mcp', '--server', server, '--key', keys.operator!],
+      stderr: 'pipe',
+    });
     const client = new Client({ name: 'test', version: '1.0.0' });
     try {
       await client.connect(transport);
       expect((await client.listTools()).tools.map((t) => t.name)).toContain('transfer');
       const executionId = 'd0000000-0000-4000-8000-000000000201';
-      const result = (await client.callTool({ name: 'transfer', arguments: { transaction_id: tx(201), from: ALICE, to: BOB, amount: '10' }, _meta: { executionId } })) as CallToolResult;
+      const result = (await client.callTool({
+        name: 'transfer',
+        arguments: { transaction_id: tx(201), from: ALICE, to: BOB, amount: '10' },
+        _meta: { executionId },
+      })) as CallToolResult;
       expect(result.structuredContent).toMatchObject({ from_available: '90.00', to_available: '10.00' });
       expect(cli(['execution', executionId, '--db', path])).toContain('by operator over mcp');
       // A key the server does not know: every tool call fails as UNAUTHENTICATED, reported to the model.
       const stranger = new Client({ name: 'test', version: '1.0.0' });
-      await stranger.connect(new StdioClientTransport({ command: 'node', args: [BIN, 'mcp', '--server', server, '--key', 'tly_wrong'], stderr: 'pipe' }));
+      await stranger.connect(
+        new StdioClientTransport({
+          command: 'node',
+          args: [BIN, 'mcp', '--server', server, '--key', 'tly_wrong'],
+          stderr: 'pipe',
+        }),
+      );
       const refused = (await stranger.callTool({ name: 'transfer', arguments: {} })) as CallToolResult;
       expect(refused.isError).toBe(true);
       expect(text(refused)).toMatch(/^UNAUTHENTICATED: /);

@@ -13,12 +13,24 @@ const INVOKES = { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Exe
 
 function tool(engine: Engine, n: number, name: string, policies: unknown[], extra: Record<string, unknown> = {}): void {
   // MCP lists only tools with a description.
-  ok(engine, CREATE, { id: id(n), input: { name, kind: 'tool', config: { runtime: 'javascript', src: SRC }, tool: { description: `The ${name} tool.` }, policies, ...extra } });
+  ok(engine, CREATE, {
+    id: id(n),
+    input: {
+      name,
+      kind: 'tool',
+      config: { runtime: 'javascript', src: SRC },
+      tool: { description: `The ${name} tool.` },
+      policies,
+      ...extra,
+    },
+  });
 }
 
 async function toolsOf(engine: Engine, principal: string): Promise<Record<string, Tool>> {
   const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
-  await createMcpServer(engineBackend(engine, { principal }), { toolsPageSize: engine.limits.mcpToolsPageSize }).connect(serverSide);
+  await createMcpServer(engineBackend(engine, { principal }), {
+    toolsPageSize: engine.limits.mcpToolsPageSize,
+  }).connect(serverSide);
   const client = new Client({ name: 'test', version: '1' });
   await client.connect(clientSide);
   const { tools } = await client.listTools();
@@ -32,24 +44,36 @@ describe('MCP tools/list: what a client sees, with annotations derived from poli
   beforeAll(async () => {
     engine = await newEngine();
     tool(engine, 1, 'read_only', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] }]);
-    tool(engine, 2, 'closes_accounts', [{ effect: 'ALLOW', actions: ['SELECT', 'UPDATE'], resources: ['financial.Account'] }]);
+    tool(engine, 2, 'closes_accounts', [
+      { effect: 'ALLOW', actions: ['SELECT', 'UPDATE'], resources: ['financial.Account'] },
+    ]);
     // Reads only itself, but calls closes_accounts: its writes count (transitively).
-    tool(engine, 3, 'wrapper', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['*'] }, INVOKES], { tools: [{ name: 'closes_accounts' }] });
+    tool(engine, 3, 'wrapper', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['*'] }, INVOKES], {
+      tools: [{ name: 'closes_accounts' }],
+    });
     tool(engine, 4, 'drafted', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['*'] }], { draft: true });
     tool(engine, 5, 'secret', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['*'] }]);
-    ok(engine, `mutation { auth {
+    ok(
+      engine,
+      `mutation { auth {
       writer: createClient(input: {principal: "writer", name: "w", policies: [{effect: ALLOW, actions: [SELECT, UPDATE], resources: ["*"]}, {effect: ALLOW, actions: [INSERT], resources: ["actions.Execution"]},
         {effect: DENY, actions: [INSERT], resources: ["actions.Execution"], assertions: {secret: "context.document.action == 'secret'"}}]}) { apiKey }
       reader: createClient(input: {principal: "reader", name: "r", policies: [{effect: ALLOW, actions: [SELECT], resources: ["*"]}, {effect: ALLOW, actions: [INSERT], resources: ["actions.Execution"]}]}) { apiKey }
       nobody: createClient(input: {principal: "nobody", name: "n", policies: [{effect: ALLOW, actions: [SELECT], resources: ["*"]}]}) { apiKey }
-    } }`);
+    } }`,
+    );
   });
 
   afterAll(() => engine.close());
 
   it('derives readOnlyHint and destructiveHint from the tool and every tool it references; idempotent, closed world', async () => {
     const tools = await toolsOf(engine, 'writer');
-    expect(tools.read_only!.annotations).toEqual({ readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false });
+    expect(tools.read_only!.annotations).toEqual({
+      readOnlyHint: true,
+      destructiveHint: false,
+      idempotentHint: true,
+      openWorldHint: false,
+    });
     expect(tools.closes_accounts!.annotations).toMatchObject({ readOnlyHint: false, destructiveHint: true });
     expect(tools.wrapper!.annotations).toMatchObject({ readOnlyHint: false, destructiveHint: true });
     // The native graphql tool runs under the client's policies alone: UPDATE makes it destructive.
@@ -80,15 +104,32 @@ describe('a tool the client may not call is not there, on every path', () => {
 
   beforeAll(async () => {
     engine = await newEngine();
-    tool(engine, 1, 'secret_payout', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['*'] }], { tool: { description: 'Internal.', aliases: ['payout'] } });
+    tool(engine, 1, 'secret_payout', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['*'] }], {
+      tool: { description: 'Internal.', aliases: ['payout'] },
+    });
     tool(engine, 2, 'public_tool', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['*'] }]);
     tool(engine, 3, 'locked_tool', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['*'] }]);
     ok(engine, `mutation { actions { lockAction(id: "${id(3)}", version: 1) { status } } }`);
     // Writes accounts: mallory may not, so the listing leaves it out, though she may invoke it.
-    tool(engine, 4, 'closes_accounts', [{ effect: 'ALLOW', actions: ['SELECT', 'UPDATE'], resources: ['financial.Account'] }]);
-    ok(engine, `mutation($pol: [PolicyInput!]!) { auth { createClient(input: {principal: "mallory", name: "m", policies: $pol}) { apiKey } } }`, { pol: [
-      { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'], assertions: { only: "context.document.action == 'public_tool' || context.document.action == 'closes_accounts'" } },
-    ] });
+    tool(engine, 4, 'closes_accounts', [
+      { effect: 'ALLOW', actions: ['SELECT', 'UPDATE'], resources: ['financial.Account'] },
+    ]);
+    ok(
+      engine,
+      `mutation($pol: [PolicyInput!]!) { auth { createClient(input: {principal: "mallory", name: "m", policies: $pol}) { apiKey } } }`,
+      {
+        pol: [
+          {
+            effect: 'ALLOW',
+            actions: ['INSERT'],
+            resources: ['actions.Execution'],
+            assertions: {
+              only: "context.document.action == 'public_tool' || context.document.action == 'closes_accounts'",
+            },
+          },
+        ],
+      },
+    );
   });
   afterAll(() => engine.close());
 
@@ -100,7 +141,11 @@ describe('a tool the client may not call is not there, on every path', () => {
       return { code: error.extensions!.code, message: shape(error.message, n), hint: error.extensions!.hint };
     });
     expect(new Set(answers.map((a) => JSON.stringify(a))).size).toBe(1);
-    expect(answers[0]).toEqual({ code: 'NOT_FOUND', message: 'action "<name>" does not exist', hint: expect.any(String) });
+    expect(answers[0]).toEqual({
+      code: 'NOT_FOUND',
+      message: 'action "<name>" does not exist',
+      hint: expect.any(String),
+    });
     expect(ok(engine, TOOL, { n: 'public_tool' }, 'mallory').actions.tool.name).toBe('public_tool');
     // She may invoke closes_accounts: it is found by name, though not listed (she could make none of its writes).
     expect(ok(engine, TOOL, { n: 'closes_accounts' }, 'mallory').actions.tool.name).toBe('closes_accounts');
@@ -108,12 +153,17 @@ describe('a tool the client may not call is not there, on every path', () => {
 
   it('MCP tools/call and tools/list: the same answer for a tool she may not call as for a name nobody used', async () => {
     const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
-    await createMcpServer(engineBackend(engine, { principal: 'mallory' }), { toolsPageSize: engine.limits.mcpToolsPageSize }).connect(serverSide);
+    await createMcpServer(engineBackend(engine, { principal: 'mallory' }), {
+      toolsPageSize: engine.limits.mcpToolsPageSize,
+    }).connect(serverSide);
     const client = new Client({ name: 'test', version: '1' });
     await client.connect(clientSide);
     const texts = [];
     for (const name of ['secret_payout', 'payout', 'locked_tool', 'no_such_tool']) {
-      const result = (await client.callTool({ name, arguments: {} })) as { isError?: boolean; content: Array<{ text: string }> };
+      const result = (await client.callTool({ name, arguments: {} })) as {
+        isError?: boolean;
+        content: Array<{ text: string }>;
+      };
       expect(result.isError, name).toBe(true);
       texts.push(shape(result.content[0]!.text, name));
     }

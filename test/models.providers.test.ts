@@ -176,7 +176,10 @@ describe.each(['openai', 'anthropic'] as const)('%s provider', (format) => {
             ],
           },
           { role: 'assistant', text: null, toolCalls: [{ id: 'call_c', name: 'lookup', arguments: '{"id":8}' }] },
-          { role: 'tool', results: [{ toolCallId: 'call_c', name: 'lookup', content: '{"balance":"3.00"}', isError: false }] },
+          {
+            role: 'tool',
+            results: [{ toolCallId: 'call_c', name: 'lookup', content: '{"balance":"3.00"}', isError: false }],
+          },
           { role: 'user', text: 'And the total?' },
         ],
       }),
@@ -185,7 +188,15 @@ describe.each(['openai', 'anthropic'] as const)('%s provider', (format) => {
     const body = seen.body;
     if (format === 'openai') {
       expect(body.messages.map((m: { role: string }) => m.role)).toEqual([
-        'system', 'user', 'user', 'assistant', 'tool', 'tool', 'assistant', 'tool', 'user',
+        'system',
+        'user',
+        'user',
+        'assistant',
+        'tool',
+        'tool',
+        'assistant',
+        'tool',
+        'user',
       ]);
       expect(body.messages[3]).toEqual({
         role: 'assistant',
@@ -196,7 +207,11 @@ describe.each(['openai', 'anthropic'] as const)('%s provider', (format) => {
         ],
       });
       expect(body.messages[4]).toEqual({ role: 'tool', tool_call_id: 'call_a', content: '{"balance":"12.50"}' });
-      expect(body.messages[5]).toEqual({ role: 'tool', tool_call_id: 'call_b', content: '{"error":"arguments are not JSON"}' });
+      expect(body.messages[5]).toEqual({
+        role: 'tool',
+        tool_call_id: 'call_b',
+        content: '{"error":"arguments are not JSON"}',
+      });
       expect(body.messages[6].content).toBeNull();
       expect(seen.messages).toEqual([
         { role: 'user', text: 'Look up 7 and 8.' },
@@ -218,7 +233,13 @@ describe.each(['openai', 'anthropic'] as const)('%s provider', (format) => {
     } else {
       // Roles alternate: the two user turns are one message, the tool results and the next user
       // text are one user message.
-      expect(body.messages.map((m: { role: string }) => m.role)).toEqual(['user', 'assistant', 'user', 'assistant', 'user']);
+      expect(body.messages.map((m: { role: string }) => m.role)).toEqual([
+        'user',
+        'assistant',
+        'user',
+        'assistant',
+        'user',
+      ]);
       expect(body.system).toBe('You are a bookkeeper.');
       expect(body.messages[0].content).toEqual([
         { type: 'text', text: 'Look up 7 and 8.' },
@@ -238,7 +259,11 @@ describe.each(['openai', 'anthropic'] as const)('%s provider', (format) => {
         { type: 'tool_result', tool_use_id: 'call_c', content: '{"balance":"3.00"}', is_error: false },
         { type: 'text', text: 'And the total?' },
       ]);
-      expect(seen.messages.filter((m) => m.role === 'tool').map((m) => m.role === 'tool' && m.isError)).toEqual([false, true, false]);
+      expect(seen.messages.filter((m) => m.role === 'tool').map((m) => m.role === 'tool' && m.isError)).toEqual([
+        false,
+        true,
+        false,
+      ]);
     }
   });
 
@@ -249,7 +274,10 @@ describe.each(['openai', 'anthropic'] as const)('%s provider', (format) => {
     const seen = model.requests[0]!;
     expect(seen.responseSchema).toEqual(schema);
     if (format === 'openai') {
-      expect(seen.body.response_format).toEqual({ type: 'json_schema', json_schema: { name: 'summary', schema, strict: false } });
+      expect(seen.body.response_format).toEqual({
+        type: 'json_schema',
+        json_schema: { name: 'summary', schema, strict: false },
+      });
     } else {
       expect(seen.forcedTool).toBe('respond');
       expect(seen.body.tool_choice).toEqual({ type: 'tool', name: 'respond' });
@@ -333,10 +361,14 @@ describe.each(['openai', 'anthropic'] as const)('%s provider', (format) => {
 
   it('an error answer larger than modelResponseBytesMax is LIMIT_EXCEEDED too, and is not retried', async () => {
     model.push({ status: 500, text: 'z'.repeat(10_000), headers: retryNow });
-    const error = await failure(provider(format, { maxRetries: 0 }, { modelResponseBytesMax: 2000 }).complete(request()));
+    const error = await failure(
+      provider(format, { maxRetries: 0 }, { modelResponseBytesMax: 2000 }).complete(request()),
+    );
     expect(error.code).toBe('LIMIT_EXCEEDED');
     model.push({ text: 'y'.repeat(10_000) });
-    const again = await failure(provider(format, { maxRetries: 3 }, { modelResponseBytesMax: 2000 }).complete(request()));
+    const again = await failure(
+      provider(format, { maxRetries: 3 }, { modelResponseBytesMax: 2000 }).complete(request()),
+    );
     expect(again.code).toBe('LIMIT_EXCEEDED');
     expect(model.requests).toHaveLength(2);
   });
@@ -353,7 +385,11 @@ describe.each(['openai', 'anthropic'] as const)('%s provider', (format) => {
     expect(unavailable.code).toBe('MODEL_UNAVAILABLE');
     expectNoKey(unavailable);
 
-    model.push({ status: 502, rawBody: `<html>bad gateway for ${KEY}</html>`, headers: { 'content-type': 'text/html' } });
+    model.push({
+      status: 502,
+      rawBody: `<html>bad gateway for ${KEY}</html>`,
+      headers: { 'content-type': 'text/html' },
+    });
     const raw = await failure(provider(format).complete(request()));
     expect(raw.code).toBe('MODEL_UNAVAILABLE');
     expect(raw.message).toContain('bad gateway for [redacted]');
@@ -370,7 +406,10 @@ describe.each(['openai', 'anthropic'] as const)('%s provider', (format) => {
   // reached the execution's error.
   it('a key that straddles the 300-character cut leaves no run of 8 of its characters', async () => {
     for (const at of [280, 290, 295, 299]) {
-      model.push({ status: 401, rawBody: JSON.stringify({ error: { message: `${'n'.repeat(at)}${KEY} and ${'m'.repeat(300)}` } }) });
+      model.push({
+        status: 401,
+        rawBody: JSON.stringify({ error: { message: `${'n'.repeat(at)}${KEY} and ${'m'.repeat(300)}` } }),
+      });
       const refused = await failure(provider(format).complete(request()));
       expect(refused.code).toBe('MODEL_ERROR');
       expect(refused.message).toContain('…');
@@ -387,7 +426,11 @@ describe.each(['openai', 'anthropic'] as const)('%s provider', (format) => {
       `fragment ${KEY.slice(3, 15)} end`,
     ];
     for (const text of texts) {
-      model.push({ status: 400, rawBody: `{"error":{"message":${JSON.stringify(text)}}}`, headers: { 'content-type': 'application/json' } });
+      model.push({
+        status: 400,
+        rawBody: `{"error":{"message":${JSON.stringify(text)}}}`,
+        headers: { 'content-type': 'application/json' },
+      });
       const refused = await failure(provider(format).complete(request()));
       expect(refused.message).toContain('[redacted]');
       expectNoKeyRun(refused);
@@ -416,11 +459,16 @@ describe.each(['openai', 'anthropic'] as const)('%s provider', (format) => {
     const open = await startScriptedModel({ script: [{ text: 'hi' }] });
     try {
       const c = { ...config(format, { apiKeyEnv: null }), baseUrl: format === 'openai' ? `${open.url}/v1` : open.url };
-      const p = format === 'openai' ? new OpenAiProvider(c, resolveLimits(), {}) : new AnthropicProvider(c, resolveLimits(), {});
+      const p =
+        format === 'openai'
+          ? new OpenAiProvider(c, resolveLimits(), {})
+          : new AnthropicProvider(c, resolveLimits(), {});
       const answer = await p.complete(request());
       expect(answer.text).toBe('hi');
       const headers = open.requests[0]!.headers;
-      expect(format === 'openai' ? headers.authorization : headers['x-api-key']).toBe(format === 'openai' ? 'Bearer none' : 'none');
+      expect(format === 'openai' ? headers.authorization : headers['x-api-key']).toBe(
+        format === 'openai' ? 'Bearer none' : 'none',
+      );
     } finally {
       await open.close();
     }
@@ -451,7 +499,10 @@ describe.each(['openai', 'anthropic'] as const)('%s provider', (format) => {
     const url = gone.url;
     await gone.close();
     const c = { ...config(format), baseUrl: format === 'openai' ? `${url}/v1` : url };
-    const p = format === 'openai' ? new OpenAiProvider(c, resolveLimits(), ENV) : new AnthropicProvider(c, resolveLimits(), ENV);
+    const p =
+      format === 'openai'
+        ? new OpenAiProvider(c, resolveLimits(), ENV)
+        : new AnthropicProvider(c, resolveLimits(), ENV);
     const error = await failure(p.complete(request()));
     expect(error.code).toBe('MODEL_UNAVAILABLE');
     expect(error.details).toMatchObject({ attempts: 1 });
@@ -462,9 +513,32 @@ describe('parseProviders', () => {
   const good = { name: 'local-llama', format: 'openai', baseUrl: 'http://localhost:11434/v1', models: ['llama3.2'] };
 
   it('fills the defaults', () => {
-    expect(parseProviders([good, { name: 'claude_main', format: 'anthropic', baseUrl: 'https://api.anthropic.com', models: ['claude-x'], apiKeyEnv: 'ANTHROPIC_API_KEY', timeoutMs: 120_000, maxRetries: 0, structuredOutput: false }])).toEqual([
+    expect(
+      parseProviders([
+        good,
+        {
+          name: 'claude_main',
+          format: 'anthropic',
+          baseUrl: 'https://api.anthropic.com',
+          models: ['claude-x'],
+          apiKeyEnv: 'ANTHROPIC_API_KEY',
+          timeoutMs: 120_000,
+          maxRetries: 0,
+          structuredOutput: false,
+        },
+      ]),
+    ).toEqual([
       { ...good, apiKeyEnv: null, timeoutMs: 60_000, maxRetries: 2, structuredOutput: true },
-      { name: 'claude_main', format: 'anthropic', baseUrl: 'https://api.anthropic.com', models: ['claude-x'], apiKeyEnv: 'ANTHROPIC_API_KEY', timeoutMs: 120_000, maxRetries: 0, structuredOutput: false },
+      {
+        name: 'claude_main',
+        format: 'anthropic',
+        baseUrl: 'https://api.anthropic.com',
+        models: ['claude-x'],
+        apiKeyEnv: 'ANTHROPIC_API_KEY',
+        timeoutMs: 120_000,
+        maxRetries: 0,
+        structuredOutput: false,
+      },
     ]);
     expect(parseProviders(undefined)).toEqual([]);
     expect(parseProviders([{ ...good, apiKeyEnv: null }])[0]!.apiKeyEnv).toBeNull();
@@ -473,24 +547,56 @@ describe('parseProviders', () => {
   const cases: [string, unknown, RegExp][] = [
     ['not an array', { openai: good }, /^providers .* is not an array/],
     ['an entry that is not an object', [good, 'openai'], /^providers\[1\] "openai" is not an object/],
-    ['a name in camelCase', [{ ...good, name: 'LocalLlama' }], /^providers\[0\]\.name "LocalLlama" is not a provider name/],
+    [
+      'a name in camelCase',
+      [{ ...good, name: 'LocalLlama' }],
+      /^providers\[0\]\.name "LocalLlama" is not a provider name/,
+    ],
     ['a missing name', [{ ...good, name: undefined }], /^providers\[0\]\.name/],
     ['a duplicate name', [good, good], /^providers\[1\]\.name "local-llama" is already used/],
-    ['an unknown format', [{ ...good, format: 'gemini' }], /^providers\[0\]\.format "gemini" is not one of "openai", "anthropic"/],
-    ['an ftp baseUrl', [good, { ...good, name: 'b', baseUrl: 'ftp://x' }], /^providers\[1\]\.baseUrl "ftp:\/\/x" is not an http\(s\) URL/],
+    [
+      'an unknown format',
+      [{ ...good, format: 'gemini' }],
+      /^providers\[0\]\.format "gemini" is not one of "openai", "anthropic"/,
+    ],
+    [
+      'an ftp baseUrl',
+      [good, { ...good, name: 'b', baseUrl: 'ftp://x' }],
+      /^providers\[1\]\.baseUrl "ftp:\/\/x" is not an http\(s\) URL/,
+    ],
     ['a baseUrl that is no URL', [{ ...good, baseUrl: 'localhost:11434' }], /^providers\[0\]\.baseUrl/],
-    ['a baseUrl with credentials', [{ ...good, baseUrl: 'https://user:pw@example.com/v1' }], /^providers\[0\]\.baseUrl has credentials/],
+    [
+      'a baseUrl with credentials',
+      [{ ...good, baseUrl: 'https://user:pw@example.com/v1' }],
+      /^providers\[0\]\.baseUrl has credentials/,
+    ],
     ['no models', [{ ...good, models: [] }], /^providers\[0\]\.models \[\] is not a non-empty array/],
     ['models not an array', [{ ...good, models: 'llama' }], /^providers\[0\]\.models/],
-    ['an empty model name', [{ ...good, models: ['a', ''] }], /^providers\[0\]\.models\[1\] "" is not a non-empty string/],
-    ['a lower-case apiKeyEnv', [{ ...good, apiKeyEnv: 'openai_key' }], /^providers\[0\]\.apiKeyEnv "openai_key" is not an environment variable name/],
-    ['a number apiKeyEnv', [{ ...good, apiKeyEnv: 42 }], /^providers\[0\]\.apiKeyEnv is not an environment variable name/],
+    [
+      'an empty model name',
+      [{ ...good, models: ['a', ''] }],
+      /^providers\[0\]\.models\[1\] "" is not a non-empty string/,
+    ],
+    [
+      'a lower-case apiKeyEnv',
+      [{ ...good, apiKeyEnv: 'openai_key' }],
+      /^providers\[0\]\.apiKeyEnv "openai_key" is not an environment variable name/,
+    ],
+    [
+      'a number apiKeyEnv',
+      [{ ...good, apiKeyEnv: 42 }],
+      /^providers\[0\]\.apiKeyEnv is not an environment variable name/,
+    ],
     ['timeoutMs 0', [{ ...good, timeoutMs: 0 }], /^providers\[0\]\.timeoutMs 0 is not an integer from 1 to 600000/],
     ['timeoutMs too large', [{ ...good, timeoutMs: 600_001 }], /^providers\[0\]\.timeoutMs 600001/],
     ['timeoutMs not an integer', [{ ...good, timeoutMs: 1.5 }], /^providers\[0\]\.timeoutMs 1.5/],
     ['maxRetries 11', [{ ...good, maxRetries: 11 }], /^providers\[0\]\.maxRetries 11 is not an integer from 0 to 10/],
     ['maxRetries negative', [{ ...good, maxRetries: -1 }], /^providers\[0\]\.maxRetries -1/],
-    ['structuredOutput a string', [{ ...good, structuredOutput: 'yes' }], /^providers\[0\]\.structuredOutput "yes" is not a boolean/],
+    [
+      'structuredOutput a string',
+      [{ ...good, structuredOutput: 'yes' }],
+      /^providers\[0\]\.structuredOutput "yes" is not a boolean/,
+    ],
     ['an unknown field', [{ ...good, timeout: 5 }], /^providers\[0\]\.timeout is not a provider field/],
   ];
   it.each(cases)('refuses %s', (_what, value, message) => {
@@ -538,7 +644,13 @@ describe('parseProviders', () => {
 describe('ModelProviders', () => {
   const configs = parseProviders([
     { name: 'local', format: 'openai', baseUrl: 'http://127.0.0.1:1/v1', models: ['llama3.2', 'qwen'] },
-    { name: 'claude', format: 'anthropic', baseUrl: 'http://127.0.0.1:1', models: ['claude-x'], apiKeyEnv: 'UNSET_KEY_VAR' },
+    {
+      name: 'claude',
+      format: 'anthropic',
+      baseUrl: 'http://127.0.0.1:1',
+      models: ['claude-x'],
+      apiKeyEnv: 'UNSET_KEY_VAR',
+    },
   ]);
   let providers: ModelProviders;
   beforeAll(async () => {

@@ -3,7 +3,17 @@ import type { Clock } from '../src/clock.js';
 import type { Engine } from '../src/engine.js';
 import type { Limits } from '../src/limits.js';
 import { PgConnection } from '../src/storage/pg/connection.js';
-import { balanceOf, createAccount, createTransferCode, fails, id, newEngine, ok, POST, postgresTestDatabase } from './helpers.js';
+import {
+  balanceOf,
+  createAccount,
+  createTransferCode,
+  fails,
+  id,
+  newEngine,
+  ok,
+  POST,
+  postgresTestDatabase,
+} from './helpers.js';
 
 /**
  * Two engines (two connections, as two processes would have) on one PostgreSQL database: every
@@ -28,7 +38,13 @@ class RacingClock implements Clock {
     if (this.races > 0 && this.rival) {
       this.races--;
       const n = ++this.posted;
-      ok(this.rival, POST, { input: this.input?.(n) ?? { transactionId: id(700_000 + n), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } } });
+      ok(this.rival, POST, {
+        input: this.input?.(n) ?? {
+          transactionId: id(700_000 + n),
+          tranCode: 'TRANSFER',
+          params: { from: id(1), to: id(2), amount: '1' },
+        },
+      });
     }
     return new Date();
   }
@@ -43,7 +59,11 @@ describe.skipIf(!URL)('two engines on one PostgreSQL database: lost races run ag
   async function pair(retries?: number, limits: Partial<Limits> = {}) {
     const path = postgresTestDatabase();
     const clock = new RacingClock();
-    const a = await newEngine({ path, clock, limits: { ...limits, ...(retries === undefined ? {} : { transactionRetriesMax: retries }) } });
+    const a = await newEngine({
+      path,
+      clock,
+      limits: { ...limits, ...(retries === undefined ? {} : { transactionRetriesMax: retries }) },
+    });
     const b = await newEngine({ path });
     engines.push(a, b);
     clock.rival = b;
@@ -53,7 +73,9 @@ describe.skipIf(!URL)('two engines on one PostgreSQL database: lost races run ag
     return { a, b, clock };
   }
 
-  const transfer = (n: number, amount = '10') => ({ input: { transactionId: id(n), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount } } });
+  const transfer = (n: number, amount = '10') => ({
+    input: { transactionId: id(n), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount } },
+  });
 
   it('a posting that lost the race to the same balances runs again and both count, exactly once each', async () => {
     const { a, b, clock } = await pair();
@@ -67,7 +89,7 @@ describe.skipIf(!URL)('two engines on one PostgreSQL database: lost races run ag
       expect(balanceOf(engine, id(2)).settled.crBalance.units).toBe('13');
     }
     expect(a.db.prepare('SELECT count(*) AS n FROM transactions').get()).toEqual({ n: 4 });
-    expect(a.db.prepare("SELECT count(*) AS n FROM entries WHERE transaction_id = ?").get(id(1))).toEqual({ n: 2 });
+    expect(a.db.prepare('SELECT count(*) AS n FROM entries WHERE transaction_id = ?').get(id(1))).toEqual({ n: 2 });
   });
 
   it('past transactionRetriesMax the request fails with BUSY (retryable) naming the limit, and writes nothing', async () => {
@@ -83,7 +105,9 @@ describe.skipIf(!URL)('two engines on one PostgreSQL database: lost races run ag
     const rivals = clock.posted;
     expect(rivals).toBeGreaterThanOrEqual(3);
     expect(balanceOf(a, id(1)).settled.drBalance.units).toBe(String(rivals));
-    expect(a.db.prepare('SELECT count(*) AS n FROM transactions WHERE transaction_id = ?').get(id(1))).toEqual({ n: 0 });
+    expect(a.db.prepare('SELECT count(*) AS n FROM transactions WHERE transaction_id = ?').get(id(1))).toEqual({
+      n: 0,
+    });
     // And A's next request, with nobody racing it, goes through.
     ok(a, POST, transfer(1));
     expect(balanceOf(a, id(1)).settled.drBalance.units).toBe(String(rivals + 10));
@@ -111,7 +135,10 @@ describe.skipIf(!URL)('two engines on one PostgreSQL database: lost races run ag
       },
     });
     clock.races = 1;
-    const run = ok(a, `mutation { actions { invokeAction(name: "swallow", input: {executionId: "${id(50)}", actionVersion: 1, input: {}}) { status output } } }`).actions.invokeAction;
+    const run = ok(
+      a,
+      `mutation { actions { invokeAction(name: "swallow", input: {executionId: "${id(50)}", actionVersion: 1, input: {}}) { status output } } }`,
+    ).actions.invokeAction;
     expect(run).toEqual({ status: 'SUCCEEDED', output: { posted: true } });
     expect(a.transactionRetries).toBeGreaterThanOrEqual(1);
     expect(balanceOf(a, id(1)).settled.drBalance.units).toBe(String(10 + clock.posted));
@@ -122,7 +149,11 @@ describe.skipIf(!URL)('two engines on one PostgreSQL database: lost races run ag
     const { a, clock } = await pair();
     clock.input = () => transfer(1).input;
     clock.races = 1;
-    const answer = ok(a, `mutation($input: TransactionInput!) { postTransaction(input: $input) { transactionId description } }`, transfer(1));
+    const answer = ok(
+      a,
+      `mutation($input: TransactionInput!) { postTransaction(input: $input) { transactionId description } }`,
+      transfer(1),
+    );
     expect(answer.postTransaction.transactionId).toBe(id(1));
     expect(a.transactionRetries).toBeGreaterThanOrEqual(1);
     expect(a.db.prepare('SELECT count(*) AS n FROM transactions').get()).toEqual({ n: 1 });
@@ -132,16 +163,21 @@ describe.skipIf(!URL)('two engines on one PostgreSQL database: lost races run ag
   it('a group of requests that lost a race runs again, one request per transaction: every request answers as if alone', async () => {
     const { a, clock } = await pair();
     clock.races = 1;
-    const answers = a.executeBatch([1, 2, 3].map((n) => ({ request: { query: POST, variables: transfer(n, String(n)) } })));
+    const answers = a.executeBatch(
+      [1, 2, 3].map((n) => ({ request: { query: POST, variables: transfer(n, String(n)) } })),
+    );
     expect(answers.map((x) => x.errors)).toEqual([undefined, undefined, undefined]);
-    expect(answers.map((x) => (x.data as { postTransaction: { transactionId: string } }).postTransaction.transactionId)).toEqual([id(1), id(2), id(3)]);
+    expect(
+      answers.map((x) => (x.data as { postTransaction: { transactionId: string } }).postTransaction.transactionId),
+    ).toEqual([id(1), id(2), id(3)]);
     expect(a.transactionRetries).toBe(1);
     expect(balanceOf(a, id(1)).settled.drBalance.units).toBe('7');
   });
 
   it('after a lost race the next groups are smaller, and grow back by one with each group that commits', async () => {
     const { a, clock } = await pair(undefined, { writeBatchWaitMs: 60_000 });
-    const group = (first: number) => a.executeGroup([0, 1, 2, 3].map((n) => ({ request: { query: POST, variables: transfer(first + n, '1') } })));
+    const group = (first: number) =>
+      a.executeGroup([0, 1, 2, 3].map((n) => ({ request: { query: POST, variables: transfer(first + n, '1') } })));
     expect(group(10).filter((x) => x !== undefined)).toHaveLength(4);
     clock.races = 1;
     // The race dooms the group at its first request: that one runs again alone, the others wait for the next group.
@@ -160,14 +196,23 @@ describe.skipIf(!URL)('a PostgreSQL database made before entry seq blocks', () =
     createAccount(first, 1);
     createAccount(first, 2);
     createTransferCode(first);
-    for (let n = 1; n <= 3; n++) ok(first, POST, { input: { transactionId: id(n), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } } });
+    for (let n = 1; n <= 3; n++)
+      ok(first, POST, {
+        input: { transactionId: id(n), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } },
+      });
     // As the first PostgreSQL schemas were: no sequence, entries numbered from 1 up.
-    first.db.exec('DROP SEQUENCE tally_entry_seq_blocks; UPDATE entries SET seq = seq - 1024 * ((seq - 1) / 1024) + 2 * ((seq - 1) / 1024)');
-    first.db.exec('UPDATE transactions SET first_entry_seq = (SELECT min(seq) FROM entries e WHERE e.transaction_id = transactions.transaction_id)');
+    first.db.exec(
+      'DROP SEQUENCE tally_entry_seq_blocks; UPDATE entries SET seq = seq - 1024 * ((seq - 1) / 1024) + 2 * ((seq - 1) / 1024)',
+    );
+    first.db.exec(
+      'UPDATE transactions SET first_entry_seq = (SELECT min(seq) FROM entries e WHERE e.transaction_id = transactions.transaction_id)',
+    );
     first.close();
     const last = (await newEngine({ path })) as Engine;
     try {
-      ok(last, POST, { input: { transactionId: id(4), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } } });
+      ok(last, POST, {
+        input: { transactionId: id(4), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } },
+      });
       const seqs = last.db.prepare<[], number>('SELECT seq FROM entries ORDER BY seq').pluck().all();
       expect(seqs.slice(0, 6)).toEqual([1, 2, 3, 4, 5, 6]);
       expect(seqs.slice(6)).toEqual([1025, 1026]);
@@ -188,7 +233,9 @@ describe.skipIf(!URL)('entriesPerTransactionMax on PostgreSQL', () => {
     });
     // Nothing was created in the schema.
     const check = new PgConnection(path);
-    expect(check.prepare("SELECT count(*) FROM pg_class WHERE relnamespace = current_schema()::regnamespace").pluck().get()).toBe(0);
+    expect(
+      check.prepare('SELECT count(*) FROM pg_class WHERE relnamespace = current_schema()::regnamespace').pluck().get(),
+    ).toBe(0);
     check.close();
     (await newEngine({ path, limits: { entriesPerTransactionMax: 1024 } })).close();
   });
@@ -200,25 +247,37 @@ describe.skipIf(!URL)('workers in other processes wake on LISTEN/NOTIFY', () => 
     const starter = await newEngine({ path });
     const runner = await newEngine({ path });
     try {
-      ok(starter, `mutation($input: ActionInput!) { actions { createAction(id: "${id(1)}", input: $input) { version } } }`, {
-        input: { name: 'noop', kind: 'tool', config: { runtime: 'javascript', src: 'function run(event) { return { ok: true }; }' } },
-      });
+      ok(
+        starter,
+        `mutation($input: ActionInput!) { actions { createAction(id: "${id(1)}", input: $input) { version } } }`,
+        {
+          input: {
+            name: 'noop',
+            kind: 'tool',
+            config: { runtime: 'javascript', src: 'function run(event) { return { ok: true }; }' },
+          },
+        },
+      );
       let ran = 0;
       // It would poll once a minute: only the notification can wake it within the test.
       const worker = runner.createWorker({ pollMs: 60_000, onAttempt: () => ran++ });
       worker.start();
       await new Promise((r) => setTimeout(r, 200));
       const began = Date.now();
-      ok(starter, `mutation { actions { startAction(id: "${id(1)}", input: {executionId: "${id(77)}", input: {}}) { status } } }`);
+      ok(
+        starter,
+        `mutation { actions { startAction(id: "${id(1)}", input: {executionId: "${id(77)}", input: {}}) { status } } }`,
+      );
       while (ran === 0 && Date.now() - began < 10_000) await new Promise((r) => setTimeout(r, 10));
       await worker.stop();
       expect(ran).toBe(1);
       expect(Date.now() - began).toBeLessThan(10_000);
-      expect(starter.db.prepare('SELECT status FROM executions WHERE execution_id = ?').get(id(77))).toEqual({ status: 'SUCCEEDED' });
+      expect(starter.db.prepare('SELECT status FROM executions WHERE execution_id = ?').get(id(77))).toEqual({
+        status: 'SUCCEEDED',
+      });
     } finally {
       starter.close();
       runner.close();
     }
   });
 });
-

@@ -20,7 +20,11 @@ interface Server {
   endpoint: string;
 }
 
-async function gql(endpoint: string, query: string, variables?: Record<string, unknown>): Promise<{ data?: any; errors?: Array<{ message: string; extensions?: { code?: string } }> }> {
+async function gql(
+  endpoint: string,
+  query: string,
+  variables?: Record<string, unknown>,
+): Promise<{ data?: any; errors?: Array<{ message: string; extensions?: { code?: string } }> }> {
   const response = await fetch(endpoint, {
     method: 'POST',
     headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
@@ -40,13 +44,24 @@ describe.skipIf(!URL)('four tally serve processes on one PostgreSQL database', (
     try {
       const setup = servers[0]!.endpoint;
       for (const [i, accountId] of HOT.entries()) {
-        expect((await gql(setup, 'mutation($a: UUID!, $c: String!) { createAccount(input: {accountId: $a, code: $c, name: $c}) { code } }', { a: accountId, c: `HOT-${i}` })).errors).toBeUndefined();
+        expect(
+          (
+            await gql(
+              setup,
+              'mutation($a: UUID!, $c: String!) { createAccount(input: {accountId: $a, code: $c, name: $c}) { code } }',
+              { a: accountId, c: `HOT-${i}` },
+            )
+          ).errors,
+        ).toBeUndefined();
       }
-      const code = await gql(setup, `mutation { createTranCode(input: {tranCodeId: "${id(9000)}", code: "TRANSFER",
+      const code = await gql(
+        setup,
+        `mutation { createTranCode(input: {tranCodeId: "${id(9000)}", code: "TRANSFER",
         params: [{name: "from", type: UUID}, {name: "to", type: UUID}, {name: "amount", type: DECIMAL}, {name: "currency", type: STRING}],
         transaction: {effective: "date.Today()"},
         entries: [{accountId: "params.from", units: "params.amount", currency: "params.currency", direction: "DEBIT", layer: "SETTLED"},
-                  {accountId: "params.to", units: "params.amount", currency: "params.currency", direction: "CREDIT", layer: "SETTLED"}]}) { code } }`);
+                  {accountId: "params.to", units: "params.amount", currency: "params.currency", direction: "CREDIT", layer: "SETTLED"}]}) { code } }`,
+      );
       expect(code.errors).toBeUndefined();
 
       const CLIENTS = 8;
@@ -59,7 +74,16 @@ describe.skipIf(!URL)('four tally serve processes on one PostgreSQL database', (
           const transactionId = id(1_000_000 + c * 1000 + n);
           const from = HOT[(c + n) % 3]!;
           const to = HOT[(c + n + 1 + (n % 2)) % 3]!;
-          const input = { transactionId, tranCode: 'TRANSFER', params: { from, to, amount: `${1 + ((c * 7 + n * 13) % 997)}.${String(n % 100).padStart(2, '0')}`, currency: CURRENCIES[n % 2] } };
+          const input = {
+            transactionId,
+            tranCode: 'TRANSFER',
+            params: {
+              from,
+              to,
+              amount: `${1 + ((c * 7 + n * 13) % 997)}.${String(n % 100).padStart(2, '0')}`,
+              currency: CURRENCIES[n % 2],
+            },
+          };
           sent++;
           // Until acknowledged: the same request (the transaction id is its idempotency key) to the next process.
           for (let attempt = 0; ; attempt++) {
@@ -114,10 +138,14 @@ describe.skipIf(!URL)('four tally serve processes on one PostgreSQL database', (
           )
           .all();
         expect(mismatched).toEqual([]);
-        expect(check.prepare('SELECT count(*) AS n FROM balances').get()).toEqual({ n: HOT.length * CURRENCIES.length });
+        expect(check.prepare('SELECT count(*) AS n FROM balances').get()).toEqual({
+          n: HOT.length * CURRENCIES.length,
+        });
         // Debits equal credits per currency and layer.
         const unbalanced = check
-          .prepare("SELECT currency, layer FROM entries GROUP BY currency, layer HAVING sum(CASE WHEN direction = 'DEBIT' THEN units::numeric ELSE -units::numeric END) <> 0")
+          .prepare(
+            "SELECT currency, layer FROM entries GROUP BY currency, layer HAVING sum(CASE WHEN direction = 'DEBIT' THEN units::numeric ELSE -units::numeric END) <> 0",
+          )
           .all();
         expect(unbalanced).toEqual([]);
       } finally {

@@ -36,18 +36,32 @@ function connect(): PgConnection {
 
 describe('SQLite statements in PostgreSQL’s dialect', () => {
   it('numbers parameters in order of first use, keeps literals, comments and casts, rewrites INSERT OR IGNORE', () => {
-    expect(toPostgres("SELECT * FROM t WHERE a = ? AND b = @b AND c = ? AND d = @b AND e = '?' -- ?\n AND f::text = :f")).toEqual({
+    expect(
+      toPostgres("SELECT * FROM t WHERE a = ? AND b = @b AND c = ? AND d = @b AND e = '?' -- ?\n AND f::text = :f"),
+    ).toEqual({
       text: "SELECT * FROM t WHERE a = $1 AND b = $2 AND c = $3 AND d = $2 AND e = '?' -- ?\n AND f::text = $4",
-      bindings: [{ kind: 'positional', index: 0 }, { kind: 'named', name: 'b' }, { kind: 'positional', index: 1 }, { kind: 'named', name: 'f' }],
+      bindings: [
+        { kind: 'positional', index: 0 },
+        { kind: 'named', name: 'b' },
+        { kind: 'positional', index: 1 },
+        { kind: 'named', name: 'f' },
+      ],
       returnsRows: true,
     });
-    expect(toPostgres('INSERT OR IGNORE INTO t (a) VALUES (?) RETURNING a').text).toBe('INSERT INTO t (a) VALUES ($1) ON CONFLICT DO NOTHING RETURNING a');
-    expect(toPostgres('INSERT OR IGNORE INTO t (a) VALUES (?)')).toMatchObject({ text: 'INSERT INTO t (a) VALUES ($1) ON CONFLICT DO NOTHING', returnsRows: false });
+    expect(toPostgres('INSERT OR IGNORE INTO t (a) VALUES (?) RETURNING a').text).toBe(
+      'INSERT INTO t (a) VALUES ($1) ON CONFLICT DO NOTHING RETURNING a',
+    );
+    expect(toPostgres('INSERT OR IGNORE INTO t (a) VALUES (?)')).toMatchObject({
+      text: 'INSERT INTO t (a) VALUES ($1) ON CONFLICT DO NOTHING',
+      returnsRows: false,
+    });
     expect(toPostgres("SELECT ifnull(a, 'ifnull(')")).toMatchObject({ text: "SELECT coalesce(a, 'ifnull(')" });
     expect(toPostgres('WITH x AS (SELECT 1) UPDATE t SET a = 1').returnsRows).toBe(false);
     expect(toPostgres('WITH RECURSIVE x(n) AS (SELECT 1) SELECT n FROM x').returnsRows).toBe(true);
     expect(toPostgres('UPDATE t SET a = 1 RETURNING a').returnsRows).toBe(true);
-    expect(toPostgres("SELECT CAST(e.links -> @set ->> 0 AS BIGINT), links -> ? ->> 2, '{\"a\":1}' -> 'a' FROM e").text).toBe(
+    expect(
+      toPostgres("SELECT CAST(e.links -> @set ->> 0 AS BIGINT), links -> ? ->> 2, '{\"a\":1}' -> 'a' FROM e").text,
+    ).toBe(
       "SELECT CAST(CAST(e.links AS json) -> $1 ->> 0 AS BIGINT), CAST(links AS json) -> $2 ->> 2, '{\"a\":1}' -> 'a' FROM e",
     );
   });
@@ -76,7 +90,13 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
     db.exec('CREATE TABLE kv (k TEXT PRIMARY KEY, n BIGINT, flag BOOLEAN, amount NUMERIC, data BYTEA)');
     const insert = db.prepare('INSERT INTO kv (k, n, flag, amount, data) VALUES (?, ?, ?, ?, ?)');
     expect(insert.run('a', 1, true, '1.50', Buffer.from([1, 2]))).toEqual({ changes: 1, lastInsertRowid: 0 });
-    expect(db.prepare('SELECT * FROM kv WHERE k = @k').get({ k: 'a' })).toEqual({ k: 'a', n: 1, flag: 1, amount: '1.50', data: Buffer.from([1, 2]) });
+    expect(db.prepare('SELECT * FROM kv WHERE k = @k').get({ k: 'a' })).toEqual({
+      k: 'a',
+      n: 1,
+      flag: 1,
+      amount: '1.50',
+      data: Buffer.from([1, 2]),
+    });
     expect(db.prepare('SELECT k FROM kv WHERE k = ?').get('none')).toBeUndefined();
     const ignore = db.prepare('INSERT OR IGNORE INTO kv (k, n) VALUES (?, ?)');
     expect(ignore.run('a', 2).changes).toBe(0);
@@ -87,7 +107,13 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
     expect(() => db.prepare('SELECT k FROM kv WHERE k = @k').get({})).toThrow(/missing named parameter "k"/);
     expect(() => db.prepare('UPDATE kv SET n = 0').get()).toThrow(/returns no rows/);
     // libpq would cut a value at U+0000: refused instead, as a bad value.
-    const nul = (() => { try { insert.run('c\u0000d', 1, false, '0', null); } catch (error) { return mapDriverError(error); } })() as EngineError;
+    const nul = (() => {
+      try {
+        insert.run('c\u0000d', 1, false, '0', null);
+      } catch (error) {
+        return mapDriverError(error);
+      }
+    })() as EngineError;
     expect(nul.code).toBe('BAD_REQUEST');
     expect(db.prepare('SELECT count(*) AS n FROM kv').get()).toEqual({ n: 2 });
   });
@@ -106,19 +132,44 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
       insert.run(3);
     })();
     expect(db.inTransaction).toBe(false);
-    expect(() => db.transaction(() => { insert.run(4); throw new Error('outer fails'); })()).toThrow('outer fails');
+    expect(() =>
+      db.transaction(() => {
+        insert.run(4);
+        throw new Error('outer fails');
+      })(),
+    ).toThrow('outer fails');
     expect(db.prepare('SELECT n FROM t ORDER BY n').pluck().all()).toEqual([1, 3]);
   });
 
   it('errors carry their SQLSTATE and map to the engine’s codes; a bad URL names the server without its password', () => {
-    db.exec('CREATE TABLE parent (id TEXT PRIMARY KEY); CREATE TABLE child (id TEXT PRIMARY KEY, parent TEXT REFERENCES parent(id))');
+    db.exec(
+      'CREATE TABLE parent (id TEXT PRIMARY KEY); CREATE TABLE child (id TEXT PRIMARY KEY, parent TEXT REFERENCES parent(id))',
+    );
     db.prepare('INSERT INTO parent (id) VALUES (?)').run('p');
-    const duplicate = (() => { try { db.prepare('INSERT INTO parent (id) VALUES (?)').run('p'); } catch (error) { return mapDriverError(error); } })();
+    const duplicate = (() => {
+      try {
+        db.prepare('INSERT INTO parent (id) VALUES (?)').run('p');
+      } catch (error) {
+        return mapDriverError(error);
+      }
+    })();
     expect(duplicate).toBeInstanceOf(EngineError);
     expect((duplicate as EngineError).code).toBe('ALREADY_EXISTS');
-    const orphan = (() => { try { db.prepare('INSERT INTO child (id, parent) VALUES (?, ?)').run('c', 'nope'); } catch (error) { return mapDriverError(error); } })();
+    const orphan = (() => {
+      try {
+        db.prepare('INSERT INTO child (id, parent) VALUES (?, ?)').run('c', 'nope');
+      } catch (error) {
+        return mapDriverError(error);
+      }
+    })();
     expect((orphan as EngineError).code).toBe('NOT_FOUND');
-    const bad = (() => { try { new PgConnection('postgres://tally:s3cret@127.0.0.1:1/none'); } catch (error) { return error; } })() as EngineError;
+    const bad = (() => {
+      try {
+        new PgConnection('postgres://tally:s3cret@127.0.0.1:1/none');
+      } catch (error) {
+        return error;
+      }
+    })() as EngineError;
     expect(bad.code).toBe('BAD_REQUEST');
     expect(bad.message).toContain('postgres://tally:***@127.0.0.1:1/none');
     expect(bad.message).not.toContain('s3cret');
@@ -151,57 +202,111 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
     const TOP = id(51);
     const page = `entries(first: 200) { nodes { entryId } }`;
     const reads = (e: Awaited<ReturnType<typeof newEngine>>) =>
-      ok(e, `{ s: accountSet(id: "${SET}") { ${page} usd: balance(currency: "USD") { version history(first: 200) { nodes { version settled { normalBalance { units } } } } }
+      ok(
+        e,
+        `{ s: accountSet(id: "${SET}") { ${page} usd: balance(currency: "USD") { version history(first: 200) { nodes { version settled { normalBalance { units } } } } }
         eur: balance(currency: "EUR") { history(first: 200) { nodes { version settled { normalBalance { units } } } } } }
-        t: accountSet(id: "${TOP}") { ${page} balance(currency: "USD") { history(first: 200) { nodes { version } } } } }`);
+        t: accountSet(id: "${TOP}") { ${page} balance(currency: "USD") { history(first: 200) { nodes { version } } } } }`,
+      );
     try {
       let engine = await newEngine({ path: url });
       createTransferCode(engine);
       createAccount(engine, 1, { normalBalanceType: 'DEBIT' });
       createAccount(engine, 2);
       ok(engine, `mutation { createAccountSet(input: {accountSetId: "${TOP}", name: "top"}) { version } }`);
-      ok(engine, `mutation { createAccountSet(input: {accountSetId: "${SET}", name: "S", accountSetIds: ["${TOP}"]}) { version } }`);
-      ok(engine, `mutation { addToAccountSet(id: "${SET}", member: {memberType: ACCOUNT, memberId: "${id(2)}"}) { version } }`);
+      ok(
+        engine,
+        `mutation { createAccountSet(input: {accountSetId: "${SET}", name: "S", accountSetIds: ["${TOP}"]}) { version } }`,
+      );
+      ok(
+        engine,
+        `mutation { addToAccountSet(id: "${SET}", member: {memberType: ACCOUNT, memberId: "${id(2)}"}) { version } }`,
+      );
       const post = (from: number, to: number) => {
-        for (let n = from; n <= to; n++) ok(engine, POST, { input: { transactionId: id(10_000 + n), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: `${n}.5`, currency: n % 4 ? 'USD' : 'EUR' } } });
+        for (let n = from; n <= to; n++)
+          ok(engine, POST, {
+            input: {
+              transactionId: id(10_000 + n),
+              tranCode: 'TRANSFER',
+              params: { from: id(1), to: id(2), amount: `${n}.5`, currency: n % 4 ? 'USD' : 'EUR' },
+            },
+          });
       };
       post(1, 90);
       const before = reads(engine);
-      const links = () => (admin.prepare('SELECT seq, set_links FROM entries WHERE set_links IS NOT NULL ORDER BY seq').all() as Array<{ seq: number; set_links: string }>).map((l) => ({ seq: Number(l.seq), links: JSON.parse(l.set_links) }));
+      const links = () =>
+        (
+          admin.prepare('SELECT seq, set_links FROM entries WHERE set_links IS NOT NULL ORDER BY seq').all() as Array<{
+            seq: number;
+            set_links: string;
+          }>
+        ).map((l) => ({ seq: Number(l.seq), links: JSON.parse(l.set_links) }));
       const written = links();
       expect(written.length).toBe(90);
-      const chains = () => admin.prepare('SELECT seq, account_prev FROM entries ORDER BY seq').all().map((r) => ({ ...(r as object) }));
+      const chains = () =>
+        admin
+          .prepare('SELECT seq, account_prev FROM entries ORDER BY seq')
+          .all()
+          .map((r) => ({ ...(r as object) }));
       const accountChains = chains();
-      const heads = () => admin.prepare('SELECT account_id, journal_id, currency, log_head, log_count FROM balances ORDER BY 1, 2, 3').all();
+      const heads = () =>
+        admin
+          .prepare('SELECT account_id, journal_id, currency, log_head, log_count FROM balances ORDER BY 1, 2, 3')
+          .all();
       const headsBefore = heads();
       engine.close();
       // What schema 16 kept: entries by account in an index, a row per entry and set, nothing in the entries.
-      admin.exec(`${UNDO_MIGRATION_18} ALTER TABLE set_entry_marks RENAME CONSTRAINT entry_marks_pkey TO set_entry_marks_pkey;`);
+      admin.exec(
+        `${UNDO_MIGRATION_18} ALTER TABLE set_entry_marks RENAME CONSTRAINT entry_marks_pkey TO set_entry_marks_pkey;`,
+      );
       admin.exec(`CREATE TABLE set_entry_log (seq BIGINT NOT NULL, account_set_id TEXT NOT NULL, prev_seq BIGINT, balance_version BIGINT, balance_after TEXT, PRIMARY KEY (seq, account_set_id));
         INSERT INTO set_entry_log SELECT e.seq, l.key, (l.value ->> 0)::bigint, (l.value ->> 1)::bigint, l.value ->> 2 FROM entries e, json_each(e.set_links::json) l WHERE e.set_links IS NOT NULL;
         ALTER TABLE entries DROP COLUMN set_links;
         UPDATE schema_version SET version = 16 WHERE name = 'tally'`);
       engine = await newEngine({ path: url });
-      expect(admin.prepare("SELECT version FROM schema_version WHERE name = 'tally'").pluck().get()).toBe(POSTGRES_BASELINE);
-      expect(admin.prepare("SELECT count(*) FROM pg_class WHERE relname = 'set_entry_log' AND relnamespace = current_schema()::regnamespace").pluck().get()).toBe(0);
+      expect(admin.prepare("SELECT version FROM schema_version WHERE name = 'tally'").pluck().get()).toBe(
+        POSTGRES_BASELINE,
+      );
+      expect(
+        admin
+          .prepare(
+            "SELECT count(*) FROM pg_class WHERE relname = 'set_entry_log' AND relnamespace = current_schema()::regnamespace",
+          )
+          .pluck()
+          .get(),
+      ).toBe(0);
       expect(links()).toEqual(written);
       expect(chains()).toEqual(accountChains);
       expect(heads()).toEqual(headsBefore);
-      expect(admin.prepare("SELECT count(*) FROM pg_indexes WHERE indexname = 'entries_by_account' AND schemaname = current_schema()").pluck().get()).toBe(0);
+      expect(
+        admin
+          .prepare(
+            "SELECT count(*) FROM pg_indexes WHERE indexname = 'entries_by_account' AND schemaname = current_schema()",
+          )
+          .pluck()
+          .get(),
+      ).toBe(0);
       expect(reads(engine)).toEqual(before);
       post(91, 130);
       const after = reads(engine);
       expect(after.s.entries.nodes.length).toBe(130);
-      expect(after.s.usd.history.nodes.map((v: { version: number }) => v.version)).toEqual(Array.from({ length: after.s.usd.version }, (_, i) => after.s.usd.version - i));
+      expect(after.s.usd.history.nodes.map((v: { version: number }) => v.version)).toEqual(
+        Array.from({ length: after.s.usd.version }, (_, i) => after.s.usd.version - i),
+      );
       engine.close();
       // The same tables and columns (names and types) as a database made new.
       const columns = (of: string) =>
-        admin.prepare('SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = ? ORDER BY table_name, column_name').all(of);
+        admin
+          .prepare(
+            'SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = ? ORDER BY table_name, column_name',
+          )
+          .all(of);
       const fresh = `${schema}_new`;
       admin.exec(`CREATE SCHEMA ${fresh}; SET search_path TO ${fresh}`);
       migratePostgres(admin);
       expect(columns(name)).toEqual(columns(fresh));
-      const indexes = (of: string) => admin.prepare('SELECT tablename, indexname FROM pg_indexes WHERE schemaname = ? ORDER BY 1, 2').all(of);
+      const indexes = (of: string) =>
+        admin.prepare('SELECT tablename, indexname FROM pg_indexes WHERE schemaname = ? ORDER BY 1, 2').all(of);
       expect(indexes(name)).toEqual(indexes(fresh));
       admin.exec(`DROP SCHEMA ${fresh} CASCADE`);
     } finally {
@@ -217,8 +322,15 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
       migratePostgres(fresh);
       const as = fresh as unknown as Db;
       const groups = {
-        ledger: ledgerStatements(as), vel: velocityStatements(as), calc: calculationStatements(as), views: viewStatements(as),
-        actions: actionStatements(as), queue: queueStatements(as), auth: authStatements(as), sessions: sessionStatements(as), skills: skillStatements(as),
+        ledger: ledgerStatements(as),
+        vel: velocityStatements(as),
+        calc: calculationStatements(as),
+        views: viewStatements(as),
+        actions: actionStatements(as),
+        queue: queueStatements(as),
+        auth: authStatements(as),
+        sessions: sessionStatements(as),
+        skills: skillStatements(as),
       };
       const failures: string[] = [];
       let prepared = 0;
@@ -233,7 +345,8 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
         } else if (typeof value === 'function' && 'all' in value) {
           // Statements by a number (byColumns, byRows), prepared on first use: every one.
           (value as ByNumber<unknown>).all().forEach((statement, i) => visit(statement, `${name}(${i + 1})`));
-        } else if (value && typeof value === 'object') for (const [k, v] of Object.entries(value)) visit(v, `${name}.${k}`);
+        } else if (value && typeof value === 'object')
+          for (const [k, v] of Object.entries(value)) visit(v, `${name}.${k}`);
       };
       visit(groups, 'st');
       expect(failures).toEqual([]);
@@ -265,14 +378,26 @@ describe.skipIf(!URL)('the PostgreSQL driver, on a real server', () => {
     try {
       expect(output()).not.toContain('s3cret');
       const post = async (query: string) =>
-        (await (await fetch(endpoint, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: JSON.stringify({ query }) })).json()) as { data: any; errors?: unknown };
-      expect((await post('mutation { createAccount(input: {accountId: "00000000-0000-4000-8000-000000000001", code: "A1", name: "A"}) { code } }')).data).toEqual({ createAccount: { code: 'A1' } });
+        (await (
+          await fetch(endpoint, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+            body: JSON.stringify({ query }),
+          })
+        ).json()) as { data: any; errors?: unknown };
+      expect(
+        (
+          await post(
+            'mutation { createAccount(input: {accountId: "00000000-0000-4000-8000-000000000001", code: "A1", name: "A"}) { code } }',
+          )
+        ).data,
+      ).toEqual({ createAccount: { code: 'A1' } });
       expect((await post('{ account(code: "A1") { code } }')).data).toEqual({ account: { code: 'A1' } });
       // The accounts are in the schema of the URL.
       const check = connect();
       check.exec(`SET search_path TO ${schema}_cli`);
       expect(check.prepare('SELECT code FROM accounts WHERE code = ?').pluck().all('A1')).toEqual(['A1']);
-      expect(check.prepare("SELECT count(*) FROM actions").pluck().get()).toBeGreaterThan(0);
+      expect(check.prepare('SELECT count(*) FROM actions').pluck().get()).toBeGreaterThan(0);
       check.exec(`DROP SCHEMA ${schema}_cli CASCADE`);
       check.close();
     } finally {

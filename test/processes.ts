@@ -24,7 +24,11 @@ export function exited(child: ChildProcess): Promise<number | null> {
  * `tally serve --db <db> --port 0` as a child process, with `key` as its admin key; resolves once
  * it listens, with its GraphQL endpoint.
  */
-export async function serveProcess(db: string, key: string, args: string[] = []): Promise<{ child: import('node:child_process').ChildProcess; endpoint: string; output: () => string }> {
+export async function serveProcess(
+  db: string,
+  key: string,
+  args: string[] = [],
+): Promise<{ child: import('node:child_process').ChildProcess; endpoint: string; output: () => string }> {
   const { spawn } = await import('node:child_process');
   const { join } = await import('node:path');
   const bin = join(import.meta.dirname, '..', 'bin', 'tally.mjs');

@@ -19,7 +19,9 @@ export function bankTimes(copies: number): string {
   const sets = read('account-sets.json');
   const velocity = read('velocity.json');
   const tranCodes = readdirSync(join(BANK, 'tran-codes')).map((f) => basename(f, '.json'));
-  const tools = readdirSync(join(BANK, 'tools')).filter((f) => f.endsWith('.js')).map((f) => basename(f, '.js'));
+  const tools = readdirSync(join(BANK, 'tools'))
+    .filter((f) => f.endsWith('.js'))
+    .map((f) => basename(f, '.js'));
   for (let k = 1; k < copies; k++) {
     // A copy's ids: b0000000-… becomes b00000kk-… (hex; copies up to 99).
     const ids = (text: string) => text.replace(/b0000000-/g, `b00000${String(k).padStart(2, '0')}-`);
@@ -33,16 +35,25 @@ export function bankTimes(copies: number): string {
       let out = ids(text);
       for (const code of tranCodes) out = out.replace(new RegExp(`(['"])${code}\\1`, 'g'), `$1${code}_${k}$1`);
       for (const tool of tools) {
-        out = out.replace(new RegExp(`"name": "${tool}"`, 'g'), `"name": "${tool}_${k}"`).replace(new RegExp(`\\btools\\.${tool}\\(`, 'g'), `tools.${tool}_${k}(`);
+        out = out
+          .replace(new RegExp(`"name": "${tool}"`, 'g'), `"name": "${tool}_${k}"`)
+          .replace(new RegExp(`\\btools\\.${tool}\\(`, 'g'), `tools.${tool}_${k}(`);
         out = out.replace(new RegExp(`(== ')${tool}(')`, 'g'), `$1${tool}_${k}$2`);
       }
       return out;
     };
-    for (const code of tranCodes) writeFileSync(join(dir, 'tran-codes', `${code}_${k}.json`), renamed(readFileSync(join(BANK, 'tran-codes', `${code}.json`), 'utf8')));
+    for (const code of tranCodes)
+      writeFileSync(
+        join(dir, 'tran-codes', `${code}_${k}.json`),
+        renamed(readFileSync(join(BANK, 'tran-codes', `${code}.json`), 'utf8')),
+      );
     for (const tool of tools) {
       for (const ext of ['.js', '.json']) {
         const text = readFileSync(join(BANK, 'tools', `${tool}${ext}`), 'utf8');
-        writeFileSync(join(dir, 'tools', `${tool}_${k}${ext}`), ext === '.json' ? renamed(text).replace(/"aliases": \[[^\]]*\],?/, '') : renamed(text));
+        writeFileSync(
+          join(dir, 'tools', `${tool}_${k}${ext}`),
+          ext === '.json' ? renamed(text).replace(/"aliases": \[[^\]]*\],?/, '') : renamed(text),
+        );
       }
     }
   }

@@ -35,7 +35,11 @@ async function prepare(executions: number): Promise<string> {
     },
   });
   for (let i = 0; i < executions; i++) {
-    ok(engine, `mutation($e: UUID!) { actions { startAction(id: "${id(1)}", input: {executionId: $e, input: {}}) { status } } }`, { e: id(10_000 + i) });
+    ok(
+      engine,
+      `mutation($e: UUID!) { actions { startAction(id: "${id(1)}", input: {executionId: $e, input: {}}) { status } } }`,
+      { e: id(10_000 + i) },
+    );
   }
   engine.close();
   return path;
@@ -45,19 +49,35 @@ function worker(path: string, ...args: string[]): ChildProcess {
   return spawn(process.execPath, [BIN, 'worker', '--db', path, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
 }
 
-
-
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function facts(path: string) {
-  const db = ON_POSTGRES ? (new PgConnection(path) as unknown as Database.Database) : new Database(path, { readonly: true });
+  const db = ON_POSTGRES
+    ? (new PgConnection(path) as unknown as Database.Database)
+    : new Database(path, { readonly: true });
   const result = {
-    statuses: db.prepare("SELECT status, count(*) AS n FROM executions WHERE parent_id IS NULL GROUP BY status").all() as Array<{ status: string; n: number }>,
+    statuses: db
+      .prepare('SELECT status, count(*) AS n FROM executions WHERE parent_id IS NULL GROUP BY status')
+      .all() as Array<{ status: string; n: number }>,
     transactions: (db.prepare('SELECT count(*) AS n FROM transactions').get() as { n: number }).n,
-    invocationsPerExecution: db.prepare('SELECT max(n) AS most, min(n) AS least FROM (SELECT count(*) AS n FROM invocations GROUP BY execution_id) AS per_execution').get() as { most: number; least: number },
-    attempts: db.prepare('SELECT max(attempt) AS most FROM executions WHERE parent_id IS NULL').get() as { most: number },
-    balances: db.prepare("SELECT account_id, settled_dr, settled_cr FROM balances ORDER BY account_id").all() as Array<{ account_id: string; settled_dr: string; settled_cr: string }>,
-    owners: (db.prepare('SELECT DISTINCT lease_owner FROM executions WHERE lease_owner IS NOT NULL').all() as Array<{ lease_owner: string }>).map((r) => r.lease_owner),
+    invocationsPerExecution: db
+      .prepare(
+        'SELECT max(n) AS most, min(n) AS least FROM (SELECT count(*) AS n FROM invocations GROUP BY execution_id) AS per_execution',
+      )
+      .get() as { most: number; least: number },
+    attempts: db.prepare('SELECT max(attempt) AS most FROM executions WHERE parent_id IS NULL').get() as {
+      most: number;
+    },
+    balances: db.prepare('SELECT account_id, settled_dr, settled_cr FROM balances ORDER BY account_id').all() as Array<{
+      account_id: string;
+      settled_dr: string;
+      settled_cr: string;
+    }>,
+    owners: (
+      db.prepare('SELECT DISTINCT lease_owner FROM executions WHERE lease_owner IS NOT NULL').all() as Array<{
+        lease_owner: string;
+      }>
+    ).map((r) => r.lease_owner),
     queued: (db.prepare("SELECT count(*) AS n FROM executions WHERE status = 'QUEUED'").get() as { n: number }).n,
   };
   db.close();

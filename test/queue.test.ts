@@ -16,7 +16,10 @@ const EXECUTION = `query($e: UUID!) { actions { execution(executionId: $e) { sta
   invocations { attempt status error { code } started finished } children { kind status } } } }`;
 
 function tool(n: number, name: string, src: string, extra: Record<string, unknown> = {}): string {
-  ok(engine, CREATE, { id: id(n), input: { name, kind: 'tool', config: { runtime: 'javascript', src }, policies: ALLOW_ALL, ...extra } });
+  ok(engine, CREATE, {
+    id: id(n),
+    input: { name, kind: 'tool', config: { runtime: 'javascript', src }, policies: ALLOW_ALL, ...extra },
+  });
   return id(n);
 }
 
@@ -41,15 +44,24 @@ describe('startAction', () => {
   it('a start inside a request that later fails leaves no execution; after a commit it runs and SUCCEEDS with its output', () => {
     const poster = tool(10, 'poster', POSTER);
     const input = { tx: id(100), from: id(1), to: id(2), amount: '5' };
-    const failed = engine.graphql(`mutation($id: UUID!, $input: JSON) {
+    const failed = engine.graphql(
+      `mutation($id: UUID!, $input: JSON) {
       actions { startAction(id: $id, input: {executionId: "${id(500)}", input: $input}) { status } }
-      voidTransaction(id: "${id(404)}") { transactionId } }`, { id: poster, input });
+      voidTransaction(id: "${id(404)}") { transactionId } }`,
+      { id: poster, input },
+    );
     expect(failed.data).toBeNull();
     expect(count(engine, 'executions')).toBe(0);
     expect(worker.drain()).toBe(0);
 
     const started = ok(engine, START, { id: poster, input: { executionId: id(500), input } }).actions.startAction;
-    expect(started).toEqual({ executionId: id(500), status: 'QUEUED', actionVersion: 1, attempt: 0, runAt: '2026-03-01T10:00:00.000Z' });
+    expect(started).toEqual({
+      executionId: id(500),
+      status: 'QUEUED',
+      actionVersion: 1,
+      attempt: 0,
+      runAt: '2026-03-01T10:00:00.000Z',
+    });
     expect(count(engine, 'transactions')).toBe(0);
     expect(worker.drain()).toBe(1);
     const done = execution(id(500));
@@ -58,36 +70,64 @@ describe('startAction', () => {
     expect(done.children).toEqual([{ kind: 'GRAPHQL', status: 'SUCCEEDED' }]);
     expect(count(engine, 'transactions')).toBe(1);
     // Same id and input: the recorded execution, not a second run.
-    expect(ok(engine, START, { id: poster, input: { executionId: id(500), input } }).actions.startAction.status).toBe('SUCCEEDED');
-    expect(fails(engine, START, { id: poster, input: { executionId: id(500), input: { ...input, amount: '6' } } }).code).toBe('EXECUTION_ID_CONFLICT');
+    expect(ok(engine, START, { id: poster, input: { executionId: id(500), input } }).actions.startAction.status).toBe(
+      'SUCCEEDED',
+    );
+    expect(
+      fails(engine, START, { id: poster, input: { executionId: id(500), input: { ...input, amount: '6' } } }).code,
+    ).toBe('EXECUTION_ID_CONFLICT');
   });
 
   it('validates input at start (refused, not queued), and resolves the current ACTIVE version when none is given', () => {
     const typed = tool(11, 'typed', 'function run(e) { return e.data.n; }', {
-      tool: { inputSchema: { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'], additionalProperties: false } },
+      tool: {
+        inputSchema: {
+          type: 'object',
+          properties: { n: { type: 'integer' } },
+          required: ['n'],
+          additionalProperties: false,
+        },
+      },
     });
     const bad = fails(engine, START, { id: typed, input: { executionId: id(501), input: { n: 'x' } } });
     expect(bad.code).toBe('INPUT_INVALID');
     expect(count(engine, 'executions')).toBe(0);
-    ok(engine, `mutation { actions { updateAction(id: "${typed}", input: {config: {runtime: "javascript", src: "function run(e) { return e.data.n * 10; }"}}) { version } } }`);
-    expect(ok(engine, START, { name: 'typed', input: { executionId: id(502), input: { n: 2 } } }).actions.startAction.actionVersion).toBe(2);
+    ok(
+      engine,
+      `mutation { actions { updateAction(id: "${typed}", input: {config: {runtime: "javascript", src: "function run(e) { return e.data.n * 10; }"}}) { version } } }`,
+    );
+    expect(
+      ok(engine, START, { name: 'typed', input: { executionId: id(502), input: { n: 2 } } }).actions.startAction
+        .actionVersion,
+    ).toBe(2);
     ok(engine, `mutation { actions { lockAction(id: "${typed}", version: 2) { version } } }`);
-    expect(ok(engine, START, { name: 'typed', input: { executionId: id(503), input: { n: 2 } } }).actions.startAction.actionVersion).toBe(1);
+    expect(
+      ok(engine, START, { name: 'typed', input: { executionId: id(503), input: { n: 2 } } }).actions.startAction
+        .actionVersion,
+    ).toBe(1);
   });
 
   it('cancelExecution cancels a QUEUED execution, and only that', () => {
     const t = tool(12, 'noop', 'function run() { return 1; }');
     ok(engine, START, { id: t, input: { executionId: id(504), input: {} } });
-    expect(ok(engine, `mutation { actions { cancelExecution(executionId: "${id(504)}") { status } } }`).actions.cancelExecution.status).toBe('CANCELLED');
+    expect(
+      ok(engine, `mutation { actions { cancelExecution(executionId: "${id(504)}") { status } } }`).actions
+        .cancelExecution.status,
+    ).toBe('CANCELLED');
     expect(worker.drain()).toBe(0);
-    expect(fails(engine, `mutation { actions { cancelExecution(executionId: "${id(504)}") { status } } }`).code).toBe('BAD_REQUEST');
+    expect(fails(engine, `mutation { actions { cancelExecution(executionId: "${id(504)}") { status } } }`).code).toBe(
+      'BAD_REQUEST',
+    );
   });
 });
 
 describe('retries', () => {
   it('a tool that fails twice then succeeds (state in the ledger) SUCCEEDS on attempt 3, with backoff gaps that follow the formula', () => {
     // The tool counts its attempts in account metadata: attempts 1 and 2 fail after writing, attempt 3 succeeds.
-    const flaky = tool(20, 'flaky', `function run(event) {
+    const flaky = tool(
+      20,
+      'flaky',
+      `function run(event) {
   const a = graphql('{ account(id: "${id(1)}") { metadata } }').account;
   const n = ((a.metadata && a.metadata.tries) || 0) + 1;
   if (n < 3) {
@@ -95,7 +135,9 @@ describe('retries', () => {
     fail('flaky ' + n);
   }
   return { tries: n };
-}`, { execution: { maxAttempts: 5, backoff: { initialMs: 1000, multiplier: 3, maxMs: 60000 } } });
+}`,
+      { execution: { maxAttempts: 5, backoff: { initialMs: 1000, multiplier: 3, maxMs: 60000 } } },
+    );
     ok(engine, START, { id: flaky, input: { executionId: id(600), input: {} } });
     expect(worker.drain()).toBe(1);
     let e = execution(id(600));
@@ -131,13 +173,20 @@ describe('retries', () => {
 
   it('the backoff table: exponential, capped, jitter takes at most 20 % off', () => {
     const settings = { initialMs: 1000, multiplier: 2, maxMs: 60_000 };
-    expect([1, 2, 3, 4, 5, 6, 7, 8].map((n) => backoffBaseMs(settings, n))).toEqual([1000, 2000, 4000, 8000, 16000, 32000, 60000, 60000]);
+    expect([1, 2, 3, 4, 5, 6, 7, 8].map((n) => backoffBaseMs(settings, n))).toEqual([
+      1000, 2000, 4000, 8000, 16000, 32000, 60000, 60000,
+    ]);
     expect(backoffDelayMs(settings, 3, () => 0)).toBe(4000);
     expect(backoffDelayMs(settings, 3, () => 0.999999)).toBe(3200);
   });
 
   it('a program sees which attempt it is in event.execution.attempt', () => {
-    const t = tool(26, 'attempts', 'function run(event) { if (event.execution.attempt < 2) fail("again"); return event.execution.attempt; }', { execution: { backoff: { initialMs: 10 } } });
+    const t = tool(
+      26,
+      'attempts',
+      'function run(event) { if (event.execution.attempt < 2) fail("again"); return event.execution.attempt; }',
+      { execution: { backoff: { initialMs: 10 } } },
+    );
     ok(engine, START, { id: t, input: { executionId: id(607), input: {} } });
     worker.drain();
     clock.advance(10);
@@ -146,14 +195,25 @@ describe('retries', () => {
   });
 
   it('exhausting maxAttempts ends FAILED with the last error; SCRIPT_ERROR, INPUT-, ACCESS-, VERSION- and retry:false failures are not retried', () => {
-    const always = tool(21, 'always_fails', 'function run() { fail("still down"); }', { execution: { maxAttempts: 2, backoff: { initialMs: 10 } } });
+    const always = tool(21, 'always_fails', 'function run() { fail("still down"); }', {
+      execution: { maxAttempts: 2, backoff: { initialMs: 10 } },
+    });
     ok(engine, START, { id: always, input: { executionId: id(601), input: {} } });
     worker.drain();
     clock.advance(10);
     worker.drain();
-    expect(execution(id(601))).toMatchObject({ status: 'FAILED', attempt: 2, error: { code: 'TOOL_FAILED', message: 'still down' } });
+    expect(execution(id(601))).toMatchObject({
+      status: 'FAILED',
+      attempt: 2,
+      error: { code: 'TOOL_FAILED', message: 'still down' },
+    });
 
-    const final = tool(22, 'final_fail', 'function run() { fail("card declined", "use another card", { retry: false }); }', { execution: { maxAttempts: 5 } });
+    const final = tool(
+      22,
+      'final_fail',
+      'function run() { fail("card declined", "use another card", { retry: false }); }',
+      { execution: { maxAttempts: 5 } },
+    );
     ok(engine, START, { id: final, input: { executionId: id(602), input: {} } });
     worker.drain();
     expect(execution(id(602))).toMatchObject({ status: 'FAILED', attempt: 1 });
@@ -162,13 +222,21 @@ describe('retries', () => {
     const typo = tool(25, 'typo', 'function run() { return availble + 1; }', { execution: { maxAttempts: 5 } });
     ok(engine, START, { id: typo, input: { executionId: id(605), input: {} } });
     expect(worker.drain()).toBe(1);
-    expect(execution(id(605))).toMatchObject({ status: 'FAILED', attempt: 1, runAt: null, error: { code: 'SCRIPT_ERROR', message: expect.stringContaining('availble') } });
+    expect(execution(id(605))).toMatchObject({
+      status: 'FAILED',
+      attempt: 1,
+      runAt: null,
+      error: { code: 'SCRIPT_ERROR', message: expect.stringContaining('availble') },
+    });
     const typeError = tool(27, 'type_error', 'function run() { return null.x; }', { execution: { maxAttempts: 5 } });
     ok(engine, START, { id: typeError, input: { executionId: id(606), input: {} } });
     worker.drain();
     expect(execution(id(606))).toMatchObject({ status: 'FAILED', attempt: 1, error: { code: 'SCRIPT_ERROR' } });
 
-    const badOutput = tool(23, 'bad_output', 'function run() { return "x"; }', { tool: { outputSchema: { type: 'integer' } }, execution: { maxAttempts: 5 } });
+    const badOutput = tool(23, 'bad_output', 'function run() { return "x"; }', {
+      tool: { outputSchema: { type: 'integer' } },
+      execution: { maxAttempts: 5 },
+    });
     ok(engine, START, { id: badOutput, input: { executionId: id(603), input: {} } });
     worker.drain();
     expect(execution(id(603))).toMatchObject({ status: 'FAILED', attempt: 1, error: { code: 'OUTPUT_INVALID' } });
@@ -182,14 +250,28 @@ describe('retries', () => {
 
   it('an attempt runs under the starter’s authority, read again at the attempt: a deleted client fails it with ACCESS_DENIED, not retried', () => {
     const poster = tool(25, 'poster2', POSTER, { execution: { maxAttempts: 5 } });
-    ok(engine, 'mutation { auth { createClient(input: {principal: "ops", name: "Ops", policies: [{effect: ALLOW, actions: [SELECT, INSERT, UPDATE], resources: ["*"]}]}) { apiKey } } }');
-    const started = engine.graphql(START, { id: poster, input: { executionId: id(605), input: { tx: id(101), from: id(1), to: id(2), amount: '1' } } }, { principal: 'ops' });
+    ok(
+      engine,
+      'mutation { auth { createClient(input: {principal: "ops", name: "Ops", policies: [{effect: ALLOW, actions: [SELECT, INSERT, UPDATE], resources: ["*"]}]}) { apiKey } } }',
+    );
+    const started = engine.graphql(
+      START,
+      { id: poster, input: { executionId: id(605), input: { tx: id(101), from: id(1), to: id(2), amount: '1' } } },
+      { principal: 'ops' },
+    );
     expect(started.errors).toBeUndefined();
-    ok(engine, `mutation { auth { updateClient(principal: "ops", input: {policies: [{effect: ALLOW, actions: [SELECT, INSERT], resources: ["actions.*"]}]}) { client { version } } } }`);
+    ok(
+      engine,
+      `mutation { auth { updateClient(principal: "ops", input: {policies: [{effect: ALLOW, actions: [SELECT, INSERT], resources: ["actions.*"]}]}) { client { version } } } }`,
+    );
     worker.drain();
     expect(execution(id(605))).toMatchObject({ status: 'FAILED', attempt: 1, error: { code: 'ACCESS_DENIED' } });
 
-    const again = engine.graphql(START, { id: poster, input: { executionId: id(606), input: { tx: id(102), from: id(1), to: id(2), amount: '1' } } }, { principal: 'ops' });
+    const again = engine.graphql(
+      START,
+      { id: poster, input: { executionId: id(606), input: { tx: id(102), from: id(1), to: id(2), amount: '1' } } },
+      { principal: 'ops' },
+    );
     expect(again.errors).toBeUndefined();
     ok(engine, 'mutation { auth { deleteClient(principal: "ops") { principal } } }');
     worker.drain();
@@ -201,16 +283,23 @@ describe('retries', () => {
 describe('triggers', () => {
   it('a trigger on transaction.inserted with a filter starts its action for matching posts only, and never when the post rolled back', () => {
     const notify = tool(30, 'notify_large', 'function run(event) { return { alert: event.data.amount }; }');
-    const trigger = ok(engine, `mutation { actions { createTrigger(input: {triggerId: "${id(31)}", name: "large transfers", on: ["transaction.inserted"],
+    const trigger = ok(
+      engine,
+      `mutation { actions { createTrigger(input: {triggerId: "${id(31)}", name: "large transfers", on: ["transaction.inserted"],
       filter: "document.tranCode == 'TRANSFER' && decimal(document.params.amount) > decimal('10000')",
-      action: {name: "notify_large"}, input: {amount: "document.params.amount", transaction: "document.transactionId"}}) { triggerId principal status } } }`).actions.createTrigger;
+      action: {name: "notify_large"}, input: {amount: "document.params.amount", transaction: "document.transactionId"}}) { triggerId principal status } } }`,
+    ).actions.createTrigger;
     expect(trigger).toEqual({ triggerId: id(31), principal: 'system', status: 'ACTIVE' });
-    const post = (n: number, amount: string) => ok(engine, POST, { input: { transactionId: id(n), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount } } });
+    const post = (n: number, amount: string) =>
+      ok(engine, POST, {
+        input: { transactionId: id(n), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount } },
+      });
     post(700, '50');
     post(701, '25000');
     expect(count(engine, 'executions')).toBe(1);
     // Rolled back: the post and the start go together.
-    const rolledBack = engine.graphql(`mutation { postTransaction(input: {transactionId: "${id(702)}", tranCode: "TRANSFER", params: {from: "${id(1)}", to: "${id(2)}", amount: "99999"}}) { transactionId }
+    const rolledBack =
+      engine.graphql(`mutation { postTransaction(input: {transactionId: "${id(702)}", tranCode: "TRANSFER", params: {from: "${id(1)}", to: "${id(2)}", amount: "99999"}}) { transactionId }
       voidTransaction(id: "${id(404)}") { transactionId } }`);
     expect(rolledBack.data).toBeNull();
     expect(count(engine, 'executions')).toBe(1);
@@ -218,21 +307,34 @@ describe('triggers', () => {
     post(701, '25000');
     expect(count(engine, 'executions')).toBe(1);
     worker.drain();
-    const runs = ok(engine, `{ actions { executions(first: 10, where: {actionId: "${notify}"}) { nodes { status output triggerId } } } }`).actions.executions.nodes;
+    const runs = ok(
+      engine,
+      `{ actions { executions(first: 10, where: {actionId: "${notify}"}) { nodes { status output triggerId } } } }`,
+    ).actions.executions.nodes;
     expect(runs).toEqual([{ status: 'SUCCEEDED', output: { alert: '25000' }, triggerId: id(31) }]);
   });
 
   it('account.updated sees document and previous; a filter that fails to evaluate records a FAILED execution without blocking the change', () => {
     tool(32, 'on_lock', 'function run(event) { return event.data; }');
-    ok(engine, `mutation { actions { createTrigger(input: {triggerId: "${id(33)}", name: "locks", on: ["account.updated"],
-      filter: "previous.status != 'LOCKED' && document.status == 'LOCKED'", action: {name: "on_lock"}, input: {code: "document.code"}}) { name } } }`);
-    ok(engine, `mutation { actions { createTrigger(input: {triggerId: "${id(34)}", name: "broken", on: ["account.updated"],
-      filter: "document.metadata.missing.deeper == 1", action: {name: "on_lock"}}) { name } } }`);
+    ok(
+      engine,
+      `mutation { actions { createTrigger(input: {triggerId: "${id(33)}", name: "locks", on: ["account.updated"],
+      filter: "previous.status != 'LOCKED' && document.status == 'LOCKED'", action: {name: "on_lock"}, input: {code: "document.code"}}) { name } } }`,
+    );
+    ok(
+      engine,
+      `mutation { actions { createTrigger(input: {triggerId: "${id(34)}", name: "broken", on: ["account.updated"],
+      filter: "document.metadata.missing.deeper == 1", action: {name: "on_lock"}}) { name } } }`,
+    );
     ok(engine, `mutation { updateAccount(id: "${id(2)}", input: {name: "renamed"}) { version } }`);
     ok(engine, `mutation { updateAccount(id: "${id(2)}", input: {status: LOCKED}) { version } }`);
     worker.drain();
-    const byTrigger = engine.db.prepare('SELECT trigger_id, status, output, error FROM executions ORDER BY seq').all() as Array<Record<string, string>>;
-    expect(byTrigger.filter((r) => r.trigger_id === id(33)).map((r) => [r.status, JSON.parse(r.output!)])).toEqual([['SUCCEEDED', { code: 'ACC-2' }]]);
+    const byTrigger = engine.db
+      .prepare('SELECT trigger_id, status, output, error FROM executions ORDER BY seq')
+      .all() as Array<Record<string, string>>;
+    expect(byTrigger.filter((r) => r.trigger_id === id(33)).map((r) => [r.status, JSON.parse(r.output!)])).toEqual([
+      ['SUCCEEDED', { code: 'ACC-2' }],
+    ]);
     const broken = byTrigger.filter((r) => r.trigger_id === id(34));
     expect(broken).toHaveLength(2);
     expect(broken.every((r) => r.status === 'FAILED' && JSON.parse(r.error!).code === 'CEL_ERROR')).toBe(true);
@@ -241,15 +343,39 @@ describe('triggers', () => {
 
   it('triggers are listed, updated, deleted; bad definitions are refused', () => {
     tool(35, 'target', 'function run() { return 1; }');
-    ok(engine, `mutation { actions { createTrigger(input: {triggerId: "${id(36)}", name: "t", on: ["account.inserted"], action: {name: "target"}}) { name } } }`);
-    expect(ok(engine, '{ actions { triggers(first: 5) { nodes { name on action { name version } } } } }').actions.triggers.nodes).toEqual([{ name: 't', on: ['account.inserted'], action: { name: 'target', version: null } }]);
-    expect(ok(engine, `mutation { actions { updateTrigger(id: "${id(36)}", input: {status: LOCKED}) { status version } } }`).actions.updateTrigger).toEqual({ status: 'LOCKED', version: 2 });
+    ok(
+      engine,
+      `mutation { actions { createTrigger(input: {triggerId: "${id(36)}", name: "t", on: ["account.inserted"], action: {name: "target"}}) { name } } }`,
+    );
+    expect(
+      ok(engine, '{ actions { triggers(first: 5) { nodes { name on action { name version } } } } }').actions.triggers
+        .nodes,
+    ).toEqual([{ name: 't', on: ['account.inserted'], action: { name: 'target', version: null } }]);
+    expect(
+      ok(engine, `mutation { actions { updateTrigger(id: "${id(36)}", input: {status: LOCKED}) { status version } } }`)
+        .actions.updateTrigger,
+    ).toEqual({ status: 'LOCKED', version: 2 });
     createAccount(engine, 9);
     expect(count(engine, 'executions')).toBe(0);
     ok(engine, `mutation { actions { deleteTrigger(id: "${id(36)}") { name } } }`);
-    expect(fails(engine, `mutation { actions { createTrigger(input: {triggerId: "${id(37)}", name: "x", on: ["account.deleted"], action: {name: "target"}}) { name } } }`).code).toBe('BAD_REQUEST');
-    expect(fails(engine, `mutation { actions { createTrigger(input: {triggerId: "${id(37)}", name: "x", on: ["account.inserted"], filter: "1 +", action: {name: "target"}}) { name } } }`).code).toBe('BAD_REQUEST');
-    expect(fails(engine, `mutation { actions { createTrigger(input: {triggerId: "${id(37)}", name: "x", on: ["account.inserted"], action: {name: "nope"}}) { name } } }`).code).toBe('NOT_FOUND');
+    expect(
+      fails(
+        engine,
+        `mutation { actions { createTrigger(input: {triggerId: "${id(37)}", name: "x", on: ["account.deleted"], action: {name: "target"}}) { name } } }`,
+      ).code,
+    ).toBe('BAD_REQUEST');
+    expect(
+      fails(
+        engine,
+        `mutation { actions { createTrigger(input: {triggerId: "${id(37)}", name: "x", on: ["account.inserted"], filter: "1 +", action: {name: "target"}}) { name } } }`,
+      ).code,
+    ).toBe('BAD_REQUEST');
+    expect(
+      fails(
+        engine,
+        `mutation { actions { createTrigger(input: {triggerId: "${id(37)}", name: "x", on: ["account.inserted"], action: {name: "nope"}}) { name } } }`,
+      ).code,
+    ).toBe('NOT_FOUND');
   });
 });
 
@@ -261,12 +387,26 @@ describe('observability', () => {
     clock.advance(1000);
     ok(engine, START, { id: t, input: { executionId: id(801), input: {} } });
     ok(engine, START, { id: f, input: { executionId: id(802), input: {} } });
-    expect(ok(engine, '{ actions { queue { queued running failed } } }').actions.queue).toEqual({ queued: 3, running: 0, failed: 0 });
+    expect(ok(engine, '{ actions { queue { queued running failed } } }').actions.queue).toEqual({
+      queued: 3,
+      running: 0,
+      failed: 0,
+    });
     worker.drain();
-    expect(ok(engine, '{ actions { queue { queued running failed } } }').actions.queue).toEqual({ queued: 0, running: 0, failed: 1 });
-    const since = ok(engine, `{ actions { executions(first: 10, where: {since: "2026-03-01T10:00:01.000Z"}) { nodes { executionId } } } }`).actions.executions.nodes;
+    expect(ok(engine, '{ actions { queue { queued running failed } } }').actions.queue).toEqual({
+      queued: 0,
+      running: 0,
+      failed: 1,
+    });
+    const since = ok(
+      engine,
+      `{ actions { executions(first: 10, where: {since: "2026-03-01T10:00:01.000Z"}) { nodes { executionId } } } }`,
+    ).actions.executions.nodes;
     expect(since.map((n: any) => n.executionId)).toEqual([id(801), id(802)]);
-    const failed = ok(engine, '{ actions { executions(first: 10, where: {status: FAILED}) { nodes { executionId invocation { attempt durationMs } } } } }').actions.executions.nodes;
+    const failed = ok(
+      engine,
+      '{ actions { executions(first: 10, where: {status: FAILED}) { nodes { executionId invocation { attempt durationMs } } } } }',
+    ).actions.executions.nodes;
     expect(failed).toEqual([{ executionId: id(802), invocation: { attempt: 1, durationMs: 0 } }]);
   });
 
@@ -276,7 +416,8 @@ describe('observability', () => {
     engine.onStarted(() => live.wake());
     live.start();
     ok(engine, START, { id: t, input: { executionId: id(900), input: {} } });
-    for (let i = 0; i < 100 && execution(id(900)).status !== 'SUCCEEDED'; i++) await new Promise((r) => setTimeout(r, 10));
+    for (let i = 0; i < 100 && execution(id(900)).status !== 'SUCCEEDED'; i++)
+      await new Promise((r) => setTimeout(r, 10));
     await live.stop();
     expect(execution(id(900))).toMatchObject({ status: 'SUCCEEDED', output: 'ran' });
   });
@@ -287,14 +428,36 @@ describe('execution.retryIf', () => {
     const clock = new ManualClock(new Date('2026-11-30T10:00:00Z'));
     const engine = await newEngine({ clock, random: () => 0 });
     const make = (n: number, name: string, src: string, retryIf: string) =>
-      ok(engine, `mutation($input: ActionInput!) { actions { createAction(id: "${id(n)}", input: $input) { version } } }`, {
-        input: { name, config: { runtime: 'javascript', src }, execution: { maxAttempts: 4, backoff: { initialMs: 1000, multiplier: 1, maxMs: 1000 }, retryIf } },
-      });
+      ok(
+        engine,
+        `mutation($input: ActionInput!) { actions { createAction(id: "${id(n)}", input: $input) { version } } }`,
+        {
+          input: {
+            name,
+            config: { runtime: 'javascript', src },
+            execution: { maxAttempts: 4, backoff: { initialMs: 1000, multiplier: 1, maxMs: 1000 }, retryIf },
+          },
+        },
+      );
     // A ReferenceError (SCRIPT_ERROR) is never retried by default; this rule retries it twice.
-    make(7201, 'flaky_bug', 'function run(event) { return undefinedThing; }', "error.code == 'SCRIPT_ERROR' && error.attempt < 3");
+    make(
+      7201,
+      'flaky_bug',
+      'function run(event) { return undefinedThing; }',
+      "error.code == 'SCRIPT_ERROR' && error.attempt < 3",
+    );
     // TOOL_FAILED is retryable by default; this rule says no when the message says so.
-    make(7202, 'gives_up', 'function run(event) { fail("card declined: do not retry"); }', "error.retryable && !error.message.contains('do not retry')");
-    const start = (name: string, e: number) => ok(engine, `mutation { actions { startAction(name: "${name}", input: {executionId: "${id(e)}", input: {}}) { status } } }`);
+    make(
+      7202,
+      'gives_up',
+      'function run(event) { fail("card declined: do not retry"); }',
+      "error.retryable && !error.message.contains('do not retry')",
+    );
+    const start = (name: string, e: number) =>
+      ok(
+        engine,
+        `mutation { actions { startAction(name: "${name}", input: {executionId: "${id(e)}", input: {}}) { status } } }`,
+      );
     start('flaky_bug', 7301);
     start('gives_up', 7302);
     const worker = engine.createWorker();
@@ -302,13 +465,23 @@ describe('execution.retryIf', () => {
       worker.drain();
       clock.advance(1000);
     }
-    const state = (e: number) => ok(engine, `{ actions { execution(executionId: "${id(e)}") { status attempt error { code } } } }`).actions.execution;
+    const state = (e: number) =>
+      ok(engine, `{ actions { execution(executionId: "${id(e)}") { status attempt error { code } } } }`).actions
+        .execution;
     expect(state(7301)).toEqual({ status: 'FAILED', attempt: 3, error: { code: 'SCRIPT_ERROR' } });
     expect(state(7302)).toEqual({ status: 'FAILED', attempt: 1, error: { code: 'TOOL_FAILED' } });
     // A rule that does not compile is refused when the version is made.
-    const bad = fails(engine, `mutation($input: ActionInput!) { actions { createAction(id: "${id(7203)}", input: $input) { version } } }`, {
-      input: { name: 'bad_rule', config: { runtime: 'javascript', src: 'function run() { return {}; }' }, execution: { retryIf: 'error.code ==' } },
-    });
+    const bad = fails(
+      engine,
+      `mutation($input: ActionInput!) { actions { createAction(id: "${id(7203)}", input: $input) { version } } }`,
+      {
+        input: {
+          name: 'bad_rule',
+          config: { runtime: 'javascript', src: 'function run() { return {}; }' },
+          execution: { retryIf: 'error.code ==' },
+        },
+      },
+    );
     expect(bad.code).toBe('BAD_REQUEST');
     expect(bad.message).toContain('retryIf');
     engine.close();

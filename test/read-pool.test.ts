@@ -11,7 +11,17 @@ import { EngineError } from '../src/errors.js';
 import { openDatabase, ReadOnlyTransactions } from '../src/storage/database.js';
 import { MIGRATIONS } from '../src/storage/migrations.js';
 import { CacheEpoch } from '../src/storage/record-cache.js';
-import { BALANCE, CREATE_ACCOUNT, createAccount, createTransferCode, id, newEngine, ok, POST, postTransfers } from './helpers.js';
+import {
+  BALANCE,
+  CREATE_ACCOUNT,
+  createAccount,
+  createTransferCode,
+  id,
+  newEngine,
+  ok,
+  POST,
+  postTransfers,
+} from './helpers.js';
 
 /**
  * Reads beside writes: queries answered by read-only engines on worker threads, on the writer's
@@ -24,9 +34,12 @@ const dir = mkdtempSync(join(tmpdir(), 'tally-read-pool-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const file = (name: string) => join(dir, name);
 
-const CREATE_ACTION = 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }';
-const UPDATE_ACTION = 'mutation($id: UUID!, $input: ActionInput!) { actions { updateAction(id: $id, input: $input) { version } } }';
-const START = 'mutation($n: String!, $e: UUID!) { actions { startAction(name: $n, input: {executionId: $e, input: {}}) { status } } }';
+const CREATE_ACTION =
+  'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }';
+const UPDATE_ACTION =
+  'mutation($id: UUID!, $input: ActionInput!) { actions { updateAction(id: $id, input: $input) { version } } }';
+const START =
+  'mutation($n: String!, $e: UUID!) { actions { startAction(name: $n, input: {executionId: $e, input: {}}) { status } } }';
 const WAIT = 'query($e: UUID!, $w: Int) { actions { execution(executionId: $e, waitMs: $w) { status output } } }';
 const PING = {
   name: 'ping',
@@ -36,7 +49,8 @@ const PING = {
   policies: [],
 };
 /** Under the cost limit, yet a row lookup per entry: on a ledger of 1,500 postings it takes longer than a tight deadline. */
-const HEAVY_READ = '{ accounts(first: 3) { nodes { entries(first: 1000) { nodes { transaction { description entries(first: 5) { nodes { units account { code } } } } } } } } }';
+const HEAVY_READ =
+  '{ accounts(first: 3) { nodes { entries(first: 1000) { nodes { transaction { description entries(first: 5) { nodes { units account { code } } } } } } } } }';
 const ACCOUNTS = '{ accounts(first: 10) { nodes { code name } } }';
 
 /** Plain JSON: the engine's answers carry null-prototype objects. */
@@ -44,7 +58,10 @@ const json = (value: unknown) => JSON.parse(JSON.stringify(value));
 const code = (result: FormattedResult) => result.errors?.[0]?.extensions?.code;
 
 function createClient(engine: Engine, principal: string, policies: string): string {
-  return ok(engine, `mutation { auth { createClient(input: {principal: "${principal}", name: "${principal}", policies: [${policies}]}) { apiKey } } }`).auth.createClient.apiKey;
+  return ok(
+    engine,
+    `mutation { auth { createClient(input: {principal: "${principal}", name: "${principal}", policies: [${policies}]}) { apiKey } } }`,
+  ).auth.createClient.apiKey;
 }
 
 /** Accounts 1-3, TRANSFER, and `postings` transfers between them, 100 per request. */
@@ -55,7 +72,7 @@ function ledger(engine: Engine, postings: number): void {
 }
 
 describe('a read-only engine (createEngine({ readOnly: true }))', () => {
-  it('answers queries from the writer\'s file and refuses every write with BAD_REQUEST, writing nothing', async () => {
+  it("answers queries from the writer's file and refuses every write with BAD_REQUEST, writing nothing", async () => {
     const path = file('read-only.db');
     const writer = await newEngine({ path });
     createAccount(writer, 1);
@@ -67,13 +84,17 @@ describe('a read-only engine (createEngine({ readOnly: true }))', () => {
     expect(refused.errors).toHaveLength(1);
     expect(refused.errors![0]!.extensions).toMatchObject({ code: 'BAD_REQUEST', retryable: false });
     expect(refused.errors![0]!.message).toMatch(/^this connection only reads/);
-    const dryRun = reader.graphql(`mutation @dryRun { createAccount(input: {accountId: "${id(3)}", code: "ACC-3", name: "Three"}) { code } }`);
+    const dryRun = reader.graphql(
+      `mutation @dryRun { createAccount(input: {accountId: "${id(3)}", code: "ACC-3", name: "Three"}) { code } }`,
+    );
     expect(code(dryRun)).toBe('BAD_REQUEST');
     expect(() => reader.ensureAdmin('tly_read-only-admin')).toThrow(/only reads/);
     // The connection itself is read-only too, below the engine; its cache watchers (TEMP triggers,
     // in the connection's own temp schema) were created all the same.
     expect(() => reader.db.prepare("UPDATE accounts SET name = 'x'").run()).toThrow(/readonly/);
-    expect(reader.db.prepare<[], number>("SELECT count(*) FROM sqlite_temp_master WHERE type = 'trigger'").pluck().get()).toBeGreaterThan(0);
+    expect(
+      reader.db.prepare<[], number>("SELECT count(*) FROM sqlite_temp_master WHERE type = 'trigger'").pluck().get(),
+    ).toBeGreaterThan(0);
 
     // Nothing was written; and the reader follows the writer's next commit.
     expect(ok(writer, ACCOUNTS).accounts.nodes).toHaveLength(1);
@@ -91,7 +112,9 @@ describe('a read-only engine (createEngine({ readOnly: true }))', () => {
     const db = openDatabase({ path, busyTimeoutMs: 1000, readOnly: true });
     const transactions = new ReadOnlyTransactions(db, new CacheEpoch());
     let ran = false;
-    expect(() => transactions.run('write', () => ((ran = true), { value: 1, commit: true }))).toThrow(/^this connection only reads/);
+    expect(() => transactions.run('write', () => ((ran = true), { value: 1, commit: true }))).toThrow(
+      /^this connection only reads/,
+    );
     expect(ran).toBe(false);
     let error: unknown;
     try {
@@ -105,7 +128,9 @@ describe('a read-only engine (createEngine({ readOnly: true }))', () => {
     expect(error).toBeInstanceOf(EngineError);
     expect(error).toMatchObject({ code: 'BAD_REQUEST', message: expect.stringMatching(/^this connection only reads/) });
     expect(db.inTransaction).toBe(false);
-    expect(transactions.run('read', () => ({ value: db.prepare('SELECT name FROM accounts').pluck().get(), commit: true }))).toBe('Account 1');
+    expect(
+      transactions.run('read', () => ({ value: db.prepare('SELECT name FROM accounts').pluck().get(), commit: true })),
+    ).toBe('Account 1');
     db.close();
     writer.close();
   });
@@ -119,19 +144,27 @@ describe('a read-only engine (createEngine({ readOnly: true }))', () => {
     raw.close();
     await expect(newEngine({ path, readOnly: true })).rejects.toMatchObject({
       code: 'BAD_REQUEST',
-      message: expect.stringMatching(new RegExp(`schema version ${latest - 1}, this Tally's is ${latest}: it was written by another Tally version`)),
+      message: expect.stringMatching(
+        new RegExp(`schema version ${latest - 1}, this Tally's is ${latest}: it was written by another Tally version`),
+      ),
     });
     const check = new Database(path, { readonly: true });
     expect(check.pragma('user_version', { simple: true })).toBe(latest - 1);
     check.close();
 
     const missing = file('missing.db');
-    await expect(newEngine({ path: missing, readOnly: true })).rejects.toMatchObject({ code: 'BAD_REQUEST', message: expect.stringMatching(/cannot open the database .* for reading/) });
+    await expect(newEngine({ path: missing, readOnly: true })).rejects.toMatchObject({
+      code: 'BAD_REQUEST',
+      message: expect.stringMatching(/cannot open the database .* for reading/),
+    });
     expect(existsSync(missing)).toBe(false);
     await expect(newEngine({ readOnly: true })).rejects.toMatchObject({ code: 'BAD_REQUEST' });
 
     // The pool says the same when it starts, and leaves no thread behind.
-    await expect(ReadPool.start({ path, size: 1, logError: () => {} })).rejects.toMatchObject({ code: 'BAD_REQUEST', message: expect.stringMatching(/another Tally version/) });
+    await expect(ReadPool.start({ path, size: 1, logError: () => {} })).rejects.toMatchObject({
+      code: 'BAD_REQUEST',
+      message: expect.stringMatching(/another Tally version/),
+    });
   });
 });
 
@@ -142,7 +175,8 @@ describe('the read pool', () => {
   const logged: unknown[] = [];
 
   /** The same query sent four times at once: each of the two threads answers at least one. */
-  const everywhere = (request: GraphqlRequest, options: ReadOptions = {}) => Promise.all([1, 2, 3, 4].map(() => pool.execute(request, options)));
+  const everywhere = (request: GraphqlRequest, options: ReadOptions = {}) =>
+    Promise.all([1, 2, 3, 4].map(() => pool.execute(request, options)));
 
   beforeAll(async () => {
     writer = await newEngine({ path });
@@ -163,7 +197,13 @@ describe('the read pool', () => {
 
   it('reads the balance the writer committed, right after each post', async () => {
     for (let i = 1; i <= 5; i++) {
-      ok(writer, POST, { input: { transactionId: id(100 + i), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '10.25' } } });
+      ok(writer, POST, {
+        input: {
+          transactionId: id(100 + i),
+          tranCode: 'TRANSFER',
+          params: { from: id(1), to: id(2), amount: '10.25' },
+        },
+      });
       for (const result of await everywhere({ query: BALANCE, variables: { a: id(2) } })) {
         expect(result.errors).toBeUndefined();
         expect(json(result.data)).toEqual(json(writer.graphql(BALANCE, { a: id(2) }).data));
@@ -174,18 +214,26 @@ describe('the read pool', () => {
   });
 
   it('refuses a mutation cleanly (BAD_REQUEST) and writes nothing', async () => {
-    const result = await pool.execute({ query: CREATE_ACCOUNT, variables: { input: { accountId: id(50), code: 'ACC-50', name: 'Fifty' } } });
+    const result = await pool.execute({
+      query: CREATE_ACCOUNT,
+      variables: { input: { accountId: id(50), code: 'ACC-50', name: 'Fifty' } },
+    });
     expect(result.data).toBeNull();
     expect(result.errors).toHaveLength(1);
     expect(result.errors![0]!.extensions).toMatchObject({ code: 'BAD_REQUEST', retryable: false });
     expect(result.errors![0]!.message).toMatch(/only reads/);
-    const post = await pool.execute({ query: POST, variables: { input: { transactionId: id(150), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } } } });
+    const post = await pool.execute({
+      query: POST,
+      variables: {
+        input: { transactionId: id(150), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } },
+      },
+    });
     expect(code(post)).toBe('BAD_REQUEST');
     expect(code(writer.graphql(`{ account(id: "${id(50)}") { code } }`))).toBe('NOT_FOUND');
     expect(code(writer.graphql(`{ transaction(id: "${id(150)}") { transactionId } }`))).toBe('NOT_FOUND');
   });
 
-  it('authorises a query with an API key exactly as the writer does, and follows the writer\'s changes to the client', async () => {
+  it("authorises a query with an API key exactly as the writer does, and follows the writer's changes to the client", async () => {
     const key = createClient(writer, 'viewer', '{effect: ALLOW, actions: [SELECT], resources: ["financial.Account"]}');
     const balance = { query: BALANCE, variables: { a: id(2) } };
     const onWriter = writer.execute(balance, { apiKey: key });
@@ -196,28 +244,50 @@ describe('the read pool', () => {
     expect(code(await pool.execute({ query: ACCOUNTS }, { principal: 'nobody' }))).toBe('UNAUTHENTICATED');
 
     // The writer grants SELECT on balances: the next read on every thread may read them.
-    ok(writer, 'mutation { auth { updateClient(principal: "viewer", input: {policies: [{effect: ALLOW, actions: [SELECT], resources: ["financial.Account", "financial.Balance"]}]}) { client { principal } } } }');
+    ok(
+      writer,
+      'mutation { auth { updateClient(principal: "viewer", input: {policies: [{effect: ALLOW, actions: [SELECT], resources: ["financial.Account", "financial.Balance"]}]}) { client { principal } } } }',
+    );
     for (const onPool of await everywhere(balance, { apiKey: key })) expect(onPool.errors).toBeUndefined();
     // The writer rotates the key: the old one is refused at the next read.
-    const rotated = ok(writer, 'mutation { auth { updateClient(principal: "viewer", input: {rotateKey: true}) { apiKey } } }').auth.updateClient.apiKey;
+    const rotated = ok(
+      writer,
+      'mutation { auth { updateClient(principal: "viewer", input: {rotateKey: true}) { apiKey } } }',
+    ).auth.updateClient.apiKey;
     for (const onPool of await everywhere(balance, { apiKey: key })) expect(code(onPool)).toBe('UNAUTHENTICATED');
     for (const onPool of await everywhere(balance, { apiKey: rotated })) expect(onPool.errors).toBeUndefined();
   });
 
-  it('each read sees the writer\'s last commit through the threads\' caches: a tran code changed, an action version deployed', async () => {
+  it("each read sees the writer's last commit through the threads' caches: a tran code changed, an action version deployed", async () => {
     const TRAN_CODE = '{ tranCode(code: "TRANSFER") { version description } }';
-    for (const r of await everywhere({ query: TRAN_CODE })) expect(json(r.data)).toEqual({ tranCode: { version: 1, description: null } });
+    for (const r of await everywhere({ query: TRAN_CODE }))
+      expect(json(r.data)).toEqual({ tranCode: { version: 1, description: null } });
     ok(writer, `mutation { updateTranCode(id: "${id(9000)}", input: {description: "second"}) { version } }`);
-    for (const r of await everywhere({ query: TRAN_CODE })) expect(json(r.data)).toEqual({ tranCode: { version: 2, description: 'second' } });
+    for (const r of await everywhere({ query: TRAN_CODE }))
+      expect(json(r.data)).toEqual({ tranCode: { version: 2, description: 'second' } });
 
     ok(writer, CREATE_ACTION, { id: id(700), input: PING });
-    const ACTION = '{ actions { action(name: "ping") { version tool { description } } tool(name: "ping") { version description } } }';
+    const ACTION =
+      '{ actions { action(name: "ping") { version tool { description } } tool(name: "ping") { version description } } }';
     for (const r of await everywhere({ query: ACTION })) {
-      expect(json(r.data)).toEqual({ actions: { action: { version: 1, tool: { description: 'Answers ok' } }, tool: { version: 1, description: 'Answers ok' } } });
+      expect(json(r.data)).toEqual({
+        actions: {
+          action: { version: 1, tool: { description: 'Answers ok' } },
+          tool: { version: 1, description: 'Answers ok' },
+        },
+      });
     }
-    ok(writer, UPDATE_ACTION, { id: id(700), input: { ...PING, tool: { ...PING.tool, description: 'Answers ok, twice' } } });
+    ok(writer, UPDATE_ACTION, {
+      id: id(700),
+      input: { ...PING, tool: { ...PING.tool, description: 'Answers ok, twice' } },
+    });
     for (const r of await everywhere({ query: ACTION })) {
-      expect(json(r.data)).toEqual({ actions: { action: { version: 2, tool: { description: 'Answers ok, twice' } }, tool: { version: 2, description: 'Answers ok, twice' } } });
+      expect(json(r.data)).toEqual({
+        actions: {
+          action: { version: 2, tool: { description: 'Answers ok, twice' } },
+          tool: { version: 2, description: 'Answers ok, twice' },
+        },
+      });
     }
   });
 
@@ -237,14 +307,18 @@ describe('the read pool', () => {
     for (const r of await everywhere({ query: ACCOUNTS })) expect(json(r.data)).toEqual(before);
   });
 
-  it('answers a query that asks to wait at once (the wait is the server\'s, not the thread\'s), and tells which executions it waits on', async () => {
+  it("answers a query that asks to wait at once (the wait is the server's, not the thread's), and tells which executions it waits on", async () => {
     ok(writer, START, { n: 'ping', e: id(801) });
     const t0 = performance.now();
-    expect(json((await pool.execute({ query: WAIT, variables: { e: id(801), w: 10_000 } })).data)).toEqual({ actions: { execution: { status: 'QUEUED', output: null } } });
+    expect(json((await pool.execute({ query: WAIT, variables: { e: id(801), w: 10_000 } })).data)).toEqual({
+      actions: { execution: { status: 'QUEUED', output: null } },
+    });
     expect(performance.now() - t0).toBeLessThan(1000);
     // A query that reads more besides: its waits are its wait fields'.
     const both = `query($e: UUID!, $w: Int) { ${HEAVY_READ.slice(1, -1)} actions { execution(executionId: $e, waitMs: $w) { status } } }`;
-    expect(await pool.executionWaits({ query: both, variables: { e: id(801), w: 10_000 } })).toEqual([{ executionId: id(801), waitMs: 10_000, principal: 'system' }]);
+    expect(await pool.executionWaits({ query: both, variables: { e: id(801), w: 10_000 } })).toEqual([
+      { executionId: id(801), waitMs: 10_000, principal: 'system' },
+    ]);
     // Run by the writer's worker, it is terminal: no wait.
     writer.createWorker().drain();
     expect(await pool.executionWaits({ query: WAIT, variables: { e: id(801), w: 10_000 } })).toEqual([]);
@@ -277,7 +351,10 @@ describe('the read pool against a hostile client', () => {
     for (const result of [onWriter, onPool]) {
       expect(result.data ?? null).toBeNull();
       expect(result.errors).toHaveLength(1);
-      expect(result.errors![0]!.extensions).toMatchObject({ code: 'LIMIT_EXCEEDED', details: { requestDeadlineMs: 30 } });
+      expect(result.errors![0]!.extensions).toMatchObject({
+        code: 'LIMIT_EXCEEDED',
+        details: { requestDeadlineMs: 30 },
+      });
       expect(result.errors![0]!.message).toMatch(/^the request ran past requestDeadlineMs \(30 ms\) at \w+\.\w+$/);
     }
     const costly = '{ accounts(first: 1000) { nodes { entries(first: 1000) { nodes { units } } } } }';
@@ -288,7 +365,7 @@ describe('the read pool against a hostile client', () => {
     await pool.close();
   });
 
-  it('one client flooding the pool past readQueueMax gets BUSY; another client\'s read still completes, ahead of the flood', async () => {
+  it("one client flooding the pool past readQueueMax gets BUSY; another client's read still completes, ahead of the flood", async () => {
     const pool = await ReadPool.start({ path, size: 2, limits: { readQueueMax: 8 }, logError: () => {} });
     onTestFinished(() => pool.close());
     const order: string[] = [];
@@ -336,7 +413,8 @@ describe('the read pool when a thread dies, and its limits', () => {
     ok(writer, CREATE_ACTION, { id: id(700), input: PING });
   });
   afterAll(() => writer.close());
-  const LONG_READ = '{ a: accounts(first: 1) { nodes { code } } b: __schema { types { name fields { name args { name } } } } c: __schema { types { name fields { name args { name } } } } }';
+  const LONG_READ =
+    '{ a: accounts(first: 1) { nodes { code } } b: __schema { types { name fields { name args { name } } } } c: __schema { types { name fields { name args { name } } } } }';
 
   it('a thread killed mid-request: that request answers INTERNAL, a new thread replaces it and serves the next read; a cancelled query is dropped; a closed pool answers BUSY', async () => {
     const logged: unknown[] = [];
@@ -378,7 +456,10 @@ describe('the read pool when a thread dies, and its limits', () => {
   });
 
   it('readPoolThreads and readQueueMax: one query in flight per thread, readQueueMax queued, the next one BUSY', async () => {
-    await expect(ReadPool.start({ path, limits: { readPoolThreads: 0 }, logError: () => {} })).rejects.toMatchObject({ code: 'BAD_REQUEST', message: expect.stringContaining('readPoolThreads') });
+    await expect(ReadPool.start({ path, limits: { readPoolThreads: 0 }, logError: () => {} })).rejects.toMatchObject({
+      code: 'BAD_REQUEST',
+      message: expect.stringContaining('readPoolThreads'),
+    });
     const pool = await ReadPool.start({ path, limits: { readPoolThreads: 3, readQueueMax: 1 }, logError: () => {} });
     try {
       expect(pool.stats()).toMatchObject({ threads: 3, ready: 3 });

@@ -10,7 +10,8 @@ const ROOT = join(import.meta.dirname, '..');
 
 describe('README tables', () => {
   const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-  const section = (title: string) => readme.slice(readme.indexOf(`## ${title}`), readme.indexOf('\n## ', readme.indexOf(`## ${title}`) + 3));
+  const section = (title: string) =>
+    readme.slice(readme.indexOf(`## ${title}`), readme.indexOf('\n## ', readme.indexOf(`## ${title}`) + 3));
 
   it('lists every limit the engine has', () => {
     const limits = section('Limits');

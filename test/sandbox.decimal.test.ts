@@ -11,19 +11,36 @@ import { Sandbox } from '../sandbox/sandbox.js';
 let sandbox: Sandbox;
 const bridge = { call: () => '{"ok":true,"value":null}', log() {} };
 beforeAll(async () => {
-  sandbox = new Sandbox(await loadQuickJS(96 * 1024 * 1024), { memoryBytesMax: 64 << 20, stackBytesMax: 256 << 10, contextUsesMax: 1e9, contextPoolMax: 2, programsPerContextMax: 16, retainedBytesMax: 256 << 10 });
+  sandbox = new Sandbox(await loadQuickJS(96 * 1024 * 1024), {
+    memoryBytesMax: 64 << 20,
+    stackBytesMax: 256 << 10,
+    contextUsesMax: 1e9,
+    contextPoolMax: 2,
+    programsPerContextMax: 16,
+    retainedBytesMax: 256 << 10,
+  });
 });
 
 /** Run `run(event)` of `source` on `data`; returns the output, or the error message. */
 function run(source: string, data: unknown): unknown {
-  const result = sandbox.run({ key: source, fileName: 'test', source }, JSON.stringify({ data }), bridge, Date.now() + 10_000);
+  const result = sandbox.run(
+    { key: source, fileName: 'test', source },
+    JSON.stringify({ data }),
+    bridge,
+    Date.now() + 10_000,
+  );
   return result.ok ? JSON.parse(result.outputJson) : `${result.kind}: ${result.message}`;
 }
 
 const Big = Decimal.clone({ precision: 1000 });
 const MODES: Record<string, Decimal.Rounding> = {
-  half_even: Decimal.ROUND_HALF_EVEN, half_up: Decimal.ROUND_HALF_UP, half_down: Decimal.ROUND_HALF_DOWN,
-  up: Decimal.ROUND_UP, down: Decimal.ROUND_DOWN, ceiling: Decimal.ROUND_CEIL, floor: Decimal.ROUND_FLOOR,
+  half_even: Decimal.ROUND_HALF_EVEN,
+  half_up: Decimal.ROUND_HALF_UP,
+  half_down: Decimal.ROUND_HALF_DOWN,
+  up: Decimal.ROUND_UP,
+  down: Decimal.ROUND_DOWN,
+  ceiling: Decimal.ROUND_CEIL,
+  floor: Decimal.ROUND_FLOOR,
 };
 const decimal = fc
   .tuple(fc.bigInt({ min: -(10n ** 24n), max: 10n ** 24n }), fc.integer({ min: 0, max: 12 }))
@@ -32,7 +49,15 @@ const mode = fc.constantFrom(...Object.keys(MODES));
 
 describe('sandbox decimals', () => {
   it('div and round give decimal.js results in every rounding mode', () => {
-    const cases = fc.sample(fc.tuple(decimal, decimal.filter((d) => new Big(d).isZero() === false), fc.integer({ min: 0, max: 12 }), mode), 1500);
+    const cases = fc.sample(
+      fc.tuple(
+        decimal,
+        decimal.filter((d) => new Big(d).isZero() === false),
+        fc.integer({ min: 0, max: 12 }),
+        mode,
+      ),
+      1500,
+    );
     const outputs = run(
       'function run(e) { return e.data.map(([a, b, p, m]) => [decimal(a).div(b, p, m).toString(), decimal(a).round(p, m).toString()]); }',
       cases,
@@ -45,13 +70,25 @@ describe('sandbox decimals', () => {
   });
 
   it('refuses places that are not an integer from 0 to 64, unknown modes, and more than 1000 digits', () => {
-    for (const expression of ["decimal('1234').round(-2)", "decimal('1.25').round(1.5)", "decimal(1).round('2')", "decimal('1.25').div(1, '1')", "decimal('1.25').round(1, 'sideways')"]) {
-      expect(run(`function run() { return ${expression}.toString(); }`, null)).toMatch(/^error: RangeError: (places must be an integer from 0 to 64|rounding mode)/);
+    for (const expression of [
+      "decimal('1234').round(-2)",
+      "decimal('1.25').round(1.5)",
+      "decimal(1).round('2')",
+      "decimal('1.25').div(1, '1')",
+      "decimal('1.25').round(1, 'sideways')",
+    ]) {
+      expect(run(`function run() { return ${expression}.toString(); }`, null)).toMatch(
+        /^error: RangeError: (places must be an integer from 0 to 64|rounding mode)/,
+      );
     }
     expect(run("function run() { return decimal('1.25').round(1, 'HALF_UP').toString(); }", null)).toBe('1.3');
     const started = Date.now();
-    expect(run("function run() { return decimal('9'.repeat(300000)).toString(); }", null)).toBe('error: RangeError: a decimal holds at most 1000 digits');
-    expect(run("function run() { let d = decimal('9'.repeat(600)); return d.times(d).toString(); }", null)).toBe('error: RangeError: a decimal holds at most 1000 digits');
+    expect(run("function run() { return decimal('9'.repeat(300000)).toString(); }", null)).toBe(
+      'error: RangeError: a decimal holds at most 1000 digits',
+    );
+    expect(run("function run() { let d = decimal('9'.repeat(600)); return d.times(d).toString(); }", null)).toBe(
+      'error: RangeError: a decimal holds at most 1000 digits',
+    );
     expect(Date.now() - started).toBeLessThan(2000);
   });
 });

@@ -17,23 +17,47 @@ const CREATE = `mutation($id: UUID!, $input: ActionInput!) { actions { createAct
 const INVOKE = `mutation($id: UUID!, $e: UUID!, $input: JSON) { actions { invokeAction(id: $id, input: {executionId: $e, actionVersion: 1, input: $input}) {
   status output error { code message hint } invocation { logs } children { actionName status output } } } }`;
 
-function tool(n: number, name: string, src: string, policies: unknown[] = ALL, extra: Record<string, unknown> = {}, principal?: string): string {
-  const result = engine.graphql(CREATE, { id: id(n), input: { name, kind: 'tool', config: { runtime: 'javascript', src }, policies, ...extra } }, principal === undefined ? {} : { principal });
+function tool(
+  n: number,
+  name: string,
+  src: string,
+  policies: unknown[] = ALL,
+  extra: Record<string, unknown> = {},
+  principal?: string,
+): string {
+  const result = engine.graphql(
+    CREATE,
+    { id: id(n), input: { name, kind: 'tool', config: { runtime: 'javascript', src }, policies, ...extra } },
+    principal === undefined ? {} : { principal },
+  );
   if (result.errors) throw new Error(JSON.stringify(result.errors));
   return id(n);
 }
 function invoke(actionId: string, input: unknown = {}, principal?: string) {
-  const result = engine.graphql(INVOKE, { id: actionId, e: eid(), input }, principal === undefined ? {} : { principal });
-  return result.errors ? { requestError: result.errors[0]!.extensions?.code, message: result.errors[0]!.message } : (result.data as any).actions.invokeAction;
+  const result = engine.graphql(
+    INVOKE,
+    { id: actionId, e: eid(), input },
+    principal === undefined ? {} : { principal },
+  );
+  return result.errors
+    ? { requestError: result.errors[0]!.extensions?.code, message: result.errors[0]!.message }
+    : (result.data as any).actions.invokeAction;
 }
 function client(principal: string, policies: unknown[]) {
-  ok(engine, 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }', { i: { principal, name: principal, policies } });
+  ok(engine, 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }', {
+    i: { principal, name: principal, policies },
+  });
 }
 /** mallory may create tools and invoke only her own (the review's case 1 client). */
 function mallory() {
   client('mallory', [
     { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Action'] },
-    { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'], assertions: { own: "context.document.action.startsWith('m_')" } },
+    {
+      effect: 'ALLOW',
+      actions: ['INSERT'],
+      resources: ['actions.Execution'],
+      assertions: { own: "context.document.action.startsWith('m_')" },
+    },
   ]);
 }
 const post = (tx: number, amount: string, from: number, to: number) =>
@@ -48,7 +72,10 @@ beforeEach(async () => {
 describe('nothing one execution leaves behind runs in another', () => {
   it('FinalizationRegistry and WeakRef do not exist: the review’s implant (case 1) cannot arm, and admin’s next call runs clean', () => {
     mallory();
-    const implant = tool(10, 'm_tool', `function run(e) {
+    const implant = tool(
+      10,
+      'm_tool',
+      `function run(e) {
   let n = 0;
   const reg = new FinalizationRegistry(() => {
     if (++n === 1) throw new Error('stop');
@@ -60,11 +87,19 @@ describe('nothing one execution leaves behind runs in another', () => {
   const c = () => { const o = {}; o.self = o; return new WeakRef(o); };
   for (let g = 0; g < 3; g++) { let r = c(); for (;;) { const x = c(); if (r.deref() === undefined) break; r = x; } }
   return 'armed';
-}`, [], {}, 'mallory');
+}`,
+      [],
+      {},
+      'mallory',
+    );
     const armed = invoke(implant, {}, 'mallory');
     expect(armed.status).toBe('FAILED');
     expect(armed.error.message).toContain('FinalizationRegistry');
-    const probe = tool(11, 'probe', 'function run() { return [typeof WeakRef, typeof FinalizationRegistry, typeof globalThis.WeakRef]; }');
+    const probe = tool(
+      11,
+      'probe',
+      'function run() { return [typeof WeakRef, typeof FinalizationRegistry, typeof globalThis.WeakRef]; }',
+    );
     expect(invoke(probe).output).toEqual(['undefined', 'undefined', 'undefined']);
     const pay = tool(12, 'pay', `function run(e) { graphql('${post(23, '1', 1, 2)}'); return 1; }`, FIN);
     for (let i = 0; i < 3; i++) invoke(implant, {}, 'mallory');
@@ -79,16 +114,27 @@ describe('nothing one execution leaves behind runs in another', () => {
     mallory();
     // Job 1 is interrupted (the deadline has passed) when the call drains its queue; a host that
     // stopped at the first failing job would leave job 2 queued for whoever runs next.
-    const implant = tool(20, 'm_jobs', `function run() {
+    const implant = tool(
+      20,
+      'm_jobs',
+      `function run() {
   for (let i = 0; i < 3; i++) Promise.resolve().then(() => {
     console.log('job ran as ' + graphql('{ auth { whoami { principal } } }').auth.whoami.principal);
     graphql('mutation($t: UUID!) { postTransaction(input: {transactionId: $t, tranCode: "TRANSFER", params: {from: "${id(1)}", to: "${id(3)}", amount: "500"}}) { transactionId } }', { t: cel('uuid.New()') });
   });
   for (;;) {}
-}`, [], {}, 'mallory');
+}`,
+      [],
+      {},
+      'mallory',
+    );
     const timedOut = invoke(implant, {}, 'mallory');
     expect(timedOut).toMatchObject({ requestError: 'TIMEOUT' });
-    const victim = tool(21, 'victim', `function run() { return graphql('{ auth { whoami { principal } } }').auth.whoami.principal; }`);
+    const victim = tool(
+      21,
+      'victim',
+      `function run() { return graphql('{ auth { whoami { principal } } }').auth.whoami.principal; }`,
+    );
     const ran = invoke(victim);
     expect(ran.status).toBe('SUCCEEDED');
     expect(ran.invocation.logs).toEqual([]);
@@ -98,31 +144,48 @@ describe('nothing one execution leaves behind runs in another', () => {
 
   it('a job chain that refills its queue past the deadline ends in TIMEOUT, and the next caller runs in a clean sandbox', async () => {
     mallory();
-    const chain = tool(22, 'm_chain', `function run() {
+    const chain = tool(
+      22,
+      'm_chain',
+      `function run() {
   let n = 0;
   function again() { n++; Promise.resolve().then(again); Promise.resolve().then(again); for (let i = 0; i < 1000; i++) {} }
   again();
   return 'queued';
-}`, [], {}, 'mallory');
+}`,
+      [],
+      {},
+      'mallory',
+    );
     const started = Date.now();
     expect(invoke(chain, {}, 'mallory')).toMatchObject({ requestError: 'TIMEOUT' });
     expect(Date.now() - started).toBeLessThan(10_000);
     await engine.sandboxReady();
-    const victim = tool(23, 'victim2', `function run() { let jobs = 0; Promise.resolve().then(() => jobs++); return 'ran'; }`);
+    const victim = tool(
+      23,
+      'victim2',
+      `function run() { let jobs = 0; Promise.resolve().then(() => jobs++); return 'ran'; }`,
+    );
     expect(invoke(victim)).toMatchObject({ status: 'SUCCEEDED', output: 'ran' });
   });
 
   it('an outer program’s promise job runs at the end of its own call, under its own savepoint, never inside a nested call (case 9)', () => {
     const P = [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*', 'actions.*'] }];
     tool(30, 'b_fails', 'function run() { throw new Error("b fails"); }', P);
-    const a = tool(31, 'a', `function run() {
+    const a = tool(
+      31,
+      'a',
+      `function run() {
   const order = [];
   Promise.resolve().then(() => { order.push('job'); graphql('mutation { postTransaction(input: {transactionId: "${id(77)}", tranCode: "TRANSFER", params: {from: "${id(1)}", to: "${id(2)}", amount: "10"}}) { transactionId } }'); });
   const ok = tools.b_fails({}, { check: false }).ok;
   order.push('returned');
   console.log(order.join(','));
   return ok;
-}`, P, { tools: [{ name: 'b_fails' }] });
+}`,
+      P,
+      { tools: [{ name: 'b_fails' }] },
+    );
     const result = invoke(a);
     expect(result.status).toBe('SUCCEEDED');
     expect(result.output).toBe(false);
@@ -143,16 +206,25 @@ describe('nothing one execution leaves behind runs in another', () => {
     mallory();
     // 40 MB pinned with a private field on globalThis: had the context been reused, the next
     // caller's 30 MB would not fit in the 64 MB heap.
-    const pin = tool(40, 'm_pin', `function run(e) {
+    const pin = tool(
+      40,
+      'm_pin',
+      `function run(e) {
   class K extends (function (o) { return o; }) { #x = 'p'.repeat(40 * 1000 * 1000); static read(o) { try { return o.#x.length; } catch (err) { return 'none'; } } }
   const before = K.read(globalThis);
   new K(globalThis);
   return { before, after: K.read(globalThis) };
-}`, [], { execution: { timeoutMs: 5000 } }, 'mallory');
+}`,
+      [],
+      { execution: { timeoutMs: 5000 } },
+      'mallory',
+    );
     expect(invoke(pin, {}, 'mallory').output).toEqual({ before: 'none', after: 40_000_000 });
     // A fresh class is a fresh private name: the next execution cannot read what the last pinned.
     expect(invoke(pin, {}, 'mallory').output).toEqual({ before: 'none', after: 40_000_000 });
-    const big = tool(41, 'big', "function run() { const s = 'y'.repeat(30 * 1000 * 1000); return s.length; }", ALL, { execution: { timeoutMs: 5000 } });
+    const big = tool(41, 'big', "function run() { const s = 'y'.repeat(30 * 1000 * 1000); return s.length; }", ALL, {
+      execution: { timeoutMs: 5000 },
+    });
     const result = invoke(big);
     expect(result.error).toBeNull();
     expect(result.output).toBe(30_000_000);
@@ -162,11 +234,34 @@ describe('nothing one execution leaves behind runs in another', () => {
 describe('second hostile review: what the first fixes left open', () => {
   it('a program nested deeper than the host stack can compile is refused, and the sandbox is replaced, not left with a smaller stack (H1)', async () => {
     client('author', [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Action'] }]);
-    const fib = tool(100, 'fib', 'function run(e) { const fib = (n) => n < 2 ? n : fib(n - 1) + fib(n - 2); return fib(e.data.n); }');
-    const probe = tool(101, 'depth_probe', 'function run() { let d = 0; function f() { d++; f(); } try { f(); } catch (e) {} return d; }');
+    const fib = tool(
+      100,
+      'fib',
+      'function run(e) { const fib = (n) => n < 2 ? n : fib(n - 1) + fib(n - 2); return fib(e.data.n); }',
+    );
+    const probe = tool(
+      101,
+      'depth_probe',
+      'function run() { let d = 0; function f() { d++; f(); } try { f(); } catch (e) {} return d; }',
+    );
     const depthBefore = invoke(probe).output;
     for (const [i, d] of [594, 743, 929, 1162].entries()) {
-      const result = engine.graphql(CREATE, { id: id(110 + i), input: { name: `deep_${i}`, kind: 'tool', config: { runtime: 'javascript', src: `function run() { ${'(()=>'.repeat(d)}1${')'.repeat(d)}; return 1; }` }, policies: [] } }, { principal: 'author' });
+      const result = engine.graphql(
+        CREATE,
+        {
+          id: id(110 + i),
+          input: {
+            name: `deep_${i}`,
+            kind: 'tool',
+            config: {
+              runtime: 'javascript',
+              src: `function run() { ${'(()=>'.repeat(d)}1${')'.repeat(d)}; return 1; }`,
+            },
+            policies: [],
+          },
+        },
+        { principal: 'author' },
+      );
       expect(result.errors?.[0]?.extensions?.code, `nesting ${d}`).not.toBe('INTERNAL');
       await engine.sandboxReady();
     }
@@ -175,8 +270,19 @@ describe('second hostile review: what the first fixes left open', () => {
   });
 
   it('a substring search the interrupt cannot stop runs in linear time instead: an invoke-only client cannot freeze the server through an innocent tool (H2)', () => {
-    const find = tool(120, 'find_word', 'function run(e) { const t = e.data.text, w = e.data.word; return e.data.op === "includes" ? t.includes(w) : [t.includes(w), t.indexOf(w), t.lastIndexOf(w), t.split(w).length, t.replaceAll(w, "-").length, t.replace(w, "$&").length]; }');
-    client('clerk', [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'], assertions: { t: "context.document.action == 'find_word'" } }]);
+    const find = tool(
+      120,
+      'find_word',
+      'function run(e) { const t = e.data.text, w = e.data.word; return e.data.op === "includes" ? t.includes(w) : [t.includes(w), t.indexOf(w), t.lastIndexOf(w), t.split(w).length, t.replaceAll(w, "-").length, t.replace(w, "$&").length]; }',
+    );
+    client('clerk', [
+      {
+        effect: 'ALLOW',
+        actions: ['INSERT'],
+        resources: ['actions.Execution'],
+        assertions: { t: "context.document.action == 'find_word'" },
+      },
+    ]);
     const started = Date.now();
     // 170,000 × 85,001 steps natively: 7 s with the server frozen. Linear here, and interruptible.
     const miss = invoke(find, { op: 'includes', text: 'a'.repeat(170_000), word: `${'a'.repeat(85_000)}b` }, 'clerk');
@@ -187,34 +293,83 @@ describe('second hostile review: what the first fixes left open', () => {
     const word = `${'ab'.repeat(600)}c`;
     const hit = invoke(find, { text, word });
     expect(hit, JSON.stringify(hit).slice(0, 300)).toMatchObject({
-      output: [text.includes(word), text.indexOf(word), text.lastIndexOf(word), text.split(word).length, text.replaceAll(word, '-').length, text.replace(word, '$&').length],
+      output: [
+        text.includes(word),
+        text.indexOf(word),
+        text.lastIndexOf(word),
+        text.split(word).length,
+        text.replaceAll(word, '-').length,
+        text.replace(word, '$&').length,
+      ],
     });
-    const sort = invoke(tool(121, 'big_sort', 'function run() { try { new Float64Array(2000000).sort(); return "sorted"; } catch (e) { return e.message; } }'));
+    const sort = invoke(
+      tool(
+        121,
+        'big_sort',
+        'function run() { try { new Float64Array(2000000).sort(); return "sorted"; } catch (e) { return e.message; } }',
+      ),
+    );
     expect(sort.output).toContain('is refused');
   });
 
   it('private-field pins add up across calls and are freed once they pass the bound; running out of memory frees the deeper levels too (H4)', async () => {
     engine = await newEngine({ limits: { toolTimeoutMsMax: 5000, requestDeadlineMs: 5000 } });
     mallory();
-    const pin = tool(130, 'm_pin', 'function run() { class K extends (function (o) { return o; }) { #x = new Uint8Array(200000); } new K(globalThis); return 1; }', [], {}, 'mallory');
-    const outer = tool(131, 'm_outer', 'function run(e) { let n = 0; for (let i = 0; i < e.data.n; i++) if (tools.m_pin({}, { check: false }).ok) n++; return n; }',
-      [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'], assertions: { own: "context.document.action.startsWith('m_')" } }], { tools: [{ name: 'm_pin' }], execution: { timeoutMs: 5000 } }, 'mallory');
+    const pin = tool(
+      130,
+      'm_pin',
+      'function run() { class K extends (function (o) { return o; }) { #x = new Uint8Array(200000); } new K(globalThis); return 1; }',
+      [],
+      {},
+      'mallory',
+    );
+    const outer = tool(
+      131,
+      'm_outer',
+      'function run(e) { let n = 0; for (let i = 0; i < e.data.n; i++) if (tools.m_pin({}, { check: false }).ok) n++; return n; }',
+      [
+        {
+          effect: 'ALLOW',
+          actions: ['INSERT'],
+          resources: ['actions.Execution'],
+          assertions: { own: "context.document.action.startsWith('m_')" },
+        },
+      ],
+      { tools: [{ name: 'm_pin' }], execution: { timeoutMs: 5000 } },
+      'mallory',
+    );
     for (let i = 0; i < 10; i++) {
-      const aliases = Array.from({ length: 40 }, (_, j) => `i${j}: invokeAction(id: "${pin}", input: {executionId: "${eid()}", actionVersion: 1, input: {}}) { status }`).join(' ');
-      expect(engine.graphql(`mutation { actions { ${aliases} } }`, null, { principal: 'mallory' }).errors).toBeUndefined();
+      const aliases = Array.from(
+        { length: 40 },
+        (_, j) =>
+          `i${j}: invokeAction(id: "${pin}", input: {executionId: "${eid()}", actionVersion: 1, input: {}}) { status }`,
+      ).join(' ');
+      expect(
+        engine.graphql(`mutation { actions { ${aliases} } }`, null, { principal: 'mallory' }).errors,
+      ).toBeUndefined();
     }
     // Pins made one nesting level down (each pinning call there costs its level a rebuild, ~10 ms).
     for (let i = 0; i < 6; i++) {
       const result = invoke(outer, { n: 60 }, 'mallory');
       expect(result, JSON.stringify(result)).toMatchObject({ output: 60 });
     }
-    const victim = tool(132, 'victim_mem', 'function run() { const a = []; for (let i = 0; i < 300; i++) a.push(new Uint8Array(100000)); return a.length; }', ALL, { execution: { timeoutMs: 5000 } });
+    const victim = tool(
+      132,
+      'victim_mem',
+      'function run() { const a = []; for (let i = 0; i < 300; i++) a.push(new Uint8Array(100000)); return a.length; }',
+      ALL,
+      { execution: { timeoutMs: 5000 } },
+    );
     for (let i = 0; i < 3; i++) expect(invoke(victim)).toMatchObject({ status: 'SUCCEEDED', output: 300 });
   });
 
   it('sandboxRetainedBytesMax: pins under it keep the warm context, pins over it free the runtime; programs without a # are never measured', async () => {
-    const PIN = 'function run() { class K extends (function (o) { return o; }) { #x = new Uint8Array(100000); } new K(globalThis); return 1; }';
-    for (const [limit, idleAfter] of [[1_000_000, 1], [50_000, 0]] as const) {
+    const PIN =
+      'function run() { class K extends (function (o) { return o; }) { #x = new Uint8Array(100000); } new K(globalThis); return 1; }';
+    for (const [limit, idleAfter] of [
+      [1_000_000, 1],
+      [50_000, 0],
+    ] as const) {
       engine = await newEngine({ limits: { sandboxRetainedBytesMax: limit } });
       const pin = tool(150, 'pin_100k', PIN);
       expect(invoke(pin).output).toBe(1);
@@ -232,7 +387,14 @@ describe('second hostile review: what the first fixes left open', () => {
     mallory();
     client('alice', ALL);
     const pick = tool(140, 'pick', 'function run(e) { return [Math.random(), Math.random(), Math.random()]; }');
-    const spy = tool(141, 'm_spy', "function run() { const inv = typeof __tally_invoke; let r; try { __tally_invoke(function () { return 0; }, ''); r = 'called'; } catch (e) { r = e.name; } return { inv, r, next: Math.random() }; }", [], {}, 'mallory');
+    const spy = tool(
+      141,
+      'm_spy',
+      "function run() { const inv = typeof __tally_invoke; let r; try { __tally_invoke(function () { return 0; }, ''); r = 'called'; } catch (e) { r = e.name; } return { inv, r, next: Math.random() }; }",
+      [],
+      {},
+      'mallory',
+    );
     const first = invoke(pick, { pin: '4711' }, 'alice').output;
     const seen = invoke(spy, {}, 'mallory').output;
     expect(seen.inv).toBe('undefined');
@@ -243,7 +405,10 @@ describe('second hostile review: what the first fixes left open', () => {
 
 describe('programs cannot compute wrong money silently', () => {
   it('decimal and money refuse implicit conversion (+, *, >, ==) with a hint naming the method; text still prints', () => {
-    const maths = tool(50, 'implicit', `function run(e) {
+    const maths = tool(
+      50,
+      'implicit',
+      `function run(e) {
   const attempt = (f) => { try { return f(); } catch (err) { return err.name + ': ' + err.message; } };
   return {
     times: attempt(() => money('100', 'USD') * 2),
@@ -255,7 +420,8 @@ describe('programs cannot compute wrong money silently', () => {
     string: String(decimal('0.10')),
     json: JSON.stringify({ d: decimal('3.0'), m: money('4.5', 'USD') }),
   };
-}`);
+}`,
+    );
     const out = invoke(maths).output;
     for (const key of ['times', 'plusNumber', 'greater', 'looseEq', 'number']) {
       expect(out[key], key).toMatch(/^TypeError: (decimal|money) .* cannot be used with \+ - \* \/ < > ==/);
@@ -267,7 +433,10 @@ describe('programs cannot compute wrong money silently', () => {
   });
 
   it('decimal.Round(x, "half_even", 2) and the other static forms mirror the CEL library, and agree with cel()', () => {
-    const forms = tool(51, 'static_forms', `function run() {
+    const forms = tool(
+      51,
+      'static_forms',
+      `function run() {
   const r = {
     round: decimal.Round('2.345', 'half_even', 2), roundUp: decimal.Round(decimal('2.345'), 'half_up', 2),
     add: decimal.Add('0.1', '0.2'), sub: decimal.Sub('1', '0.25'), mul: decimal.Mul('19.99', '3'), quo: decimal.Quo('10', '3', 4),
@@ -276,11 +445,25 @@ describe('programs cannot compute wrong money silently', () => {
   };
   const viaCel = cel('[decimal.Round(decimal("2.345"), "half_even", 2), decimal.Quo(decimal("10"), decimal("3"), 4), decimal.Reduce(decimal("1.500")), decimal.Floor(decimal("-1.2"))]');
   return { r: JSON.parse(JSON.stringify(r)), viaCel };
-}`);
+}`,
+    );
     const out = invoke(forms).output;
     expect(out.r).toEqual({
-      round: '2.34', roundUp: '2.35', add: '0.3', sub: '0.75', mul: '59.97', quo: '3.3333', abs: '1.5', neg: '-1.5', ceil: '2', floor: '-2', cmp: -1, reduce: '1.5',
-      madd: { units: '3.10', currency: 'USD' }, msub: { units: '4.5', currency: 'USD' }, mmul: { units: '7.50', currency: 'USD' },
+      round: '2.34',
+      roundUp: '2.35',
+      add: '0.3',
+      sub: '0.75',
+      mul: '59.97',
+      quo: '3.3333',
+      abs: '1.5',
+      neg: '-1.5',
+      ceil: '2',
+      floor: '-2',
+      cmp: -1,
+      reduce: '1.5',
+      madd: { units: '3.10', currency: 'USD' },
+      msub: { units: '4.5', currency: 'USD' },
+      mmul: { units: '7.50', currency: 'USD' },
     });
     expect(out.viaCel.map(String)).toEqual([out.r.round, out.r.quo, out.r.reduce, out.r.floor]);
   });
@@ -304,7 +487,13 @@ describe('programs cannot compute wrong money silently', () => {
     // A program that returns nothing still returns null: undefined at the top is "no output".
     expect(invoke(tool(n++, 'no_return', 'function run() { }')).output).toBeNull();
     // The values a program sends out are checked the same way: NaN never reaches a variable as null.
-    const sends = invoke(tool(n++, 'sends_nan', `function run() { try { graphql('{ journal { name } }', { x: 0 / 0 }); return 'sent'; } catch (e) { return e.message; } }`));
+    const sends = invoke(
+      tool(
+        n++,
+        'sends_nan',
+        `function run() { try { graphql('{ journal { name } }', { x: 0 / 0 }); return 'sent'; } catch (e) { return e.message; } }`,
+      ),
+    );
     expect(sends.output).toContain('variables.x is NaN');
   });
 
@@ -312,12 +501,21 @@ describe('programs cannot compute wrong money silently', () => {
     tool(70, 'open_case', 'function run(e) { return e.data; }');
     const refused = fails(engine, CREATE, {
       id: id(71),
-      input: { name: 'lock_account', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { return 1; }' }, tools: [{ name: 'open_case', input: { account_id: 'string(session.input.account_id)' } }] },
+      input: {
+        name: 'lock_account',
+        kind: 'tool',
+        config: { runtime: 'javascript', src: 'function run() { return 1; }' },
+        tools: [{ name: 'open_case', input: { account_id: 'string(session.input.account_id)' } }],
+      },
     });
     expect(refused.code).toBe('BAD_REQUEST');
     expect(refused.message).toContain('tools[0].input.account_id reads session');
     expect(refused.hint).toContain('event, tool.input and execution.input');
-    expect(ok(engine, '{ actions { actions(first: 10) { nodes { name } } } }').actions.actions.nodes.map((a: { name: string }) => a.name)).toEqual(['open_case']);
+    expect(
+      ok(engine, '{ actions { actions(first: 10) { nodes { name } } } }').actions.actions.nodes.map(
+        (a: { name: string }) => a.name,
+      ),
+    ).toEqual(['open_case']);
   });
 });
 
@@ -325,15 +523,28 @@ describe('one tool cannot hold the process or the write lock for long', () => {
   it('execution.timeoutMs above toolTimeoutMsMax (750 ms by default on SQLite, 30 s on PostgreSQL) is refused when the tool is created', () => {
     const max = engine.limits.toolTimeoutMsMax;
     expect(max).toBe(ON_POSTGRES ? 30_000 : 750);
-    const refused = fails(engine, CREATE, { id: id(80), input: { name: 'spin', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { for (;;) {} }' }, execution: { timeoutMs: max + 1 } } });
+    const refused = fails(engine, CREATE, {
+      id: id(80),
+      input: {
+        name: 'spin',
+        kind: 'tool',
+        config: { runtime: 'javascript', src: 'function run() { for (;;) {} }' },
+        execution: { timeoutMs: max + 1 },
+      },
+    });
     expect(refused.code).toBe('LIMIT_EXCEEDED');
     expect(refused.message).toContain(`execution.timeoutMs ${max + 1} is over its maximum ${max}`);
   });
 
   it('every call of one request shares requestDeadlineMs: many short tools in one document cannot add up past it', async () => {
     engine = await newEngine({ limits: { toolTimeoutMs: 1000, requestDeadlineMs: 400 } });
-    const busy = tool(81, 'busy', 'function run() { const end = Date.now() + 150; while (Date.now() < end) {} return 1; }');
-    const one = (n: number) => `i${n}: invokeAction(id: "${busy}", input: {executionId: "${id(970_000 + n)}", actionVersion: 1, input: {}}) { status }`;
+    const busy = tool(
+      81,
+      'busy',
+      'function run() { const end = Date.now() + 150; while (Date.now() < end) {} return 1; }',
+    );
+    const one = (n: number) =>
+      `i${n}: invokeAction(id: "${busy}", input: {executionId: "${id(970_000 + n)}", actionVersion: 1, input: {}}) { status }`;
     // Alone, each finishes well inside its own 1 s timeout.
     expect(ok(engine, `mutation { actions { ${one(1)} } }`).actions.i1.status).toBe('SUCCEEDED');
     const refused = fails(engine, `mutation { actions { ${[2, 3, 4, 5, 6].map(one).join(' ')} } }`);

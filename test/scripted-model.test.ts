@@ -67,7 +67,12 @@ describe('scripted model server', () => {
     model.setRules([
       (req) =>
         req.format === 'openai' && lastUserText(req) === 'what does bob have?'
-          ? { toolCalls: [{ name: 'balance', arguments: { code: 'bob' } }, { name: 'balance', arguments: '{not json', id: 'mine' }] }
+          ? {
+              toolCalls: [
+                { name: 'balance', arguments: { code: 'bob' } },
+                { name: 'balance', arguments: '{not json', id: 'mine' },
+              ],
+            }
           : undefined,
     ]);
     const before = model.requests.length;
@@ -91,7 +96,16 @@ describe('scripted model server', () => {
           { role: 'tool', tool_call_id: 'c0', content: '{"available":"1.00"}' },
           { role: 'user', content: [{ type: 'text', text: 'what does bob have?' }] },
         ],
-        tools: [{ type: 'function', function: { name: BALANCE_TOOL.name, description: BALANCE_TOOL.description, parameters: BALANCE_TOOL.schema } }],
+        tools: [
+          {
+            type: 'function',
+            function: {
+              name: BALANCE_TOOL.name,
+              description: BALANCE_TOOL.description,
+              parameters: BALANCE_TOOL.schema,
+            },
+          },
+        ],
       },
       { 'X-Trace': 'abc' },
     );
@@ -151,11 +165,18 @@ describe('scripted model server', () => {
     expect(req.body.max_completion_tokens).toBe(100);
     expect(lastMessage(req)).toEqual({ role: 'user', text: 'what does bob have?' });
     // The tool messages after the last assistant message, even with a user message after them.
-    expect(toolResults(req)).toEqual([{ role: 'tool', toolCallId: 'c0', content: '{"available":"1.00"}', isError: false }]);
+    expect(toolResults(req)).toEqual([
+      { role: 'tool', toolCallId: 'c0', content: '{"available":"1.00"}', isError: false },
+    ]);
   });
 
   it('normalizes an anthropic request (tool_result, is_error) and answers tool_use blocks', async () => {
-    model.setRules([(req) => (req.format === 'anthropic' ? { text: 'Checking.', toolCalls: [{ name: 'balance', arguments: { code: 'carol' } }] } : undefined)]);
+    model.setRules([
+      (req) =>
+        req.format === 'anthropic'
+          ? { text: 'Checking.', toolCalls: [{ name: 'balance', arguments: { code: 'carol' } }] }
+          : undefined,
+    ]);
     const r = await anthropic(model, {
       model: 'claude-test',
       max_tokens: 256,
@@ -257,10 +278,16 @@ describe('scripted model server', () => {
     });
     expect(a.status).toBe(200);
     expect(a.json.stop_reason).toBe('tool_use');
-    expect(a.json.content).toEqual([{ type: 'tool_use', id: expect.stringMatching(/^toolu_/), name: 'verdict', input: { verdict: 'ok' } }]);
+    expect(a.json.content).toEqual([
+      { type: 'tool_use', id: expect.stringMatching(/^toolu_/), name: 'verdict', input: { verdict: 'ok' } },
+    ]);
     expect(model.requests.at(-1)).toMatchObject({ forcedTool: 'verdict', responseSchema: schema });
 
-    const plain = await anthropic(model, { model: 'claude-test', max_tokens: 100, messages: [{ role: 'user', content: 'judge' }] });
+    const plain = await anthropic(model, {
+      model: 'claude-test',
+      max_tokens: 100,
+      messages: [{ role: 'user', content: 'judge' }],
+    });
     expect(plain.json.stop_reason).toBe('end_turn');
     expect(JSON.parse(plain.json.content[0].text)).toEqual({ verdict: 'ok' });
   });
@@ -326,17 +353,28 @@ describe('scripted model server', () => {
     const call = oc.choices[0]!.message.tool_calls![0]!;
     expect(call.type === 'function' && JSON.parse(call.function.arguments)).toEqual({ code: 'bob' });
     const a = new Anthropic({ baseURL: model.url, apiKey: 'unused', maxRetries: 0 });
-    const am = await a.messages.create({ model: 'claude-test', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }] });
+    const am = await a.messages.create({
+      model: 'claude-test',
+      max_tokens: 10,
+      messages: [{ role: 'user', content: 'hi' }],
+    });
     expect(am.stop_reason).toBe('tool_use');
     expect(am.content[0]).toMatchObject({ type: 'tool_use', name: 'balance', input: { code: 'bob' } });
     model.setRules([() => ({ status: 429, headers: { 'retry-after': '0' } })]);
-    await expect(a.messages.create({ model: 'claude-test', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }] })).rejects.toMatchObject({ status: 429 });
+    await expect(
+      a.messages.create({ model: 'claude-test', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }] }),
+    ).rejects.toMatchObject({ status: 429 });
   });
 
   it('delayMs does not block a concurrent request', async () => {
-    model.setRules([(req) => (lastUserText(req) === 'slow' ? { text: 'slow done', delayMs: 1500 } : { text: 'fast done' })]);
+    model.setRules([
+      (req) => (lastUserText(req) === 'slow' ? { text: 'slow done', delayMs: 1500 } : { text: 'fast done' }),
+    ]);
     const started = Date.now();
-    const slow = openai(model, { model: 'm', messages: [{ role: 'user', content: 'slow' }] }).then((r) => ({ r, at: Date.now() }));
+    const slow = openai(model, { model: 'm', messages: [{ role: 'user', content: 'slow' }] }).then((r) => ({
+      r,
+      at: Date.now(),
+    }));
     await new Promise((r) => setTimeout(r, 50));
     const fast = await openai(model, { model: 'm', messages: [{ role: 'user', content: 'fast' }] });
     const fastAt = Date.now();
@@ -408,23 +446,37 @@ describe('the bank teller rules', () => {
       const transferCall = second.message.tool_calls[0];
       expect(transferCall.function.name).toBe('transfer');
       const args = JSON.parse(transferCall.function.arguments);
-      expect(args).toEqual({ transaction_id: expect.stringMatching(/^[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/), to: BOB, amount: '25.50' });
+      expect(args).toEqual({
+        transaction_id: expect.stringMatching(/^[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/),
+        to: BOB,
+        amount: '25.50',
+      });
       messages.push(second.message, {
         role: 'tool',
         tool_call_id: transferCall.id,
-        content: JSON.stringify({ transaction_id: args.transaction_id, from_available: '74.50', to_available: '35.50' }),
+        content: JSON.stringify({
+          transaction_id: args.transaction_id,
+          from_available: '74.50',
+          to_available: '35.50',
+        }),
       });
 
       const third = await ask();
       expect(third.finish_reason).toBe('stop');
-      expect(third.message.content).toBe('Moved 25.50 from Alice to Bob. Alice now has 74.50 available, Bob has 35.50.');
+      expect(third.message.content).toBe(
+        'Moved 25.50 from Alice to Bob. Alice now has 74.50 available, Bob has 35.50.',
+      );
       expect(model.requests.map((r) => r.turn)).toEqual([1, 2, 3]);
 
       // The same conversation gets the same transaction id (deterministic), and help otherwise.
       const again = await openai(model, { model: 'teller', messages: messages.slice(0, 4) });
-      expect(JSON.parse(again.json.choices[0].message.tool_calls[0].function.arguments).transaction_id).toBe(args.transaction_id);
+      expect(JSON.parse(again.json.choices[0].message.tool_calls[0].function.arguments).transaction_id).toBe(
+        args.transaction_id,
+      );
       const help = await openai(model, { model: 'teller', messages: [{ role: 'user', content: 'hello' }] });
-      expect(help.json.choices[0].message.content).toBe('I can move money and look up balances. Try: move 25 from Alice to Bob.');
+      expect(help.json.choices[0].message.content).toBe(
+        'I can move money and look up balances. Try: move 25 from Alice to Bob.',
+      );
     } finally {
       await model.close();
     }
@@ -449,7 +501,16 @@ describe('the bank teller rules', () => {
         {
           role: 'user',
           content: [
-            { type: 'tool_result', tool_use_id: balanceUse.id, content: [{ type: 'text', text: JSON.stringify({ account_id: BOB, code: 'bob', name: 'Bob', available: '1.00' }) }] },
+            {
+              type: 'tool_result',
+              tool_use_id: balanceUse.id,
+              content: [
+                {
+                  type: 'text',
+                  text: JSON.stringify({ account_id: BOB, code: 'bob', name: 'Bob', available: '1.00' }),
+                },
+              ],
+            },
           ],
         },
       );
@@ -478,14 +539,24 @@ describe('the bank teller rules', () => {
         {
           role: 'user',
           content: [
-            { type: 'tool_result', tool_use_id: transferUse.id, content: JSON.stringify({ transaction_id: transferUse.input.transaction_id, from_available: '3.00', to_available: '8.00' }) },
+            {
+              type: 'tool_result',
+              tool_use_id: transferUse.id,
+              content: JSON.stringify({
+                transaction_id: transferUse.input.transaction_id,
+                from_available: '3.00',
+                to_available: '8.00',
+              }),
+            },
           ],
         },
       );
 
       const third = await ask();
       expect(third.stop_reason).toBe('end_turn');
-      expect(third.content).toEqual([{ type: 'text', text: 'Moved 7 from Carol to Bob. Carol now has 3.00 available, Bob has 8.00.' }]);
+      expect(third.content).toEqual([
+        { type: 'text', text: 'Moved 7 from Carol to Bob. Carol now has 3.00 available, Bob has 8.00.' },
+      ]);
 
       const failed = await anthropic(model, { model: 'teller', max_tokens: 512, messages: errorMessages });
       expect(failed.json.content[0].text).toBe('I could not do that: insufficient funds: 7 needed');

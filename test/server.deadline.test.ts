@@ -13,7 +13,8 @@ import { createAccount, createTransferCode, id, newEngine, ok, postTransfers, st
  */
 
 const ALL = [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE', 'DELETE'], resources: ['*'] }];
-const CREATE = 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }';
+const CREATE =
+  'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }';
 
 /** Accounts 1-3 and `postings` transfers between them, 100 per request. */
 function ledger(engine: Engine, postings: number): void {
@@ -23,7 +24,8 @@ function ledger(engine: Engine, postings: number): void {
 }
 
 /** Under cost limits (69,000 of 100,000) yet a row lookup per entry: the deadline is what stops it. */
-const HEAVY_READ = '{ accounts(first: 3) { nodes { entries(first: 1000) { nodes { transaction { description entries(first: 5) { nodes { units account { code } } } } } } } } }';
+const HEAVY_READ =
+  '{ accounts(first: 3) { nodes { entries(first: 1000) { nodes { transaction { description entries(first: 5) { nodes { units account { code } } } } } } } } }';
 
 describe('requestDeadlineMs bounds a whole request, tools and resolvers alike', () => {
   const dir = mkdtempSync(join(tmpdir(), 'tally-deadline-'));
@@ -63,9 +65,23 @@ describe('requestDeadlineMs bounds a whole request, tools and resolvers alike', 
     const heavy = `[${Array.from({ length: 200 }, (_, i) => i).join(',')}]`;
     const assertion = `${heavy}.all(a, ${heavy}.all(b, a + b >= 0)) && context.document.units != ''`;
     const key = ok(engine, 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }', {
-      i: { principal: 'auditor', name: 'auditor', policies: [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] }, { effect: 'DENY', actions: ['SELECT'], resources: ['financial.Entry'], assertions: { heavy: `!(${assertion})` } }] },
+      i: {
+        principal: 'auditor',
+        name: 'auditor',
+        policies: [
+          { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] },
+          {
+            effect: 'DENY',
+            actions: ['SELECT'],
+            resources: ['financial.Entry'],
+            assertions: { heavy: `!(${assertion})` },
+          },
+        ],
+      },
     }).auth.createClient.apiKey;
-    const result = engine.graphql(`{ account(id: "${id(1)}") { entries(first: 1000) { nodes { units } } } }`, null, { apiKey: key });
+    const result = engine.graphql(`{ account(id: "${id(1)}") { entries(first: 1000) { nodes { units } } } }`, null, {
+      apiKey: key,
+    });
     expect(result.data ?? null).toBeNull();
     expect(result.errors).toHaveLength(1);
     expect(result.errors![0]!.extensions?.code).toBe('LIMIT_EXCEEDED');
@@ -100,7 +116,9 @@ describe('requestDeadlineMs bounds a whole request, tools and resolvers alike', 
 
   it('a mutation that runs past it rolls back whole', async () => {
     const engine = await tightEngine();
-    const result = engine.graphql(`mutation { createAccount(input: {accountId: "${id(9)}", code: "LATE", name: "late"}) { accountId } queries { ${HEAVY_READ.slice(1, -1)} } }`);
+    const result = engine.graphql(
+      `mutation { createAccount(input: {accountId: "${id(9)}", code: "LATE", name: "late"}) { accountId } queries { ${HEAVY_READ.slice(1, -1)} } }`,
+    );
     expect(result.errors?.[0]?.extensions?.code).toBe('LIMIT_EXCEEDED');
     expect(engine.graphql(`{ account(id: "${id(9)}") { code } }`).errors?.[0]?.extensions?.code).toBe('NOT_FOUND');
     engine.close();
@@ -115,16 +133,47 @@ describe('over HTTP: a tool at its ceiling does not hold up another client (revi
     running = await startServer(KEY);
     ledger(running.engine, 300);
     hostile = ok(running.engine, 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }', {
-      i: { principal: 'hostile', name: 'hostile', policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }, { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] }] },
+      i: {
+        principal: 'hostile',
+        name: 'hostile',
+        policies: [
+          { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] },
+          { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] },
+        ],
+      },
     }).auth.createClient.apiKey;
     const max = running.engine.limits.toolTimeoutMsMax;
-    ok(running.engine, CREATE, { id: id(1), input: { name: 'spin', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { for (;;) {} }' }, policies: ALL, execution: { timeoutMs: max } } });
-    ok(running.engine, CREATE, { id: id(2), input: { name: 'busy', kind: 'tool', config: { runtime: 'javascript', src: 'function run() { const end = Date.now() + 200; while (Date.now() < end) {} return 1; }' }, policies: ALL } });
+    ok(running.engine, CREATE, {
+      id: id(1),
+      input: {
+        name: 'spin',
+        kind: 'tool',
+        config: { runtime: 'javascript', src: 'function run() { for (;;) {} }' },
+        policies: ALL,
+        execution: { timeoutMs: max },
+      },
+    });
+    ok(running.engine, CREATE, {
+      id: id(2),
+      input: {
+        name: 'busy',
+        kind: 'tool',
+        config: {
+          runtime: 'javascript',
+          src: 'function run() { const end = Date.now() + 200; while (Date.now() < end) {} return 1; }',
+        },
+        policies: ALL,
+      },
+    });
   });
   afterAll(() => running.stop());
 
   const post = async (key: string, query: string) => {
-    const res = await fetch(running.url, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: JSON.stringify({ query }) });
+    const res = await fetch(running.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+      body: JSON.stringify({ query }),
+    });
     return (await res.json()) as FormattedResult;
   };
 
@@ -141,11 +190,14 @@ describe('over HTTP: a tool at its ceiling does not hold up another client (revi
 
   it('spin at toolTimeoutMsMax, many tools in one request, and a heavy read: each ends with a clear code and the probe answers in under a second', async () => {
     let n = 0;
-    const invoke = (name: string) => `i${n}: invokeAction(name: "${name}", input: {executionId: "${id(500 + n++)}", actionVersion: 1, input: {}}) { status }`;
+    const invoke = (name: string) =>
+      `i${n}: invokeAction(name: "${name}", input: {executionId: "${id(500 + n++)}", actionVersion: 1, input: {}}) { status }`;
     for (let round = 0; round < 3; round++) {
       const spun = await whileAttacking(`mutation { actions { ${invoke('spin')} } }`);
       expect(spun.errors?.[0]?.extensions).toMatchObject({ code: 'TIMEOUT' });
-      const many = await whileAttacking(`mutation { actions { ${[1, 2, 3, 4, 5, 6].map(() => invoke('busy')).join(' ')} } }`);
+      const many = await whileAttacking(
+        `mutation { actions { ${[1, 2, 3, 4, 5, 6].map(() => invoke('busy')).join(' ')} } }`,
+      );
       expect(many.errors?.[0]?.extensions).toMatchObject({ code: 'TIMEOUT' });
       expect(many.errors?.[0]?.message).toContain('requestDeadlineMs');
       const read = await whileAttacking(HEAVY_READ);

@@ -42,7 +42,11 @@ afterAll(async () => {
 });
 
 async function post(query: string, variables: Record<string, unknown> | null = null): Promise<any> {
-  const response = await fetch(`${base}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ query, variables }) });
+  const response = await fetch(`${base}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ query, variables }),
+  });
   return response.json();
 }
 
@@ -60,7 +64,8 @@ function parseMetrics(text: string): Sample[] {
     const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
     if (!match) throw new Error(`not a sample line: ${line}`);
     const labels: Record<string, string> = {};
-    for (const pair of (match[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[pair[1]!] = pair[2]!;
+    for (const pair of (match[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g))
+      labels[pair[1]!] = pair[2]!;
     samples.push({ name: match[1]!, labels, value: Number(match[3]) });
   }
   return samples;
@@ -107,7 +112,10 @@ describe('/healthz and /readyz', () => {
     try {
       const response = await fetch(bare.url.replace('/graphql', '/readyz'));
       expect(response.status).toBe(200);
-      expect(await response.json()).toEqual({ status: 'ready', checks: { database: 'ok', sandbox: 'ok', worker: 'disabled' } });
+      expect(await response.json()).toEqual({
+        status: 'ready',
+        checks: { database: 'ok', sandbox: 'ok', worker: 'disabled' },
+      });
     } finally {
       await bare.stop();
     }
@@ -118,7 +126,10 @@ describe('/healthz and /readyz', () => {
     try {
       const response = await fetch(`${base}/readyz`);
       expect(response.status).toBe(503);
-      expect(await response.json()).toEqual({ status: 'not ready', checks: { database: 'ok', sandbox: 'ok', worker: 'the queue worker is not running' } });
+      expect(await response.json()).toEqual({
+        status: 'not ready',
+        checks: { database: 'ok', sandbox: 'ok', worker: 'the queue worker is not running' },
+      });
     } finally {
       worker.start();
     }
@@ -158,11 +169,19 @@ describe('/healthz and /readyz', () => {
 describe('/metrics', () => {
   it('needs a client key (any client: one with no policies can scrape and do nothing else)', async () => {
     expect((await fetch(`${base}/metrics`)).status).toBe(401);
-    const created = await post(`mutation { auth { createClient(input: {principal: "prometheus", name: "Scraper", policies: []}) { apiKey } } }`);
+    const created = await post(
+      `mutation { auth { createClient(input: {principal: "prometheus", name: "Scraper", policies: []}) { apiKey } } }`,
+    );
     const scraperKey = created.data.auth.createClient.apiKey as string;
     const response = await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${scraperKey}` } });
     expect(response.status).toBe(200);
-    const denied = await fetch(`${base}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${scraperKey}` }, body: JSON.stringify({ query: `mutation { createAccount(input: {accountId: "${id(9)}", code: "x", name: "X"}) { accountId } }` }) });
+    const denied = await fetch(`${base}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${scraperKey}` },
+      body: JSON.stringify({
+        query: `mutation { createAccount(input: {accountId: "${id(9)}", code: "x", name: "X"}) { accountId } }`,
+      }),
+    });
     expect(((await denied.json()) as any).errors[0].extensions.code).toBe('ACCESS_DENIED');
   });
 
@@ -170,40 +189,86 @@ describe('/metrics', () => {
     for (let i = 0; i < 3; i++) await post('query Journal { journal { name } }');
     await post('{ journal { name } }');
     await post('query Broken { nosuchfield }');
-    await post(`mutation OpenAccount { createAccount(input: {accountId: "${id(1)}", code: "cash", name: "Cash"}) { accountId } }`);
-    await post(`mutation OpenAccount { createAccount(input: {accountId: "${id(1)}", code: "cash", name: "Cash"}) { accountId } }`);
+    await post(
+      `mutation OpenAccount { createAccount(input: {accountId: "${id(1)}", code: "cash", name: "Cash"}) { accountId } }`,
+    );
+    await post(
+      `mutation OpenAccount { createAccount(input: {accountId: "${id(1)}", code: "cash", name: "Cash"}) { accountId } }`,
+    );
     // Anonymous operations and documents that do not validate are "anonymous"; names take the
     // three label values in the order they come (Journal, OpenAccount, Fourth); Fifth is "other".
     await post('query Fourth { journal { name } }');
     await post('query Fifth { journal { name } }');
     const samples = await scrape();
-    expect(value(samples, 'tally_graphql_requests_total', { type: 'query', operation: 'Journal', outcome: 'ok' })).toBe(3);
-    expect(value(samples, 'tally_graphql_requests_total', { type: 'query', operation: 'anonymous', outcome: 'ok' })).toBeGreaterThanOrEqual(1);
-    expect(value(samples, 'tally_graphql_requests_total', { type: 'unknown', operation: 'anonymous', outcome: 'GRAPHQL_VALIDATION_FAILED' })).toBe(1);
-    expect(value(samples, 'tally_graphql_requests_total', { type: 'mutation', operation: 'OpenAccount', outcome: 'ok' })).toBe(1);
-    expect(value(samples, 'tally_graphql_requests_total', { type: 'mutation', operation: 'OpenAccount', outcome: 'ALREADY_EXISTS' })).toBe(1);
+    expect(value(samples, 'tally_graphql_requests_total', { type: 'query', operation: 'Journal', outcome: 'ok' })).toBe(
+      3,
+    );
+    expect(
+      value(samples, 'tally_graphql_requests_total', { type: 'query', operation: 'anonymous', outcome: 'ok' }),
+    ).toBeGreaterThanOrEqual(1);
+    expect(
+      value(samples, 'tally_graphql_requests_total', {
+        type: 'unknown',
+        operation: 'anonymous',
+        outcome: 'GRAPHQL_VALIDATION_FAILED',
+      }),
+    ).toBe(1);
+    expect(
+      value(samples, 'tally_graphql_requests_total', { type: 'mutation', operation: 'OpenAccount', outcome: 'ok' }),
+    ).toBe(1);
+    expect(
+      value(samples, 'tally_graphql_requests_total', {
+        type: 'mutation',
+        operation: 'OpenAccount',
+        outcome: 'ALREADY_EXISTS',
+      }),
+    ).toBe(1);
     expect(value(samples, 'tally_graphql_requests_total', { operation: 'Fourth' })).toBe(1);
     expect(value(samples, 'tally_graphql_requests_total', { operation: 'Fifth' })).toBeUndefined();
-    expect(value(samples, 'tally_graphql_requests_total', { type: 'query', operation: 'other', outcome: 'ok' })).toBe(1);
-    expect(value(samples, 'tally_graphql_request_duration_seconds_count', { type: 'query', operation: 'Journal' })).toBe(3);
-    expect(value(samples, 'tally_graphql_request_duration_seconds_bucket', { type: 'query', operation: 'Journal', le: '+Inf' })).toBe(3);
-    expect(value(samples, 'tally_graphql_request_duration_seconds_sum', { type: 'query', operation: 'Journal' })).toBeGreaterThan(0);
+    expect(value(samples, 'tally_graphql_requests_total', { type: 'query', operation: 'other', outcome: 'ok' })).toBe(
+      1,
+    );
+    expect(
+      value(samples, 'tally_graphql_request_duration_seconds_count', { type: 'query', operation: 'Journal' }),
+    ).toBe(3);
+    expect(
+      value(samples, 'tally_graphql_request_duration_seconds_bucket', {
+        type: 'query',
+        operation: 'Journal',
+        le: '+Inf',
+      }),
+    ).toBe(3);
+    expect(
+      value(samples, 'tally_graphql_request_duration_seconds_sum', { type: 'query', operation: 'Journal' }),
+    ).toBeGreaterThan(0);
   });
 
   it('counts attempts by action and status, and shows the queue, the sandbox pool, the caches and the file sizes', async () => {
     const create = (n: number, name: string, src: string, execution: Record<string, unknown> = {}) =>
-      post(`mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }`, {
-        id: id(n), input: { name, kind: 'tool', config: { runtime: 'javascript', src }, policies: ALLOW_ALL, execution },
-      });
+      post(
+        `mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }`,
+        {
+          id: id(n),
+          input: { name, kind: 'tool', config: { runtime: 'javascript', src }, policies: ALLOW_ALL, execution },
+        },
+      );
     const start = (name: string, executionId: string) =>
-      post(`mutation($name: String, $input: InvokeInput!) { actions { startAction(name: $name, input: $input) { status } } }`, { name, input: { executionId, input: {} } });
-    const status = async (executionId: string) => (await post(`query($e: UUID!) { actions { execution(executionId: $e) { status } } }`, { e: executionId })).data.actions.execution.status;
+      post(
+        `mutation($name: String, $input: InvokeInput!) { actions { startAction(name: $name, input: $input) { status } } }`,
+        { name, input: { executionId, input: {} } },
+      );
+    const status = async (executionId: string) =>
+      (await post(`query($e: UUID!) { actions { execution(executionId: $e) { status } } }`, { e: executionId })).data
+        .actions.execution.status;
     await create(10, 'ok_tool', 'function run() { return 1; }');
     await create(11, 'retrying', 'function run() { fail("down"); }', { maxAttempts: 2, backoff: { initialMs: 10 } });
     await start('ok_tool', id(100));
     await start('ok_tool', id(101));
     await start('retrying', id(102));
-    await until('the executions to finish', async () => (await status(id(101))) === 'SUCCEEDED' && (await status(id(102))) === 'FAILED');
+    await until(
+      'the executions to finish',
+      async () => (await status(id(101))) === 'SUCCEEDED' && (await status(id(102))) === 'FAILED',
+    );
     let samples = await scrape();
     expect(value(samples, 'tally_execution_attempts_total', { action: 'ok_tool', status: 'SUCCEEDED' })).toBe(2);
     expect(value(samples, 'tally_execution_attempts_total', { action: 'retrying', status: 'QUEUED' })).toBe(1);

@@ -10,7 +10,10 @@ const KEY = 'tly_process-test-key';
 describe('tally serve as a process', () => {
   it('requires the admin key from TALLY_ADMIN_KEY, and on SIGTERM finishes the request in flight before exiting 0', async () => {
     const db = join(mkdtempSync(join(tmpdir(), 'tally-serve-')), 'serve.db');
-    const child = spawn(process.execPath, [BIN, 'serve', '--db', db, '--port', '0'], { env: { ...process.env, TALLY_ADMIN_KEY: KEY }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [BIN, 'serve', '--db', db, '--port', '0'], {
+      env: { ...process.env, TALLY_ADMIN_KEY: KEY },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let output = '';
     const url = await new Promise<string>((resolve, reject) => {
       child.stdout.on('data', (chunk: Buffer) => {
@@ -21,19 +24,26 @@ describe('tally serve as a process', () => {
       child.once('exit', () => reject(new Error(`serve exited: ${output}`)));
     });
     const post = (query: string, key = KEY) =>
-      fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: JSON.stringify({ query }) });
+      fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+        body: JSON.stringify({ query }),
+      });
     expect((await post('{ journal { name } }', 'tly_wrong')).status).toBe(401);
     // A tool that keeps the request busy for ~300 ms inside its transaction.
-    const created = await post(`mutation { actions { createAction(id: "00000000-0000-4000-8000-000000000001", input: {name: "slow", kind: "tool",
+    const created =
+      await post(`mutation { actions { createAction(id: "00000000-0000-4000-8000-000000000001", input: {name: "slow", kind: "tool",
       config: {runtime: "javascript", src: "function run() { const end = Date.now() + 300; while (Date.now() < end) {} return 'done'; }"},
       policies: [{effect: ALLOW, actions: [SELECT], resources: ["*"]}]}) { version } } }`);
-    expect((await created.json() as any).data.actions.createAction.version).toBe(1);
-    const inFlight = post('mutation { actions { invokeAction(name: "slow", input: {executionId: "00000000-0000-4000-8000-000000000002", actionVersion: 1}) { status output } } }');
+    expect(((await created.json()) as any).data.actions.createAction.version).toBe(1);
+    const inFlight = post(
+      'mutation { actions { invokeAction(name: "slow", input: {executionId: "00000000-0000-4000-8000-000000000002", actionVersion: 1}) { status output } } }',
+    );
     await new Promise((r) => setTimeout(r, 50));
     child.kill('SIGTERM');
     const response = await inFlight;
     expect(response.status).toBe(200);
-    expect((await response.json() as any).data.actions.invokeAction).toEqual({ status: 'SUCCEEDED', output: 'done' });
+    expect(((await response.json()) as any).data.actions.invokeAction).toEqual({ status: 'SUCCEEDED', output: 'done' });
     const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
     expect(code).toBe(0);
     expect(output).toContain('SIGTERM, shutting down');
@@ -47,7 +57,10 @@ describe('tally serve as a process', () => {
     const db = join(mkdtempSync(join(tmpdir(), 'tally-serve-')), 'busy.db');
     const env = { ...process.env };
     delete env.TALLY_ADMIN_KEY;
-    const child = spawn(process.execPath, [BIN, 'serve', '--db', db, '--port', String(port)], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [BIN, 'serve', '--db', db, '--port', String(port)], {
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     let err = '';
     child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));

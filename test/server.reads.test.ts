@@ -36,7 +36,11 @@ afterAll(async () => {
 });
 
 const send = async (query: string, variables?: Record<string, unknown>) => {
-  const res = await fetch(`http://127.0.0.1:${port}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: JSON.stringify({ query, variables }) });
+  const res = await fetch(`http://127.0.0.1:${port}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+    body: JSON.stringify({ query, variables }),
+  });
   return { status: res.status, retryAfter: res.headers.get('retry-after'), body: (await res.json()) as any };
 };
 const ACCOUNTS = '{ accounts(first: 10) { nodes { accountId } } }';
@@ -45,7 +49,11 @@ describe('a server with a read pool', () => {
   it('answers queries from the read threads: the committed state, even while the writer holds a transaction open', async () => {
     // Before the pool: a query runs on the writer, which sees its own open transaction's rows.
     engine.db.exec('BEGIN IMMEDIATE');
-    engine.db.prepare(`INSERT INTO journals (journal_id, name, status, version, created, modified) VALUES (?, 'uncommitted', 'ACTIVE', 1, 'x', 'x')`).run(id(77));
+    engine.db
+      .prepare(
+        `INSERT INTO journals (journal_id, name, status, version, created, modified) VALUES (?, 'uncommitted', 'ACTIVE', 1, 'x', 'x')`,
+      )
+      .run(id(77));
     const onWriter = await send(ACCOUNTS);
     // The writer refuses to run a request inside a transaction someone else opened on it.
     expect(onWriter.body.errors?.[0]?.extensions?.code).toBe('INTERNAL');
@@ -61,17 +69,21 @@ describe('a server with a read pool', () => {
   }, 60_000);
 
   it('runs mutations on the writer, and the next query on the pool sees them', async () => {
-    const created = await send('mutation($i: AccountInput!) { createAccount(input: $i) { accountId } }', { i: { accountId: id(2), code: 'A2', name: 'two' } });
+    const created = await send('mutation($i: AccountInput!) { createAccount(input: $i) { accountId } }', {
+      i: { accountId: id(2), code: 'A2', name: 'two' },
+    });
     expect(created.body.errors).toBeUndefined();
     const read = await send(ACCOUNTS);
     expect(read.body.data.accounts.nodes).toEqual([{ accountId: id(1) }, { accountId: id(2) }]);
   });
 
-  it('runs a query that waits on an execution on the pool too: the writer never sees it (only the wait is this thread\'s)', async () => {
+  it("runs a query that waits on an execution on the pool too: the writer never sees it (only the wait is this thread's)", async () => {
     engine.db.exec('BEGIN IMMEDIATE');
     try {
       // On the writer, inside a transaction someone else opened, it would be INTERNAL: the pool answers.
-      const waited = await send('query($e: UUID!) { actions { execution(executionId: $e, waitMs: 10) { status } } }', { e: id(999) });
+      const waited = await send('query($e: UUID!) { actions { execution(executionId: $e, waitMs: 10) { status } } }', {
+        e: id(999),
+      });
       expect(waited.body.errors?.[0]?.extensions?.code).toBe('NOT_FOUND');
     } finally {
       engine.db.exec('ROLLBACK');

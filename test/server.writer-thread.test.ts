@@ -29,7 +29,10 @@ interface Served {
   output: () => string;
 }
 
-async function serve(limits?: Record<string, number>, db = join(mkdtempSync(join(tmpdir(), 'tally-writer-')), 'w.db')): Promise<Served> {
+async function serve(
+  limits?: Record<string, number>,
+  db = join(mkdtempSync(join(tmpdir(), 'tally-writer-')), 'w.db'),
+): Promise<Served> {
   const folder = dirname(db);
   const env: NodeJS.ProcessEnv = { ...process.env, TALLY_ADMIN_KEY: ADMIN };
   delete env.TALLY_CONFIG;
@@ -38,7 +41,10 @@ async function serve(limits?: Record<string, number>, db = join(mkdtempSync(join
     writeFileSync(env.TALLY_CONFIG, JSON.stringify({ limits }));
   }
   const withWriter = limits?.writerThreads !== 0;
-  const child = spawn(process.execPath, [BIN, 'serve', '--db', db, '--port', '0', '--log-level', 'info'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [BIN, 'serve', '--db', db, '--port', '0', '--log-level', 'info'], {
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let output = '';
   const lines: Array<Record<string, unknown>> = [];
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
@@ -56,24 +62,36 @@ async function serve(limits?: Record<string, number>, db = join(mkdtempSync(join
         if (part.startsWith('{')) lines.push(JSON.parse(part) as Record<string, unknown>);
       }
       // Both threads up: the writer and the read pool.
-      if (url && (!withWriter || lines.some((l) => l.event === 'writer')) && lines.some((l) => l.event === 'reads')) resolve(url);
+      if (url && (!withWriter || lines.some((l) => l.event === 'writer')) && lines.some((l) => l.event === 'reads'))
+        resolve(url);
     });
     child.once('exit', () => reject(new Error(`serve exited: ${output}`)));
   });
   return { child, url, db, lines, output: () => output };
 }
 
-function post(served: Served, query: string, variables: Record<string, unknown> = {}, key = ADMIN): Promise<{ status: number; body: any }> {
-  return fetch(served.url, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: JSON.stringify({ query, variables }) }).then(
-    async (res) => ({ status: res.status, body: await res.json() }),
-  );
+function post(
+  served: Served,
+  query: string,
+  variables: Record<string, unknown> = {},
+  key = ADMIN,
+): Promise<{ status: number; body: any }> {
+  return fetch(served.url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+    body: JSON.stringify({ query, variables }),
+  }).then(async (res) => ({ status: res.status, body: await res.json() }));
 }
 
 /** A tool that spins until its deadline (it never returns: each call fails TIMEOUT). */
 async function createSpinner(served: Served, timeoutMs: number): Promise<void> {
-  const created = await post(served, `mutation($t: Int!) { actions { createAction(id: "${ACTION}", input: {name: "spin", kind: "tool",
+  const created = await post(
+    served,
+    `mutation($t: Int!) { actions { createAction(id: "${ACTION}", input: {name: "spin", kind: "tool",
     config: {runtime: "javascript", src: "function run() { for (;;) {} }"}, execution: {timeoutMs: $t},
-    policies: [{effect: ALLOW, actions: [SELECT], resources: ["*"]}]}) { version } } }`, { t: timeoutMs });
+    policies: [{effect: ALLOW, actions: [SELECT], resources: ["*"]}]}) { version } } }`,
+    { t: timeoutMs },
+  );
   expect(created.body.errors).toBeUndefined();
   expect(created.body.data.actions.createAction.version).toBe(1);
 }
@@ -84,7 +102,14 @@ const INVOKE_SPIN = `mutation($e: UUID!) { actions { invokeAction(name: "spin", 
 /** Resolves with the order in which the promises settled, by label. */
 function settleOrder(entries: Record<string, Promise<unknown>>): Promise<string[]> {
   const order: string[] = [];
-  return Promise.all(Object.entries(entries).map(([label, p]) => p.then(() => order.push(label), () => order.push(label)))).then(() => order);
+  return Promise.all(
+    Object.entries(entries).map(([label, p]) =>
+      p.then(
+        () => order.push(label),
+        () => order.push(label),
+      ),
+    ),
+  ).then(() => order);
 }
 
 describe('tally serve: the writer on its own thread', () => {
@@ -101,8 +126,13 @@ describe('tally serve: the writer on its own thread', () => {
     await new Promise((r) => setTimeout(r, 300));
     const read = post(served, '{ journal { name } }');
     const health = fetch(served.url.replace('/graphql', '/healthz'));
-    const metrics = fetch(served.url.replace('/graphql', '/metrics'), { headers: { authorization: `Bearer ${ADMIN}` } });
-    const write = post(served, 'mutation { createJournal(input: {journalId: "00000000-0000-4000-8000-00000000c001", name: "After"}) { name } }');
+    const metrics = fetch(served.url.replace('/graphql', '/metrics'), {
+      headers: { authorization: `Bearer ${ADMIN}` },
+    });
+    const write = post(
+      served,
+      'mutation { createJournal(input: {journalId: "00000000-0000-4000-8000-00000000c001", name: "After"}) { name } }',
+    );
     const order = await settleOrder({ spinning, read, health, metrics, write });
     expect(order).toHaveLength(5);
     // The read, the probe and the metrics came back while the tool still ran; the mutation after it.
@@ -115,7 +145,9 @@ describe('tally serve: the writer on its own thread', () => {
     expect((await write).body).toEqual({ data: { createJournal: { name: 'After' } } });
     expect((await metrics).status).toBe(200);
     // What the writer thread counted reaches /metrics: its group commits.
-    const text = await (await fetch(served.url.replace('/graphql', '/metrics'), { headers: { authorization: `Bearer ${ADMIN}` } })).text();
+    const text = await (
+      await fetch(served.url.replace('/graphql', '/metrics'), { headers: { authorization: `Bearer ${ADMIN}` } })
+    ).text();
     expect(Number(/^tally_write_batches_total (\d+)/m.exec(text)?.[1])).toBeGreaterThan(0);
     expect(/^tally_document_cache_entries (\d+)/m.exec(text)).not.toBeNull();
     // And the read pool's own figures.
@@ -123,11 +155,16 @@ describe('tally serve: the writer on its own thread', () => {
     expect(text).toMatch(/^tally_read_pool_wal_holds 0$/m);
   }, 30_000);
 
-  it('a hostile client keeping the writer busy with spinning tools does not hold another client\'s reads', async () => {
+  it("a hostile client keeping the writer busy with spinning tools does not hold another client's reads", async () => {
     // The other client: its own key, allowed to read.
-    const created = await post(served, `mutation { auth { createClient(input: {principal: "reader", name: "reader", policies: [{effect: ALLOW, actions: [SELECT], resources: ["*"]}]}) { apiKey } } }`);
+    const created = await post(
+      served,
+      `mutation { auth { createClient(input: {principal: "reader", name: "reader", policies: [{effect: ALLOW, actions: [SELECT], resources: ["*"]}]}) { apiKey } } }`,
+    );
     const readerKey = created.body.data.auth.createClient.apiKey as string;
-    const hostile = Array.from({ length: 3 }, (_, i) => post(served, INVOKE_SPIN, { e: `00000000-0000-4000-8000-00000000b1${String(i).padStart(2, '0')}` }));
+    const hostile = Array.from({ length: 3 }, (_, i) =>
+      post(served, INVOKE_SPIN, { e: `00000000-0000-4000-8000-00000000b1${String(i).padStart(2, '0')}` }),
+    );
     await new Promise((r) => setTimeout(r, 300));
     // Ten reads one after the other: all done before the first spinning call is.
     let firstSpinDone = false;
@@ -141,20 +178,28 @@ describe('tally serve: the writer on its own thread', () => {
     for (const outcome of outcomes) expect(outcome.body.errors[0].extensions.code).toBe('TIMEOUT');
   }, 30_000);
 
-  it('/readyz reports the writer thread\'s sandbox and queue worker', async () => {
+  it("/readyz reports the writer thread's sandbox and queue worker", async () => {
     const res = await fetch(served.url.replace('/graphql', '/readyz'));
     expect(res.status).toBe(200);
     expect(await res.json()).toEqual({ status: 'ready', checks: { database: 'ok', sandbox: 'ok', worker: 'ok' } });
   });
 
   it('the queue worker runs on the writer thread: a started execution runs, and its attempt is counted in /metrics', async () => {
-    const started = await post(served, `mutation { actions { createAction(id: "00000000-0000-4000-8000-00000000a002", input: {name: "hello", kind: "tool",
+    const started = await post(
+      served,
+      `mutation { actions { createAction(id: "00000000-0000-4000-8000-00000000a002", input: {name: "hello", kind: "tool",
       config: {runtime: "javascript", src: "function run() { return 'hi'; }"}, policies: [{effect: ALLOW, actions: [SELECT], resources: ["*"]}]}) { version }
-      startAction(name: "hello", input: {executionId: "00000000-0000-4000-8000-00000000b201", actionVersion: 1}) { status } } }`);
+      startAction(name: "hello", input: {executionId: "00000000-0000-4000-8000-00000000b201", actionVersion: 1}) { status } } }`,
+    );
     expect(started.body.errors).toBeUndefined();
-    const waited = await post(served, '{ actions { execution(executionId: "00000000-0000-4000-8000-00000000b201", waitMs: 10000) { status output } } }');
+    const waited = await post(
+      served,
+      '{ actions { execution(executionId: "00000000-0000-4000-8000-00000000b201", waitMs: 10000) { status output } } }',
+    );
     expect(waited.body.data.actions.execution).toEqual({ status: 'SUCCEEDED', output: 'hi' });
-    const text = await (await fetch(served.url.replace('/graphql', '/metrics'), { headers: { authorization: `Bearer ${ADMIN}` } })).text();
+    const text = await (
+      await fetch(served.url.replace('/graphql', '/metrics'), { headers: { authorization: `Bearer ${ADMIN}` } })
+    ).text();
     expect(text).toMatch(/^tally_execution_attempts_total\{action="hello",status="SUCCEEDED"\} 1$/m);
   }, 30_000);
 
@@ -179,7 +224,7 @@ describe('tally serve: the writer on its own thread', () => {
  * Worst of three postings, as the hostile scripts measure; the bound (1 s) is generous for a busy
  * 2-core machine: held in turn, each posting waits for well under 0.5 s.
  */
-describe('one client\'s requests on the writer do not hold another client\'s posting', () => {
+describe("one client's requests on the writer do not hold another client's posting", () => {
   let served: Served;
   const keys: Record<string, string> = {};
   const TELLER = `{effect: ALLOW, actions: [INSERT], resources: ["financial.Transaction", "financial.Entry"]},
@@ -194,13 +239,23 @@ describe('one client\'s requests on the writer do not hold another client\'s pos
     for (const n of [1, 2, 3]) createAccount(engine, n);
     createTransferCode(engine);
     postTransfers(engine, 2000);
-    for (const [principal, policies] of [['reader', '{effect: ALLOW, actions: [SELECT], resources: ["*"]}'], ['teller', TELLER], ['hog', HOG]] as const) {
-      keys[principal] = ok(engine, `mutation { auth { createClient(input: {principal: "${principal}", name: "${principal}", policies: [${policies}]}) { apiKey } } }`).auth.createClient.apiKey;
+    for (const [principal, policies] of [
+      ['reader', '{effect: ALLOW, actions: [SELECT], resources: ["*"]}'],
+      ['teller', TELLER],
+      ['hog', HOG],
+    ] as const) {
+      keys[principal] = ok(
+        engine,
+        `mutation { auth { createClient(input: {principal: "${principal}", name: "${principal}", policies: [${policies}]}) { apiKey } } }`,
+      ).auth.createClient.apiKey;
     }
     // A tool that computes until its deadline (a slow report, a bug): the hog may call it, and nothing else.
-    ok(engine, `mutation { actions { createAction(id: "${id(50)}", input: {name: "slow_report", kind: "tool",
+    ok(
+      engine,
+      `mutation { actions { createAction(id: "${id(50)}", input: {name: "slow_report", kind: "tool",
       config: {runtime: "javascript", src: "function run() { let x = 0; for (;;) x++; }"}, execution: {timeoutMs: 300},
-      tool: {description: "A slow report", inputSchema: {type: "object"}}, policies: [{effect: ALLOW, actions: [SELECT], resources: ["financial.*"]}]}) { version } } }`);
+      tool: {description: "A slow report", inputSchema: {type: "object"}}, policies: [{effect: ALLOW, actions: [SELECT], resources: ["financial.*"]}]}) { version } } }`,
+    );
     engine.close();
     served = await serve(undefined, db);
   }, 120_000);
@@ -213,9 +268,18 @@ describe('one client\'s requests on the writer do not hold another client\'s pos
     let worst = 0;
     for (let i = 0; i < 3; i++) {
       const t0 = performance.now();
-      const posted = await post(served, 'mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }', {
-        i: { transactionId: id(900_000 + ++txn), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1' } },
-      }, keys.teller);
+      const posted = await post(
+        served,
+        'mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }',
+        {
+          i: {
+            transactionId: id(900_000 + ++txn),
+            tranCode: 'TRANSFER',
+            params: { from: id(1), to: id(2), amount: '1' },
+          },
+        },
+        keys.teller,
+      );
       expect(posted.body.errors).toBeUndefined();
       worst = Math.max(worst, performance.now() - t0);
     }
@@ -223,13 +287,20 @@ describe('one client\'s requests on the writer do not hold another client\'s pos
     return worst;
   }
 
-  it('a read-only client\'s heavy queries that name waitMs (on an execution that does not exist) run where reads run, not on the writer', async () => {
-    const pages = ['a', 'b', 'c', 'd'].map((k) => `${k}: transactions(first: 1000) { nodes { transactionId description created entries(first: 2) { nodes { entryId units currency direction } } } }`).join(' ');
+  it("a read-only client's heavy queries that name waitMs (on an execution that does not exist) run where reads run, not on the writer", async () => {
+    const pages = ['a', 'b', 'c', 'd']
+      .map(
+        (k) =>
+          `${k}: transactions(first: 1000) { nodes { transactionId description created entries(first: 2) { nodes { entryId units currency direction } } } }`,
+      )
+      .join(' ');
     // Heavy: four full pages (this one without the wait field, to see them).
     expect((await post(served, `{ ${pages} }`, {}, keys.reader)).body.data.d.nodes).toHaveLength(1000);
     const heavy = `{ ${pages} actions { execution(executionId: "${id(424242)}", waitMs: 1) { status } } }`;
     const answers: Array<{ status: number; body: any }> = [];
-    const flood = Array.from({ length: 12 }, () => post(served, heavy, {}, keys.reader).then((answer) => answers.push(answer)));
+    const flood = Array.from({ length: 12 }, () =>
+      post(served, heavy, {}, keys.reader).then((answer) => answers.push(answer)),
+    );
     const worst = await worstPosting(flood);
     // Each ran on the read side: to its end (the unknown execution is NOT_FOUND, which nulls the
     // answer's data), or, on a busy machine, until its own deadline stopped it (a heavy read is
@@ -237,23 +308,32 @@ describe('one client\'s requests on the writer do not hold another client\'s pos
     expect(answers).toHaveLength(12);
     for (const answer of answers) {
       const error = answer.body.errors[0];
-      if (error.extensions.code === 'LIMIT_EXCEEDED') expect(error.extensions.details).toMatchObject({ budget: 'requestDeadlineMs' });
+      if (error.extensions.code === 'LIMIT_EXCEEDED')
+        expect(error.extensions.details).toMatchObject({ budget: 'requestDeadlineMs' });
       else expect(error.extensions.code).toBe('NOT_FOUND');
     }
     expect(worst).toBeLessThan(1000);
   }, 120_000);
 
-  it('a client\'s MCP tools/call of a spinning tool (16 in flight over 8 sessions) take turns with another client\'s posting', async () => {
+  it("a client's MCP tools/call of a spinning tool (16 in flight over 8 sessions) take turns with another client's posting", async () => {
     const clients: Client[] = [];
     for (let i = 0; i < 8; i++) {
-      const transport = new StreamableHTTPClientTransport(new URL(served.url.replace('/graphql', '/mcp')), { requestInit: { headers: { authorization: `Bearer ${keys.hog}` } } });
+      const transport = new StreamableHTTPClientTransport(new URL(served.url.replace('/graphql', '/mcp')), {
+        requestInit: { headers: { authorization: `Bearer ${keys.hog}` } },
+      });
       const client = new Client({ name: `hog${i}`, version: '1' });
       await client.connect(transport);
       clients.push(client);
     }
     try {
       const outcomes: unknown[] = [];
-      const flood = clients.flatMap((client) => Array.from({ length: 2 }, () => client.callTool({ name: 'slow_report', arguments: {} }, undefined, { timeout: 120_000 }).then((r) => outcomes.push(r))));
+      const flood = clients.flatMap((client) =>
+        Array.from({ length: 2 }, () =>
+          client
+            .callTool({ name: 'slow_report', arguments: {} }, undefined, { timeout: 120_000 })
+            .then((r) => outcomes.push(r)),
+        ),
+      );
       const worst = await worstPosting(flood);
       // Each call ran its program to its deadline.
       expect(outcomes).toHaveLength(16);
@@ -268,7 +348,8 @@ describe('one client\'s requests on the writer do not hold another client\'s pos
   }, 120_000);
 });
 
-const WAIT_D009 = '{ actions { execution(executionId: "00000000-0000-4000-8000-00000000d009", waitMs: 20000) { status } } }';
+const WAIT_D009 =
+  '{ actions { execution(executionId: "00000000-0000-4000-8000-00000000d009", waitMs: 20000) { status } } }';
 
 describe('tally serve with writerThreads 0', () => {
   it('runs the writer on the HTTP thread: no writer thread starts, and a read sent while a tool spins waits for it', async () => {
@@ -299,23 +380,43 @@ describe('WriterThread in-process', () => {
 
   it('runs groups and requests on its own engine, forwards its events, and answers BUSY once closed', async () => {
     const errors: unknown[] = [];
-    const thread = await WriterThread.start({ path, log: null, worker: null, limits: { writeBatchWaitMs: 60_000 }, logError: (e) => errors.push(e) });
+    const thread = await WriterThread.start({
+      path,
+      log: null,
+      worker: null,
+      limits: { writeBatchWaitMs: 60_000 },
+      logError: (e) => errors.push(e),
+    });
     const batches: number[] = [];
     let changed = 0;
     thread.onBatch((size) => batches.push(size));
     thread.onActionsChanged(() => changed++);
     const answers = await thread.executeGroup([
-      { request: { query: 'mutation { createJournal(input: {journalId: "00000000-0000-4000-8000-00000000d001", name: "One"}) { name } }' } },
-      { request: { query: 'mutation { createJournal(input: {journalId: "00000000-0000-4000-8000-00000000d001", name: "Again"}) { name } }' } },
+      {
+        request: {
+          query:
+            'mutation { createJournal(input: {journalId: "00000000-0000-4000-8000-00000000d001", name: "One"}) { name } }',
+        },
+      },
+      {
+        request: {
+          query:
+            'mutation { createJournal(input: {journalId: "00000000-0000-4000-8000-00000000d001", name: "Again"}) { name } }',
+        },
+      },
     ]);
     expect(answers[0]).toEqual({ data: { createJournal: { name: 'One' } } });
     expect(answers[1]!.errors![0]!.extensions!.code).toBe('ALREADY_EXISTS');
     // The write is committed: this thread's own connection sees it.
-    expect(engine.graphql('{ journals(first: 5) { nodes { name } } }').data).toEqual({ journals: { nodes: [{ name: 'Default' }, { name: 'One' }] } });
+    expect(engine.graphql('{ journals(first: 5) { nodes { name } } }').data).toEqual({
+      journals: { nodes: [{ name: 'Default' }, { name: 'One' }] },
+    });
     // A tool, started: no queue worker runs in this thread (worker: null), so it stays QUEUED.
-    const started = await thread.execute({ query: `mutation { actions { createAction(id: "00000000-0000-4000-8000-00000000d002", input: {name: "t", kind: "tool",
+    const started = await thread.execute({
+      query: `mutation { actions { createAction(id: "00000000-0000-4000-8000-00000000d002", input: {name: "t", kind: "tool",
       config: {runtime: "javascript", src: "function run() { return 1; }"}, policies: [{effect: ALLOW, actions: [SELECT], resources: ["*"]}]}) { version }
-      startAction(name: "t", input: {executionId: "00000000-0000-4000-8000-00000000d009", actionVersion: 1}) { status } } }` });
+      startAction(name: "t", input: {executionId: "00000000-0000-4000-8000-00000000d009", actionVersion: 1}) { status } } }`,
+    });
     expect(started).toEqual({ data: { actions: { createAction: { version: 1 }, startAction: { status: 'QUEUED' } } } });
     await new Promise((r) => setTimeout(r, 50));
     expect(batches).toEqual([2]);
@@ -323,18 +424,27 @@ describe('WriterThread in-process', () => {
     // Nothing waits on the thread: a query that asks to wait answers at once there, and the thread
     // tells which executions it waits on (the server waits for them itself).
     expect((await thread.execute({ query: WAIT_D009 })).data).toEqual({ actions: { execution: { status: 'QUEUED' } } });
-    expect(await thread.executionWaits({ query: WAIT_D009 })).toEqual([{ executionId: '00000000-0000-4000-8000-00000000d009', waitMs: 20000, principal: 'system' }]);
+    expect(await thread.executionWaits({ query: WAIT_D009 })).toEqual([
+      { executionId: '00000000-0000-4000-8000-00000000d009', waitMs: 20000, principal: 'system' },
+    ]);
     expect(await thread.executionWaits({ query: '{ journal { name } }' })).toEqual([]);
     const snapshot = await thread.snapshot();
     expect(snapshot).toMatchObject({ database: null, sandbox: null, workerRunning: null });
     expect(snapshot.stats!.documentCacheSize).toBeGreaterThan(0);
     await thread.close();
-    const late = await thread.executeGroup([{ request: { query: 'mutation { createJournal(input: {journalId: "00000000-0000-4000-8000-00000000d003", name: "Late"}) { name } }' } }]);
+    const late = await thread.executeGroup([
+      {
+        request: {
+          query:
+            'mutation { createJournal(input: {journalId: "00000000-0000-4000-8000-00000000d003", name: "Late"}) { name } }',
+        },
+      },
+    ]);
     expect(late[0]!.errors![0]!.extensions!.code).toBe('BUSY');
     expect(errors).toEqual([]);
   }, 30_000);
 
-  it('the write queue keeps two groups in flight to the thread, and each client\'s requests still run in the order they came', async () => {
+  it("the write queue keeps two groups in flight to the thread, and each client's requests still run in the order they came", async () => {
     const thread = await WriterThread.start({ path, log: null, worker: null, logError: () => {} });
     const sizes: number[] = [];
     thread.onBatch((size) => sizes.push(size));
@@ -349,7 +459,16 @@ describe('WriterThread in-process', () => {
           const n = wave * (perClient / 8) + k;
           const code = `${client}-${String(n).padStart(3, '0')}`;
           const accountId = `00000000-0000-4000-8000-${String(500_000 + clients.indexOf(client) * 1000 + n).padStart(12, '0')}`;
-          answers.push(queue.submit({ request: { query: `mutation { createAccount(input: {accountId: "${accountId}", code: "${code}", name: "${code}"}) { code } }` } }, client));
+          answers.push(
+            queue.submit(
+              {
+                request: {
+                  query: `mutation { createAccount(input: {accountId: "${accountId}", code: "${code}", name: "${code}"}) { code } }`,
+                },
+              },
+              client,
+            ),
+          );
         }
       }
       await new Promise((r) => setImmediate(r));
@@ -357,7 +476,10 @@ describe('WriterThread in-process', () => {
     const results = (await Promise.all(answers)) as Array<{ data?: unknown; errors?: unknown }>;
     for (const result of results) expect(result.errors, JSON.stringify(result.errors)).toBeUndefined();
     // Every client's accounts were created in the order it sent them.
-    const codes = engine.db.prepare("SELECT code FROM accounts WHERE code GLOB '*-[0-9][0-9][0-9]' ORDER BY rowid").pluck().all() as string[];
+    const codes = engine.db
+      .prepare("SELECT code FROM accounts WHERE code GLOB '*-[0-9][0-9][0-9]' ORDER BY rowid")
+      .pluck()
+      .all() as string[];
     expect(codes).toHaveLength(clients.length * perClient);
     for (const client of clients) {
       const mine = codes.filter((c) => c.startsWith(`${client}-`));
@@ -371,10 +493,12 @@ describe('WriterThread in-process', () => {
     await thread.close();
   }, 30_000);
 
-  it('the write queue is the one way to the writer: a client\'s queries there take turns with another\'s mutations, one unit of a client at a time, bounded by writeQueuePerClientMax', async () => {
+  it("the write queue is the one way to the writer: a client's queries there take turns with another's mutations, one unit of a client at a time, bounded by writeQueuePerClientMax", async () => {
     const thread = await WriterThread.start({ path, log: null, worker: null, logError: () => {} });
     const queue = new WriteQueue({ ...engine, limits: { ...engine.limits, writeQueuePerClientMax: 3 } }, () => thread);
-    const created = engine.graphql('mutation { auth { createClient(input: {principal: "mallory", name: "mallory", policies: [{effect: ALLOW, actions: [SELECT], resources: ["*"]}]}) { apiKey } } }');
+    const created = engine.graphql(
+      'mutation { auth { createClient(input: {principal: "mallory", name: "mallory", policies: [{effect: ALLOW, actions: [SELECT], resources: ["*"]}]}) { apiKey } } }',
+    );
     const mallory = { apiKey: (created.data as any).auth.createClient.apiKey as string };
     const read = { request: { query: '{ journals(first: 5) { nodes { name } } }' }, options: mallory };
     const q1 = queue.query(read, 'mallory');
@@ -384,14 +508,24 @@ describe('WriterThread in-process', () => {
     const refused = await queue.query(read, 'mallory');
     expect(refused.errors![0]!.extensions!.code).toBe('BUSY');
     expect(refused.errors![0]!.message).toContain('writeQueuePerClientMax 3');
-    const honest = queue.submit({ request: { query: 'mutation { createJournal(input: {journalId: "00000000-0000-4000-8000-00000000d004", name: "Honest"}) { name } }' } }, 'honest');
+    const honest = queue.submit(
+      {
+        request: {
+          query:
+            'mutation { createJournal(input: {journalId: "00000000-0000-4000-8000-00000000d004", name: "Honest"}) { name } }',
+        },
+      },
+      'honest',
+    );
     const order = await settleOrder({ q1, q2, waits, honest });
     // Mallory's first query was at the writer; the honest mutation came next, before mallory's second.
     expect(order).toEqual(['q1', 'honest', 'q2', 'waits']);
     expect((await honest).data).toEqual({ createJournal: { name: 'Honest' } });
     expect((await q1).errors).toBeUndefined();
     // Mallory may read the execution: the wait is hers to wait for.
-    expect(await waits).toEqual([{ executionId: '00000000-0000-4000-8000-00000000d009', waitMs: 20000, principal: 'mallory' }]);
+    expect(await waits).toEqual([
+      { executionId: '00000000-0000-4000-8000-00000000d009', waitMs: 20000, principal: 'mallory' },
+    ]);
     // A query whose caller went away before its turn is dropped: answered BUSY, never run.
     const blocker = queue.query(read, 'mallory');
     const gone = new AbortController();
@@ -405,12 +539,23 @@ describe('WriterThread in-process', () => {
 
   it('a thread that dies answers what it held INTERNAL (outcome unknown) and what comes later too', async () => {
     const errors: unknown[] = [];
-    const thread = await WriterThread.start({ path, log: null, worker: null, limits: { writeBatchWaitMs: 60_000 }, logError: (e) => errors.push(e) });
+    const thread = await WriterThread.start({
+      path,
+      log: null,
+      worker: null,
+      limits: { writeBatchWaitMs: 60_000 },
+      logError: (e) => errors.push(e),
+    });
     // Kill it from outside while a tool spins there.
-    const spin = await thread.execute({ query: `mutation { actions { createAction(id: "00000000-0000-4000-8000-00000000d005", input: {name: "spin", kind: "tool",
-      config: {runtime: "javascript", src: "function run() { for (;;) {} }"}, execution: {timeoutMs: 700}, policies: []}) { version } } }` });
+    const spin = await thread.execute({
+      query: `mutation { actions { createAction(id: "00000000-0000-4000-8000-00000000d005", input: {name: "spin", kind: "tool",
+      config: {runtime: "javascript", src: "function run() { for (;;) {} }"}, execution: {timeoutMs: 700}, policies: []}) { version } } }`,
+    });
     expect(spin.errors).toBeUndefined();
-    const waiting = thread.execute({ query: 'mutation { actions { invokeAction(name: "spin", input: {executionId: "00000000-0000-4000-8000-00000000d006", actionVersion: 1}) { status } } }' });
+    const waiting = thread.execute({
+      query:
+        'mutation { actions { invokeAction(name: "spin", input: {executionId: "00000000-0000-4000-8000-00000000d006", actionVersion: 1}) { status } } }',
+    });
     await new Promise((r) => setTimeout(r, 200));
     await (thread as unknown as { worker: { terminate(): Promise<number> } }).worker.terminate();
     const answer = await waiting;

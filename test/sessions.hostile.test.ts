@@ -6,7 +6,13 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { lastUserText, type NormalizedRequest, type ScriptedModel, startScriptedModel, toolResults } from '../examples/scripted-model/server.mjs';
+import {
+  lastUserText,
+  type NormalizedRequest,
+  type ScriptedModel,
+  startScriptedModel,
+  toolResults,
+} from '../examples/scripted-model/server.mjs';
 import type { Engine } from '../src/engine.js';
 import type { Limits } from '../src/limits.js';
 import { newEngine } from './helpers.js';
@@ -23,7 +29,8 @@ const CLOSE = `mutation($s: UUID!) { actions { closeSession(sessionId: $s) { sta
 const STATUS = `query($e: UUID!) { actions { execution(executionId: $e) { status output error { code message } } } }`;
 const APPROVALS = `query { actions { approvals(first: 100) { nodes { approvalId executionId tool input status requestedBy decidedBy } } } }`;
 const APPROVAL = `query($id: UUID!) { actions { approval(approvalId: $id) { status decidedBy } } }`;
-const DECIDE = (verb: 'approveCall' | 'rejectCall') => `mutation($id: UUID!, $r: String) { actions { ${verb}(approvalId: $id, reason: $r) { approvalId status decidedBy } } }`;
+const DECIDE = (verb: 'approveCall' | 'rejectCall') =>
+  `mutation($id: UUID!, $r: String) { actions { ${verb}(approvalId: $id, reason: $r) { approvalId status decidedBy } } }`;
 const CANCEL = `mutation($e: UUID!) { actions { cancelExecution(executionId: $e) { status } } }`;
 
 function gql(engine: Engine, query: string, variables: Record<string, unknown> = {}, principal?: string) {
@@ -41,7 +48,10 @@ function fails(engine: Engine, query: string, variables: Record<string, unknown>
 }
 
 const mine = (resource: string, actions: string[], field = 'principal') => ({
-  effect: 'ALLOW', actions, resources: [resource], assertions: { mine: `context.document.${field} == context.auth.claims.principal` },
+  effect: 'ALLOW',
+  actions,
+  resources: [resource],
+  assertions: { mine: `context.document.${field} == context.auth.claims.principal` },
 });
 /** alice and mallory hold the same policies: each may see, close, decide and cancel only what is hers. */
 const CLIENT_POLICIES = [
@@ -58,7 +68,13 @@ function rule(r: NormalizedRequest) {
   if (results.length > 0) return { text: `done: ${results.map((x) => x.content).join(' | ')}` };
   const text = lastUserText(r) ?? '';
   let m: RegExpExecArray | null;
-  if ((m = /^pay twice (\S+)/.exec(text))) return { toolCalls: [{ name: 'pay', arguments: { amount: m[1]! } }, { name: 'pay', arguments: { amount: m[1]! } }] };
+  if ((m = /^pay twice (\S+)/.exec(text)))
+    return {
+      toolCalls: [
+        { name: 'pay', arguments: { amount: m[1]! } },
+        { name: 'pay', arguments: { amount: m[1]! } },
+      ],
+    };
   if ((m = /^pay (\S+)/.exec(text))) return { toolCalls: [{ name: 'pay', arguments: { amount: m[1]! } }] };
   if ((m = /^skill (\S+)/.exec(text))) return { toolCalls: [{ name: 'load_skill', arguments: { name: m[1]! } }] };
   return { text: `heard: ${text}` };
@@ -77,20 +93,43 @@ async function fixture(limits: Partial<Limits> = {}): Promise<Fixture> {
     providers: [{ name: 'local', format: 'openai', baseUrl: `${model.url}/v1`, models: ['m'], maxRetries: 0 }],
   });
   for (const p of ['alice', 'mallory']) {
-    ok(engine, `mutation($p: String!, $pol: [PolicyInput!]!) { auth { createClient(input: {principal: $p, name: $p, policies: $pol}) { apiKey } } }`, { p, pol: CLIENT_POLICIES });
+    ok(
+      engine,
+      `mutation($p: String!, $pol: [PolicyInput!]!) { auth { createClient(input: {principal: $p, name: $p, policies: $pol}) { apiKey } } }`,
+      { p, pol: CLIENT_POLICIES },
+    );
   }
-  ok(engine, CREATE, { id: sid(1), input: {
-    name: 'pay', config: { runtime: 'javascript', src: 'function run(event) { return { paid: event.data.amount }; }' },
-    tool: { description: 'Pays an amount.', inputSchema: { type: 'object', properties: { amount: { type: 'string' } }, required: ['amount'] } },
-    policies: [],
-  } });
+  ok(engine, CREATE, {
+    id: sid(1),
+    input: {
+      name: 'pay',
+      config: { runtime: 'javascript', src: 'function run(event) { return { paid: event.data.amount }; }' },
+      tool: {
+        description: 'Pays an amount.',
+        inputSchema: { type: 'object', properties: { amount: { type: 'string' } }, required: ['amount'] },
+      },
+      policies: [],
+    },
+  });
   const agent = (n: number, name: string, timeoutMs: number) =>
-    ok(engine, CREATE, { id: sid(n), input: {
-      name, kind: 'agent', config: { provider: 'local', model: 'm', prompt: '{{message}}', maxTurns: 4 },
-      tool: { description: 'Pays out, with a yes.', inputSchema: { type: 'object', properties: { message: { type: 'string' }, account: { type: 'string' } }, required: ['message'] } },
-      tools: [{ name: 'pay', version: 1, approval: { timeoutMs } }],
-      policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }],
-    } });
+    ok(engine, CREATE, {
+      id: sid(n),
+      input: {
+        name,
+        kind: 'agent',
+        config: { provider: 'local', model: 'm', prompt: '{{message}}', maxTurns: 4 },
+        tool: {
+          description: 'Pays out, with a yes.',
+          inputSchema: {
+            type: 'object',
+            properties: { message: { type: 'string' }, account: { type: 'string' } },
+            required: ['message'],
+          },
+        },
+        tools: [{ name: 'pay', version: 1, approval: { timeoutMs } }],
+        policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }],
+      },
+    });
   agent(2, 'payer', 600_000);
   agent(3, 'hasty', 40);
   return { engine, model };
@@ -115,7 +154,11 @@ async function settle(engine: Engine, executionId: string, rounds = 300): Promis
 
 /** Successful calls of the pay tool: what the ledger would see. */
 function paid(engine: Engine): number {
-  return (engine.db.prepare(`SELECT count(*) AS n FROM executions WHERE action_name = 'pay' AND status = 'SUCCEEDED'`).get() as { n: number }).n;
+  return (
+    engine.db
+      .prepare(`SELECT count(*) AS n FROM executions WHERE action_name = 'pay' AND status = 'SUCCEEDED'`)
+      .get() as { n: number }
+  ).n;
 }
 function approvalsOf(engine: Engine, executionId: string): any[] {
   return ok(engine, APPROVALS).actions.approvals.nodes.filter((a: any) => a.executionId === executionId);
@@ -144,10 +187,13 @@ describe('another client’s session', () => {
     expect(fails(engine, SEND, { s, m: 'x', t: 'pay 999' }, 'mallory').code).toBe('NOT_FOUND');
     expect(fails(engine, SESSION, { s }, 'mallory').code).toMatch(/ACCESS_DENIED|NOT_FOUND/);
     expect(fails(engine, CLOSE, { s }, 'mallory').code).toMatch(/ACCESS_DENIED|NOT_FOUND/);
-    const listed = ok(engine, `{ actions { sessions(first: 100) { nodes { sessionId } } } }`, {}, 'mallory').actions.sessions.nodes;
+    const listed = ok(engine, `{ actions { sessions(first: 100) { nodes { sessionId } } } }`, {}, 'mallory').actions
+      .sessions.nodes;
     expect(listed.map((n: any) => n.sessionId)).not.toContain(s);
     // Re-creating it with the same agent and input is not an idempotent replay for another client.
-    expect(fails(engine, CREATE_SESSION, { s, a: 'payer', i: { account: 'alice-account' } }, 'mallory').code).toBe('ALREADY_EXISTS');
+    expect(fails(engine, CREATE_SESSION, { s, a: 'payer', i: { account: 'alice-account' } }, 'mallory').code).toBe(
+      'ALREADY_EXISTS',
+    );
     const session = ok(engine, SESSION, { s }, 'alice').actions.session;
     expect(session.status).toBe('OPEN');
     expect(session.messages.map((m: any) => m.text)).toEqual(['my secret plan', 'heard: my secret plan']);
@@ -159,20 +205,29 @@ describe('another client’s session', () => {
   // ALREADY_EXISTS still says an id is taken: ids are random UUIDs a client chooses.)
   it('mallory cannot tell alice’s session id from an id nobody used (session, closeSession)', () => {
     const fresh = sid(++seq);
-    expect(fails(f.engine, SESSION, { s }, 'mallory').code).toBe(fails(f.engine, SESSION, { s: fresh }, 'mallory').code);
+    expect(fails(f.engine, SESSION, { s }, 'mallory').code).toBe(
+      fails(f.engine, SESSION, { s: fresh }, 'mallory').code,
+    );
     expect(fails(f.engine, CLOSE, { s }, 'mallory').code).toBe(fails(f.engine, CLOSE, { s: fresh }, 'mallory').code);
   });
 
   it('a huge or deep session input is refused before anything is stored; so is a huge messageId', () => {
     const { engine } = f;
-    const huge = fails(engine, CREATE_SESSION, { s: sid(++seq), a: 'payer', i: { account: 'x'.repeat(300_000) } }, 'mallory');
+    const huge = fails(
+      engine,
+      CREATE_SESSION,
+      { s: sid(++seq), a: 'payer', i: { account: 'x'.repeat(300_000) } },
+      'mallory',
+    );
     expect(huge.code).toBe('LIMIT_EXCEEDED');
     let deep: unknown = 'leaf';
     for (let i = 0; i < 40; i++) deep = { d: deep };
     expect(gql(engine, CREATE_SESSION, { s: sid(++seq), a: 'payer', i: deep }, 'mallory').errors).toBeDefined();
     const ms = openSession(engine, 'mallory');
     expect(fails(engine, SEND, { s: ms, m: 'x'.repeat(129), t: 'hi' }, 'mallory').code).toBe('BAD_REQUEST');
-    expect((engine.db.prepare('SELECT count(*) AS n FROM sessions WHERE principal = ?').get('mallory') as { n: number }).n).toBe(1);
+    expect(
+      (engine.db.prepare('SELECT count(*) AS n FROM sessions WHERE principal = ?').get('mallory') as { n: number }).n,
+    ).toBe(1);
   });
 });
 
@@ -184,10 +239,16 @@ describe('two desks with the bank’s operator policies', () => {
   let s: string;
   beforeAll(async () => {
     f = await fixture();
-    const clients = JSON.parse(readFileSync(join(import.meta.dirname, '..', 'examples', 'bank', 'clients.json'), 'utf8')) as Array<{ principal: string; policies: unknown[] }>;
+    const clients = JSON.parse(
+      readFileSync(join(import.meta.dirname, '..', 'examples', 'bank', 'clients.json'), 'utf8'),
+    ) as Array<{ principal: string; policies: unknown[] }>;
     const operator = clients.find((c) => c.principal === 'operator')!;
     for (const p of ['desk_a', 'desk_b']) {
-      ok(f.engine, `mutation($p: String!, $pol: [PolicyInput!]!) { auth { createClient(input: {principal: $p, name: $p, policies: $pol}) { apiKey } } }`, { p, pol: operator.policies });
+      ok(
+        f.engine,
+        `mutation($p: String!, $pol: [PolicyInput!]!) { auth { createClient(input: {principal: $p, name: $p, policies: $pol}) { apiKey } } }`,
+        { p, pol: operator.policies },
+      );
     }
     s = openSession(f.engine, 'desk_a', 'payer', { account: 'customer-4411' });
     await settle(f.engine, send(f.engine, 'desk_a', s, 'customer 4411 asks about her overdraft'));
@@ -197,18 +258,28 @@ describe('two desks with the bank’s operator policies', () => {
   it('desk_b can neither read, list, send to nor close desk_a’s session: NOT_FOUND, as an id nobody used', () => {
     const { engine } = f;
     const fresh = sid(++seq);
-    for (const [query, variables] of [[SESSION, {}], [CLOSE, {}], [SEND, { m: 'x', t: 'pay 999' }]] as const) {
+    for (const [query, variables] of [
+      [SESSION, {}],
+      [CLOSE, {}],
+      [SEND, { m: 'x', t: 'pay 999' }],
+    ] as const) {
       const theirs = fails(engine, query, { s, ...variables }, 'desk_b');
       const nobodys = fails(engine, query, { s: fresh, ...variables }, 'desk_b');
       expect(theirs.code, query).toBe('NOT_FOUND');
       expect(theirs.message.replace(s, '<id>'), query).toBe(nobodys.message.replace(fresh, '<id>'));
     }
-    const listed = ok(engine, `{ actions { sessions(first: 100) { nodes { sessionId } } } }`, {}, 'desk_b').actions.sessions.nodes;
+    const listed = ok(engine, `{ actions { sessions(first: 100) { nodes { sessionId } } } }`, {}, 'desk_b').actions
+      .sessions.nodes;
     expect(listed).toEqual([]);
     const own = ok(engine, SESSION, { s }, 'desk_a').actions.session;
     expect(own.status).toBe('OPEN');
-    expect(own.messages.map((m: any) => m.text)).toEqual(['customer 4411 asks about her overdraft', 'heard: customer 4411 asks about her overdraft']);
-    expect(ok(engine, `{ actions { sessions(first: 100) { nodes { sessionId } } } }`, {}, 'desk_a').actions.sessions.nodes).toEqual([{ sessionId: s }]);
+    expect(own.messages.map((m: any) => m.text)).toEqual([
+      'customer 4411 asks about her overdraft',
+      'heard: customer 4411 asks about her overdraft',
+    ]);
+    expect(
+      ok(engine, `{ actions { sessions(first: 100) { nodes { sessionId } } } }`, {}, 'desk_a').actions.sessions.nodes,
+    ).toEqual([{ sessionId: s }]);
     expect(ok(engine, CLOSE, { s }, 'desk_a').actions.closeSession.status).toBe('CLOSED');
   });
 });
@@ -217,18 +288,37 @@ describe('approvals between two clients', () => {
   let f: Fixture;
   beforeAll(async () => {
     f = await fixture();
-    ok(f.engine, `mutation($pol: [PolicyInput!]!) { auth { createClient(input: {principal: "checker", name: "checker", policies: $pol}) { apiKey } } }`, {
-      pol: [
-        { effect: 'ALLOW', actions: ['SELECT'], resources: ['actions.Approval'] },
-        // checker may only say no to pay calls, never yes.
-        { effect: 'ALLOW', actions: ['UPDATE'], resources: ['actions.Approval'], assertions: { only_no: 'context.document.tool == "pay" && context.document.decision == "REJECTED"' } },
-      ],
+    ok(
+      f.engine,
+      `mutation($pol: [PolicyInput!]!) { auth { createClient(input: {principal: "checker", name: "checker", policies: $pol}) { apiKey } } }`,
+      {
+        pol: [
+          { effect: 'ALLOW', actions: ['SELECT'], resources: ['actions.Approval'] },
+          // checker may only say no to pay calls, never yes.
+          {
+            effect: 'ALLOW',
+            actions: ['UPDATE'],
+            resources: ['actions.Approval'],
+            assertions: { only_no: 'context.document.tool == "pay" && context.document.decision == "REJECTED"' },
+          },
+        ],
+      },
+    );
+    ok(f.engine, CREATE, {
+      id: sid(50),
+      input: {
+        name: 'approver',
+        config: {
+          runtime: 'javascript',
+          src: `function run(e) { return graphql('mutation($id: UUID!) { actions { approveCall(approvalId: $id) { status } } }', { id: e.data.id }); }`,
+        },
+        tool: {
+          description: 'Tries to approve from inside a call.',
+          inputSchema: { type: 'object', properties: { id: { type: 'string' } } },
+        },
+        policies: [{ effect: 'ALLOW', actions: ['SELECT', 'UPDATE'], resources: ['actions.Approval'] }],
+      },
     });
-    ok(f.engine, CREATE, { id: sid(50), input: {
-      name: 'approver', config: { runtime: 'javascript', src: `function run(e) { return graphql('mutation($id: UUID!) { actions { approveCall(approvalId: $id) { status } } }', { id: e.data.id }); }` },
-      tool: { description: 'Tries to approve from inside a call.', inputSchema: { type: 'object', properties: { id: { type: 'string' } } } },
-      policies: [{ effect: 'ALLOW', actions: ['SELECT', 'UPDATE'], resources: ['actions.Approval'] }],
-    } });
   });
   afterAll(async () => close(f));
 
@@ -256,12 +346,19 @@ describe('approvals between two clients', () => {
     // A policy on the decision: checker may reject pay calls but not approve them.
     expect(fails(engine, DECIDE('approveCall'), { id }, 'checker').code).toBe('ACCESS_DENIED');
     // From inside a tool call (a program's graphql()), even with alice's authority and the tool's, nobody decides.
-    const inside = ok(engine, `mutation($e: UUID!, $id: String!) { actions { invokeAction(name: "approver", input: {executionId: $e, actionVersion: 1, input: {id: $id}}) { status output error { code message } } } }`,
-      { e: sid(++seq), id }, 'alice').actions.invokeAction;
+    const inside = ok(
+      engine,
+      `mutation($e: UUID!, $id: String!) { actions { invokeAction(name: "approver", input: {executionId: $e, actionVersion: 1, input: {id: $id}}) { status output error { code message } } } }`,
+      { e: sid(++seq), id },
+      'alice',
+    ).actions.invokeAction;
     expect(JSON.stringify(inside)).toContain('cannot be approved or rejected from inside a tool call');
     expect(ok(engine, APPROVAL, { id }).actions.approval.status).toBe('PENDING');
 
-    expect(ok(engine, DECIDE('approveCall'), { id, r: 'fine' }, 'alice').actions.approveCall).toMatchObject({ status: 'APPROVED', decidedBy: 'alice' });
+    expect(ok(engine, DECIDE('approveCall'), { id, r: 'fine' }, 'alice').actions.approveCall).toMatchObject({
+      status: 'APPROVED',
+      decidedBy: 'alice',
+    });
     // A second decision, either way, is refused: approved stays approved.
     expect(fails(engine, DECIDE('approveCall'), { id }, 'alice').code).toBe('BAD_REQUEST');
     expect(fails(engine, DECIDE('rejectCall'), { id }, 'alice').code).toBe('BAD_REQUEST');
@@ -283,7 +380,9 @@ describe('approvals between two clients', () => {
     const e = send(engine, 'alice', s, 'pay 70');
     await settle(engine, e);
     const [approval] = approvalsOf(engine, e);
-    expect(ok(engine, DECIDE('rejectCall'), { id: approval.approvalId }, 'checker').actions.rejectCall.status).toBe('REJECTED');
+    expect(ok(engine, DECIDE('rejectCall'), { id: approval.approvalId }, 'checker').actions.rejectCall.status).toBe(
+      'REJECTED',
+    );
     expect(fails(engine, DECIDE('approveCall'), { id: approval.approvalId }, 'alice').code).toBe('BAD_REQUEST');
     const run = await settle(engine, e);
     expect(run.status).toBe('SUCCEEDED');
@@ -344,7 +443,11 @@ describe('approvals between two clients', () => {
 
   it('a starter deleted while her call waits does not outlast into it: approved later, the call never runs', async () => {
     const { engine } = f;
-    ok(engine, `mutation($pol: [PolicyInput!]!) { auth { createClient(input: {principal: "carol", name: "carol", policies: $pol}) { apiKey } } }`, { pol: CLIENT_POLICIES });
+    ok(
+      engine,
+      `mutation($pol: [PolicyInput!]!) { auth { createClient(input: {principal: "carol", name: "carol", policies: $pol}) { apiKey } } }`,
+      { pol: CLIENT_POLICIES },
+    );
     const before = paid(engine);
     const s = openSession(engine, 'carol');
     const e = send(engine, 'carol', s, 'pay 17');
@@ -398,7 +501,9 @@ describe('the queue and session turns', () => {
     // The queued turns behind a parked one stay QUEUED and never reached the model.
     expect((await settle(engine, t2, 5)).status).toBe('QUEUED');
     expect((await settle(engine, mt2, 5)).status).toBe('QUEUED');
-    expect(model.requests.some((r) => lastUserText(r) === 'after the payment' || lastUserText(r) === 'stuck')).toBe(false);
+    expect(model.requests.some((r) => lastUserText(r) === 'after the payment' || lastUserText(r) === 'stuck')).toBe(
+      false,
+    );
 
     const [approval] = approvalsOf(engine, t1);
     ok(engine, DECIDE('approveCall'), { id: approval.approvalId }, 'alice');
@@ -406,10 +511,14 @@ describe('the queue and session turns', () => {
     expect((await settle(engine, t2)).status).toBe('SUCCEEDED');
     // Turn 2 ran after turn 1 ended and saw its answer.
     const turn2 = model.requests.find((r) => lastUserText(r) === 'after the payment')!;
-    expect(turn2.messages.some((m) => m.role === 'assistant' && String((m as any).text).includes('"paid":"21"'))).toBe(true);
-    expect(ok(engine, SESSION, { s: s1 }, 'alice').actions.session.messages.filter((m: any) => m.role === 'ASSISTANT').map((m: any) => m.text)).toEqual([
-      expect.stringContaining('"paid":"21"'), 'heard: after the payment',
-    ]);
+    expect(turn2.messages.some((m) => m.role === 'assistant' && String((m as any).text).includes('"paid":"21"'))).toBe(
+      true,
+    );
+    expect(
+      ok(engine, SESSION, { s: s1 }, 'alice')
+        .actions.session.messages.filter((m: any) => m.role === 'ASSISTANT')
+        .map((m: any) => m.text),
+    ).toEqual([expect.stringContaining('"paid":"21"'), 'heard: after the payment']);
     expect(paid(engine)).toBe(1);
     // Mallory's own session is still held by her own parked turn; cancelling it frees her next turn.
     expect(ok(engine, STATUS, { e: mt2 }).actions.execution.status).toBe('QUEUED');
@@ -461,14 +570,19 @@ describe('sessionHistoryMax trimming', () => {
     send(engine, 'alice', s, 'two', 'two');
     send(engine, 'alice', s, 'three', 'three');
     // 'one' was trimmed from the record, though its turn has not run yet.
-    expect(ok(engine, SESSION, { s }, 'alice').actions.session.messages.map((m: any) => m.text)).toEqual(['two', 'three']);
+    expect(ok(engine, SESSION, { s }, 'alice').actions.session.messages.map((m: any) => m.text)).toEqual([
+      'two',
+      'three',
+    ]);
     // A retry of the trimmed message claims no second turn (whatever it answers: see the next test).
     gql(engine, SEND, { s, m: 'one', t: 'pay 5' }, 'alice');
     expect((await settle(engine, t1)).status).toBe('WAITING_APPROVAL');
     const [approval] = approvalsOf(engine, t1);
     ok(engine, DECIDE('approveCall'), { id: approval.approvalId }, 'alice');
     expect((await settle(engine, t1)).status).toBe('SUCCEEDED');
-    const turns = engine.db.prepare(`SELECT execution_id, status FROM executions WHERE session_id = ?`).all(s) as Array<{ status: string }>;
+    const turns = engine.db
+      .prepare(`SELECT execution_id, status FROM executions WHERE session_id = ?`)
+      .all(s) as Array<{ status: string }>;
     for (const t of turns) expect((await settle(engine, (t as any).execution_id)).status).toBe('SUCCEEDED');
     expect(turns).toHaveLength(3);
     expect(paid(engine)).toBe(1);
@@ -498,22 +612,44 @@ describe('skills', () => {
   beforeAll(async () => {
     f = await fixture();
     const { engine } = f;
-    ok(engine, `mutation($id: UUID!, $input: SkillInput!) { actions { createSkill(id: $id, input: $input) { version } } }`, {
-      id: sid(70), input: { name: 'secret_playbook', description: 'Internal guidance.', body: BODY, tools: [] },
-    });
-    ok(engine, `mutation($id: UUID!, $input: SkillInput!) { actions { createSkill(id: $id, input: $input) { version } } }`, {
-      id: sid(71), input: { name: 'public_help', description: 'Public guidance.', body: 'Be polite.', tools: [] },
-    });
+    ok(
+      engine,
+      `mutation($id: UUID!, $input: SkillInput!) { actions { createSkill(id: $id, input: $input) { version } } }`,
+      {
+        id: sid(70),
+        input: { name: 'secret_playbook', description: 'Internal guidance.', body: BODY, tools: [] },
+      },
+    );
+    ok(
+      engine,
+      `mutation($id: UUID!, $input: SkillInput!) { actions { createSkill(id: $id, input: $input) { version } } }`,
+      {
+        id: sid(71),
+        input: { name: 'public_help', description: 'Public guidance.', body: 'Be polite.', tools: [] },
+      },
+    );
     // mdev builds agents: it may create actions and start them, but may read no skill.
-    ok(engine, `mutation($pol: [PolicyInput!]!) { auth { createClient(input: {principal: "mdev", name: "mdev", policies: $pol}) { apiKey } } }`, {
-      pol: [...CLIENT_POLICIES, { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Action'] }],
+    ok(
+      engine,
+      `mutation($pol: [PolicyInput!]!) { auth { createClient(input: {principal: "mdev", name: "mdev", policies: $pol}) { apiKey } } }`,
+      {
+        pol: [...CLIENT_POLICIES, { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Action'] }],
+      },
+    );
+    ok(engine, CREATE, {
+      id: sid(72),
+      input: {
+        name: 'helper',
+        kind: 'agent',
+        config: { provider: 'local', model: 'm', prompt: '{{message}}', maxTurns: 3 },
+        tool: {
+          description: 'Helps.',
+          inputSchema: { type: 'object', properties: { message: { type: 'string' } }, required: ['message'] },
+        },
+        skills: [{ name: 'public_help' }],
+        policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }],
+      },
     });
-    ok(engine, CREATE, { id: sid(72), input: {
-      name: 'helper', kind: 'agent', config: { provider: 'local', model: 'm', prompt: '{{message}}', maxTurns: 3 },
-      tool: { description: 'Helps.', inputSchema: { type: 'object', properties: { message: { type: 'string' } }, required: ['message'] } },
-      skills: [{ name: 'public_help' }],
-      policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }],
-    } });
   });
   afterAll(async () => close(f));
 
@@ -525,29 +661,53 @@ describe('skills', () => {
     expect(run.status).toBe('SUCCEEDED');
     expect(run.output.text).toContain('NOT_FOUND');
     expect(JSON.stringify(run)).not.toContain('7331');
-    expect(JSON.stringify(engine.db.prepare('SELECT output FROM executions WHERE root_id = ? OR execution_id = ?').all(e, e))).not.toContain('7331');
+    expect(
+      JSON.stringify(
+        engine.db.prepare('SELECT output FROM executions WHERE root_id = ? OR execution_id = ?').all(e, e),
+      ),
+    ).not.toContain('7331');
   });
 
   it('mdev may not read the secret skill directly', () => {
-    expect(fails(f.engine, `{ actions { skill(name: "secret_playbook") { body } } }`, {}, 'mdev').code).toBe('ACCESS_DENIED');
+    expect(fails(f.engine, `{ actions { skill(name: "secret_playbook") { body } } }`, {}, 'mdev').code).toBe(
+      'ACCESS_DENIED',
+    );
   });
 
   // Was a weakness (medium): declaring a skill did not check SELECT on it, so a client denied the
   // skill read it through an agent of its own. Declaring is reading now (createAction/updateAction).
   it('a client without SELECT on actions.Skill cannot read a skill through an agent of its own', async () => {
     const { engine } = f;
-    const created = gql(engine, CREATE, { id: sid(73), input: {
-      name: 'peek', kind: 'agent', config: { provider: 'local', model: 'm', prompt: '{{message}}', maxTurns: 3 },
-      tool: { description: 'Peeks.', inputSchema: { type: 'object', properties: { message: { type: 'string' } }, required: ['message'] } },
-      skills: [{ name: 'secret_playbook' }],
-      policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }],
-    } }, 'mdev');
+    const created = gql(
+      engine,
+      CREATE,
+      {
+        id: sid(73),
+        input: {
+          name: 'peek',
+          kind: 'agent',
+          config: { provider: 'local', model: 'm', prompt: '{{message}}', maxTurns: 3 },
+          tool: {
+            description: 'Peeks.',
+            inputSchema: { type: 'object', properties: { message: { type: 'string' } }, required: ['message'] },
+          },
+          skills: [{ name: 'secret_playbook' }],
+          policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }],
+        },
+      },
+      'mdev',
+    );
     expect(created.errors?.[0]?.extensions?.code).toBe('ACCESS_DENIED');
     if (created.errors) return;
     const e = sid(++seq);
     ok(engine, START, { n: 'peek', e, i: { message: 'skill secret_playbook' } }, 'mdev');
     const run = await settle(engine, e);
-    const tree = ok(engine, `query($e: UUID!) { actions { execution(executionId: $e) { output children { children { actionName output } } } } }`, { e }, 'mdev');
+    const tree = ok(
+      engine,
+      `query($e: UUID!) { actions { execution(executionId: $e) { output children { children { actionName output } } } } }`,
+      { e },
+      'mdev',
+    );
     expect(JSON.stringify(tree)).not.toContain('7331');
     expect(run.status).toBeDefined();
   });

@@ -18,22 +18,35 @@ const UPDATE = `mutation($id: UUID!, $i: SkillInput!) { actions { updateSkill(id
 const SKILL = `query($n: String!, $v: Int) { actions { skill(name: $n, version: $v) { skillId name version description body tools } } }`;
 const CREATE_ACTION = `mutation($id: UUID!, $i: ActionInput!) { actions { createAction(id: $id, input: $i) { name version skills { name version } } } }`;
 /** Deploy straight into an in-process engine (as the system principal). */
-const engineTarget = (engine: Engine): Target => ({ describe: 'in-process', request: async (q, v) => engine.graphql(q, v ?? null) as never, close: async () => {} });
+const engineTarget = (engine: Engine): Target => ({
+  describe: 'in-process',
+  request: async (q, v) => engine.graphql(q, v ?? null) as never,
+  close: async () => {},
+});
 const CREATE_CLIENT = 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }';
 
 const PROGRAM = { runtime: 'javascript', src: 'function run(event) { return event.input; }' };
 const AGENT_CONFIG = { provider: 'local', model: 'scripted', instructions: 'Help.' };
 
 function createTool(engine: Engine, n: number, name: string, src = PROGRAM.src, policies: unknown[] = []) {
-  return ok(engine, CREATE_ACTION, { id: id(n), i: { name, config: { runtime: 'javascript', src }, tool: { description: `The ${name} tool.` }, policies } }).actions.createAction;
+  return ok(engine, CREATE_ACTION, {
+    id: id(n),
+    i: { name, config: { runtime: 'javascript', src }, tool: { description: `The ${name} tool.` }, policies },
+  }).actions.createAction;
 }
 
 function createSkill(engine: Engine, n: number, input: Record<string, unknown>) {
-  return ok(engine, CREATE, { id: id(n), i: { description: 'How to do it.', body: '# Steps\n\n1. Do it.', tools: [], ...input } }).actions.createSkill;
+  return ok(engine, CREATE, {
+    id: id(n),
+    i: { description: 'How to do it.', body: '# Steps\n\n1. Do it.', tools: [], ...input },
+  }).actions.createSkill;
 }
 
 function createAgent(engine: Engine, n: number, name: string, skills: unknown) {
-  return engine.graphql(CREATE_ACTION, { id: id(n), i: { name, kind: 'agent', config: AGENT_CONFIG, tools: [{ name: 'balance' }], skills } });
+  return engine.graphql(CREATE_ACTION, {
+    id: id(n),
+    i: { name, kind: 'agent', config: AGENT_CONFIG, tools: [{ name: 'balance' }], skills },
+  });
 }
 
 describe('skills over GraphQL', () => {
@@ -45,26 +58,61 @@ describe('skills over GraphQL', () => {
   });
 
   it('creates version 1, updates to the next (fields left out kept), reads any version, and lists the latest', () => {
-    const created = createSkill(engine, 1, { name: 'transfers', description: 'Moving money.', body: '# Transfers\n\nCheck first.', tools: ['balance', 'transfer', 'cel'] });
-    expect(created).toMatchObject({ skillId: id(1), name: 'transfers', version: 1, description: 'Moving money.', body: '# Transfers\n\nCheck first.', tools: ['balance', 'transfer', 'cel'] });
+    const created = createSkill(engine, 1, {
+      name: 'transfers',
+      description: 'Moving money.',
+      body: '# Transfers\n\nCheck first.',
+      tools: ['balance', 'transfer', 'cel'],
+    });
+    expect(created).toMatchObject({
+      skillId: id(1),
+      name: 'transfers',
+      version: 1,
+      description: 'Moving money.',
+      body: '# Transfers\n\nCheck first.',
+      tools: ['balance', 'transfer', 'cel'],
+    });
     expect(typeof created.created).toBe('string');
 
-    const v2 = ok(engine, UPDATE, { id: id(1), i: { body: '# Transfers\n\nCheck balances first.' } }).actions.updateSkill;
-    expect(v2).toMatchObject({ version: 2, description: 'Moving money.', body: '# Transfers\n\nCheck balances first.', tools: ['balance', 'transfer', 'cel'] });
+    const v2 = ok(engine, UPDATE, { id: id(1), i: { body: '# Transfers\n\nCheck balances first.' } }).actions
+      .updateSkill;
+    expect(v2).toMatchObject({
+      version: 2,
+      description: 'Moving money.',
+      body: '# Transfers\n\nCheck balances first.',
+      tools: ['balance', 'transfer', 'cel'],
+    });
     // Unchanged input still makes a version (like updateAction).
     expect(ok(engine, UPDATE, { id: id(1), i: {} }).actions.updateSkill.version).toBe(3);
-    const v4 = ok(engine, UPDATE, { id: id(1), i: { name: 'transfers', tools: ['balance'], description: 'Moving money, briefly.' } }).actions.updateSkill;
+    const v4 = ok(engine, UPDATE, {
+      id: id(1),
+      i: { name: 'transfers', tools: ['balance'], description: 'Moving money, briefly.' },
+    }).actions.updateSkill;
     expect(v4).toMatchObject({ version: 4, tools: ['balance'], description: 'Moving money, briefly.' });
 
     expect(ok(engine, SKILL, { n: 'transfers' }).actions.skill.version).toBe(4);
-    expect(ok(engine, SKILL, { n: 'transfers', v: 1 }).actions.skill).toMatchObject({ version: 1, body: '# Transfers\n\nCheck first.', tools: ['balance', 'transfer', 'cel'] });
+    expect(ok(engine, SKILL, { n: 'transfers', v: 1 }).actions.skill).toMatchObject({
+      version: 1,
+      body: '# Transfers\n\nCheck first.',
+      tools: ['balance', 'transfer', 'cel'],
+    });
 
     createSkill(engine, 2, { name: 'refunds' });
     createSkill(engine, 3, { name: 'holds' });
-    const page1 = ok(engine, '{ actions { skills(first: 2) { nodes { name version } pageInfo { hasNextPage endCursor } } } }').actions.skills;
-    expect(page1.nodes).toEqual([{ name: 'transfers', version: 4 }, { name: 'refunds', version: 1 }]);
+    const page1 = ok(
+      engine,
+      '{ actions { skills(first: 2) { nodes { name version } pageInfo { hasNextPage endCursor } } } }',
+    ).actions.skills;
+    expect(page1.nodes).toEqual([
+      { name: 'transfers', version: 4 },
+      { name: 'refunds', version: 1 },
+    ]);
     expect(page1.pageInfo.hasNextPage).toBe(true);
-    const page2 = ok(engine, 'query($a: String) { actions { skills(first: 2, after: $a) { nodes { name } pageInfo { hasNextPage } } } }', { a: page1.pageInfo.endCursor }).actions.skills;
+    const page2 = ok(
+      engine,
+      'query($a: String) { actions { skills(first: 2, after: $a) { nodes { name } pageInfo { hasNextPage } } } }',
+      { a: page1.pageInfo.endCursor },
+    ).actions.skills;
     expect(page2).toEqual({ nodes: [{ name: 'holds' }], pageInfo: { hasNextPage: false } });
   });
 
@@ -74,25 +122,48 @@ describe('skills over GraphQL', () => {
     createSkill(engine, 2, { name: 'refunds' });
     const agent = createAgent(engine, 200, 'teller', [{ name: 'transfers', version: 1 }, { name: 'refunds' }]);
     expect(agent.errors).toBeUndefined();
-    expect((agent.data as any).actions.createAction.skills).toEqual([{ name: 'transfers', version: 1 }, { name: 'refunds', version: null }]);
+    expect((agent.data as any).actions.createAction.skills).toEqual([
+      { name: 'transfers', version: 1 },
+      { name: 'refunds', version: null },
+    ]);
     expect(ok(engine, '{ actions { action(name: "balance") { skills { name } } } }').actions.action.skills).toEqual([]);
 
     // What the agent runner uses (ExecutionServices.skills), over the same database.
-    const skills = skillServices({ st: skillStatements(engine.db), actions: actionStatements(engine.db), clock: systemClock, limits: resolveLimits() });
-    expect(skills.resolve([{ name: 'transfers', version: null }, { name: 'transfers', version: 1 }, { name: 'refunds', version: null }])).toEqual([
+    const skills = skillServices({
+      st: skillStatements(engine.db),
+      actions: actionStatements(engine.db),
+      clock: systemClock,
+      limits: resolveLimits(),
+    });
+    expect(
+      skills.resolve([
+        { name: 'transfers', version: null },
+        { name: 'transfers', version: 1 },
+        { name: 'refunds', version: null },
+      ]),
+    ).toEqual([
       { name: 'transfers', version: 2, description: 'How to do it.', tools: ['transfer'] },
       { name: 'transfers', version: 1, description: 'How to do it.', tools: ['transfer'] },
       { name: 'refunds', version: 1, description: 'How to do it.', tools: [] },
     ]);
-    expect(skills.read('transfers', 1)).toEqual({ name: 'transfers', version: 1, description: 'How to do it.', body: '# Steps\n\n1. Do it.', tools: ['transfer'] });
+    expect(skills.read('transfers', 1)).toEqual({
+      name: 'transfers',
+      version: 1,
+      description: 'How to do it.',
+      body: '# Steps\n\n1. Do it.',
+      tools: ['transfer'],
+    });
     expect(skills.read('transfers', 2)?.body).toBe('v2 body');
     expect(skills.read('transfers', 9)).toBeNull();
     expect(skills.read('ghost', 1)).toBeNull();
-    expect(() => skills.resolve([{ name: 'transfers', version: 9 }])).toThrow('skills[0] pins skill transfers version 9, which does not exist; its latest is 2');
+    expect(() => skills.resolve([{ name: 'transfers', version: 9 }])).toThrow(
+      'skills[0] pins skill transfers version 9, which does not exist; its latest is 2',
+    );
   });
 
   it('refuses each bad input with its code, naming the value', async () => {
-    const bad = (input: Record<string, unknown>, n = 50) => fails(engine, CREATE, { id: id(n), i: { name: 'ok_name', description: 'd', body: 'b', tools: [], ...input } });
+    const bad = (input: Record<string, unknown>, n = 50) =>
+      fails(engine, CREATE, { id: id(n), i: { name: 'ok_name', description: 'd', body: 'b', tools: [], ...input } });
 
     let e = bad({ name: 'Bad-Name' });
     expect(e.code).toBe('BAD_REQUEST');
@@ -147,26 +218,56 @@ describe('skills over GraphQL', () => {
 
     // The body's limit, with a small override.
     const small = await newEngine({ limits: { skillBodyCharsMax: 100 } });
-    const over = fails(small, CREATE, { id: id(1), i: { name: 'long', description: 'd', body: 'x'.repeat(101), tools: [] } });
+    const over = fails(small, CREATE, {
+      id: id(1),
+      i: { name: 'long', description: 'd', body: 'x'.repeat(101), tools: [] },
+    });
     expect(over.code).toBe('LIMIT_EXCEEDED');
     expect(over.message).toContain('101');
     expect(over.message).toContain('skillBodyCharsMax');
-    expect(ok(small, CREATE, { id: id(1), i: { name: 'long', description: 'd', body: 'x'.repeat(100), tools: [] } }).actions.createSkill.version).toBe(1);
+    expect(
+      ok(small, CREATE, { id: id(1), i: { name: 'long', description: 'd', body: 'x'.repeat(100), tools: [] } }).actions
+        .createSkill.version,
+    ).toBe(1);
     const empty = fails(small, CREATE, { id: id(2), i: { name: 'empty', description: 'd', body: '' } });
     expect(empty.code).toBe('BAD_REQUEST');
   });
 
   it('authority: SELECT to read, INSERT to create, UPDATE to update on actions.Skill; never from inside a tool call', () => {
     createSkill(engine, 1, { name: 'transfers' });
-    ok(engine, CREATE_CLIENT, { i: { principal: 'blind', name: 'no skills', policies: [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['actions.Action'] }] } });
-    ok(engine, CREATE_CLIENT, { i: { principal: 'reader', name: 'reads skills', policies: [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['actions.Skill'] }] } });
-    ok(engine, CREATE_CLIENT, { i: { principal: 'author', name: 'writes skills', policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT'], resources: ['actions.Skill'] }] } });
-    const as = (principal: string, query: string, variables: Record<string, unknown>) => engine.graphql(query, variables, { principal });
+    ok(engine, CREATE_CLIENT, {
+      i: {
+        principal: 'blind',
+        name: 'no skills',
+        policies: [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['actions.Action'] }],
+      },
+    });
+    ok(engine, CREATE_CLIENT, {
+      i: {
+        principal: 'reader',
+        name: 'reads skills',
+        policies: [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['actions.Skill'] }],
+      },
+    });
+    ok(engine, CREATE_CLIENT, {
+      i: {
+        principal: 'author',
+        name: 'writes skills',
+        policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT'], resources: ['actions.Skill'] }],
+      },
+    });
+    const as = (principal: string, query: string, variables: Record<string, unknown>) =>
+      engine.graphql(query, variables, { principal });
 
     expect(as('blind', SKILL, { n: 'transfers' }).errors?.[0]?.extensions?.code).toBe('ACCESS_DENIED');
-    expect((as('blind', '{ actions { skills(first: 10) { nodes { name } } } }', {}).data as any).actions.skills.nodes).toEqual([]);
+    expect(
+      (as('blind', '{ actions { skills(first: 10) { nodes { name } } } }', {}).data as any).actions.skills.nodes,
+    ).toEqual([]);
     expect((as('reader', SKILL, { n: 'transfers' }).data as any).actions.skill.name).toBe('transfers');
-    expect(as('reader', CREATE, { id: id(2), i: { name: 'refunds', description: 'd', body: 'b' } }).errors?.[0]?.extensions?.code).toBe('ACCESS_DENIED');
+    expect(
+      as('reader', CREATE, { id: id(2), i: { name: 'refunds', description: 'd', body: 'b' } }).errors?.[0]?.extensions
+        ?.code,
+    ).toBe('ACCESS_DENIED');
     const made = as('author', CREATE, { id: id(2), i: { name: 'refunds', description: 'd', body: 'b' } });
     expect(made.errors).toBeUndefined();
     expect(as('author', UPDATE, { id: id(2), i: { body: 'b2' } }).errors?.[0]?.extensions?.code).toBe('ACCESS_DENIED');
@@ -178,8 +279,13 @@ describe('skills over GraphQL', () => {
   try { graphql('mutation { actions { updateSkill(id: "${id(1)}", input: {body: "hijacked"}) { version } } }'); } catch (e) { codes.push(e.code); }
   return codes;
 }`;
-    createTool(engine, 300, 'sneak', src, [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['actions.*'] }]);
-    const run = ok(engine, `mutation { actions { invokeAction(name: "sneak", input: {executionId: "${id(400)}", actionVersion: 1, input: {}}) { status output } } }`).actions.invokeAction;
+    createTool(engine, 300, 'sneak', src, [
+      { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['actions.*'] },
+    ]);
+    const run = ok(
+      engine,
+      `mutation { actions { invokeAction(name: "sneak", input: {executionId: "${id(400)}", actionVersion: 1, input: {}}) { status output } } }`,
+    ).actions.invokeAction;
     expect(run).toEqual({ status: 'SUCCEEDED', output: ['ACCESS_DENIED', 'ACCESS_DENIED'] });
     expect(fails(engine, SKILL, { n: 'sneaky' }).code).toBe('NOT_FOUND');
     expect(ok(engine, SKILL, { n: 'transfers' }).actions.skill.version).toBe(1);
@@ -198,9 +304,18 @@ describe('skills in a project folder', () => {
     writeFileSync(join(dir, 'tools', 'balance.json'), JSON.stringify(PROJECT_TOOL));
     writeFileSync(
       join(dir, 'tools', 'helper.json'),
-      JSON.stringify({ actionId: id(101), kind: 'agent', config: AGENT_CONFIG, tools: [{ name: 'balance' }], skills: [{ name: 'lookups' }] }),
+      JSON.stringify({
+        actionId: id(101),
+        kind: 'agent',
+        config: AGENT_CONFIG,
+        tools: [{ name: 'balance' }],
+        skills: [{ name: 'lookups' }],
+      }),
     );
-    writeFileSync(join(dir, 'skills', 'lookups.md'), `---\ndescription: "How to look balances up: by code"\ntools: [balance]\nskillId: ${id(1)}\n---\n\n# Lookups\n\nUse the code.\n`);
+    writeFileSync(
+      join(dir, 'skills', 'lookups.md'),
+      `---\ndescription: "How to look balances up: by code"\ntools: [balance]\nskillId: ${id(1)}\n---\n\n# Lookups\n\nUse the code.\n`,
+    );
     return dir;
   }
 
@@ -208,9 +323,21 @@ describe('skills in a project folder', () => {
     const engine = await newEngine();
     const dir = project();
     const first = await deploy(readProject(dir), engineTarget(engine));
-    expect(formatPlan(first.plan).split('\n')).toEqual(['+ create tool balance (version 1)', '+ create skill lookups (version 1)', '+ create tool helper (version 1)']);
-    expect(ok(engine, SKILL, { n: 'lookups' }).actions.skill).toMatchObject({ skillId: id(1), version: 1, description: 'How to look balances up: by code', body: '# Lookups\n\nUse the code.', tools: ['balance'] });
-    expect(ok(engine, '{ actions { action(name: "helper") { skills { name version } } } }').actions.action.skills).toEqual([{ name: 'lookups', version: null }]);
+    expect(formatPlan(first.plan).split('\n')).toEqual([
+      '+ create tool balance (version 1)',
+      '+ create skill lookups (version 1)',
+      '+ create tool helper (version 1)',
+    ]);
+    expect(ok(engine, SKILL, { n: 'lookups' }).actions.skill).toMatchObject({
+      skillId: id(1),
+      version: 1,
+      description: 'How to look balances up: by code',
+      body: '# Lookups\n\nUse the code.',
+      tools: ['balance'],
+    });
+    expect(
+      ok(engine, '{ actions { action(name: "helper") { skills { name version } } } }').actions.action.skills,
+    ).toEqual([{ name: 'lookups', version: null }]);
 
     const again = await deploy(readProject(dir), engineTarget(engine));
     expect(again.applied).toBe(false);
@@ -219,27 +346,53 @@ describe('skills in a project folder', () => {
     const file = join(dir, 'skills', 'lookups.md');
     writeFileSync(file, readFileSync(file, 'utf8').replace('Use the code.', 'Use the code, upper case.'));
     const edited = await deploy(readProject(dir), engineTarget(engine));
-    expect(edited.plan.filter((item) => item.change !== 'unchanged').map((i) => formatPlan([i]))).toEqual(['~ new version 2 of skill lookups']);
-    expect(ok(engine, SKILL, { n: 'lookups' }).actions.skill).toMatchObject({ version: 2, body: '# Lookups\n\nUse the code, upper case.' });
+    expect(edited.plan.filter((item) => item.change !== 'unchanged').map((i) => formatPlan([i]))).toEqual([
+      '~ new version 2 of skill lookups',
+    ]);
+    expect(ok(engine, SKILL, { n: 'lookups' }).actions.skill).toMatchObject({
+      version: 2,
+      body: '# Lookups\n\nUse the code, upper case.',
+    });
   });
 
   it('a skill without a skillId cannot be created; a bad front matter line is named with its file and line; the server refuses a bad skill naming the file', async () => {
     const engine = await newEngine();
     const dir = project();
     writeFileSync(join(dir, 'skills', 'lookups.md'), '---\ndescription: d\ntools: [balance]\n---\nbody\n');
-    await expect(deploy(readProject(dir), engineTarget(engine))).rejects.toThrow(/skills\/lookups\.md: needs a "skillId:"/);
+    await expect(deploy(readProject(dir), engineTarget(engine))).rejects.toThrow(
+      /skills\/lookups\.md: needs a "skillId:"/,
+    );
 
-    writeFileSync(join(dir, 'skills', 'lookups.md'), `---\ndescription: d\ncolour: blue\nskillId: ${id(1)}\n---\nbody\n`);
+    writeFileSync(
+      join(dir, 'skills', 'lookups.md'),
+      `---\ndescription: d\ncolour: blue\nskillId: ${id(1)}\n---\nbody\n`,
+    );
     expect(() => readProject(dir)).toThrow(ProjectError);
     expect(() => readProject(dir)).toThrow('skills/lookups.md:3: unknown key "colour"');
     expect(() => parseSkill('skills/x.md', 'no front matter')).toThrow('skills/x.md:1:');
     expect(() => parseSkill('skills/x.md', '---\ndescription: d\n')).toThrow('no closing "---"');
-    expect(() => parseSkill('skills/x.md', '---\ntools: balance\n---\nb')).toThrow('skills/x.md:2: tools must be a list in brackets');
-    expect(() => parseSkill('skills/x.md', '---\ndescription: a\ndescription: b\n---\nb')).toThrow('skills/x.md:3: description is given twice');
-    expect(parseSkill('skills/x.md', '---\r\ndescription: d\r\ntools: []\r\n---\r\nline one\r\nline two\r\n')).toEqual({ name: 'x', path: 'skills/x.md', skillId: null, description: 'd', tools: [], body: 'line one\nline two' });
+    expect(() => parseSkill('skills/x.md', '---\ntools: balance\n---\nb')).toThrow(
+      'skills/x.md:2: tools must be a list in brackets',
+    );
+    expect(() => parseSkill('skills/x.md', '---\ndescription: a\ndescription: b\n---\nb')).toThrow(
+      'skills/x.md:3: description is given twice',
+    );
+    expect(parseSkill('skills/x.md', '---\r\ndescription: d\r\ntools: []\r\n---\r\nline one\r\nline two\r\n')).toEqual({
+      name: 'x',
+      path: 'skills/x.md',
+      skillId: null,
+      description: 'd',
+      tools: [],
+      body: 'line one\nline two',
+    });
 
-    writeFileSync(join(dir, 'skills', 'lookups.md'), `---\ndescription: d\ntools: [balance, nope]\nskillId: ${id(1)}\n---\nbody\n`);
-    await expect(deploy(readProject(dir), engineTarget(engine))).rejects.toThrow(/skills\/lookups\.md: tools\[1\] names tool "nope", which does not exist \[NOT_FOUND\]\nnothing was applied/);
+    writeFileSync(
+      join(dir, 'skills', 'lookups.md'),
+      `---\ndescription: d\ntools: [balance, nope]\nskillId: ${id(1)}\n---\nbody\n`,
+    );
+    await expect(deploy(readProject(dir), engineTarget(engine))).rejects.toThrow(
+      /skills\/lookups\.md: tools\[1\] names tool "nope", which does not exist \[NOT_FOUND\]\nnothing was applied/,
+    );
     expect(fails(engine, '{ actions { action(name: "balance") { version } } }').code).toBe('NOT_FOUND');
   });
 
@@ -248,10 +401,20 @@ describe('skills in a project folder', () => {
     cpSync(join(import.meta.dirname, '..', 'examples', 'bank'), dir, { recursive: true });
     const engine = await newEngine();
     const result = await deploy(readProject(dir), engineTarget(engine));
-    expect(result.plan.filter((item) => item.kind === 'skill').map((i) => formatPlan([i]))).toEqual(['+ create skill transfers (version 1)']);
+    expect(result.plan.filter((item) => item.kind === 'skill').map((i) => formatPlan([i]))).toEqual([
+      '+ create skill transfers (version 1)',
+    ]);
     const skill = ok(engine, SKILL, { n: 'transfers' }).actions.skill;
-    expect(skill).toMatchObject({ skillId: 'b0000000-0000-4000-8000-0000000000b1', version: 1, tools: ['balance', 'transfer'] });
-    expect(skill.description).toBe("How to move money for a customer: check balances first, use the customer's own wallet, amounts as strings with two decimals");
-    expect(ok(engine, '{ actions { action(name: "teller") { skills { name version } } } }').actions.action.skills).toEqual([{ name: 'transfers', version: 1 }]);
+    expect(skill).toMatchObject({
+      skillId: 'b0000000-0000-4000-8000-0000000000b1',
+      version: 1,
+      tools: ['balance', 'transfer'],
+    });
+    expect(skill.description).toBe(
+      "How to move money for a customer: check balances first, use the customer's own wallet, amounts as strings with two decimals",
+    );
+    expect(
+      ok(engine, '{ actions { action(name: "teller") { skills { name version } } } }').actions.action.skills,
+    ).toEqual([{ name: 'transfers', version: 1 }]);
   });
 });

@@ -21,12 +21,17 @@ async function fileEngine(options: Parameters<typeof newEngine>[0]): Promise<{ e
 
 function postMany(engine: Engine, count: number, base = 0): void {
   for (let n = 0; n < count; n++) {
-    ok(engine, POST, { input: { transactionId: id(100_000 + base + n), tranCode: 'TRANSFER', params: { from: id(1), to: id(2), amount: '1.25' } } });
+    ok(engine, POST, {
+      input: {
+        transactionId: id(100_000 + base + n),
+        tranCode: 'TRANSFER',
+        params: { from: id(1), to: id(2), amount: '1.25' },
+      },
+    });
   }
 }
 
 const size = (path: string) => statSync(path).size;
-
 
 describe('WAL checkpoints', () => {
   it('the background thread copies committed pages into the database file while the writer does not', async () => {

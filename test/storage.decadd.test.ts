@@ -81,7 +81,9 @@ describe('dec_add', () => {
   });
 
   it('subText and addText give the exact difference and sum, signs included, at the larger scale', () => {
-    const signed = fc.tuple(fc.boolean(), fc.oneof(decimal, short)).map(([negative, text]) => (negative && text !== '0' ? `-${text}` : text));
+    const signed = fc
+      .tuple(fc.boolean(), fc.oneof(decimal, short))
+      .map(([negative, text]) => (negative && text !== '0' ? `-${text}` : text));
     const exact = (a: string, b: string, subtract: boolean): string => {
       const scale = Math.max(scaleOf(a), scaleOf(b));
       const scaled = (text: string): bigint => {

@@ -15,7 +15,8 @@ const POST_X = `mutation($input: TransactionInput!) { postTransaction(input: $in
 function limit(n: number, extra: Record<string, unknown> = {}) {
   ok(engine, LIMIT, {
     i: {
-      velocityLimitId: id(n), name: `limit ${n}`,
+      velocityLimitId: id(n),
+      name: `limit ${n}`,
       limit: { balance: [{ layer: 'SETTLED', amount: 'params.amount', normalBalanceType: 'DEBIT' }] },
       params: [{ name: 'amount', type: 'DECIMAL', default: '0' }],
       ...extra,
@@ -24,13 +25,20 @@ function limit(n: number, extra: Record<string, unknown> = {}) {
   return id(n);
 }
 function control(n: number, action: string, limits: string[], extra: Record<string, unknown> = {}) {
-  ok(engine, CONTROL, { i: { velocityControlId: id(n), name: `control ${n}`, enforcement: { action }, velocityLimitIds: limits, ...extra } });
+  ok(engine, CONTROL, {
+    i: { velocityControlId: id(n), name: `control ${n}`, enforcement: { action }, velocityLimitIds: limits, ...extra },
+  });
   return id(n);
 }
-const attach = (c: string, account: string, params?: unknown) => ok(engine, ATTACH, { c, a: account, p: params ?? null }).attachVelocityControl;
+const attach = (c: string, account: string, params?: unknown) =>
+  ok(engine, ATTACH, { c, a: account, p: params ?? null }).attachVelocityControl;
 const post = (n: number, from: string, to: string, amount: string, extra: Record<string, unknown> = {}) =>
-  engine.graphql(POST_X, { input: { transactionId: id(7000 + n), tranCode: 'TRANSFER', params: { from, to, amount }, ...extra } });
-const units = (account: string) => ok(engine, `{ balance(accountId: "${account}") { settled { normalBalance { units } } } }`).balance.settled.normalBalance.units as string;
+  engine.graphql(POST_X, {
+    input: { transactionId: id(7000 + n), tranCode: 'TRANSFER', params: { from, to, amount }, ...extra },
+  });
+const units = (account: string) =>
+  ok(engine, `{ balance(accountId: "${account}") { settled { normalBalance { units } } } }`).balance.settled
+    .normalBalance.units as string;
 
 let cash: string;
 let alice: string;
@@ -58,8 +66,18 @@ describe('velocity controls', () => {
       retryable: false,
       retriableError: false,
       exception: {
-        transactionId: id(7002), type: 'VELOCITY_CONTROL', errorMessage: 'velocity 0 USD exceeded, balance is 10.00 USD',
-        detail: { accountId: alice, layer: 'SETTLED', limit: '0', velocityControlId: c, velocityLimitId: id(10), violatingBalance: '10.00 USD', transactionId: id(7002) },
+        transactionId: id(7002),
+        type: 'VELOCITY_CONTROL',
+        errorMessage: 'velocity 0 USD exceeded, balance is 10.00 USD',
+        detail: {
+          accountId: alice,
+          layer: 'SETTLED',
+          limit: '0',
+          velocityControlId: c,
+          velocityLimitId: id(10),
+          violatingBalance: '10.00 USD',
+          transactionId: id(7002),
+        },
       },
     });
     expect(count(engine, 'transactions')).toBe(1);
@@ -73,7 +91,13 @@ describe('velocity controls', () => {
     attach(control(100, 'WARN', [limit(10)]), alice);
     const warned = post(1, alice, bob, '5').data!.postTransaction as any;
     expect(warned.voidedBy).toBeNull();
-    expect(warned.exceptions).toEqual([{ type: 'VELOCITY_CONTROL', message: 'velocity 0 USD exceeded, balance is 5 USD', detail: expect.objectContaining({ accountId: alice, limit: '0', violatingBalance: '5 USD' }) }]);
+    expect(warned.exceptions).toEqual([
+      {
+        type: 'VELOCITY_CONTROL',
+        message: 'velocity 0 USD exceeded, balance is 5 USD',
+        detail: expect.objectContaining({ accountId: alice, limit: '0', violatingBalance: '5 USD' }),
+      },
+    ]);
     expect(units(alice)).toBe('-5');
     attach(control(101, 'VOID', [limit(11)]), bob, { amount: '-100' }); // bob must hold 100 or more
     const voided = post(2, bob, cash, '1').data!.postTransaction as any;
@@ -86,20 +110,29 @@ describe('velocity controls', () => {
 
   it('a control on a set limits the set’s rolled-up balance; the per-post override lowers enforcement to WARN', () => {
     ok(engine, `mutation { createAccountSet(input: {accountSetId: "${id(500)}", name: "wallets"}) { accountSetId } }`);
-    ok(engine, `mutation { a: addToAccountSet(id: "${id(500)}", member: {memberType: ACCOUNT, memberId: "${alice}"}) { accountSetId }
-      b: addToAccountSet(id: "${id(500)}", member: {memberType: ACCOUNT, memberId: "${bob}"}) { accountSetId } }`);
+    ok(
+      engine,
+      `mutation { a: addToAccountSet(id: "${id(500)}", member: {memberType: ACCOUNT, memberId: "${alice}"}) { accountSetId }
+      b: addToAccountSet(id: "${id(500)}", member: {memberType: ACCOUNT, memberId: "${bob}"}) { accountSetId } }`,
+    );
     attach(control(100, 'REJECT', [limit(10)]), id(500));
     post(1, cash, alice, '10');
     expect(post(2, bob, cash, '4').errors).toBeUndefined(); // bob overdraws, the set does not
     const refused = post(3, alice, cash, '7');
-    expect(refused.errors![0]!.extensions).toMatchObject({ code: 'BALANCE_VELOCITY_EXCEEDED', exception: { detail: { accountId: id(500), violatingBalance: '1 USD' } } });
-    const overridden = post(3, alice, cash, '7', { properties: { overrideVelocityEnforcement: { action: 'WARN' } } }).data!.postTransaction as any;
+    expect(refused.errors![0]!.extensions).toMatchObject({
+      code: 'BALANCE_VELOCITY_EXCEEDED',
+      exception: { detail: { accountId: id(500), violatingBalance: '1 USD' } },
+    });
+    const overridden = post(3, alice, cash, '7', { properties: { overrideVelocityEnforcement: { action: 'WARN' } } })
+      .data!.postTransaction as any;
     expect(overridden.exceptions.map((e: any) => e.detail.accountId)).toEqual([id(500)]);
     expect(units(alice)).toBe('3');
   });
 
   it('properties.exception posts, voids at once and records the exception given', () => {
-    const result = post(1, cash, alice, '3', { properties: { exception: { type: 'FRAUD_REVIEW', message: 'held for review', detail: { case: 42 } } } }).data!.postTransaction as any;
+    const result = post(1, cash, alice, '3', {
+      properties: { exception: { type: 'FRAUD_REVIEW', message: 'held for review', detail: { case: 42 } } },
+    }).data!.postTransaction as any;
     expect(result.voidedBy).not.toBeNull();
     expect(result.exceptions).toEqual([{ type: 'FRAUD_REVIEW', message: 'held for review', detail: { case: 42 } }]);
     expect(units(alice)).toBe('0');
@@ -124,11 +157,21 @@ describe('velocity controls', () => {
     expect(post(4, alice, bob, '50.00').errors![0]!.extensions!.code).toBe('BALANCE_VELOCITY_EXCEEDED');
     expect(post(5, alice, bob, '40.00').errors).toBeUndefined();
     const today = ok(engine, `{ transaction(id: "${id(7002)}") { effective } }`).transaction.effective;
-    const v = ok(engine, `query($w: JSON!) { account(id: "${alice}") { velocity(window: $w) { spent remaining limit layer window } } }`, { w: { day: today } }).account.velocity;
+    const v = ok(
+      engine,
+      `query($w: JSON!) { account(id: "${alice}") { velocity(window: $w) { spent remaining limit layer window } } }`,
+      { w: { day: today } },
+    ).account.velocity;
     expect(v).toEqual([{ spent: '100.00', remaining: '0.00', limit: '100', layer: 'SETTLED', window: { day: today } }]);
-    const otherDay = ok(engine, `query($w: JSON!) { velocity(accountId: "${alice}", window: $w) { spent remaining } }`, { w: { day: '2000-01-01' } }).velocity;
+    const otherDay = ok(
+      engine,
+      `query($w: JSON!) { velocity(accountId: "${alice}", window: $w) { spent remaining } }`,
+      { w: { day: '2000-01-01' } },
+    ).velocity;
     expect(otherDay).toEqual([{ spent: '0', remaining: '100' }]);
-    expect(fails(engine, `{ velocity(accountId: "${alice}", window: {}) { spent } }`).message).toContain('window needs "day"');
+    expect(fails(engine, `{ velocity(accountId: "${alice}", window: {}) { spent } }`).message).toContain(
+      'window needs "day"',
+    );
   });
 
   // Was a finding (second review of issue 33, H6): a void took its original's entries back out of
@@ -143,7 +186,11 @@ describe('velocity controls', () => {
     expect(post(3, alice, bob, '100').errors).toBeUndefined();
     expect(post(4, alice, bob, '80').errors![0]!.extensions!.code).toBe('BALANCE_VELOCITY_EXCEEDED');
     const today = ok(engine, `{ transaction(id: "${id(7003)}") { effective } }`).transaction.effective;
-    expect(ok(engine, `query($w: JSON!) { velocity(accountId: "${alice}", window: $w) { spent remaining } }`, { w: { day: today } }).velocity).toEqual([{ spent: '100', remaining: '0' }]);
+    expect(
+      ok(engine, `query($w: JSON!) { velocity(accountId: "${alice}", window: $w) { spent remaining } }`, {
+        w: { day: today },
+      }).velocity,
+    ).toEqual([{ spent: '100', remaining: '0' }]);
     // A posting made after the attachment and voided gives its limit back, as before.
     expect(engine.graphql(`mutation { voidTransaction(id: "${id(7003)}") { transactionId } }`).errors).toBeUndefined();
     expect(post(5, alice, bob, '80').errors).toBeUndefined();
@@ -155,10 +202,18 @@ describe('velocity controls', () => {
     expect(post(1, alice, bob, '6').errors![0]!.extensions!.code).toBe('BALANCE_VELOCITY_EXCEEDED');
     expect(attach(c, alice, { amount: 'inf' })).toEqual({ accountId: alice, params: { amount: 'inf' } });
     expect(post(1, alice, bob, '6').errors).toBeUndefined();
-    const listed = ok(engine, `{ attachedControls(accountId: "${alice}", first: 5) { nodes { velocityControl { name limits { name } } params } }
-      velocityControl(id: "${c}") { enforcement { action } limits { velocityLimitId } } }`);
-    expect(listed.attachedControls.nodes).toEqual([{ velocityControl: { name: 'control 100', limits: [{ name: 'limit 10' }] }, params: { amount: 'inf' } }]);
-    expect(listed.velocityControl).toEqual({ enforcement: { action: 'REJECT' }, limits: [{ velocityLimitId: id(10) }] });
+    const listed = ok(
+      engine,
+      `{ attachedControls(accountId: "${alice}", first: 5) { nodes { velocityControl { name limits { name } } params } }
+      velocityControl(id: "${c}") { enforcement { action } limits { velocityLimitId } } }`,
+    );
+    expect(listed.attachedControls.nodes).toEqual([
+      { velocityControl: { name: 'control 100', limits: [{ name: 'limit 10' }] }, params: { amount: 'inf' } },
+    ]);
+    expect(listed.velocityControl).toEqual({
+      enforcement: { action: 'REJECT' },
+      limits: [{ velocityLimitId: id(10) }],
+    });
     attach(c, alice, { amount: '-inf' });
     // On the limit's DEBIT side alice is 6 overdrawn; any balance passes −Infinity, so every posting
     // that moves it further (a debit) is refused, and one that moves it back (a credit) is not.
@@ -166,23 +221,59 @@ describe('velocity controls', () => {
     expect(post(2, cash, alice, '1').errors).toBeUndefined();
     ok(engine, `mutation { detachVelocityControl(velocityControlId: "${c}", accountId: "${alice}") { accountId } }`);
     expect(post(3, alice, bob, '1').errors).toBeUndefined();
-    expect(fails(engine, `mutation { deleteVelocityLimit(id: "${id(10)}") { name } }`).message).toContain('in 1 control');
-    ok(engine, `mutation { removeLimitFromControl(velocityControlId: "${c}", velocityLimitId: "${id(10)}") { name } deleteVelocityLimit(id: "${id(10)}") { name } deleteVelocityControl(id: "${c}") { name } }`);
+    expect(fails(engine, `mutation { deleteVelocityLimit(id: "${id(10)}") { name } }`).message).toContain(
+      'in 1 control',
+    );
+    ok(
+      engine,
+      `mutation { removeLimitFromControl(velocityControlId: "${c}", velocityLimitId: "${id(10)}") { name } deleteVelocityLimit(id: "${id(10)}") { name } deleteVelocityControl(id: "${c}") { name } }`,
+    );
   });
 
   it('refuses bad definitions and params with clear errors, writing nothing', () => {
-    const bad = fails(engine, LIMIT, { i: { velocityLimitId: id(10), name: 'x', limit: { balance: [{ layer: 'SETTLED', amount: 'params.amount +' }] } } });
+    const bad = fails(engine, LIMIT, {
+      i: { velocityLimitId: id(10), name: 'x', limit: { balance: [{ layer: 'SETTLED', amount: 'params.amount +' }] } },
+    });
     expect(bad.code).toBe('CEL_ERROR');
     expect(bad.message).toContain('limit.balance[0].amount');
-    expect(fails(engine, LIMIT, { i: { velocityLimitId: id(10), name: 'x', limit: { balance: [] } } }).code).toBe('BAD_REQUEST');
-    expect(fails(engine, LIMIT, { i: { velocityLimitId: id(10), name: 'x', currency: 'usd', limit: { balance: [{ layer: 'SETTLED', amount: '1' }] } } }).message).toContain('not a currency code');
+    expect(fails(engine, LIMIT, { i: { velocityLimitId: id(10), name: 'x', limit: { balance: [] } } }).code).toBe(
+      'BAD_REQUEST',
+    );
+    expect(
+      fails(engine, LIMIT, {
+        i: {
+          velocityLimitId: id(10),
+          name: 'x',
+          currency: 'usd',
+          limit: { balance: [{ layer: 'SETTLED', amount: '1' }] },
+        },
+      }).message,
+    ).toContain('not a currency code');
     // Params are declared as a tran code's are: identifiers, distinct, at most tranCodeParamsMax.
     const params = (n: number) => Array.from({ length: n }, (_, i) => ({ name: `p${i}`, type: 'DECIMAL' }));
-    const many = fails(engine, LIMIT, { i: { velocityLimitId: id(10), name: 'x', params: params(65), limit: { balance: [{ layer: 'SETTLED', amount: '1' }] } } });
+    const many = fails(engine, LIMIT, {
+      i: {
+        velocityLimitId: id(10),
+        name: 'x',
+        params: params(65),
+        limit: { balance: [{ layer: 'SETTLED', amount: '1' }] },
+      },
+    });
     expect(many.code).toBe('LIMIT_EXCEEDED');
     expect(many.message).toContain('tranCodeParamsMax is 64');
-    expect(fails(engine, LIMIT, { i: { velocityLimitId: id(10), name: 'x', params: [{ name: 'a' }, { name: 'a' }], limit: { balance: [{ layer: 'SETTLED', amount: '1' }] } } }).message).toContain('declared twice');
-    expect(fails(engine, CONTROL, { i: { velocityControlId: id(100), name: 'x', velocityLimitIds: [id(404)] } }).code).toBe('NOT_FOUND');
+    expect(
+      fails(engine, LIMIT, {
+        i: {
+          velocityLimitId: id(10),
+          name: 'x',
+          params: [{ name: 'a' }, { name: 'a' }],
+          limit: { balance: [{ layer: 'SETTLED', amount: '1' }] },
+        },
+      }).message,
+    ).toContain('declared twice');
+    expect(
+      fails(engine, CONTROL, { i: { velocityControlId: id(100), name: 'x', velocityLimitIds: [id(404)] } }).code,
+    ).toBe('NOT_FOUND');
     expect(count(engine, 'velocity_controls')).toBe(0);
     const c = control(100, 'REJECT', [limit(10)]);
     const wrong = fails(engine, ATTACH, { c, a: alice, p: { amount: 'lots' } });
@@ -199,15 +290,32 @@ describe('velocity controls', () => {
   });
 
   it('velocityControlsPerAccountMax, velocityLimitsPerControlMax and velocityWindowKeysMax are enforced', async () => {
-    engine = await newEngine({ limits: { velocityControlsPerAccountMax: 1, velocityLimitsPerControlMax: 1, velocityWindowKeysMax: 1 } });
+    engine = await newEngine({
+      limits: { velocityControlsPerAccountMax: 1, velocityLimitsPerControlMax: 1, velocityWindowKeysMax: 1 },
+    });
     createAccount(engine, 2);
     const l = limit(10);
     attach(control(100, 'WARN', [l]), id(2));
     const second = fails(engine, ATTACH, { c: control(101, 'WARN', []), a: id(2), p: null });
     expect(second).toMatchObject({ code: 'LIMIT_EXCEEDED' });
     expect(second.message).toContain('velocityControlsPerAccountMax is 1');
-    expect(fails(engine, `mutation { addLimitToControl(velocityControlId: "${id(100)}", velocityLimitId: "${limit(11)}") { name } }`).message).toContain('velocityLimitsPerControlMax is 1');
-    const windows = fails(engine, LIMIT, { i: { velocityLimitId: id(12), name: 'w', window: [{ alias: 'a', value: '1' }, { alias: 'b', value: '2' }], limit: { balance: [{ layer: 'SETTLED', amount: '1' }] } } });
+    expect(
+      fails(
+        engine,
+        `mutation { addLimitToControl(velocityControlId: "${id(100)}", velocityLimitId: "${limit(11)}") { name } }`,
+      ).message,
+    ).toContain('velocityLimitsPerControlMax is 1');
+    const windows = fails(engine, LIMIT, {
+      i: {
+        velocityLimitId: id(12),
+        name: 'w',
+        window: [
+          { alias: 'a', value: '1' },
+          { alias: 'b', value: '2' },
+        ],
+        limit: { balance: [{ layer: 'SETTLED', amount: '1' }] },
+      },
+    });
     expect(windows.message).toContain('velocityWindowKeysMax is 1');
   });
 
@@ -215,19 +323,37 @@ describe('velocity controls', () => {
     const c = control(100, 'REJECT', [limit(10)]);
     attach(c, alice);
     const client = (principal: string, policies: unknown[]) =>
-      ok(engine, 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }', { i: { principal, name: principal, policies } });
+      ok(engine, 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }', {
+        i: { principal, name: principal, policies },
+      });
     // Mallory may post and manage controls, but not on alice's account.
     client('mallory', [
       { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] },
-      { effect: 'DENY', actions: ['UPDATE', 'SELECT'], resources: ['financial.VelocityControl'], assertions: { alice: `context.document.accountId == '${alice}'` } },
+      {
+        effect: 'DENY',
+        actions: ['UPDATE', 'SELECT'],
+        resources: ['financial.VelocityControl'],
+        assertions: { alice: `context.document.accountId == '${alice}'` },
+      },
     ]);
-    expect(fails(engine, `mutation { detachVelocityControl(velocityControlId: "${c}", accountId: "${alice}") { accountId } }`, undefined, 'mallory').code).toBe('ACCESS_DENIED');
+    expect(
+      fails(
+        engine,
+        `mutation { detachVelocityControl(velocityControlId: "${c}", accountId: "${alice}") { accountId } }`,
+        undefined,
+        'mallory',
+      ).code,
+    ).toBe('ACCESS_DENIED');
     expect(fails(engine, ATTACH, { c, a: alice, p: { amount: 'inf' } }, 'mallory').code).toBe('ACCESS_DENIED');
-    expect(fails(engine, `{ velocity(accountId: "${alice}", window: {}) { spent } }`, undefined, 'mallory').code).toBe('ACCESS_DENIED');
+    expect(fails(engine, `{ velocity(accountId: "${alice}", window: {}) { spent } }`, undefined, 'mallory').code).toBe(
+      'ACCESS_DENIED',
+    );
     // Nor can she dodge the control by overriding enforcement without the right to: the override is part of the post she sends, so the control still applies to what she may post.
     expect(count(engine, 'velocity_attachments')).toBe(1);
     client('reader', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] }]);
-    expect(fails(engine, CONTROL, { i: { velocityControlId: id(101), name: 'x' } }, 'reader').code).toBe('ACCESS_DENIED');
+    expect(fails(engine, CONTROL, { i: { velocityControlId: id(101), name: 'x' } }, 'reader').code).toBe(
+      'ACCESS_DENIED',
+    );
   });
 });
 
@@ -236,14 +362,36 @@ describe('velocity controls', () => {
 // membership change) is judged by the same rule, and the rule judges the direction of the write.
 
 const CLIENT = 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }';
-const VOID = 'mutation($id: UUID!) { voidTransaction(id: $id) { transactionId voidOf exceptions { type message detail } } }';
-const VOID_WITH = 'mutation($id: UUID!, $p: VoidPropertiesInput) { voidTransaction(id: $id, properties: $p) { transactionId voidOf exceptions { type message detail } } }';
+const VOID =
+  'mutation($id: UUID!) { voidTransaction(id: $id) { transactionId voidOf exceptions { type message detail } } }';
+const VOID_WITH =
+  'mutation($id: UUID!, $p: VoidPropertiesInput) { voidTransaction(id: $id, properties: $p) { transactionId voidOf exceptions { type message detail } } }';
 const as = (principal?: string) => (principal === undefined ? {} : { principal });
-const client = (principal: string, policies: unknown[]) => ok(engine, CLIENT, { i: { principal, name: principal, policies } });
-const postAs = (n: number, from: string, to: string, amount: string, principal?: string, extra: Record<string, unknown> = {}) =>
-  engine.graphql(POST_X, { input: { transactionId: id(7000 + n), tranCode: 'TRANSFER', params: { from, to, amount, ...(extra.params as object) }, ...(extra.properties ? { properties: extra.properties } : {}) } }, as(principal));
+const client = (principal: string, policies: unknown[]) =>
+  ok(engine, CLIENT, { i: { principal, name: principal, policies } });
+const postAs = (
+  n: number,
+  from: string,
+  to: string,
+  amount: string,
+  principal?: string,
+  extra: Record<string, unknown> = {},
+) =>
+  engine.graphql(
+    POST_X,
+    {
+      input: {
+        transactionId: id(7000 + n),
+        tranCode: 'TRANSFER',
+        params: { from, to, amount, ...(extra.params as object) },
+        ...(extra.properties ? { properties: extra.properties } : {}),
+      },
+    },
+    as(principal),
+  );
 const voidOf = (n: number, principal?: string) => engine.graphql(VOID, { id: id(7000 + n) }, as(principal));
-const voidedBy = (n: number) => ok(engine, `{ transaction(id: "${id(7000 + n)}") { voidedBy } }`).transaction.voidedBy as string | null;
+const voidedBy = (n: number) =>
+  ok(engine, `{ transaction(id: "${id(7000 + n)}") { voidedBy } }`).transaction.voidedBy as string | null;
 /** A refund desk: reads the ledger and may void (UPDATE and INSERT on financial.Transaction), but may not lower the controls. */
 const REFUNDS = [
   { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.*'] },
@@ -267,22 +415,42 @@ describe('one posting gate (the attacker’s tests)', () => {
     const refused = voidOf(1, 'refunds');
     expect(refused.errors?.[0]?.extensions).toMatchObject({
       code: 'BALANCE_VELOCITY_EXCEEDED',
-      exception: { type: 'VELOCITY_CONTROL', detail: { accountId: alice, velocityControlId: c, violatingBalance: '100 USD' } },
+      exception: {
+        type: 'VELOCITY_CONTROL',
+        detail: { accountId: alice, velocityControlId: c, violatingBalance: '100 USD' },
+      },
     });
     expect(count(engine, 'transactions')).toBe(2);
     expect(units(alice)).toBe('0');
     expect(voidedBy(1)).toBeNull();
     // The override needs UPDATE on financial.VelocityControl, on a void as on a post.
-    const overriding = engine.graphql(VOID_WITH, { id: id(7001), p: { overrideVelocityEnforcement: { action: 'WARN' } } }, as('refunds'));
+    const overriding = engine.graphql(
+      VOID_WITH,
+      { id: id(7001), p: { overrideVelocityEnforcement: { action: 'WARN' } } },
+      as('refunds'),
+    );
     expect(overriding.errors?.[0]?.extensions?.code).toBe('ACCESS_DENIED');
     expect(count(engine, 'transactions')).toBe(2);
     // An operator who may lower the controls voids it past the limit; the reversal records why.
-    const overridden = ok(engine, VOID_WITH, { id: id(7001), p: { overrideVelocityEnforcement: { action: 'WARN' } } }).voidTransaction;
+    const overridden = ok(engine, VOID_WITH, {
+      id: id(7001),
+      p: { overrideVelocityEnforcement: { action: 'WARN' } },
+    }).voidTransaction;
     expect(overridden.voidOf).toBe(id(7001));
     expect(overridden.exceptions).toEqual([
-      { type: 'VELOCITY_CONTROL', message: 'velocity 0 USD exceeded, balance is 100 USD', detail: expect.objectContaining({ accountId: alice, velocityControlId: c, transactionId: overridden.transactionId }) },
+      {
+        type: 'VELOCITY_CONTROL',
+        message: 'velocity 0 USD exceeded, balance is 100 USD',
+        detail: expect.objectContaining({
+          accountId: alice,
+          velocityControlId: c,
+          transactionId: overridden.transactionId,
+        }),
+      },
     ]);
-    expect(ok(engine, `{ transaction(id: "${overridden.transactionId}") { exceptions { type } } }`).transaction.exceptions).toEqual([{ type: 'VELOCITY_CONTROL' }]);
+    expect(
+      ok(engine, `{ transaction(id: "${overridden.transactionId}") { exceptions { type } } }`).transaction.exceptions,
+    ).toEqual([{ type: 'VELOCITY_CONTROL' }]);
     expect(units(alice)).toBe('-100');
   });
 
@@ -298,7 +466,10 @@ describe('one posting gate (the attacker’s tests)', () => {
     expect((deposit.data!.postTransaction as any).exceptions).toEqual([]);
     expect(units(alice)).toBe('-50');
     const deeper = postAs(4, alice, bob, '0.01', 'refunds');
-    expect(deeper.errors?.[0]?.extensions).toMatchObject({ code: 'BALANCE_VELOCITY_EXCEEDED', exception: { detail: { violatingBalance: '50.01 USD' } } });
+    expect(deeper.errors?.[0]?.extensions).toMatchObject({
+      code: 'BALANCE_VELOCITY_EXCEEDED',
+      exception: { detail: { violatingBalance: '50.01 USD' } },
+    });
     // PENDING entries do not move the SETTLED balance the limit reads: not worse, so not refused.
     expect(postAs(5, alice, bob, '10', 'refunds', { params: { layer: 'PENDING' } }).errors).toBeUndefined();
     // Voiding the deepening transfer of 100 (bob pays it back) improves alice: allowed to the desk.
@@ -308,7 +479,10 @@ describe('one posting gate (the attacker’s tests)', () => {
     attach(control(101, 'VOID', [limit(11)]), bob, { amount: '-1000' }); // bob must hold 1000
     const paid = postAs(6, cash, bob, '1', 'refunds').data!.postTransaction as any;
     expect(paid).toMatchObject({ voidedBy: null, exceptions: [] });
-    expect(postAs(7, bob, cash, '1', 'refunds').data!.postTransaction).toMatchObject({ voidedBy: expect.any(String), exceptions: [expect.objectContaining({ type: 'VELOCITY_CONTROL' })] });
+    expect(postAs(7, bob, cash, '1', 'refunds').data!.postTransaction).toMatchObject({
+      voidedBy: expect.any(String),
+      exceptions: [expect.objectContaining({ type: 'VELOCITY_CONTROL' })],
+    });
   });
 
   it('WARN records the exception on the void; a void a VOID control would void is refused (a void cannot be voided)', () => {
@@ -318,11 +492,19 @@ describe('one posting gate (the attacker’s tests)', () => {
     post(2, alice, bob, '100');
     post(3, bob, cash, '100');
     const warned = ok(engine, VOID, { id: id(7001) }).voidTransaction;
-    expect(warned.exceptions).toEqual([expect.objectContaining({ type: 'VELOCITY_CONTROL', detail: expect.objectContaining({ accountId: alice, velocityControlId: id(100) }) })]);
+    expect(warned.exceptions).toEqual([
+      expect.objectContaining({
+        type: 'VELOCITY_CONTROL',
+        detail: expect.objectContaining({ accountId: alice, velocityControlId: id(100) }),
+      }),
+    ]);
     expect(units(alice)).toBe('-100');
     const transactions = count(engine, 'transactions');
     const refused = voidOf(2); // alice back up (improves), bob to -100 (past his VOID limit)
-    expect(refused.errors?.[0]?.extensions).toMatchObject({ code: 'BALANCE_VELOCITY_EXCEEDED', exception: { detail: { accountId: bob, velocityControlId: id(101) } } });
+    expect(refused.errors?.[0]?.extensions).toMatchObject({
+      code: 'BALANCE_VELOCITY_EXCEEDED',
+      exception: { detail: { accountId: bob, velocityControlId: id(101) } },
+    });
     expect(refused.errors?.[0]?.extensions?.hint).toContain('cannot be voided');
     expect(count(engine, 'transactions')).toBe(transactions);
     expect(units(bob)).toBe('0');
@@ -335,21 +517,32 @@ describe('one posting gate (the attacker’s tests)', () => {
     post(1, cash, alice, '1000');
     expect(post(2, alice, bob, '1050').errors).toBeUndefined(); // the day's net debit is 50
     const refused = voidOf(1);
-    expect(refused.errors?.[0]?.extensions).toMatchObject({ code: 'BALANCE_VELOCITY_EXCEEDED', exception: { detail: { accountId: alice, velocityLimitId: l, violatingBalance: '1050 USD' } } });
+    expect(refused.errors?.[0]?.extensions).toMatchObject({
+      code: 'BALANCE_VELOCITY_EXCEEDED',
+      exception: { detail: { accountId: alice, velocityLimitId: l, violatingBalance: '1050 USD' } },
+    });
     expect(voidedBy(1)).toBeNull();
     // Voiding the spend instead takes the day back to -1000: allowed.
     expect(voidOf(2).errors).toBeUndefined();
   });
 
   it('a membership change passes the same gate: a control with a condition is not skipped, and a change that improves a set past its limit is allowed', () => {
-    ok(engine, `mutation { a: createAccountSet(input: {accountSetId: "${id(500)}", name: "guarded"}) { accountSetId } b: createAccountSet(input: {accountSetId: "${id(501)}", name: "wallets"}) { accountSetId } }`);
+    ok(
+      engine,
+      `mutation { a: createAccountSet(input: {accountSetId: "${id(500)}", name: "guarded"}) { accountSetId } b: createAccountSet(input: {accountSetId: "${id(501)}", name: "wallets"}) { accountSetId } }`,
+    );
     // A condition reads the posting; a membership change has none, so the control is judged as if it held.
     attach(control(100, 'REJECT', [limit(10)], { condition: 'context.vars.entry.layer == SETTLED' }), id(500));
     post(1, alice, cash, '500'); // alice is overdrawn by 500
-    const ADD = 'mutation($s: UUID!, $m: UUID!) { addToAccountSet(id: $s, member: {memberType: ACCOUNT, memberId: $m}) { accountSetId } }';
-    const REMOVE = 'mutation($s: UUID!, $m: UUID!) { removeFromAccountSet(id: $s, member: {memberType: ACCOUNT, memberId: $m}) { accountSetId } }';
+    const ADD =
+      'mutation($s: UUID!, $m: UUID!) { addToAccountSet(id: $s, member: {memberType: ACCOUNT, memberId: $m}) { accountSetId } }';
+    const REMOVE =
+      'mutation($s: UUID!, $m: UUID!) { removeFromAccountSet(id: $s, member: {memberType: ACCOUNT, memberId: $m}) { accountSetId } }';
     const added = engine.graphql(ADD, { s: id(500), m: alice });
-    expect(added.errors?.[0]?.extensions).toMatchObject({ code: 'BALANCE_VELOCITY_EXCEEDED', exception: { detail: { accountId: id(500), velocityControlId: id(100) } } });
+    expect(added.errors?.[0]?.extensions).toMatchObject({
+      code: 'BALANCE_VELOCITY_EXCEEDED',
+      exception: { detail: { accountId: id(500), velocityControlId: id(100) } },
+    });
     expect(count(engine, 'account_set_members')).toBe(0);
     // wallets = {bob, cash-funded carol}: past its limit through an override, removing the overdrawn member improves it.
     const carol = createAccount(engine, 4);
@@ -371,20 +564,37 @@ describe('one posting gate (the attacker’s tests)', () => {
       { transactionId: id(8002), tranCode: 'TRANSFER', params: { from: alice, to: bob, amount: '7' } },
       { transactionId: id(8003), tranCode: 'TRANSFER', params: { from: cash, to: alice, amount: '1' } },
     ];
-    const batch = engine.graphql(`mutation Import(${rows.map((_, i) => `$t${i}: TransactionInput!`).join(', ')}) {\n${rows.map((_, i) => `r${i}: postTransaction(input: $t${i}) { transactionId }`).join('\n')}\n}`, Object.fromEntries(rows.map((r, i) => [`t${i}`, r])));
+    const batch = engine.graphql(
+      `mutation Import(${rows.map((_, i) => `$t${i}: TransactionInput!`).join(', ')}) {\n${rows.map((_, i) => `r${i}: postTransaction(input: $t${i}) { transactionId }`).join('\n')}\n}`,
+      Object.fromEntries(rows.map((r, i) => [`t${i}`, r])),
+    );
     expect(batch.errors?.[0]).toMatchObject({ path: ['r1'], extensions: { code: 'BALANCE_VELOCITY_EXCEEDED' } });
     expect(count(engine, 'transactions')).toBe(1);
     post(2, alice, bob, '10'); // alice at 0
-    ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
-      id: id(600),
-      input: {
-        name: 'refund',
-        config: { runtime: 'javascript', src: 'function run(event) { return graphql("mutation($id: UUID!) { voidTransaction(id: $id) { transactionId } }", { id: event.data.id }).voidTransaction; }' },
-        tool: { description: 'Voids a transaction.', inputSchema: { type: 'object', properties: { id: { type: 'string' } }, required: ['id'] } },
-        policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
+    ok(
+      engine,
+      'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }',
+      {
+        id: id(600),
+        input: {
+          name: 'refund',
+          config: {
+            runtime: 'javascript',
+            src: 'function run(event) { return graphql("mutation($id: UUID!) { voidTransaction(id: $id) { transactionId } }", { id: event.data.id }).voidTransaction; }',
+          },
+          tool: {
+            description: 'Voids a transaction.',
+            inputSchema: { type: 'object', properties: { id: { type: 'string' } }, required: ['id'] },
+          },
+          policies: [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }],
+        },
       },
-    });
-    const invoked = ok(engine, 'mutation($e: UUID!, $i: JSON) { actions { invokeAction(name: "refund", input: {executionId: $e, actionVersion: 1, input: $i}) { status error { code } } } }', { e: id(601), i: { id: id(7001) } }).actions.invokeAction;
+    );
+    const invoked = ok(
+      engine,
+      'mutation($e: UUID!, $i: JSON) { actions { invokeAction(name: "refund", input: {executionId: $e, actionVersion: 1, input: $i}) { status error { code } } } }',
+      { e: id(601), i: { id: id(7001) } },
+    ).actions.invokeAction;
     expect(invoked).toEqual({ status: 'FAILED', error: { code: 'BALANCE_VELOCITY_EXCEEDED' } });
     expect(voidedBy(1)).toBeNull();
     expect(units(alice)).toBe('0');
@@ -393,7 +603,14 @@ describe('one posting gate (the attacker’s tests)', () => {
   it('a client that may post but not read balances learns nothing from @dryRun probes; its real refusals keep the code and are logged', async () => {
     const logged: Array<Record<string, unknown>> = [];
     const ignore = () => {};
-    engine = await newEngine({ logger: { debug: ignore, info: ignore, error: ignore, warn: (fields, message) => logged.push({ ...fields, message }) } });
+    engine = await newEngine({
+      logger: {
+        debug: ignore,
+        info: ignore,
+        error: ignore,
+        warn: (fields, message) => logged.push({ ...fields, message }),
+      },
+    });
     createTransferCode(engine);
     createAccount(engine, 1, { normalBalanceType: 'DEBIT' });
     createAccount(engine, 2);
@@ -402,20 +619,34 @@ describe('one posting gate (the attacker’s tests)', () => {
     attach(c, alice);
     post(1, cash, alice, '1234.56');
     client('payments', PAYMENTS);
-    expect(fails(engine, `{ balance(accountId: "${alice}") { settled { normalBalance { units } } } }`, undefined, 'payments').code).toBe('ACCESS_DENIED');
+    expect(
+      fails(engine, `{ balance(accountId: "${alice}") { settled { normalBalance { units } } } }`, undefined, 'payments')
+        .code,
+    ).toBe('ACCESS_DENIED');
     let probes = 0;
     const DRY = 'mutation($i: TransactionInput!) @dryRun { postTransaction(input: $i) { transactionId } }';
     const probe = (amount: string, principal = 'payments') => {
       const transactionId = id(9000 + ++probes);
-      const r = engine.graphql(DRY, { i: { transactionId, tranCode: 'TRANSFER', params: { from: alice, to: bob, amount } } }, as(principal));
+      const r = engine.graphql(
+        DRY,
+        { i: { transactionId, tranCode: 'TRANSFER', params: { from: alice, to: bob, amount } } },
+        as(principal),
+      );
       // The id and the time differ from probe to probe by themselves: the rest is the answer.
-      return JSON.parse(JSON.stringify(r).replaceAll(transactionId, 'TX').replace(/\d{4}-\d\d-\d\dT[\d:.]+Z/g, 'TIME'));
+      return JSON.parse(
+        JSON.stringify(r)
+          .replaceAll(transactionId, 'TX')
+          .replace(/\d{4}-\d\d-\d\dT[\d:.]+Z/g, 'TIME'),
+      );
     };
     // Whether it fits or not, a non-reader's dry run gets the same answer: not judged.
     const fits = probe('1');
     const over = probe('5000');
     expect(fits).toEqual(over);
-    expect(fits.errors[0].extensions).toMatchObject({ code: 'BALANCE_VELOCITY_EXCEEDED', exception: { detail: { accountId: alice, violatingBalance: null } } });
+    expect(fits.errors[0].extensions).toMatchObject({
+      code: 'BALANCE_VELOCITY_EXCEEDED',
+      exception: { detail: { accountId: alice, violatingBalance: null } },
+    });
     expect(fits.errors[0].message).not.toContain('1234');
     // The binary search of the review finds nothing.
     let lo = 0;
@@ -429,10 +660,32 @@ describe('one posting gate (the attacker’s tests)', () => {
     expect(count(engine, 'transactions')).toBe(1);
     // Real postings are judged: a refusal keeps its code (the balance withheld), and is logged with who asked.
     const refused = postAs(2, alice, bob, '5000', 'payments');
-    expect(refused.errors?.[0]?.extensions).toMatchObject({ code: 'BALANCE_VELOCITY_EXCEEDED', exception: { detail: { accountId: alice, velocityControlId: c, violatingBalance: null } } });
+    expect(refused.errors?.[0]?.extensions).toMatchObject({
+      code: 'BALANCE_VELOCITY_EXCEEDED',
+      exception: { detail: { accountId: alice, velocityControlId: c, violatingBalance: null } },
+    });
     expect(postAs(3, alice, bob, '1', 'payments').errors).toBeUndefined();
-    expect(logged).toContainEqual(expect.objectContaining({ event: 'velocity', write: 'post', principal: 'payments', accountId: alice, velocityControlId: c, dryRun: false, balanceReadable: false }));
-    expect(logged).toContainEqual(expect.objectContaining({ event: 'velocity', write: 'post', principal: 'payments', accountId: alice, dryRun: true, judged: false }));
+    expect(logged).toContainEqual(
+      expect.objectContaining({
+        event: 'velocity',
+        write: 'post',
+        principal: 'payments',
+        accountId: alice,
+        velocityControlId: c,
+        dryRun: false,
+        balanceReadable: false,
+      }),
+    );
+    expect(logged).toContainEqual(
+      expect.objectContaining({
+        event: 'velocity',
+        write: 'post',
+        principal: 'payments',
+        accountId: alice,
+        dryRun: true,
+        judged: false,
+      }),
+    );
     expect(JSON.stringify(logged)).not.toContain('1233.56');
     // A client that may read the balance gets its dry runs judged.
     client('desk', [...PAYMENTS, { effect: 'ALLOW', actions: ['SELECT'], resources: ['financial.Balance'] }]);
@@ -440,22 +693,45 @@ describe('one posting gate (the attacker’s tests)', () => {
     expect(probe('1233.57', 'desk').errors[0].extensions.exception.detail.violatingBalance).toBe('0.01 USD');
     // A dry-run void by a client that may void but not read the balance is not judged either.
     client('voider', [...PAYMENTS, { effect: 'ALLOW', actions: ['UPDATE'], resources: ['financial.Transaction'] }]);
-    const dryVoid = (n: number) => JSON.stringify(engine.graphql(`mutation @dryRun { voidTransaction(id: "${id(7000 + n)}") { transactionId } }`, {}, as('voider')).errors?.[0]?.extensions?.code);
+    const dryVoid = (n: number) =>
+      JSON.stringify(
+        engine.graphql(
+          `mutation @dryRun { voidTransaction(id: "${id(7000 + n)}") { transactionId } }`,
+          {},
+          as('voider'),
+        ).errors?.[0]?.extensions?.code,
+      );
     expect(dryVoid(1)).toBe(dryVoid(3)); // one would overdraw alice, the other pays her back
     expect(dryVoid(1)).toBe('"BALANCE_VELOCITY_EXCEEDED"');
     // Nor is a posting a tool makes inside a @dryRun request (the tool's own graphql call is not @dryRun).
-    ok(engine, 'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }', {
-      id: id(600),
-      input: {
-        name: 'pay',
-        config: { runtime: 'javascript', src: 'function run(event) { return graphql("mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }", { i: event.data }).postTransaction; }' },
-        tool: { description: 'Posts a transaction.', inputSchema: { type: 'object' } },
-        policies: [{ effect: 'ALLOW', actions: ['INSERT', 'UPDATE'], resources: ['financial.*'] }],
+    ok(
+      engine,
+      'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }',
+      {
+        id: id(600),
+        input: {
+          name: 'pay',
+          config: {
+            runtime: 'javascript',
+            src: 'function run(event) { return graphql("mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }", { i: event.data }).postTransaction; }',
+          },
+          tool: { description: 'Posts a transaction.', inputSchema: { type: 'object' } },
+          policies: [{ effect: 'ALLOW', actions: ['INSERT', 'UPDATE'], resources: ['financial.*'] }],
+        },
       },
-    });
+    );
     client('payments_tool', [...PAYMENTS, { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] }]);
-    const viaTool = (n: number, amount: string) => (engine.graphql('mutation($e: UUID!, $i: JSON) @dryRun { actions { invokeAction(name: "pay", input: {executionId: $e, actionVersion: 1, input: $i}) { status error { code message } } } }',
-      { e: id(610 + n), i: { transactionId: id(620 + n), tranCode: 'TRANSFER', params: { from: alice, to: bob, amount } } }, as('payments_tool')).data as any)?.actions?.invokeAction;
+    const viaTool = (n: number, amount: string) =>
+      (
+        engine.graphql(
+          'mutation($e: UUID!, $i: JSON) @dryRun { actions { invokeAction(name: "pay", input: {executionId: $e, actionVersion: 1, input: $i}) { status error { code message } } } }',
+          {
+            e: id(610 + n),
+            i: { transactionId: id(620 + n), tranCode: 'TRANSFER', params: { from: alice, to: bob, amount } },
+          },
+          as('payments_tool'),
+        ).data as any
+      )?.actions?.invokeAction;
     expect(viaTool(1, '1')).toEqual(viaTool(2, '5000'));
     expect(viaTool(3, '1')).toMatchObject({ status: 'FAILED', error: { code: 'BALANCE_VELOCITY_EXCEEDED' } });
   });
@@ -466,8 +742,16 @@ describe('one posting gate (the attacker’s tests)', () => {
 
 const WALLETS = 6;
 type Post = { from: number; to: number; amount: string; layer: 'SETTLED' | 'PENDING' };
-const amount = fc.tuple(fc.integer({ min: 1, max: 40_000 }), fc.constantFrom(0, 2)).map(([n, scale]) => (scale === 0 ? String(Math.ceil(n / 100)) : (n / 100).toFixed(2)));
-const step: fc.Arbitrary<Post> = fc.record({ from: fc.integer({ min: -1, max: WALLETS - 1 }), to: fc.integer({ min: -1, max: WALLETS - 1 }), amount, layer: fc.constantFrom('SETTLED' as const, 'PENDING' as const) })
+const amount = fc
+  .tuple(fc.integer({ min: 1, max: 40_000 }), fc.constantFrom(0, 2))
+  .map(([n, scale]) => (scale === 0 ? String(Math.ceil(n / 100)) : (n / 100).toFixed(2)));
+const step: fc.Arbitrary<Post> = fc
+  .record({
+    from: fc.integer({ min: -1, max: WALLETS - 1 }),
+    to: fc.integer({ min: -1, max: WALLETS - 1 }),
+    amount,
+    layer: fc.constantFrom('SETTLED' as const, 'PENDING' as const),
+  })
   .filter((p) => p.from !== p.to);
 
 describe('velocity and sets, property', () => {
@@ -482,8 +766,12 @@ describe('velocity and sets, property', () => {
         const wallet = (i: number) => (i < 0 ? cashId : id(10 + i));
         for (let i = 0; i < WALLETS; i++) createAccount(engine, 10 + i);
         // S1 = {w0, w1}, S2 = {w2, w3}, TOP = {S1, S2, w4}; w5 alone.
-        const S1 = id(201), S2 = id(202), TOP = id(200);
-        ok(engine, `mutation {
+        const S1 = id(201),
+          S2 = id(202),
+          TOP = id(200);
+        ok(
+          engine,
+          `mutation {
           top: createAccountSet(input: {accountSetId: "${TOP}", name: "top"}) { accountSetId }
           s1: createAccountSet(input: {accountSetId: "${S1}", name: "s1", accountSetIds: ["${TOP}"]}) { accountSetId }
           s2: createAccountSet(input: {accountSetId: "${S2}", name: "s2", accountSetIds: ["${TOP}"]}) { accountSetId }
@@ -491,11 +779,14 @@ describe('velocity and sets, property', () => {
           a1: addToAccountSet(id: "${S1}", member: {memberType: ACCOUNT, memberId: "${wallet(1)}"}) { accountSetId }
           a2: addToAccountSet(id: "${S2}", member: {memberType: ACCOUNT, memberId: "${wallet(2)}"}) { accountSetId }
           a3: addToAccountSet(id: "${S2}", member: {memberType: ACCOUNT, memberId: "${wallet(3)}"}) { accountSetId }
-          a4: addToAccountSet(id: "${TOP}", member: {memberType: ACCOUNT, memberId: "${wallet(4)}"}) { accountSetId } }`);
+          a4: addToAccountSet(id: "${TOP}", member: {memberType: ACCOUNT, memberId: "${wallet(4)}"}) { accountSetId } }`,
+        );
         // REJECT: TOP's settled funds never negative, and w0 may overdraw 5. WARN: S2's available(PENDING) above 500.
         // VOID: w5's available(PENDING) above 100.
         const guard = limit(10);
-        const cap = limit(11, { limit: { balance: [{ layer: 'PENDING', amount: 'params.amount', normalBalanceType: 'CREDIT' }] } });
+        const cap = limit(11, {
+          limit: { balance: [{ layer: 'PENDING', amount: 'params.amount', normalBalanceType: 'CREDIT' }] },
+        });
         const reject = control(100, 'REJECT', [guard]);
         const warn = control(101, 'WARN', [cap]);
         const voiding = control(102, 'VOID', [cap]);
@@ -505,31 +796,61 @@ describe('velocity and sets, property', () => {
         attach(voiding, wallet(5), { amount: '100' });
 
         const totals = (account: string) => {
-          const rows = engine.db.prepare('SELECT * FROM balances WHERE account_id = ?').all(account) as Array<Record<string, string>>;
+          const rows = engine.db.prepare('SELECT * FROM balances WHERE account_id = ?').all(account) as Array<
+            Record<string, string>
+          >;
           const sum: Record<string, Dec> = {};
-          for (const r of rows) for (const c of ['settled_dr', 'settled_cr', 'pending_dr', 'pending_cr', 'encumbrance_dr', 'encumbrance_cr']) sum[c] = (sum[c] ?? new Dec(0)).plus(r[c]!);
+          for (const r of rows)
+            for (const c of [
+              'settled_dr',
+              'settled_cr',
+              'pending_dr',
+              'pending_cr',
+              'encumbrance_dr',
+              'encumbrance_cr',
+            ])
+              sum[c] = (sum[c] ?? new Dec(0)).plus(r[c]!);
           return sum;
         };
         const same = (a: Record<string, Dec>, parts: Array<Record<string, Dec>>) => {
-          for (const c of ['settled_dr', 'settled_cr', 'pending_dr', 'pending_cr', 'encumbrance_dr', 'encumbrance_cr']) {
+          for (const c of [
+            'settled_dr',
+            'settled_cr',
+            'pending_dr',
+            'pending_cr',
+            'encumbrance_dr',
+            'encumbrance_cr',
+          ]) {
             const want = parts.reduce((s, p) => s.plus(p[c] ?? 0), new Dec(0));
             expect((a[c] ?? new Dec(0)).eq(want), `${c}: ${a[c]} vs ${want}`).toBe(true);
           }
         };
         const settledDebitSide = (t: Record<string, Dec>) => (t.settled_dr ?? new Dec(0)).minus(t.settled_cr ?? 0);
         const availablePendingCredit = (t: Record<string, Dec>) =>
-          (t.settled_cr ?? new Dec(0)).plus(t.pending_cr ?? 0).minus(t.settled_dr ?? 0).minus(t.pending_dr ?? 0);
+          (t.settled_cr ?? new Dec(0))
+            .plus(t.pending_cr ?? 0)
+            .minus(t.settled_dr ?? 0)
+            .minus(t.pending_dr ?? 0);
 
         for (const [n, p] of steps.entries()) {
           const before = count(engine, 'transactions');
           const s2Before = availablePendingCredit(totals(S2));
-          const result = engine.graphql(POST_X, { input: { transactionId: id(8000 + n), tranCode: 'TRANSFER', params: { from: wallet(p.from), to: wallet(p.to), amount: p.amount, layer: p.layer } } });
+          const result = engine.graphql(POST_X, {
+            input: {
+              transactionId: id(8000 + n),
+              tranCode: 'TRANSFER',
+              params: { from: wallet(p.from), to: wallet(p.to), amount: p.amount, layer: p.layer },
+            },
+          });
           if (result.errors) {
             seen.rejected++;
             expect(result.errors[0]!.extensions!.code).toBe('BALANCE_VELOCITY_EXCEEDED');
             expect(count(engine, 'transactions')).toBe(before);
           } else {
-            const t = result.data!.postTransaction as { voidedBy: string | null; exceptions: Array<{ detail: { velocityControlId: string; accountId: string } }> };
+            const t = result.data!.postTransaction as {
+              voidedBy: string | null;
+              exceptions: Array<{ detail: { velocityControlId: string; accountId: string } }>;
+            };
             // The WARN control judged S2 as the posting left it, before a VOID control (on w5) voided it:
             // a warning when the posting left S2 past 500 and further past than before (strictly worse).
             const inS2 = (w: number) => w === 2 || w === 3;

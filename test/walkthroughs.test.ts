@@ -79,7 +79,12 @@ afterAll(async () => {
 
 /** Run the server block in its own process group; resolves with the port it serves on. */
 function startServer(dir: string, block: string): Promise<string> {
-  const child = spawn('bash', ['-c', block], { cwd: dir, env: { ...READER_ENV, PORT: '0' }, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn('bash', ['-c', block], {
+    cwd: dir,
+    env: { ...READER_ENV, PORT: '0' },
+    detached: true,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   servers.push(child);
   let output = '';
   return new Promise<string>((resolve, reject) => {
@@ -102,28 +107,49 @@ async function stop(child: ChildProcess): Promise<void> {
 }
 
 function normalise(text: string, port: string): string {
-  return text
-    .replaceAll(`:${port}/`, ':4000/')
-    .replace(/\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z/g, '<time>')
-    .replace(/\d{4}-\d{2}-\d{2}/g, '<date>')
-    .replace(/\btly_[A-Za-z0-9_-]+/g, 'tly_…')
-    .replace(/\b\d+ ms\b/g, 'N ms')
-    // Ids a reader copies look like c0000000-0000-4000-8000-000000000001; others are the server's.
-    .replace(/\b(?![0-9a-f]{8}-0000-4000-8000-)[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b/g, '<id>')
-    .replace(/[ \t]+$/gm, '');
+  return (
+    text
+      .replaceAll(`:${port}/`, ':4000/')
+      .replace(/\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z/g, '<time>')
+      .replace(/\d{4}-\d{2}-\d{2}/g, '<date>')
+      .replace(/\btly_[A-Za-z0-9_-]+/g, 'tly_…')
+      .replace(/\b\d+ ms\b/g, 'N ms')
+      // Ids a reader copies look like c0000000-0000-4000-8000-000000000001; others are the server's.
+      .replace(
+        /\b(?![0-9a-f]{8}-0000-4000-8000-)[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b/g,
+        '<id>',
+      )
+      .replace(/[ \t]+$/gm, '')
+  );
 }
 
 /** Run the reader's commands in one bash session; returns each command's output and exit status. */
-async function runCommands(dir: string, commands: Command[], port: string): Promise<Array<{ output: string; status: number }>> {
+async function runCommands(
+  dir: string,
+  commands: Command[],
+  port: string,
+): Promise<Array<{ output: string; status: number }>> {
   const script = ['exec 2>&1', 'set -o pipefail'];
   commands.forEach((command, i) => {
-    script.push(`printf '\\n@@@ %d\\n' ${i}`, command.line.replaceAll(':4000', `:${port}`), `printf '\\n@@@ status %d\\n' $?`);
+    script.push(
+      `printf '\\n@@@ %d\\n' ${i}`,
+      command.line.replaceAll(':4000', `:${port}`),
+      `printf '\\n@@@ status %d\\n' $?`,
+    );
   });
-  const { stdout } = await run('bash', ['-c', script.join('\n')], { cwd: dir, env: READER_ENV, maxBuffer: 16 * 1024 * 1024, timeout: 120_000 });
+  const { stdout } = await run('bash', ['-c', script.join('\n')], {
+    cwd: dir,
+    env: READER_ENV,
+    maxBuffer: 16 * 1024 * 1024,
+    timeout: 120_000,
+  });
   return commands.map((_, i) => {
     const start = stdout.indexOf(`\n@@@ ${i}\n`) + `\n@@@ ${i}\n`.length;
     const end = stdout.indexOf('\n@@@ status ', start);
-    return { output: stdout.slice(start, end), status: Number(/^\d+/.exec(stdout.slice(end + '\n@@@ status '.length))![0]) };
+    return {
+      output: stdout.slice(start, end),
+      status: Number(/^\d+/.exec(stdout.slice(end + '\n@@@ status '.length))![0]),
+    };
   });
 }
 

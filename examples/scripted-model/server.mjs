@@ -65,7 +65,9 @@ function partsText(content) {
   if (typeof content === 'string') return content;
   if (Array.isArray(content)) {
     const texts = content
-      .filter((p) => p && typeof p === 'object' && typeof p.text === 'string' && (p.type === 'text' || p.type === undefined))
+      .filter(
+        (p) => p && typeof p === 'object' && typeof p.text === 'string' && (p.type === 'text' || p.type === undefined),
+      )
       .map((p) => p.text);
     return texts.length > 0 ? texts.join('') : null;
   }
@@ -92,7 +94,8 @@ function checkCommon(body) {
   if (typeof body.model !== 'string' || body.model === '') throw invalid('model: a non-empty string is required');
   if (!Array.isArray(body.messages)) throw invalid('messages: an array is required');
   body.messages.forEach((m, i) => {
-    if (!m || typeof m !== 'object' || typeof m.role !== 'string') throw invalid(`messages[${i}]: an object with a role is required`);
+    if (!m || typeof m !== 'object' || typeof m.role !== 'string')
+      throw invalid(`messages[${i}]: an object with a role is required`);
   });
 }
 
@@ -121,7 +124,11 @@ function normalizeOpenAI(body) {
   }
   const tools = (Array.isArray(body.tools) ? body.tools : [])
     .filter((t) => t && t.type === 'function' && t.function)
-    .map((t) => ({ name: t.function.name, description: t.function.description ?? '', inputSchema: t.function.parameters ?? null }));
+    .map((t) => ({
+      name: t.function.name,
+      description: t.function.description ?? '',
+      inputSchema: t.function.parameters ?? null,
+    }));
   const rf = body.response_format;
   const responseSchema = rf && rf.type === 'json_schema' ? (rf.json_schema?.schema ?? null) : null;
   const tc = body.tool_choice;
@@ -231,7 +238,8 @@ export function toolResults(request) {
 function summarize(message) {
   if (!message) return 'no messages';
   let text;
-  if (message.role === 'tool') text = `${message.isError ? 'error ' : ''}result for ${message.toolCallId}: ${message.content}`;
+  if (message.role === 'tool')
+    text = `${message.isError ? 'error ' : ''}result for ${message.toolCallId}: ${message.content}`;
   else if (message.role === 'assistant') {
     text = message.text ?? '';
     if (message.toolCalls.length > 0) text += ` [calls ${message.toolCalls.map((c) => c.name).join(', ')}]`;
@@ -253,7 +261,10 @@ function openAIResponse(state, request, reply, rawLength) {
   const toolCalls = (reply.toolCalls ?? []).map((c) => ({
     id: c.id ?? `call_${++state.toolCallCounter}`,
     type: 'function',
-    function: { name: c.name, arguments: typeof c.arguments === 'string' ? c.arguments : JSON.stringify(c.arguments ?? {}) },
+    function: {
+      name: c.name,
+      arguments: typeof c.arguments === 'string' ? c.arguments : JSON.stringify(c.arguments ?? {}),
+    },
   }));
   let content = reply.json !== undefined ? JSON.stringify(reply.json) : (reply.text ?? null);
   if (content === null && toolCalls.length === 0) content = '';
@@ -267,7 +278,11 @@ function openAIResponse(state, request, reply, rawLength) {
     created: Math.floor(Date.now() / 1000),
     model: request.model,
     choices: [{ index: 0, message, logprobs: null, finish_reason: toolCalls.length > 0 ? 'tool_calls' : 'stop' }],
-    usage: { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens },
+    usage: {
+      prompt_tokens: promptTokens,
+      completion_tokens: completionTokens,
+      total_tokens: promptTokens + completionTokens,
+    },
   };
 }
 
@@ -293,9 +308,15 @@ function anthropicResponse(state, request, reply, rawLength) {
     else text = JSON.stringify(reply.json);
   }
   if (typeof text === 'string' && text !== '') content.push({ type: 'text', text });
-  if (forced) content.push({ type: 'tool_use', id: `toolu_${++state.toolCallCounter}`, name: forced.name, input: forced.input });
+  if (forced)
+    content.push({ type: 'tool_use', id: `toolu_${++state.toolCallCounter}`, name: forced.name, input: forced.input });
   for (const c of reply.toolCalls ?? []) {
-    content.push({ type: 'tool_use', id: c.id ?? `toolu_${++state.toolCallCounter}`, name: c.name, input: anthropicInput(c.arguments) });
+    content.push({
+      type: 'tool_use',
+      id: c.id ?? `toolu_${++state.toolCallCounter}`,
+      name: c.name,
+      input: anthropicInput(c.arguments),
+    });
   }
   if (content.length === 0) content.push({ type: 'text', text: '' });
   const usesTool = content.some((b) => b.type === 'tool_use');
@@ -377,7 +398,12 @@ export async function startScriptedModel(options = {}) {
     const format = path === '/v1/chat/completions' ? 'openai' : path === '/v1/messages' ? 'anthropic' : null;
     if (format === null) {
       req.resume();
-      return sendError(res, path.endsWith('/messages') ? 'anthropic' : 'openai', 404, `no route for ${req.method} ${path || '/'}`);
+      return sendError(
+        res,
+        path.endsWith('/messages') ? 'anthropic' : 'openai',
+        404,
+        `no route for ${req.method} ${path || '/'}`,
+      );
     }
     if (req.method !== 'POST') {
       req.resume();
@@ -391,7 +417,9 @@ export async function startScriptedModel(options = {}) {
     if (!authorized(format, req.headers, apiKey)) {
       req.resume();
       const message =
-        format === 'openai' ? 'missing or invalid API key: send authorization: Bearer <key>' : 'missing or invalid x-api-key header';
+        format === 'openai'
+          ? 'missing or invalid API key: send authorization: Bearer <key>'
+          : 'missing or invalid x-api-key header';
       return sendError(res, format, 401, message);
     }
     const raw = await readBody(req);
@@ -450,7 +478,9 @@ export async function startScriptedModel(options = {}) {
       return sendError(res, format, reply.status, reply.text ?? `scripted error ${reply.status}`, headers);
     }
     const response =
-      format === 'openai' ? openAIResponse(state, request, reply, raw.length) : anthropicResponse(state, request, reply, raw.length);
+      format === 'openai'
+        ? openAIResponse(state, request, reply, raw.length)
+        : anthropicResponse(state, request, reply, raw.length);
     return send(res, reply.status ?? 200, response, headers);
   }
 
@@ -512,7 +542,9 @@ async function main(argv) {
     else if (arg === '--host') host = value();
     else if (arg === '--rules') rulesPath = value();
     else if (arg === '--help' || arg === '-h') {
-      process.stdout.write('usage: node examples/scripted-model/server.mjs [--port N] [--host H] [--rules path/to/rules.mjs]\n');
+      process.stdout.write(
+        'usage: node examples/scripted-model/server.mjs [--port N] [--host H] [--rules path/to/rules.mjs]\n',
+      );
       return;
     } else throw new Error(`unknown argument ${arg}`);
   }
@@ -521,7 +553,8 @@ async function main(argv) {
   if (rulesPath) {
     const mod = await import(pathToFileURL(resolve(rulesPath)).href);
     rules = typeof mod.default === 'function' ? await mod.default() : mod.default;
-    if (!Array.isArray(rules)) throw new Error(`${rulesPath}: export default must be an array of rules, or a function returning one`);
+    if (!Array.isArray(rules))
+      throw new Error(`${rulesPath}: export default must be an array of rules, or a function returning one`);
   }
   const model = await startScriptedModel({ port, host, rules });
   process.stdout.write(`scripted model listening on ${model.url}\n`);

@@ -98,9 +98,17 @@ export interface ActionInput {
     outputSchema?: unknown;
     sessionSchema?: unknown;
   } | null;
-  tools?: Array<{ name: string; version?: number | null; input?: unknown; approval?: { when?: string | null; timeoutMs?: number | null } | null }> | null;
+  tools?: Array<{
+    name: string;
+    version?: number | null;
+    input?: unknown;
+    approval?: { when?: string | null; timeoutMs?: number | null } | null;
+  }> | null;
   skills?: Array<{ name: string; version?: number | null }> | null;
-  hooks?: { before?: { name: string; version?: number | null } | null; after?: { name: string; version?: number | null } | null } | null;
+  hooks?: {
+    before?: { name: string; version?: number | null } | null;
+    after?: { name: string; version?: number | null } | null;
+  } | null;
   policies?: Array<{ effect: PolicyEffect; actions: PolicyAction[]; resources: string[]; assertions?: unknown }> | null;
   execution?: {
     maxAttempts?: number | null;
@@ -162,11 +170,20 @@ export function versionKey(actionId: string, version: number): string {
 }
 
 function toVersion(row: ActionVersionRow): ActionVersion {
-  return { ...(JSON.parse(row.document) as ActionVersionDocument), status: row.status as VersionStatus, modified: row.modified };
+  return {
+    ...(JSON.parse(row.document) as ActionVersionDocument),
+    status: row.status as VersionStatus,
+    modified: row.modified,
+  };
 }
 
 /** Build, validate and compile a version document; every problem names the field at fault. */
-function buildDocument(deps: ActionDeps, base: { actionId: string; name: string; version: number; created: string }, input: ActionInput, previous: ActionVersionDocument | null): ActionVersionDocument {
+function buildDocument(
+  deps: ActionDeps,
+  base: { actionId: string; name: string; version: number; created: string },
+  input: ActionInput,
+  previous: ActionVersionDocument | null,
+): ActionVersionDocument {
   const kind = (input.kind ?? previous?.kind ?? 'tool') as ActionKind;
   if (kind !== 'tool' && kind !== 'graphql' && kind !== 'model' && kind !== 'agent') {
     throw new EngineError('BAD_REQUEST', `kind ${quote(kind)} is not supported`, {
@@ -174,7 +191,9 @@ function buildDocument(deps: ActionDeps, base: { actionId: string; name: string;
     });
   }
   if (previous && kind !== previous.kind) {
-    throw new EngineError('BAD_REQUEST', `an action cannot change kind (${previous.kind} → ${kind})`, { hint: 'Create a new action instead.' });
+    throw new EngineError('BAD_REQUEST', `an action cannot change kind (${previous.kind} → ${kind})`, {
+      hint: 'Create a new action instead.',
+    });
   }
   const config = (input.config ?? previous?.config ?? null) as Record<string, unknown> | null;
   if (config === null || typeof config !== 'object' || Array.isArray(config)) {
@@ -190,18 +209,28 @@ function buildDocument(deps: ActionDeps, base: { actionId: string; name: string;
   const fileName = `${base.name}@${base.version}`;
   if (kind === 'tool') {
     if (config.runtime !== 'javascript') {
-      throw new EngineError('BAD_REQUEST', `config.runtime ${quote(config.runtime)} is not supported`, { hint: 'Use runtime: "javascript".' });
+      throw new EngineError('BAD_REQUEST', `config.runtime ${quote(config.runtime)} is not supported`, {
+        hint: 'Use runtime: "javascript".',
+      });
     }
     if (typeof config.src !== 'string' || config.src.trim() === '') {
-      throw new EngineError('BAD_REQUEST', 'config.src must be the program text', { hint: 'Define function run(event) { ... }.' });
+      throw new EngineError('BAD_REQUEST', 'config.src must be the program text', {
+        hint: 'Define function run(event) { ... }.',
+      });
     }
     const bytes = Buffer.byteLength(config.src);
     if (bytes > deps.limits.programBytesMax) {
-      throw new EngineError('LIMIT_EXCEEDED', `config.src is ${bytes} bytes; programBytesMax is ${deps.limits.programBytesMax}`);
+      throw new EngineError(
+        'LIMIT_EXCEEDED',
+        `config.src is ${bytes} bytes; programBytesMax is ${deps.limits.programBytesMax}`,
+      );
     }
     const problem = deps.checkProgram(fileName, config.src);
     if (problem) {
-      const at = problem.line === undefined ? '' : ` at line ${problem.line}${problem.column === undefined ? '' : `, column ${problem.column}`}`;
+      const at =
+        problem.line === undefined
+          ? ''
+          : ` at line ${problem.line}${problem.column === undefined ? '' : `, column ${problem.column}`}`;
       throw new EngineError('BAD_REQUEST', `the program of ${fileName} does not compile: ${problem.message}${at}`, {
         hint: 'Fix the syntax; the program must define function run(event).',
         details: { file: fileName, line: problem.line, column: problem.column },
@@ -210,85 +239,149 @@ function buildDocument(deps: ActionDeps, base: { actionId: string; name: string;
   } else if (kind === 'model' || kind === 'agent') {
     checkModelConfig(kind, config, deps.providers, deps.limits);
   } else if (config.version !== 1) {
-    throw new EngineError('BAD_REQUEST', `config.version ${quote(config.version)} is not a native graphql tool version`, { hint: 'Use config: {version: 1}.' });
+    throw new EngineError(
+      'BAD_REQUEST',
+      `config.version ${quote(config.version)} is not a native graphql tool version`,
+      { hint: 'Use config: {version: 1}.' },
+    );
   }
 
   const toolIn = input.tool ?? null;
   const tool: ToolDefinition = {
     name: toolIn?.name ?? previous?.tool.name ?? base.name,
     description: toolIn?.description ?? previous?.tool.description ?? '',
-    inputSchema: (toolIn?.inputSchema ?? previous?.tool.inputSchema ?? (kind === 'graphql' ? GRAPHQL_INPUT_SCHEMA : { type: 'object' })) as Record<string, unknown>,
-    outputSchema: (toolIn?.outputSchema === undefined ? previous?.tool.outputSchema ?? null : toolIn.outputSchema) as Record<string, unknown> | null,
+    inputSchema: (toolIn?.inputSchema ??
+      previous?.tool.inputSchema ??
+      (kind === 'graphql' ? GRAPHQL_INPUT_SCHEMA : { type: 'object' })) as Record<string, unknown>,
+    outputSchema: (toolIn?.outputSchema === undefined
+      ? (previous?.tool.outputSchema ?? null)
+      : toolIn.outputSchema) as Record<string, unknown> | null,
   };
-  const title = toolIn?.title === undefined ? previous?.tool.title ?? null : toolIn.title;
+  const title = toolIn?.title === undefined ? (previous?.tool.title ?? null) : toolIn.title;
   if (title !== null) {
-    if (typeof title !== 'string') throw new EngineError('BAD_REQUEST', `tool.title must be a string, got ${quote(title)}`);
+    if (typeof title !== 'string')
+      throw new EngineError('BAD_REQUEST', `tool.title must be a string, got ${quote(title)}`);
     if (title.length > TOOL_TITLE_MAX) {
-      throw new EngineError('LIMIT_EXCEEDED', `tool.title ${quote(`${title.slice(0, 40)}…`)} is ${title.length} characters; at most ${TOOL_TITLE_MAX}`, { hint: 'A title is a short human name; put the rest in the description.' });
+      throw new EngineError(
+        'LIMIT_EXCEEDED',
+        `tool.title ${quote(`${title.slice(0, 40)}…`)} is ${title.length} characters; at most ${TOOL_TITLE_MAX}`,
+        { hint: 'A title is a short human name; put the rest in the description.' },
+      );
     }
     tool.title = title;
   }
-  const aliases = checkAliases(deps, base, toolIn?.aliases === undefined ? previous?.tool.aliases ?? [] : toolIn.aliases ?? []);
+  const aliases = checkAliases(
+    deps,
+    base,
+    toolIn?.aliases === undefined ? (previous?.tool.aliases ?? []) : (toolIn.aliases ?? []),
+  );
   if (aliases.length > 0) tool.aliases = aliases;
-  const metadata = toolIn?.metadata === undefined ? previous?.tool.metadata ?? null : toolIn.metadata;
+  const metadata = toolIn?.metadata === undefined ? (previous?.tool.metadata ?? null) : toolIn.metadata;
   if (metadata !== null) {
     if (typeof metadata !== 'object' || Array.isArray(metadata)) {
-      throw new EngineError('BAD_REQUEST', `tool.metadata must be a JSON object, got ${quote(metadata)}`, { hint: 'Send an object, e.g. {"owner": "payments"}, or null.' });
+      throw new EngineError('BAD_REQUEST', `tool.metadata must be a JSON object, got ${quote(metadata)}`, {
+        hint: 'Send an object, e.g. {"owner": "payments"}, or null.',
+      });
     }
     tool.metadata = metadata as Record<string, unknown>;
   }
-  const sessionSchema = (toolIn?.sessionSchema === undefined ? previous?.tool.sessionSchema ?? null : toolIn.sessionSchema) as Record<string, unknown> | null;
+  const sessionSchema = (
+    toolIn?.sessionSchema === undefined ? (previous?.tool.sessionSchema ?? null) : toolIn.sessionSchema
+  ) as Record<string, unknown> | null;
   if (sessionSchema !== null) {
-    if (kind !== 'agent') throw new EngineError('BAD_REQUEST', `tool.sessionSchema is for agents; this is a ${kind}`, { hint: 'Leave sessionSchema out, or make the action an agent.' });
+    if (kind !== 'agent')
+      throw new EngineError('BAD_REQUEST', `tool.sessionSchema is for agents; this is a ${kind}`, {
+        hint: 'Leave sessionSchema out, or make the action an agent.',
+      });
     deps.schemas.compile(sessionSchema, 'tool.sessionSchema');
     tool.sessionSchema = sessionSchema;
   }
   if (!NAME_PATTERN.test(tool.name)) {
-    throw new EngineError('BAD_REQUEST', `tool.name ${quote(tool.name)} is not a tool name`, { hint: 'Use lower_snake_case: a letter, then letters, digits and _.' });
+    throw new EngineError('BAD_REQUEST', `tool.name ${quote(tool.name)} is not a tool name`, {
+      hint: 'Use lower_snake_case: a letter, then letters, digits and _.',
+    });
   }
   checkNotReserved(base.name, 'action name');
   checkNotReserved(tool.name, 'tool.name');
   deps.schemas.compile(tool.inputSchema, 'tool.inputSchema');
   if (tool.outputSchema !== null) deps.schemas.compile(tool.outputSchema, 'tool.outputSchema');
 
-  const tools = input.tools === undefined || input.tools === null ? previous?.tools ?? [] : input.tools.map((ref, i) => checkReference(deps, ref, i, kind));
+  const tools =
+    input.tools === undefined || input.tools === null
+      ? (previous?.tools ?? [])
+      : input.tools.map((ref, i) => checkReference(deps, ref, i, kind));
   if (tools.length > deps.limits.toolReferencesMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `${tools.length} tool references; toolReferencesMax is ${deps.limits.toolReferencesMax}`);
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `${tools.length} tool references; toolReferencesMax is ${deps.limits.toolReferencesMax}`,
+    );
   }
   const seen = new Set<string>();
   for (const ref of tools) {
     if (seen.has(ref.name)) throw new EngineError('BAD_REQUEST', `tool ${quote(ref.name)} is referenced twice`);
     seen.add(ref.name);
   }
-  const policies = input.policies === undefined || input.policies === null ? previous?.policies ?? [] : parsePolicies(deps.cel, input.policies, deps.limits.policiesMax);
+  const policies =
+    input.policies === undefined || input.policies === null
+      ? (previous?.policies ?? [])
+      : parsePolicies(deps.cel, input.policies, deps.limits.policiesMax);
   const execution = checkExecution(deps, input.execution, previous?.execution ?? DEFAULT_EXECUTION);
   if (kind === 'agent') checkDescribed(deps, tools);
-  const skillsIn = input.skills === undefined || input.skills === null ? previous?.skills ?? [] : input.skills;
-  if (skillsIn.length > 0 && kind !== 'agent') throw new EngineError('BAD_REQUEST', `skills are for agents; this is a ${kind}`, { hint: 'Leave skills out, or make the action an agent.' });
-  if (skillsIn.length > deps.limits.toolReferencesMax) throw new EngineError('LIMIT_EXCEEDED', `${skillsIn.length} skills; toolReferencesMax is ${deps.limits.toolReferencesMax}`);
+  const skillsIn = input.skills === undefined || input.skills === null ? (previous?.skills ?? []) : input.skills;
+  if (skillsIn.length > 0 && kind !== 'agent')
+    throw new EngineError('BAD_REQUEST', `skills are for agents; this is a ${kind}`, {
+      hint: 'Leave skills out, or make the action an agent.',
+    });
+  if (skillsIn.length > deps.limits.toolReferencesMax)
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `${skillsIn.length} skills; toolReferencesMax is ${deps.limits.toolReferencesMax}`,
+    );
   const skills: SkillReference[] = skillsIn.map((ref, i) => {
     const checked = { name: ref.name, version: ref.version ?? null };
     deps.checkSkill(checked, `skills[${i}]`);
     return checked;
   });
-  if (new Set(skills.map((k) => k.name)).size !== skills.length) throw new EngineError('BAD_REQUEST', 'a skill is declared twice', { hint: 'Declare each skill once.' });
-  const hooks = input.hooks === undefined ? previous?.hooks ?? null : input.hooks === null ? null : checkHooks(deps, base.name, kind, input.hooks);
+  if (new Set(skills.map((k) => k.name)).size !== skills.length)
+    throw new EngineError('BAD_REQUEST', 'a skill is declared twice', { hint: 'Declare each skill once.' });
+  const hooks =
+    input.hooks === undefined
+      ? (previous?.hooks ?? null)
+      : input.hooks === null
+        ? null
+        : checkHooks(deps, base.name, kind, input.hooks);
   const document: ActionVersionDocument = {
-    ...base, kind, config, tool, tools, ...(skills.length ? { skills } : {}), ...(hooks && (hooks.before || hooks.after) ? { hooks } : {}), policies, execution,
+    ...base,
+    kind,
+    config,
+    tool,
+    tools,
+    ...(skills.length ? { skills } : {}),
+    ...(hooks && (hooks.before || hooks.after) ? { hooks } : {}),
+    policies,
+    execution,
   };
   if (execution.cacheTtlMs != null && !isReadOnly(deps, { ...document, status: 'DRAFT', modified: base.created })) {
-    throw new EngineError('BAD_REQUEST', `execution.cacheTtlMs ${execution.cacheTtlMs}: ${base.name} is not read-only (its policies, or those of a tool it references, allow writes)`, {
-      hint: 'a tool whose policies allow writes cannot cache: its result depends on what it changed',
-    });
+    throw new EngineError(
+      'BAD_REQUEST',
+      `execution.cacheTtlMs ${execution.cacheTtlMs}: ${base.name} is not read-only (its policies, or those of a tool it references, allow writes)`,
+      {
+        hint: 'a tool whose policies allow writes cannot cache: its result depends on what it changed',
+      },
+    );
   }
   // The program has its own bound; the rest (description, schemas, policies, references) this one.
   // A version no larger than the one before passes, so a tool made under a higher limit can still
   // get a new program.
   const restBytes = nonProgramBytes(document);
   if (restBytes > deps.limits.jsonBytesMax && (previous === null || restBytes > nonProgramBytes(previous))) {
-    throw new EngineError('LIMIT_EXCEEDED', `the action version besides its program is ${restBytes} bytes; jsonBytesMax is ${deps.limits.jsonBytesMax}`, {
-      hint: 'Shorten the description, the schemas or the policies.',
-    });
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `the action version besides its program is ${restBytes} bytes; jsonBytesMax is ${deps.limits.jsonBytesMax}`,
+      {
+        hint: 'Shorten the description, the schemas or the policies.',
+      },
+    );
   }
   return document;
 }
@@ -324,33 +417,75 @@ export function readsIdentifier(ast: unknown, name: string): boolean {
  * An action's before/after hooks: tool or graphql actions that exist (a pinned version too), never
  * the action itself, never a model or agent (a hook runs inside the call's transaction).
  */
-function checkHooks(deps: ActionDeps, name: string, kind: ActionKind, hooks: NonNullable<ActionInput['hooks']>): NonNullable<ActionVersionDocument['hooks']> {
-  if (runsOutsideTransactions(kind)) throw new EngineError('BAD_REQUEST', `hooks are for tools; this is a ${kind}`, { hint: 'Hook the tools the agent calls instead.' });
-  const one = (ref: { name: string; version?: number | null } | null | undefined, phase: 'before' | 'after'): ToolReference | null => {
+function checkHooks(
+  deps: ActionDeps,
+  name: string,
+  kind: ActionKind,
+  hooks: NonNullable<ActionInput['hooks']>,
+): NonNullable<ActionVersionDocument['hooks']> {
+  if (runsOutsideTransactions(kind))
+    throw new EngineError('BAD_REQUEST', `hooks are for tools; this is a ${kind}`, {
+      hint: 'Hook the tools the agent calls instead.',
+    });
+  const one = (
+    ref: { name: string; version?: number | null } | null | undefined,
+    phase: 'before' | 'after',
+  ): ToolReference | null => {
     if (ref == null) return null;
     const what = `hooks.${phase}`;
-    if ((NATIVE_TOOLS as readonly string[]).includes(ref.name)) throw new EngineError('BAD_REQUEST', `${what} cannot be the native ${ref.name} tool`, { hint: 'Hook a tool of your own.' });
-    if (ref.name === name) throw new EngineError('BAD_REQUEST', `${what} cannot be ${name} itself`, { hint: 'A hook is another tool.' });
+    if ((NATIVE_TOOLS as readonly string[]).includes(ref.name))
+      throw new EngineError('BAD_REQUEST', `${what} cannot be the native ${ref.name} tool`, {
+        hint: 'Hook a tool of your own.',
+      });
+    if (ref.name === name)
+      throw new EngineError('BAD_REQUEST', `${what} cannot be ${name} itself`, { hint: 'A hook is another tool.' });
     const target = deps.st.actionByName.get(ref.name);
-    if (!target) throw new EngineError('NOT_FOUND', `${what} refers to tool ${quote(ref.name)}, which does not exist`, { hint: 'Create the hook tool first.' });
+    if (!target)
+      throw new EngineError('NOT_FOUND', `${what} refers to tool ${quote(ref.name)}, which does not exist`, {
+        hint: 'Create the hook tool first.',
+      });
     const version = deps.st.version.get(target.action_id, ref.version ?? target.latest_version);
-    if (!version) throw new EngineError('NOT_FOUND', `${what} pins ${ref.name} version ${ref.version}; its latest is ${target.latest_version}`);
+    if (!version)
+      throw new EngineError(
+        'NOT_FOUND',
+        `${what} pins ${ref.name} version ${ref.version}; its latest is ${target.latest_version}`,
+      );
     const hookKind = (JSON.parse(version.document) as ActionVersionDocument).kind;
-    if (runsOutsideTransactions(hookKind)) throw new EngineError('BAD_REQUEST', `${what} refers to ${ref.name}, a ${hookKind}: a hook runs inside the call's transaction`, { hint: 'Use a tool or graphql action as a hook.' });
+    if (runsOutsideTransactions(hookKind))
+      throw new EngineError(
+        'BAD_REQUEST',
+        `${what} refers to ${ref.name}, a ${hookKind}: a hook runs inside the call's transaction`,
+        { hint: 'Use a tool or graphql action as a hook.' },
+      );
     return { name: ref.name, version: ref.version ?? null, input: null };
   };
   return { before: one(hooks.before, 'before'), after: one(hooks.after, 'after') };
 }
 
-function checkReference(deps: ActionDeps, ref: { name: string; version?: number | null; input?: unknown; approval?: { when?: string | null; timeoutMs?: number | null } | null }, i: number, kind: ActionKind): ToolReference {
+function checkReference(
+  deps: ActionDeps,
+  ref: {
+    name: string;
+    version?: number | null;
+    input?: unknown;
+    approval?: { when?: string | null; timeoutMs?: number | null } | null;
+  },
+  i: number,
+  kind: ActionKind,
+): ToolReference {
   const what = `tools[${i}]`;
   if (!(NATIVE_TOOLS as readonly string[]).includes(ref.name)) {
     const target = deps.st.actionByName.get(ref.name);
     if (!target) {
-      throw new EngineError('NOT_FOUND', `${what} refers to tool ${quote(ref.name)}, which does not exist`, { hint: 'Create that tool first, or fix the name.' });
+      throw new EngineError('NOT_FOUND', `${what} refers to tool ${quote(ref.name)}, which does not exist`, {
+        hint: 'Create that tool first, or fix the name.',
+      });
     }
     if (ref.version != null && !deps.st.version.get(target.action_id, ref.version)) {
-      throw new EngineError('NOT_FOUND', `${what} pins ${ref.name} version ${ref.version}; its latest is ${target.latest_version}`);
+      throw new EngineError(
+        'NOT_FOUND',
+        `${what} pins ${ref.name} version ${ref.version}; its latest is ${target.latest_version}`,
+      );
     }
   }
   let input: Record<string, string> | null = null;
@@ -360,7 +495,11 @@ function checkReference(deps: ActionDeps, ref: { name: string; version?: number 
     }
     input = {};
     for (const [prop, expression] of Object.entries(ref.input as Record<string, unknown>)) {
-      if (typeof expression !== 'string') throw new EngineError('BAD_REQUEST', `${what}.input.${prop} must be a CEL expression string, got ${quote(expression)}`);
+      if (typeof expression !== 'string')
+        throw new EngineError(
+          'BAD_REQUEST',
+          `${what}.input.${prop} must be a CEL expression string, got ${quote(expression)}`,
+        );
       let compiled: unknown;
       try {
         compiled = deps.cel.compile(expression);
@@ -368,28 +507,45 @@ function checkReference(deps: ActionDeps, ref: { name: string; version?: number 
         throw new EngineError('BAD_REQUEST', `${what}.input.${prop}: ${(error as Error).message}`);
       }
       if (kind !== 'agent' && readsIdentifier((compiled as { ast?: unknown }).ast, 'session')) {
-        throw new EngineError('BAD_REQUEST', `${what}.input.${prop} reads session (${quote(expression)}): only an agent's references run in a session`, {
-          hint: 'Reference input of a tool sees event, tool.input and execution.input; take the value from one of those.',
-        });
+        throw new EngineError(
+          'BAD_REQUEST',
+          `${what}.input.${prop} reads session (${quote(expression)}): only an agent's references run in a session`,
+          {
+            hint: 'Reference input of a tool sees event, tool.input and execution.input; take the value from one of those.',
+          },
+        );
       }
       input[prop] = expression;
     }
   }
   let approval: ToolReference['approval'] = null;
   if (ref.approval != null) {
-    if (kind !== 'agent') throw new EngineError('BAD_REQUEST', `${what}.approval is for an agent's references; this is a ${kind}`, { hint: 'A person approves calls an agent’s model asks for.' });
+    if (kind !== 'agent')
+      throw new EngineError('BAD_REQUEST', `${what}.approval is for an agent's references; this is a ${kind}`, {
+        hint: 'A person approves calls an agent’s model asks for.',
+      });
     const when = ref.approval.when ?? null;
     if (when !== null) {
       try {
         deps.cel.compile(when);
       } catch (error) {
-        throw new EngineError('BAD_REQUEST', `${what}.approval.when: ${(error as Error).message}`, { hint: 'A CEL expression over input, e.g. "decimal(input.amount) > decimal(\\"1000\\")".' });
+        throw new EngineError('BAD_REQUEST', `${what}.approval.when: ${(error as Error).message}`, {
+          hint: 'A CEL expression over input, e.g. "decimal(input.amount) > decimal(\\"1000\\")".',
+        });
       }
     }
     // Stored as written (null: approvalTimeoutMsMax when the call is asked), so a redeploy of the same file is unchanged.
     const timeoutMs = ref.approval.timeoutMs ?? null;
-    if (timeoutMs !== null && (!Number.isInteger(timeoutMs) || timeoutMs < 1)) throw new EngineError('BAD_REQUEST', `${what}.approval.timeoutMs must be a positive integer, got ${quote(timeoutMs)}`);
-    if (timeoutMs !== null && timeoutMs > deps.limits.approvalTimeoutMsMax) throw new EngineError('LIMIT_EXCEEDED', `${what}.approval.timeoutMs ${timeoutMs} is over approvalTimeoutMsMax (${deps.limits.approvalTimeoutMsMax})`);
+    if (timeoutMs !== null && (!Number.isInteger(timeoutMs) || timeoutMs < 1))
+      throw new EngineError(
+        'BAD_REQUEST',
+        `${what}.approval.timeoutMs must be a positive integer, got ${quote(timeoutMs)}`,
+      );
+    if (timeoutMs !== null && timeoutMs > deps.limits.approvalTimeoutMsMax)
+      throw new EngineError(
+        'LIMIT_EXCEEDED',
+        `${what}.approval.timeoutMs ${timeoutMs} is over approvalTimeoutMsMax (${deps.limits.approvalTimeoutMsMax})`,
+      );
     approval = { when, timeoutMs };
   }
   return { name: ref.name, version: ref.version ?? null, input, ...(approval ? { approval } : {}) };
@@ -398,39 +554,60 @@ function checkReference(deps: ActionDeps, ref: { name: string; version?: number 
 /** Refuse a reserved tool name (graphql, cel, load_skill) as `what`: the one check for names, tool names and aliases. */
 function checkNotReserved(name: string, what: string): void {
   if (!RESERVED_TOOL_NAMES.includes(name)) return;
-  throw new EngineError('ALREADY_EXISTS', `${what} ${quote(name)} is a reserved tool name: ${RESERVED_TOOL_NAMES.join(', ').replace(/, ([^,]*)$/, ' and $1')} are the engine's own tools`, {
-    hint: `Rename it (e.g. my_${name}); a graphql-kind action narrows the native graphql tool under a name of its own.`,
-    details: { name, reserved: [...RESERVED_TOOL_NAMES] },
-  });
+  throw new EngineError(
+    'ALREADY_EXISTS',
+    `${what} ${quote(name)} is a reserved tool name: ${RESERVED_TOOL_NAMES.join(', ').replace(/, ([^,]*)$/, ' and $1')} are the engine's own tools`,
+    {
+      hint: `Rename it (e.g. my_${name}); a graphql-kind action narrows the native graphql tool under a name of its own.`,
+      details: { name, reserved: [...RESERVED_TOOL_NAMES] },
+    },
+  );
 }
 
-const TAKEN_HINT = "Choose another name: an action's name, and every alias any of its versions has (DRAFT, ACTIVE or LOCKED: each can be activated), are its own for the action's whole life.";
+const TAKEN_HINT =
+  "Choose another name: an action's name, and every alias any of its versions has (DRAFT, ACTIVE or LOCKED: each can be activated), are its own for the action's whole life.";
 
 /**
  * A tool's aliases: each a tool name, not a reserved one, not the action's own name, listed once,
  * at most TOOL_ALIASES_MAX, and no other action's name or alias (in any of its versions: see aliasOwner).
  */
 function checkAliases(deps: ActionDeps, base: { actionId: string; name: string }, aliases: unknown): string[] {
-  if (!Array.isArray(aliases)) throw new EngineError('BAD_REQUEST', `tool.aliases must be a list of tool names, got ${quote(aliases)}`);
+  if (!Array.isArray(aliases))
+    throw new EngineError('BAD_REQUEST', `tool.aliases must be a list of tool names, got ${quote(aliases)}`);
   if (aliases.length > TOOL_ALIASES_MAX) {
-    throw new EngineError('LIMIT_EXCEEDED', `tool.aliases has ${aliases.length} names; at most ${TOOL_ALIASES_MAX}`, { hint: 'Keep the few names callers really use.' });
+    throw new EngineError('LIMIT_EXCEEDED', `tool.aliases has ${aliases.length} names; at most ${TOOL_ALIASES_MAX}`, {
+      hint: 'Keep the few names callers really use.',
+    });
   }
   const seen = new Set<string>();
   for (const alias of aliases as unknown[]) {
     if (typeof alias !== 'string' || !NAME_PATTERN.test(alias)) {
-      throw new EngineError('BAD_REQUEST', `tool.aliases: ${quote(alias)} is not a tool name`, { hint: 'Use lower_snake_case: a letter, then letters, digits and _ (at most 64).' });
+      throw new EngineError('BAD_REQUEST', `tool.aliases: ${quote(alias)} is not a tool name`, {
+        hint: 'Use lower_snake_case: a letter, then letters, digits and _ (at most 64).',
+      });
     }
     checkNotReserved(alias, 'tool.aliases:');
-    if (alias === base.name) throw new EngineError('BAD_REQUEST', `tool.aliases: ${quote(alias)} is the action's own name`, { hint: 'Leave it out: the tool answers to its name already.' });
+    if (alias === base.name)
+      throw new EngineError('BAD_REQUEST', `tool.aliases: ${quote(alias)} is the action's own name`, {
+        hint: 'Leave it out: the tool answers to its name already.',
+      });
     if (seen.has(alias)) throw new EngineError('BAD_REQUEST', `tool.aliases: ${quote(alias)} is listed twice`);
     seen.add(alias);
     const named = deps.st.actionByName.get(alias);
     if (named && named.action_id !== base.actionId) {
-      throw new EngineError('ALREADY_EXISTS', `tool.aliases: ${quote(alias)} of ${base.name} is the name of another action (${named.name})`, { hint: TAKEN_HINT });
+      throw new EngineError(
+        'ALREADY_EXISTS',
+        `tool.aliases: ${quote(alias)} of ${base.name} is the name of another action (${named.name})`,
+        { hint: TAKEN_HINT },
+      );
     }
     const owner = aliasOwner(deps, alias);
     if (owner && owner.action_id !== base.actionId) {
-      throw new EngineError('ALREADY_EXISTS', `tool.aliases: ${quote(alias)} of ${base.name} is already an alias of ${owner.name}`, { hint: TAKEN_HINT });
+      throw new EngineError(
+        'ALREADY_EXISTS',
+        `tool.aliases: ${quote(alias)} of ${base.name} is already an alias of ${owner.name}`,
+        { hint: TAKEN_HINT },
+      );
     }
   }
   return [...seen];
@@ -473,7 +650,10 @@ export function aliasOwner(deps: ActionDeps, name: string): ActionRow | undefine
  * (written before aliases were reserved for life) is the older action's.
  */
 function aliasIndex(deps: ActionDeps): Map<string, AliasEntry> {
-  return deps.versions.get(ALIAS_INDEX_KEY, () => buildAliasIndex(deps) as unknown as ActionVersion) as unknown as Map<string, AliasEntry>;
+  return deps.versions.get(ALIAS_INDEX_KEY, () => buildAliasIndex(deps) as unknown as ActionVersion) as unknown as Map<
+    string,
+    AliasEntry
+  >;
 }
 
 function buildAliasIndex(deps: ActionDeps): Map<string, AliasEntry> {
@@ -518,7 +698,10 @@ function checkDescribed(deps: ActionDeps, tools: readonly ToolReference[]): void
     if ((NATIVE_TOOLS as readonly string[]).includes(ref.name)) continue;
     const action = deps.st.actionByName.get(ref.name);
     if (!action) continue;
-    const row = ref.version != null ? deps.st.version.get(action.action_id, ref.version) : deps.st.latestActiveVersion.get(action.action_id);
+    const row =
+      ref.version != null
+        ? deps.st.version.get(action.action_id, ref.version)
+        : deps.st.latestActiveVersion.get(action.action_id);
     if (!row) continue;
     if (versionOfRow(deps, row).tool.description.trim() === '') {
       throw new EngineError('BAD_REQUEST', `tool ${quote(ref.name)} (version ${row.version}) has no description`, {
@@ -529,42 +712,82 @@ function checkDescribed(deps: ActionDeps, tools: readonly ToolReference[]): void
   }
 }
 
-function checkExecution(deps: ActionDeps, input: ActionInput['execution'], previous: ExecutionSettings): ExecutionSettings {
+function checkExecution(
+  deps: ActionDeps,
+  input: ActionInput['execution'],
+  previous: ExecutionSettings,
+): ExecutionSettings {
   const limits = deps.limits;
   if (!input) return previous;
   /** A positive integer at most `max`; past it, LIMIT_EXCEEDED naming the limit (`limit`, a key of TALLY_CONFIG limits) when there is one. */
-  const positiveInt = (value: number | null | undefined, fallback: number, what: string, max: number, limit?: keyof typeof limits): number => {
+  const positiveInt = (
+    value: number | null | undefined,
+    fallback: number,
+    what: string,
+    max: number,
+    limit?: keyof typeof limits,
+  ): number => {
     if (value == null) return fallback;
-    if (!Number.isInteger(value) || value < 1) throw new EngineError('BAD_REQUEST', `execution.${what} must be a positive integer, got ${quote(value)}`);
+    if (!Number.isInteger(value) || value < 1)
+      throw new EngineError('BAD_REQUEST', `execution.${what} must be a positive integer, got ${quote(value)}`);
     if (value > max) {
-      throw new EngineError('LIMIT_EXCEEDED', `execution.${what} ${value} is over its maximum ${max}${limit ? ` (${limit})` : ''}`, {
-        ...(limit ? { hint: `Ask for at most ${max}, or raise limits.${limit} in TALLY_CONFIG.`, details: { limit, [limit]: max } } : {}),
-      });
+      throw new EngineError(
+        'LIMIT_EXCEEDED',
+        `execution.${what} ${value} is over its maximum ${max}${limit ? ` (${limit})` : ''}`,
+        {
+          ...(limit
+            ? {
+                hint: `Ask for at most ${max}, or raise limits.${limit} in TALLY_CONFIG.`,
+                details: { limit, [limit]: max },
+              }
+            : {}),
+        },
+      );
     }
     return value;
   };
   const backoff = input.backoff ?? {};
   const multiplier = backoff.multiplier ?? previous.backoff.multiplier;
   if (typeof multiplier !== 'number' || !(multiplier >= 1) || multiplier > 10) {
-    throw new EngineError('BAD_REQUEST', `execution.backoff.multiplier must be between 1 and 10, got ${quote(multiplier)}`);
+    throw new EngineError(
+      'BAD_REQUEST',
+      `execution.backoff.multiplier must be between 1 and 10, got ${quote(multiplier)}`,
+    );
   }
   return {
-    maxAttempts: positiveInt(input.maxAttempts, previous.maxAttempts, 'maxAttempts', limits.maxAttemptsMax, 'maxAttemptsMax'),
+    maxAttempts: positiveInt(
+      input.maxAttempts,
+      previous.maxAttempts,
+      'maxAttempts',
+      limits.maxAttemptsMax,
+      'maxAttemptsMax',
+    ),
     backoff: {
       initialMs: positiveInt(backoff.initialMs, previous.backoff.initialMs, 'backoff.initialMs', 86_400_000),
       multiplier,
       maxMs: positiveInt(backoff.maxMs, previous.backoff.maxMs, 'backoff.maxMs', 86_400_000),
     },
-    timeoutMs: input.timeoutMs === undefined ? previous.timeoutMs : input.timeoutMs === null ? null : positiveInt(input.timeoutMs, 0, 'timeoutMs', limits.toolTimeoutMsMax, 'toolTimeoutMsMax'),
-    retryIf: input.retryIf === undefined ? previous.retryIf ?? null : checkRetryIf(deps, input.retryIf),
-    cacheTtlMs: input.cacheTtlMs === undefined ? previous.cacheTtlMs ?? null : input.cacheTtlMs === null ? null : positiveInt(input.cacheTtlMs, 0, 'cacheTtlMs', CACHE_TTL_MS_MAX),
+    timeoutMs:
+      input.timeoutMs === undefined
+        ? previous.timeoutMs
+        : input.timeoutMs === null
+          ? null
+          : positiveInt(input.timeoutMs, 0, 'timeoutMs', limits.toolTimeoutMsMax, 'toolTimeoutMsMax'),
+    retryIf: input.retryIf === undefined ? (previous.retryIf ?? null) : checkRetryIf(deps, input.retryIf),
+    cacheTtlMs:
+      input.cacheTtlMs === undefined
+        ? (previous.cacheTtlMs ?? null)
+        : input.cacheTtlMs === null
+          ? null
+          : positiveInt(input.cacheTtlMs, 0, 'cacheTtlMs', CACHE_TTL_MS_MAX),
   };
 }
 
 /** execution.retryIf: a CEL expression over error {code, message, attempt}, compiled now. */
 function checkRetryIf(deps: ActionDeps, expression: string | null): string | null {
   if (expression === null) return null;
-  if (typeof expression !== 'string' || expression.trim() === '') throw new EngineError('BAD_REQUEST', `execution.retryIf must be a CEL expression, got ${quote(expression)}`);
+  if (typeof expression !== 'string' || expression.trim() === '')
+    throw new EngineError('BAD_REQUEST', `execution.retryIf must be a CEL expression, got ${quote(expression)}`);
   try {
     deps.cel.compile(expression);
   } catch (error) {
@@ -577,16 +800,24 @@ function checkRetryIf(deps: ActionDeps, expression: string | null): string | nul
 
 export function createAction(deps: ActionDeps, actionId: string, input: ActionInput): ActionVersion {
   if (deps.st.actionById.get(actionId)) {
-    throw new EngineError('ALREADY_EXISTS', `action ${actionId} already exists`, { hint: 'Use updateAction to make its next version.' });
+    throw new EngineError('ALREADY_EXISTS', `action ${actionId} already exists`, {
+      hint: 'Use updateAction to make its next version.',
+    });
   }
   const name = input.name;
   if (typeof name !== 'string' || !NAME_PATTERN.test(name)) {
-    throw new EngineError('BAD_REQUEST', `action name ${quote(name)} is not a tool name`, { hint: 'Use lower_snake_case: a letter, then letters, digits and _ (at most 64).' });
+    throw new EngineError('BAD_REQUEST', `action name ${quote(name)} is not a tool name`, {
+      hint: 'Use lower_snake_case: a letter, then letters, digits and _ (at most 64).',
+    });
   }
   checkNotReserved(name, 'action name');
-  if (deps.st.actionByName.get(name)) throw new EngineError('ALREADY_EXISTS', `an action named ${quote(name)} already exists`, { hint: 'Use updateAction to make its next version, or choose another name.' });
+  if (deps.st.actionByName.get(name))
+    throw new EngineError('ALREADY_EXISTS', `an action named ${quote(name)} already exists`, {
+      hint: 'Use updateAction to make its next version, or choose another name.',
+    });
   const aliasOf = aliasOwner(deps, name);
-  if (aliasOf) throw new EngineError('ALREADY_EXISTS', `${quote(name)} is an alias of ${aliasOf.name}`, { hint: TAKEN_HINT });
+  if (aliasOf)
+    throw new EngineError('ALREADY_EXISTS', `${quote(name)} is an alias of ${aliasOf.name}`, { hint: TAKEN_HINT });
   const now = deps.clock.now().toISOString();
   const document = buildDocument(deps, { actionId, name, version: 1, created: now }, input, null);
   deps.st.insertAction.run({ action_id: actionId, name, latest_version: 1, created: now, modified: now });
@@ -596,7 +827,9 @@ export function createAction(deps: ActionDeps, actionId: string, input: ActionIn
 export function updateAction(deps: ActionDeps, actionId: string, input: ActionInput): ActionVersion {
   const action = findAction(deps, { id: actionId });
   if (input.name != null && input.name !== action.name) {
-    throw new EngineError('BAD_REQUEST', `an action cannot be renamed (${action.name} → ${input.name})`, { hint: 'Leave name out, or create a new action.' });
+    throw new EngineError('BAD_REQUEST', `an action cannot be renamed (${action.name} → ${input.name})`, {
+      hint: 'Leave name out, or create a new action.',
+    });
   }
   const previous = toVersion(deps.st.version.get(actionId, action.latest_version)!);
   const now = deps.clock.now().toISOString();
@@ -606,9 +839,21 @@ export function updateAction(deps: ActionDeps, actionId: string, input: ActionIn
   return insertVersion(deps, document, input.draft ? 'DRAFT' : 'ACTIVE', now);
 }
 
-function insertVersion(deps: ActionDeps, document: ActionVersionDocument, status: VersionStatus, now: string): ActionVersion {
+function insertVersion(
+  deps: ActionDeps,
+  document: ActionVersionDocument,
+  status: VersionStatus,
+  now: string,
+): ActionVersion {
   const text = JSON.stringify(document);
-  deps.st.insertVersion.run({ action_id: document.actionId, version: document.version, status, document: text, created: now, modified: now });
+  deps.st.insertVersion.run({
+    action_id: document.actionId,
+    version: document.version,
+    status,
+    document: text,
+    created: now,
+    modified: now,
+  });
   // What is cached is parsed from the stored text, never the caller's objects (an in-process
   // caller could change those afterwards).
   return { ...parsedDocument(deps, versionKey(document.actionId, document.version), text), status, modified: now };
@@ -641,10 +886,19 @@ function deepFreeze<T>(value: T): T {
 
 /** A stored version, its document parsed once per distinct stored text. */
 function versionOfRow(deps: ActionDeps, row: ActionVersionRow): ActionVersion {
-  return { ...parsedDocument(deps, versionKey(row.action_id, row.version), row.document), status: row.status as VersionStatus, modified: row.modified };
+  return {
+    ...parsedDocument(deps, versionKey(row.action_id, row.version), row.document),
+    status: row.status as VersionStatus,
+    modified: row.modified,
+  };
 }
 
-export function setVersionStatus(deps: ActionDeps, actionId: string, version: number, status: VersionStatus): ActionVersion {
+export function setVersionStatus(
+  deps: ActionDeps,
+  actionId: string,
+  version: number,
+  status: VersionStatus,
+): ActionVersion {
   const current = getVersion(deps, { id: actionId, version });
   if (status === 'DRAFT') throw new EngineError('BAD_REQUEST', 'a version cannot go back to DRAFT');
   const now = deps.clock.now().toISOString();
@@ -667,7 +921,9 @@ export function findAction(deps: ActionDeps, ref: { id?: string | null; name?: s
  * not call (actions.tool), so the two cannot be told apart.
  */
 export function noSuchAction(ref: string | null | undefined): EngineError {
-  return new EngineError('NOT_FOUND', `action ${quote(ref)} does not exist`, { hint: 'Create it with createAction, or check the id or name.' });
+  return new EngineError('NOT_FOUND', `action ${quote(ref)} does not exist`, {
+    hint: 'Create it with createAction, or check the id or name.',
+  });
 }
 
 /** The action name `name` stands for: itself, or the action it is an alias of (whether or not a version that answers to it is ACTIVE; unknown names as they are). */
@@ -677,15 +933,24 @@ export function canonicalName(deps: ActionDeps, name: string): string {
 }
 
 /** Given both an id and a name, they must name the same action (the name may be one of its aliases). */
-function checkName(deps: ActionDeps, action: { name: string }, ref: { id?: string | null; name?: string | null }): void {
+function checkName(
+  deps: ActionDeps,
+  action: { name: string },
+  ref: { id?: string | null; name?: string | null },
+): void {
   const name = action.name;
   if (ref.id && ref.name != null && ref.name !== name && aliasOwner(deps, ref.name)?.name !== name) {
-    throw new EngineError('BAD_REQUEST', `action ${ref.id} is named ${quote(name)}, not ${quote(ref.name)}`, { hint: 'Pass the id or the name, or both of the same action.' });
+    throw new EngineError('BAD_REQUEST', `action ${ref.id} is named ${quote(name)}, not ${quote(ref.name)}`, {
+      hint: 'Pass the id or the name, or both of the same action.',
+    });
   }
 }
 
 /** A version: the one asked for, or the latest. */
-export function getVersion(deps: ActionDeps, ref: { id?: string | null; name?: string | null; version?: number | null }): ActionVersion {
+export function getVersion(
+  deps: ActionDeps,
+  ref: { id?: string | null; name?: string | null; version?: number | null },
+): ActionVersion {
   if (ref.id && ref.version != null) {
     // The hot path of invoke: the version as read in this epoch (see RecordCache).
     const { id, version } = ref;
@@ -702,7 +967,10 @@ export function getVersion(deps: ActionDeps, ref: { id?: string | null; name?: s
   const version = ref.version ?? action.latest_version;
   const row = deps.st.version.get(action.action_id, version);
   if (!row) {
-    throw new EngineError('NOT_FOUND', `action ${action.name} has no version ${quote(version)}; its latest is ${action.latest_version}`);
+    throw new EngineError(
+      'NOT_FOUND',
+      `action ${action.name} has no version ${quote(version)}; its latest is ${action.latest_version}`,
+    );
   }
   return versionOfRow(deps, row);
 }
@@ -719,5 +987,10 @@ export function listVersions(deps: ActionDeps, actionId: string): ActionVersion[
 export function listActions(deps: ActionDeps, first: number, after?: string | null): Connection<ActionVersion> {
   const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', 'actions');
   const rows = deps.st.actionsPage.all(req.after ?? 0, req.fetch);
-  return toConnection(rows, req, (r) => r.rowid, (r) => versionOfRow(deps, deps.st.version.get(r.action_id, r.latest_version)!));
+  return toConnection(
+    rows,
+    req,
+    (r) => r.rowid,
+    (r) => versionOfRow(deps, deps.st.version.get(r.action_id, r.latest_version)!),
+  );
 }

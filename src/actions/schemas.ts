@@ -42,9 +42,13 @@ export class SchemaCache {
           test: (text: string) => {
             this.left -= Math.ceil((text.length * regex.size) / CEL_COST.matchStepsPerUnit);
             if (this.left < 0) {
-              throw new EngineError('LIMIT_EXCEEDED', `matching a value of ${text.length} characters against the schema pattern ${JSON.stringify(pattern)} goes past celCostMax (${limits.celCostMax}) for one validation`, {
-                hint: 'Send shorter strings (maxLength), or use a simpler pattern.',
-              });
+              throw new EngineError(
+                'LIMIT_EXCEEDED',
+                `matching a value of ${text.length} characters against the schema pattern ${JSON.stringify(pattern)} goes past celCostMax (${limits.celCostMax}) for one validation`,
+                {
+                  hint: 'Send shorter strings (maxLength), or use a simpler pattern.',
+                },
+              );
             }
             return regex.test(text);
           },
@@ -53,9 +57,22 @@ export class SchemaCache {
       },
       { code: 'tallyRe2' },
     );
-    this.ajv = new Ajv({ strict: true, allErrors: true, addUsedSchema: false, validateFormats: true, code: { regExp } });
+    this.ajv = new Ajv({
+      strict: true,
+      allErrors: true,
+      addUsedSchema: false,
+      validateFormats: true,
+      code: { regExp },
+    });
     addFormats(this.ajv);
-    this.ajvDefaults = new Ajv({ strict: true, allErrors: true, addUsedSchema: false, validateFormats: true, code: { regExp }, useDefaults: true });
+    this.ajvDefaults = new Ajv({
+      strict: true,
+      allErrors: true,
+      addUsedSchema: false,
+      validateFormats: true,
+      code: { regExp },
+      useDefaults: true,
+    });
     addFormats(this.ajvDefaults);
   }
 
@@ -79,7 +96,9 @@ export class SchemaCache {
   /** Compile a schema, refusing an invalid one with BAD_REQUEST naming `what`. */
   compile(schema: unknown, what: string): ValidateFunction {
     if (schema === null || typeof schema !== 'object' || Array.isArray(schema)) {
-      throw new EngineError('BAD_REQUEST', `${what} must be a JSON Schema object`, { hint: 'For example {"type": "object", "properties": {...}}.' });
+      throw new EngineError('BAD_REQUEST', `${what} must be a JSON Schema object`, {
+        hint: 'For example {"type": "object", "properties": {...}}.',
+      });
     }
     const cached = this.validators.get(schema);
     if (cached) return cached;
@@ -87,7 +106,11 @@ export class SchemaCache {
     try {
       validate = this.ajv.compile(schema as object);
     } catch (error) {
-      if (error instanceof RegexRefused) throw new EngineError('BAD_REQUEST', `${what}: ${error.message}`, { hint: error.hint, details: { pattern: error.pattern } });
+      if (error instanceof RegexRefused)
+        throw new EngineError('BAD_REQUEST', `${what}: ${error.message}`, {
+          hint: error.hint,
+          details: { pattern: error.pattern },
+        });
       throw new EngineError('BAD_REQUEST', `${what} is not a valid JSON Schema: ${(error as Error).message}`, {
         hint: 'Check it against JSON Schema draft-07 in strict mode (unknown keywords are refused).',
       });
@@ -116,7 +139,8 @@ export class SchemaCache {
 
 function describe(e: ErrorObject): string {
   const params = e.params as Record<string, unknown>;
-  if (e.keyword === 'additionalProperties') return `has no property ${JSON.stringify(params.additionalProperty)} in the schema`;
+  if (e.keyword === 'additionalProperties')
+    return `has no property ${JSON.stringify(params.additionalProperty)} in the schema`;
   if (e.keyword === 'required') return `is missing required property ${JSON.stringify(params.missingProperty)}`;
   return e.message ?? e.keyword;
 }

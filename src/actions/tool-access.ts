@@ -36,7 +36,11 @@ export function toolWritesMemo(): ToolWritesMemo {
  * is not a write of its own: the referenced tool's writes are counted instead. Each distinct write
  * is listed once. Pass one memo for a whole request (a fresh one otherwise).
  */
-export function toolWrites(deps: ActionDeps, version: ActionVersion, memo: ToolWritesMemo = toolWritesMemo()): ToolWrite[] {
+export function toolWrites(
+  deps: ActionDeps,
+  version: ActionVersion,
+  memo: ToolWritesMemo = toolWritesMemo(),
+): ToolWrite[] {
   const rootKey = `${version.actionId}@${version.version}`;
   const known = memo.total.get(rootKey);
   if (known) return known;
@@ -59,7 +63,10 @@ export function toolWrites(deps: ActionDeps, version: ActionVersion, memo: ToolW
     }
     let own = memo.own.get(key);
     if (!own) {
-      own = { writes: policyWrites(current.policies), references: current.tools.map((r) => resolveReference(deps, r.name, r.version)) };
+      own = {
+        writes: policyWrites(current.policies),
+        references: current.tools.map((r) => resolveReference(deps, r.name, r.version)),
+      };
       memo.own.set(key, own);
     }
     add(own.writes);
@@ -88,14 +95,23 @@ export function policyWrites(policies: readonly Policy[]): ToolWrite[] {
 
 /** A write of the tool that some ALLOW policy of the caller also covers (pattern against pattern). */
 export function overlaps(tool: ToolWrite, caller: readonly ToolWrite[]): boolean {
-  return caller.some((c) => c.action === tool.action && (resourceMatches(c.resource, tool.resource) || resourceMatches(tool.resource, c.resource)));
+  return caller.some(
+    (c) =>
+      c.action === tool.action &&
+      (resourceMatches(c.resource, tool.resource) || resourceMatches(tool.resource, c.resource)),
+  );
 }
 
 /**
  * The access an agent is told about, under the caller's policies (null: the engine itself). A tool
  * whose writes the caller may not make at all is `hidden`: a call would be refused when it writes.
  */
-export function toolAccess(deps: ActionDeps, version: ActionVersion, callerPolicies: readonly Policy[] | null, memo?: ToolWritesMemo): ToolAccess & { hidden: boolean } {
+export function toolAccess(
+  deps: ActionDeps,
+  version: ActionVersion,
+  callerPolicies: readonly Policy[] | null,
+  memo?: ToolWritesMemo,
+): ToolAccess & { hidden: boolean } {
   const writes = toolWrites(deps, version, memo);
   const callerWrites = callerPolicies === null ? null : policyWrites(callerPolicies);
   const usable = callerWrites === null ? writes : writes.filter((w) => overlaps(w, callerWrites));
@@ -130,5 +146,8 @@ function resolveReference(deps: ActionDeps, name: string, version: number | null
 export function callerAccess(callerPolicies: readonly Policy[] | null): ToolAccess {
   if (callerPolicies === null) return { readOnly: false, destructive: true };
   const writes = policyWrites(callerPolicies);
-  return { readOnly: writes.length === 0, destructive: writes.some((w) => w.action === 'UPDATE' || w.action === 'DELETE') };
+  return {
+    readOnly: writes.length === 0,
+    destructive: writes.some((w) => w.action === 'UPDATE' || w.action === 'DELETE'),
+  };
 }

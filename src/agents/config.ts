@@ -37,14 +37,20 @@ const AGENT_FIELDS = [...MODEL_FIELDS, 'maxTurns', 'maxToolCalls', 'runTimeoutMs
  * Check a model or agent config when a version is made: known fields only, the provider and
  * model configured by the operator (a version naming another is refused now, not at its first run).
  */
-export function checkModelConfig(kind: 'model' | 'agent', config: Record<string, unknown>, providers: ModelProviders | null, limits: Readonly<Limits>): ModelConfig | AgentConfig {
+export function checkModelConfig(
+  kind: 'model' | 'agent',
+  config: Record<string, unknown>,
+  providers: ModelProviders | null,
+  limits: Readonly<Limits>,
+): ModelConfig | AgentConfig {
   const fields = kind === 'agent' ? AGENT_FIELDS : MODEL_FIELDS;
   for (const key of Object.keys(config)) {
     if (!fields.includes(key)) {
       throw new EngineError('BAD_REQUEST', `config.${key} is not a field of a ${kind} config`, {
-        hint: key === 'apiKey' || key === 'baseUrl' || key === 'key'
-          ? 'Providers, their URLs and keys are configured by the operator (the server configuration’s providers block), never in an action.'
-          : `A ${kind} config has: ${fields.join(', ')}.`,
+        hint:
+          key === 'apiKey' || key === 'baseUrl' || key === 'key'
+            ? 'Providers, their URLs and keys are configured by the operator (the server configuration’s providers block), never in an action.'
+            : `A ${kind} config has: ${fields.join(', ')}.`,
       });
     }
   }
@@ -53,9 +59,13 @@ export function checkModelConfig(kind: 'model' | 'agent', config: Record<string,
   // the names: it takes the version, and a run fails with MODEL_ERROR until the server has them.
   if (!providers) return modelConfig(kind, config, limits);
   if (!providers.has(provider)) {
-    throw new EngineError('BAD_REQUEST', `config.provider ${quote(provider)} is not a configured provider; configured: ${providers.names().join(', ')}`, {
-      hint: 'Name one of the providers in the server configuration.',
-    });
+    throw new EngineError(
+      'BAD_REQUEST',
+      `config.provider ${quote(provider)} is not a configured provider; configured: ${providers.names().join(', ')}`,
+      {
+        hint: 'Name one of the providers in the server configuration.',
+      },
+    );
   }
   const model = text(config.model, 'model', true)!;
   providers.checkModel(provider, model);
@@ -66,7 +76,11 @@ export function checkModelConfig(kind: 'model' | 'agent', config: Record<string,
  * A stored model or agent config with its defaults filled in. A version stores the config as it
  * was written (so a deploy of the same file finds it unchanged); runs read it through this.
  */
-export function modelConfig(kind: 'model' | 'agent', config: Record<string, unknown>, limits: Readonly<Limits>): ModelConfig | AgentConfig {
+export function modelConfig(
+  kind: 'model' | 'agent',
+  config: Record<string, unknown>,
+  limits: Readonly<Limits>,
+): ModelConfig | AgentConfig {
   const provider = text(config.provider, 'provider', true)!;
   const model = text(config.model, 'model', true)!;
   const temperature = config.temperature ?? null;
@@ -79,25 +93,51 @@ export function modelConfig(kind: 'model' | 'agent', config: Record<string, unkn
     instructions: text(config.instructions, 'instructions', false),
     prompt: text(config.prompt, 'prompt', false),
     temperature,
-    maxTokens: integer(config.maxTokens, 'maxTokens', MODEL_DEFAULTS.maxTokens, MAX_TOKENS_MAX, 'the largest answer a model may give'),
+    maxTokens: integer(
+      config.maxTokens,
+      'maxTokens',
+      MODEL_DEFAULTS.maxTokens,
+      MAX_TOKENS_MAX,
+      'the largest answer a model may give',
+    ),
   };
   if (base.prompt !== null) checkTemplate(base.prompt);
   if (kind === 'model') return base;
   return {
     ...base,
     maxTurns: integer(config.maxTurns, 'maxTurns', AGENT_DEFAULTS.maxTurns, limits.agentTurnsMax, 'agentTurnsMax'),
-    maxToolCalls: integer(config.maxToolCalls, 'maxToolCalls', AGENT_DEFAULTS.maxToolCalls, limits.agentToolCallsMax, 'agentToolCallsMax'),
-    runTimeoutMs: integer(config.runTimeoutMs, 'runTimeoutMs', Math.min(AGENT_DEFAULTS.runTimeoutMs, limits.agentRunMsMax), limits.agentRunMsMax, 'agentRunMsMax'),
+    maxToolCalls: integer(
+      config.maxToolCalls,
+      'maxToolCalls',
+      AGENT_DEFAULTS.maxToolCalls,
+      limits.agentToolCallsMax,
+      'agentToolCallsMax',
+    ),
+    runTimeoutMs: integer(
+      config.runTimeoutMs,
+      'runTimeoutMs',
+      Math.min(AGENT_DEFAULTS.runTimeoutMs, limits.agentRunMsMax),
+      limits.agentRunMsMax,
+      'agentRunMsMax',
+    ),
   };
 }
 
 function text(value: unknown, field: string, required: boolean): string | null {
   if (value === undefined || value === null) {
-    if (required) throw new EngineError('BAD_REQUEST', `config.${field} is required`, { hint: 'A model or agent config names provider and model.' });
+    if (required)
+      throw new EngineError('BAD_REQUEST', `config.${field} is required`, {
+        hint: 'A model or agent config names provider and model.',
+      });
     return null;
   }
-  if (typeof value !== 'string' || (required && value.trim() === '')) throw new EngineError('BAD_REQUEST', `config.${field} must be a string, got ${quote(value)}`);
-  if (Buffer.byteLength(value) > TEXT_BYTES_MAX) throw new EngineError('LIMIT_EXCEEDED', `config.${field} is ${Buffer.byteLength(value)} bytes; at most ${TEXT_BYTES_MAX}`);
+  if (typeof value !== 'string' || (required && value.trim() === ''))
+    throw new EngineError('BAD_REQUEST', `config.${field} must be a string, got ${quote(value)}`);
+  if (Buffer.byteLength(value) > TEXT_BYTES_MAX)
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `config.${field} is ${Buffer.byteLength(value)} bytes; at most ${TEXT_BYTES_MAX}`,
+    );
   return value;
 }
 
@@ -106,7 +146,10 @@ function integer(value: unknown, field: string, fallback: number, max: number, b
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 1) {
     throw new EngineError('BAD_REQUEST', `config.${field} must be a positive integer, got ${quote(value)}`);
   }
-  if (value > max) throw new EngineError('LIMIT_EXCEEDED', `config.${field} ${value} is over ${max} (${bound})`, { hint: `Use at most ${max}.` });
+  if (value > max)
+    throw new EngineError('LIMIT_EXCEEDED', `config.${field} ${value} is over ${max} (${bound})`, {
+      hint: `Use at most ${max}.`,
+    });
   return value;
 }
 
@@ -116,7 +159,11 @@ const PATH = /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$/;
 function checkTemplate(template: string): void {
   for (const match of template.matchAll(PLACEHOLDER)) {
     if (!PATH.test(match[1]!)) {
-      throw new EngineError('BAD_REQUEST', `config.prompt placeholder ${quote(match[0])} is not a dotted path into the input`, { hint: 'Write {{field}} or {{field.inner}}.' });
+      throw new EngineError(
+        'BAD_REQUEST',
+        `config.prompt placeholder ${quote(match[0])} is not a dotted path into the input`,
+        { hint: 'Write {{field}} or {{field.inner}}.' },
+      );
     }
   }
 }
@@ -127,10 +174,15 @@ export function renderPrompt(template: string | null, input: unknown): string {
   return template.replace(PLACEHOLDER, (_, path: string) => {
     let value: unknown = input;
     for (const key of path.split('.')) {
-      value = value !== null && typeof value === 'object' && !Array.isArray(value) && Object.hasOwn(value, key) ? (value as Record<string, unknown>)[key] : undefined;
+      value =
+        value !== null && typeof value === 'object' && !Array.isArray(value) && Object.hasOwn(value, key)
+          ? (value as Record<string, unknown>)[key]
+          : undefined;
     }
     if (value === undefined) {
-      throw new EngineError('INPUT_INVALID', `the prompt reads input.${path}, which the input does not have`, { hint: 'Require the field in the input schema, or change the prompt.' });
+      throw new EngineError('INPUT_INVALID', `the prompt reads input.${path}, which the input does not have`, {
+        hint: 'Require the field in the input schema, or change the prompt.',
+      });
     }
     return typeof value === 'string' ? value : JSON.stringify(value);
   });

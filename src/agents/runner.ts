@@ -1,11 +1,28 @@
 import { randomUUID } from 'node:crypto';
-import { type ActionVersion, DEFAULT_EXECUTION, getVersion, LOAD_SKILL_TOOL, NATIVE_TOOLS, runsOutsideTransactions, type ToolReference } from '../actions/actions.js';
+import {
+  type ActionVersion,
+  DEFAULT_EXECUTION,
+  getVersion,
+  LOAD_SKILL_TOOL,
+  NATIVE_TOOLS,
+  runsOutsideTransactions,
+  type ToolReference,
+} from '../actions/actions.js';
 import { EngineError, type ErrorData } from '../errors.js';
 import { derivedId } from '../ids.js';
 import type { ModelMessage, ModelResponse, ModelToolCall, ModelToolResult, ModelToolSpec } from '../models/types.js';
 import type { QueueRow } from '../storage/statements/actions.js';
 import { type CallNode, type ModelCallRecord, persistTree, rowToNode } from '../execution/call-tree.js';
-import { authorityOf, checkMayCall, checkRunnable, type Outer, outerOf, outerWith, referencedVersion, type VersionRef } from '../execution/call-rules.js';
+import {
+  authorityOf,
+  checkMayCall,
+  checkRunnable,
+  type Outer,
+  outerOf,
+  outerWith,
+  referencedVersion,
+  type VersionRef,
+} from '../execution/call-rules.js';
 import { beginCall } from '../execution/entry.js';
 import { fixedInput, succeeded, toEngineError, validate } from '../execution/invoke.js';
 import { jsonToCel } from '../cel/values.js';
@@ -124,7 +141,9 @@ export class AgentRuns {
     if (!this.hasRoom()) return { runs: 0, busy: '[]' };
     const counts = new Map<string, number>();
     for (const run of this.inflight.values()) counts.set(run.principal, (counts.get(run.principal) ?? 0) + 1);
-    const busy = [...counts].filter(([, n]) => n >= this.svc.limits.agentRunsPerClientMax).map(([principal]) => principal);
+    const busy = [...counts]
+      .filter(([, n]) => n >= this.svc.limits.agentRunsPerClientMax)
+      .map(([principal]) => principal);
     return { runs: 1, busy: JSON.stringify(busy) };
   }
 
@@ -132,7 +151,12 @@ export class AgentRuns {
   claim(row: QueueRow): RunClaim | null {
     const now = this.svc.clock.now();
     const owner = `${this.options.owner}#${randomUUID()}`;
-    const changed = this.svc.queue.claimRun.run({ execution_id: row.execution_id, owner, until: leaseUntil(this.svc, now), now: now.toISOString() }).changes;
+    const changed = this.svc.queue.claimRun.run({
+      execution_id: row.execution_id,
+      owner,
+      until: leaseUntil(this.svc, now),
+      now: now.toISOString(),
+    }).changes;
     return changed === 1 ? { row, owner, attempt: row.attempt + 1 } : null;
   }
 
@@ -148,7 +172,8 @@ export class AgentRuns {
 
   /** Resolves when any run in flight ends. */
   async oneSettled(): Promise<void> {
-    if (this.inflight.size > 0) await Promise.race([...this.inflight.values()].map((r) => r.done.catch(() => undefined)));
+    if (this.inflight.size > 0)
+      await Promise.race([...this.inflight.values()].map((r) => r.done.catch(() => undefined)));
   }
 
   /** Resolves when no run is in flight. */
@@ -176,7 +201,10 @@ export class AgentRuns {
     try {
       ctx = this.load(claim, aborts);
       backoff = ctx.version.execution.backoff;
-      output = ctx.version.kind === 'agent' ? await runAgent(ctx, ctx.executionId, ctx.version, ctx.input, 1) : await runModel(ctx, ctx.executionId, ctx.version, ctx.input, 1);
+      output =
+        ctx.version.kind === 'agent'
+          ? await runAgent(ctx, ctx.executionId, ctx.version, ctx.input, 1)
+          : await runModel(ctx, ctx.executionId, ctx.version, ctx.input, 1);
     } catch (e) {
       if (e instanceof Parked) return;
       if (e instanceof Cancelled || lease.lost.signal.reason instanceof Cancelled) {
@@ -186,17 +214,27 @@ export class AgentRuns {
       if (e instanceof LeaseLost || lease.lost.signal.aborted) return;
       if (signal.aborted) {
         // The worker is stopping: give the run back, due now, this attempt not counted.
-        tryWrite(svc, () => svc.queue.releaseRun.run({ execution_id: claim.row.execution_id, owner: claim.owner, now: svc.clock.now().toISOString() }));
+        tryWrite(svc, () =>
+          svc.queue.releaseRun.run({
+            execution_id: claim.row.execution_id,
+            owner: claim.owner,
+            now: svc.clock.now().toISOString(),
+          }),
+        );
         return;
       }
       let failure = toEngineError(e);
       if (failure.code === 'INTERNAL') svc.logError(e);
       if (ctx && Date.now() > ctx.deadline && isRetryable(failure.toData())) {
         // Cut short by the whole-run deadline (a model call aborted at it): another attempt could not run.
-        failure = new EngineError('TIMEOUT', `${ctx.version.name} ran past its whole-run deadline (${failure.code}: ${failure.message})`, {
-          hint: 'Raise config.runTimeoutMs (at most agentRunMsMax), or give the agent less to do.',
-          details: { retry: false },
-        });
+        failure = new EngineError(
+          'TIMEOUT',
+          `${ctx.version.name} ran past its whole-run deadline (${failure.code}: ${failure.message})`,
+          {
+            hint: 'Raise config.runTimeoutMs (at most agentRunMsMax), or give the agent less to do.',
+            details: { retry: false },
+          },
+        );
       }
       error = failure.toData();
     } finally {
@@ -213,7 +251,9 @@ export class AgentRuns {
       const input: unknown = JSON.parse(row.input);
       const caller = svc.callerOf(row.principal ?? 'system');
       if (!caller) {
-        throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(row.principal)} no longer exists`, { hint: 'Start it again as an existing client.' });
+        throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(row.principal)} no longer exists`, {
+          hint: 'Start it again as an existing client.',
+        });
       }
       const outer = outerOf(svc.actions, row.start_stack ? (JSON.parse(row.start_stack) as VersionRef[]) : []);
       checkMayCall(authorityOf(svc.cel, caller, null, outer.layers), row.action_name, row.action_version, input);
@@ -229,16 +269,29 @@ export class AgentRuns {
         const all = svc.sessions.messages.all(row.session_id);
         const own = all.find((m) => m.role === 'USER' && m.execution_id === row.execution_id);
         const history = all
-          .filter((m) => m.execution_id !== row.execution_id && (m.role === 'ASSISTANT' || own === undefined || m.seq < own.seq))
+          .filter(
+            (m) =>
+              m.execution_id !== row.execution_id && (m.role === 'ASSISTANT' || own === undefined || m.seq < own.seq),
+          )
           .map((m) => ({ role: m.role, text: m.text }));
         session = { id: found.session_id, input: JSON.parse(found.input) as unknown, history };
       }
       const runTimeoutMs = version.kind === 'agent' ? config.runTimeoutMs : svc.limits.agentRunMsMax;
       return {
         value: {
-          svc, claim, executionId: row.execution_id, version, config, input, principal: caller.principal,
+          svc,
+          claim,
+          executionId: row.execution_id,
+          version,
+          config,
+          input,
+          principal: caller.principal,
           outer: outerWith(outer, version),
-          deadline: Date.parse(row.created) + runTimeoutMs, signal, triggerDepth: row.trigger_depth, wake: this.options.wake, session,
+          deadline: Date.parse(row.created) + runTimeoutMs,
+          signal,
+          triggerDepth: row.trigger_depth,
+          wake: this.options.wake,
+          session,
         },
         commit: false,
       };
@@ -247,35 +300,85 @@ export class AgentRuns {
 
   private finish(
     claim: RunClaim,
-    { startedAt, startedMs, output, error, backoff, cancelled = false, session = null }: { startedAt: Date; startedMs: number; output: unknown; error: ErrorData | null; backoff: typeof DEFAULT_EXECUTION.backoff; cancelled?: boolean; session?: RunContext['session'] },
+    {
+      startedAt,
+      startedMs,
+      output,
+      error,
+      backoff,
+      cancelled = false,
+      session = null,
+    }: {
+      startedAt: Date;
+      startedMs: number;
+      output: unknown;
+      error: ErrorData | null;
+      backoff: typeof DEFAULT_EXECUTION.backoff;
+      cancelled?: boolean;
+      session?: RunContext['session'];
+    },
   ): void {
     const { svc } = this;
     const row = claim.row;
     const succeeded = error === null && !cancelled;
     const maxAttempts = row.max_attempts ?? 1;
-    const retry = !succeeded && !cancelled && (ctxRetry(this.svc, claim, error!)) && claim.attempt < maxAttempts;
+    const retry = !succeeded && !cancelled && ctxRetry(this.svc, claim, error!) && claim.attempt < maxAttempts;
     const status = cancelled ? 'CANCELLED' : succeeded ? 'SUCCEEDED' : retry ? 'QUEUED' : 'FAILED';
     let written = false;
     let runAt: string | null = null;
     const committed = tryWrite(svc, () => {
       // Run again after a lost race (PostgreSQL): only what the last run did counts.
       written = false;
-      if (svc.queue.renewLease.run({ execution_id: row.execution_id, owner: claim.owner, until: leaseUntil(svc, svc.clock.now()) }).changes !== 1) return;
+      if (
+        svc.queue.renewLease.run({
+          execution_id: row.execution_id,
+          owner: claim.owner,
+          until: leaseUntil(svc, svc.clock.now()),
+        }).changes !== 1
+      )
+        return;
       const finished = svc.clock.now().toISOString();
-      runAt = retry ? new Date(svc.clock.now().getTime() + backoffDelayMs(backoff, claim.attempt, svc.random)).toISOString() : null;
+      runAt = retry
+        ? new Date(svc.clock.now().getTime() + backoffDelayMs(backoff, claim.attempt, svc.random)).toISOString()
+        : null;
       const outputText = succeeded ? JSON.stringify(output ?? null) : null;
       const errorText = error ? JSON.stringify(error) : null;
       svc.queue.finishAttempt.run({
-        execution_id: row.execution_id, status, attempt: claim.attempt, output: outputText, error: errorText,
-        started: startedAt.toISOString(), finished, logs: null, run_at: runAt, lease_owner: this.options.owner,
+        execution_id: row.execution_id,
+        status,
+        attempt: claim.attempt,
+        output: outputText,
+        error: errorText,
+        started: startedAt.toISOString(),
+        finished,
+        logs: null,
+        run_at: runAt,
+        lease_owner: this.options.owner,
       });
       svc.queue.insertInvocation.run({
-        execution_id: row.execution_id, attempt: claim.attempt, status: cancelled ? 'CANCELLED' : succeeded ? 'SUCCEEDED' : 'FAILED', output: outputText, error: errorText, started: startedAt.toISOString(), finished, logs: null,
+        execution_id: row.execution_id,
+        attempt: claim.attempt,
+        status: cancelled ? 'CANCELLED' : succeeded ? 'SUCCEEDED' : 'FAILED',
+        output: outputText,
+        error: errorText,
+        started: startedAt.toISOString(),
+        finished,
+        logs: null,
       });
       if (session && succeeded) {
         // The turn's answer joins the session's history, which keeps its newest sessionHistoryMax messages.
-        const text = typeof (output as { text?: unknown } | null)?.text === 'string' ? (output as { text: string }).text : JSON.stringify(output);
-        svc.sessions.insertMessage.run({ session_id: session.id, message_id: row.execution_id, role: 'ASSISTANT', text, execution_id: row.execution_id, created: finished });
+        const text =
+          typeof (output as { text?: unknown } | null)?.text === 'string'
+            ? (output as { text: string }).text
+            : JSON.stringify(output);
+        svc.sessions.insertMessage.run({
+          session_id: session.id,
+          message_id: row.execution_id,
+          role: 'ASSISTANT',
+          text,
+          execution_id: row.execution_id,
+          created: finished,
+        });
         svc.sessions.touchSession.run(finished, finished, session.id);
         svc.sessions.trimMessages.run(session.id, session.id, svc.limits.sessionHistoryMax);
       }
@@ -284,10 +387,21 @@ export class AgentRuns {
     // Told once, after the outcome committed (a run again after a lost race must not tell twice).
     if (committed && written) {
       this.options.onOutcome({
-        executionId: row.execution_id, action: row.action_name, version: row.action_version, attempt: claim.attempt, maxAttempts,
-        status: status === 'CANCELLED' ? 'FAILED' : status, error, runAt, durationMs: performance.now() - startedMs,
+        executionId: row.execution_id,
+        action: row.action_name,
+        version: row.action_version,
+        attempt: claim.attempt,
+        maxAttempts,
+        status: status === 'CANCELLED' ? 'FAILED' : status,
+        error,
+        runAt,
+        durationMs: performance.now() - startedMs,
       });
-    } else if (committed) svc.log.warn({ event: 'attempt', executionId: row.execution_id, outcome: 'LOST' }, 'the run was claimed by another worker; its outcome here is dropped');
+    } else if (committed)
+      svc.log.warn(
+        { event: 'attempt', executionId: row.execution_id, outcome: 'LOST' },
+        'the run was claimed by another worker; its outcome here is dropped',
+      );
   }
 }
 
@@ -302,7 +416,6 @@ function ctxRetry(svc: ExecutionServices, claim: RunClaim, error: ErrorData): bo
   }
   return shouldRetry(svc, rule, error, claim.attempt);
 }
-
 
 function leaseUntil(svc: ExecutionServices, now: Date): string {
   return new Date(now.getTime() + svc.limits.agentLeaseMs).toISOString();
@@ -341,11 +454,17 @@ class LeaseKeeper {
     if (this.svc.transactions.inTransaction) return;
     try {
       const held = this.svc.transactions.run('write', () => ({
-        value: this.svc.queue.renewLease.run({ execution_id: this.claim.row.execution_id, owner: this.claim.owner, until: leaseUntil(this.svc, this.svc.clock.now()) }).changes === 1,
+        value:
+          this.svc.queue.renewLease.run({
+            execution_id: this.claim.row.execution_id,
+            owner: this.claim.owner,
+            until: leaseUntil(this.svc, this.svc.clock.now()),
+          }).changes === 1,
         commit: true,
       }));
       if (!held) this.lost.abort(new LeaseLost(this.claim.row.execution_id));
-      else if (this.svc.st.cancelRequested.get(this.claim.row.execution_id) === 1) this.lost.abort(new Cancelled(this.claim.row.execution_id));
+      else if (this.svc.st.cancelRequested.get(this.claim.row.execution_id) === 1)
+        this.lost.abort(new Cancelled(this.claim.row.execution_id));
     } catch {
       // BUSY: the next tick tries again; the lease has two more ticks before it expires.
     }
@@ -363,7 +482,12 @@ class LeaseKeeper {
 function step<T>(ctx: RunContext, fn: () => T): T {
   const { svc } = ctx;
   return svc.transactions.run('write', () => {
-    const held = svc.queue.renewLease.run({ execution_id: ctx.executionId, owner: ctx.claim.owner, until: leaseUntil(svc, svc.clock.now()) }).changes === 1;
+    const held =
+      svc.queue.renewLease.run({
+        execution_id: ctx.executionId,
+        owner: ctx.claim.owner,
+        until: leaseUntil(svc, svc.clock.now()),
+      }).changes === 1;
     if (!held) throw new LeaseLost(ctx.executionId);
     if (svc.st.cancelRequested.get(ctx.executionId) === 1) throw new Cancelled(ctx.executionId);
     return { value: fn(), commit: true };
@@ -371,7 +495,10 @@ function step<T>(ctx: RunContext, fn: () => T): T {
 }
 
 function recorded(ctx: RunContext, executionId: string): CallNode | null {
-  const row = ctx.svc.transactions.run('read', () => ({ value: ctx.svc.st.executionById.get(executionId), commit: false }));
+  const row = ctx.svc.transactions.run('read', () => ({
+    value: ctx.svc.st.executionById.get(executionId),
+    commit: false,
+  }));
   return row ? rowToNode(row) : null;
 }
 
@@ -380,7 +507,10 @@ function checkDeadline(ctx: RunContext, what: string): void {
   if (ctx.svc.st.cancelRequested.get(ctx.executionId) === 1) throw new Cancelled(ctx.executionId);
   if (Date.now() > ctx.deadline) {
     throw new EngineError('TIMEOUT', `${ctx.version.name} ran past its whole-run deadline before ${what}`, {
-      hint: ctx.version.kind === 'agent' ? 'Raise config.runTimeoutMs (at most agentRunMsMax), or give the agent less to do.' : 'The model did not answer in time; raise the provider’s timeout.',
+      hint:
+        ctx.version.kind === 'agent'
+          ? 'Raise config.runTimeoutMs (at most agentRunMsMax), or give the agent less to do.'
+          : 'The model did not answer in time; raise the provider’s timeout.',
       details: { retry: false },
     });
   }
@@ -391,11 +521,28 @@ function stepId(ctx: RunContext, runId: string, ...position: Array<string | numb
   return derivedId(ctx.svc.derivedIdKey, 'agent-step', runId, ...position.map(String));
 }
 
-function baseNode(ctx: RunContext, fields: Pick<CallNode, 'executionId' | 'actionId' | 'actionName' | 'actionVersion' | 'kind' | 'input' | 'parentId' | 'rootId' | 'depth'>): CallNode {
+function baseNode(
+  ctx: RunContext,
+  fields: Pick<
+    CallNode,
+    'executionId' | 'actionId' | 'actionName' | 'actionVersion' | 'kind' | 'input' | 'parentId' | 'rootId' | 'depth'
+  >,
+): CallNode {
   const now = ctx.svc.clock.now().toISOString();
   return {
-    ...fields, status: 'RUNNING', inputFingerprint: null, output: null, error: null, principal: ctx.principal, attempt: ctx.claim.attempt,
-    started: now, finished: null, logs: [], logBytes: 0, created: now, children: [],
+    ...fields,
+    status: 'RUNNING',
+    inputFingerprint: null,
+    output: null,
+    error: null,
+    principal: ctx.principal,
+    attempt: ctx.claim.attempt,
+    started: now,
+    finished: null,
+    logs: [],
+    logBytes: 0,
+    created: now,
+    children: [],
   };
 }
 
@@ -404,34 +551,75 @@ function baseNode(ctx: RunContext, fields: Pick<CallNode, 'executionId' | 'actio
  * was recorded is read back; one that was not is asked (again). A failed call is recorded under a
  * fresh id (it is not the turn) and fails the attempt, which is retried from this turn.
  */
-async function modelTurn(ctx: RunContext, runId: string, turn: number, depth: number, request: { config: ModelConfig; messages: ModelMessage[]; tools: OfferedTool[]; instructions: string | null; responseSchema: { name: string; schema: Record<string, unknown> } | null }): Promise<ModelResponse> {
+async function modelTurn(
+  ctx: RunContext,
+  runId: string,
+  turn: number,
+  depth: number,
+  request: {
+    config: ModelConfig;
+    messages: ModelMessage[];
+    tools: OfferedTool[];
+    instructions: string | null;
+    responseSchema: { name: string; schema: Record<string, unknown> } | null;
+  },
+): Promise<ModelResponse> {
   const { svc } = ctx;
   const turnId = stepId(ctx, runId, 'turn', turn);
   const known = recorded(ctx, turnId);
   if (known) return answerOf(known);
   checkDeadline(ctx, `model turn ${turn}`);
   // lockAction stops a run in flight: no model turn of a version that is no longer ACTIVE.
-  svc.transactions.run('read', () => ({ value: checkRunnable(getVersion(svc.actions, { id: ctx.version.actionId, version: ctx.version.version })), commit: false }));
+  svc.transactions.run('read', () => ({
+    value: checkRunnable(getVersion(svc.actions, { id: ctx.version.actionId, version: ctx.version.version })),
+    commit: false,
+  }));
   const bytes = Buffer.byteLength(JSON.stringify(request.messages));
   if (bytes > svc.limits.agentConversationBytesMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `the conversation of ${ctx.version.name} is ${bytes} bytes at turn ${turn}; agentConversationBytesMax is ${svc.limits.agentConversationBytesMax}`, {
-      hint: 'Have the tools return less (ids and totals), or give the agent fewer turns.',
-    });
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `the conversation of ${ctx.version.name} is ${bytes} bytes at turn ${turn}; agentConversationBytesMax is ${svc.limits.agentConversationBytesMax}`,
+      {
+        hint: 'Have the tools return less (ids and totals), or give the agent fewer turns.',
+      },
+    );
   }
   const { config } = request;
   const node = baseNode(ctx, {
-    executionId: turnId, actionId: null, actionName: 'model', actionVersion: null, kind: 'MODEL',
+    executionId: turnId,
+    actionId: null,
+    actionName: 'model',
+    actionVersion: null,
+    kind: 'MODEL',
     input: {
-      turn, messages: request.messages.length, tools: request.tools.map((t) => (t.version ? { name: t.reference.name, version: t.version.version } : { name: t.reference.name })),
-      ...(request.tools.some((t) => t.skills) ? { skills: request.tools.find((t) => t.skills)!.skills!.map((k) => ({ name: k.name, version: k.version })) } : {}),
+      turn,
+      messages: request.messages.length,
+      tools: request.tools.map((t) =>
+        t.version ? { name: t.reference.name, version: t.version.version } : { name: t.reference.name },
+      ),
+      ...(request.tools.some((t) => t.skills)
+        ? { skills: request.tools.find((t) => t.skills)!.skills!.map((k) => ({ name: k.name, version: k.version })) }
+        : {}),
     },
-    parentId: runId, rootId: ctx.executionId, depth,
+    parentId: runId,
+    rootId: ctx.executionId,
+    depth,
   });
   const startedMs = performance.now();
   let response: ModelResponse;
   try {
-    if (!svc.models) throw new EngineError('MODEL_ERROR', `${ctx.version.name} uses provider ${JSON.stringify(config.provider)}, and no model providers are configured here`, { hint: 'Configure the providers block of the server configuration (the file TALLY_CONFIG names).' });
-    if (!svc.models.has(config.provider)) throw new EngineError('MODEL_ERROR', `${ctx.version.name} uses provider ${JSON.stringify(config.provider)}, which is not configured here; configured: ${svc.models.names().join(', ')}`, { hint: 'Configure it in the server configuration, or update the action.' });
+    if (!svc.models)
+      throw new EngineError(
+        'MODEL_ERROR',
+        `${ctx.version.name} uses provider ${JSON.stringify(config.provider)}, and no model providers are configured here`,
+        { hint: 'Configure the providers block of the server configuration (the file TALLY_CONFIG names).' },
+      );
+    if (!svc.models.has(config.provider))
+      throw new EngineError(
+        'MODEL_ERROR',
+        `${ctx.version.name} uses provider ${JSON.stringify(config.provider)}, which is not configured here; configured: ${svc.models.names().join(', ')}`,
+        { hint: 'Configure it in the server configuration, or update the action.' },
+      );
     const provider = svc.models.get(config.provider);
     // The SDK's timeout ends at the response headers: a body that stalls is ended by this one,
     // every try's timeout in a row, and never past the run's deadline.
@@ -443,15 +631,28 @@ async function modelTurn(ctx: RunContext, runId: string, turn: number, depth: nu
       () =>
         cut.abort(
           bound === untilDeadline
-            ? new EngineError('TIMEOUT', `${ctx.version.name} reached its whole-run deadline while provider ${config.provider} (model ${config.model}) was answering`, { details: { retry: false } })
-            : new EngineError('TIMEOUT', `provider ${config.provider} (model ${config.model}) did not finish answering within ${bound} ms`),
+            ? new EngineError(
+                'TIMEOUT',
+                `${ctx.version.name} reached its whole-run deadline while provider ${config.provider} (model ${config.model}) was answering`,
+                { details: { retry: false } },
+              )
+            : new EngineError(
+                'TIMEOUT',
+                `provider ${config.provider} (model ${config.model}) did not finish answering within ${bound} ms`,
+              ),
         ),
       bound,
     );
     try {
       response = await provider.complete({
-        model: config.model, instructions: request.instructions, messages: request.messages, tools: request.tools.map((t) => t.spec),
-        temperature: config.temperature, maxTokens: config.maxTokens, responseSchema: request.responseSchema, signal: AbortSignal.any([ctx.signal, cut.signal]),
+        model: config.model,
+        instructions: request.instructions,
+        messages: request.messages,
+        tools: request.tools.map((t) => t.spec),
+        temperature: config.temperature,
+        maxTokens: config.maxTokens,
+        responseSchema: request.responseSchema,
+        signal: AbortSignal.any([ctx.signal, cut.signal]),
       });
     } finally {
       clearTimeout(timer);
@@ -459,23 +660,62 @@ async function modelTurn(ctx: RunContext, runId: string, turn: number, depth: nu
   } catch (error) {
     if (ctx.signal.aborted) throw error;
     const failure = toEngineError(error);
-    svc.onModelCall({ provider: config.provider, model: config.model, outcome: failure.code, inputTokens: null, outputTokens: null, latencyMs: performance.now() - startedMs });
+    svc.onModelCall({
+      provider: config.provider,
+      model: config.model,
+      outcome: failure.code,
+      inputTokens: null,
+      outputTokens: null,
+      latencyMs: performance.now() - startedMs,
+    });
     // Recorded under a fresh id: the turn is asked again at the next attempt.
     step(ctx, () => {
       persistTree(svc.st, {
-        ...node, executionId: svc.newId(), status: 'FAILED', error: failure.toData(), finished: svc.clock.now().toISOString(),
-        model: { provider: config.provider, model: config.model, inputTokens: null, outputTokens: null, latencyMs: Math.round(performance.now() - startedMs), httpAttempts: (failure.details as { attempts?: number } | undefined)?.attempts ?? 1, stopReason: null },
+        ...node,
+        executionId: svc.newId(),
+        status: 'FAILED',
+        error: failure.toData(),
+        finished: svc.clock.now().toISOString(),
+        model: {
+          provider: config.provider,
+          model: config.model,
+          inputTokens: null,
+          outputTokens: null,
+          latencyMs: Math.round(performance.now() - startedMs),
+          httpAttempts: (failure.details as { attempts?: number } | undefined)?.attempts ?? 1,
+          stopReason: null,
+        },
       });
     });
     throw failure;
   }
   const call: ModelCallRecord = {
-    provider: config.provider, model: response.model || config.model, inputTokens: response.usage.inputTokens, outputTokens: response.usage.outputTokens,
-    latencyMs: Math.round(response.latencyMs), httpAttempts: response.httpAttempts, stopReason: response.stopReason,
+    provider: config.provider,
+    model: response.model || config.model,
+    inputTokens: response.usage.inputTokens,
+    outputTokens: response.usage.outputTokens,
+    latencyMs: Math.round(response.latencyMs),
+    httpAttempts: response.httpAttempts,
+    stopReason: response.stopReason,
   };
-  svc.onModelCall({ provider: config.provider, model: config.model, outcome: 'ok', inputTokens: call.inputTokens, outputTokens: call.outputTokens, latencyMs: response.latencyMs });
+  svc.onModelCall({
+    provider: config.provider,
+    model: config.model,
+    outcome: 'ok',
+    inputTokens: call.inputTokens,
+    outputTokens: call.outputTokens,
+    latencyMs: response.latencyMs,
+  });
   const answer = { text: response.text, toolCalls: response.toolCalls };
-  step(ctx, () => persistTree(svc.st, { ...node, status: 'SUCCEEDED', output: answer, finished: svc.clock.now().toISOString(), model: call }));
+  step(ctx, () =>
+    persistTree(svc.st, {
+      ...node,
+      status: 'SUCCEEDED',
+      output: answer,
+      finished: svc.clock.now().toISOString(),
+      model: call,
+    }),
+  );
   return response;
 }
 
@@ -483,13 +723,22 @@ function answerOf(node: CallNode): ModelResponse {
   const output = node.output as { text: string | null; toolCalls: ModelToolCall[] };
   const call = node.model;
   return {
-    text: output.text, toolCalls: output.toolCalls, stopReason: call?.stopReason ?? null,
-    usage: { inputTokens: call?.inputTokens ?? null, outputTokens: call?.outputTokens ?? null }, latencyMs: call?.latencyMs ?? 0, httpAttempts: call?.httpAttempts ?? 0, model: call?.model ?? '',
+    text: output.text,
+    toolCalls: output.toolCalls,
+    stopReason: call?.stopReason ?? null,
+    usage: { inputTokens: call?.inputTokens ?? null, outputTokens: call?.outputTokens ?? null },
+    latencyMs: call?.latencyMs ?? 0,
+    httpAttempts: call?.httpAttempts ?? 0,
+    model: call?.model ?? '',
   };
 }
 
 /** The answer as the tool's output: `{text}` without an output schema, else the JSON it must be. */
-function finalOutput(ctx: RunContext, version: ActionVersion, text: string | null): { ok: true; output: unknown } | { ok: false; problem: string } {
+function finalOutput(
+  ctx: RunContext,
+  version: ActionVersion,
+  text: string | null,
+): { ok: true; output: unknown } | { ok: false; problem: string } {
   if (version.tool.outputSchema === null) return { ok: true, output: { text: text ?? '' } };
   let value: unknown;
   try {
@@ -520,18 +769,39 @@ function joinInstructions(...parts: Array<string | null>): string | null {
 }
 
 /** A model tool: one call (structured output where the provider has it), and one corrective call if its answer does not fit. */
-async function runModel(ctx: RunContext, runId: string, version: ActionVersion, input: unknown, depth: number): Promise<unknown> {
+async function runModel(
+  ctx: RunContext,
+  runId: string,
+  version: ActionVersion,
+  input: unknown,
+  depth: number,
+): Promise<unknown> {
   const config = modelConfig('model', version.config, ctx.svc.limits);
   const schema = version.tool.outputSchema;
-  const structured = schema !== null && ctx.svc.models?.has(config.provider) === true && ctx.svc.models.get(config.provider).config.structuredOutput;
-  const instructions = joinInstructions(config.instructions, schema !== null && !structured ? schemaNote(version) : null);
+  const structured =
+    schema !== null &&
+    ctx.svc.models?.has(config.provider) === true &&
+    ctx.svc.models.get(config.provider).config.structuredOutput;
+  const instructions = joinInstructions(
+    config.instructions,
+    schema !== null && !structured ? schemaNote(version) : null,
+  );
   const messages: ModelMessage[] = [{ role: 'user', text: renderPrompt(config.prompt, input) }];
   for (let turn = 1; ; turn++) {
-    const answer = await modelTurn(ctx, runId, turn, depth, { config, messages, tools: [], instructions, responseSchema: structured ? { name: version.name, schema: schema! } : null });
+    const answer = await modelTurn(ctx, runId, turn, depth, {
+      config,
+      messages,
+      tools: [],
+      instructions,
+      responseSchema: structured ? { name: version.name, schema: schema! } : null,
+    });
     const result = finalOutput(ctx, version, answer.text);
     if (result.ok) return result.output;
     if (turn > CORRECTIONS_MAX) throw outputInvalid(version, result.problem);
-    messages.push({ role: 'assistant', text: answer.text, toolCalls: [] }, { role: 'user', text: correction(version, result.problem) });
+    messages.push(
+      { role: 'assistant', text: answer.text, toolCalls: [] },
+      { role: 'user', text: correction(version, result.problem) },
+    );
   }
 }
 
@@ -540,16 +810,25 @@ function correction(version: ActionVersion, problem: string): string {
 }
 
 function outputInvalid(version: ActionVersion, problem: string): EngineError {
-  return new EngineError('OUTPUT_INVALID', `the answer of ${version.name}@${version.version} does not match its output schema after ${CORRECTIONS_MAX} corrective turn: ${problem}`, {
-    hint: 'Make the instructions clearer about the answer, or loosen the output schema.',
-  });
+  return new EngineError(
+    'OUTPUT_INVALID',
+    `the answer of ${version.name}@${version.version} does not match its output schema after ${CORRECTIONS_MAX} corrective turn: ${problem}`,
+    {
+      hint: 'Make the instructions clearer about the answer, or loosen the output schema.',
+    },
+  );
 }
 
 /** The tools an agent offers its model: pinned versions, or the latest ACTIVE one (as recorded at turn 1, when the run resumes). */
 function offeredTools(ctx: RunContext, agent: ActionVersion, runId: string): OfferedTool[] {
   const { svc } = ctx;
   const first = recorded(ctx, stepId(ctx, runId, 'turn', 1));
-  const offered = new Map(((first?.input as { tools?: Array<{ name: string; version?: number }> } | null)?.tools ?? []).map((t) => [t.name, t.version]));
+  const offered = new Map(
+    ((first?.input as { tools?: Array<{ name: string; version?: number }> } | null)?.tools ?? []).map((t) => [
+      t.name,
+      t.version,
+    ]),
+  );
   return svc.transactions.run('read', () => ({
     value: agent.tools.map((reference): OfferedTool => {
       if ((NATIVE_TOOLS as readonly string[]).includes(reference.name)) {
@@ -557,8 +836,22 @@ function offeredTools(ctx: RunContext, agent: ActionVersion, runId: string): Off
         return { reference, version: null, native, spec: { name: native, ...NATIVE_SPECS[native] } };
       }
       // Pinned, or as recorded at turn 1, or the latest ACTIVE: whether it may run is checked where it runs.
-      const version = referencedVersion(svc.actions, { name: reference.name, version: reference.version ?? offered.get(reference.name) ?? null }, undefined, `${reference.name}, a tool of ${agent.name},`);
-      return { reference, version, native: null, spec: { name: reference.name, description: version.tool.description, inputSchema: withoutFixed(version.tool.inputSchema, reference) } };
+      const version = referencedVersion(
+        svc.actions,
+        { name: reference.name, version: reference.version ?? offered.get(reference.name) ?? null },
+        undefined,
+        `${reference.name}, a tool of ${agent.name},`,
+      );
+      return {
+        reference,
+        version,
+        native: null,
+        spec: {
+          name: reference.name,
+          description: version.tool.description,
+          inputSchema: withoutFixed(version.tool.inputSchema, reference),
+        },
+      };
     }),
     commit: false,
   }));
@@ -572,8 +865,16 @@ function offeredSkills(ctx: RunContext, agent: ActionVersion, runId: string): Of
   const declared = agent.skills ?? [];
   if (declared.length === 0) return null;
   const first = recorded(ctx, stepId(ctx, runId, 'turn', 1));
-  const recordedVersions = new Map(((first?.input as { skills?: Array<{ name: string; version: number }> } | null)?.skills ?? []).map((k) => [k.name, k.version]));
-  const refs = declared.map((ref) => ({ name: ref.name, version: ref.version ?? recordedVersions.get(ref.name) ?? null }));
+  const recordedVersions = new Map(
+    ((first?.input as { skills?: Array<{ name: string; version: number }> } | null)?.skills ?? []).map((k) => [
+      k.name,
+      k.version,
+    ]),
+  );
+  const refs = declared.map((ref) => ({
+    name: ref.name,
+    version: ref.version ?? recordedVersions.get(ref.name) ?? null,
+  }));
   const skills = ctx.svc.transactions.run('read', () => ({ value: ctx.svc.skills.resolve(refs), commit: false }));
   return {
     reference: { name: LOAD_SKILL, version: null, input: null },
@@ -582,8 +883,14 @@ function offeredSkills(ctx: RunContext, agent: ActionVersion, runId: string): Of
     skills,
     spec: {
       name: LOAD_SKILL,
-      description: 'Load the guidance of one of your skills (its markdown body) by name, before doing what it is about.',
-      inputSchema: { type: 'object', properties: { name: { type: 'string', enum: skills.map((k) => k.name) } }, required: ['name'], additionalProperties: false },
+      description:
+        'Load the guidance of one of your skills (its markdown body) by name, before doing what it is about.',
+      inputSchema: {
+        type: 'object',
+        properties: { name: { type: 'string', enum: skills.map((k) => k.name) } },
+        required: ['name'],
+        additionalProperties: false,
+      },
     },
   };
 }
@@ -593,11 +900,21 @@ const LOAD_SKILL = LOAD_SKILL_TOOL;
 const NATIVE_SPECS = {
   graphql: {
     description: 'Run one GraphQL operation against the ledger (reads, and writes the agent’s policies allow).',
-    inputSchema: { type: 'object', properties: { query: { type: 'string' }, variables: { type: 'object' } }, required: ['query'], additionalProperties: false },
+    inputSchema: {
+      type: 'object',
+      properties: { query: { type: 'string' }, variables: { type: 'object' } },
+      required: ['query'],
+      additionalProperties: false,
+    },
   },
   cel: {
     description: 'Evaluate a CEL expression (exact decimal arithmetic); performs no operation.',
-    inputSchema: { type: 'object', properties: { expression: { type: 'string' }, bindings: { type: 'object' } }, required: ['expression'], additionalProperties: false },
+    inputSchema: {
+      type: 'object',
+      properties: { expression: { type: 'string' }, bindings: { type: 'object' } },
+      required: ['expression'],
+      additionalProperties: false,
+    },
   },
 } as const;
 
@@ -609,39 +926,72 @@ function withoutFixed(schema: Record<string, unknown>, reference: ToolReference)
   const required = schema.required as string[] | undefined;
   return {
     ...schema,
-    ...(properties ? { properties: Object.fromEntries(Object.entries(properties).filter(([k]) => !fixed.has(k))) } : {}),
+    ...(properties
+      ? { properties: Object.fromEntries(Object.entries(properties).filter(([k]) => !fixed.has(k))) }
+      : {}),
     ...(required ? { required: required.filter((k) => !fixed.has(k)) } : {}),
   };
 }
 
 /** An agent run: model turn → the tool calls it asked for → their results → the next turn, until an answer. */
-async function runAgent(ctx: RunContext, runId: string, agent: ActionVersion, input: unknown, depth: number): Promise<unknown> {
+async function runAgent(
+  ctx: RunContext,
+  runId: string,
+  agent: ActionVersion,
+  input: unknown,
+  depth: number,
+): Promise<unknown> {
   const config = modelConfig('agent', agent.config, ctx.svc.limits) as AgentConfig;
   const tools = offeredTools(ctx, agent, runId);
   const skills = offeredSkills(ctx, agent, runId);
   if (skills) tools.push(skills);
   const instructions = joinInstructions(
     config.instructions,
-    skills ? `Skills you can load with load_skill before you act (name: what it is for):\n${skills.skills!.map((k) => `- ${k.name}: ${k.description}`).join('\n')}` : null,
+    skills
+      ? `Skills you can load with load_skill before you act (name: what it is for):\n${skills.skills!.map((k) => `- ${k.name}: ${k.description}`).join('\n')}`
+      : null,
     agent.tool.outputSchema !== null ? schemaNote(agent) : null,
   );
   // A session's turn sees the session's history first (its own run at the top level only).
   const history: ModelMessage[] =
     ctx.session && runId === ctx.executionId
-      ? ctx.session.history.map((m) => (m.role === 'USER' ? { role: 'user', text: m.text } : { role: 'assistant', text: m.text, toolCalls: [] }))
+      ? ctx.session.history.map((m) =>
+          m.role === 'USER' ? { role: 'user', text: m.text } : { role: 'assistant', text: m.text, toolCalls: [] },
+        )
       : [];
   const messages: ModelMessage[] = [...history, { role: 'user', text: renderPrompt(config.prompt, input) }];
   const scope = {
-    event: { data: input, execution: { executionId: runId, actionId: agent.actionId, actionVersion: agent.version, attempt: ctx.claim.attempt }, caller: { principal: ctx.principal } },
-    toolInput: input, executionInput: ctx.input, session: ctx.session ? { id: ctx.session.id, input: ctx.session.input } : null,
+    event: {
+      data: input,
+      execution: {
+        executionId: runId,
+        actionId: agent.actionId,
+        actionVersion: agent.version,
+        attempt: ctx.claim.attempt,
+      },
+      caller: { principal: ctx.principal },
+    },
+    toolInput: input,
+    executionInput: ctx.input,
+    session: ctx.session ? { id: ctx.session.id, input: ctx.session.input } : null,
   };
   let toolCalls = 0;
   let corrections = 0;
   for (let turn = 1; ; turn++) {
     if (turn > config.maxTurns) {
-      throw new EngineError('LIMIT_EXCEEDED', `${agent.name} did not answer within maxTurns (${config.maxTurns}) model turns`, { hint: 'Raise config.maxTurns (at most agentTurnsMax), or make the task smaller.' });
+      throw new EngineError(
+        'LIMIT_EXCEEDED',
+        `${agent.name} did not answer within maxTurns (${config.maxTurns}) model turns`,
+        { hint: 'Raise config.maxTurns (at most agentTurnsMax), or make the task smaller.' },
+      );
     }
-    const answer = await modelTurn(ctx, runId, turn, depth, { config, messages, tools, instructions, responseSchema: null });
+    const answer = await modelTurn(ctx, runId, turn, depth, {
+      config,
+      messages,
+      tools,
+      instructions,
+      responseSchema: null,
+    });
     messages.push({ role: 'assistant', text: answer.text, toolCalls: answer.toolCalls });
     if (answer.toolCalls.length === 0) {
       const result = finalOutput(ctx, agent, answer.text);
@@ -655,14 +1005,23 @@ async function runAgent(ctx: RunContext, runId: string, agent: ActionVersion, in
     for (const [index, call] of answer.toolCalls.entries()) {
       toolCalls++;
       if (toolCalls > config.maxToolCalls) {
-        throw new EngineError('LIMIT_EXCEEDED', `${agent.name} asked for tool call ${toolCalls}; its maxToolCalls is ${config.maxToolCalls}`, {
-          hint: 'Raise config.maxToolCalls (at most agentToolCallsMax), or give the agent tools that do more per call.',
-        });
+        throw new EngineError(
+          'LIMIT_EXCEEDED',
+          `${agent.name} asked for tool call ${toolCalls}; its maxToolCalls is ${config.maxToolCalls}`,
+          {
+            hint: 'Raise config.maxToolCalls (at most agentToolCallsMax), or give the agent tools that do more per call.',
+          },
+        );
       }
       const node = await toolCall(ctx, { runId, turnId, index, call, tools, scope, depth: depth });
       results.push({
-        toolCallId: call.id, name: call.name,
-        content: JSON.stringify(succeeded(node) ? (node.output ?? null) : { error: { code: node.error?.code, message: node.error?.message, hint: node.error?.hint } }),
+        toolCallId: call.id,
+        name: call.name,
+        content: JSON.stringify(
+          succeeded(node)
+            ? (node.output ?? null)
+            : { error: { code: node.error?.code, message: node.error?.message, hint: node.error?.hint } },
+        ),
         isError: !succeeded(node),
       });
     }
@@ -676,7 +1035,12 @@ interface ToolStep {
   index: number;
   call: ModelToolCall;
   tools: OfferedTool[];
-  scope: { event: unknown; toolInput: unknown; executionInput: unknown; session: { id: string; input: unknown } | null };
+  scope: {
+    event: unknown;
+    toolInput: unknown;
+    executionInput: unknown;
+    session: { id: string; input: unknown } | null;
+  };
   depth: number;
 }
 
@@ -698,10 +1062,17 @@ async function toolCall(ctx: RunContext, s: ToolStep): Promise<CallNode> {
     step(ctx, () => {
       const node: CallNode = {
         ...baseNode(ctx, {
-          executionId: callId, actionId: tool?.version?.actionId ?? null, actionName: name, actionVersion: tool?.version?.version ?? null,
-          kind: kindOf(tool), input, ...attach,
+          executionId: callId,
+          actionId: tool?.version?.actionId ?? null,
+          actionName: name,
+          actionVersion: tool?.version?.version ?? null,
+          kind: kindOf(tool),
+          input,
+          ...attach,
         }),
-        status: 'FAILED', error: error.toData(), finished: svc.clock.now().toISOString(),
+        status: 'FAILED',
+        error: error.toData(),
+        finished: svc.clock.now().toISOString(),
       };
       persistTree(svc.st, node);
       return node;
@@ -713,10 +1084,16 @@ async function toolCall(ctx: RunContext, s: ToolStep): Promise<CallNode> {
     const shown = `${names.slice(0, NAMES_LISTED_MAX).join(', ')}${names.length > NAMES_LISTED_MAX ? `, … (${names.length} in all)` : ''}`;
     const name = s.call.name.slice(0, NAME_SHOWN_MAX);
     return failed(
-      new EngineError('NOT_FOUND', `there is no tool ${JSON.stringify(name)}${s.call.name.length > NAME_SHOWN_MAX ? ' (name cut)' : ''}; the tools you can call are: ${shown || 'none'}`, {
-        hint: 'Call one of the tools listed, by its exact name.',
-      }),
-      name, argumentsOf(s.call), null,
+      new EngineError(
+        'NOT_FOUND',
+        `there is no tool ${JSON.stringify(name)}${s.call.name.length > NAME_SHOWN_MAX ? ' (name cut)' : ''}; the tools you can call are: ${shown || 'none'}`,
+        {
+          hint: 'Call one of the tools listed, by its exact name.',
+        },
+      ),
+      name,
+      argumentsOf(s.call),
+      null,
     );
   }
   const args = argumentsOf(s.call);
@@ -726,8 +1103,14 @@ async function toolCall(ctx: RunContext, s: ToolStep): Promise<CallNode> {
     const skill = tool.skills.find((k) => k.name === name);
     if (!skill) {
       return failed(
-        new EngineError('NOT_FOUND', `there is no skill ${JSON.stringify(String(name).slice(0, NAME_SHOWN_MAX))}; your skills are: ${tool.skills.map((k) => k.name).join(', ')}`, { hint: 'Load one of the skills listed, by its exact name.' }),
-        LOAD_SKILL, args, tool,
+        new EngineError(
+          'NOT_FOUND',
+          `there is no skill ${JSON.stringify(String(name).slice(0, NAME_SHOWN_MAX))}; your skills are: ${tool.skills.map((k) => k.name).join(', ')}`,
+          { hint: 'Load one of the skills listed, by its exact name.' },
+        ),
+        LOAD_SKILL,
+        args,
+        tool,
       );
     }
     let document: ReturnType<typeof svc.skills.read>;
@@ -736,18 +1119,39 @@ async function toolCall(ctx: RunContext, s: ToolStep): Promise<CallNode> {
         // Loading a skill is reading it: the starter, and every tool above the agent, may SELECT it
         // (the agent declaring it is its own consent, checked when the version was made).
         const caller = svc.callerOf(ctx.principal);
-        if (!caller) throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(ctx.principal)} no longer exists`);
-        authorityOf(svc.cel, caller, null, ctx.outer.layers.slice(0, -1)).check({ action: 'SELECT', resource: 'actions.Skill', document: skill });
+        if (!caller)
+          throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(ctx.principal)} no longer exists`);
+        authorityOf(svc.cel, caller, null, ctx.outer.layers.slice(0, -1)).check({
+          action: 'SELECT',
+          resource: 'actions.Skill',
+          document: skill,
+        });
         return { value: svc.skills.read(skill.name, skill.version), commit: false };
       });
     } catch (error) {
       return failed(toEngineError(error), LOAD_SKILL, args, tool);
     }
-    if (!document) return failed(new EngineError('NOT_FOUND', `skill ${skill.name} version ${skill.version} no longer exists`), LOAD_SKILL, args, tool);
+    if (!document)
+      return failed(
+        new EngineError('NOT_FOUND', `skill ${skill.name} version ${skill.version} no longer exists`),
+        LOAD_SKILL,
+        args,
+        tool,
+      );
     return step(ctx, () => {
       const node: CallNode = {
-        ...baseNode(ctx, { executionId: callId, actionId: null, actionName: LOAD_SKILL, actionVersion: null, kind: 'TOOL', input: { name: skill.name }, ...attach }),
-        status: 'SUCCEEDED', output: { name: document.name, version: document.version, body: document.body }, finished: svc.clock.now().toISOString(),
+        ...baseNode(ctx, {
+          executionId: callId,
+          actionId: null,
+          actionName: LOAD_SKILL,
+          actionVersion: null,
+          kind: 'TOOL',
+          input: { name: skill.name },
+          ...attach,
+        }),
+        status: 'SUCCEEDED',
+        output: { name: document.name, version: document.version, body: document.body },
+        finished: svc.clock.now().toISOString(),
       };
       persistTree(svc.st, node);
       return node;
@@ -755,13 +1159,22 @@ async function toolCall(ctx: RunContext, s: ToolStep): Promise<CallNode> {
   }
   if (args === null || typeof args !== 'object' || Array.isArray(args)) {
     return failed(
-      new EngineError('INPUT_INVALID', `the arguments of ${tool.reference.name} must be a JSON object; got ${JSON.stringify(s.call.arguments.slice(0, 200))}`, { hint: 'Send the arguments as one JSON object matching the tool’s schema.' }),
-      tool.reference.name, { arguments: s.call.arguments.slice(0, 2000) }, tool,
+      new EngineError(
+        'INPUT_INVALID',
+        `the arguments of ${tool.reference.name} must be a JSON object; got ${JSON.stringify(s.call.arguments.slice(0, 200))}`,
+        { hint: 'Send the arguments as one JSON object matching the tool’s schema.' },
+      ),
+      tool.reference.name,
+      { arguments: s.call.arguments.slice(0, 2000) },
+      tool,
     );
   }
   let input: unknown;
   try {
-    input = svc.transactions.run('read', () => ({ value: fixedInput(svc, tool.reference, args, s.scope), commit: false }));
+    input = svc.transactions.run('read', () => ({
+      value: fixedInput(svc, tool.reference, args, s.scope),
+      commit: false,
+    }));
   } catch (error) {
     return failed(toEngineError(error), tool.reference.name, args, tool);
   }
@@ -781,11 +1194,24 @@ async function toolCall(ctx: RunContext, s: ToolStep): Promise<CallNode> {
   try {
     return step(ctx, () => {
       const caller = svc.callerOf(ctx.principal);
-      if (!caller) throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(ctx.principal)} no longer exists`);
-      const target = tool.native ? ({ type: 'native', name: tool.native } as const) : ({ type: 'version', version: tool.version! } as const);
+      if (!caller)
+        throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(ctx.principal)} no longer exists`);
+      const target = tool.native
+        ? ({ type: 'native', name: tool.native } as const)
+        : ({ type: 'version', version: tool.version! } as const);
       const begun = beginCall(svc, {
-        caller, target, input, executionId: callId, inputFingerprint: null, outer: ctx.outer, authorize: true, attach,
-        triggerDepth: ctx.triggerDepth, deadlineCap: ctx.deadline, executionInput: ctx.input, model: { agent: `${ctx.version.name}@${ctx.version.version}` },
+        caller,
+        target,
+        input,
+        executionId: callId,
+        inputFingerprint: null,
+        outer: ctx.outer,
+        authorize: true,
+        attach,
+        triggerDepth: ctx.triggerDepth,
+        deadlineCap: ctx.deadline,
+        executionInput: ctx.input,
+        model: { agent: `${ctx.version.name}@${ctx.version.version}` },
       });
       if (begun.fatal || begun.overran) {
         fatal = toEngineError(begun.fatal ?? begun.overran);
@@ -818,40 +1244,79 @@ function awaitApproval(ctx: RunContext, callId: string, tool: OfferedTool, input
   if (rule.when !== null) {
     let needed: unknown;
     try {
-      needed = svc.transactions.run('read', () => ({ value: svc.cel.evaluate(rule.when!, jsonToCel({ input }) as Record<string, unknown>), commit: false }));
+      needed = svc.transactions.run('read', () => ({
+        value: svc.cel.evaluate(rule.when!, jsonToCel({ input }) as Record<string, unknown>),
+        commit: false,
+      }));
     } catch (error) {
       return toEngineError(error);
     }
     if (needed !== true) return null;
   }
-  const existing = svc.transactions.run('read', () => ({ value: svc.sessions.approvalByCall.get(callId), commit: false }));
+  const existing = svc.transactions.run('read', () => ({
+    value: svc.sessions.approvalByCall.get(callId),
+    commit: false,
+  }));
   const now = svc.clock.now();
   if (existing?.status === 'APPROVED') return null;
   if (existing?.status === 'REJECTED') {
-    return new EngineError('APPROVAL_REJECTED', `${existing.decided_by ?? 'a person'} rejected this call of ${tool.reference.name}${existing.reason ? `: ${existing.reason}` : ''}`, {
-      hint: 'Do not retry the same call; tell the person, or ask differently.',
-    });
+    return new EngineError(
+      'APPROVAL_REJECTED',
+      `${existing.decided_by ?? 'a person'} rejected this call of ${tool.reference.name}${existing.reason ? `: ${existing.reason}` : ''}`,
+      {
+        hint: 'Do not retry the same call; tell the person, or ask differently.',
+      },
+    );
   }
   if (existing?.status === 'CANCELLED') throw new Cancelled(ctx.executionId);
   if (existing && Date.parse(existing.expires) <= now.getTime()) {
-    step(ctx, () => svc.sessions.decideApproval.run({ approval_id: existing.approval_id, status: 'EXPIRED', reason: null, decided_by: null, decided: now.toISOString() }));
-    return new EngineError('APPROVAL_EXPIRED', `nobody approved this call of ${tool.reference.name} before it expired (${rule.timeoutMs ?? svc.limits.approvalTimeoutMsMax} ms)`, {
-      hint: 'The call did not run. Tell the person it needs an approval.',
-    });
+    step(ctx, () =>
+      svc.sessions.decideApproval.run({
+        approval_id: existing.approval_id,
+        status: 'EXPIRED',
+        reason: null,
+        decided_by: null,
+        decided: now.toISOString(),
+      }),
+    );
+    return new EngineError(
+      'APPROVAL_EXPIRED',
+      `nobody approved this call of ${tool.reference.name} before it expired (${rule.timeoutMs ?? svc.limits.approvalTimeoutMsMax} ms)`,
+      {
+        hint: 'The call did not run. Tell the person it needs an approval.',
+      },
+    );
   }
   if (existing?.status === 'EXPIRED') {
-    return new EngineError('APPROVAL_EXPIRED', `nobody approved this call of ${tool.reference.name} before it expired (${rule.timeoutMs ?? svc.limits.approvalTimeoutMsMax} ms)`, { hint: 'The call did not run. Tell the person it needs an approval.' });
+    return new EngineError(
+      'APPROVAL_EXPIRED',
+      `nobody approved this call of ${tool.reference.name} before it expired (${rule.timeoutMs ?? svc.limits.approvalTimeoutMsMax} ms)`,
+      { hint: 'The call did not run. Tell the person it needs an approval.' },
+    );
   }
   const approvalId = existing?.approval_id ?? derivedId(svc.derivedIdKey, 'approval', callId);
-  const expires = existing?.expires ?? new Date(now.getTime() + (rule.timeoutMs ?? svc.limits.approvalTimeoutMsMax)).toISOString();
+  const expires =
+    existing?.expires ?? new Date(now.getTime() + (rule.timeoutMs ?? svc.limits.approvalTimeoutMsMax)).toISOString();
   step(ctx, () => {
     if (!existing) {
       svc.sessions.insertApproval.run({
-        approval_id: approvalId, execution_id: ctx.executionId, call_id: callId, tool: tool.reference.name, tool_version: tool.version?.version ?? null,
-        input: JSON.stringify(input), requested_by: ctx.principal, expires, created: now.toISOString(),
+        approval_id: approvalId,
+        execution_id: ctx.executionId,
+        call_id: callId,
+        tool: tool.reference.name,
+        tool_version: tool.version?.version ?? null,
+        input: JSON.stringify(input),
+        requested_by: ctx.principal,
+        expires,
+        created: now.toISOString(),
       });
     }
-    svc.sessions.parkRun.run({ execution_id: ctx.executionId, owner: ctx.claim.owner, expires, now: now.toISOString() });
+    svc.sessions.parkRun.run({
+      execution_id: ctx.executionId,
+      owner: ctx.claim.owner,
+      expires,
+      now: now.toISOString(),
+    });
   });
   throw new Parked(approvalId);
 }
@@ -878,7 +1343,15 @@ class NestedRefusal extends Error {
  * attempt could mend (a provider down, a timeout) fails the whole attempt, to be resumed; any other
  * is its outcome, and goes back to the model like a failed tool call.
  */
-async function nestedRun(ctx: RunContext, s: ToolStep, callId: string, tool: OfferedTool, version: ActionVersion, input: unknown, resumed: boolean): Promise<CallNode> {
+async function nestedRun(
+  ctx: RunContext,
+  s: ToolStep,
+  callId: string,
+  tool: OfferedTool,
+  version: ActionVersion,
+  input: unknown,
+  resumed: boolean,
+): Promise<CallNode> {
   const { svc } = ctx;
   const depth = s.depth + 1;
   // Checked on every start and every resume (after an approval, after a crash): the caller may
@@ -886,18 +1359,33 @@ async function nestedRun(ctx: RunContext, s: ToolStep, callId: string, tool: Off
   try {
     step(ctx, () => {
       if (depth > svc.limits.toolDepthMax) {
-        throw new EngineError('LIMIT_EXCEEDED', `${version.name} would run at tool depth ${depth}; toolDepthMax is ${svc.limits.toolDepthMax}`, { hint: 'Flatten the chain of agents calling agents.' });
+        throw new EngineError(
+          'LIMIT_EXCEEDED',
+          `${version.name} would run at tool depth ${depth}; toolDepthMax is ${svc.limits.toolDepthMax}`,
+          { hint: 'Flatten the chain of agents calling agents.' },
+        );
       }
       const caller = svc.callerOf(ctx.principal);
-      if (!caller) throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(ctx.principal)} no longer exists`);
+      if (!caller)
+        throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(ctx.principal)} no longer exists`);
       checkMayCall(authorityOf(svc.cel, caller, null, ctx.outer.layers), version.name, version.version, input);
       checkRunnable(getVersion(svc.actions, { id: version.actionId, version: version.version }));
       validate(svc, version, 'input', input);
       if (resumed) return;
-      persistTree(svc.st, baseNode(ctx, {
-        executionId: callId, actionId: version.actionId, actionName: tool.reference.name, actionVersion: version.version, kind: kindOf(tool), input,
-        parentId: s.turnId, rootId: ctx.executionId, depth: s.depth,
-      }));
+      persistTree(
+        svc.st,
+        baseNode(ctx, {
+          executionId: callId,
+          actionId: version.actionId,
+          actionName: tool.reference.name,
+          actionVersion: version.version,
+          kind: kindOf(tool),
+          input,
+          parentId: s.turnId,
+          rootId: ctx.executionId,
+          depth: s.depth,
+        }),
+      );
     });
   } catch (error) {
     if (error instanceof LeaseLost || error instanceof Cancelled) throw error;
@@ -905,7 +1393,13 @@ async function nestedRun(ctx: RunContext, s: ToolStep, callId: string, tool: Off
     // Resumed and refused now: its row (RUNNING) ends FAILED with the reason, told to the model.
     const failure = toEngineError(error).toData();
     return step(ctx, () => {
-      svc.queue.finishNested.run({ execution_id: callId, status: 'FAILED', output: null, error: JSON.stringify(failure), finished: svc.clock.now().toISOString() });
+      svc.queue.finishNested.run({
+        execution_id: callId,
+        status: 'FAILED',
+        output: null,
+        error: JSON.stringify(failure),
+        finished: svc.clock.now().toISOString(),
+      });
       return rowToNode(svc.st.executionById.get(callId)!);
     });
   }
@@ -913,7 +1407,10 @@ async function nestedRun(ctx: RunContext, s: ToolStep, callId: string, tool: Off
   let output: unknown = null;
   let error: ErrorData | null = null;
   try {
-    output = version.kind === 'agent' ? await runAgent(inner, callId, version, input, depth) : await runModel(inner, callId, version, input, depth);
+    output =
+      version.kind === 'agent'
+        ? await runAgent(inner, callId, version, input, depth)
+        : await runModel(inner, callId, version, input, depth);
   } catch (e) {
     if (e instanceof LeaseLost || e instanceof Parked || e instanceof Cancelled || ctx.signal.aborted) throw e;
     const failure = toEngineError(e);
@@ -922,7 +1419,13 @@ async function nestedRun(ctx: RunContext, s: ToolStep, callId: string, tool: Off
   }
   return step(ctx, () => {
     const finished = svc.clock.now().toISOString();
-    svc.queue.finishNested.run({ execution_id: callId, status: error ? 'FAILED' : 'SUCCEEDED', output: error ? null : JSON.stringify(output ?? null), error: error ? JSON.stringify(error) : null, finished });
+    svc.queue.finishNested.run({
+      execution_id: callId,
+      status: error ? 'FAILED' : 'SUCCEEDED',
+      output: error ? null : JSON.stringify(output ?? null),
+      error: error ? JSON.stringify(error) : null,
+      finished,
+    });
     return rowToNode(svc.st.executionById.get(callId)!);
   });
 }

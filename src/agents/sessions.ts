@@ -28,7 +28,11 @@ function refuseInsideCall(frame: CallFrame | null, what: string): void {
 export function needsSession(cel: Cel, version: ActionVersion): boolean {
   if (version.kind !== 'agent') return false;
   if (version.tool.sessionSchema) return true;
-  return version.tools.some((ref) => Object.values(ref.input ?? {}).some((expression) => readsIdentifier((cel.compile(expression) as { ast?: unknown }).ast, 'session')));
+  return version.tools.some((ref) =>
+    Object.values(ref.input ?? {}).some((expression) =>
+      readsIdentifier((cel.compile(expression) as { ast?: unknown }).ast, 'session'),
+    ),
+  );
 }
 
 export function sessionStatus(svc: ExecutionServices, row: SessionRow): SessionStatus {
@@ -38,7 +42,14 @@ export function sessionStatus(svc: ExecutionServices, row: SessionRow): SessionS
 
 /** What a policy sees of a session (context.document). */
 export function sessionDocument(svc: ExecutionServices, row: SessionRow) {
-  return { sessionId: row.session_id, agent: row.action_name, agentVersion: row.action_version, input: JSON.parse(row.input) as unknown, principal: row.principal, status: sessionStatus(svc, row) };
+  return {
+    sessionId: row.session_id,
+    agent: row.action_name,
+    agentVersion: row.action_version,
+    input: JSON.parse(row.input) as unknown,
+    principal: row.principal,
+    status: sessionStatus(svc, row),
+  };
 }
 
 /**
@@ -46,36 +57,63 @@ export function sessionDocument(svc: ExecutionServices, row: SessionRow) {
  * subject: `input`, checked against the agent's sessionSchema. The same id with the same agent
  * and input by the same client returns the session (idempotent); anything else is a conflict.
  */
-export function createSession(svc: ExecutionServices, caller: Caller, frame: CallFrame | null, request: { sessionId: string; agent: string; input: unknown }): SessionRow {
+export function createSession(
+  svc: ExecutionServices,
+  caller: Caller,
+  frame: CallFrame | null,
+  request: { sessionId: string; agent: string; input: unknown },
+): SessionRow {
   refuseInsideCall(frame, 'createSession');
   const version = resolveStartVersion(svc, { name: request.agent });
-  if (version.kind !== 'agent') throw new EngineError('BAD_REQUEST', `${version.name} is a ${version.kind}; a session talks to an agent`, { hint: 'Name an action of kind agent.' });
+  if (version.kind !== 'agent')
+    throw new EngineError('BAD_REQUEST', `${version.name} is a ${version.kind}; a session talks to an agent`, {
+      hint: 'Name an action of kind agent.',
+    });
   const input = request.input ?? {};
   const existing = svc.sessions.sessionById.get(request.sessionId);
   if (existing) {
-    if (existing.principal === caller.principal && existing.action_id === version.actionId && existing.input === JSON.stringify(input)) return existing;
-    throw new EngineError('ALREADY_EXISTS', `session ${request.sessionId} already exists`, { hint: 'Use a new sessionId for a new session.' });
+    if (
+      existing.principal === caller.principal &&
+      existing.action_id === version.actionId &&
+      existing.input === JSON.stringify(input)
+    )
+      return existing;
+    throw new EngineError('ALREADY_EXISTS', `session ${request.sessionId} already exists`, {
+      hint: 'Use a new sessionId for a new session.',
+    });
   }
   checkInputBytes(svc, `the session of ${version.name}`, input);
   if (version.tool.sessionSchema) {
     const validator = svc.actions.schemas.compile(version.tool.sessionSchema, 'tool.sessionSchema');
     const problems = svc.actions.schemas.problems(validator, input);
     if (problems.length > 0) {
-      throw new EngineError('INPUT_INVALID', `session input of ${version.name}@${version.version} does not match its sessionSchema: ${problems.map((p) => `${p.pointer} ${p.message}`).join('; ')}`, {
-        details: { problems },
-      });
+      throw new EngineError(
+        'INPUT_INVALID',
+        `session input of ${version.name}@${version.version} does not match its sessionSchema: ${problems.map((p) => `${p.pointer} ${p.message}`).join('; ')}`,
+        {
+          details: { problems },
+        },
+      );
     }
   }
   const now = svc.clock.now().toISOString();
   svc.sessions.insertSession.run({
-    session_id: request.sessionId, action_id: version.actionId, action_name: version.name, action_version: version.version, input: JSON.stringify(input), principal: caller.principal, now,
+    session_id: request.sessionId,
+    action_id: version.actionId,
+    action_name: version.name,
+    action_version: version.version,
+    input: JSON.stringify(input),
+    principal: caller.principal,
+    now,
   });
   return svc.sessions.sessionById.get(request.sessionId)!;
 }
 
 /** The one answer for a session a caller may not use, the same as for an id nobody used. */
 function noSuchSession(sessionId: string): EngineError {
-  return new EngineError('NOT_FOUND', `session ${sessionId} does not exist`, { hint: 'Open one with createSession; a session is seen and used only by the client that opened it.' });
+  return new EngineError('NOT_FOUND', `session ${sessionId} does not exist`, {
+    hint: 'Open one with createSession; a session is seen and used only by the client that opened it.',
+  });
 }
 
 /**
@@ -85,12 +123,22 @@ function noSuchSession(sessionId: string): EngineError {
  * (session, sessions, sendMessage, closeSession): another client's session is never usable,
  * whatever its policies allow, since a session id is not a capability.
  */
-export function usable(svc: ExecutionServices, row: SessionRow, principal: string, allows?: (document: ReturnType<typeof sessionDocument>) => boolean): boolean {
+export function usable(
+  svc: ExecutionServices,
+  row: SessionRow,
+  principal: string,
+  allows?: (document: ReturnType<typeof sessionDocument>) => boolean,
+): boolean {
   return row.principal === principal && (allows === undefined || allows(sessionDocument(svc, row)));
 }
 
 /** The session `sessionId` when `principal` may use it (see usable); otherwise NOT_FOUND, as an id nobody used. */
-export function usableSession(svc: ExecutionServices, principal: string, sessionId: string, allows?: (document: ReturnType<typeof sessionDocument>) => boolean): SessionRow {
+export function usableSession(
+  svc: ExecutionServices,
+  principal: string,
+  sessionId: string,
+  allows?: (document: ReturnType<typeof sessionDocument>) => boolean,
+): SessionRow {
   const row = svc.sessions.sessionById.get(sessionId);
   if (!row || !usable(svc, row, principal, allows)) throw noSuchSession(sessionId);
   return row;
@@ -101,9 +149,13 @@ function ownOpenSession(svc: ExecutionServices, caller: Caller, sessionId: strin
   const row = usableSession(svc, caller.principal, sessionId);
   const status = sessionStatus(svc, row);
   if (status !== 'OPEN') {
-    throw new EngineError('BAD_REQUEST', `session ${sessionId} is ${status}${status === 'EXPIRED' ? ` (unused for sessionIdleMs, ${svc.limits.sessionIdleMs} ms)` : ''}; it takes no more messages`, {
-      hint: 'Open a new session.',
-    });
+    throw new EngineError(
+      'BAD_REQUEST',
+      `session ${sessionId} is ${status}${status === 'EXPIRED' ? ` (unused for sessionIdleMs, ${svc.limits.sessionIdleMs} ms)` : ''}; it takes no more messages`,
+      {
+        hint: 'Open a new session.',
+      },
+    );
   }
   return row;
 }
@@ -116,7 +168,12 @@ export function sessionAgent(svc: ExecutionServices, row: SessionRow): ActionVer
 /** A turn's input: the session's input with the person's message. */
 export function turnInput(row: SessionRow, text: string): Record<string, unknown> {
   const sessionInput = JSON.parse(row.input) as unknown;
-  return { ...(sessionInput !== null && typeof sessionInput === 'object' && !Array.isArray(sessionInput) ? (sessionInput as Record<string, unknown>) : {}), message: text };
+  return {
+    ...(sessionInput !== null && typeof sessionInput === 'object' && !Array.isArray(sessionInput)
+      ? (sessionInput as Record<string, unknown>)
+      : {}),
+    message: text,
+  };
 }
 
 /**
@@ -124,41 +181,94 @@ export function turnInput(row: SessionRow, text: string): Record<string, unknown
  * an agent run (its id derived from the session and messageId) that sees the session's history;
  * the queue runs a session's turns one after another.
  */
-export function sendMessage(svc: ExecutionServices, caller: Caller, frame: CallFrame | null, request: { sessionId: string; messageId: string; text: string }): SessionMessageRow {
+export function sendMessage(
+  svc: ExecutionServices,
+  caller: Caller,
+  frame: CallFrame | null,
+  request: { sessionId: string; messageId: string; text: string },
+): SessionMessageRow {
   refuseInsideCall(frame, 'sendMessage');
   const row = ownOpenSession(svc, caller, request.sessionId);
   if (request.messageId.length === 0 || request.messageId.length > MESSAGE_ID_MAX) {
-    throw new EngineError('BAD_REQUEST', `messageId must be 1 to ${MESSAGE_ID_MAX} characters, got ${request.messageId.length}`, { hint: 'Use a UUID.' });
+    throw new EngineError(
+      'BAD_REQUEST',
+      `messageId must be 1 to ${MESSAGE_ID_MAX} characters, got ${request.messageId.length}`,
+      { hint: 'Use a UUID.' },
+    );
   }
-  if (request.text.trim() === '') throw new EngineError('BAD_REQUEST', 'text is empty', { hint: 'Send what the person said.' });
+  if (request.text.trim() === '')
+    throw new EngineError('BAD_REQUEST', 'text is empty', { hint: 'Send what the person said.' });
   if (request.text.length > svc.limits.sessionMessageCharsMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `the message is ${request.text.length} characters; sessionMessageCharsMax is ${svc.limits.sessionMessageCharsMax}`, { hint: 'Send a shorter message.' });
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `the message is ${request.text.length} characters; sessionMessageCharsMax is ${svc.limits.sessionMessageCharsMax}`,
+      { hint: 'Send a shorter message.' },
+    );
   }
   const existing = svc.sessions.messageByKey.get(request.sessionId, 'USER', request.messageId);
   if (existing) {
     if (existing.text === request.text) return existing;
-    throw new EngineError('EXECUTION_ID_CONFLICT', `message ${quote(request.messageId)} was sent to session ${request.sessionId} with another text`, { hint: 'Use a new messageId for each message.' });
+    throw new EngineError(
+      'EXECUTION_ID_CONFLICT',
+      `message ${quote(request.messageId)} was sent to session ${request.sessionId} with another text`,
+      { hint: 'Use a new messageId for each message.' },
+    );
   }
   const executionId = derivedId(svc.derivedIdKey, 'session-turn', row.session_id, request.messageId);
   const sent = svc.st.executionById.get(executionId);
   if (sent) {
     // Sent before, and trimmed from the history since (sessionHistoryMax): the same turn answers.
     if ((JSON.parse(sent.input) as { message?: unknown }).message !== request.text) {
-      throw new EngineError('EXECUTION_ID_CONFLICT', `message ${quote(request.messageId)} was sent to session ${request.sessionId} with another text`, { hint: 'Use a new messageId for each message.' });
+      throw new EngineError(
+        'EXECUTION_ID_CONFLICT',
+        `message ${quote(request.messageId)} was sent to session ${request.sessionId} with another text`,
+        { hint: 'Use a new messageId for each message.' },
+      );
     }
-    return { seq: 0, session_id: row.session_id, message_id: request.messageId, role: 'USER', text: request.text, execution_id: executionId, created: sent.created };
+    return {
+      seq: 0,
+      session_id: row.session_id,
+      message_id: request.messageId,
+      role: 'USER',
+      text: request.text,
+      execution_id: executionId,
+      created: sent.created,
+    };
   }
   const version = sessionAgent(svc, row);
-  if (version.status !== 'ACTIVE') throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version}, the session's agent, is ${version.status}`, { hint: 'Open a new session.' });
+  if (version.status !== 'ACTIVE')
+    throw new EngineError(
+      'VERSION_LOCKED',
+      `${version.name} version ${version.version}, the session's agent, is ${version.status}`,
+      { hint: 'Open a new session.' },
+    );
   const input = turnInput(row, request.text);
   checkInputBytes(svc, version.name, input);
-  validate(svc, version, 'input', input, "A session turn's input is the session's input with `message`: the agent's inputSchema must accept it.");
+  validate(
+    svc,
+    version,
+    'input',
+    input,
+    "A session turn's input is the session's input with `message`: the agent's inputSchema must accept it.",
+  );
   const now = svc.clock.now().toISOString();
   enqueue(svc, {
-    executionId, version, input, inputFingerprint: fingerprint(canonicalJson({ target: `${version.actionId}@${version.version}`, input })), principal: caller.principal, triggerId: null,
+    executionId,
+    version,
+    input,
+    inputFingerprint: fingerprint(canonicalJson({ target: `${version.actionId}@${version.version}`, input })),
+    principal: caller.principal,
+    triggerId: null,
   });
   svc.sessions.setSession.run(row.session_id, executionId);
-  svc.sessions.insertMessage.run({ session_id: row.session_id, message_id: request.messageId, role: 'USER', text: request.text, execution_id: executionId, created: now });
+  svc.sessions.insertMessage.run({
+    session_id: row.session_id,
+    message_id: request.messageId,
+    role: 'USER',
+    text: request.text,
+    execution_id: executionId,
+    created: now,
+  });
   svc.sessions.touchSession.run(now, now, row.session_id);
   svc.sessions.trimMessages.run(row.session_id, row.session_id, svc.limits.sessionHistoryMax);
   return svc.sessions.messageByKey.get(row.session_id, 'USER', request.messageId)!;
@@ -178,13 +288,24 @@ export function closeSession(svc: ExecutionServices, frame: CallFrame | null, ro
 
 export function getApproval(svc: ExecutionServices, approvalId: string): ApprovalRow {
   const row = svc.sessions.approvalById.get(approvalId);
-  if (!row) throw new EngineError('NOT_FOUND', `approval ${approvalId} does not exist`, { hint: 'List them with actions.approvals(where: {status: PENDING}).' });
+  if (!row)
+    throw new EngineError('NOT_FOUND', `approval ${approvalId} does not exist`, {
+      hint: 'List them with actions.approvals(where: {status: PENDING}).',
+    });
   return row;
 }
 
 /** What a policy sees of an approval (context.document): requestedBy lets a policy forbid approving one's own calls. */
 export function approvalDocument(row: ApprovalRow) {
-  return { approvalId: row.approval_id, executionId: row.execution_id, tool: row.tool, toolVersion: row.tool_version, input: JSON.parse(row.input) as unknown, requestedBy: row.requested_by, status: row.status };
+  return {
+    approvalId: row.approval_id,
+    executionId: row.execution_id,
+    tool: row.tool,
+    toolVersion: row.tool_version,
+    input: JSON.parse(row.input) as unknown,
+    requestedBy: row.requested_by,
+    status: row.status,
+  };
 }
 
 /**
@@ -192,13 +313,41 @@ export function approvalDocument(row: ApprovalRow) {
  * due at once (the worker wakes after the commit) and replays to the call, which runs (approved,
  * under the starter's authority) or is reported to the model as rejected.
  */
-export function decide(svc: ExecutionServices, caller: Caller, frame: CallFrame | null, row: ApprovalRow, status: 'APPROVED' | 'REJECTED', reason: string | null): ApprovalRow {
-  if (frame) throw new EngineError('ACCESS_DENIED', 'a call cannot be approved or rejected from inside a tool call', { hint: 'A person decides, as a client (GraphQL, tally approve).' });
-  if (reason !== null && reason.length > svc.limits.sessionMessageCharsMax) throw new EngineError('LIMIT_EXCEEDED', `the reason is ${reason.length} characters; sessionMessageCharsMax is ${svc.limits.sessionMessageCharsMax}`);
+export function decide(
+  svc: ExecutionServices,
+  caller: Caller,
+  frame: CallFrame | null,
+  row: ApprovalRow,
+  status: 'APPROVED' | 'REJECTED',
+  reason: string | null,
+): ApprovalRow {
+  if (frame)
+    throw new EngineError('ACCESS_DENIED', 'a call cannot be approved or rejected from inside a tool call', {
+      hint: 'A person decides, as a client (GraphQL, tally approve).',
+    });
+  if (reason !== null && reason.length > svc.limits.sessionMessageCharsMax)
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `the reason is ${reason.length} characters; sessionMessageCharsMax is ${svc.limits.sessionMessageCharsMax}`,
+    );
   const now = svc.clock.now();
-  if (row.status !== 'PENDING') throw new EngineError('BAD_REQUEST', `approval ${row.approval_id} is ${row.status}; only a PENDING one can be decided`, { hint: 'List the pending ones with actions.approvals(where: {status: PENDING}).' });
-  if (Date.parse(row.expires) <= now.getTime()) throw new EngineError('BAD_REQUEST', `approval ${row.approval_id} expired at ${row.expires}`, { hint: 'The model is told it expired; the call will not run.' });
-  svc.sessions.decideApproval.run({ approval_id: row.approval_id, status, reason, decided_by: caller.principal, decided: now.toISOString() });
+  if (row.status !== 'PENDING')
+    throw new EngineError(
+      'BAD_REQUEST',
+      `approval ${row.approval_id} is ${row.status}; only a PENDING one can be decided`,
+      { hint: 'List the pending ones with actions.approvals(where: {status: PENDING}).' },
+    );
+  if (Date.parse(row.expires) <= now.getTime())
+    throw new EngineError('BAD_REQUEST', `approval ${row.approval_id} expired at ${row.expires}`, {
+      hint: 'The model is told it expired; the call will not run.',
+    });
+  svc.sessions.decideApproval.run({
+    approval_id: row.approval_id,
+    status,
+    reason,
+    decided_by: caller.principal,
+    decided: now.toISOString(),
+  });
   svc.sessions.wakeRun.run({ id: row.execution_id, now: now.toISOString() });
   svc.notifyStarted();
   return svc.sessions.approvalById.get(row.approval_id)!;
@@ -209,8 +358,15 @@ export function decide(svc: ExecutionServices, caller: Caller, frame: CallFrame 
  * tool call); WAITING_APPROVAL ends it now, its pending approval CANCELLED. Returns false when the
  * execution is neither (the caller handles QUEUED and refuses the rest).
  */
-export function cancelRun(svc: ExecutionServices, row: { execution_id: string; status: string; kind: string; parent_id: string | null }): boolean {
-  if (row.parent_id !== null || !runsOutsideTransactions(row.kind === 'AGENT' ? 'agent' : row.kind === 'MODEL' ? 'model' : 'tool')) return false;
+export function cancelRun(
+  svc: ExecutionServices,
+  row: { execution_id: string; status: string; kind: string; parent_id: string | null },
+): boolean {
+  if (
+    row.parent_id !== null ||
+    !runsOutsideTransactions(row.kind === 'AGENT' ? 'agent' : row.kind === 'MODEL' ? 'model' : 'tool')
+  )
+    return false;
   const now = svc.clock.now().toISOString();
   if (row.status === 'RUNNING') {
     svc.sessions.requestCancel.run(now, row.execution_id);

@@ -26,9 +26,10 @@ export interface ClientDeps {
   policiesMax: number;
 }
 
-
 /** Full authority, for the admin client that `tally serve` creates. */
-export const ADMIN_POLICIES: Policy[] = [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE', 'DELETE'], resources: ['*'], assertions: null }];
+export const ADMIN_POLICIES: Policy[] = [
+  { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE', 'DELETE'], resources: ['*'], assertions: null },
+];
 
 const KEY_PREFIX = 'tly_';
 
@@ -39,7 +40,9 @@ export const ADMIN_PRINCIPAL = 'admin';
 
 /** The refusal of a key that belongs to no client, the same wherever a key is checked. */
 export function invalidKey(): EngineError {
-  return new EngineError('UNAUTHENTICATED', 'the API key is not valid', { hint: 'Check the key; a rotated or deleted client’s key no longer works.' });
+  return new EngineError('UNAUTHENTICATED', 'the API key is not valid', {
+    hint: 'Check the key; a rotated or deleted client’s key no longer works.',
+  });
 }
 
 export function hashKey(apiKey: string): string {
@@ -51,11 +54,22 @@ function newKey(): string {
 }
 
 function toClient(row: ClientRow): Client {
-  return { principal: row.principal, name: row.name, policies: JSON.parse(row.policies) as Policy[], version: row.version, created: row.created, modified: row.modified };
+  return {
+    principal: row.principal,
+    name: row.name,
+    policies: JSON.parse(row.policies) as Policy[],
+    version: row.version,
+    created: row.created,
+    modified: row.modified,
+  };
 }
 
 /** Parse the policies to grant; the granter's stack must hold them all (an empty stack is the engine). */
-function clientPolicies(deps: ClientDeps, policies: PolicyInput[] | null | undefined, granter: readonly AuthorityLayer[]): Policy[] {
+function clientPolicies(
+  deps: ClientDeps,
+  policies: PolicyInput[] | null | undefined,
+  granter: readonly AuthorityLayer[],
+): Policy[] {
   const parsed = parsePolicies(deps.cel, policies ?? [], deps.policiesMax);
   checkGrant(deps.cel, granter, parsed);
   return parsed;
@@ -73,10 +87,14 @@ export function createClient(
 ): { client: Client; apiKey: string } {
   const principal = requiredText(input.principal, 'principal', 256);
   if (principal === SYSTEM_PRINCIPAL) {
-    throw new EngineError('BAD_REQUEST', `principal ${quote(SYSTEM_PRINCIPAL)} is reserved for the engine itself`, { hint: 'Choose another principal.' });
+    throw new EngineError('BAD_REQUEST', `principal ${quote(SYSTEM_PRINCIPAL)} is reserved for the engine itself`, {
+      hint: 'Choose another principal.',
+    });
   }
   if (deps.st.clientByPrincipal.get(principal)) {
-    throw new EngineError('ALREADY_EXISTS', `client ${quote(principal)} already exists`, { hint: 'Use updateClient to change its policies.' });
+    throw new EngineError('ALREADY_EXISTS', `client ${quote(principal)} already exists`, {
+      hint: 'Use updateClient to change its policies.',
+    });
   }
   const now = deps.clock.now().toISOString();
   const row = {
@@ -106,13 +124,19 @@ export function updateClient(
   // A client rotating its own key from a request hands over nothing it does not hold; from inside a
   // call, the tools on the stack bound what the key may be handed (a key carries all its policies).
   if (input.rotateKey && input.policies == null && (principal !== granter.principal || granter.stack.length > 1)) {
-    checkGrant(deps.cel, granter.stack, JSON.parse(current.policies) as Policy[], `rotateKey hands over the policies of client ${principal}: policies`);
+    checkGrant(
+      deps.cel,
+      granter.stack,
+      JSON.parse(current.policies) as Policy[],
+      `rotateKey hands over the policies of client ${principal}: policies`,
+    );
   }
   const apiKey = input.rotateKey ? newKey() : null;
   const row = {
     principal,
     name: input.name == null ? current.name : requiredText(input.name, 'name'),
-    policies: input.policies == null ? current.policies : JSON.stringify(clientPolicies(deps, input.policies, granter.stack)),
+    policies:
+      input.policies == null ? current.policies : JSON.stringify(clientPolicies(deps, input.policies, granter.stack)),
     key_hash: apiKey ? hashKey(apiKey) : current.key_hash,
     modified: deps.clock.now().toISOString(),
   };
@@ -128,7 +152,10 @@ export function deleteClient(deps: ClientDeps, principal: string): Client {
 
 function findClient(deps: ClientDeps, principal: string): ClientRow {
   const row = deps.st.clientByPrincipal.get(principal);
-  if (!row) throw new EngineError('NOT_FOUND', `client ${quote(principal)} does not exist`, { hint: 'Create it with auth.createClient.' });
+  if (!row)
+    throw new EngineError('NOT_FOUND', `client ${quote(principal)} does not exist`, {
+      hint: 'Create it with auth.createClient.',
+    });
   return row;
 }
 
@@ -157,19 +184,36 @@ export function authenticate(deps: ClientDeps, apiKey: string): Client | null {
  * Make sure an admin client exists. With `apiKey` (TALLY_ADMIN_KEY), the admin's key is set to it;
  * without, a key is generated only when no admin exists yet. Returns the new key when one was made.
  */
-export function ensureAdmin(deps: ClientDeps, apiKey?: string, onChange?: (change: 'created' | 'rotated') => void): string | null {
+export function ensureAdmin(
+  deps: ClientDeps,
+  apiKey?: string,
+  onChange?: (change: 'created' | 'rotated') => void,
+): string | null {
   const existing = deps.st.clientByPrincipal.get(ADMIN_PRINCIPAL);
   if (apiKey !== undefined && !apiKey.startsWith(KEY_PREFIX)) {
-    throw new EngineError('BAD_REQUEST', `TALLY_ADMIN_KEY must start with ${KEY_PREFIX}`, { hint: `Generate one, e.g. ${KEY_PREFIX}$(openssl rand -hex 32).` });
+    throw new EngineError('BAD_REQUEST', `TALLY_ADMIN_KEY must start with ${KEY_PREFIX}`, {
+      hint: `Generate one, e.g. ${KEY_PREFIX}$(openssl rand -hex 32).`,
+    });
   }
   if (existing) {
     if (apiKey !== undefined && existing.key_hash !== hashKey(apiKey)) {
-      deps.st.updateClient.run({ principal: ADMIN_PRINCIPAL, name: existing.name, policies: existing.policies, key_hash: hashKey(apiKey), modified: deps.clock.now().toISOString() });
+      deps.st.updateClient.run({
+        principal: ADMIN_PRINCIPAL,
+        name: existing.name,
+        policies: existing.policies,
+        key_hash: hashKey(apiKey),
+        modified: deps.clock.now().toISOString(),
+      });
       onChange?.('rotated');
     }
     return null;
   }
-  const created = createClient(deps, { principal: ADMIN_PRINCIPAL, name: 'Administrator', policies: ADMIN_POLICIES }, [], apiKey).apiKey;
+  const created = createClient(
+    deps,
+    { principal: ADMIN_PRINCIPAL, name: 'Administrator', policies: ADMIN_POLICIES },
+    [],
+    apiKey,
+  ).apiKey;
   onChange?.('created');
   return created;
 }

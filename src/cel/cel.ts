@@ -85,10 +85,12 @@ export class Cel {
     }
     const meter = this.meter;
     const path = selectPath(parsed.ast);
-    const run = path ? (context: Record<string, unknown> | undefined) => {
-      const value = select(meter, path, context);
-      return value === SLOW_PATH ? this.metered(parsed, context) : value;
-    } : (context: Record<string, unknown> | undefined) => this.metered(parsed, context);
+    const run = path
+      ? (context: Record<string, unknown> | undefined) => {
+          const value = select(meter, path, context);
+          return value === SLOW_PATH ? this.metered(parsed, context) : value;
+        }
+      : (context: Record<string, unknown> | undefined) => this.metered(parsed, context);
     const compiled: Compiled = (context) => {
       if (meter.active) {
         // Inside a scope: the budget is shared, the expression named in its error is this one.
@@ -175,7 +177,8 @@ function selectPath(ast: unknown): string[] | null {
     fields.unshift(node.args[1]);
     node = node.args[0] as typeof node;
   }
-  if (node?.op !== 'id' || typeof node.args !== 'string' || node.meta?.alternate !== undefined || fields.length === 0) return null;
+  if (node?.op !== 'id' || typeof node.args !== 'string' || node.meta?.alternate !== undefined || fields.length === 0)
+    return null;
   return [node.args, ...fields];
 }
 

@@ -120,20 +120,31 @@ export class CostMeter {
   }
 
   private pastDeadline(expression: string): EngineError {
-    return (this.overran ??= new EngineError('LIMIT_EXCEEDED', `CEL ${quote(expression)} ran past the request's deadline (requestDeadlineMs)`, {
-      hint: 'The request evaluates too much CEL: ask for fewer rows, or simplify the expressions (policy assertions run once per row).',
-      details: { expression, requestDeadline: true },
-    }));
+    return (this.overran ??= new EngineError(
+      'LIMIT_EXCEEDED',
+      `CEL ${quote(expression)} ran past the request's deadline (requestDeadlineMs)`,
+      {
+        hint: 'The request evaluates too much CEL: ask for fewer rows, or simplify the expressions (policy assertions run once per row).',
+        details: { expression, requestDeadline: true },
+      },
+    ));
   }
 
   /** Charge the deep size of a value, walking no further than the budget left. */
   chargeDeep(value: unknown): void {
     if (value === null || typeof value !== 'object') {
-      if (typeof value === 'string' && value.length >= CEL_COST.charactersPerUnit) this.charge(Math.floor(value.length / CEL_COST.charactersPerUnit));
+      if (typeof value === 'string' && value.length >= CEL_COST.charactersPerUnit)
+        this.charge(Math.floor(value.length / CEL_COST.charactersPerUnit));
       return;
     }
     // Decimals, timestamps and other values of their own type hold nothing to walk.
-    if (!Array.isArray(value) && !(value instanceof Map) && !(value instanceof Uint8Array) && Object.getPrototypeOf(value) !== Object.prototype) return;
+    if (
+      !Array.isArray(value) &&
+      !(value instanceof Map) &&
+      !(value instanceof Uint8Array) &&
+      Object.getPrototypeOf(value) !== Object.prototype
+    )
+      return;
     let units = 0;
     const stack: unknown[] = [value];
     while (stack.length > 0) {
@@ -175,12 +186,16 @@ export class CostMeter {
   }
 
   exceeded(): EngineError {
-    return (this.error ??= new EngineError('LIMIT_EXCEEDED', `CEL ${quote(this.expression)} costs more than ${this.limitName} (${this.limit}): stopped at a cost of ${this.spent}`, {
-      hint:
-        'Each sub-expression evaluated costs 1 and each list element or 16 characters a step yields costs 1; all/exists/map/filter repeat their body for each element, ' +
-        'so nesting them over one list multiplies the cost. Work over smaller lists, avoid nested macros over the same input, or raise celCostMax.',
-      details: { expression: this.expression, cost: this.spent, [this.limitName]: this.limit },
-    }));
+    return (this.error ??= new EngineError(
+      'LIMIT_EXCEEDED',
+      `CEL ${quote(this.expression)} costs more than ${this.limitName} (${this.limit}): stopped at a cost of ${this.spent}`,
+      {
+        hint:
+          'Each sub-expression evaluated costs 1 and each list element or 16 characters a step yields costs 1; all/exists/map/filter repeat their body for each element, ' +
+          'so nesting them over one list multiplies the cost. Work over smaller lists, avoid nested macros over the same input, or raise celCostMax.',
+        details: { expression: this.expression, cost: this.spent, [this.limitName]: this.limit },
+      },
+    ));
   }
 }
 
@@ -197,7 +212,9 @@ export function meterEvaluator(env: Environment, meter: CostMeter): void {
   };
   probe({});
   if (!evaluator || typeof evaluator.run !== 'function') {
-    throw new Error('the CEL cost meter cannot reach the evaluator: @marcbachmann/cel-js changed its internals (the version is pinned for this)');
+    throw new Error(
+      'the CEL cost meter cannot reach the evaluator: @marcbachmann/cel-js changed its internals (the version is pinned for this)',
+    );
   }
   evaluator.run = function run(this: Evaluator, ast: AstNode, ctx: unknown): unknown {
     if (--meter.left < 0) throw meter.exceeded();
@@ -212,7 +229,8 @@ export function meterEvaluator(env: Environment, meter: CostMeter): void {
       throw error;
     }
     if (typeof value === 'string') {
-      if (value.length >= CEL_COST.charactersPerUnit) meter.left -= Math.floor(value.length / CEL_COST.charactersPerUnit);
+      if (value.length >= CEL_COST.charactersPerUnit)
+        meter.left -= Math.floor(value.length / CEL_COST.charactersPerUnit);
     } else if (typeof value === 'object' && value !== null && (Array.isArray(value) || value instanceof Uint8Array)) {
       meter.left -= value.length;
     }
@@ -243,9 +261,14 @@ export function instrumentExpression(root: AstNode, meter: CostMeter): void {
     const alternate = (node as { meta?: { alternate?: unknown } }).meta?.alternate;
     if (isNode(alternate) && alternate.op === 'comprehension') instrumentComprehension(alternate, meter);
     const args = node.args as unknown[];
-    if (node.op === 'rcall' && args[0] === 'matches' && (args[2] as unknown[]).length === 1) instrumentMatches(node, meter, isNode);
+    if (node.op === 'rcall' && args[0] === 'matches' && (args[2] as unknown[]).length === 1)
+      instrumentMatches(node, meter, isNode);
     else if (node.op === '==' || node.op === '!=' || node.op === 'in') instrumentEquality(node, meter);
-    else if ((node.op === 'call' && args[0] === 'size' && (args[1] as unknown[]).length === 1) || (node.op === 'rcall' && args[0] === 'size' && (args[2] as unknown[]).length === 0)) instrumentSize(node, meter);
+    else if (
+      (node.op === 'call' && args[0] === 'size' && (args[1] as unknown[]).length === 1) ||
+      (node.op === 'rcall' && args[0] === 'size' && (args[2] as unknown[]).length === 0)
+    )
+      instrumentSize(node, meter);
     if (Array.isArray(node.args)) stack.push(node.args);
     else if (node.args !== null && typeof node.args === 'object') stack.push(node.args);
   }
@@ -265,7 +288,9 @@ function instrumentMatches(node: AstNode, meter: CostMeter, isNode: (value: unkn
   node.handle = (values: unknown[]) => {
     const [text, pattern] = values;
     if (typeof text !== 'string' || typeof pattern !== 'string') {
-      throw new EngineError('CEL_ERROR', `no matching overload for ${typeName(text)}.matches(${typeName(pattern)})`, { hint: 'matches takes a string receiver and a string pattern.' });
+      throw new EngineError('CEL_ERROR', `no matching overload for ${typeName(text)}.matches(${typeName(pattern)})`, {
+        hint: 'matches takes a string receiver and a string pattern.',
+      });
     }
     const regex = literal ?? meter.dynamicPattern(pattern);
     meter.charge(Math.ceil((text.length * regex.size) / CEL_COST.matchStepsPerUnit));
@@ -280,7 +305,13 @@ function instrumentEquality(node: AstNode, meter: CostMeter): void {
   const kinds = (node.args as Array<{ checkedType?: { kind?: string } }>).map((a) => a.checkedType?.kind);
   if (kinds.some((k) => k === 'primitive' || k === 'message')) return;
   node.handle = (left: unknown, right: unknown, ast: unknown, ev: unknown) => {
-    if (typeof right === 'object' && right !== null && (node.op === 'in' ? Array.isArray(right) && typeof left === 'object' && left !== null : typeof left === 'object' && left !== null)) {
+    if (
+      typeof right === 'object' &&
+      right !== null &&
+      (node.op === 'in'
+        ? Array.isArray(right) && typeof left === 'object' && left !== null
+        : typeof left === 'object' && left !== null)
+    ) {
       meter.chargeDeep(left);
       meter.chargeDeep(right);
     }
@@ -293,7 +324,13 @@ function instrumentComprehension(node: AstNode, meter: CostMeter): void {
   if (typeof handle !== 'function') return;
   // The handler gets the evaluated range; a map ranges over its keys, listed here once and charged.
   node.handle = (items: unknown, args: unknown, ev: unknown, ctx: unknown) => {
-    if (typeof items === 'object' && items !== null && !Array.isArray(items) && !(items instanceof Map) && !(items instanceof Set)) {
+    if (
+      typeof items === 'object' &&
+      items !== null &&
+      !Array.isArray(items) &&
+      !(items instanceof Map) &&
+      !(items instanceof Set)
+    ) {
       const keys = Object.keys(items);
       meter.charge(keys.length * CEL_COST.mapKey);
       return handle(keys, args, ev, ctx);
@@ -309,7 +346,8 @@ function instrumentSize(node: AstNode, meter: CostMeter): void {
     const operand = values[0];
     const size = handle(values, a, b);
     // Counting a map's keys walks them; lists, strings and bytes were charged when they were yielded.
-    if (typeof operand === 'object' && operand !== null && !Array.isArray(operand) && !(operand instanceof Uint8Array)) meter.charge(Number(size) * CEL_COST.mapKey);
+    if (typeof operand === 'object' && operand !== null && !Array.isArray(operand) && !(operand instanceof Uint8Array))
+      meter.charge(Number(size) * CEL_COST.mapKey);
     return size;
   };
 }
@@ -327,7 +365,10 @@ function typeName(value: unknown): string {
 function regexError(error: unknown, position?: number): EngineError {
   if (!(error instanceof RegexRefused)) return new EngineError('CEL_ERROR', String((error as Error)?.message ?? error));
   const at = position === undefined ? '' : ` (at position ${position + 1})`;
-  return new EngineError('CEL_ERROR', `${error.message}${at}`, { hint: error.hint, details: { pattern: error.pattern } });
+  return new EngineError('CEL_ERROR', `${error.message}${at}`, {
+    hint: error.hint,
+    details: { pattern: error.pattern },
+  });
 }
 
 /** Did an evaluation stop at a budget (celCostMax, or the request's deadline) rather than fail? */

@@ -83,7 +83,9 @@ const UUID_TEXT = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 
 function uuidText(s: string): string {
   if (!UUID_TEXT.test(s)) {
-    throw new EngineError('CEL_ERROR', `uuid(${quote(s)}): not a UUID`, { hint: 'Write it as 8-4-4-4-12 hex digits, e.g. uuid(\'6c6affb0-5cf5-402b-8d84-01bfc1624a2c\').' });
+    throw new EngineError('CEL_ERROR', `uuid(${quote(s)}): not a UUID`, {
+      hint: "Write it as 8-4-4-4-12 hex digits, e.g. uuid('6c6affb0-5cf5-402b-8d84-01bfc1624a2c').",
+    });
   }
   return s.toLowerCase();
 }
@@ -109,7 +111,13 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
     unlistedVariablesAreDyn: true,
     homogeneousAggregateLiterals: false,
     enableOptionalTypes: true,
-    limits: { maxAstNodes: limits.maxAstNodes, maxDepth: 100, maxListElements: 1000, maxMapEntries: 1000, maxCallArguments: 32 },
+    limits: {
+      maxAstNodes: limits.maxAstNodes,
+      maxDepth: 100,
+      maxListElements: 1000,
+      maxMapEntries: 1000,
+      maxCallArguments: 32,
+    },
   });
 
   env
@@ -144,15 +152,28 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
       if (!Number.isSafeInteger(d)) {
         // Doubles reach here from double arithmetic (0.1 + 0.2 is 0.30000000000000004): only whole
         // numbers up to 2^53 are taken as they are.
-        throw new EngineError('CEL_ERROR', `decimal(${d}): a double with a fraction, or beyond 2^53, is not taken as an amount`, { hint: `Write it as a string: decimal('${d}'), or keep the value a decimal throughout.` });
+        throw new EngineError(
+          'CEL_ERROR',
+          `decimal(${d}): a double with a fraction, or beyond 2^53, is not taken as an amount`,
+          { hint: `Write it as a string: decimal('${d}'), or keep the value a decimal throughout.` },
+        );
       }
       return dec(new Dec(String(d)));
     })
     .registerFunction('decimal(Decimal): Decimal', (d: CelDecimal) => d)
     .registerFunction('decimal(Money): Decimal', (m: CelMoney) => dec(m.units, m.scale))
-    .registerFunction('money(Decimal, string): Money', (d: CelDecimal, c: string) => new CelMoney(d.value, currency(c), d.scale))
-    .registerFunction('money(string, string): Money', (s: string, c: string) => new CelMoney(toDec(s), currency(c), scaleOf(s.trim())))
-    .registerFunction('money(int, string): Money', (i: bigint, c: string) => new CelMoney(new Dec(i.toString()), currency(c)))
+    .registerFunction(
+      'money(Decimal, string): Money',
+      (d: CelDecimal, c: string) => new CelMoney(d.value, currency(c), d.scale),
+    )
+    .registerFunction(
+      'money(string, string): Money',
+      (s: string, c: string) => new CelMoney(toDec(s), currency(c), scaleOf(s.trim())),
+    )
+    .registerFunction(
+      'money(int, string): Money',
+      (i: bigint, c: string) => new CelMoney(new Dec(i.toString()), currency(c)),
+    )
     .registerFunction('string(Decimal): string', (d: CelDecimal) => d.toString())
     .registerFunction('string(Money): string', (m: CelMoney) => m.toString())
     .registerFunction('double(Decimal): double', (d: CelDecimal) => d.value.toNumber());
@@ -163,15 +184,25 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
     ['+', exactPlus, Math.max],
     ['-', exactMinus, Math.max],
     ['*', exactTimes, (a, b) => a + b],
-    ['/', (a, b) => {
-      if (b.isZero()) throw new EngineError('CEL_ERROR', 'division by zero');
-      return exactDiv(a, b);
-    }, () => undefined],
+    [
+      '/',
+      (a, b) => {
+        if (b.isZero()) throw new EngineError('CEL_ERROR', 'division by zero');
+        return exactDiv(a, b);
+      },
+      () => undefined,
+    ],
   ];
   for (const [op, fn, scale] of arith) {
-    env.registerOperator(`Decimal ${op} Decimal`, (a: CelDecimal, b: CelDecimal) => dec(fn(a.value, b.value), scale(a.scale, b.scale)));
-    env.registerOperator(`Decimal ${op} int`, (a: CelDecimal, b: bigint) => dec(fn(a.value, new Dec(b.toString())), scale(a.scale, 0)));
-    env.registerOperator(`int ${op} Decimal`, (a: bigint, b: CelDecimal) => dec(fn(new Dec(a.toString()), b.value), scale(0, b.scale)));
+    env.registerOperator(`Decimal ${op} Decimal`, (a: CelDecimal, b: CelDecimal) =>
+      dec(fn(a.value, b.value), scale(a.scale, b.scale)),
+    );
+    env.registerOperator(`Decimal ${op} int`, (a: CelDecimal, b: bigint) =>
+      dec(fn(a.value, new Dec(b.toString())), scale(a.scale, 0)),
+    );
+    env.registerOperator(`int ${op} Decimal`, (a: bigint, b: CelDecimal) =>
+      dec(fn(new Dec(a.toString()), b.value), scale(0, b.scale)),
+    );
   }
   const compare: Array<[string, (c: number) => boolean]> = [
     ['<', (c) => c < 0],
@@ -207,18 +238,29 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
   // decimal.* namespace (names as in the reference ledger's CEL).
   const D = 'DecimalNamespace';
   env
-    .registerFunction(`${D}.Add(Decimal, Decimal): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal) => dec(exactPlus(a.value, b.value), wider(a, b)))
-    .registerFunction(`${D}.Sub(Decimal, Decimal): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal) => dec(exactMinus(a.value, b.value), wider(a, b)))
-    .registerFunction(`${D}.Mul(Decimal, Decimal): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal) => dec(exactTimes(a.value, b.value), a.scale + b.scale));
+    .registerFunction(`${D}.Add(Decimal, Decimal): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal) =>
+      dec(exactPlus(a.value, b.value), wider(a, b)),
+    )
+    .registerFunction(`${D}.Sub(Decimal, Decimal): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal) =>
+      dec(exactMinus(a.value, b.value), wider(a, b)),
+    )
+    .registerFunction(`${D}.Mul(Decimal, Decimal): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal) =>
+      dec(exactTimes(a.value, b.value), a.scale + b.scale),
+    );
   // Quo and Round take their places as an int or (as the reference's examples write it) a uint.
   for (const t of ['int', 'uint']) {
     env
-      .registerFunction(`${D}.Quo(Decimal, Decimal, ${t}): Decimal`, (_: unknown, a: CelDecimal, b: CelDecimal, p: unknown) => {
-        if (b.value.isZero()) throw new EngineError('CEL_ERROR', 'division by zero');
-        return dec(a.value.div(b.value).toDecimalPlaces(places(uintValue(p)), Dec.ROUND_HALF_EVEN));
-      })
-      .registerFunction(`${D}.Round(Decimal, string, ${t}): Decimal`, (_: unknown, d: CelDecimal, mode: string, p: unknown) =>
-        dec(d.value.toDecimalPlaces(places(uintValue(p)), roundingMode(mode)), places(uintValue(p))),
+      .registerFunction(
+        `${D}.Quo(Decimal, Decimal, ${t}): Decimal`,
+        (_: unknown, a: CelDecimal, b: CelDecimal, p: unknown) => {
+          if (b.value.isZero()) throw new EngineError('CEL_ERROR', 'division by zero');
+          return dec(a.value.div(b.value).toDecimalPlaces(places(uintValue(p)), Dec.ROUND_HALF_EVEN));
+        },
+      )
+      .registerFunction(
+        `${D}.Round(Decimal, string, ${t}): Decimal`,
+        (_: unknown, d: CelDecimal, mode: string, p: unknown) =>
+          dec(d.value.toDecimalPlaces(places(uintValue(p)), roundingMode(mode)), places(uintValue(p))),
       );
   }
   env
@@ -226,7 +268,9 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
     .registerFunction(`${D}.Neg(Decimal): Decimal`, (_: unknown, d: CelDecimal) => dec(d.value.neg(), d.scale))
     .registerFunction(`${D}.Ceil(Decimal): Decimal`, (_: unknown, d: CelDecimal) => dec(d.value.ceil()))
     .registerFunction(`${D}.Floor(Decimal): Decimal`, (_: unknown, d: CelDecimal) => dec(d.value.floor()))
-    .registerFunction(`${D}.Cmp(Decimal, Decimal): int`, (_: unknown, a: CelDecimal, b: CelDecimal) => BigInt(a.value.cmp(b.value)))
+    .registerFunction(`${D}.Cmp(Decimal, Decimal): int`, (_: unknown, a: CelDecimal, b: CelDecimal) =>
+      BigInt(a.value.cmp(b.value)),
+    )
     .registerFunction(`${D}.Reduce(Decimal): Decimal`, (_: unknown, d: CelDecimal) => dec(new Dec(d.value.toFixed())));
 
   const M = 'MoneyNamespace';
@@ -239,7 +283,11 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
       sameCurrency(a, b, 'subtract');
       return new CelMoney(exactMinus(a.units, b.units), a.currency, wider(a, b));
     })
-    .registerFunction(`${M}.Mul(Money, string): Money`, (_: unknown, m: CelMoney, f: string) => new CelMoney(exactTimes(m.units, toDec(f)), m.currency, m.scale + scaleOf(f.trim())))
+    .registerFunction(
+      `${M}.Mul(Money, string): Money`,
+      (_: unknown, m: CelMoney, f: string) =>
+        new CelMoney(exactTimes(m.units, toDec(f)), m.currency, m.scale + scaleOf(f.trim())),
+    )
     .registerFunction('Money.currency(): string', (m: CelMoney) => m.currency)
     .registerFunction('Money.decimal(): Decimal', (m: CelMoney) => dec(m.units, m.scale))
     .registerFunction('Decimal.toString(): string', (d: CelDecimal) => d.toString())
@@ -249,20 +297,31 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
   env
     .registerFunction('uuid(string): string', (s: string) => uuidText(s))
     .registerFunction('UuidNamespace.New(): string', () => randomUUID())
-    .registerFunction('UuidNamespace.NewSHA1(string, bytes): string', (_: unknown, ns: string, name: Uint8Array) => nameBasedUuid('sha1', 5, ns, nameBytes(name)))
-    .registerFunction('UuidNamespace.NewSHA1(string, string): string', (_: unknown, ns: string, name: string) => nameBasedUuid('sha1', 5, ns, nameBytes(name)))
-    .registerFunction('UuidNamespace.NewMD5(string, bytes): string', (_: unknown, ns: string, name: Uint8Array) => nameBasedUuid('md5', 3, ns, nameBytes(name)))
-    .registerFunction('UuidNamespace.NewMD5(string, string): string', (_: unknown, ns: string, name: string) => nameBasedUuid('md5', 3, ns, nameBytes(name)))
+    .registerFunction('UuidNamespace.NewSHA1(string, bytes): string', (_: unknown, ns: string, name: Uint8Array) =>
+      nameBasedUuid('sha1', 5, ns, nameBytes(name)),
+    )
+    .registerFunction('UuidNamespace.NewSHA1(string, string): string', (_: unknown, ns: string, name: string) =>
+      nameBasedUuid('sha1', 5, ns, nameBytes(name)),
+    )
+    .registerFunction('UuidNamespace.NewMD5(string, bytes): string', (_: unknown, ns: string, name: Uint8Array) =>
+      nameBasedUuid('md5', 3, ns, nameBytes(name)),
+    )
+    .registerFunction('UuidNamespace.NewMD5(string, string): string', (_: unknown, ns: string, name: string) =>
+      nameBasedUuid('md5', 3, ns, nameBytes(name)),
+    )
     .registerFunction('DateNamespace.Today(): string', () => utcDate(clock.now()))
     // Dates are YYYY-MM-DD strings in this CEL: date(timestamp) is its UTC date, date(string) checks one.
     .registerFunction('date(google.protobuf.Timestamp): string', (t: Date) => {
-      if (Number.isNaN(t.getTime())) throw new EngineError('CEL_ERROR', 'date(timestamp): the timestamp is out of range');
+      if (Number.isNaN(t.getTime()))
+        throw new EngineError('CEL_ERROR', 'date(timestamp): the timestamp is out of range');
       return utcDate(t);
     })
     .registerFunction('date(string): string', (s: string) => {
       const d = /^\d{4}-\d{2}-\d{2}$/.test(s) ? new Date(`${s}T00:00:00Z`) : null;
       if (!d || Number.isNaN(d.getTime()) || d.toISOString().slice(0, 10) !== s) {
-        throw new EngineError('CEL_ERROR', `date(${quote(s)}): not a date YYYY-MM-DD`, { hint: 'Write dates as YYYY-MM-DD, e.g. date(\'2026-01-31\').' });
+        throw new EngineError('CEL_ERROR', `date(${quote(s)}): not a date YYYY-MM-DD`, {
+          hint: "Write dates as YYYY-MM-DD, e.g. date('2026-01-31').",
+        });
       }
       return s;
     })
@@ -276,7 +335,10 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
     .registerFunction(`${S}.Contains(string, string): bool`, (_: unknown, s: string, t: string) => s.includes(t))
     .registerFunction(`${S}.HasPrefix(string, string): bool`, (_: unknown, s: string, t: string) => s.startsWith(t))
     .registerFunction(`${S}.HasSuffix(string, string): bool`, (_: unknown, s: string, t: string) => s.endsWith(t))
-    .registerFunction(`${S}.ReplaceAll(string, string, string): string`, (_: unknown, s: string, a: string, b: string) => s.split(a).join(b));
+    .registerFunction(
+      `${S}.ReplaceAll(string, string, string): string`,
+      (_: unknown, s: string, a: string, b: string) => s.split(a).join(b),
+    );
 
   return env;
 }

@@ -41,7 +41,11 @@ const SYNTAX_HINT =
 export function compileRegex(pattern: string, sizeMax: number): Regex {
   const size = estimateRegexSize(pattern);
   if (size > sizeMax) {
-    throw new RegexRefused(pattern, `is too large: about ${size} instructions once its repetitions are expanded; regexSizeMax is ${sizeMax}`, 'Use smaller counted repetitions ({n,m}), or check lengths with size() / maxLength instead.');
+    throw new RegexRefused(
+      pattern,
+      `is too large: about ${size} instructions once its repetitions are expanded; regexSizeMax is ${sizeMax}`,
+      'Use smaller counted repetitions ({n,m}), or check lengths with size() / maxLength instead.',
+    );
   }
   let compiled: RE2JS;
   try {
@@ -183,7 +187,8 @@ function classEnd(pattern: string, start: number): number {
   if (pattern[i] === ']') i++; // a leading ] is a literal
   while (i < pattern.length && pattern[i] !== ']') {
     if (pattern[i] === '\\') {
-      const braced = (pattern[i + 1] === 'p' || pattern[i + 1] === 'P' || pattern[i + 1] === 'x') && pattern[i + 2] === '{';
+      const braced =
+        (pattern[i + 1] === 'p' || pattern[i + 1] === 'P' || pattern[i + 1] === 'x') && pattern[i + 2] === '{';
       const end = braced ? pattern.indexOf('}', i + 3) : -1;
       i = end < 0 ? i + 2 : end + 1;
     } else if (pattern[i] === '[' && pattern[i + 1] === ':') {

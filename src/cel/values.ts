@@ -8,7 +8,10 @@ import { isReservedKey, setOwn } from '../json.js';
  */
 export class CelDecimal {
   readonly scale: number;
-  constructor(readonly value: Dec, scale?: number) {
+  constructor(
+    readonly value: Dec,
+    scale?: number,
+  ) {
     this.scale = scale ?? value.decimalPlaces();
   }
   toString(): string {
@@ -54,7 +57,10 @@ export function celToJson(value: unknown): unknown {
     case 'boolean':
       return value;
     case 'number':
-      if (!Number.isFinite(value)) throw new EngineError('CEL_ERROR', `${value} is not a JSON value`, { hint: 'Check for a division by zero or an overflow in the expression.' });
+      if (!Number.isFinite(value))
+        throw new EngineError('CEL_ERROR', `${value} is not a JSON value`, {
+          hint: 'Check for a division by zero or an overflow in the expression.',
+        });
       return value;
     case 'bigint':
       return value >= BigInt(Number.MIN_SAFE_INTEGER) && value <= BigInt(Number.MAX_SAFE_INTEGER)
@@ -64,11 +70,19 @@ export function celToJson(value: unknown): unknown {
       break;
   }
   if (value instanceof CelDecimal) return value.toString();
-  if (value instanceof CelMoney) return { units: formatDecimal(value.units, Math.max(value.scale, minorUnits(value.currency))), currency: value.currency };
+  if (value instanceof CelMoney)
+    return {
+      units: formatDecimal(value.units, Math.max(value.scale, minorUnits(value.currency))),
+      currency: value.currency,
+    };
   if (value instanceof Date) {
     const year = value.getUTCFullYear();
     if (Number.isNaN(value.getTime()) || year < 1 || year > 9999) {
-      throw new EngineError('CEL_ERROR', `a timestamp out of range (year ${Number.isNaN(year) ? 'beyond any calendar' : year})`, { hint: 'Timestamps run from year 0001 to 9999 (RFC 3339).' });
+      throw new EngineError(
+        'CEL_ERROR',
+        `a timestamp out of range (year ${Number.isNaN(year) ? 'beyond any calendar' : year})`,
+        { hint: 'Timestamps run from year 0001 to 9999 (RFC 3339).' },
+      );
     }
     return value.toISOString();
   }
@@ -87,7 +101,10 @@ export function celToJson(value: unknown): unknown {
     // their own (types, optionals) are not JSON.
     if (proto !== Object.prototype && proto !== null) {
       const text = String(value);
-      if (text.startsWith('[object ') || text.startsWith('Type<')) throw new EngineError('CEL_ERROR', `a value of CEL type ${text} is not JSON`, { hint: 'Store strings, numbers, decimals, lists and maps.' });
+      if (text.startsWith('[object ') || text.startsWith('Type<'))
+        throw new EngineError('CEL_ERROR', `a value of CEL type ${text} is not JSON`, {
+          hint: 'Store strings, numbers, decimals, lists and maps.',
+        });
       return text;
     }
     const out: Record<string, unknown> = {};
@@ -104,7 +121,13 @@ export function celToJson(value: unknown): unknown {
 export function jsonToCel(value: unknown): unknown {
   if (typeof value === 'number') return Number.isSafeInteger(value) ? BigInt(value) : value;
   if (Array.isArray(value)) return value.map(jsonToCel);
-  if (value !== null && typeof value === 'object' && !(value instanceof Date) && !(value instanceof CelDecimal) && !(value instanceof CelMoney)) {
+  if (
+    value !== null &&
+    typeof value === 'object' &&
+    !(value instanceof Date) &&
+    !(value instanceof CelDecimal) &&
+    !(value instanceof CelMoney)
+  ) {
     const entries = Object.entries(value);
     // The CEL library types a plain object by its `constructor`: an object with its own
     // __proto__ / constructor / prototype key becomes a Map, which CEL reads the same way.

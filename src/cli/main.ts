@@ -6,7 +6,15 @@ import { EngineError } from '../errors.js';
 import { isPostgresUrl, redact } from '../storage/pg/connection.js';
 import type { Io, Options } from './commands.js';
 import { EXIT, OperationError, UsageError } from './errors.js';
-import { type CommandSpec, COMMANDS, formatCommandList, formatHelp, formatUsage, packageVersion, parseOptions } from './usage.js';
+import {
+  type CommandSpec,
+  COMMANDS,
+  formatCommandList,
+  formatHelp,
+  formatUsage,
+  packageVersion,
+  parseOptions,
+} from './usage.js';
 
 // The engine, the server and the commands are imported when a command runs, so that `--help`,
 // `--version` and usage errors answer at once.
@@ -21,7 +29,8 @@ const io: Io = {
 function parseArgsMessage(error: Error & { code?: string }): string {
   const option = /'(-[^' ]+)/.exec(error.message)?.[1];
   if (error.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' && option) return `unknown option ${option}`;
-  if (error.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' && option) return /argument missing/.test(error.message) ? `${option} needs a value` : `${option} takes no value`;
+  if (error.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' && option)
+    return /argument missing/.test(error.message) ? `${option} needs a value` : `${option} takes no value`;
   if (error.code === 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL') return error.message.replace(/\. .*/s, '');
   return error.message;
 }
@@ -92,7 +101,10 @@ export async function main(argv: string[]): Promise<number> {
 }
 
 async function run(command: string, positionals: string[], options: Options): Promise<number> {
-  const localDb = options.db === undefined ? (process.env.TALLY_DATABASE_URL || process.env.TALLY_DB || './data/tally.db') : String(options.db);
+  const localDb =
+    options.db === undefined
+      ? process.env.TALLY_DATABASE_URL || process.env.TALLY_DB || './data/tally.db'
+      : String(options.db);
   const noArgs = () => {
     if (positionals.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(positionals[0])}`);
   };
@@ -184,10 +196,18 @@ function checkAdminKey(engine: Engine, db: string, adminKey: string | undefined,
 function listen(server: import('node:http').Server, port: number, host: string): Promise<void> {
   return new Promise((resolve, reject) => {
     server.once('error', (error: NodeJS.ErrnoException) => {
-      const why = error.code === 'EADDRINUSE' ? 'the port is in use' : error.code === 'EADDRNOTAVAIL' || error.code === 'ENOTFOUND' ? 'no such local address' : error.code === 'EACCES' ? 'not allowed to use this port' : error.code ?? error.message;
-      const hint = error.code === 'EADDRINUSE'
-        ? `Stop what serves on port ${port} (another tally serve?), or pick another: --port N or PORT=N (--port 0 picks a free one).`
-        : 'Use --host 127.0.0.1 (or an address of this machine) and a port from 1024 up.';
+      const why =
+        error.code === 'EADDRINUSE'
+          ? 'the port is in use'
+          : error.code === 'EADDRNOTAVAIL' || error.code === 'ENOTFOUND'
+            ? 'no such local address'
+            : error.code === 'EACCES'
+              ? 'not allowed to use this port'
+              : (error.code ?? error.message);
+      const hint =
+        error.code === 'EADDRINUSE'
+          ? `Stop what serves on port ${port} (another tally serve?), or pick another: --port N or PORT=N (--port 0 picks a free one).`
+          : 'Use --host 127.0.0.1 (or an address of this machine) and a port from 1024 up.';
       reject(new OperationError(`cannot serve on ${host}:${port}: ${why}`, 'UNAVAILABLE', hint));
     });
     server.listen(port, host, () => resolve());
@@ -201,10 +221,17 @@ function removeNewDatabase(db: string, dirExisted: boolean): void {
 }
 
 /** The read pool of `tally serve`, or undefined when its threads cannot start (said in the log; queries then run on the writer). */
-async function startReadPool(db: string, logger: import('../log.js').Logger): Promise<import('../server/read-pool.js').ReadPool | undefined> {
+async function startReadPool(
+  db: string,
+  logger: import('../log.js').Logger,
+): Promise<import('../server/read-pool.js').ReadPool | undefined> {
   const { ReadPool } = await import('../server/read-pool.js');
   const config = await serverConfig();
-  const logError = (error: unknown) => logger.error({ event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) }, 'read thread failed');
+  const logError = (error: unknown) =>
+    logger.error(
+      { event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) },
+      'read thread failed',
+    );
   try {
     return await ReadPool.start({ path: db, limits: config.limits, providers: config.providers, logError });
   } catch (error) {
@@ -222,7 +249,11 @@ async function startWriter(
   config: { providers: unknown; limits: Record<string, number> },
 ): Promise<import('../server/writer-thread.js').WriterThread | undefined> {
   const { WriterThread } = await import('../server/writer-thread.js');
-  const logError = (error: unknown) => logger.error({ event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) }, 'writer thread failed');
+  const logError = (error: unknown) =>
+    logger.error(
+      { event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) },
+      'writer thread failed',
+    );
   const level = (logger as { level?: unknown }).level;
   try {
     return await WriterThread.start({
@@ -230,7 +261,10 @@ async function startWriter(
       durability,
       limits: config.limits,
       providers: config.providers,
-      log: typeof level === 'string' ? { level: level as import('../server/logger.js').LogLevel, pretty: process.stdout.isTTY === true } : null,
+      log:
+        typeof level === 'string'
+          ? { level: level as import('../server/logger.js').LogLevel, pretty: process.stdout.isTTY === true }
+          : null,
       worker,
       logError,
     });
@@ -245,7 +279,9 @@ function durabilityOption(options: Options): 'normal' | 'full' {
   const given = options.durability === undefined ? process.env.TALLY_DURABILITY : String(options.durability);
   if (given === undefined || given === '' || given === 'normal') return 'normal';
   if (given === 'full') return 'full';
-  throw new UsageError(`--durability ${JSON.stringify(given)} is not a durability: use normal (the default) or full (sync every commit to disk)`);
+  throw new UsageError(
+    `--durability ${JSON.stringify(given)} is not a durability: use normal (the default) or full (sync every commit to disk)`,
+  );
 }
 
 /**
@@ -256,11 +292,16 @@ function durabilityOption(options: Options): 'normal' | 'full' {
 async function serve(db: string, options: Options): Promise<void> {
   const portOption = options.port === undefined ? undefined : String(options.port);
   const port = Number(portOption ?? process.env.PORT ?? 4000);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError(`--port ${JSON.stringify(portOption ?? process.env.PORT)} is not a port number (0 to 65535)`);
+  if (!Number.isInteger(port) || port < 0 || port > 65535)
+    throw new UsageError(`--port ${JSON.stringify(portOption ?? process.env.PORT)} is not a port number (0 to 65535)`);
   const host = options.host === undefined ? (process.env.HOST ?? '127.0.0.1') : String(options.host);
   const adminKey = process.env.TALLY_ADMIN_KEY;
   if (adminKey !== undefined && !adminKey.startsWith(KEY_PREFIX)) {
-    throw new OperationError(`TALLY_ADMIN_KEY must start with ${KEY_PREFIX}`, 'BAD_REQUEST', `Generate one, e.g. export TALLY_ADMIN_KEY=${KEY_PREFIX}$(openssl rand -hex 32), or unset it to have one generated.`);
+    throw new OperationError(
+      `TALLY_ADMIN_KEY must start with ${KEY_PREFIX}`,
+      'BAD_REQUEST',
+      `Generate one, e.g. export TALLY_ADMIN_KEY=${KEY_PREFIX}$(openssl rand -hex 32), or unset it to have one generated.`,
+    );
   }
   // PostgreSQL: one engine on the HTTP thread; the writer thread and the read pool are SQLite's
   // (WAL readers beside one writer); PostgreSQL scales by more processes (README, Scaling out).
@@ -278,7 +319,13 @@ async function serve(db: string, options: Options): Promise<void> {
   // commit as SQLite does.
   const { resolveLimits } = await import('../limits.js');
   const writerThread = db !== ':memory:' && !onPostgres && resolveLimits(config.limits).writerThreads > 0;
-  const engine = await createEngine({ path: db, logger, durability, ...config, ...(writerThread ? { checkpointIntervalMs: 0 } : {}) });
+  const engine = await createEngine({
+    path: db,
+    logger,
+    durability,
+    ...config,
+    ...(writerThread ? { checkpointIntervalMs: 0 } : {}),
+  });
   const worker = options['no-worker'] === true ? null : engine.createWorker({ owner: `serve-${process.pid}` });
   const server = createServer(engine, { logger, ...(worker ? { worker } : {}) });
   let rotate: boolean;
@@ -296,7 +343,8 @@ async function serve(db: string, options: Options): Promise<void> {
     io.out(`tally: created the admin client; its API key (shown once): ${generated}\n`);
     if (adminKey === undefined) io.out('tally: set TALLY_ADMIN_KEY to choose the admin key yourself\n');
   }
-  if (rotate) io.out('tally: rotated the admin key: TALLY_ADMIN_KEY is the admin key now, the previous one no longer works\n');
+  if (rotate)
+    io.out('tally: rotated the admin key: TALLY_ADMIN_KEY is the admin key now, the previous one no longer works\n');
   if (worker) {
     engine.onStarted(() => worker.wake());
     worker.start();
@@ -313,23 +361,34 @@ async function serve(db: string, options: Options): Promise<void> {
   // never holds this thread, which then only routes and replies. Started after listening; until it
   // is up, requests run on this thread's engine, which stays open for the key check and routing.
   if (writerThread) {
-    void startWriter(db, logger, durability, worker === null ? null : { owner: `serve-${process.pid}` }, config).then(async (thread) => {
-      if (!thread) return;
-      if (stopping) return void thread.close();
-      writer = thread;
-      attachWriter(server, thread);
-      logger.info({ event: 'writer' }, 'writer thread started: mutations, tools and the queue worker run beside the HTTP thread');
-      // The thread runs its own queue worker: this one finishes its attempt and stops.
-      await worker?.stop();
-    });
+    void startWriter(db, logger, durability, worker === null ? null : { owner: `serve-${process.pid}` }, config).then(
+      async (thread) => {
+        if (!thread) return;
+        if (stopping) return void thread.close();
+        writer = thread;
+        attachWriter(server, thread);
+        logger.info(
+          { event: 'writer' },
+          'writer thread started: mutations, tools and the queue worker run beside the HTTP thread',
+        );
+        // The thread runs its own queue worker: this one finishes its attempt and stops.
+        await worker?.stop();
+      },
+    );
   }
-  const pooled = db !== ':memory:' && !onPostgres && engine.limits.readPoolThreads > 0 ? startReadPool(db, logger) : Promise.resolve(undefined);
+  const pooled =
+    db !== ':memory:' && !onPostgres && engine.limits.readPoolThreads > 0
+      ? startReadPool(db, logger)
+      : Promise.resolve(undefined);
   void pooled.then((pool) => {
     if (!pool) return;
     if (stopping) return void pool.close();
     readPool = pool;
     attachReadPool(server, pool);
-    logger.info({ event: 'reads', threads: pool.stats().threads }, `read pool started: ${pool.stats().threads} thread(s) answer queries beside the writer`);
+    logger.info(
+      { event: 'reads', threads: pool.stats().threads },
+      `read pool started: ${pool.stats().threads} thread(s) answer queries beside the writer`,
+    );
   });
   // Requests run synchronously, so none is ever cut mid-transaction: stop accepting, let the
   // in-flight responses finish, finish the running attempt, then close the database.
@@ -369,7 +428,7 @@ async function serveMcp(options: Options): Promise<void> {
     return;
   }
   if (options.as === undefined) throw new UsageError('give --db PATH --as PRINCIPAL, or --server URL --key KEY');
-  const db = options.db === undefined ? (process.env.TALLY_DATABASE_URL || process.env.TALLY_DB) : String(options.db);
+  const db = options.db === undefined ? process.env.TALLY_DATABASE_URL || process.env.TALLY_DB : String(options.db);
   if (db === undefined) throw new UsageError('--as needs --db PATH (or TALLY_DATABASE_URL, TALLY_DB)');
   const commands = await import('./commands.js');
   commands.requireDatabase(db);
@@ -377,7 +436,11 @@ async function serveMcp(options: Options): Promise<void> {
   const engine = await createEngine({ path: db, ...(await serverConfig()) });
   try {
     if (!hasClient(engine, String(options.as))) {
-      throw new OperationError(`no client has principal ${JSON.stringify(String(options.as))}`, 'UNAUTHENTICATED', 'Name a client of this database (see clients.json, or auth.createClient).');
+      throw new OperationError(
+        `no client has principal ${JSON.stringify(String(options.as))}`,
+        'UNAUTHENTICATED',
+        'Name a client of this database (see clients.json, or auth.createClient).',
+      );
     }
     await serveStdio({ engine, principal: String(options.as) }, log);
   } finally {
@@ -400,7 +463,12 @@ async function runWorker(db: string, options: Options): Promise<void> {
   const { cliLogger } = await import('./logging.js');
   const logger = cliLogger(options['log-level'], (message) => new UsageError(message));
   const { createEngine } = await import('../engine.js');
-  const engine = await createEngine({ path: db, logger, durability: durabilityOption(options), ...(await serverConfig()) });
+  const engine = await createEngine({
+    path: db,
+    logger,
+    durability: durabilityOption(options),
+    ...(await serverConfig()),
+  });
   const worker = engine.createWorker({ owner: `worker-${process.pid}` });
   if (drain) {
     const attempts = await worker.drainAll();

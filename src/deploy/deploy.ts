@@ -1,14 +1,43 @@
 import { DEFAULT_EXECUTION } from '../actions/actions.js';
 import { isUuid } from '../ids.js';
-import { createdVersion, type DeployedState, type Drift, type FieldMerge, type Flat, mergeFields, mergeVersion, same, shown, type VersionMerge } from './drift.js';
-import { ACCOUNT_SETS, type AccountSetFile, type Project, ProjectError, type SkillFile, type ToolFile, VELOCITY } from './project.js';
+import {
+  createdVersion,
+  type DeployedState,
+  type Drift,
+  type FieldMerge,
+  type Flat,
+  mergeFields,
+  mergeVersion,
+  same,
+  shown,
+  type VersionMerge,
+} from './drift.js';
+import {
+  ACCOUNT_SETS,
+  type AccountSetFile,
+  type Project,
+  ProjectError,
+  type SkillFile,
+  type ToolFile,
+  VELOCITY,
+} from './project.js';
 import type { GraphqlResponse, Target } from './target.js';
 
 /** `remove` undoes what the project no longer lists (a velocity control's attachment). */
 export type Change = 'create' | 'update' | 'unchanged' | 'remove';
 
 export interface PlanItem {
-  kind: 'account' | 'account set' | 'velocity limit' | 'velocity control' | 'velocity attachment' | 'tran code' | 'skill' | 'tool' | 'trigger' | 'client';
+  kind:
+    | 'account'
+    | 'account set'
+    | 'velocity limit'
+    | 'velocity control'
+    | 'velocity attachment'
+    | 'tran code'
+    | 'skill'
+    | 'tool'
+    | 'trigger'
+    | 'client';
   name: string;
   change: Change;
   /** For versioned things: the version the deploy makes, or keeps. */
@@ -42,7 +71,16 @@ export interface Step {
 }
 
 /** The kinds of record the server keeps a deployed state of (schema.graphql DeployedKind). */
-export type DeployedKind = 'ACCOUNT' | 'ACCOUNT_SET' | 'VELOCITY_LIMIT' | 'VELOCITY_CONTROL' | 'TRAN_CODE' | 'TOOL' | 'SKILL' | 'TRIGGER' | 'CLIENT';
+export type DeployedKind =
+  | 'ACCOUNT'
+  | 'ACCOUNT_SET'
+  | 'VELOCITY_LIMIT'
+  | 'VELOCITY_CONTROL'
+  | 'TRAN_CODE'
+  | 'TOOL'
+  | 'SKILL'
+  | 'TRIGGER'
+  | 'CLIENT';
 
 /** A DeployedRecordInput: the state this deploy leaves, and the version it planned from when it writes the record. */
 export interface RecordWrite {
@@ -84,7 +122,8 @@ export function formatPlan(plan: PlanItem[]): string {
       const detail = item.detail ? ` (${item.detail})` : '';
       let line: string;
       if (item.change === 'create') line = `+ create ${what}${item.version ? ` (version ${item.version})` : detail}`;
-      else if (item.change === 'update') line = item.version ? `~ new version ${item.version} of ${what}` : `~ update ${what}${detail}`;
+      else if (item.change === 'update')
+        line = item.version ? `~ new version ${item.version} of ${what}` : `~ update ${what}${detail}`;
       else if (item.change === 'remove') line = `- remove ${what}`;
       else line = `= ${what}${item.version ? ` (version ${item.version})` : ''} unchanged`;
       return [line, ...formatDrift(item, what)];
@@ -100,13 +139,21 @@ export function formatDrift(item: PlanItem, what = `${item.kind} ${item.name}`):
   const lines: string[] = [];
   const drift = item.drift ?? [];
   const value = (d: Drift, v: unknown) => (d.field === 'version' && typeof v === 'string' ? v : shown(v));
-  const deployed = (d: Drift) => (d.deployed === undefined ? 'never (no deploy of it is recorded)' : value(d, d.deployed));
+  const deployed = (d: Drift) =>
+    d.deployed === undefined ? 'never (no deploy of it is recorded)' : value(d, d.deployed);
   for (const d of drift) {
     const values = `deployed ${deployed(d)}, now ${value(d, d.now)}`;
     if (d.outcome === 'conflict') lines.push(`! conflict ${what} ${d.field}: ${values}, file ${value(d, d.file)}`);
-    else if (d.outcome === 'overwrite') lines.push(`! overwrite ${what} ${d.field}: ${values}, file ${value(d, d.file)} (the file wins: --overwrite-runtime-changes)`);
-    else if (d.outcome === 'keep') lines.push(`! keep ${what} ${d.field}: ${values}; changed at runtime, the file still says ${value(d, d.file)} (--overwrite-runtime-changes restores it)`);
-    else if (d.outcome === 'release') lines.push(`! keep ${what} ${d.field}: ${values}; changed at runtime, no longer in ${item.file}`);
+    else if (d.outcome === 'overwrite')
+      lines.push(
+        `! overwrite ${what} ${d.field}: ${values}, file ${value(d, d.file)} (the file wins: --overwrite-runtime-changes)`,
+      );
+    else if (d.outcome === 'keep')
+      lines.push(
+        `! keep ${what} ${d.field}: ${values}; changed at runtime, the file still says ${value(d, d.file)} (--overwrite-runtime-changes restores it)`,
+      );
+    else if (d.outcome === 'release')
+      lines.push(`! keep ${what} ${d.field}: ${values}; changed at runtime, no longer in ${item.file}`);
   }
   const kept = drift.filter((d) => d.outcome === 'undeclared');
   if (kept.length > 0) {
@@ -121,7 +168,12 @@ async function query(target: Target, text: string, variables: Record<string, unk
 }
 
 /** The current state of one thing on the target, or null when it does not exist. */
-async function current(target: Target, text: string, variables: Record<string, unknown>, pick: (data: any) => any): Promise<any | null> {
+async function current(
+  target: Target,
+  text: string,
+  variables: Record<string, unknown>,
+  pick: (data: any) => any,
+): Promise<any | null> {
   const result = await query(target, text, variables);
   if (result.errors?.length) {
     if (result.errors[0]!.extensions?.code === 'NOT_FOUND') return null;
@@ -143,7 +195,12 @@ const stateKey = (kind: DeployedKind, id: string) => `${kind} ${id}`;
 async function deployedStates(target: Target, keys: Array<{ kind: DeployedKind; id: string }>): Promise<States> {
   const states: States = new Map();
   for (let i = 0; i < keys.length; i += RECORDS_PER_FIELD) {
-    const found = await current(target, 'query($k: [DeployedRecordKey!]!) { deployedRecords(keys: $k) { kind id state } }', { k: keys.slice(i, i + RECORDS_PER_FIELD) }, (d) => d.deployedRecords);
+    const found = await current(
+      target,
+      'query($k: [DeployedRecordKey!]!) { deployedRecords(keys: $k) { kind id state } }',
+      { k: keys.slice(i, i + RECORDS_PER_FIELD) },
+      (d) => d.deployedRecords,
+    );
     for (const r of found ?? []) states.set(stateKey(r.kind, r.id), r.state as DeployedState);
   }
   return states;
@@ -158,7 +215,13 @@ function compact(state: DeployedState): DeployedState {
  * The record to write: when the deploy writes the record (it then expects the version it planned
  * from), or when what it leaves differs from what was recorded.
  */
-function recordOf(kind: DeployedKind, id: string, base: DeployedState | null, state: DeployedState, expectVersion?: number): RecordWrite | undefined {
+function recordOf(
+  kind: DeployedKind,
+  id: string,
+  base: DeployedState | null,
+  state: DeployedState,
+  expectVersion?: number,
+): RecordWrite | undefined {
   const next = compact(state);
   if (expectVersion === undefined && base !== null && same(base, next)) return undefined;
   return { kind, id, state: next, ...(expectVersion === undefined ? {} : { expectVersion }) };
@@ -167,7 +230,8 @@ function recordOf(kind: DeployedKind, id: string, base: DeployedState | null, st
 /** A metadata object as fields, one per top-level key (a key set to null is no key). */
 function metadataFields(metadata: unknown, into: Flat, file: string, what: () => string): Flat {
   if (metadata === undefined || metadata === null) return into;
-  if (typeof metadata !== 'object' || Array.isArray(metadata)) throw new ProjectError(`${what()}: metadata must be a JSON object, got ${shown(metadata)}`, file);
+  if (typeof metadata !== 'object' || Array.isArray(metadata))
+    throw new ProjectError(`${what()}: metadata must be a JSON object, got ${shown(metadata)}`, file);
   for (const [key, value] of Object.entries(metadata)) if (value !== null) into[`metadata.${key}`] = value;
   return into;
 }
@@ -187,7 +251,11 @@ function mergedMetadata(now: unknown, writes: Flat): Record<string, unknown> | n
 
 /** The plain fields of a write (not metadata keys nor collection members), with their values. */
 function plainWrites(writes: Flat, collections: string[] = []): Flat {
-  return Object.fromEntries(Object.entries(writes).filter(([f]) => !f.startsWith('metadata.') && !collections.some((c) => f.startsWith(`${c}.`))));
+  return Object.fromEntries(
+    Object.entries(writes).filter(
+      ([f]) => !f.startsWith('metadata.') && !collections.some((c) => f.startsWith(`${c}.`)),
+    ),
+  );
 }
 
 /** How a field is named in the plan: `member alice` for `members.<id>`, `limit no overdraft` for `limits.<id>`. */
@@ -206,7 +274,11 @@ function detailOf(writes: Flat, collection?: { prefix: string; noun: string }): 
   const fields = Object.keys(writes).filter((f) => !inCollection(f));
   const added = Object.keys(writes).filter((f) => inCollection(f) && writes[f] !== null).length;
   const removed = Object.keys(writes).filter((f) => inCollection(f) && writes[f] === null).length;
-  const parts = [...fields, ...(added ? [`+${count(added, collection!.noun)}`] : []), ...(removed ? [`-${count(removed, collection!.noun)}`] : [])];
+  const parts = [
+    ...fields,
+    ...(added ? [`+${count(added, collection!.noun)}`] : []),
+    ...(removed ? [`-${count(removed, collection!.noun)}`] : []),
+  ];
   return parts.length ? parts.join(', ') : undefined;
 }
 
@@ -214,7 +286,12 @@ function relabel(drift: Drift[], names: Map<string, string>): Drift[] | undefine
   if (drift.length === 0) return undefined;
   return drift.map((d) => {
     // Members or limits added by someone else, seen together: named as the plan names them.
-    if (d.outcome === 'undeclared' && (d.field === 'members' || d.field === 'limits') && d.now && typeof d.now === 'object') {
+    if (
+      d.outcome === 'undeclared' &&
+      (d.field === 'members' || d.field === 'limits') &&
+      d.now &&
+      typeof d.now === 'object'
+    ) {
       return { ...d, now: Object.keys(d.now).map((f) => labelOf(f, names).replace(/^\S+ /, '')) };
     }
     return { ...d, field: labelOf(d.field, names) };
@@ -225,12 +302,17 @@ const hasWrites = (merge: FieldMerge) => Object.keys(merge.writes).length > 0;
 
 const ACCOUNT_FIELDS = ['code', 'name', 'description', 'externalId', 'status', 'normalBalanceType'] as const;
 /** What an account holds where nothing set it (AccountInput's defaults). */
-const ACCOUNT_DEFAULTS: Flat = { status: 'ACTIVE', normalBalanceType: 'CREDIT', 'config.enableConcurrentPosting': false };
+const ACCOUNT_DEFAULTS: Flat = {
+  status: 'ACTIVE',
+  normalBalanceType: 'CREDIT',
+  'config.enableConcurrentPosting': false,
+};
 
 /** An account as fields: every field of one read from the target, or those an accounts.json entry declares. */
 function accountFields(account: Record<string, any>, declaredOnly: boolean): Flat {
   const fields: Flat = {};
-  for (const key of ACCOUNT_FIELDS) if (!declaredOnly || Object.hasOwn(account, key)) fields[key] = account[key] ?? null;
+  for (const key of ACCOUNT_FIELDS)
+    if (!declaredOnly || Object.hasOwn(account, key)) fields[key] = account[key] ?? null;
   const config = account.config;
   if (config && typeof config === 'object' && (!declaredOnly || Object.hasOwn(config, 'enableConcurrentPosting'))) {
     fields['config.enableConcurrentPosting'] = config.enableConcurrentPosting ?? false;
@@ -249,29 +331,75 @@ function accountUpdate(writes: Flat, now: Record<string, any>): Record<string, u
   return input;
 }
 
-async function planAccount(target: Target, account: Record<string, any>, base: DeployedState | null, overwrite: boolean): Promise<PlanItem> {
+async function planAccount(
+  target: Target,
+  account: Record<string, any>,
+  base: DeployedState | null,
+  overwrite: boolean,
+): Promise<PlanItem> {
   const id = String(account.accountId).toLowerCase();
   const file = accountFields(account, true);
   const item = { kind: 'account' as const, name: String(account.code), file: 'accounts.json' };
-  const existing = await current(target, 'query($id: UUID!) { account(id: $id) { code name description externalId status normalBalanceType metadata config { enableConcurrentPosting } version } }', { id: account.accountId }, (d) => d.account);
+  const existing = await current(
+    target,
+    'query($id: UUID!) { account(id: $id) { code name description externalId status normalBalanceType metadata config { enableConcurrentPosting } version } }',
+    { id: account.accountId },
+    (d) => d.account,
+  );
   if (!existing) {
-    return { ...item, change: 'create', field: 'createAccount(input: $VAR) { accountId }', variableType: 'AccountInput!', variable: account, record: recordOf('ACCOUNT', id, base, { fields: file }) };
+    return {
+      ...item,
+      change: 'create',
+      field: 'createAccount(input: $VAR) { accountId }',
+      variableType: 'AccountInput!',
+      variable: account,
+      record: recordOf('ACCOUNT', id, base, { fields: file }),
+    };
   }
   const merge = mergeFields(file, accountFields(existing, false), base, { overwrite, defaults: ACCOUNT_DEFAULTS });
   const drift = relabel(merge.drift, new Map());
-  if (!hasWrites(merge)) return { ...item, change: 'unchanged', drift, record: recordOf('ACCOUNT', id, base, merge.state) };
+  if (!hasWrites(merge))
+    return { ...item, change: 'unchanged', drift, record: recordOf('ACCOUNT', id, base, merge.state) };
   return {
-    ...item, change: 'update', detail: detailOf(merge.writes), drift,
-    field: 'updateAccount(id: $ID, input: $VAR) { accountId }', id: { type: 'UUID!', value: account.accountId }, variableType: 'AccountUpdateInput!', variable: accountUpdate(merge.writes, existing),
+    ...item,
+    change: 'update',
+    detail: detailOf(merge.writes),
+    drift,
+    field: 'updateAccount(id: $ID, input: $VAR) { accountId }',
+    id: { type: 'UUID!', value: account.accountId },
+    variableType: 'AccountUpdateInput!',
+    variable: accountUpdate(merge.writes, existing),
     record: recordOf('ACCOUNT', id, base, merge.state, existing.version),
   };
 }
 
 /** A tran code, tool or skill: a new version, the latest kept, or a conflict, from mergeVersion. */
-function versionedItem(item: Omit<PlanItem, 'change'>, merge: VersionMerge, version: number, kind: DeployedKind, id: string, base: DeployedState | null, update: Pick<PlanItem, 'field' | 'id' | 'variableType' | 'variable'>): PlanItem {
+function versionedItem(
+  item: Omit<PlanItem, 'change'>,
+  merge: VersionMerge,
+  version: number,
+  kind: DeployedKind,
+  id: string,
+  base: DeployedState | null,
+  update: Pick<PlanItem, 'field' | 'id' | 'variableType' | 'variable'>,
+): PlanItem {
   const drift = merge.drift.length ? merge.drift : undefined;
-  if (merge.action === 'new') return { ...item, change: 'update', version: version + 1, drift, ...update, record: recordOf(kind, id, base, merge.state, version) };
-  return { ...item, change: 'unchanged', version, drift, record: merge.drift.some((d) => d.outcome === 'conflict') ? undefined : recordOf(kind, id, base, merge.state) };
+  if (merge.action === 'new')
+    return {
+      ...item,
+      change: 'update',
+      version: version + 1,
+      drift,
+      ...update,
+      record: recordOf(kind, id, base, merge.state, version),
+    };
+  return {
+    ...item,
+    change: 'unchanged',
+    version,
+    drift,
+    record: merge.drift.some((d) => d.outcome === 'conflict') ? undefined : recordOf(kind, id, base, merge.state),
+  };
 }
 
 function toolDesired(tool: ToolFile) {
@@ -288,10 +416,20 @@ function toolDesired(tool: ToolFile) {
       inputSchema: m.inputSchema ?? { type: 'object' },
       outputSchema: m.outputSchema ?? null,
     },
-    tools: (m.tools ?? []).map((r: any) => ({ name: r.name, version: r.version ?? null, input: r.input ?? null, approval: r.approval ? { when: r.approval.when ?? null, timeoutMs: r.approval.timeoutMs ?? null } : null })),
+    tools: (m.tools ?? []).map((r: any) => ({
+      name: r.name,
+      version: r.version ?? null,
+      input: r.input ?? null,
+      approval: r.approval ? { when: r.approval.when ?? null, timeoutMs: r.approval.timeoutMs ?? null } : null,
+    })),
     skills: (m.skills ?? []).map((r: any) => ({ name: r.name, version: r.version ?? null })),
     hooks: m.hooks ? { before: hookOf(m.hooks.before), after: hookOf(m.hooks.after) } : null,
-    policies: (m.policies ?? []).map((p: any) => ({ effect: p.effect, actions: p.actions, resources: p.resources, assertions: p.assertions ?? null })),
+    policies: (m.policies ?? []).map((p: any) => ({
+      effect: p.effect,
+      actions: p.actions,
+      resources: p.resources,
+      assertions: p.assertions ?? null,
+    })),
     execution: {
       maxAttempts: m.execution?.maxAttempts ?? DEFAULT_EXECUTION.maxAttempts,
       backoff: { ...DEFAULT_EXECUTION.backoff, ...(m.execution?.backoff ?? {}) },
@@ -320,7 +458,12 @@ function byReferences(tools: ToolFile[], skills: SkillFile[] = []): Versioned[] 
     const key = item.kind === 'tool' ? `tool:${item.tool.name}` : `skill:${item.skill.name}`;
     if (state.get(key) === 'done') return;
     if (state.get(key) === 'visiting') {
-      throw new ProjectError(item.kind === 'tool' ? 'tools (and the skills they declare) reference each other in a cycle' : 'a skill lists a tool that declares it, directly or through other tools', item.kind === 'tool' ? item.tool.manifestPath : item.skill.path);
+      throw new ProjectError(
+        item.kind === 'tool'
+          ? 'tools (and the skills they declare) reference each other in a cycle'
+          : 'a skill lists a tool that declares it, directly or through other tools',
+        item.kind === 'tool' ? item.tool.manifestPath : item.skill.path,
+      );
     }
     state.set(key, 'visiting');
     if (item.kind === 'tool') {
@@ -328,7 +471,11 @@ function byReferences(tools: ToolFile[], skills: SkillFile[] = []): Versioned[] 
         const dep = skillsByName.get(ref?.name);
         if (dep) visit({ kind: 'skill', skill: dep });
       }
-      for (const ref of [...(item.tool.manifest.tools ?? []), item.tool.manifest.hooks?.before, item.tool.manifest.hooks?.after]) {
+      for (const ref of [
+        ...(item.tool.manifest.tools ?? []),
+        item.tool.manifest.hooks?.before,
+        item.tool.manifest.hooks?.after,
+      ]) {
         const dep = toolsByName.get(ref?.name);
         if (dep) visit({ kind: 'tool', tool: dep });
       }
@@ -346,17 +493,45 @@ function byReferences(tools: ToolFile[], skills: SkillFile[] = []): Versioned[] 
   return ordered;
 }
 
-async function planSkill(target: Target, skill: SkillFile, base: DeployedState | null, overwrite: boolean): Promise<PlanItem> {
-  const existing = await current(target, 'query($name: String!) { actions { skill(name: $name) { skillId version description body tools } } }', { name: skill.name }, (d) => d.actions.skill);
+async function planSkill(
+  target: Target,
+  skill: SkillFile,
+  base: DeployedState | null,
+  overwrite: boolean,
+): Promise<PlanItem> {
+  const existing = await current(
+    target,
+    'query($name: String!) { actions { skill(name: $name) { skillId version description body tools } } }',
+    { name: skill.name },
+    (d) => d.actions.skill,
+  );
   const desired = { description: skill.description, body: skill.body, tools: skill.tools };
   const item = { kind: 'skill' as const, name: skill.name, file: skill.path };
   if (!existing) {
-    if (!isUuid(skill.skillId)) throw new ProjectError(`needs a "skillId:" that is a UUID in its front matter to create the skill, got ${JSON.stringify(skill.skillId)}`, skill.path);
-    return { ...item, change: 'create', version: 1, field: 'createSkill(id: $ID, input: $VAR) { version }', id: { type: 'UUID!', value: skill.skillId }, variableType: 'SkillInput!', variable: { name: skill.name, ...desired }, record: recordOf('SKILL', skill.name, base, createdVersion(desired)) };
+    if (!isUuid(skill.skillId))
+      throw new ProjectError(
+        `needs a "skillId:" that is a UUID in its front matter to create the skill, got ${JSON.stringify(skill.skillId)}`,
+        skill.path,
+      );
+    return {
+      ...item,
+      change: 'create',
+      version: 1,
+      field: 'createSkill(id: $ID, input: $VAR) { version }',
+      id: { type: 'UUID!', value: skill.skillId },
+      variableType: 'SkillInput!',
+      variable: { name: skill.name, ...desired },
+      record: recordOf('SKILL', skill.name, base, createdVersion(desired)),
+    };
   }
   const { skillId, version, ...have } = existing;
   const merge = mergeVersion(have, version, desired, base, overwrite);
-  return versionedItem(item, merge, version, 'SKILL', skill.name, base, { field: 'updateSkill(id: $ID, input: $VAR) { version }', id: { type: 'UUID!', value: skillId }, variableType: 'SkillInput!', variable: desired });
+  return versionedItem(item, merge, version, 'SKILL', skill.name, base, {
+    field: 'updateSkill(id: $ID, input: $VAR) { version }',
+    id: { type: 'UUID!', value: skillId },
+    variableType: 'SkillInput!',
+    variable: desired,
+  });
 }
 
 const ACTION_FIELDS = `version config tool { name title description aliases metadata inputSchema outputSchema } tools { name version input approval { when timeoutMs } } skills { name version } hooks { before { name version } after { name version } }
@@ -371,7 +546,10 @@ function projectKeys(project: Project): Array<{ kind: DeployedKind; id: string }
     ...project.accounts.map((a) => ({ kind: 'ACCOUNT' as const, id: String(a.accountId).toLowerCase() })),
     ...project.accountSets.map((s) => ({ kind: 'ACCOUNT_SET' as const, id: s.accountSetId })),
     ...project.velocity.limits.map((l) => ({ kind: 'VELOCITY_LIMIT' as const, id: String(l.velocityLimitId) })),
-    ...project.velocity.controls.map((c) => ({ kind: 'VELOCITY_CONTROL' as const, id: String(c.control.velocityControlId) })),
+    ...project.velocity.controls.map((c) => ({
+      kind: 'VELOCITY_CONTROL' as const,
+      id: String(c.control.velocityControlId),
+    })),
     ...project.tranCodes.map((t) => ({ kind: 'TRAN_CODE' as const, id: String(t.definition.code) })),
     ...project.tools.map((t) => ({ kind: 'TOOL' as const, id: t.name })),
     ...project.skills.map((k) => ({ kind: 'SKILL' as const, id: k.name })),
@@ -386,24 +564,43 @@ function projectKeys(project: Project): Array<{ kind: DeployedKind; id: string }
  * a deploy writes only the fields the files declare, and what changed at runtime is kept, or a
  * conflict, never overwritten without options.overwriteRuntimeChanges.
  */
-export async function planDeploy(project: Project, target: Target, onProgress?: (done: number, total: number) => void, options: PlanOptions = {}): Promise<PlanItem[]> {
+export async function planDeploy(
+  project: Project,
+  target: Target,
+  onProgress?: (done: number, total: number) => void,
+  options: PlanOptions = {},
+): Promise<PlanItem[]> {
   const plan: PlanItem[] = [];
   const overwrite = options.overwriteRuntimeChanges === true;
   const attachments = project.velocity.controls.reduce((n, c) => n + c.attach.length, 0);
-  const total = project.accounts.length + project.accountSets.length + project.velocity.limits.length + project.velocity.controls.length + attachments
-    + project.tranCodes.length + project.tools.length + project.skills.length + project.triggers.length + project.clients.length;
+  const total =
+    project.accounts.length +
+    project.accountSets.length +
+    project.velocity.limits.length +
+    project.velocity.controls.length +
+    attachments +
+    project.tranCodes.length +
+    project.tools.length +
+    project.skills.length +
+    project.triggers.length +
+    project.clients.length;
   let done = 0;
   const tick = () => onProgress?.(++done, total);
   const states = await deployedStates(target, projectKeys(project));
   const baseOf = (kind: DeployedKind, id: string) => states.get(stateKey(kind, id)) ?? null;
 
   for (const account of project.accounts) {
-    plan.push(await planAccount(target, account, baseOf('ACCOUNT', String(account.accountId).toLowerCase()), overwrite));
+    plan.push(
+      await planAccount(target, account, baseOf('ACCOUNT', String(account.accountId).toLowerCase()), overwrite),
+    );
     tick();
   }
 
   // What the plan calls accounts and sets by (a member, an attachment).
-  const names = new Map<string, string>([...project.accounts.map((a) => [String(a.accountId).toLowerCase(), String(a.code)] as const), ...project.accountSets.map((s) => [s.accountSetId, s.code] as const)]);
+  const names = new Map<string, string>([
+    ...project.accounts.map((a) => [String(a.accountId).toLowerCase(), String(a.code)] as const),
+    ...project.accountSets.map((s) => [s.accountSetId, s.code] as const),
+  ]);
   for (const set of setsInOrder(project.accountSets)) {
     plan.push(await planAccountSet(target, set, baseOf('ACCOUNT_SET', set.accountSetId), overwrite, names));
     tick();
@@ -413,15 +610,43 @@ export async function planDeploy(project: Project, target: Target, onProgress?: 
   for (const { path, definition } of project.tranCodes) {
     const code = String(definition.code);
     const base = baseOf('TRAN_CODE', code);
-    const existing = await current(target, `query($code: String!) { tranCode(code: $code) { ${TRAN_CODE_FIELDS} } }`, { code: definition.code }, (d) => d.tranCode);
+    const existing = await current(
+      target,
+      `query($code: String!) { tranCode(code: $code) { ${TRAN_CODE_FIELDS} } }`,
+      { code: definition.code },
+      (d) => d.tranCode,
+    );
     const normalized = normalizeTranCode(definition);
     const item = { kind: 'tran code' as const, name: code, file: path };
     if (!existing) {
-      plan.push({ ...item, change: 'create', version: 1, field: 'createTranCode(input: $VAR) { version }', variableType: 'TranCodeInput!', variable: definition, record: recordOf('TRAN_CODE', code, base, createdVersion(normalized)) });
+      plan.push({
+        ...item,
+        change: 'create',
+        version: 1,
+        field: 'createTranCode(input: $VAR) { version }',
+        variableType: 'TranCodeInput!',
+        variable: definition,
+        record: recordOf('TRAN_CODE', code, base, createdVersion(normalized)),
+      });
     } else {
       const { tranCodeId, version, ...have } = existing;
       const { tranCodeId: _id, code: _code, status: _status, ...update } = definition;
-      plan.push(versionedItem(item, mergeVersion(have, version, normalized, base, overwrite), version, 'TRAN_CODE', code, base, { field: 'updateTranCode(id: $ID, input: $VAR) { version }', id: { type: 'UUID!', value: tranCodeId }, variableType: 'TranCodeUpdateInput!', variable: update }));
+      plan.push(
+        versionedItem(
+          item,
+          mergeVersion(have, version, normalized, base, overwrite),
+          version,
+          'TRAN_CODE',
+          code,
+          base,
+          {
+            field: 'updateTranCode(id: $ID, input: $VAR) { version }',
+            id: { type: 'UUID!', value: tranCodeId },
+            variableType: 'TranCodeUpdateInput!',
+            variable: update,
+          },
+        ),
+      );
     }
     tick();
   }
@@ -434,21 +659,66 @@ export async function planDeploy(project: Project, target: Target, onProgress?: 
     }
     const { tool } = item;
     const base = baseOf('TOOL', tool.name);
-    const existing = await current(target, `query($name: String!) { actions { action(name: $name) { actionId ${ACTION_FIELDS} } } }`, { name: tool.name }, (d) => d.actions.action);
+    const existing = await current(
+      target,
+      `query($name: String!) { actions { action(name: $name) { actionId ${ACTION_FIELDS} } } }`,
+      { name: tool.name },
+      (d) => d.actions.action,
+    );
     const desired = toolDesired(tool);
-    if (!existing && !isUuid(tool.manifest.actionId)) throw new ProjectError(`needs an "actionId" that is a UUID to create the tool, got ${JSON.stringify(tool.manifest.actionId ?? null)}`, tool.manifestPath);
+    if (!existing && !isUuid(tool.manifest.actionId))
+      throw new ProjectError(
+        `needs an "actionId" that is a UUID to create the tool, got ${JSON.stringify(tool.manifest.actionId ?? null)}`,
+        tool.manifestPath,
+      );
     const planned = { kind: 'tool' as const, name: tool.name, file: tool.programPath };
     if (!existing) {
-      plan.push({ ...planned, change: 'create', version: 1, field: 'createAction(id: $ID, input: $VAR) { version }', id: { type: 'UUID!', value: tool.manifest.actionId }, variableType: 'ActionInput!', variable: { name: tool.name, kind: tool.manifest.kind === 'model' || tool.manifest.kind === 'agent' ? tool.manifest.kind : 'tool', ...desired }, record: recordOf('TOOL', tool.name, base, createdVersion(desired)) });
+      plan.push({
+        ...planned,
+        change: 'create',
+        version: 1,
+        field: 'createAction(id: $ID, input: $VAR) { version }',
+        id: { type: 'UUID!', value: tool.manifest.actionId },
+        variableType: 'ActionInput!',
+        variable: {
+          name: tool.name,
+          kind: tool.manifest.kind === 'model' || tool.manifest.kind === 'agent' ? tool.manifest.kind : 'tool',
+          ...desired,
+        },
+        record: recordOf('TOOL', tool.name, base, createdVersion(desired)),
+      });
     } else {
       const { actionId, version, ...have } = existing;
-      plan.push(versionedItem(planned, mergeVersion(have, version, desired, base, overwrite), version, 'TOOL', tool.name, base, { field: 'updateAction(id: $ID, input: $VAR) { version }', id: { type: 'UUID!', value: actionId }, variableType: 'ActionInput!', variable: desired }));
+      plan.push(
+        versionedItem(
+          planned,
+          mergeVersion(have, version, desired, base, overwrite),
+          version,
+          'TOOL',
+          tool.name,
+          base,
+          {
+            field: 'updateAction(id: $ID, input: $VAR) { version }',
+            id: { type: 'UUID!', value: actionId },
+            variableType: 'ActionInput!',
+            variable: desired,
+          },
+        ),
+      );
     }
     tick();
   }
 
   for (const { path, definition } of project.triggers) {
-    plan.push(await planTrigger(target, path, definition, baseOf('TRIGGER', String(definition.triggerId).toLowerCase()), overwrite));
+    plan.push(
+      await planTrigger(
+        target,
+        path,
+        definition,
+        baseOf('TRIGGER', String(definition.triggerId).toLowerCase()),
+        overwrite,
+      ),
+    );
     tick();
   }
 
@@ -463,42 +733,115 @@ const TRIGGER_DEFAULTS: Flat = { filter: null, input: null, status: 'ACTIVE' };
 
 /** A trigger as fields: one read from the target (every field), or those its file declares. */
 function triggerFields(t: Record<string, any>, declaredOnly: boolean): Flat {
-  const normalized: Flat = { name: t.name, on: t.on, filter: t.filter ?? null, action: { name: t.action?.name, version: t.action?.version ?? null }, input: t.input ?? null, status: t.status ?? 'ACTIVE' };
+  const normalized: Flat = {
+    name: t.name,
+    on: t.on,
+    filter: t.filter ?? null,
+    action: { name: t.action?.name, version: t.action?.version ?? null },
+    input: t.input ?? null,
+    status: t.status ?? 'ACTIVE',
+  };
   return Object.fromEntries(Object.entries(normalized).filter(([k]) => !declaredOnly || t[k] !== undefined));
 }
 
-async function planTrigger(target: Target, path: string, definition: Record<string, any>, base: DeployedState | null, overwrite: boolean): Promise<PlanItem> {
+async function planTrigger(
+  target: Target,
+  path: string,
+  definition: Record<string, any>,
+  base: DeployedState | null,
+  overwrite: boolean,
+): Promise<PlanItem> {
   const id = String(definition.triggerId).toLowerCase();
   const item = { kind: 'trigger' as const, name: String(definition.name), file: path };
   const file = triggerFields(definition, true);
-  const existing = await current(target, 'query($id: UUID!) { actions { trigger(id: $id) { name on filter action { name version } input status version } } }', { id: definition.triggerId }, (d) => d.actions.trigger);
-  if (!existing) return { ...item, change: 'create', field: 'createTrigger(input: $VAR) { triggerId }', variableType: 'TriggerInput!', variable: definition, record: recordOf('TRIGGER', id, base, { fields: file }) };
+  const existing = await current(
+    target,
+    'query($id: UUID!) { actions { trigger(id: $id) { name on filter action { name version } input status version } } }',
+    { id: definition.triggerId },
+    (d) => d.actions.trigger,
+  );
+  if (!existing)
+    return {
+      ...item,
+      change: 'create',
+      field: 'createTrigger(input: $VAR) { triggerId }',
+      variableType: 'TriggerInput!',
+      variable: definition,
+      record: recordOf('TRIGGER', id, base, { fields: file }),
+    };
   const merge = mergeFields(file, triggerFields(existing, false), base, { overwrite, defaults: TRIGGER_DEFAULTS });
   const drift = relabel(merge.drift, new Map());
-  if (!hasWrites(merge)) return { ...item, change: 'unchanged', drift, record: recordOf('TRIGGER', id, base, merge.state) };
+  if (!hasWrites(merge))
+    return { ...item, change: 'unchanged', drift, record: recordOf('TRIGGER', id, base, merge.state) };
   return {
-    ...item, change: 'update', detail: detailOf(merge.writes), drift,
-    field: 'updateTrigger(id: $ID, input: $VAR) { triggerId }', id: { type: 'UUID!', value: definition.triggerId }, variableType: 'TriggerUpdateInput!', variable: merge.writes,
+    ...item,
+    change: 'update',
+    detail: detailOf(merge.writes),
+    drift,
+    field: 'updateTrigger(id: $ID, input: $VAR) { triggerId }',
+    id: { type: 'UUID!', value: definition.triggerId },
+    variableType: 'TriggerUpdateInput!',
+    variable: merge.writes,
     record: recordOf('TRIGGER', id, base, merge.state, existing.version),
   };
 }
 
-const policiesOf = (policies: any[] | undefined | null) => (policies ?? []).map((p: any) => ({ effect: p.effect, actions: p.actions, resources: p.resources, assertions: p.assertions ?? null }));
+const policiesOf = (policies: any[] | undefined | null) =>
+  (policies ?? []).map((p: any) => ({
+    effect: p.effect,
+    actions: p.actions,
+    resources: p.resources,
+    assertions: p.assertions ?? null,
+  }));
 
-async function planClient(target: Target, client: Record<string, any>, base: DeployedState | null, overwrite: boolean): Promise<PlanItem> {
+async function planClient(
+  target: Target,
+  client: Record<string, any>,
+  base: DeployedState | null,
+  overwrite: boolean,
+): Promise<PlanItem> {
   const principal = String(client.principal);
   const item = { kind: 'client' as const, name: principal, file: 'clients.json' };
-  const file: Flat = { ...(client.name !== undefined ? { name: client.name } : {}), ...(client.policies !== undefined ? { policies: policiesOf(client.policies) } : {}) };
-  const existing = await current(target, 'query($p: String!) { auth { client(principal: $p) { name policies { effect actions resources assertions } version } } }', { p: client.principal }, (d) => d.auth.client);
-  if (!existing) return { ...item, change: 'create', field: 'createClient(input: $VAR) { apiKey client { principal } }', variableType: 'ClientInput!', variable: client, record: recordOf('CLIENT', principal, base, { fields: file }) };
-  const merge = mergeFields(file, { name: existing.name, policies: policiesOf(existing.policies) }, base, { overwrite, defaults: { policies: [] } });
+  const file: Flat = {
+    ...(client.name !== undefined ? { name: client.name } : {}),
+    ...(client.policies !== undefined ? { policies: policiesOf(client.policies) } : {}),
+  };
+  const existing = await current(
+    target,
+    'query($p: String!) { auth { client(principal: $p) { name policies { effect actions resources assertions } version } } }',
+    { p: client.principal },
+    (d) => d.auth.client,
+  );
+  if (!existing)
+    return {
+      ...item,
+      change: 'create',
+      field: 'createClient(input: $VAR) { apiKey client { principal } }',
+      variableType: 'ClientInput!',
+      variable: client,
+      record: recordOf('CLIENT', principal, base, { fields: file }),
+    };
+  const merge = mergeFields(file, { name: existing.name, policies: policiesOf(existing.policies) }, base, {
+    overwrite,
+    defaults: { policies: [] },
+  });
   const drift = relabel(merge.drift, new Map());
-  if (!hasWrites(merge)) return { ...item, change: 'unchanged', drift, record: recordOf('CLIENT', principal, base, merge.state) };
+  if (!hasWrites(merge))
+    return { ...item, change: 'unchanged', drift, record: recordOf('CLIENT', principal, base, merge.state) };
   // Policies go as the file wrote them (the server parses them); dropped from the file: none.
-  const variable = { ...(Object.hasOwn(merge.writes, 'name') ? { name: merge.writes.name } : {}), ...(Object.hasOwn(merge.writes, 'policies') ? { policies: client.policies ?? [] } : {}) };
+  const variable = {
+    ...(Object.hasOwn(merge.writes, 'name') ? { name: merge.writes.name } : {}),
+    ...(Object.hasOwn(merge.writes, 'policies') ? { policies: client.policies ?? [] } : {}),
+  };
   return {
-    ...item, change: 'update', detail: detailOf(merge.writes), drift,
-    field: 'updateClient(principal: $ID, input: $VAR) { client { principal } }', id: { type: 'String!', value: client.principal }, variableType: 'ClientUpdateInput!', variable,
+    ...item,
+    change: 'update',
+    detail: detailOf(merge.writes),
+    drift,
+    field: 'updateClient(principal: $ID, input: $VAR) { client { principal } }',
+    id: { type: 'String!', value: client.principal },
+    variableType: 'ClientUpdateInput!',
+    variable,
     record: recordOf('CLIENT', principal, base, merge.state, existing.version),
   };
 }
@@ -506,7 +849,12 @@ async function planClient(target: Target, client: Record<string, any>, base: Dep
 const PAGE_INFO = 'pageInfo { hasNextPage endCursor }';
 
 /** Every node of a connection, page by page: `text` takes $after and puts `pageInfo` in `pick`'s result. */
-async function everyPage(target: Target, text: string, variables: Record<string, unknown>, pick: (data: any) => any): Promise<any[] | null> {
+async function everyPage(
+  target: Target,
+  text: string,
+  variables: Record<string, unknown>,
+  pick: (data: any) => any,
+): Promise<any[] | null> {
   const nodes: any[] = [];
   let after: string | null = null;
   for (;;) {
@@ -525,7 +873,8 @@ function setsInOrder(sets: AccountSetFile[]): AccountSetFile[] {
   const state = new Map<string, 'visiting' | 'done'>();
   const visit = (set: AccountSetFile) => {
     if (state.get(set.accountSetId) === 'done') return;
-    if (state.get(set.accountSetId) === 'visiting') throw new ProjectError(`account set ${set.code} contains itself through its member sets`, ACCOUNT_SETS);
+    if (state.get(set.accountSetId) === 'visiting')
+      throw new ProjectError(`account set ${set.code} contains itself through its member sets`, ACCOUNT_SETS);
     state.set(set.accountSetId, 'visiting');
     for (const member of set.members) {
       const dep = member.memberType === 'ACCOUNT_SET' ? byId.get(member.memberId) : undefined;
@@ -539,14 +888,24 @@ function setsInOrder(sets: AccountSetFile[]): AccountSetFile[] {
 }
 
 const count = (n: number, what: string) => `${n} ${what}${n === 1 ? '' : 's'}`;
-const MEMBER_STEP = (verb: 'addToAccountSet' | 'removeFromAccountSet', setId: string, member: { memberType: string; memberId: string }): Step => ({
+const MEMBER_STEP = (
+  verb: 'addToAccountSet' | 'removeFromAccountSet',
+  setId: string,
+  member: { memberType: string; memberId: string },
+): Step => ({
   field: `${verb}(id: $SET, member: $MEMBER) { accountSetId }`,
-  args: { SET: { type: 'UUID!', value: setId }, MEMBER: { type: 'AccountSetMemberInput!', value: { memberType: member.memberType, memberId: member.memberId } } },
+  args: {
+    SET: { type: 'UUID!', value: setId },
+    MEMBER: { type: 'AccountSetMemberInput!', value: { memberType: member.memberType, memberId: member.memberId } },
+  },
 });
 
-
 /** A set as fields: its own, its metadata per key, and `members.<id>` (the member's type) for each direct member. */
-function setFields(set: Record<string, any>, members: Array<{ memberType: string; memberId: string }>, declaredOnly: boolean): Flat {
+function setFields(
+  set: Record<string, any>,
+  members: Array<{ memberType: string; memberId: string }>,
+  declaredOnly: boolean,
+): Flat {
   const fields: Flat = { code: set.code, name: set.name, normalBalanceType: set.normalBalanceType };
   // The file's description is null when it has none: a set file declares it only by giving one.
   if (!declaredOnly || set.description !== null) fields.description = set.description ?? null;
@@ -557,39 +916,102 @@ function setFields(set: Record<string, any>, members: Array<{ memberType: string
 
 const inMembers = (field: string) => (field.startsWith('members.') ? 'members' : null);
 
-async function planAccountSet(target: Target, set: AccountSetFile, base: DeployedState | null, overwrite: boolean, names: Map<string, string>): Promise<PlanItem> {
-  const existing = await current(target, 'query($id: UUID!) { accountSet(id: $id) { code name description normalBalanceType metadata journalId version } }', { id: set.accountSetId }, (d) => d.accountSet);
-  const desired = { code: set.code, name: set.name, description: set.description, normalBalanceType: set.normalBalanceType, metadata: set.metadata };
+async function planAccountSet(
+  target: Target,
+  set: AccountSetFile,
+  base: DeployedState | null,
+  overwrite: boolean,
+  names: Map<string, string>,
+): Promise<PlanItem> {
+  const existing = await current(
+    target,
+    'query($id: UUID!) { accountSet(id: $id) { code name description normalBalanceType metadata journalId version } }',
+    { id: set.accountSetId },
+    (d) => d.accountSet,
+  );
+  const desired = {
+    code: set.code,
+    name: set.name,
+    description: set.description,
+    normalBalanceType: set.normalBalanceType,
+    metadata: set.metadata,
+  };
   const item = { kind: 'account set' as const, name: set.code, file: ACCOUNT_SETS };
   const file = setFields(set, set.members, true);
   if (!existing) {
     return {
-      ...item, change: 'create', detail: count(set.members.length, 'member'),
-      field: 'createAccountSet(input: $VAR) { accountSetId }', variableType: 'AccountSetInput!', variable: { accountSetId: set.accountSetId, journalId: set.journalId, ...desired },
+      ...item,
+      change: 'create',
+      detail: count(set.members.length, 'member'),
+      field: 'createAccountSet(input: $VAR) { accountSetId }',
+      variableType: 'AccountSetInput!',
+      variable: { accountSetId: set.accountSetId, journalId: set.journalId, ...desired },
       steps: set.members.map((m) => MEMBER_STEP('addToAccountSet', set.accountSetId, m)),
       record: recordOf('ACCOUNT_SET', set.accountSetId, base, { fields: file }),
     };
   }
   const { journalId, version } = existing;
   if (set.journalId !== null && set.journalId !== journalId) {
-    throw new ProjectError(`account set ${set.code}: journalId cannot change (it is in journal ${journalId}); create a new set for journal ${set.journalId}`, ACCOUNT_SETS);
+    throw new ProjectError(
+      `account set ${set.code}: journalId cannot change (it is in journal ${journalId}); create a new set for journal ${set.journalId}`,
+      ACCOUNT_SETS,
+    );
   }
-  const members = (await everyPage(target, `query($id: UUID!, $after: String) { accountSet(id: $id) { members(first: 500, after: $after) {
-    nodes { __typename ... on Account { accountId } ... on AccountSet { accountSetId } } ${PAGE_INFO} } } }`, { id: set.accountSetId }, (d) => d.accountSet.members)) ?? [];
-  const haveMembers = members.map((n: any) => (n.__typename === 'AccountSet' ? { memberType: 'ACCOUNT_SET', memberId: n.accountSetId } : { memberType: 'ACCOUNT', memberId: n.accountId }));
+  const members =
+    (await everyPage(
+      target,
+      `query($id: UUID!, $after: String) { accountSet(id: $id) { members(first: 500, after: $after) {
+    nodes { __typename ... on Account { accountId } ... on AccountSet { accountSetId } } ${PAGE_INFO} } } }`,
+      { id: set.accountSetId },
+      (d) => d.accountSet.members,
+    )) ?? [];
+  const haveMembers = members.map((n: any) =>
+    n.__typename === 'AccountSet'
+      ? { memberType: 'ACCOUNT_SET', memberId: n.accountSetId }
+      : { memberType: 'ACCOUNT', memberId: n.accountId },
+  );
   const now = setFields(existing, haveMembers, false);
-  const merge = mergeFields(file, now, base, { overwrite, defaults: { normalBalanceType: 'CREDIT' }, group: inMembers });
+  const merge = mergeFields(file, now, base, {
+    overwrite,
+    defaults: { normalBalanceType: 'CREDIT' },
+    group: inMembers,
+  });
   const drift = relabel(merge.drift, names);
-  if (!hasWrites(merge)) return { ...item, change: 'unchanged', drift, record: recordOf('ACCOUNT_SET', set.accountSetId, base, merge.state) };
+  if (!hasWrites(merge))
+    return {
+      ...item,
+      change: 'unchanged',
+      drift,
+      record: recordOf('ACCOUNT_SET', set.accountSetId, base, merge.state),
+    };
   const input: Record<string, unknown> = plainWrites(merge.writes, ['members']);
   const metadata = mergedMetadata(existing.metadata, merge.writes);
   if (metadata !== undefined) input.metadata = metadata;
-  const memberWrites = Object.entries(merge.writes).filter(([f]) => f.startsWith('members.')).map(([f, type]) => ({ memberId: f.slice('members.'.length), memberType: (type ?? now[f]) as string, add: type !== null }));
+  const memberWrites = Object.entries(merge.writes)
+    .filter(([f]) => f.startsWith('members.'))
+    .map(([f, type]) => ({
+      memberId: f.slice('members.'.length),
+      memberType: (type ?? now[f]) as string,
+      add: type !== null,
+    }));
   return {
-    ...item, change: 'update', detail: detailOf(merge.writes, { prefix: 'members', noun: 'member' }), drift,
-    ...(Object.keys(input).length ? { field: 'updateAccountSet(id: $ID, input: $VAR) { accountSetId }', id: { type: 'UUID!' as const, value: set.accountSetId }, variableType: 'AccountSetUpdateInput!', variable: input } : {}),
+    ...item,
+    change: 'update',
+    detail: detailOf(merge.writes, { prefix: 'members', noun: 'member' }),
+    drift,
+    ...(Object.keys(input).length
+      ? {
+          field: 'updateAccountSet(id: $ID, input: $VAR) { accountSetId }',
+          id: { type: 'UUID!' as const, value: set.accountSetId },
+          variableType: 'AccountSetUpdateInput!',
+          variable: input,
+        }
+      : {}),
     // Removed first, then added, as a set's members are matched.
-    steps: [...memberWrites.filter((m) => !m.add).map((m) => MEMBER_STEP('removeFromAccountSet', set.accountSetId, m)), ...memberWrites.filter((m) => m.add).map((m) => MEMBER_STEP('addToAccountSet', set.accountSetId, m))],
+    steps: [
+      ...memberWrites.filter((m) => !m.add).map((m) => MEMBER_STEP('removeFromAccountSet', set.accountSetId, m)),
+      ...memberWrites.filter((m) => m.add).map((m) => MEMBER_STEP('addToAccountSet', set.accountSetId, m)),
+    ],
     record: recordOf('ACCOUNT_SET', set.accountSetId, base, merge.state, version),
   };
 }
@@ -606,9 +1028,20 @@ function normalizeLimit(l: Record<string, any>) {
     currency: l.currency ?? '',
     limit: {
       timestampSource: l.limit?.timestampSource ?? null,
-      balance: (l.limit?.balance ?? []).map((b: any) => ({ layer: b.layer, amount: b.amount, normalBalanceType: b.normalBalanceType ?? null, start: b.start ?? null, end: b.end ?? null })),
+      balance: (l.limit?.balance ?? []).map((b: any) => ({
+        layer: b.layer,
+        amount: b.amount,
+        normalBalanceType: b.normalBalanceType ?? null,
+        start: b.start ?? null,
+        end: b.end ?? null,
+      })),
     },
-    params: (l.params ?? []).map((p: any) => ({ name: p.name, type: p.type ?? 'STRING', default: p.default ?? null, description: p.description ?? null })),
+    params: (l.params ?? []).map((p: any) => ({
+      name: p.name,
+      type: p.type ?? 'STRING',
+      default: p.default ?? null,
+      description: p.description ?? null,
+    })),
   };
 }
 
@@ -618,7 +1051,12 @@ const LIMIT_DEFAULTS: Flat = normalizeLimit({});
 /** A limit as fields (normalized as the server reports them back): all of one read from the target, or those its entry declares. */
 function limitFields(limit: Record<string, any>, declaredOnly: boolean): Flat {
   const normalized = normalizeLimit(limit);
-  return Object.fromEntries(LIMIT_KEYS.filter((k) => !declaredOnly || (limit[k] !== undefined && limit[k] !== null)).map((k) => [k, normalized[k]]));
+  return Object.fromEntries(
+    LIMIT_KEYS.filter((k) => !declaredOnly || (limit[k] !== undefined && limit[k] !== null)).map((k) => [
+      k,
+      normalized[k],
+    ]),
+  );
 }
 
 const CONTROL_DEFAULTS: Flat = { description: null, enforcement: { action: 'REJECT' }, condition: null };
@@ -627,16 +1065,24 @@ const CONTROL_DEFAULTS: Flat = { description: null, enforcement: { action: 'REJE
  * A control as fields: name, description, enforcement, condition, `limits.<id>` for each limit
  * it holds and `attach.<accountId>` ({journalId, params}) for each account or set it is attached to.
  */
-function controlFields(control: Record<string, any>, limitIds: string[], attached: Array<{ accountId: string; journalId: string | null; params: unknown }>, declaredOnly: boolean): Flat {
+function controlFields(
+  control: Record<string, any>,
+  limitIds: string[],
+  attached: Array<{ accountId: string; journalId: string | null; params: unknown }>,
+  declaredOnly: boolean,
+): Flat {
   const fields: Flat = { name: control.name };
-  for (const key of ['description', 'condition'] as const) if (!declaredOnly || (control[key] !== undefined && control[key] !== null)) fields[key] = control[key] ?? null;
+  for (const key of ['description', 'condition'] as const)
+    if (!declaredOnly || (control[key] !== undefined && control[key] !== null)) fields[key] = control[key] ?? null;
   if (!declaredOnly || control.enforcement) fields.enforcement = { action: control.enforcement?.action ?? 'REJECT' };
   for (const id of limitIds) fields[`limits.${id}`] = true;
-  for (const a of attached) fields[`attach.${a.accountId}`] = { journalId: a.journalId ?? null, params: a.params ?? null };
+  for (const a of attached)
+    fields[`attach.${a.accountId}`] = { journalId: a.journalId ?? null, params: a.params ?? null };
   return fields;
 }
 
-const inLimits = (field: string) => (field.startsWith('limits.') ? 'limits' : field.startsWith('attach.') ? 'attach' : null);
+const inLimits = (field: string) =>
+  field.startsWith('limits.') ? 'limits' : field.startsWith('attach.') ? 'attach' : null;
 
 /**
  * Limits, then controls (their limit lists matched), then attachments: attached where the file
@@ -644,24 +1090,52 @@ const inLimits = (field: string) => (field.startsWith('limits.') ? 'limits' : fi
  * attached a control of the file to an account or set that the file no longer lists for it (one
  * attached since by someone else stays).
  */
-async function planVelocity(project: Project, target: Target, plan: PlanItem[], tick: () => void, baseOf: (kind: DeployedKind, id: string) => DeployedState | null, overwrite: boolean, names: Map<string, string>): Promise<void> {
+async function planVelocity(
+  project: Project,
+  target: Target,
+  plan: PlanItem[],
+  tick: () => void,
+  baseOf: (kind: DeployedKind, id: string) => DeployedState | null,
+  overwrite: boolean,
+  names: Map<string, string>,
+): Promise<void> {
   const { limits, controls } = project.velocity;
   const limitNames = new Map(limits.map((l) => [String(l.velocityLimitId), String(l.name)]));
   for (const limit of limits) {
     const id = String(limit.velocityLimitId);
     const base = baseOf('VELOCITY_LIMIT', id);
     const item = { kind: 'velocity limit' as const, name: String(limit.name), file: VELOCITY };
-    const existing = await current(target, `query($id: UUID!) { velocityLimit(id: $id) { ${LIMIT_FIELDS} version } }`, { id }, (d) => d.velocityLimit);
+    const existing = await current(
+      target,
+      `query($id: UUID!) { velocityLimit(id: $id) { ${LIMIT_FIELDS} version } }`,
+      { id },
+      (d) => d.velocityLimit,
+    );
     const file = limitFields(limit, true);
-    if (!existing) plan.push({ ...item, change: 'create', field: 'createVelocityLimit(input: $VAR) { velocityLimitId }', variableType: 'VelocityLimitInput!', variable: limit, record: recordOf('VELOCITY_LIMIT', id, base, { fields: file }) });
+    if (!existing)
+      plan.push({
+        ...item,
+        change: 'create',
+        field: 'createVelocityLimit(input: $VAR) { velocityLimitId }',
+        variableType: 'VelocityLimitInput!',
+        variable: limit,
+        record: recordOf('VELOCITY_LIMIT', id, base, { fields: file }),
+      });
     else {
       const merge = mergeFields(file, limitFields(existing, false), base, { overwrite, defaults: LIMIT_DEFAULTS });
       const drift = relabel(merge.drift, names);
-      if (!hasWrites(merge)) plan.push({ ...item, change: 'unchanged', drift, record: recordOf('VELOCITY_LIMIT', id, base, merge.state) });
+      if (!hasWrites(merge))
+        plan.push({ ...item, change: 'unchanged', drift, record: recordOf('VELOCITY_LIMIT', id, base, merge.state) });
       else {
         plan.push({
-          ...item, change: 'update', detail: detailOf(merge.writes), drift,
-          field: 'updateVelocityLimit(id: $ID, input: $VAR) { velocityLimitId }', id: { type: 'UUID!', value: id }, variableType: 'VelocityLimitUpdateInput!', variable: merge.writes,
+          ...item,
+          change: 'update',
+          detail: detailOf(merge.writes),
+          drift,
+          field: 'updateVelocityLimit(id: $ID, input: $VAR) { velocityLimitId }',
+          id: { type: 'UUID!', value: id },
+          variableType: 'VelocityLimitUpdateInput!',
+          variable: merge.writes,
           record: recordOf('VELOCITY_LIMIT', id, base, merge.state, existing.version),
         });
       }
@@ -674,13 +1148,20 @@ async function planVelocity(project: Project, target: Target, plan: PlanItem[], 
   const attachedTo = new Map<string, Array<{ velocityControlId: string; journalId: string | null; params: unknown }>>();
   const attachedOf = async (accountId: string) => {
     if (!attachedTo.has(accountId)) {
-      const nodes = await everyPage(target, `query($id: UUID!, $after: String) { attachedControls(accountId: $id, first: 500, after: $after) { nodes { velocityControlId journalId params } ${PAGE_INFO} } }`, { id: accountId }, (d) => d.attachedControls);
+      const nodes = await everyPage(
+        target,
+        `query($id: UUID!, $after: String) { attachedControls(accountId: $id, first: 500, after: $after) { nodes { velocityControlId journalId params } ${PAGE_INFO} } }`,
+        { id: accountId },
+        (d) => d.attachedControls,
+      );
       attachedTo.set(accountId, nodes ?? []);
     }
     return attachedTo.get(accountId)!;
   };
-  const named = (control: Record<string, any>, accountId: string) => `${control.name} on ${names.get(accountId) ?? accountId}`;
-  const attachField = 'attachVelocityControl(velocityControlId: $CONTROL, accountId: $ACCOUNT, journalId: $JOURNAL, params: $PARAMS) { accountId }';
+  const named = (control: Record<string, any>, accountId: string) =>
+    `${control.name} on ${names.get(accountId) ?? accountId}`;
+  const attachField =
+    'attachVelocityControl(velocityControlId: $CONTROL, accountId: $ACCOUNT, journalId: $JOURNAL, params: $PARAMS) { accountId }';
   const detached: PlanItem[] = [];
   const attachedItems: PlanItem[] = [];
 
@@ -688,32 +1169,101 @@ async function planVelocity(project: Project, target: Target, plan: PlanItem[], 
     const id = String(control.velocityControlId);
     const base = baseOf('VELOCITY_CONTROL', id);
     const item = { kind: 'velocity control' as const, name: String(control.name), file: VELOCITY };
-    const existing = await current(target, 'query($id: UUID!) { velocityControl(id: $id) { name description enforcement { action } condition limits { velocityLimitId } version } }', { id }, (d) => d.velocityControl);
+    const existing = await current(
+      target,
+      'query($id: UUID!) { velocityControl(id: $id) { name description enforcement { action } condition limits { velocityLimitId } version } }',
+      { id },
+      (d) => d.velocityControl,
+    );
     const file = controlFields(control, control.velocityLimitIds, attach, true);
     // Where it is attached now, among the accounts and sets the file or the last deploy attached it to.
-    const accounts = [...new Set([...attach.map((a) => a.accountId), ...Object.keys(base?.fields ?? {}).filter((f) => f.startsWith('attach.')).map((f) => f.slice('attach.'.length))])];
-    const attached = existing ? (await Promise.all(accounts.map(async (accountId) => ({ accountId, found: (await attachedOf(accountId)).find((x) => x.velocityControlId === id) })))).flatMap(({ accountId, found }) => (found ? [{ accountId, journalId: found.journalId, params: found.params ?? null }] : [])) : [];
+    const accounts = [
+      ...new Set([
+        ...attach.map((a) => a.accountId),
+        ...Object.keys(base?.fields ?? {})
+          .filter((f) => f.startsWith('attach.'))
+          .map((f) => f.slice('attach.'.length)),
+      ]),
+    ];
+    const attached = existing
+      ? (
+          await Promise.all(
+            accounts.map(async (accountId) => ({
+              accountId,
+              found: (await attachedOf(accountId)).find((x) => x.velocityControlId === id),
+            })),
+          )
+        ).flatMap(({ accountId, found }) =>
+          found ? [{ accountId, journalId: found.journalId, params: found.params ?? null }] : [],
+        )
+      : [];
     const merge = existing
-      ? mergeFields(file, controlFields(existing, existing.limits.map((l: any) => l.velocityLimitId), attached, false), base, { overwrite, defaults: CONTROL_DEFAULTS, group: inLimits })
+      ? mergeFields(
+          file,
+          controlFields(
+            existing,
+            existing.limits.map((l: any) => l.velocityLimitId),
+            attached,
+            false,
+          ),
+          base,
+          { overwrite, defaults: CONTROL_DEFAULTS, group: inLimits },
+        )
       : null;
     const writes = merge?.writes ?? Object.fromEntries(Object.entries(file).filter(([f]) => f.startsWith('attach.')));
     const controlWrites = Object.fromEntries(Object.entries(writes).filter(([f]) => !f.startsWith('attach.')));
     const drift = merge?.drift ?? [];
-    const record = recordOf('VELOCITY_CONTROL', id, base, merge?.state ?? { fields: file }, existing && Object.keys(writes).length ? existing.version : undefined);
+    const record = recordOf(
+      'VELOCITY_CONTROL',
+      id,
+      base,
+      merge?.state ?? { fields: file },
+      existing && Object.keys(writes).length ? existing.version : undefined,
+    );
 
     if (!existing) {
-      plan.push({ ...item, change: 'create', detail: count(control.velocityLimitIds.length, 'limit'), field: 'createVelocityControl(input: $VAR) { velocityControlId }', variableType: 'VelocityControlInput!', variable: control, record });
+      plan.push({
+        ...item,
+        change: 'create',
+        detail: count(control.velocityLimitIds.length, 'limit'),
+        field: 'createVelocityControl(input: $VAR) { velocityControlId }',
+        variableType: 'VelocityControlInput!',
+        variable: control,
+        record,
+      });
     } else {
-      const controlDrift = relabel(drift.filter((d) => !d.field.startsWith('attach')), limitNames);
+      const controlDrift = relabel(
+        drift.filter((d) => !d.field.startsWith('attach')),
+        limitNames,
+      );
       const fields = plainWrites(controlWrites, ['limits']);
-      const limitSteps = Object.entries(controlWrites).filter(([f]) => f.startsWith('limits.')).map(([f, v]) => ({ limitId: f.slice('limits.'.length), add: v !== null }));
-      const step = (verb: string, limitId: string): Step => ({ field: `${verb}(velocityControlId: $CONTROL, velocityLimitId: $LIMIT) { velocityControlId }`, args: { CONTROL: { type: 'UUID!', value: id }, LIMIT: { type: 'UUID!', value: limitId } } });
-      if (Object.keys(controlWrites).length === 0) plan.push({ ...item, change: 'unchanged', drift: controlDrift, record });
+      const limitSteps = Object.entries(controlWrites)
+        .filter(([f]) => f.startsWith('limits.'))
+        .map(([f, v]) => ({ limitId: f.slice('limits.'.length), add: v !== null }));
+      const step = (verb: string, limitId: string): Step => ({
+        field: `${verb}(velocityControlId: $CONTROL, velocityLimitId: $LIMIT) { velocityControlId }`,
+        args: { CONTROL: { type: 'UUID!', value: id }, LIMIT: { type: 'UUID!', value: limitId } },
+      });
+      if (Object.keys(controlWrites).length === 0)
+        plan.push({ ...item, change: 'unchanged', drift: controlDrift, record });
       else {
         plan.push({
-          ...item, change: 'update', detail: detailOf(controlWrites, { prefix: 'limits', noun: 'limit' }), drift: controlDrift,
-          ...(Object.keys(fields).length ? { field: 'updateVelocityControl(id: $ID, input: $VAR) { velocityControlId }', id: { type: 'UUID!' as const, value: id }, variableType: 'VelocityControlUpdateInput!', variable: fields } : {}),
-          steps: [...limitSteps.filter((s) => !s.add).map((s) => step('removeLimitFromControl', s.limitId)), ...limitSteps.filter((s) => s.add).map((s) => step('addLimitToControl', s.limitId))],
+          ...item,
+          change: 'update',
+          detail: detailOf(controlWrites, { prefix: 'limits', noun: 'limit' }),
+          drift: controlDrift,
+          ...(Object.keys(fields).length
+            ? {
+                field: 'updateVelocityControl(id: $ID, input: $VAR) { velocityControlId }',
+                id: { type: 'UUID!' as const, value: id },
+                variableType: 'VelocityControlUpdateInput!',
+                variable: fields,
+              }
+            : {}),
+          steps: [
+            ...limitSteps.filter((s) => !s.add).map((s) => step('removeLimitFromControl', s.limitId)),
+            ...limitSteps.filter((s) => s.add).map((s) => step('addLimitToControl', s.limitId)),
+          ],
           record,
         });
       }
@@ -729,10 +1279,34 @@ async function planVelocity(project: Project, target: Target, plan: PlanItem[], 
       const was = attached.some((a) => a.accountId === accountId);
       const driftOf = attachDrift.length ? { drift: attachDrift } : {};
       if (Object.hasOwn(writes, field) && writes[field] === null) {
-        detached.push({ ...base, change: 'remove', ...driftOf, steps: [{ field: 'detachVelocityControl(velocityControlId: $CONTROL, accountId: $ACCOUNT) { accountId }', args: { CONTROL: { type: 'UUID!', value: id }, ACCOUNT: { type: 'UUID!', value: accountId } } }] });
+        detached.push({
+          ...base,
+          change: 'remove',
+          ...driftOf,
+          steps: [
+            {
+              field: 'detachVelocityControl(velocityControlId: $CONTROL, accountId: $ACCOUNT) { accountId }',
+              args: { CONTROL: { type: 'UUID!', value: id }, ACCOUNT: { type: 'UUID!', value: accountId } },
+            },
+          ],
+        });
       } else if (Object.hasOwn(writes, field)) {
-        const steps: Step[] = [{ field: attachField, args: { CONTROL: { type: 'UUID!', value: id }, ACCOUNT: { type: 'UUID!', value: accountId }, JOURNAL: { type: 'UUID', value: listed!.journalId }, PARAMS: { type: 'JSON', value: listed!.params } } }];
-        attachedItems.push(was ? { ...base, change: 'update', detail: 'journal or params changed', ...driftOf, steps } : { ...base, change: 'create', ...driftOf, steps });
+        const steps: Step[] = [
+          {
+            field: attachField,
+            args: {
+              CONTROL: { type: 'UUID!', value: id },
+              ACCOUNT: { type: 'UUID!', value: accountId },
+              JOURNAL: { type: 'UUID', value: listed!.journalId },
+              PARAMS: { type: 'JSON', value: listed!.params },
+            },
+          },
+        ];
+        attachedItems.push(
+          was
+            ? { ...base, change: 'update', detail: 'journal or params changed', ...driftOf, steps }
+            : { ...base, change: 'create', ...driftOf, steps },
+        );
       } else if (listed || attachDrift.length) {
         attachedItems.push({ ...base, change: 'unchanged', ...driftOf });
       }
@@ -746,12 +1320,34 @@ function normalizeTranCode(d: Record<string, any>) {
   const tx = d.transaction ?? {};
   return {
     description: d.description ?? null,
-    params: (d.params ?? []).map((p: any) => ({ name: p.name, type: p.type ?? 'STRING', default: p.default ?? null, description: p.description ?? null })),
+    params: (d.params ?? []).map((p: any) => ({
+      name: p.name,
+      type: p.type ?? 'STRING',
+      default: p.default ?? null,
+      description: p.description ?? null,
+    })),
     vars: d.vars ?? null,
     metadata: d.metadata ?? null,
-    transaction: Object.fromEntries(['effective', 'journalId', 'correlationId', 'externalId', 'description', 'metadata'].map((k) => [k, tx[k] ?? null])),
+    transaction: Object.fromEntries(
+      ['effective', 'journalId', 'correlationId', 'externalId', 'description', 'metadata'].map((k) => [
+        k,
+        tx[k] ?? null,
+      ]),
+    ),
     entries: (d.entries ?? []).map((e: any) =>
-      Object.fromEntries(['accountId', 'units', 'currency', 'direction', 'entryType', 'layer', 'description', 'metadata', 'condition'].map((k) => [k, e[k] ?? null])),
+      Object.fromEntries(
+        [
+          'accountId',
+          'units',
+          'currency',
+          'direction',
+          'entryType',
+          'layer',
+          'description',
+          'metadata',
+          'condition',
+        ].map((k) => [k, e[k] ?? null]),
+      ),
     ),
   };
 }
@@ -771,8 +1367,14 @@ function namespaceOf(item: PlanItem): 'root' | 'actions' | 'auth' {
  * unless overwriteRuntimeChanges. What the deploy leaves is recorded first in the same request,
  * refused if a record it writes changed since it was read (RECORD_CHANGED).
  */
-export async function deploy(project: Project, target: Target, options: { dryRun?: boolean; onProgress?: (done: number, total: number) => void } & PlanOptions = {}): Promise<DeployResult> {
-  const plan = await planDeploy(project, target, options.onProgress, { overwriteRuntimeChanges: options.overwriteRuntimeChanges });
+export async function deploy(
+  project: Project,
+  target: Target,
+  options: { dryRun?: boolean; onProgress?: (done: number, total: number) => void } & PlanOptions = {},
+): Promise<DeployResult> {
+  const plan = await planDeploy(project, target, options.onProgress, {
+    overwriteRuntimeChanges: options.overwriteRuntimeChanges,
+  });
   const conflicts = plan.filter((item) => item.drift?.some((d) => d.outcome === 'conflict'));
   if (conflicts.length > 0) {
     const lines = conflicts.flatMap((item) => formatDrift(item).filter((l) => l.startsWith('! conflict')));
@@ -780,7 +1382,7 @@ export async function deploy(project: Project, target: Target, options: { dryRun
       `${count(lines.length, 'field')} changed both at runtime and in the project files since the last deploy:\n${lines.join('\n')}\nnothing was applied`,
       plan,
       'CONFLICT',
-      'Put the value to keep in the file (the one it has now, to keep the runtime change), or deploy with --overwrite-runtime-changes to write the files\' values over it.',
+      "Put the value to keep in the file (the one it has now, to keep the runtime change), or deploy with --overwrite-runtime-changes to write the files' values over it.",
     );
   }
   const changes = plan.filter((item) => item.change !== 'unchanged');
@@ -849,22 +1451,30 @@ export async function deploy(project: Project, target: Target, options: { dryRun
   const keys: Record<string, string> = {};
   const auth = (result.data as any)?.auth ?? {};
   // A dry run's clients were rolled back: their keys do not exist.
-  if (!options.dryRun) changes.forEach((item, i) => {
-    if (item.kind === 'client' && item.change === 'create' && auth[`c${i}`]?.apiKey) keys[item.name] = auth[`c${i}`].apiKey;
-  });
+  if (!options.dryRun)
+    changes.forEach((item, i) => {
+      if (item.kind === 'client' && item.change === 'create' && auth[`c${i}`]?.apiKey)
+        keys[item.name] = auth[`c${i}`].apiKey;
+    });
   return { plan, applied: changes.length > 0 && !options.dryRun, keys };
 }
 
-
 /** Name the file (and for a program, the line and column) behind a server-side refusal. */
-function describeFailure(error: { message: string; path?: ReadonlyArray<string | number>; extensions?: Record<string, unknown> }, changes: PlanItem[]): string {
-  const alias = [...(error.path ?? [])].reverse().find((p) => typeof p === 'string' && /^c\d+(_\d+)?$/.test(p)) as string | undefined;
+function describeFailure(
+  error: { message: string; path?: ReadonlyArray<string | number>; extensions?: Record<string, unknown> },
+  changes: PlanItem[],
+): string {
+  const alias = [...(error.path ?? [])].reverse().find((p) => typeof p === 'string' && /^c\d+(_\d+)?$/.test(p)) as
+    | string
+    | undefined;
   // A refused variable names its change by number: $v3 (its input), $i3 (its id) or $s3_0_member (a step's).
   const variable = /^Variable "\$(?:[vi](\d+)|s(\d+)_)/.exec(error.message);
   const index = alias ? Number(/^c(\d+)/.exec(alias)![1]) : variable ? Number(variable[1] ?? variable[2]) : undefined;
   const item = index === undefined ? undefined : changes[index];
   const details = error.extensions?.details as { line?: number; column?: number } | undefined;
-  const where = item ? `${item.file}${details?.line ? `:${details.line}${details.column ? `:${details.column}` : ''}` : ''}` : 'deploy';
+  const where = item
+    ? `${item.file}${details?.line ? `:${details.line}${details.column ? `:${details.column}` : ''}` : ''}`
+    : 'deploy';
   const code = typeof error.extensions?.code === 'string' ? ` [${error.extensions.code}]` : '';
   return `${where}: ${error.message}${code}\nnothing was applied`;
 }

@@ -63,7 +63,11 @@ export interface FieldMerge {
 
 const norm = (v: unknown) => (v === undefined ? null : v);
 export const same = (a: unknown, b: unknown) => canonicalJson(norm(a)) === canonicalJson(norm(b));
-export const digest = (value: unknown) => createHash('sha256').update(canonicalJson(norm(value))).digest('hex').slice(0, 16);
+export const digest = (value: unknown) =>
+  createHash('sha256')
+    .update(canonicalJson(norm(value)))
+    .digest('hex')
+    .slice(0, 16);
 
 /**
  * Merge one record's fields. `defaults` are the values of a field nobody set (status ACTIVE, no
@@ -83,7 +87,8 @@ export function mergeFields(
   const writes: Flat = {};
   const drift: Drift[] = [];
   const fields: Flat = {};
-  const fieldOf = (source: Flat, field: string) => (Object.hasOwn(source, field) ? norm(source[field]) : norm(defaults[field]));
+  const fieldOf = (source: Flat, field: string) =>
+    Object.hasOwn(source, field) ? norm(source[field]) : norm(defaults[field]);
   for (const field of new Set([...Object.keys(file), ...Object.keys(deployed)])) {
     const declared = Object.hasOwn(file, field);
     const f = fieldOf(file, field);
@@ -111,7 +116,14 @@ export function mergeFields(
       drift.push({ field, outcome: 'conflict', deployed: b, now: c, file: f });
     }
   }
-  const { seen, changed } = undeclared(file, now, deployed, base?.seen ?? null, defaults, options.group ?? (() => null));
+  const { seen, changed } = undeclared(
+    file,
+    now,
+    deployed,
+    base?.seen ?? null,
+    defaults,
+    options.group ?? (() => null),
+  );
   for (const { field, value } of changed) drift.push({ field, outcome: 'undeclared', now: value });
   return { writes, drift, state: { fields, seen } };
 }
@@ -121,7 +133,14 @@ export function mergeFields(
  * changed since the last deploy saw them (a record the deploy created, or one it never saw:
  * those that are not at their default).
  */
-function undeclared(file: Flat, now: Flat, deployed: Flat, before: Record<string, string> | null, defaults: Flat, group: (field: string) => string | null) {
+function undeclared(
+  file: Flat,
+  now: Flat,
+  deployed: Flat,
+  before: Record<string, string> | null,
+  defaults: Flat,
+  group: (field: string) => string | null,
+) {
   const seen: Record<string, string> = {};
   const members = new Map<string, Flat>();
   for (const field of Object.keys(now).sort()) {
@@ -153,18 +172,37 @@ export interface VersionMerge {
  * the file's. A version made since the deploy (by a client, or an operator through GraphQL) is
  * the runtime change: kept while the file is unchanged, a conflict when the file changed too.
  */
-export function mergeVersion(have: unknown, version: number, desired: unknown, base: DeployedState | null, overwrite: boolean): VersionMerge {
+export function mergeVersion(
+  have: unknown,
+  version: number,
+  desired: unknown,
+  base: DeployedState | null,
+  overwrite: boolean,
+): VersionMerge {
   const fileDigest = digest(desired);
   if (same(have, desired)) return { action: 'unchanged', drift: [], state: { version, digest: fileDigest } };
   const next = { version: version + 1, digest: fileDigest };
   if (base?.version === version) return { action: 'new', drift: [], state: next };
   const deployed = base?.version === undefined ? undefined : `version ${base.version}`;
   const now = `version ${version}`;
-  if (overwrite) return { action: 'new', drift: [{ field: 'version', outcome: 'overwrite', deployed, now, file: `version ${version + 1}` }], state: next };
+  if (overwrite)
+    return {
+      action: 'new',
+      drift: [{ field: 'version', outcome: 'overwrite', deployed, now, file: `version ${version + 1}` }],
+      state: next,
+    };
   if (base?.version !== undefined && base.digest === fileDigest) {
-    return { action: 'keep', drift: [{ field: 'version', outcome: 'keep', deployed, now, file: deployed }], state: base };
+    return {
+      action: 'keep',
+      drift: [{ field: 'version', outcome: 'keep', deployed, now, file: deployed }],
+      state: base,
+    };
   }
-  return { action: 'keep', drift: [{ field: 'version', outcome: 'conflict', deployed, now, file: `version ${version + 1}` }], state: base ?? {} };
+  return {
+    action: 'keep',
+    drift: [{ field: 'version', outcome: 'conflict', deployed, now, file: `version ${version + 1}` }],
+    state: base ?? {},
+  };
 }
 
 /** What a deploy records of a tran code, tool or skill it creates: version 1, made from this content. */

@@ -106,13 +106,17 @@ function readText(dir: string, path: string): string {
   try {
     real = realpathSync(full);
   } catch (error) {
-    throw new ProjectError(`cannot be read: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, path);
+    throw new ProjectError(
+      `cannot be read: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
+      path,
+    );
   }
   const root = realpathSync(dir);
   if (real !== root && !real.startsWith(root + sep)) throw new ProjectError('leads outside the project folder', path);
   const stat = statSync(real);
   if (!stat.isFile()) throw new ProjectError('is not a regular file', path);
-  if (stat.size > PROJECT_FILE_BYTES_MAX) throw new ProjectError(`is ${stat.size} bytes; project files are at most ${PROJECT_FILE_BYTES_MAX}`, path);
+  if (stat.size > PROJECT_FILE_BYTES_MAX)
+    throw new ProjectError(`is ${stat.size} bytes; project files are at most ${PROJECT_FILE_BYTES_MAX}`, path);
   return readFileSync(real, 'utf8');
 }
 
@@ -163,12 +167,18 @@ function listJson(dir: string, folder: string): string[] {
   const full = join(dir, folder);
   if (!existsSync(full)) return [];
   if (!isDirectory(full)) throw new ProjectError('must be a folder', folder);
-  return readdirSync(full).filter((f) => f.endsWith('.json')).sort().map((f) => join(folder, f));
+  return readdirSync(full)
+    .filter((f) => f.endsWith('.json'))
+    .sort()
+    .map((f) => join(folder, f));
 }
 
 export function readProject(dir: string): Project {
   if (!existsSync(join(dir, 'tally.json'))) {
-    throw new ProjectError('no tally.json here: is this a Tally project folder?', relative(process.cwd(), join(dir, 'tally.json')) || 'tally.json');
+    throw new ProjectError(
+      'no tally.json here: is this a Tally project folder?',
+      relative(process.cwd(), join(dir, 'tally.json')) || 'tally.json',
+    );
   }
   const meta = readObject(dir, 'tally.json');
   const accounts = existsSync(join(dir, 'accounts.json')) ? readList(dir, 'accounts.json', 'accounts') : [];
@@ -186,18 +196,34 @@ export function readProject(dir: string): Project {
       const manifest = readObject(dir, join('tools', file));
       const programless = manifest.kind === 'model' || manifest.kind === 'agent';
       if (programless) {
-        if (files.includes(program)) throw new ProjectError(`is a ${manifest.kind}, which has no program: remove ${join('tools', program)} or the kind`, join('tools', file));
-        if (!isObject(manifest.config)) throw new ProjectError(`a ${manifest.kind} needs "config": {provider, model, instructions, …}`, join('tools', file));
-        tools.push({ name: basename(file, '.json'), programPath: join('tools', file), manifestPath: join('tools', file), src: '', manifest });
+        if (files.includes(program))
+          throw new ProjectError(
+            `is a ${manifest.kind}, which has no program: remove ${join('tools', program)} or the kind`,
+            join('tools', file),
+          );
+        if (!isObject(manifest.config))
+          throw new ProjectError(
+            `a ${manifest.kind} needs "config": {provider, model, instructions, …}`,
+            join('tools', file),
+          );
+        tools.push({
+          name: basename(file, '.json'),
+          programPath: join('tools', file),
+          manifestPath: join('tools', file),
+          src: '',
+          manifest,
+        });
         continue;
       }
-      if (!files.includes(program)) throw new ProjectError(`has no ${join('tools', program)} beside it (the tool's program)`, join('tools', file));
+      if (!files.includes(program))
+        throw new ProjectError(`has no ${join('tools', program)} beside it (the tool's program)`, join('tools', file));
     }
     for (const file of files.filter((f) => f.endsWith('.js')).sort()) {
       const name = basename(file, '.js');
       const programPath = join('tools', file);
       const manifestPath = join('tools', `${name}.json`);
-      if (!existsSync(join(dir, manifestPath))) throw new ProjectError(`has no ${manifestPath} beside it (description, schemas, policies)`, programPath);
+      if (!existsSync(join(dir, manifestPath)))
+        throw new ProjectError(`has no ${manifestPath} beside it (description, schemas, policies)`, programPath);
       const manifest = readObject(dir, manifestPath);
       for (const key of ['tools', 'skills', 'policies']) {
         const list = manifest[key];
@@ -235,12 +261,18 @@ export const VELOCITY = 'velocity.json';
  * they would otherwise be dropped without a word.
  */
 class Fields {
-  constructor(readonly file: string, readonly at: string, readonly value: Record<string, any>) {}
+  constructor(
+    readonly file: string,
+    readonly at: string,
+    readonly value: Record<string, any>,
+  ) {}
 
   static of(file: string, at: string, value: unknown, known: string[]): Fields {
-    if (!isObject(value)) throw new ProjectError(`${at || 'the file'} must be a JSON object, got ${describe(value)}`, file);
+    if (!isObject(value))
+      throw new ProjectError(`${at || 'the file'} must be a JSON object, got ${describe(value)}`, file);
     const unknown = Object.keys(value).find((k) => !known.includes(k));
-    if (unknown !== undefined) throw new ProjectError(`${at ? `${at}.` : ''}${unknown} is not a field here (fields: ${known.join(', ')})`, file);
+    if (unknown !== undefined)
+      throw new ProjectError(`${at ? `${at}.` : ''}${unknown} is not a field here (fields: ${known.join(', ')})`, file);
     return new Fields(file, at, value);
   }
 
@@ -307,11 +339,21 @@ const MEMBER_TYPES = ['ACCOUNT', 'ACCOUNT_SET'] as const;
 const SIDES = ['DEBIT', 'CREDIT'] as const;
 
 function checkAccountSets(value: unknown): AccountSetFile[] {
-  if (!Array.isArray(value)) throw new ProjectError(`must be a JSON array of account sets, got ${describe(value)}`, ACCOUNT_SETS);
+  if (!Array.isArray(value))
+    throw new ProjectError(`must be a JSON array of account sets, got ${describe(value)}`, ACCOUNT_SETS);
   const ids = new Set<string>();
   const codes = new Set<string>();
   return value.map((item, i) => {
-    const f = Fields.of(ACCOUNT_SETS, `[${i}]`, item, ['accountSetId', 'code', 'name', 'description', 'normalBalanceType', 'metadata', 'journalId', 'members']);
+    const f = Fields.of(ACCOUNT_SETS, `[${i}]`, item, [
+      'accountSetId',
+      'code',
+      'name',
+      'description',
+      'normalBalanceType',
+      'metadata',
+      'journalId',
+      'members',
+    ]);
     const set: AccountSetFile = {
       accountSetId: f.uuid('accountSetId'),
       code: f.text('code'),
@@ -329,8 +371,10 @@ function checkAccountSets(value: unknown): AccountSetFile[] {
     if (codes.has(set.code)) f.fail('code', 'is given to two sets');
     const seen = new Set<string>();
     set.members.forEach((m, j) => {
-      if (seen.has(m.memberId)) throw new ProjectError(`[${i}].members[${j}].memberId ${m.memberId} is listed twice`, ACCOUNT_SETS);
-      if (m.memberId === set.accountSetId) throw new ProjectError(`[${i}].members[${j}].memberId: a set cannot contain itself`, ACCOUNT_SETS);
+      if (seen.has(m.memberId))
+        throw new ProjectError(`[${i}].members[${j}].memberId ${m.memberId} is listed twice`, ACCOUNT_SETS);
+      if (m.memberId === set.accountSetId)
+        throw new ProjectError(`[${i}].members[${j}].memberId: a set cannot contain itself`, ACCOUNT_SETS);
       seen.add(m.memberId);
     });
     ids.add(set.accountSetId);
@@ -345,7 +389,16 @@ function checkVelocity(value: unknown): Project['velocity'] {
   const top = Fields.of(VELOCITY, '', value, ['limits', 'controls']);
   const limitIds = new Set<string>();
   const limits = top.list('limits').map((item, i) => {
-    const f = Fields.of(VELOCITY, `limits[${i}]`, item, ['velocityLimitId', 'name', 'description', 'window', 'condition', 'currency', 'limit', 'params']);
+    const f = Fields.of(VELOCITY, `limits[${i}]`, item, [
+      'velocityLimitId',
+      'name',
+      'description',
+      'window',
+      'condition',
+      'currency',
+      'limit',
+      'params',
+    ]);
     const id = f.uuid('velocityLimitId');
     if (limitIds.has(id)) f.fail('velocityLimitId', 'is given to two limits');
     limitIds.add(id);
@@ -364,7 +417,13 @@ function checkVelocity(value: unknown): Project['velocity'] {
     const balance = spec.list('balance', true);
     if (balance.length === 0) spec.fail('balance', 'needs at least one {layer, amount}');
     balance.forEach((b, j) => {
-      const entry = Fields.of(VELOCITY, `limits[${i}].limit.balance[${j}]`, b, ['layer', 'amount', 'normalBalanceType', 'start', 'end']);
+      const entry = Fields.of(VELOCITY, `limits[${i}].limit.balance[${j}]`, b, [
+        'layer',
+        'amount',
+        'normalBalanceType',
+        'start',
+        'end',
+      ]);
       entry.text('layer');
       entry.text('amount');
       for (const key of ['normalBalanceType', 'start', 'end']) entry.optionalText(key);
@@ -378,7 +437,15 @@ function checkVelocity(value: unknown): Project['velocity'] {
   });
   const controlIds = new Set<string>();
   const controls = top.list('controls').map((item, i): VelocityControlFile => {
-    const f = Fields.of(VELOCITY, `controls[${i}]`, item, ['velocityControlId', 'name', 'description', 'enforcement', 'condition', 'velocityLimitIds', 'attach']);
+    const f = Fields.of(VELOCITY, `controls[${i}]`, item, [
+      'velocityControlId',
+      'name',
+      'description',
+      'enforcement',
+      'condition',
+      'velocityLimitIds',
+      'attach',
+    ]);
     const id = f.uuid('velocityControlId');
     if (controlIds.has(id)) f.fail('velocityControlId', 'is given to two controls');
     controlIds.add(id);
@@ -389,7 +456,11 @@ function checkVelocity(value: unknown): Project['velocity'] {
       Fields.of(VELOCITY, `controls[${i}].enforcement`, f.value.enforcement, ['action']).oneOf('action', ENFORCEMENTS);
     }
     const velocityLimitIds = f.list('velocityLimitIds').map((limitId, j) => {
-      if (!isUuid(limitId)) throw new ProjectError(`controls[${i}].velocityLimitIds[${j}] must be a UUID, got ${describe(limitId)}`, VELOCITY);
+      if (!isUuid(limitId))
+        throw new ProjectError(
+          `controls[${i}].velocityLimitIds[${j}] must be a UUID, got ${describe(limitId)}`,
+          VELOCITY,
+        );
       return limitId.toLowerCase();
     });
     if (new Set(velocityLimitIds).size !== velocityLimitIds.length) f.fail('velocityLimitIds', 'lists a limit twice');
@@ -411,7 +482,10 @@ function listSkills(dir: string): string[] {
   const full = join(dir, 'skills');
   if (!existsSync(full)) return [];
   if (!isDirectory(full)) throw new ProjectError('must be a folder', 'skills');
-  return readdirSync(full).filter((f) => f.endsWith('.md')).sort().map((f) => join('skills', f));
+  return readdirSync(full)
+    .filter((f) => f.endsWith('.md'))
+    .sort()
+    .map((f) => join('skills', f));
 }
 
 /** A front matter value: plain text, or a JSON string when it starts with a double quote. */
@@ -424,7 +498,11 @@ function scalar(raw: string, path: string, line: number): string {
   } catch {
     // reported below
   }
-  throw new ProjectError(`${JSON.stringify(value)} is not a quoted string (write it as JSON: "…", with \\" for a quote inside)`, path, line);
+  throw new ProjectError(
+    `${JSON.stringify(value)} is not a quoted string (write it as JSON: "…", with \\" for a quote inside)`,
+    path,
+    line,
+  );
 }
 
 /**
@@ -433,8 +511,16 @@ function scalar(raw: string, path: string, line: number): string {
  * `---` is the body (leading blank lines and trailing whitespace dropped, line ends as \n).
  */
 export function parseSkill(path: string, text: string): SkillFile {
-  const lines = text.replace(/^\uFEFF/, '').replace(/\r\n?/g, '\n').split('\n');
-  if (lines[0]?.trim() !== '---') throw new ProjectError('must start with a front matter block: a line "---", then description, tools and skillId, then "---"', path, 1);
+  const lines = text
+    .replace(/^\uFEFF/, '')
+    .replace(/\r\n?/g, '\n')
+    .split('\n');
+  if (lines[0]?.trim() !== '---')
+    throw new ProjectError(
+      'must start with a front matter block: a line "---", then description, tools and skillId, then "---"',
+      path,
+      1,
+    );
   const end = lines.findIndex((l, i) => i > 0 && l.trim() === '---');
   if (end < 0) throw new ProjectError('the front matter block has no closing "---" line', path, 1);
   const seen = new Map<string, string>();
@@ -442,23 +528,39 @@ export function parseSkill(path: string, text: string): SkillFile {
     const line = lines[i]!;
     if (line.trim() === '' || line.trimStart().startsWith('#')) continue;
     const match = /^([A-Za-z]+)\s*:(.*)$/.exec(line);
-    if (!match) throw new ProjectError(`${JSON.stringify(line)} is not "key: value" (keys: description, tools, skillId)`, path, i + 1);
+    if (!match)
+      throw new ProjectError(
+        `${JSON.stringify(line)} is not "key: value" (keys: description, tools, skillId)`,
+        path,
+        i + 1,
+      );
     const key = match[1]!;
-    if (key !== 'description' && key !== 'tools' && key !== 'skillId') throw new ProjectError(`unknown key ${JSON.stringify(key)} (keys: description, tools, skillId)`, path, i + 1);
+    if (key !== 'description' && key !== 'tools' && key !== 'skillId')
+      throw new ProjectError(`unknown key ${JSON.stringify(key)} (keys: description, tools, skillId)`, path, i + 1);
     if (seen.has(key)) throw new ProjectError(`${key} is given twice`, path, i + 1);
     const value = match[2]!;
     if (key === 'tools') {
       const list = value.trim();
-      if (!list.startsWith('[') || !list.endsWith(']')) throw new ProjectError(`tools must be a list in brackets, e.g. [balance, transfer], got ${JSON.stringify(list)}`, path, i + 1);
+      if (!list.startsWith('[') || !list.endsWith(']'))
+        throw new ProjectError(
+          `tools must be a list in brackets, e.g. [balance, transfer], got ${JSON.stringify(list)}`,
+          path,
+          i + 1,
+        );
       const inner = list.slice(1, -1).trim();
       const names = inner === '' ? [] : inner.split(',').map((item) => scalar(item, path, i + 1));
-      if (names.some((n) => n === '')) throw new ProjectError(`tools has an empty name: ${JSON.stringify(list)}`, path, i + 1);
+      if (names.some((n) => n === ''))
+        throw new ProjectError(`tools has an empty name: ${JSON.stringify(list)}`, path, i + 1);
       seen.set(key, JSON.stringify(names));
     } else {
       seen.set(key, scalar(value, path, i + 1));
     }
   }
-  const body = lines.slice(end + 1).join('\n').replace(/^(?:[ \t]*\n)+/, '').replace(/\s+$/, '');
+  const body = lines
+    .slice(end + 1)
+    .join('\n')
+    .replace(/^(?:[ \t]*\n)+/, '')
+    .replace(/\s+$/, '');
   return {
     name: basename(path, '.md'),
     path,

@@ -20,28 +20,67 @@ export function serverTarget(url: string, apiKey: string | undefined, timeoutMs 
   return {
     describe: url,
     async request(query, variables) {
-      const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/graphql-response+json, application/json' };
+      const headers: Record<string, string> = {
+        'content-type': 'application/json',
+        accept: 'application/graphql-response+json, application/json',
+      };
       if (apiKey) headers.authorization = `Bearer ${apiKey}`;
       let response: Response;
       try {
-        response = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ query, variables: variables ?? {} }), signal: AbortSignal.timeout(timeoutMs) });
+        response = await fetch(url, {
+          method: 'POST',
+          headers,
+          body: JSON.stringify({ query, variables: variables ?? {} }),
+          signal: AbortSignal.timeout(timeoutMs),
+        });
       } catch (error) {
         const e = error as Error & { cause?: { code?: string; message?: string } };
         if (e.name === 'TimeoutError') {
           // The request was sent: the server may have run it.
-          return { errors: [{ message: `${url} gave no answer within ${timeoutMs / 1000} s`, extensions: { code: 'TIMEOUT', hint: 'The server may still have run the request.' } }] };
+          return {
+            errors: [
+              {
+                message: `${url} gave no answer within ${timeoutMs / 1000} s`,
+                extensions: { code: 'TIMEOUT', hint: 'The server may still have run the request.' },
+              },
+            ],
+          };
         }
         const why = e.cause?.code ?? e.cause?.message ?? e.message;
-        return { errors: [{ message: `cannot reach ${url}: ${why}`, extensions: { code: 'UNAVAILABLE', hint: 'Check that the server runs and the URL (tally.json "server" or --server).' } }] };
+        return {
+          errors: [
+            {
+              message: `cannot reach ${url}: ${why}`,
+              extensions: {
+                code: 'UNAVAILABLE',
+                hint: 'Check that the server runs and the URL (tally.json "server" or --server).',
+              },
+            },
+          ],
+        };
       }
       let body: unknown;
       try {
         body = await response.json();
       } catch {
-        return { errors: [{ message: `${url} answered HTTP ${response.status} without a GraphQL body`, extensions: { code: 'BAD_RESPONSE' } }] };
+        return {
+          errors: [
+            {
+              message: `${url} answered HTTP ${response.status} without a GraphQL body`,
+              extensions: { code: 'BAD_RESPONSE' },
+            },
+          ],
+        };
       }
       if (body === null || typeof body !== 'object' || !('data' in body || 'errors' in body)) {
-        return { errors: [{ message: `${url} answered HTTP ${response.status} with JSON that is not a GraphQL response`, extensions: { code: 'BAD_RESPONSE' } }] };
+        return {
+          errors: [
+            {
+              message: `${url} answered HTTP ${response.status} with JSON that is not a GraphQL response`,
+              extensions: { code: 'BAD_RESPONSE' },
+            },
+          ],
+        };
       }
       return body as GraphqlResponse;
     },

@@ -34,19 +34,30 @@ export function layerOf(version: ActionVersion): AuthorityLayer {
 
 /** The layers of a recorded start stack (the tools that started an execution), read now. */
 export function outerOf(actions: ActionDeps, refs: readonly VersionRef[]): Outer {
-  return { layers: refs.map((ref) => layerOf(getVersion(actions, { id: ref.actionId, version: ref.version }))), refs: [...refs] };
+  return {
+    layers: refs.map((ref) => layerOf(getVersion(actions, { id: ref.actionId, version: ref.version }))),
+    refs: [...refs],
+  };
 }
 
 /** The same with one more tool on top (an agent, for its tool calls). */
 export function outerWith(outer: Outer, version: ActionVersion): Outer {
-  return { layers: [...outer.layers, layerOf(version)], refs: [...outer.refs, { actionId: version.actionId, version: version.version }] };
+  return {
+    layers: [...outer.layers, layerOf(version)],
+    refs: [...outer.refs, { actionId: version.actionId, version: version.version }],
+  };
 }
 
 /**
  * The authority of a caller at a frame: [client, the tools that started the execution, the tools
  * on the call stack]. Every layer must allow an operation. The only place an Authority is built.
  */
-export function authorityOf(cel: Cel, caller: Pick<Caller, 'principal' | 'client'>, frame: CallFrame | null, outer: readonly AuthorityLayer[] = frame?.root.outerLayers ?? []): Authority {
+export function authorityOf(
+  cel: Cel,
+  caller: Pick<Caller, 'principal' | 'client'>,
+  frame: CallFrame | null,
+  outer: readonly AuthorityLayer[] = frame?.root.outerLayers ?? [],
+): Authority {
   return new Authority(cel, caller.principal, { principal: caller.principal }, caller.client, frame, outer);
 }
 
@@ -62,9 +73,13 @@ export function checkMayCall(authority: Authority, name: string, version: number
 export function checkRunnable(version: ActionVersion): void {
   if (version.status === 'ACTIVE') return;
   if (version.status === 'LOCKED') {
-    throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is LOCKED`, { hint: 'Call an ACTIVE version (lockAction stops every caller of a locked one).' });
+    throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is LOCKED`, {
+      hint: 'Call an ACTIVE version (lockAction stops every caller of a locked one).',
+    });
   }
-  throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is a DRAFT`, { hint: 'Activate it first with activateAction.' });
+  throw new EngineError('VERSION_LOCKED', `${version.name} version ${version.version} is a DRAFT`, {
+    hint: 'Activate it first with activateAction.',
+  });
 }
 
 /**
@@ -72,7 +87,12 @@ export function checkRunnable(version: ActionVersion): void {
  * resolved before (`resolved`, by name), otherwise the latest ACTIVE one. Whether it may run is
  * checkRunnable's, where it runs.
  */
-export function referencedVersion(actions: ActionDeps, ref: { name: string; version?: number | null }, resolved?: Map<string, ActionVersion>, what = ref.name): ActionVersion {
+export function referencedVersion(
+  actions: ActionDeps,
+  ref: { name: string; version?: number | null },
+  resolved?: Map<string, ActionVersion>,
+  what = ref.name,
+): ActionVersion {
   if (ref.version != null) return getVersion(actions, { name: ref.name, version: ref.version });
   let version = resolved?.get(ref.name);
   if (version) {
@@ -87,7 +107,10 @@ export function referencedVersion(actions: ActionDeps, ref: { name: string; vers
   }
   const action = getVersion(actions, { name: ref.name });
   const active = latestActiveVersion(actions, action.actionId);
-  if (!active) throw new EngineError('VERSION_LOCKED', `${what} has no ACTIVE version`, { hint: 'Activate a version, or pin one.' });
+  if (!active)
+    throw new EngineError('VERSION_LOCKED', `${what} has no ACTIVE version`, {
+      hint: 'Activate a version, or pin one.',
+    });
   resolved?.set(ref.name, active);
   return active;
 }
@@ -104,10 +127,14 @@ export function referencedVersion(actions: ActionDeps, ref: { name: string; vers
 export function checkNotModelWritten(frame: CallFrame | null, what: string): void {
   if (!frame?.modelWritten) return;
   const agent = frame.root.model!.agent;
-  throw new EngineError('ACCESS_DENIED', `${what} refused: the GraphQL operation was written by the model of ${agent}, and a model's GraphQL neither calls tools, changes them, nor makes API keys`, {
-    hint: `A model calls a tool as one of ${agent}'s tools, by its own name: its reference's pinned version, fixed input and approval apply there. To let the model call it, add it to the agent's tools.`,
-    details: { agent },
-  });
+  throw new EngineError(
+    'ACCESS_DENIED',
+    `${what} refused: the GraphQL operation was written by the model of ${agent}, and a model's GraphQL neither calls tools, changes them, nor makes API keys`,
+    {
+      hint: `A model calls a tool as one of ${agent}'s tools, by its own name: its reference's pinned version, fixed input and approval apply there. To let the model call it, add it to the agent's tools.`,
+      details: { agent },
+    },
+  );
 }
 
 /**
@@ -127,4 +154,3 @@ export type CallTarget = { type: 'version'; version: ActionVersion } | { type: '
 export function targetName(target: CallTarget): string {
   return target.type === 'native' ? target.name : target.version.name;
 }
-

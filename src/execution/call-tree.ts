@@ -3,7 +3,13 @@ import type { Budget } from '../budgets.js';
 import type { EngineError, ErrorData } from '../errors.js';
 import type { AuthorityFrame } from '../policy/authority.js';
 import type { AuthorityLayer, Policy } from '../policy/policy.js';
-import { type ActionStatements, type ExecutionRow, HELD, type HeldCalls, heldEntries } from '../storage/statements/actions.js';
+import {
+  type ActionStatements,
+  type ExecutionRow,
+  HELD,
+  type HeldCalls,
+  heldEntries,
+} from '../storage/statements/actions.js';
 
 export type ExecutionKind = 'TOOL' | 'GRAPHQL' | 'CEL' | 'MODEL' | 'AGENT';
 
@@ -17,7 +23,14 @@ export interface ModelCallRecord {
   httpAttempts: number;
   stopReason: string | null;
 }
-export type ExecutionStatus = 'QUEUED' | 'RUNNING' | 'WAITING_APPROVAL' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'CACHED';
+export type ExecutionStatus =
+  | 'QUEUED'
+  | 'RUNNING'
+  | 'WAITING_APPROVAL'
+  | 'SUCCEEDED'
+  | 'FAILED'
+  | 'CANCELLED'
+  | 'CACHED';
 
 /**
  * One call, as it ran. A call tree is built in memory while it runs and written in one go when its
@@ -265,10 +278,18 @@ function isCompact(node: CallNode): boolean {
     node.actionId === null &&
     node.actionVersion === null &&
     node.inputFingerprint === null &&
-    ((node.kind === 'GRAPHQL' && node.actionName === 'graphql') || (node.kind === 'CEL' && node.actionName === 'cel')) &&
+    ((node.kind === 'GRAPHQL' && node.actionName === 'graphql') ||
+      (node.kind === 'CEL' && node.actionName === 'cel')) &&
     (node.status === 'SUCCEEDED' || node.status === 'FAILED') &&
     node.logs.length === 0 &&
-    !node.model && !node.transport && !node.cachedFrom && !node.sessionId && !node.runAt && !node.triggerId && !node.triggerDepth && !node.cancelRequested
+    !node.model &&
+    !node.transport &&
+    !node.cachedFrom &&
+    !node.sessionId &&
+    !node.runAt &&
+    !node.triggerId &&
+    !node.triggerDepth &&
+    !node.cancelRequested
   );
 }
 
@@ -288,7 +309,13 @@ function entryText(st: ActionStatements, node: CallNode, holder: Holder, parentI
   text += `,"n":${slot},"k":"${node.actionName}","s":"${node.status}"`;
   const input = node.input as Record<string, unknown> | null;
   let query: string | undefined;
-  if (node.kind === 'GRAPHQL' && input !== null && typeof input === 'object' && !Array.isArray(input) && typeof input.query === 'string') {
+  if (
+    node.kind === 'GRAPHQL' &&
+    input !== null &&
+    typeof input === 'object' &&
+    !Array.isArray(input) &&
+    typeof input.query === 'string'
+  ) {
     for (const key in input) {
       // Only when query is its first property: the input reads back as {query, ...rest}, in its order.
       if (key === 'query') query = input.query;
@@ -326,7 +353,14 @@ function entryText(st: ActionStatements, node: CallNode, holder: Holder, parentI
  * writes were undone. `first`: rows among parent's children already recorded.
  */
 function gather(
-  st: ActionStatements, holder: Holder, parent: CallNode, undone: boolean, entries: string[], ids: string[], rows: Array<[CallNode, boolean]>, first = 0,
+  st: ActionStatements,
+  holder: Holder,
+  parent: CallNode,
+  undone: boolean,
+  entries: string[],
+  ids: string[],
+  rows: Array<[CallNode, boolean]>,
+  first = 0,
 ): void {
   let slot = first;
   for (const child of parent.children) {
@@ -362,12 +396,42 @@ export function persistTree(st: ActionStatements, root: CallNode, undone = false
     const childrenUndone = nodeUndone || node.status !== 'SUCCEEDED' || node.undone === true;
     if (node.children.length > 0) {
       // A row that has not ended may run again (a later attempt): its entries then keep their own attempt.
-      const attempt = node.status === 'SUCCEEDED' || node.status === 'FAILED' || node.status === 'CACHED' ? node.attempt : -1;
-      gather(st, { id: node.executionId, rootId: node.rootId, principal: node.principal, depth: node.depth, attempt }, node, childrenUndone, entries, ids, below);
+      const attempt =
+        node.status === 'SUCCEEDED' || node.status === 'FAILED' || node.status === 'CACHED' ? node.attempt : -1;
+      gather(
+        st,
+        { id: node.executionId, rootId: node.rootId, principal: node.principal, depth: node.depth, attempt },
+        node,
+        childrenUndone,
+        entries,
+        ids,
+        below,
+      );
     }
     const seq = st.insertExecution.run(
-      r.execution_id, r.action_id, r.action_name, r.action_version, r.kind, r.status, r.input, nodeUndone ? null : r.input_fingerprint, r.output, r.error,
-      r.principal, r.parent_id, r.root_id, r.depth, r.attempt, r.started, r.finished, r.logs, r.created, r.modified, r.transport ?? null, r.model ?? null, r.cached_from ?? null,
+      r.execution_id,
+      r.action_id,
+      r.action_name,
+      r.action_version,
+      r.kind,
+      r.status,
+      r.input,
+      nodeUndone ? null : r.input_fingerprint,
+      r.output,
+      r.error,
+      r.principal,
+      r.parent_id,
+      r.root_id,
+      r.depth,
+      r.attempt,
+      r.started,
+      r.finished,
+      r.logs,
+      r.created,
+      r.modified,
+      r.transport ?? null,
+      r.model ?? null,
+      r.cached_from ?? null,
       entries.length > 0 ? `[${entries.join(',')}]` : null,
     ).lastInsertRowid as number;
     st.insertCallIds(ids, seq);
@@ -380,12 +444,23 @@ export function persistTree(st: ActionStatements, root: CallNode, undone = false
  * recorded row one by one): appended to its parent's row, or to the holder of its compact parent.
  * Its rows go to `stack`. False: no such parent (it is then written as a row, as before).
  */
-function appendToHolder(st: ActionStatements, node: CallNode, undone: boolean, stack: Array<[CallNode, boolean]>): boolean {
+function appendToHolder(
+  st: ActionStatements,
+  node: CallNode,
+  undone: boolean,
+  stack: Array<[CallNode, boolean]>,
+): boolean {
   const parentId = node.parentId!;
   const row = st.holderById.get(parentId) ?? st.holderOfCall.get(parentId);
   if (!row) return false;
   // Its row may run again (a started execution's next attempt): the entries keep their own attempt.
-  const holder: Holder = { id: row.execution_id, rootId: row.root_id, principal: row.principal, depth: row.depth, attempt: -1 };
+  const holder: Holder = {
+    id: row.execution_id,
+    rootId: row.root_id,
+    principal: row.principal,
+    depth: row.depth,
+    attempt: -1,
+  };
   const slot = st.childRowCount.get(parentId) ?? 0;
   const entries = [entryText(st, node, holder, parentId, slot)];
   const ids = [node.executionId];

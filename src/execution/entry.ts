@@ -3,8 +3,24 @@ import type { Budget } from '../budgets.js';
 import { EngineError, quote } from '../errors.js';
 import { canonicalJson, fingerprint } from '../ids.js';
 import { type CallFrame, type CallNode, type Caller, persistTree, type RootState, rowToNode } from './call-tree.js';
-import { authorityOf, type CallTarget, checkMayCall, checkNotModelWritten, checkRunnable, NO_OUTER, type Outer, targetName } from './call-rules.js';
-import { checkInvocable, checkNewInTree, executionIdConflict, type InvokeRequest, isStarted, runCall } from './invoke.js';
+import {
+  authorityOf,
+  type CallTarget,
+  checkMayCall,
+  checkNotModelWritten,
+  checkRunnable,
+  NO_OUTER,
+  type Outer,
+  targetName,
+} from './call-rules.js';
+import {
+  checkInvocable,
+  checkNewInTree,
+  executionIdConflict,
+  type InvokeRequest,
+  isStarted,
+  runCall,
+} from './invoke.js';
 import { checkOwner, checkReplay } from './replay.js';
 import type { ExecutionServices } from './services.js';
 
@@ -74,23 +90,52 @@ export function beginCall(svc: ExecutionServices, entry: CallEntry): BegunCall {
     ? (caller.budget ?? { name: 'requestDeadlineMs', ms: svc.limits.requestDeadlineMs })
     : capped
       ? { name: 'agent.runTimeoutMs', ms: Math.max(0, own - now) }
-      : { name: target.type === 'version' && target.version.execution.timeoutMs ? 'execution.timeoutMs' : 'toolTimeoutMs', ms: timeoutMs };
+      : {
+          name:
+            target.type === 'version' && target.version.execution.timeoutMs ? 'execution.timeoutMs' : 'toolTimeoutMs',
+          ms: timeoutMs,
+        };
   // Resolvers under the call stop at its deadline; what overran is told to the caller too.
   const callCaller: Caller = { ...caller, deadline, budget, overran: undefined };
   const root: RootState = {
-    deadline, requestBound, budget, calls: 0, principal: caller.principal, caller: callCaller, fatal: null, resolved: new Map(),
-    input: entry.executionInput ?? entry.input, ids: new Set(), outerLayers: outer.layers, outerRefs: outer.refs, model: entry.model ?? null,
+    deadline,
+    requestBound,
+    budget,
+    calls: 0,
+    principal: caller.principal,
+    caller: callCaller,
+    fatal: null,
+    resolved: new Map(),
+    input: entry.executionInput ?? entry.input,
+    ids: new Set(),
+    outerLayers: outer.layers,
+    outerRefs: outer.refs,
+    model: entry.model ?? null,
   };
   const authorize = entry.authorize
-    ? () => checkMayCall(authorityOf(svc.cel, caller, null, outer.layers), targetName(target), target.type === 'version' ? target.version.version : null, entry.input)
+    ? () =>
+        checkMayCall(
+          authorityOf(svc.cel, caller, null, outer.layers),
+          targetName(target),
+          target.type === 'version' ? target.version.version : null,
+          entry.input,
+        )
     : undefined;
   const depthBefore = svc.triggerDepth.current;
   if (entry.triggerDepth !== undefined) svc.triggerDepth.current = entry.triggerDepth;
   try {
     const ran = svc.cel.withDeadline(deadline, () =>
       runCall(svc, {
-        target, input: entry.input, executionId: entry.executionId, parent: null, root, inputFingerprint: entry.inputFingerprint, modelInput: entry.model !== undefined,
-        ...(authorize ? { authorize } : {}), ...(entry.attempt === undefined ? {} : { attempt: entry.attempt }), ...(entry.attach ? { attach: entry.attach } : {}),
+        target,
+        input: entry.input,
+        executionId: entry.executionId,
+        parent: null,
+        root,
+        inputFingerprint: entry.inputFingerprint,
+        modelInput: entry.model !== undefined,
+        ...(authorize ? { authorize } : {}),
+        ...(entry.attempt === undefined ? {} : { attempt: entry.attempt }),
+        ...(entry.attach ? { attach: entry.attach } : {}),
         ...(entry.inputText === undefined ? {} : { inputText: entry.inputText }),
       }),
     );
@@ -109,7 +154,12 @@ export function beginCall(svc: ExecutionServices, entry: CallEntry): BegunCall {
  * record the tree. A failed call is a FAILED execution, not an error; only a failure no caller may
  * catch (the deadline) escapes, and fails the whole request.
  */
-export function invokeAction(svc: ExecutionServices, caller: Caller, parent: CallFrame | null, request: InvokeRequest): CallNode {
+export function invokeAction(
+  svc: ExecutionServices,
+  caller: Caller,
+  parent: CallFrame | null,
+  request: InvokeRequest,
+): CallNode {
   checkNotModelWritten(parent, `invokeAction of ${quote(request.name ?? request.id)}`);
   const target = resolveInvokeTarget(svc, request);
   const input = request.input ?? {};
@@ -129,11 +179,26 @@ export function invokeAction(svc: ExecutionServices, caller: Caller, parent: Cal
   }
   const inputText = canonicalIsPlain(input, canonicalInput) ? { inputText: canonicalInput } : {};
   if (parent) {
-    const node = runCall(svc, { target, input, executionId: request.executionId, parent, root: parent.root, inputFingerprint, ...inputText });
+    const node = runCall(svc, {
+      target,
+      input,
+      executionId: request.executionId,
+      parent,
+      root: parent.root,
+      inputFingerprint,
+      ...inputText,
+    });
     if (parent.root.fatal) throw parent.root.fatal;
     return node;
   }
-  const { node, fatal } = beginCall(svc, { caller, target, input, executionId: request.executionId, inputFingerprint, ...inputText });
+  const { node, fatal } = beginCall(svc, {
+    caller,
+    target,
+    input,
+    executionId: request.executionId,
+    inputFingerprint,
+    ...inputText,
+  });
   if (fatal) throw fatal;
   if (caller.transport !== undefined) node.transport = caller.transport;
   persistTree(svc.st, node);
@@ -149,7 +214,8 @@ function resolveInvokeTarget(svc: ExecutionServices, request: InvokeRequest): Ca
       hint: 'Name the exact version to run (invoke never picks one for you); startAction can default to the current ACTIVE one.',
     });
   }
-  const version = request.version ?? getVersion(svc.actions, { id: request.id, name: request.name, version: request.actionVersion });
+  const version =
+    request.version ?? getVersion(svc.actions, { id: request.id, name: request.name, version: request.actionVersion });
   checkRunnable(version);
   checkInvocable(version);
   return { type: 'version', version };

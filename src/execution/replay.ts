@@ -14,7 +14,11 @@ import type { ExecutionServices } from './services.js';
  */
 export function checkReplay(svc: ExecutionServices, caller: Caller, frame: CallFrame | null, row: ExecutionRow): void {
   checkOwner(caller, row);
-  authorityOf(svc.cel, caller, frame).check({ action: 'SELECT', resource: 'actions.Execution', document: rowToNode(row) });
+  authorityOf(svc.cel, caller, frame).check({
+    action: 'SELECT',
+    resource: 'actions.Execution',
+    document: rowToNode(row),
+  });
 }
 
 /**
@@ -23,9 +27,13 @@ export function checkReplay(svc: ExecutionServices, caller: Caller, frame: CallF
  */
 export function checkOwner(caller: Caller, row: Pick<ExecutionRow, 'execution_id' | 'principal'>): void {
   if ((row.principal ?? null) !== caller.principal) {
-    throw new EngineError('EXECUTION_ID_CONFLICT', `execution ${row.execution_id} was recorded for another caller; an id names one call`, {
-      hint: 'Use a new executionId for each call; to read an execution, query actions.execution.',
-      details: { executionId: row.execution_id },
-    });
+    throw new EngineError(
+      'EXECUTION_ID_CONFLICT',
+      `execution ${row.execution_id} was recorded for another caller; an id names one call`,
+      {
+        hint: 'Use a new executionId for each call; to read an execution, query actions.execution.',
+        details: { executionId: row.execution_id },
+      },
+    );
   }
 }

@@ -41,14 +41,25 @@ export class ResultCache {
    * caller may see: one client's answer is never another's. And on the execution's input, which its
    * references' fixed inputs read (`execution.input`): one subject's answer is never another's.
    */
-  static key(version: ActionVersion, input: unknown, principal: string, stack: readonly string[], executionInput: unknown): string {
+  static key(
+    version: ActionVersion,
+    input: unknown,
+    principal: string,
+    stack: readonly string[],
+    executionInput: unknown,
+  ): string {
     return `${version.actionId}@${version.version}:${fingerprint(canonicalJson({ input: input ?? null, principal, stack, executionInput: executionInput ?? null }))}`;
   }
 
   get(key: string): { executionId: string; output: unknown } | null {
     const entry = this.entries.get(key);
     if (!entry) return null;
-    if (entry.expires <= Date.now() || entry.writes !== this.data.writes || entry.dataVersion !== this.dataVersion.get() || this.recorded.get(entry.executionId) === undefined) {
+    if (
+      entry.expires <= Date.now() ||
+      entry.writes !== this.data.writes ||
+      entry.dataVersion !== this.dataVersion.get() ||
+      this.recorded.get(entry.executionId) === undefined
+    ) {
       this.entries.delete(key);
       return null;
     }
@@ -58,7 +69,13 @@ export class ResultCache {
   set(key: string, executionId: string, output: unknown, ttlMs: number): void {
     if (this.entriesMax === 0) return;
     if (this.entries.size >= this.entriesMax) this.entries.delete(this.entries.keys().next().value!);
-    this.entries.set(key, { executionId, output, writes: this.data.writes, dataVersion: this.dataVersion.get() as number, expires: Date.now() + ttlMs });
+    this.entries.set(key, {
+      executionId,
+      output,
+      writes: this.data.writes,
+      dataVersion: this.dataVersion.get() as number,
+      expires: Date.now() + ttlMs,
+    });
   }
 
   /** Everything goes (a rollback undid writes some entry may have seen). */

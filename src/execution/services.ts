@@ -83,5 +83,8 @@ export interface ExecutionServices {
   /** Called after every model call a run of this process made (the server's metrics count them). */
   onModelCall(call: ModelCallSample): void;
   /** Run a GraphQL operation inside the current transaction, as a call of `frame`. */
-  runGraphql(request: { query: string; variables: Record<string, unknown> | null; operationName: string | null }, frame: CallFrame): NestedGraphqlResult;
+  runGraphql(
+    request: { query: string; variables: Record<string, unknown> | null; operationName: string | null },
+    frame: CallFrame,
+  ): NestedGraphqlResult;
 }

@@ -14,7 +14,10 @@ export interface CelDefault {
  * text against the variable's type ("uuid.NewSHA1(...)" is not a UUID). The expressions are kept by
  * operation and evaluated for each request that does not send the variable (celDefaultValues).
  */
-export function extractCelDefaults(document: DocumentNode): { document: DocumentNode; defaults: Map<string | null, CelDefault[]> } {
+export function extractCelDefaults(document: DocumentNode): {
+  document: DocumentNode;
+  defaults: Map<string | null, CelDefault[]>;
+} {
   const defaults = new Map<string | null, CelDefault[]>();
   let changed = false;
   const definitions = document.definitions.map((definition) => {
@@ -36,7 +39,11 @@ export function extractCelDefaults(document: DocumentNode): { document: Document
 }
 
 /** The request's variables with each `@cel` default it did not send evaluated (as JSON). */
-export function celDefaultValues(cel: Cel, defaults: readonly CelDefault[], variables: Record<string, unknown>): Record<string, unknown> {
+export function celDefaultValues(
+  cel: Cel,
+  defaults: readonly CelDefault[],
+  variables: Record<string, unknown>,
+): Record<string, unknown> {
   const out = { ...variables };
   for (const { name, expression } of defaults) {
     if (Object.hasOwn(out, name) && out[name] !== undefined) continue;
@@ -44,9 +51,13 @@ export function celDefaultValues(cel: Cel, defaults: readonly CelDefault[], vari
       out[name] = celToJson(cel.evaluate(expression, {}));
     } catch (error) {
       const e = error as EngineError;
-      throw new EngineError('BAD_REQUEST', `the @cel default of $${name} = ${JSON.stringify(expression)} failed: ${e.message}`, {
-        hint: e.hint ?? 'A @cel default is a CEL expression evaluated when the variable is not sent.',
-      });
+      throw new EngineError(
+        'BAD_REQUEST',
+        `the @cel default of $${name} = ${JSON.stringify(expression)} failed: ${e.message}`,
+        {
+          hint: e.hint ?? 'A @cel default is a CEL expression evaluated when the variable is not sent.',
+        },
+      );
     }
   }
   return out;

@@ -1,11 +1,22 @@
-import { type DocumentNode, type FieldNode, type FragmentDefinitionNode, Kind, type OperationDefinitionNode, print, type SelectionNode, type SelectionSetNode, visit } from 'graphql';
+import {
+  type DocumentNode,
+  type FieldNode,
+  type FragmentDefinitionNode,
+  Kind,
+  type OperationDefinitionNode,
+  print,
+  type SelectionNode,
+  type SelectionSetNode,
+  visit,
+} from 'graphql';
 
 /** Field selections written in the document (aliases count; a fragment's fields count once). */
 export function countFields(document: DocumentNode): number {
   let fields = 0;
   const sets: SelectionSetNode[] = [];
   for (const definition of document.definitions) {
-    if (definition.kind === Kind.OPERATION_DEFINITION || definition.kind === Kind.FRAGMENT_DEFINITION) sets.push(definition.selectionSet);
+    if (definition.kind === Kind.OPERATION_DEFINITION || definition.kind === Kind.FRAGMENT_DEFINITION)
+      sets.push(definition.selectionSet);
   }
   for (let set = sets.pop(); set; set = sets.pop()) {
     for (const selection of set.selections) {
@@ -34,7 +45,8 @@ export function countFieldComparisons(document: DocumentNode, comparisonsMax = I
   const walk = new ComparisonWalk(fragments, comparisonsMax);
   const sets: SelectionSetNode[] = [];
   for (const definition of document.definitions) {
-    if (definition.kind === Kind.OPERATION_DEFINITION || definition.kind === Kind.FRAGMENT_DEFINITION) sets.push(definition.selectionSet);
+    if (definition.kind === Kind.OPERATION_DEFINITION || definition.kind === Kind.FRAGMENT_DEFINITION)
+      sets.push(definition.selectionSet);
   }
   for (let set = sets.pop(); set && walk.comparisons <= comparisonsMax; set = sets.pop()) {
     const { groups, spreads, withinFragments } = walk.groupsOf(set);
@@ -225,7 +237,8 @@ export function waitProbe(document: DocumentNode, operation: OperationDefinition
     const level = definition?.typeCondition.name.value;
     if (!definition || (level !== 'Query' && level !== 'ActionsQuery')) return null;
     const selections = prune(definition.selectionSet, level);
-    const kept: FragmentDefinitionNode | null = selections.length > 0 ? { ...definition, selectionSet: { kind: Kind.SELECTION_SET, selections } } : null;
+    const kept: FragmentDefinitionNode | null =
+      selections.length > 0 ? { ...definition, selectionSet: { kind: Kind.SELECTION_SET, selections } } : null;
     pruned.set(name, kept);
     return kept;
   };
@@ -236,8 +249,13 @@ export function waitProbe(document: DocumentNode, operation: OperationDefinition
       if (selection.kind === Kind.FIELD) {
         if (level === 'Query' && selection.name.value === 'actions' && selection.selectionSet) {
           const selections = prune(selection.selectionSet, 'ActionsQuery');
-          if (selections.length > 0) kept.push({ ...selection, selectionSet: { kind: Kind.SELECTION_SET, selections } });
-        } else if (level === 'ActionsQuery' && selection.name.value === 'execution' && selection.arguments?.some((a) => a.name.value === 'waitMs')) {
+          if (selections.length > 0)
+            kept.push({ ...selection, selectionSet: { kind: Kind.SELECTION_SET, selections } });
+        } else if (
+          level === 'ActionsQuery' &&
+          selection.name.value === 'execution' &&
+          selection.arguments?.some((a) => a.name.value === 'waitMs')
+        ) {
           kept.push({ ...selection, selectionSet: { kind: Kind.SELECTION_SET, selections: [TYPENAME] } });
         }
       } else if (selection.kind === Kind.INLINE_FRAGMENT) {
@@ -257,8 +275,13 @@ export function waitProbe(document: DocumentNode, operation: OperationDefinition
     const body: OperationDefinitionNode = { ...operation, selectionSet: { kind: Kind.SELECTION_SET, selections } };
     // Only the variables the kept fields use (graphql-js refuses a document with unused ones).
     const names = new Set<string>();
-    visit({ kind: Kind.DOCUMENT, definitions: [{ ...body, variableDefinitions: [] }, ...used] }, { Variable: (node) => void names.add(node.name.value) });
-    const variableDefinitions = (operation.variableDefinitions ?? []).filter((definition) => names.has(definition.variable.name.value));
+    visit(
+      { kind: Kind.DOCUMENT, definitions: [{ ...body, variableDefinitions: [] }, ...used] },
+      { Variable: (node) => void names.add(node.name.value) },
+    );
+    const variableDefinitions = (operation.variableDefinitions ?? []).filter((definition) =>
+      names.has(definition.variable.name.value),
+    );
     probe = print({ kind: Kind.DOCUMENT, definitions: [{ ...body, variableDefinitions }, ...used] });
   }
   probes.set(operation, probe);

@@ -11,7 +11,8 @@ type EvaluateArgs = { expression?: string | null; expressions?: unknown; documen
  * tool's ({expression, bindings}), so that one policy allows or refuses both.
  */
 export function evaluateDocument(args: EvaluateArgs): { action: 'cel'; version: null; input: Record<string, unknown> } {
-  const input: Record<string, unknown> = args.expression != null ? { expression: args.expression } : { expressions: args.expressions ?? null };
+  const input: Record<string, unknown> =
+    args.expression != null ? { expression: args.expression } : { expressions: args.expressions ?? null };
   input.bindings = { document: args.document ?? null };
   return { action: 'cel', version: null, input };
 }
@@ -44,7 +45,15 @@ function evaluateScoped(cel: Cel, args: EvaluateArgs, sizeMax: number): unknown 
   return celToJson(self);
 }
 
-function evaluateMap(cel: Cel, node: unknown, root: Record<string, unknown>, target: Record<string, unknown>, document: unknown, path: string, sizeMax: number): void {
+function evaluateMap(
+  cel: Cel,
+  node: unknown,
+  root: Record<string, unknown>,
+  target: Record<string, unknown>,
+  document: unknown,
+  path: string,
+  sizeMax: number,
+): void {
   if (node === null || typeof node !== 'object' || Array.isArray(node)) {
     throw new EngineError('BAD_REQUEST', `${path} must be a map of CEL expressions, got ${quote(node)}`);
   }

@@ -96,7 +96,13 @@ export class DocumentCache {
   /** The prepared document, or the errors that stop it from running. */
   prepare(source: unknown): PreparedDocument | { errors: GraphQLError[] } {
     if (typeof source !== 'string' || source.trim() === '') {
-      return { errors: [engineGraphqlError(new EngineError('BAD_REQUEST', 'the request has no query', { hint: 'Send {"query": "..."}.' }))] };
+      return {
+        errors: [
+          engineGraphqlError(
+            new EngineError('BAD_REQUEST', 'the request has no query', { hint: 'Send {"query": "..."}.' }),
+          ),
+        ],
+      };
     }
     const cached = this.cache.get(source);
     if (cached) {
@@ -113,7 +119,11 @@ export class DocumentCache {
     if (invalid.length > 0) return { errors: this.located(source, invalid) };
     const costedPerRequest = this.costOperations(document);
     if (costedPerRequest instanceof GraphQLError) return { errors: [costedPerRequest] };
-    const prepared: PreparedDocument = { document, costedPerRequest, bytes: estimateDocumentBytes(source, document, fields) };
+    const prepared: PreparedDocument = {
+      document,
+      costedPerRequest,
+      bytes: estimateDocumentBytes(source, document, fields),
+    };
     if (defaults.size > 0) prepared.celDefaults = defaults;
     this.remember(source, prepared);
     return prepared;
@@ -122,7 +132,13 @@ export class DocumentCache {
   /** The validation errors again from a parse with locations (the cached form has none), so they say where. */
   private located(source: string, errors: readonly GraphQLError[]): GraphQLError[] {
     try {
-      return [...validate(this.schema, extractCelDefaults(parse(source, { maxTokens: this.limits.documentTokensMax })).document, this.rules)];
+      return [
+        ...validate(
+          this.schema,
+          extractCelDefaults(parse(source, { maxTokens: this.limits.documentTokensMax })).document,
+          this.rules,
+        ),
+      ];
     } catch {
       return [...errors];
     }
@@ -175,7 +191,10 @@ export function estimateDocumentBytes(source: string, document: DocumentNode, fi
  * Parse within the document bounds, each checked before the work it bounds: bytes before parsing,
  * tokens while parsing, fields and field comparisons before graphql-js's rules run.
  */
-function parseBounded(source: string, limits: Readonly<Limits>): { document: DocumentNode; fields: number } | GraphQLError {
+function parseBounded(
+  source: string,
+  limits: Readonly<Limits>,
+): { document: DocumentNode; fields: number } | GraphQLError {
   const bytes = Buffer.byteLength(source);
   if (bytes > limits.documentBytesMax) {
     return limitError(`the GraphQL document is ${bytes} bytes; documentBytesMax is ${limits.documentBytesMax}`);
@@ -190,7 +209,10 @@ function parseBounded(source: string, limits: Readonly<Limits>): { document: Doc
   }
   const fields = countFields(document);
   if (fields > limits.documentFieldsMax) {
-    return limitError(`the GraphQL document selects ${fields} fields; documentFieldsMax is ${limits.documentFieldsMax}`, 'Send fewer fields or aliases per request, or split the request.');
+    return limitError(
+      `the GraphQL document selects ${fields} fields; documentFieldsMax is ${limits.documentFieldsMax}`,
+      'Send fewer fields or aliases per request, or split the request.',
+    );
   }
   if (countFieldComparisons(document, limits.fieldComparisonsMax) > limits.fieldComparisonsMax) {
     return limitError(
@@ -203,7 +225,10 @@ function parseBounded(source: string, limits: Readonly<Limits>): { document: Doc
 
 function parseError(error: unknown, tokensMax: number): GraphQLError {
   if (error instanceof RangeError) {
-    return limitError('the GraphQL document is nested too deeply to parse', 'Nest selections at most queryDepthMax deep, and send deeply nested values as variables.');
+    return limitError(
+      'the GraphQL document is nested too deeply to parse',
+      'Nest selections at most queryDepthMax deep, and send deeply nested values as variables.',
+    );
   }
   const e = error as GraphQLError;
   // graphql-js 16 says "more that" (sic).
@@ -213,7 +238,11 @@ function parseError(error: unknown, tokensMax: number): GraphQLError {
       'Send a shorter document: fewer fields and aliases, and values as variables rather than inline.',
     );
   }
-  return new GraphQLError(e.message, { source: e.source, positions: e.positions, extensions: { code: 'GRAPHQL_PARSE_FAILED' } });
+  return new GraphQLError(e.message, {
+    source: e.source,
+    positions: e.positions,
+    extensions: { code: 'GRAPHQL_PARSE_FAILED' },
+  });
 }
 
 function limitError(message: string, hint?: string, details?: unknown): GraphQLError {
@@ -232,7 +261,11 @@ function costOptions(limits: Readonly<Limits>): CostOptions {
   return { pageSizeMax: limits.pageSizeMax, lists: listBounds(limits), costMax: limits.queryCostMax };
 }
 
-function costError({ cost, lowerBound }: OperationCost, costMax: number, operation: OperationDefinitionNode): GraphQLError {
+function costError(
+  { cost, lowerBound }: OperationCost,
+  costMax: number,
+  operation: OperationDefinitionNode,
+): GraphQLError {
   const name = operation.name ? ` ${operation.name.value}` : '';
   return limitError(
     `the operation${name} costs ${lowerBound ? 'more than ' : ''}${cost}; queryCostMax is ${costMax}`,
@@ -258,22 +291,35 @@ function budgetOf(operation: OperationDefinitionNode): RequestBudget | GraphQLEr
   if (!directive) return 'STANDARD';
   const value = directive.arguments?.find((a) => a.name.value === 'name')?.value;
   if (value?.kind === Kind.ENUM) return value.value as RequestBudget;
-  return engineGraphqlError(new EngineError('BAD_REQUEST', '@budget(name:) takes a literal budget name, not a variable', {
-    hint: 'Write the budget in the document: @budget(name: OPERATOR).',
-  }));
+  return engineGraphqlError(
+    new EngineError('BAD_REQUEST', '@budget(name:) takes a literal budget name, not a variable', {
+      hint: 'Write the budget in the document: @budget(name: OPERATOR).',
+    }),
+  );
 }
 
-export function planOperation(document: DocumentNode, operationName: string | null | undefined): OperationPlan | GraphQLError {
+export function planOperation(
+  document: DocumentNode,
+  operationName: string | null | undefined,
+): OperationPlan | GraphQLError {
   const operation = getOperationAST(document, operationName ?? undefined);
   if (!operation) {
-    const names = document.definitions.flatMap((d) => (d.kind === Kind.OPERATION_DEFINITION && d.name ? [d.name.value] : []));
+    const names = document.definitions.flatMap((d) =>
+      d.kind === Kind.OPERATION_DEFINITION && d.name ? [d.name.value] : [],
+    );
     const message = operationName
       ? `the document has no operation named ${JSON.stringify(operationName)}`
       : 'the document has several operations; say which one to run';
-    return engineGraphqlError(new EngineError('BAD_REQUEST', message, { hint: names.length ? `Set operationName to one of ${names.join(', ')}.` : undefined }));
+    return engineGraphqlError(
+      new EngineError('BAD_REQUEST', message, {
+        hint: names.length ? `Set operationName to one of ${names.join(', ')}.` : undefined,
+      }),
+    );
   }
   if (operation.operation === 'subscription') {
-    return engineGraphqlError(new EngineError('BAD_REQUEST', 'subscriptions are not supported', { hint: 'Use a query or a mutation.' }));
+    return engineGraphqlError(
+      new EngineError('BAD_REQUEST', 'subscriptions are not supported', { hint: 'Use a query or a mutation.' }),
+    );
   }
   const dryRun = operation.directives?.some((d) => d.name.value === 'dryRun') ?? false;
   const budget = budgetOf(operation);
@@ -299,11 +345,18 @@ export function executePrepared(
     if (defaults) {
       try {
         // Evaluating CEL is running the native cel tool: the same policy as evaluate() allows it.
-        const ctx = contextValue as { cel: Cel; authority?: { check(op: { action: 'INSERT'; resource: string; document: unknown }): void } };
+        const ctx = contextValue as {
+          cel: Cel;
+          authority?: { check(op: { action: 'INSERT'; resource: string; document: unknown }): void };
+        };
         const sent = request.variables ?? {};
         for (const { name, expression } of defaults) {
           if (Object.hasOwn(sent, name) && sent[name] !== undefined) continue;
-          ctx.authority?.check({ action: 'INSERT', resource: 'actions.Execution', document: evaluateDocument({ expression }) });
+          ctx.authority?.check({
+            action: 'INSERT',
+            resource: 'actions.Execution',
+            document: evaluateDocument({ expression }),
+          });
         }
         request = { ...request, variables: celDefaultValues(ctx.cel, defaults, request.variables ?? {}) };
       } catch (error) {
@@ -449,15 +502,28 @@ export function formatError(error: GraphQLError, log?: (error: unknown) => void)
     const code = error.extensions.code as ErrorCode;
     extensions = { hint: ERROR_CODES[code].hint, retryable: ERROR_CODES[code].retryable, ...error.extensions };
   } else if (/^Variable "\$/.test(error.message)) {
-    extensions = { code: 'BAD_REQUEST', retryable: false, hint: 'Check the variables against the types the operation declares.' };
+    extensions = {
+      code: 'BAD_REQUEST',
+      retryable: false,
+      hint: 'Check the variables against the types the operation declares.',
+    };
   } else if (error.message.includes('Validation aborted')) {
-    extensions = { code: 'LIMIT_EXCEEDED', retryable: false, hint: 'The document has too many errors to report; fix the first ones.' };
+    extensions = {
+      code: 'LIMIT_EXCEEDED',
+      retryable: false,
+      hint: 'The document has too many errors to report; fix the first ones.',
+    };
   } else if (original !== undefined && !(original instanceof GraphQLError)) {
     log?.(original);
     extensions = { code: 'INTERNAL', retryable: true, hint: ERROR_CODES.INTERNAL.hint };
   } else {
-    extensions = { code: 'GRAPHQL_VALIDATION_FAILED', retryable: false, hint: ERROR_CODES.GRAPHQL_VALIDATION_FAILED.hint };
+    extensions = {
+      code: 'GRAPHQL_VALIDATION_FAILED',
+      retryable: false,
+      hint: ERROR_CODES.GRAPHQL_VALIDATION_FAILED.hint,
+    };
   }
-  if (typeof extensions.retryable === 'boolean' && extensions.retriableError === undefined) extensions = { ...extensions, retriableError: extensions.retryable };
+  if (typeof extensions.retryable === 'boolean' && extensions.retriableError === undefined)
+    extensions = { ...extensions, retriableError: extensions.retryable };
   return { ...formatted, message, extensions };
 }

@@ -166,12 +166,21 @@ class CostWalk {
     const key = `${parent.name}.${name}`;
     const connection = field.args.some((a) => a.name === 'first');
     const bound = this.options.lists[key];
-    const children = this.selectionSet(node.selectionSet, getNamedType(field.type), connection ? PAGE : bound?.tree ? key : '');
+    const children = this.selectionSet(
+      node.selectionSet,
+      getNamedType(field.type),
+      connection ? PAGE : bound?.tree ? key : '',
+    );
     return 1 + (connection ? this.first(node) : this.itemsOf(field, bound, key, enclosing)) * children;
   }
 
   /** How many items a field without `first` selects its selection set on. */
-  private itemsOf(field: GraphQLField<unknown, unknown>, bound: ListBound | undefined, key: string, enclosing: string): number {
+  private itemsOf(
+    field: GraphQLField<unknown, unknown>,
+    bound: ListBound | undefined,
+    key: string,
+    enclosing: string,
+  ): number {
     const type = isNonNullType(field.type) ? field.type.ofType : field.type;
     // A connection's nodes and edges are its page, counted by its `first` already.
     if (!isListType(type) || enclosing === PAGE) return 1;
@@ -276,7 +285,10 @@ class CostWalk {
  * fragment name once, as graphql-js's collectFields does (so spreading one fragment many times in
  * one set costs as much as once).
  */
-function collectFields(set: SelectionSetNode, fragments: ReadonlyMap<string, FragmentDefinitionNode>): Array<FieldNode | FragmentSpreadNode> {
+function collectFields(
+  set: SelectionSetNode,
+  fragments: ReadonlyMap<string, FragmentDefinitionNode>,
+): Array<FieldNode | FragmentSpreadNode> {
   const out: Array<FieldNode | FragmentSpreadNode> = [];
   const spread = new Set<string>();
   const visit = (selections: readonly SelectionNode[]): void => {

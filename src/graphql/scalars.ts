@@ -13,9 +13,13 @@ function stringScalar(name: string, description: string, parse: (value: unknown)
     parseValue: parse,
     parseLiteral(ast: ValueNode) {
       if (ast.kind !== Kind.STRING) {
-        throw new EngineError('BAD_REQUEST', `${name} must be a string literal, got ${ast.kind === Kind.INT || ast.kind === Kind.FLOAT ? ast.value : ast.kind}`, {
-          hint: name === 'Decimal' ? 'Write amounts as strings, e.g. "10.25".' : `Quote the ${name} value.`,
-        });
+        throw new EngineError(
+          'BAD_REQUEST',
+          `${name} must be a string literal, got ${ast.kind === Kind.INT || ast.kind === Kind.FLOAT ? ast.value : ast.kind}`,
+          {
+            hint: name === 'Decimal' ? 'Write amounts as strings, e.g. "10.25".' : `Quote the ${name} value.`,
+          },
+        );
       }
       return parse(ast.value);
     },
@@ -28,7 +32,9 @@ export const scalars = {
   UUID: stringScalar('UUID', 'A UUID', (v) => parseUuid(v, 'UUID')),
   Decimal: stringScalar('Decimal', 'An exact decimal string', (v) => {
     if (typeof v !== 'string' || !DECIMAL.test(v)) {
-      throw new EngineError('BAD_REQUEST', `Decimal ${quote(v)} is not a decimal string`, { hint: 'Send decimals as strings, e.g. "10.25".' });
+      throw new EngineError('BAD_REQUEST', `Decimal ${quote(v)} is not a decimal string`, {
+        hint: 'Send decimals as strings, e.g. "10.25".',
+      });
     }
     return v;
   }),
@@ -38,7 +44,9 @@ export const scalars = {
   }),
   Timestamp: stringScalar('Timestamp', 'RFC 3339', (v) => {
     if (!isTimestamp(v)) {
-      throw new EngineError('BAD_REQUEST', `Timestamp ${quote(v)} is not an RFC 3339 timestamp`, { hint: 'Use e.g. "2026-01-31T12:00:00Z".' });
+      throw new EngineError('BAD_REQUEST', `Timestamp ${quote(v)} is not an RFC 3339 timestamp`, {
+        hint: 'Use e.g. "2026-01-31T12:00:00Z".',
+      });
     }
     return new Date(v).toISOString();
   }),
@@ -54,7 +62,9 @@ function expressionScalar(): GraphQLScalarType {
   const parse = (v: unknown): string => {
     if (typeof v === 'string') return v;
     if (typeof v === 'boolean' || (typeof v === 'number' && Number.isFinite(v))) return String(v);
-    throw new EngineError('BAD_REQUEST', `Expression must be a string, got ${quote(v)}`, { hint: 'Quote the Expression value.' });
+    throw new EngineError('BAD_REQUEST', `Expression must be a string, got ${quote(v)}`, {
+      hint: 'Quote the Expression value.',
+    });
   };
   return new GraphQLScalarType({
     name: 'Expression',
@@ -64,7 +74,9 @@ function expressionScalar(): GraphQLScalarType {
     parseLiteral(ast: ValueNode) {
       if (ast.kind === Kind.STRING || ast.kind === Kind.INT || ast.kind === Kind.FLOAT) return ast.value;
       if (ast.kind === Kind.BOOLEAN) return String(ast.value);
-      throw new EngineError('BAD_REQUEST', `Expression must be a string literal, got ${ast.kind}`, { hint: 'Quote the Expression value.' });
+      throw new EngineError('BAD_REQUEST', `Expression must be a string literal, got ${ast.kind}`, {
+        hint: 'Quote the Expression value.',
+      });
     },
   });
 }

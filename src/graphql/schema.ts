@@ -20,7 +20,17 @@ export const SCHEMA_PATH = fileURLToPath(new URL('../../schema.graphql', import.
 export function buildSchema(limits: { jsonDepthMax: number; requestDeadlineMs: number }): GraphQLSchema {
   const schema = makeExecutableSchema({
     typeDefs: readFileSync(SCHEMA_PATH, 'utf8'),
-    resolvers: [{ ...scalars, JSON: jsonScalar(limits.jsonDepthMax) }, ledgerResolvers, actionResolvers, skillResolvers, authResolvers, velocityResolvers, calculationResolvers, viewResolvers, deploymentResolvers],
+    resolvers: [
+      { ...scalars, JSON: jsonScalar(limits.jsonDepthMax) },
+      ledgerResolvers,
+      actionResolvers,
+      skillResolvers,
+      authResolvers,
+      velocityResolvers,
+      calculationResolvers,
+      viewResolvers,
+      deploymentResolvers,
+    ],
     resolverValidationOptions: { requireResolversToMatchSchema: 'error' },
   });
   checkDeadlineInResolvers(schema, limits.requestDeadlineMs);
@@ -43,7 +53,10 @@ function checkDeadlineInResolvers(schema: GraphQLSchema, deadlineMs: number): vo
       field.resolve = (source, args, ctx: RequestContext, info) => {
         const caller = ctx.caller;
         if (caller.deadline !== undefined && Date.now() > caller.deadline) {
-          caller.overran ??= overrun(caller.budget ?? { name: 'requestDeadlineMs', ms: deadlineMs }, `${info.parentType.name}.${info.fieldName}`);
+          caller.overran ??= overrun(
+            caller.budget ?? { name: 'requestDeadlineMs', ms: deadlineMs },
+            `${info.parentType.name}.${info.fieldName}`,
+          );
           throw caller.overran;
         }
         return resolve(source, args, ctx, info);

@@ -7,7 +7,15 @@ import { DEFAULT_JOURNAL_ID, getJournal, insertUnique } from './journals.js';
 import { toEntry } from './post-transaction.js';
 import { checkMovedBalances, type Writer } from './velocity.js';
 import { deleteSetChains, entriesBelow } from './chains.js';
-import { type AccountSet, type Direction, type Entry, jsonObjectText, optionalText, readJson, requiredText } from './records.js';
+import {
+  type AccountSet,
+  type Direction,
+  type Entry,
+  jsonObjectText,
+  optionalText,
+  readJson,
+  requiredText,
+} from './records.js';
 
 /**
  * Account sets group accounts and other sets of one journal and roll their balances up. A set is
@@ -34,7 +42,9 @@ export interface AccountSetInput {
   config?: { enableConcurrentPosting?: boolean | null; upsert?: boolean | null } | null;
 }
 
-export type AccountSetUpdate = Partial<Pick<AccountSetInput, 'code' | 'name' | 'description' | 'normalBalanceType' | 'metadata'>> & {
+export type AccountSetUpdate = Partial<
+  Pick<AccountSetInput, 'code' | 'name' | 'description' | 'normalBalanceType' | 'metadata'>
+> & {
   config?: { enableConcurrentPosting?: boolean | null } | null;
 };
 
@@ -62,9 +72,13 @@ export function toAccountSet(row: AccountRow): AccountSet {
 export function findSetRow(deps: LedgerDeps, accountSetId: string): AccountRow {
   const row = deps.st.accountById.get(accountSetId);
   if (row?.is_account_set !== 1) {
-    throw new EngineError('NOT_FOUND', `account set ${quote(accountSetId)} does not exist${row ? ' (it is an account)' : ''}`, {
-      hint: 'Create it with createAccountSet, or check the id.',
-    });
+    throw new EngineError(
+      'NOT_FOUND',
+      `account set ${quote(accountSetId)} does not exist${row ? ' (it is an account)' : ''}`,
+      {
+        hint: 'Create it with createAccountSet, or check the id.',
+      },
+    );
   }
   return row;
 }
@@ -82,16 +96,25 @@ export function createAccountSet(deps: LedgerDeps, input: AccountSetInput): Acco
   const existing = deps.st.accountById.get(input.accountSetId);
   if (existing) {
     if (input.config?.upsert && existing.is_account_set === 1) return toAccountSet(existing);
-    throw new EngineError('ALREADY_EXISTS', `${existing.is_account_set ? 'account set' : 'account'} ${quote(input.accountSetId)} already exists`, {
-      hint: existing.is_account_set ? 'Use updateAccountSet to change it, or pass config: {upsert: true}.' : 'Accounts and account sets share one id space: choose another id.',
-    });
+    throw new EngineError(
+      'ALREADY_EXISTS',
+      `${existing.is_account_set ? 'account set' : 'account'} ${quote(input.accountSetId)} already exists`,
+      {
+        hint: existing.is_account_set
+          ? 'Use updateAccountSet to change it, or pass config: {upsert: true}.'
+          : 'Accounts and account sets share one id space: choose another id.',
+      },
+    );
   }
   const journal = getJournal(deps, input.journalId ?? DEFAULT_JOURNAL_ID);
   const now = deps.clock.now().toISOString();
   // The code is unique among accounts and sets; left out, it is the set's id.
   const code = input.code == null ? input.accountSetId : requiredText(input.code, 'code', 128);
   const taken = deps.st.accountByCode.get(code);
-  if (taken) throw new EngineError('ALREADY_EXISTS', `code ${quote(code)} is already taken by ${taken.account_id}`, { hint: 'Choose another code.' });
+  if (taken)
+    throw new EngineError('ALREADY_EXISTS', `code ${quote(code)} is already taken by ${taken.account_id}`, {
+      hint: 'Choose another code.',
+    });
   const row: AccountRow = {
     account_id: input.accountSetId,
     code,
@@ -111,20 +134,32 @@ export function createAccountSet(deps: LedgerDeps, input: AccountSetInput): Acco
   insertUnique(() => deps.st.insertAccount.run(row), `code ${quote(row.code)}`);
   const set = toAccountSet(row);
   deps.st.insertAccountVersion.run(row.account_id, 1, JSON.stringify(set));
-  for (const parent of input.accountSetIds ?? []) addToAccountSet(deps, parent, { memberType: 'ACCOUNT_SET', memberId: set.accountSetId });
+  for (const parent of input.accountSetIds ?? [])
+    addToAccountSet(deps, parent, { memberType: 'ACCOUNT_SET', memberId: set.accountSetId });
   return set;
 }
 
 export function updateAccountSet(deps: LedgerDeps, accountSetId: string, input: AccountSetUpdate): AccountSet {
   const current = findSetRow(deps, accountSetId);
-  if (input.normalBalanceType != null && input.normalBalanceType !== current.normal_balance_type && deps.st.balancesByAccountPage.all(accountSetId, '', 1).length > 0) {
-    throw new EngineError('BAD_REQUEST', `account set ${current.code} has balances; its normalBalanceType stays ${current.normal_balance_type}`, {
-      hint: 'Changing it would flip the sign of every balance it reports. Create a new set instead.',
-    });
+  if (
+    input.normalBalanceType != null &&
+    input.normalBalanceType !== current.normal_balance_type &&
+    deps.st.balancesByAccountPage.all(accountSetId, '', 1).length > 0
+  ) {
+    throw new EngineError(
+      'BAD_REQUEST',
+      `account set ${current.code} has balances; its normalBalanceType stays ${current.normal_balance_type}`,
+      {
+        hint: 'Changing it would flip the sign of every balance it reports. Create a new set instead.',
+      },
+    );
   }
   if (typeof input.code === 'string') {
     const other = deps.st.accountByCode.get(input.code.trim());
-    if (other && other.account_id !== accountSetId) throw new EngineError('ALREADY_EXISTS', `code ${quote(input.code)} is already taken by ${other.account_id}`, { hint: 'Choose another code.' });
+    if (other && other.account_id !== accountSetId)
+      throw new EngineError('ALREADY_EXISTS', `code ${quote(input.code)} is already taken by ${other.account_id}`, {
+        hint: 'Choose another code.',
+      });
   }
   const row: AccountRow = {
     ...current,
@@ -132,8 +167,16 @@ export function updateAccountSet(deps: LedgerDeps, accountSetId: string, input: 
     name: input.name == null ? current.name : requiredText(input.name, 'name'),
     description: input.description === undefined ? current.description : optionalText(input.description, 'description'),
     normal_balance_type: input.normalBalanceType ?? current.normal_balance_type,
-    metadata: input.metadata === undefined ? current.metadata : jsonObjectText(input.metadata, 'metadata', deps.limits.jsonBytesMax),
-    enable_concurrent_posting: input.config?.enableConcurrentPosting == null ? current.enable_concurrent_posting : input.config.enableConcurrentPosting ? 1 : 0,
+    metadata:
+      input.metadata === undefined
+        ? current.metadata
+        : jsonObjectText(input.metadata, 'metadata', deps.limits.jsonBytesMax),
+    enable_concurrent_posting:
+      input.config?.enableConcurrentPosting == null
+        ? current.enable_concurrent_posting
+        : input.config.enableConcurrentPosting
+          ? 1
+          : 0,
     version: current.version + 1,
     modified: deps.clock.now().toISOString(),
   };
@@ -151,10 +194,14 @@ export function updateAccountSet(deps: LedgerDeps, accountSetId: string, input: 
 export function deleteAccountSet(deps: LedgerDeps, accountSetId: string): AccountSet {
   const row = findSetRow(deps, accountSetId);
   if (deps.st.setMembersPage.all(accountSetId, '', 1).length > 0) {
-    throw new EngineError('BAD_REQUEST', `account set ${row.code} has members`, { hint: 'Remove its members (removeFromAccountSet) first.' });
+    throw new EngineError('BAD_REQUEST', `account set ${row.code} has members`, {
+      hint: 'Remove its members (removeFromAccountSet) first.',
+    });
   }
   if (deps.vel.attachmentsOf.all(accountSetId).length > 0) {
-    throw new EngineError('BAD_REQUEST', `account set ${row.code} has velocity controls attached`, { hint: 'Detach them (detachVelocityControl) first.' });
+    throw new EngineError('BAD_REQUEST', `account set ${row.code} has velocity controls attached`, {
+      hint: 'Detach them (detachVelocityControl) first.',
+    });
   }
   for (const parent of deps.st.setsOfMemberPage.all(accountSetId, '', deps.limits.accountSetAncestorsMax + 1)) {
     removeFromAccountSet(deps, parent.account_set_id, { memberType: 'ACCOUNT_SET', memberId: accountSetId });
@@ -177,9 +224,13 @@ export function setsAbove(deps: LedgerDeps, accountId: string, journalId: string
     // addToAccountSet keeps this bound for the member it adds; sets nested above other sets can
     // still reach past it through a shared descendant, so the posting checks it too.
     if (above.length > deps.limits.accountSetAncestorsMax) {
-      throw new EngineError('LIMIT_EXCEEDED', `account ${quote(accountId)} rolls up into ${above.length} sets; accountSetAncestorsMax is ${deps.limits.accountSetAncestorsMax}`, {
-        hint: 'Each posting updates every set above its accounts: remove the account (or a set above it) from some sets.',
-      });
+      throw new EngineError(
+        'LIMIT_EXCEEDED',
+        `account ${quote(accountId)} rolls up into ${above.length} sets; accountSetAncestorsMax is ${deps.limits.accountSetAncestorsMax}`,
+        {
+          hint: 'Each posting updates every set above its accounts: remove the account (or a set above it) from some sets.',
+        },
+      );
     }
     for (const { id } of above) {
       if (deps.st.accountById.get(id)?.journal_id === journalId) out.push(id);
@@ -192,7 +243,12 @@ export function setsAbove(deps: LedgerDeps, accountId: string, journalId: string
 const ACCOUNTS_CHECKED = 1000;
 
 /** `writer`: who changes the membership, as the posting gate needs to know (none: the engine itself). */
-export function addToAccountSet(deps: LedgerDeps, accountSetId: string, member: SetMember, writer?: Writer): AccountSet {
+export function addToAccountSet(
+  deps: LedgerDeps,
+  accountSetId: string,
+  member: SetMember,
+  writer?: Writer,
+): AccountSet {
   const set = findSetRow(deps, accountSetId);
   const memberRow = deps.st.accountById.get(member?.memberId);
   const type = member?.memberType;
@@ -200,9 +256,13 @@ export function addToAccountSet(deps: LedgerDeps, accountSetId: string, member: 
     throw new EngineError('BAD_REQUEST', `memberType ${quote(type)} is not ACCOUNT or ACCOUNT_SET`);
   }
   if (!memberRow || (memberRow.is_account_set === 1) !== (type === 'ACCOUNT_SET')) {
-    throw new EngineError('NOT_FOUND', `${type === 'ACCOUNT' ? 'account' : 'account set'} ${quote(member.memberId)} does not exist${memberRow ? ` (it is an ${memberRow.is_account_set ? 'account set' : 'account'})` : ''}`, {
-      hint: `Check memberType and memberId.`,
-    });
+    throw new EngineError(
+      'NOT_FOUND',
+      `${type === 'ACCOUNT' ? 'account' : 'account set'} ${quote(member.memberId)} does not exist${memberRow ? ` (it is an ${memberRow.is_account_set ? 'account set' : 'account'})` : ''}`,
+      {
+        hint: `Check memberType and memberId.`,
+      },
+    );
   }
   if (deps.st.setMember.get(accountSetId, member.memberId)) {
     throw new EngineError('ALREADY_EXISTS', `${quote(member.memberId)} is already a member of account set ${set.code}`);
@@ -211,19 +271,30 @@ export function addToAccountSet(deps: LedgerDeps, accountSetId: string, member: 
   const above = [accountSetId, ...ancestors.map((a) => a.id)];
   if (type === 'ACCOUNT_SET') {
     if (memberRow.journal_id !== set.journal_id) {
-      throw new EngineError('BAD_REQUEST', `account set ${memberRow.code} is in journal ${memberRow.journal_id}, account set ${set.code} in ${set.journal_id}`, {
-        hint: 'A set contains only sets of its own journal.',
-      });
+      throw new EngineError(
+        'BAD_REQUEST',
+        `account set ${memberRow.code} is in journal ${memberRow.journal_id}, account set ${set.code} in ${set.journal_id}`,
+        {
+          hint: 'A set contains only sets of its own journal.',
+        },
+      );
     }
     if (above.includes(member.memberId)) {
-      throw new EngineError('BAD_REQUEST', `adding account set ${memberRow.code} to ${set.code} would make a cycle`, { hint: 'A set cannot contain itself, directly or through its members.' });
+      throw new EngineError('BAD_REQUEST', `adding account set ${memberRow.code} to ${set.code} would make a cycle`, {
+        hint: 'A set cannot contain itself, directly or through its members.',
+      });
     }
     // Sets in the longest chain through the new link: those above the set, the set, the member, those below it.
-    const depth = ancestors.reduce((m, a) => Math.max(m, a.depth), 0) + 2 + (deps.st.depthBelow.get(member.memberId)?.depth ?? 0);
+    const depth =
+      ancestors.reduce((m, a) => Math.max(m, a.depth), 0) + 2 + (deps.st.depthBelow.get(member.memberId)?.depth ?? 0);
     if (depth > deps.limits.accountSetDepthMax) {
-      throw new EngineError('LIMIT_EXCEEDED', `adding account set ${memberRow.code} to ${set.code} would nest sets ${depth} deep; accountSetDepthMax is ${deps.limits.accountSetDepthMax}`, {
-        hint: 'Flatten the hierarchy.',
-      });
+      throw new EngineError(
+        'LIMIT_EXCEEDED',
+        `adding account set ${memberRow.code} to ${set.code} would nest sets ${depth} deep; accountSetDepthMax is ${deps.limits.accountSetDepthMax}`,
+        {
+          hint: 'Flatten the hierarchy.',
+        },
+      );
     }
   }
   // Every account below the new member would roll up into these sets too: bound what one posting
@@ -233,9 +304,13 @@ export function addToAccountSet(deps: LedgerDeps, accountSetId: string, member: 
   for (const accountId of [member.memberId, ...below]) {
     const setsAfter = new Set([...above, ...deps.st.ancestorsOf.all(accountId).map((a) => a.id)]);
     if (setsAfter.size > deps.limits.accountSetAncestorsMax) {
-      throw new EngineError('LIMIT_EXCEEDED', `${quote(accountId)} would roll up into ${setsAfter.size} sets; accountSetAncestorsMax is ${deps.limits.accountSetAncestorsMax}`, {
-        hint: 'Each posting updates every set above its accounts: use fewer, flatter sets.',
-      });
+      throw new EngineError(
+        'LIMIT_EXCEEDED',
+        `${quote(accountId)} would roll up into ${setsAfter.size} sets; accountSetAncestorsMax is ${deps.limits.accountSetAncestorsMax}`,
+        {
+          hint: 'Each posting updates every set above its accounts: use fewer, flatter sets.',
+        },
+      );
     }
   }
   const now = deps.clock.now().toISOString();
@@ -245,11 +320,19 @@ export function addToAccountSet(deps: LedgerDeps, accountSetId: string, member: 
   return toAccountSet(set);
 }
 
-export function removeFromAccountSet(deps: LedgerDeps, accountSetId: string, member: SetMember, writer?: Writer): AccountSet {
+export function removeFromAccountSet(
+  deps: LedgerDeps,
+  accountSetId: string,
+  member: SetMember,
+  writer?: Writer,
+): AccountSet {
   const set = findSetRow(deps, accountSetId);
   const row = deps.st.setMember.get(accountSetId, member?.memberId);
   if (!row || (member.memberType != null && row.member_type !== member.memberType)) {
-    throw new EngineError('NOT_FOUND', `${quote(member?.memberId)} is not a${member?.memberType === 'ACCOUNT_SET' ? 'n account set' : 'n account'} member of account set ${set.code}`);
+    throw new EngineError(
+      'NOT_FOUND',
+      `${quote(member?.memberId)} is not a${member?.memberType === 'ACCOUNT_SET' ? 'n account set' : 'n account'} member of account set ${set.code}`,
+    );
   }
   const above = [accountSetId, ...deps.st.ancestorsOf.all(accountSetId).map((a) => a.id)];
   const now = deps.clock.now().toISOString();
@@ -260,38 +343,81 @@ export function removeFromAccountSet(deps: LedgerDeps, accountSetId: string, mem
 }
 
 /** Add (sign 1) or subtract (sign -1) a member's balances in `journalId` to each set of `sets`; returns those balances. */
-function moveBalances(deps: LedgerDeps, memberId: string, journalId: string, sets: readonly string[], sign: 1 | -1, now: string): BalanceRow[] {
+function moveBalances(
+  deps: LedgerDeps,
+  memberId: string,
+  journalId: string,
+  sets: readonly string[],
+  sign: 1 | -1,
+  now: string,
+): BalanceRow[] {
   const balances: BalanceRow[] = deps.st.balancesOfJournal.all(memberId, journalId);
   for (const balance of balances) {
-    const amount = (text: string) => (sign === 1 || text === '0' ? text : text.startsWith('-') ? text.slice(1) : `-${text}`);
+    const amount = (text: string) =>
+      sign === 1 || text === '0' ? text : text.startsWith('-') ? text.slice(1) : `-${text}`;
     for (const setId of sets) {
       const values: Record<string, string> = {};
       for (const column of BALANCE_COLUMNS) values[column] = amount(balance[column]);
-      const row = { account_id: setId, journal_id: journalId, currency: balance.currency, ...values, entry_id: balance.entry_id, modified: now };
+      const row = {
+        account_id: setId,
+        journal_id: journalId,
+        currency: balance.currency,
+        ...values,
+        entry_id: balance.entry_id,
+        modified: now,
+      };
       if (!deps.st.updateBalance.get(row)) deps.st.insertBalance.get(row);
     }
   }
   return balances;
 }
 
-export function membersOf(deps: LedgerDeps, accountSetId: string, first: number, after?: string | null): Connection<AccountSetMemberRow> {
+export function membersOf(
+  deps: LedgerDeps,
+  accountSetId: string,
+  first: number,
+  after?: string | null,
+): Connection<AccountSetMemberRow> {
   findSetRow(deps, accountSetId);
   const req = pageRequest<string>(first, after, deps.limits.pageSizeMax, 'string', 'set-members');
-  return toConnection(deps.st.setMembersPage.all(accountSetId, req.after ?? '', req.fetch), req, (r) => r.member_id, (r) => r);
+  return toConnection(
+    deps.st.setMembersPage.all(accountSetId, req.after ?? '', req.fetch),
+    req,
+    (r) => r.member_id,
+    (r) => r,
+  );
 }
 
 /** The sets `memberId` belongs to directly. */
-export function setsOf(deps: LedgerDeps, memberId: string, first: number, after?: string | null): Connection<AccountSet> {
+export function setsOf(
+  deps: LedgerDeps,
+  memberId: string,
+  first: number,
+  after?: string | null,
+): Connection<AccountSet> {
   const req = pageRequest<string>(first, after, deps.limits.pageSizeMax, 'string', 'member-sets');
   const rows = deps.st.setsOfMemberPage.all(memberId, req.after ?? '', req.fetch);
-  return toConnection(rows, req, (r) => r.account_set_id, (r) => getAccountSet(deps, r.account_set_id));
+  return toConnection(
+    rows,
+    req,
+    (r) => r.account_set_id,
+    (r) => getAccountSet(deps, r.account_set_id),
+  );
 }
 
 /** The entries that rolled up into a set, newest first, optionally of one currency (its chains through the entries). */
-export function setEntries(deps: LedgerDeps, accountSetId: string, first: number, after?: string | null, currency?: string | null): Connection<Entry> {
+export function setEntries(
+  deps: LedgerDeps,
+  accountSetId: string,
+  first: number,
+  after?: string | null,
+  currency?: string | null,
+): Connection<Entry> {
   findSetRow(deps, accountSetId);
   const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', 'set-entries');
-  const rows = entriesBelow(deps, { id: accountSetId, isSet: true }, req.after ?? Number.MAX_SAFE_INTEGER, req.fetch, { currency });
+  const rows = entriesBelow(deps, { id: accountSetId, isSet: true }, req.after ?? Number.MAX_SAFE_INTEGER, req.fetch, {
+    currency,
+  });
   return toConnection(rows, req, (r) => r.seq, toEntry);
 }
 
@@ -306,6 +432,14 @@ export interface BalanceOwner {
 
 export function balanceOwner(deps: LedgerDeps, id: string): BalanceOwner {
   const row = deps.st.accountById.get(id);
-  if (!row) throw new EngineError('NOT_FOUND', `account ${quote(id)} does not exist`, { hint: 'Create it with createAccount, or check the id.' });
-  return { id, normalBalanceType: row.normal_balance_type as Direction, journalId: row.journal_id, isSet: row.is_account_set === 1 };
+  if (!row)
+    throw new EngineError('NOT_FOUND', `account ${quote(id)} does not exist`, {
+      hint: 'Create it with createAccount, or check the id.',
+    });
+  return {
+    id,
+    normalBalanceType: row.normal_balance_type as Direction,
+    journalId: row.journal_id,
+    isSet: row.is_account_set === 1,
+  };
 }

@@ -53,7 +53,9 @@ export function findAccountRow(deps: LedgerDeps, accountId: string): AccountRow 
   const row = deps.st.accountById.get(accountId);
   if (!row || row.is_account_set === 1) {
     if (row) {
-      throw new EngineError('NOT_FOUND', `${quote(accountId)} is an account set, not an account`, { hint: 'Read it with accountSet(id: ...).' });
+      throw new EngineError('NOT_FOUND', `${quote(accountId)} is an account set, not an account`, {
+        hint: 'Read it with accountSet(id: ...).',
+      });
     }
     throw new EngineError('NOT_FOUND', `account ${quote(accountId)} does not exist`, {
       hint: 'Create it with createAccount, or check the id.',
@@ -69,7 +71,9 @@ export function getAccount(deps: LedgerDeps, ref: { id?: string | null; code?: s
     if (!row) throw new EngineError('NOT_FOUND', `no account has code ${quote(ref.code)}`);
     return toAccount(row);
   }
-  throw new EngineError('BAD_REQUEST', 'account needs an id or a code', { hint: 'Pass account(id: ...) or account(code: ...).' });
+  throw new EngineError('BAD_REQUEST', 'account needs an id or a code', {
+    hint: 'Pass account(id: ...) or account(code: ...).',
+  });
 }
 
 export function createAccount(deps: LedgerDeps, input: AccountInput): Account {
@@ -77,13 +81,22 @@ export function createAccount(deps: LedgerDeps, input: AccountInput): Account {
   if (existing) {
     // upsert: creating what exists leaves it as it is (the reference ledger's config.upsert).
     if (input.config?.upsert && existing.is_account_set === 0) return toAccount(existing);
-    throw new EngineError('ALREADY_EXISTS', `${existing.is_account_set ? 'account set' : 'account'} ${quote(input.accountId)} already exists`, {
-      hint: existing.is_account_set ? 'Accounts and account sets share one id space: choose another id.' : 'Use updateAccount to change it, or pass config: {upsert: true}.',
-    });
+    throw new EngineError(
+      'ALREADY_EXISTS',
+      `${existing.is_account_set ? 'account set' : 'account'} ${quote(input.accountId)} already exists`,
+      {
+        hint: existing.is_account_set
+          ? 'Accounts and account sets share one id space: choose another id.'
+          : 'Use updateAccount to change it, or pass config: {upsert: true}.',
+      },
+    );
   }
   const setIds = input.accountSetIds ?? [];
   if (!Array.isArray(setIds) || setIds.length > deps.limits.accountSetAncestorsMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `accountSetIds lists ${Array.isArray(setIds) ? setIds.length : 'a non-list of'} sets; accountSetAncestorsMax is ${deps.limits.accountSetAncestorsMax}`);
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `accountSetIds lists ${Array.isArray(setIds) ? setIds.length : 'a non-list of'} sets; accountSetAncestorsMax is ${deps.limits.accountSetAncestorsMax}`,
+    );
   }
   checkUnique(deps, input.accountId, input.code, input.externalId);
   const now = deps.clock.now().toISOString();
@@ -103,39 +116,74 @@ export function createAccount(deps: LedgerDeps, input: AccountInput): Account {
     journal_id: null,
     enable_concurrent_posting: input.config?.enableConcurrentPosting ? 1 : 0,
   };
-  insertUnique(() => deps.st.insertAccount.run(row), `account code ${quote(row.code)} or externalId ${quote(row.external_id)}`);
+  insertUnique(
+    () => deps.st.insertAccount.run(row),
+    `account code ${quote(row.code)} or externalId ${quote(row.external_id)}`,
+  );
   const account = toAccount(row);
   deps.st.insertAccountVersion.run(row.account_id, 1, JSON.stringify(account));
   for (const setId of setIds) addToAccountSet(deps, setId, { memberType: 'ACCOUNT', memberId: row.account_id });
-  deps.onChange?.({ event: 'account.inserted', recordId: account.accountId, recordVersion: 1, document: () => account, previous: null });
+  deps.onChange?.({
+    event: 'account.inserted',
+    recordId: account.accountId,
+    recordVersion: 1,
+    document: () => account,
+    previous: null,
+  });
   return account;
 }
 
 export function updateAccount(deps: LedgerDeps, accountId: string, input: AccountUpdate): Account {
   const current = findAccountRow(deps, accountId);
   checkUnique(deps, accountId, input.code, input.externalId);
-  if (input.normalBalanceType != null && input.normalBalanceType !== current.normal_balance_type && deps.st.balancesByAccountPage.all(accountId, '', 1).length > 0) {
-    throw new EngineError('BAD_REQUEST', `account ${current.code} has postings; its normalBalanceType stays ${current.normal_balance_type}`, {
-      hint: 'Changing it would flip the sign of every balance it reports. Open a new account instead.',
-    });
+  if (
+    input.normalBalanceType != null &&
+    input.normalBalanceType !== current.normal_balance_type &&
+    deps.st.balancesByAccountPage.all(accountId, '', 1).length > 0
+  ) {
+    throw new EngineError(
+      'BAD_REQUEST',
+      `account ${current.code} has postings; its normalBalanceType stays ${current.normal_balance_type}`,
+      {
+        hint: 'Changing it would flip the sign of every balance it reports. Open a new account instead.',
+      },
+    );
   }
   const row: AccountRow = {
     ...current,
     code: input.code == null ? current.code : requiredText(input.code, 'code', 128),
     name: input.name == null ? current.name : requiredText(input.name, 'name'),
-    external_id: input.externalId === undefined ? current.external_id : optionalText(input.externalId, 'externalId', 256),
+    external_id:
+      input.externalId === undefined ? current.external_id : optionalText(input.externalId, 'externalId', 256),
     description: input.description === undefined ? current.description : optionalText(input.description, 'description'),
     status: input.status ?? current.status,
     normal_balance_type: input.normalBalanceType ?? current.normal_balance_type,
-    metadata: input.metadata === undefined ? current.metadata : jsonObjectText(input.metadata, 'metadata', deps.limits.jsonBytesMax),
-    enable_concurrent_posting: input.config?.enableConcurrentPosting == null ? current.enable_concurrent_posting : input.config.enableConcurrentPosting ? 1 : 0,
+    metadata:
+      input.metadata === undefined
+        ? current.metadata
+        : jsonObjectText(input.metadata, 'metadata', deps.limits.jsonBytesMax),
+    enable_concurrent_posting:
+      input.config?.enableConcurrentPosting == null
+        ? current.enable_concurrent_posting
+        : input.config.enableConcurrentPosting
+          ? 1
+          : 0,
     version: current.version + 1,
     modified: deps.clock.now().toISOString(),
   };
-  insertUnique(() => deps.st.updateAccount.run(row), `account code ${quote(row.code)} or externalId ${quote(row.external_id)}`);
+  insertUnique(
+    () => deps.st.updateAccount.run(row),
+    `account code ${quote(row.code)} or externalId ${quote(row.external_id)}`,
+  );
   const account = toAccount(row);
   deps.st.insertAccountVersion.run(row.account_id, row.version, JSON.stringify(account));
-  deps.onChange?.({ event: 'account.updated', recordId: account.accountId, recordVersion: account.version, document: () => account, previous: toAccount(current) });
+  deps.onChange?.({
+    event: 'account.updated',
+    recordId: account.accountId,
+    recordVersion: account.version,
+    document: () => account,
+    previous: toAccount(current),
+  });
   return account;
 }
 
@@ -144,13 +192,19 @@ function checkUnique(deps: LedgerDeps, accountId: string, code: unknown, externa
   if (typeof code === 'string') {
     const other = deps.st.accountByCode.get(code.trim());
     if (other && other.account_id !== accountId) {
-      throw new EngineError('ALREADY_EXISTS', `account code ${quote(code)} is already taken by ${other.account_id}`, { hint: 'Choose another code.' });
+      throw new EngineError('ALREADY_EXISTS', `account code ${quote(code)} is already taken by ${other.account_id}`, {
+        hint: 'Choose another code.',
+      });
     }
   }
   if (typeof externalId === 'string') {
     const other = deps.st.accountByExternalId.get(externalId);
     if (other && other.account_id !== accountId) {
-      throw new EngineError('ALREADY_EXISTS', `externalId ${quote(externalId)} is already taken by account ${other.account_id}`, { hint: 'Choose another externalId.' });
+      throw new EngineError(
+        'ALREADY_EXISTS',
+        `externalId ${quote(externalId)} is already taken by account ${other.account_id}`,
+        { hint: 'Choose another externalId.' },
+      );
     }
   }
 }
@@ -167,8 +221,18 @@ export function listAccounts(
 }
 
 /** Every version of an account, newest first. */
-export function accountHistory(deps: LedgerDeps, accountId: string, first: number, after?: string | null): Connection<Account> {
+export function accountHistory(
+  deps: LedgerDeps,
+  accountId: string,
+  first: number,
+  after?: string | null,
+): Connection<Account> {
   const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', 'account-history');
   const rows = deps.st.accountVersionsPage.all(accountId, req.after ?? Number.MAX_SAFE_INTEGER, req.fetch);
-  return toConnection(rows, req, (r) => r.version, (r) => JSON.parse(r.document) as Account);
+  return toConnection(
+    rows,
+    req,
+    (r) => r.version,
+    (r) => JSON.parse(r.document) as Account,
+  );
 }

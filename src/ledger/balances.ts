@@ -1,7 +1,14 @@
 import { addText, subText } from '../decimal.js';
 import { EngineError } from '../errors.js';
 import { type Connection, encodeCursor, pageRequest, toConnection } from '../paging.js';
-import { BALANCE_COLUMNS, type BalanceAfter, balanceColumnIndex, type BalanceRow, type ChainRow, snapshotTotals } from '../storage/statements/ledger.js';
+import {
+  BALANCE_COLUMNS,
+  type BalanceAfter,
+  balanceColumnIndex,
+  type BalanceRow,
+  type ChainRow,
+  snapshotTotals,
+} from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
 import type { Direction, Layer } from './records.js';
 import { chainOf, chainRows } from './chains.js';
@@ -65,13 +72,25 @@ export function readBalance(deps: LedgerDeps, accountId: string, journalId: stri
 }
 
 /** A balance as a snapshot left it (see migration 14): version and the six totals. */
-function fromSnapshot(accountId: string, journalId: string, currency: string, version: number, after: string, entryId: string, modified: string): Balance {
+function fromSnapshot(
+  accountId: string,
+  journalId: string,
+  currency: string,
+  version: number,
+  after: string,
+  entryId: string,
+  modified: string,
+): Balance {
   const t = snapshotTotals(after);
   return {
     accountId,
     journalId,
     currency,
-    layers: { SETTLED: { dr: t.settled_dr, cr: t.settled_cr }, PENDING: { dr: t.pending_dr, cr: t.pending_cr }, ENCUMBRANCE: { dr: t.encumbrance_dr, cr: t.encumbrance_cr } },
+    layers: {
+      SETTLED: { dr: t.settled_dr, cr: t.settled_cr },
+      PENDING: { dr: t.pending_dr, cr: t.pending_cr },
+      ENCUMBRANCE: { dr: t.encumbrance_dr, cr: t.encumbrance_cr },
+    },
     entryId,
     version,
     created: null,
@@ -84,7 +103,15 @@ function fromSnapshot(accountId: string, journalId: string, currency: string, ve
  * each version the postings left once. At most `budget` entries are read per call; `stoppedAt`
  * says where a call that ran out stopped.
  */
-function versionsFrom(deps: LedgerDeps, owner: { id: string; isSet: boolean }, journalId: string, currency: string, fromSeq: number, want: number, budget: number) {
+function versionsFrom(
+  deps: LedgerDeps,
+  owner: { id: string; isSet: boolean },
+  journalId: string,
+  currency: string,
+  fromSeq: number,
+  want: number,
+  budget: number,
+) {
   const found: Array<{ balance: Balance; seq: number }> = [];
   let cursor = fromSeq;
   let lastVersion = Number.MAX_SAFE_INTEGER;
@@ -95,7 +122,8 @@ function versionsFrom(deps: LedgerDeps, owner: { id: string; isSet: boolean }, j
   if (!chain) return { found, stoppedAt };
   const read = (from: number): ChainRow[] => chainRows(deps, chain, from, batch);
   /** The record's version this entry left, or null for an entry from before balance history. */
-  const versionOf = (row: ChainRow): number | null => (row.record_version == null || row.record_after == null ? null : row.record_version);
+  const versionOf = (row: ChainRow): number | null =>
+    row.record_version == null || row.record_after == null ? null : row.record_version;
   for (;;) {
     const rows = read(cursor);
     for (const row of rows) {
@@ -110,7 +138,10 @@ function versionsFrom(deps: LedgerDeps, owner: { id: string; isSet: boolean }, j
       }
       lastVersion = version;
       const after = row.record_after!;
-      found.push({ balance: fromSnapshot(owner.id, journalId, currency, version, after, row.entry_id, row.created), seq: row.seq });
+      found.push({
+        balance: fromSnapshot(owner.id, journalId, currency, version, after, row.entry_id, row.created),
+        seq: row.seq,
+      });
       if (found.length === want) return { found, stoppedAt };
     }
     if (rows.length < batch) return { found, stoppedAt };
@@ -141,13 +172,36 @@ function versionsFrom(deps: LedgerDeps, owner: { id: string; isSet: boolean }, j
  * Every version of a balance record the postings left, newest first (a version made by adding or
  * removing a set member, which posts nothing, is not listed; the next posting's version is).
  */
-export function balanceHistory(deps: LedgerDeps, owner: { id: string; isSet: boolean }, journalId: string, currency: string, first: number, after?: string | null): Connection<Balance> {
+export function balanceHistory(
+  deps: LedgerDeps,
+  owner: { id: string; isSet: boolean },
+  journalId: string,
+  currency: string,
+  first: number,
+  after?: string | null,
+): Connection<Balance> {
   const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', 'balance-history');
   const from = req.after === undefined || req.after === null ? Number.MAX_SAFE_INTEGER : req.after - 1;
-  const { found, stoppedAt } = versionsFrom(deps, owner, journalId, currency, from, req.fetch, deps.limits.pageSizeMax * 10);
-  const page = toConnection(found, req, (f) => f.seq, (f) => f.balance);
+  const { found, stoppedAt } = versionsFrom(
+    deps,
+    owner,
+    journalId,
+    currency,
+    from,
+    req.fetch,
+    deps.limits.pageSizeMax * 10,
+  );
+  const page = toConnection(
+    found,
+    req,
+    (f) => f.seq,
+    (f) => f.balance,
+  );
   if (stoppedAt === null || found.length >= req.fetch) return page;
-  return { ...page, pageInfo: { ...page.pageInfo, hasNextPage: true, endCursor: encodeCursor(req.kind, stoppedAt + 1) } };
+  return {
+    ...page,
+    pageInfo: { ...page.pageInfo, hasNextPage: true, endCursor: encodeCursor(req.kind, stoppedAt + 1) },
+  };
 }
 
 /**
@@ -156,7 +210,13 @@ export function balanceHistory(deps: LedgerDeps, owner: { id: string; isSet: boo
  * by a binary search over seq (O(log entries) primary-key reads), then the record's own entries are
  * read back from there through its chain.
  */
-export function balanceAsOf(deps: LedgerDeps, owner: { id: string; isSet: boolean }, journalId: string, currency: string, at: string): Balance {
+export function balanceAsOf(
+  deps: LedgerDeps,
+  owner: { id: string; isSet: boolean },
+  journalId: string,
+  currency: string,
+  at: string,
+): Balance {
   const current = deps.st.balance.get(owner.id, journalId, currency);
   if (!current) return emptyBalance(owner.id, journalId, currency);
   if (current.modified <= at) return toBalance(current);
@@ -180,14 +240,23 @@ export function balanceAsOf(deps: LedgerDeps, owner: { id: string; isSet: boolea
   if (bound === 0) return emptyBalance(owner.id, journalId, currency);
   const { found, stoppedAt } = versionsFrom(deps, owner, journalId, currency, bound, 1, deps.limits.pageSizeMax * 10);
   if (found.length === 0 && stoppedAt !== null) {
-    throw new EngineError('LIMIT_EXCEEDED', `the balance of ${owner.id} as of ${at} is behind more than ${deps.limits.pageSizeMax * 10} entries without a balance snapshot (posted before balance history was kept)`, {
-      hint: 'Read Balance.history in pages instead.',
-    });
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `the balance of ${owner.id} as of ${at} is behind more than ${deps.limits.pageSizeMax * 10} entries without a balance snapshot (posted before balance history was kept)`,
+      {
+        hint: 'Read Balance.history in pages instead.',
+      },
+    );
   }
   return found[0]?.balance ?? emptyBalance(owner.id, journalId, currency);
 }
 
-export function listBalances(deps: LedgerDeps, accountId: string, first: number, after?: string | null): Connection<Balance> {
+export function listBalances(
+  deps: LedgerDeps,
+  accountId: string,
+  first: number,
+  after?: string | null,
+): Connection<Balance> {
   const req = pageRequest<string>(first, after, deps.limits.pageSizeMax, 'string', 'balances');
   const rows = deps.st.balancesByAccountPage.all(accountId, req.after ?? '', req.fetch);
   return toConnection(rows, req, (r) => `${r.journal_id} ${r.currency}`, toBalance);
@@ -233,8 +302,15 @@ export interface BalanceDelta {
  * `${accountId} ${journalId} ${currency}`), for the entries' history snapshot, with the head it
  * replaced (the entries' links).
  */
-export function applyToBalances(deps: LedgerDeps, deltas: readonly BalanceDelta[], modified: string): Map<string, BalanceAfter> {
-  const sums = new Map<string, { delta: BalanceDelta; amounts: Array<string | undefined>; mask: number; entries: number }>();
+export function applyToBalances(
+  deps: LedgerDeps,
+  deltas: readonly BalanceDelta[],
+  modified: string,
+): Map<string, BalanceAfter> {
+  const sums = new Map<
+    string,
+    { delta: BalanceDelta; amounts: Array<string | undefined>; mask: number; entries: number }
+  >();
   for (const delta of deltas) {
     const key = delta.key ?? `${delta.accountId} ${delta.journalId} ${delta.currency}`;
     let sum = sums.get(key);
@@ -262,7 +338,13 @@ export function applyToBalances(deps: LedgerDeps, deltas: readonly BalanceDelta[
     args.push(delta.entryId, modified, delta.seq, entries, delta.accountId, delta.journalId, delta.currency);
     let left = upsert.updateColumns(mask).get(args);
     if (!left) {
-      const record: Record<string, unknown> = { account_id: delta.accountId, journal_id: delta.journalId, currency: delta.currency, entry_id: delta.entryId, modified };
+      const record: Record<string, unknown> = {
+        account_id: delta.accountId,
+        journal_id: delta.journalId,
+        currency: delta.currency,
+        entry_id: delta.entryId,
+        modified,
+      };
       BALANCE_COLUMNS.forEach((c, i) => (record[c] = amounts[i] ?? '0'));
       record.log_head = delta.seq;
       record.log_rows = entries;

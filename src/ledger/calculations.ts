@@ -28,12 +28,27 @@ import { nameBasedUuid } from '../ids.js';
 import { isReservedKey } from '../json.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { CalculationBalanceRow, CalculationRow } from '../storage/statements/calculations.js';
-import { BALANCE_COLUMNS, type BalanceColumn, balanceColumnIndex, type EntryRow, type TransactionRow } from '../storage/statements/ledger.js';
+import {
+  BALANCE_COLUMNS,
+  type BalanceColumn,
+  balanceColumnIndex,
+  type EntryRow,
+  type TransactionRow,
+} from '../storage/statements/ledger.js';
 import { balanceOwner } from './account-sets.js';
 import { ownersOf, type Posted } from './posted.js';
 import { type Balance, toBalance } from './balances.js';
 import { cachedAccount, type LedgerDeps } from './deps.js';
-import { accountDocument, entryDocument, entryFields, lazyVars, transactionDocument, unionReads, type VarsRead, varsRead } from './documents.js';
+import {
+  accountDocument,
+  entryDocument,
+  entryFields,
+  lazyVars,
+  transactionDocument,
+  unionReads,
+  type VarsRead,
+  varsRead,
+} from './documents.js';
 import { chainSeqs } from './chains.js';
 import { DEFAULT_JOURNAL_ID, getJournal } from './journals.js';
 
@@ -92,7 +107,11 @@ export const RESERVED_DIMENSIONS = ['year', 'month', 'day'] as const;
 
 /** The children of an effective calculation: the name their id is derived from, and what they add. */
 const CHILDREN: ReadonlyArray<{ granularity: Granularity; name: string; dimensions: Dimension[] }> = [
-  { granularity: 'YEAR', name: 'YYYY', dimensions: [{ alias: 'year', value: 'int(context.vars.transaction.effective.substring(0, 4))' }] },
+  {
+    granularity: 'YEAR',
+    name: 'YYYY',
+    dimensions: [{ alias: 'year', value: 'int(context.vars.transaction.effective.substring(0, 4))' }],
+  },
   {
     granularity: 'MONTH',
     name: 'YYYY_MM',
@@ -144,7 +163,10 @@ export function toCalculation(row: CalculationRow): Calculation {
 
 function calculationRow(deps: LedgerDeps, id: string): CalculationRow {
   const row = typeof id === 'string' ? deps.calc.byId.get(id.toLowerCase()) : undefined;
-  if (!row) throw new EngineError('NOT_FOUND', `calculation ${quote(id)} does not exist`, { hint: 'Create it with createCalculation, or check the id.' });
+  if (!row)
+    throw new EngineError('NOT_FOUND', `calculation ${quote(id)} does not exist`, {
+      hint: 'Create it with createCalculation, or check the id.',
+    });
   return row;
 }
 
@@ -165,7 +187,10 @@ export function childrenOf(deps: LedgerDeps, id: string): Calculation[] {
 }
 
 function isEffective(row: CalculationRow): boolean {
-  return row.config !== null && (JSON.parse(row.config) as { enableEffectiveBalances?: boolean }).enableEffectiveBalances === true;
+  return (
+    row.config !== null &&
+    (JSON.parse(row.config) as { enableEffectiveBalances?: boolean }).enableEffectiveBalances === true
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -177,7 +202,10 @@ function badRequest(message: string, hint?: string): EngineError {
 
 function checkDimensionName(alias: string): void {
   if ((RESERVED_DIMENSIONS as readonly string[]).includes(alias)) {
-    throw badRequest(`dimension '${alias}' is reserved for effective dates`, 'Name the dimension something other than year, month or day: effective-date balances add those.');
+    throw badRequest(
+      `dimension '${alias}' is reserved for effective dates`,
+      'Name the dimension something other than year, month or day: effective-date balances add those.',
+    );
   }
 }
 
@@ -193,24 +221,35 @@ export function createCalculation(deps: LedgerDeps, input: CalculationInput): Ca
   // Every active calculation is weighed against every posting it may cover: bound how many there are.
   const active = deps.calc.activeCount.get() ?? 0;
   if (active >= deps.limits.calculationsMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `there are ${active} active calculations; calculationsMax is ${deps.limits.calculationsMax}`, {
-      hint: 'Delete calculations no longer read (deleteCalculation), or combine them with more dimensions.',
-    });
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `there are ${active} active calculations; calculationsMax is ${deps.limits.calculationsMax}`,
+      {
+        hint: 'Delete calculations no longer read (deleteCalculation), or combine them with more dimensions.',
+      },
+    );
   }
   const dims = input.dimensions ?? [];
   if (!Array.isArray(dims)) throw badRequest('dimensions must be a list of {alias, value}');
   if (dims.length > deps.limits.calculationDimensionsMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `calculation ${code} declares ${dims.length} dimensions; calculationDimensionsMax is ${deps.limits.calculationDimensionsMax}`, {
-      hint: 'Combine dimensions into fewer keys, or split the calculation.',
-    });
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `calculation ${code} declares ${dims.length} dimensions; calculationDimensionsMax is ${deps.limits.calculationDimensionsMax}`,
+      {
+        hint: 'Combine dimensions into fewer keys, or split the calculation.',
+      },
+    );
   }
   const dimensions: Dimension[] = [];
   const seen = new Set<string>();
   for (const dim of dims) {
-    if (!dim || typeof dim.alias !== 'string' || typeof dim.value !== 'string') throw badRequest('each dimension needs an alias and a value (a CEL expression)');
+    if (!dim || typeof dim.alias !== 'string' || typeof dim.value !== 'string')
+      throw badRequest('each dimension needs an alias and a value (a CEL expression)');
     checkDimensionName(dim.alias);
     if (!ALIAS.test(dim.alias) || isReservedKey(dim.alias)) {
-      throw badRequest(`dimension alias ${quote(dim.alias)} must be a name of letters, digits and _ (not starting with a digit, at most 64 characters)`);
+      throw badRequest(
+        `dimension alias ${quote(dim.alias)} must be a name of letters, digits and _ (not starting with a digit, at most 64 characters)`,
+      );
     }
     if (seen.has(dim.alias)) throw badRequest(`dimension alias ${quote(dim.alias)} is declared twice`);
     seen.add(dim.alias);
@@ -224,8 +263,25 @@ export function createCalculation(deps: LedgerDeps, input: CalculationInput): Ca
 
   const rows: CalculationRow[] = [];
   const now = deps.clock.now().toISOString();
-  const base = { description: input.description, scope, condition, config: config === null ? null : JSON.stringify(config), status: 'ACTIVE' as const };
-  rows.push({ ...base, calculation_id: id, code, dimensions: JSON.stringify(dimensions), parent_id: null, granularity: null, backfill_status: 'COMPLETE', version: 1, created: now, modified: now });
+  const base = {
+    description: input.description,
+    scope,
+    condition,
+    config: config === null ? null : JSON.stringify(config),
+    status: 'ACTIVE' as const,
+  };
+  rows.push({
+    ...base,
+    calculation_id: id,
+    code,
+    dimensions: JSON.stringify(dimensions),
+    parent_id: null,
+    granularity: null,
+    backfill_status: 'COMPLETE',
+    version: 1,
+    created: now,
+    modified: now,
+  });
   if (effective) {
     for (const child of CHILDREN) {
       rows.push({
@@ -244,10 +300,14 @@ export function createCalculation(deps: LedgerDeps, input: CalculationInput): Ca
   }
   for (const row of rows) {
     if (deps.calc.byId.get(row.calculation_id)) {
-      throw new EngineError('ALREADY_EXISTS', `calculation ${row.calculation_id} already exists`, { hint: 'Use another calculationId.' });
+      throw new EngineError('ALREADY_EXISTS', `calculation ${row.calculation_id} already exists`, {
+        hint: 'Use another calculationId.',
+      });
     }
     if (deps.calc.byCode.get(row.code)) {
-      throw new EngineError('ALREADY_EXISTS', `a calculation with code ${quote(row.code)} already exists`, { hint: 'Use another code.' });
+      throw new EngineError('ALREADY_EXISTS', `a calculation with code ${quote(row.code)} already exists`, {
+        hint: 'Use another code.',
+      });
     }
   }
   for (const row of rows) deps.calc.insert.run(row);
@@ -270,7 +330,10 @@ export function deleteCalculation(deps: LedgerDeps, id: string): Calculation {
   refuseChild(row, 'delete');
   if (row.status === 'LOCKED') return toCalculation(row);
   if (deps.calc.anyAttachment.get(row.calculation_id)) {
-    throw badRequest(`calculation ${row.code} is still attached`, 'Detach it from every account and set (detachCalculation) before deleting it.');
+    throw badRequest(
+      `calculation ${row.code} is still attached`,
+      'Detach it from every account and set (detachCalculation) before deleting it.',
+    );
   }
   deps.calc.setStatus.run('LOCKED', deps.clock.now().toISOString(), row.calculation_id, row.calculation_id);
   deps.epoch.bump();
@@ -292,18 +355,35 @@ function attachmentTarget(deps: LedgerDeps, input: AttachmentInput): Attachment 
 export function attachCalculation(deps: LedgerDeps, input: AttachmentInput): Attachment {
   const row = calculationRow(deps, input.calculationId);
   refuseChild(row, 'attach');
-  if (row.status !== 'ACTIVE') throw badRequest(`calculation ${row.code} is ${row.status} (deleted) and cannot be attached`);
+  if (row.status !== 'ACTIVE')
+    throw badRequest(`calculation ${row.code} is ${row.status} (deleted) and cannot be attached`);
   if (row.scope !== 'LOCAL') {
-    throw badRequest(`calculation ${row.code} is GLOBAL: it already counts every entry`, 'Only LOCAL calculations are attached; create one with scope: LOCAL.');
+    throw badRequest(
+      `calculation ${row.code} is GLOBAL: it already counts every entry`,
+      'Only LOCAL calculations are attached; create one with scope: LOCAL.',
+    );
   }
   const target = attachmentTarget(deps, input);
   if (deps.calc.attachment.get(target.accountId, target.journalId, row.calculation_id)) {
-    throw new EngineError('ALREADY_EXISTS', `calculation ${row.code} is already attached to ${target.accountId} in journal ${target.journalId}`);
+    throw new EngineError(
+      'ALREADY_EXISTS',
+      `calculation ${row.code} is already attached to ${target.accountId} in journal ${target.journalId}`,
+    );
   }
-  deps.calc.insertAttachment.run(target.accountId, target.journalId, row.calculation_id, deps.clock.now().toISOString());
+  deps.calc.insertAttachment.run(
+    target.accountId,
+    target.journalId,
+    row.calculation_id,
+    deps.clock.now().toISOString(),
+  );
   const children = deps.calc.children.all(row.calculation_id);
-  backfill(deps, definitionOf(deps, row, children), { kind: 'owner', accountId: target.accountId, journalId: target.journalId });
-  if (row.backfill_status !== 'COMPLETE') deps.calc.setBackfillStatus.run('COMPLETE', deps.clock.now().toISOString(), row.calculation_id, row.calculation_id);
+  backfill(deps, definitionOf(deps, row, children), {
+    kind: 'owner',
+    accountId: target.accountId,
+    journalId: target.journalId,
+  });
+  if (row.backfill_status !== 'COMPLETE')
+    deps.calc.setBackfillStatus.run('COMPLETE', deps.clock.now().toISOString(), row.calculation_id, row.calculation_id);
   deps.epoch.bump();
   return target;
 }
@@ -314,7 +394,10 @@ export function detachCalculation(deps: LedgerDeps, input: AttachmentInput): Att
   refuseChild(row, 'detach');
   const target = attachmentTarget(deps, input);
   if (!deps.calc.attachment.get(target.accountId, target.journalId, row.calculation_id)) {
-    throw new EngineError('NOT_FOUND', `calculation ${row.code} is not attached to ${target.accountId} in journal ${target.journalId}`);
+    throw new EngineError(
+      'NOT_FOUND',
+      `calculation ${row.code} is not attached to ${target.accountId} in journal ${target.journalId}`,
+    );
   }
   deps.calc.deleteAttachment.run(target.accountId, target.journalId, row.calculation_id);
   for (const id of [row.calculation_id, ...deps.calc.children.all(row.calculation_id).map((c) => c.calculation_id)]) {
@@ -352,7 +435,11 @@ interface Definitions {
 
 function definitionOf(deps: LedgerDeps, row: CalculationRow, children: readonly CalculationRow[]): Definition {
   const condition = row.condition === null ? null : deps.cel.compile(row.condition);
-  const dimensions = (JSON.parse(row.dimensions) as Dimension[]).map((d) => ({ alias: d.alias, text: d.value, run: deps.cel.compile(d.value) }));
+  const dimensions = (JSON.parse(row.dimensions) as Dimension[]).map((d) => ({
+    alias: d.alias,
+    text: d.value,
+    run: deps.cel.compile(d.value),
+  }));
   return {
     id: row.calculation_id,
     code: row.code,
@@ -360,8 +447,14 @@ function definitionOf(deps: LedgerDeps, row: CalculationRow, children: readonly 
     condition,
     conditionText: row.condition,
     dimensions,
-    children: children.filter((c) => c.granularity !== null).map((c) => ({ id: c.calculation_id, granularity: c.granularity! })),
-    reads: varsRead([...(condition ? [condition] : []), ...dimensions.map((d) => d.run)].map((run) => (run as unknown as { ast?: unknown }).ast)),
+    children: children
+      .filter((c) => c.granularity !== null)
+      .map((c) => ({ id: c.calculation_id, granularity: c.granularity! })),
+    reads: varsRead(
+      [...(condition ? [condition] : []), ...dimensions.map((d) => d.run)].map(
+        (run) => (run as unknown as { ast?: unknown }).ast,
+      ),
+    ),
   };
 }
 
@@ -377,8 +470,14 @@ function activeCalculations(deps: LedgerDeps): Definitions {
     if (!list) children.set(row.parent_id, (list = []));
     list.push(row);
   }
-  const list = rows.filter((r) => r.parent_id === null).map((r) => definitionOf(deps, r, children.get(r.calculation_id) ?? []));
-  const definitions: Definitions = { list, anyLocal: list.some((d) => d.scope === 'LOCAL'), reads: list.reduce<VarsRead>((reads, d) => unionReads(reads, d.reads), new Map()) };
+  const list = rows
+    .filter((r) => r.parent_id === null)
+    .map((r) => definitionOf(deps, r, children.get(r.calculation_id) ?? []));
+  const definitions: Definitions = {
+    list,
+    anyLocal: list.some((d) => d.scope === 'LOCAL'),
+    reads: list.reduce<VarsRead>((reads, d) => unionReads(reads, d.reads), new Map()),
+  };
   if (deps.epoch.active) {
     memo.epoch = deps.epoch.value;
     memo.definitions = definitions;
@@ -406,7 +505,18 @@ class Deltas {
    */
   private readonly byOwner = new Map<string, Map<string, Map<string, { row: Record<string, string>; mask: number }>>>();
 
-  add(calculationId: string, accountId: string, journalId: string, currency: string, key: string, period: string, dimensions: string, index: number, units: string, entryId: string): void {
+  add(
+    calculationId: string,
+    accountId: string,
+    journalId: string,
+    currency: string,
+    key: string,
+    period: string,
+    dimensions: string,
+    index: number,
+    units: string,
+    entryId: string,
+  ): void {
     let owners = this.byOwner.get(calculationId);
     if (!owners) this.byOwner.set(calculationId, (owners = new Map()));
     let records = owners.get(accountId);
@@ -415,8 +525,21 @@ class Deltas {
     let sum = records.get(id);
     if (!sum) {
       const row = {
-        calculation_id: calculationId, account_id: accountId, journal_id: journalId, currency, dimension_key: key, period, dimensions,
-        settled_dr: '0', settled_cr: '0', pending_dr: '0', pending_cr: '0', encumbrance_dr: '0', encumbrance_cr: '0', entry_id: entryId, modified: '',
+        calculation_id: calculationId,
+        account_id: accountId,
+        journal_id: journalId,
+        currency,
+        dimension_key: key,
+        period,
+        dimensions,
+        settled_dr: '0',
+        settled_cr: '0',
+        pending_dr: '0',
+        pending_cr: '0',
+        encumbrance_dr: '0',
+        encumbrance_cr: '0',
+        entry_id: entryId,
+        modified: '',
       };
       sum = { row, mask: 0 };
       records.set(id, sum);
@@ -435,7 +558,16 @@ class Deltas {
       // The UPDATE adds to the changed columns only (one dec_add each); the INSERT writes all six.
       const args: unknown[] = [];
       for (let i = 0; i < COLUMNS.length; i++) if ((mask & (1 << i)) !== 0) args.push(row[COLUMNS[i]!]);
-      args.push(row.entry_id, modified, row.calculation_id, row.account_id, row.journal_id, row.currency, row.dimension_key, row.period);
+      args.push(
+        row.entry_id,
+        modified,
+        row.calculation_id,
+        row.account_id,
+        row.journal_id,
+        row.currency,
+        row.dimension_key,
+        row.period,
+      );
       if (deps.calc.updateColumns(mask).run(args).changes === 0) deps.calc.insertBalance.run(row);
     }
   }
@@ -465,7 +597,10 @@ function sortKeys(value: unknown): unknown {
 }
 
 /** Which accounts and sets an entry counts for, for one calculation. */
-type Scope = { kind: 'posting'; attached: (ownerId: string, journalId: string) => ReadonlySet<string> } | { kind: 'all' } | { kind: 'owner'; accountId: string; journalId: string };
+type Scope =
+  | { kind: 'posting'; attached: (ownerId: string, journalId: string) => ReadonlySet<string> }
+  | { kind: 'all' }
+  | { kind: 'owner'; accountId: string; journalId: string };
 
 interface EntryContext {
   entry: EntryRow;
@@ -508,8 +643,11 @@ function applyEntry(deps: LedgerDeps, def: Definition, ec: EntryContext, scope: 
   const candidates = (ec.owners ??= ownersOf(ec.posted, entry));
   let owners: readonly string[];
   if (scope.kind === 'all') owners = candidates;
-  else if (scope.kind === 'owner') owners = entry.journal_id === scope.journalId && candidates.includes(scope.accountId) ? [scope.accountId] : [];
-  else owners = def.scope === 'GLOBAL' ? candidates : candidates.filter((c) => scope.attached(c, entry.journal_id).has(def.id));
+  else if (scope.kind === 'owner')
+    owners = entry.journal_id === scope.journalId && candidates.includes(scope.accountId) ? [scope.accountId] : [];
+  else
+    owners =
+      def.scope === 'GLOBAL' ? candidates : candidates.filter((c) => scope.attached(c, entry.journal_id).has(def.id));
   if (owners.length === 0) return;
 
   const context = contextOf(deps, ec);
@@ -538,10 +676,14 @@ function applyEntry(deps: LedgerDeps, def: Definition, ec: EntryContext, scope: 
       // fails other clients' postings, and the entry stays visible in the calculation.
       if (isBudgetError(error) || (error instanceof EngineError && error.code === 'LIMIT_EXCEEDED')) {
         const cause = celError(dim.text, error);
-        throw new EngineError(cause.code, `calculation ${def.code}: dimension ${dim.alias} failed on entry ${entry.entry_id}: ${cause.message}`, {
-          hint: 'Write the dimension so it costs less (postingCelCostMax bounds what a posting spends on calculations, views and velocity controls).',
-          details: cause.details,
-        });
+        throw new EngineError(
+          cause.code,
+          `calculation ${def.code}: dimension ${dim.alias} failed on entry ${entry.entry_id}: ${cause.message}`,
+          {
+            hint: 'Write the dimension so it costs less (postingCelCostMax bounds what a posting spends on calculations, views and velocity controls).',
+            details: cause.details,
+          },
+        );
       }
       value = null;
     }
@@ -567,7 +709,19 @@ function applyEntry(deps: LedgerDeps, def: Definition, ec: EntryContext, scope: 
   });
   for (const owner of owners) {
     deltas.add(def.id, owner, entry.journal_id, entry.currency, key, '', dims, column, entry.units, entry.entry_id);
-    for (const p of periods) deltas.add(p.id, owner, entry.journal_id, entry.currency, key, p.period, p.dimensions, column, entry.units, entry.entry_id);
+    for (const p of periods)
+      deltas.add(
+        p.id,
+        owner,
+        entry.journal_id,
+        entry.currency,
+        key,
+        p.period,
+        p.dimensions,
+        column,
+        entry.units,
+        entry.entry_id,
+      );
   }
 }
 
@@ -597,31 +751,52 @@ export function applyCalculations(deps: LedgerDeps, posted: Posted): void {
  * Apply the existing entries a new GLOBAL calculation (every entry) or a new attachment (the
  * entries of that account or set in that journal) covers, in posting order.
  */
-function backfill(deps: LedgerDeps, def: Definition, scope: { kind: 'all' } | { kind: 'owner'; accountId: string; journalId: string }): void {
+function backfill(
+  deps: LedgerDeps,
+  def: Definition,
+  scope: { kind: 'all' } | { kind: 'owner'; accountId: string; journalId: string },
+): void {
   const max = deps.limits.calculationBackfillEntriesMax;
   const chunk = 1000;
   const tooMany = () =>
-    new EngineError('LIMIT_EXCEEDED', `calculation ${def.code} would backfill more than calculationBackfillEntriesMax (${max}) entries`, {
-      hint: scope.kind === 'all'
-        ? 'Create it as a LOCAL calculation and attach it where it is needed, or raise calculationBackfillEntriesMax in the engine options.'
-        : 'Attach it to an account or set with fewer entries, or raise calculationBackfillEntriesMax in the engine options.',
-      details: { calculationBackfillEntriesMax: max },
-    });
+    new EngineError(
+      'LIMIT_EXCEEDED',
+      `calculation ${def.code} would backfill more than calculationBackfillEntriesMax (${max}) entries`,
+      {
+        hint:
+          scope.kind === 'all'
+            ? 'Create it as a LOCAL calculation and attach it where it is needed, or raise calculationBackfillEntriesMax in the engine options.'
+            : 'Attach it to an account or set with fewer entries, or raise calculationBackfillEntriesMax in the engine options.',
+        details: { calculationBackfillEntriesMax: max },
+      },
+    );
   // An account's or set's entries are its chains, walked newest first: their seqs are gathered (at
   // most `max`), sorted, and read in posting order.
-  const ownerSeqs = scope.kind === 'owner' ? chainSeqs(deps, { id: scope.accountId, isSet: balanceOwner(deps, scope.accountId).isSet }, { journalId: scope.journalId }, max, tooMany) : null;
+  const ownerSeqs =
+    scope.kind === 'owner'
+      ? chainSeqs(
+          deps,
+          { id: scope.accountId, isSet: balanceOwner(deps, scope.accountId).isSet },
+          { journalId: scope.journalId },
+          max,
+          tooMany,
+        )
+      : null;
   const deltas = new Deltas();
   let transaction: TransactionRow | undefined;
   let after = 0;
   let read = 0;
   let modified = '';
   for (;;) {
-    const rows = ownerSeqs ? deps.st.entriesBySeqs.all(JSON.stringify(ownerSeqs.slice(read, read + chunk))) : deps.calc.entriesPage.all(after, chunk);
+    const rows = ownerSeqs
+      ? deps.st.entriesBySeqs.all(JSON.stringify(ownerSeqs.slice(read, read + chunk)))
+      : deps.calc.entriesPage.all(after, chunk);
     if (rows.length === 0) break;
     read += rows.length;
     if (read > max) throw tooMany();
     for (const entry of rows) {
-      if (!transaction || transaction.transaction_id !== entry.transaction_id) transaction = deps.st.transactionById.get(entry.transaction_id)!;
+      if (!transaction || transaction.transaction_id !== entry.transaction_id)
+        transaction = deps.st.transactionById.get(entry.transaction_id)!;
       if (transaction.modified > modified) modified = transaction.modified;
       applyEntry(deps, def, { entry, transaction, posted: {}, reads: def.reads, vars: null }, scope, deltas);
     }
@@ -640,15 +815,31 @@ export interface CalculationBalanceQuery {
   currency: string;
   calculationId: string;
   dimension?: unknown;
-  effective?: { period?: string | null; range?: { gte?: string | null; lte?: string | null } | null; cumulative?: string | null } | null;
+  effective?: {
+    period?: string | null;
+    range?: { gte?: string | null; lte?: string | null } | null;
+    cumulative?: string | null;
+  } | null;
 }
 
-function toCalcBalance(row: CalculationBalanceRow, calculationId = row.calculation_id, dimensions?: Record<string, unknown>): Balance {
+function toCalcBalance(
+  row: CalculationBalanceRow,
+  calculationId = row.calculation_id,
+  dimensions?: Record<string, unknown>,
+): Balance {
   // The same six layer columns, entry, version and times as an account's balance record.
-  return { ...toBalance(row), calculationId, dimensions: dimensions ?? (JSON.parse(row.dimensions) as Record<string, unknown>) };
+  return {
+    ...toBalance(row),
+    calculationId,
+    dimensions: dimensions ?? (JSON.parse(row.dimensions) as Record<string, unknown>),
+  };
 }
 
-function emptyCalcBalance(q: { accountId: string; journalId: string; currency: string }, calculationId: string, dimensions: Record<string, unknown>): Balance {
+function emptyCalcBalance(
+  q: { accountId: string; journalId: string; currency: string },
+  calculationId: string,
+  dimensions: Record<string, unknown>,
+): Balance {
   const zero = () => ({ dr: '0', cr: '0' });
   return {
     accountId: q.accountId,
@@ -665,16 +856,25 @@ function emptyCalcBalance(q: { accountId: string; journalId: string; currency: s
 }
 
 /** The dimension values a read names, checked against the calculation's dimensions. */
-function dimensionValues(row: CalculationRow, dimension: unknown, leadingSubset: boolean): { key: string; named: Record<string, unknown>; complete: boolean } {
+function dimensionValues(
+  row: CalculationRow,
+  dimension: unknown,
+  leadingSubset: boolean,
+): { key: string; named: Record<string, unknown>; complete: boolean } {
   if (dimension != null && (typeof dimension !== 'object' || Array.isArray(dimension))) {
     throw badRequest(`dimension must be an object of dimension values, got ${quote(dimension)}`);
   }
   const given = (dimension ?? {}) as Record<string, unknown>;
   for (const name of Object.keys(given)) checkDimensionName(name);
-  const declared = (JSON.parse(row.dimensions) as Dimension[]).map((d) => d.alias).filter((a) => !(RESERVED_DIMENSIONS as readonly string[]).includes(a));
+  const declared = (JSON.parse(row.dimensions) as Dimension[])
+    .map((d) => d.alias)
+    .filter((a) => !(RESERVED_DIMENSIONS as readonly string[]).includes(a));
   for (const name of Object.keys(given)) {
     if (!declared.includes(name)) {
-      throw badRequest(`calculation ${row.code} has no dimension ${quote(name)}`, declared.length ? `Its dimensions are ${declared.join(', ')}.` : 'It has no dimensions: leave dimension out.');
+      throw badRequest(
+        `calculation ${row.code} has no dimension ${quote(name)}`,
+        declared.length ? `Its dimensions are ${declared.join(', ')}.` : 'It has no dimensions: leave dimension out.',
+      );
     }
   }
   const values: unknown[] = [];
@@ -686,13 +886,19 @@ function dimensionValues(row: CalculationRow, dimension: unknown, leadingSubset:
       continue;
     }
     if (missing !== null) {
-      throw badRequest(`dimension gives ${alias} but not ${missing}, which comes before it in calculation ${row.code}`, `List balances by a leading subset of its dimensions, in order: ${declared.join(', ')}.`);
+      throw badRequest(
+        `dimension gives ${alias} but not ${missing}, which comes before it in calculation ${row.code}`,
+        `List balances by a leading subset of its dimensions, in order: ${declared.join(', ')}.`,
+      );
     }
     values.push(given[alias]);
     named[alias] = given[alias];
   }
   if (missing !== null && !leadingSubset) {
-    throw badRequest(`dimension has no value for ${quote(missing)} of calculation ${row.code}`, `Give a value for each of its dimensions: ${declared.join(', ')}.`);
+    throw badRequest(
+      `dimension has no value for ${quote(missing)} of calculation ${row.code}`,
+      `Give a value for each of its dimensions: ${declared.join(', ')}.`,
+    );
   }
   return { key: dimensionKey(values), named, complete: missing === null };
 }
@@ -712,7 +918,10 @@ function parsePeriod(text: unknown, what: string): { year: string; month?: strin
     valid = !Number.isNaN(d.getTime()) && d.toISOString().slice(0, 10) === `${year}-${month}-${day}`;
   }
   if (!valid || year === '0000') {
-    throw badRequest(`${what} ${quote(text)} is not a period YYYY, YYYY-MM or YYYY-MM-DD`, 'Write e.g. "2024", "2024-02" or "2024-02-15".');
+    throw badRequest(
+      `${what} ${quote(text)} is not a period YYYY, YYYY-MM or YYYY-MM-DD`,
+      'Write e.g. "2024", "2024-02" or "2024-02-15".',
+    );
   }
   return { year: year!, month, day };
 }
@@ -733,7 +942,10 @@ const pad = (n: number, width = 2) => String(n).padStart(width, '0');
 class Sum {
   rows = 0;
   private scale = 0;
-  private readonly totals: Record<Column, Dec> = Object.fromEntries(COLUMNS.map((c) => [c, new Dec(0)])) as Record<Column, Dec>;
+  private readonly totals: Record<Column, Dec> = Object.fromEntries(COLUMNS.map((c) => [c, new Dec(0)])) as Record<
+    Column,
+    Dec
+  >;
   private version = 0;
   private last: CalculationBalanceRow | null = null;
   private first: string | null = null;
@@ -751,7 +963,11 @@ class Sum {
     }
   }
 
-  balance(q: { accountId: string; journalId: string; currency: string }, calculationId: string, dimensions: Record<string, unknown>): Balance {
+  balance(
+    q: { accountId: string; journalId: string; currency: string },
+    calculationId: string,
+    dimensions: Record<string, unknown>,
+  ): Balance {
     if (this.rows === 0) return emptyCalcBalance(q, calculationId, dimensions);
     const t = (c: Column) => withScale(this.totals[c], this.scale);
     return {
@@ -778,7 +994,10 @@ export function readCalculationBalance(deps: LedgerDeps, q: CalculationBalanceQu
   const row = calculationRow(deps, q.calculationId);
   const dims = dimensionValues(row, q.dimension, false);
   if (row.parent_id !== null) {
-    throw badRequest(`calculation ${row.code} is the ${row.granularity} child of ${row.parent_id}`, `Read ${row.parent_id} with effective: {period: ...} instead.`);
+    throw badRequest(
+      `calculation ${row.code} is the ${row.granularity} child of ${row.parent_id}`,
+      `Read ${row.parent_id} with effective: {period: ...} instead.`,
+    );
   }
   const base = [row.calculation_id, q.accountId, q.journalId, q.currency, dims.key] as const;
   const effective = q.effective;
@@ -787,12 +1006,24 @@ export function readCalculationBalance(deps: LedgerDeps, q: CalculationBalanceQu
     return found ? toCalcBalance(found) : emptyCalcBalance(q, row.calculation_id, dims.named);
   }
   if (!isEffective(row)) {
-    throw badRequest('failed to resolve effective calculation: calculation does not have enable_effective set', `Calculation ${row.code} was created without config.enableEffectiveBalances: read it without effective, or create one with it.`);
+    throw badRequest(
+      'failed to resolve effective calculation: calculation does not have enable_effective set',
+      `Calculation ${row.code} was created without config.enableEffectiveBalances: read it without effective, or create one with it.`,
+    );
   }
   const given = (['period', 'range', 'cumulative'] as const).filter((k) => effective[k] != null);
-  if (given.length !== 1) throw badRequest(`effective takes exactly one of period, range or cumulative, got ${given.length ? given.join(', ') : 'none'}`);
+  if (given.length !== 1)
+    throw badRequest(
+      `effective takes exactly one of period, range or cumulative, got ${given.length ? given.join(', ') : 'none'}`,
+    );
   const childId = (g: Granularity) => childCalculationId(row.calculation_id, g);
-  const key = (g: Granularity): [string, string, string, string, string] => [childId(g), q.accountId, q.journalId, q.currency, dims.key];
+  const key = (g: Granularity): [string, string, string, string, string] => [
+    childId(g),
+    q.accountId,
+    q.journalId,
+    q.currency,
+    dims.key,
+  ];
 
   if (effective.period != null) {
     const p = parsePeriod(effective.period, 'effective.period');
@@ -833,7 +1064,8 @@ export function readCalculationBalance(deps: LedgerDeps, q: CalculationBalanceQu
   };
   if (effective.cumulative != null) {
     const d = parsePeriod(effective.cumulative, 'effective.cumulative');
-    if (d.day === undefined) throw badRequest(`effective.cumulative ${quote(effective.cumulative)} is not a date YYYY-MM-DD`);
+    if (d.day === undefined)
+      throw badRequest(`effective.cumulative ${quote(effective.cumulative)} is not a date YYYY-MM-DD`);
     const date = `${d.year}-${d.month}-${d.day}`;
     scan('YEAR', '', d.year);
     scan('MONTH', `${d.year}-01`, `${d.year}-${d.month}`);
@@ -842,7 +1074,8 @@ export function readCalculationBalance(deps: LedgerDeps, q: CalculationBalanceQu
     const range = effective.range!;
     const from = range.gte == null ? '0001-01-01' : boundDate(range.gte, 'effective.range.gte');
     const to = range.lte == null ? '9999-12-31' : boundDate(range.lte, 'effective.range.lte');
-    if (from > to) throw badRequest(`effective.range.gte ${quote(range.gte)} is after effective.range.lte ${quote(range.lte)}`);
+    if (from > to)
+      throw badRequest(`effective.range.gte ${quote(range.gte)} is after effective.range.lte ${quote(range.lte)}`);
     days(from, to);
   }
   return sum.balance(q, row.calculation_id, dims.named);
@@ -866,11 +1099,27 @@ export interface CalculationBalancesQuery {
 export function listCalculationBalances(deps: LedgerDeps, q: CalculationBalancesQuery): Connection<Balance> {
   const row = calculationRow(deps, q.calculationId);
   const dims = dimensionValues(row, q.dimension, true);
-  const req = pageRequest<string>(q.first, q.after, deps.limits.pageSizeMax, 'string', `calculation-balances ${row.calculation_id}`);
+  const req = pageRequest<string>(
+    q.first,
+    q.after,
+    deps.limits.pageSizeMax,
+    'string',
+    `calculation-balances ${row.calculation_id}`,
+  );
   const keyTo = `${dims.key}\u{10FFFF}`;
   let rows: CalculationBalanceRow[];
   if (req.after === undefined) {
-    rows = deps.calc.balancesPage.all(row.calculation_id, q.accountId, q.journalId, q.currency, dims.key, keyTo, '', '', req.fetch);
+    rows = deps.calc.balancesPage.all(
+      row.calculation_id,
+      q.accountId,
+      q.journalId,
+      q.currency,
+      dims.key,
+      keyTo,
+      '',
+      '',
+      req.fetch,
+    );
     // The cursor condition (key, period) > ('', '') skips the record of no dimensions and no period.
     if (dims.key === '') {
       const first = deps.calc.balance.get(row.calculation_id, q.accountId, q.journalId, q.currency, '', '');
@@ -880,12 +1129,30 @@ export function listCalculationBalances(deps: LedgerDeps, q: CalculationBalances
     let cursor: [string, string];
     try {
       cursor = JSON.parse(req.after) as [string, string];
-      if (!Array.isArray(cursor) || typeof cursor[0] !== 'string' || typeof cursor[1] !== 'string') throw new Error('shape');
+      if (!Array.isArray(cursor) || typeof cursor[0] !== 'string' || typeof cursor[1] !== 'string')
+        throw new Error('shape');
     } catch {
-      throw badRequest(`cursor ${quote(q.after)} is not a cursor this connection gave out`, 'Pass pageInfo.endCursor from the previous page as `after`.');
+      throw badRequest(
+        `cursor ${quote(q.after)} is not a cursor this connection gave out`,
+        'Pass pageInfo.endCursor from the previous page as `after`.',
+      );
     }
-    rows = deps.calc.balancesPage.all(row.calculation_id, q.accountId, q.journalId, q.currency, dims.key, keyTo, cursor[0], cursor[1], req.fetch);
+    rows = deps.calc.balancesPage.all(
+      row.calculation_id,
+      q.accountId,
+      q.journalId,
+      q.currency,
+      dims.key,
+      keyTo,
+      cursor[0],
+      cursor[1],
+      req.fetch,
+    );
   }
-  return toConnection(rows, req, (r) => JSON.stringify([r.dimension_key, r.period]), (r) => toCalcBalance(r));
+  return toConnection(
+    rows,
+    req,
+    (r) => JSON.stringify([r.dimension_key, r.period]),
+    (r) => toCalcBalance(r),
+  );
 }
-

@@ -81,12 +81,23 @@ export interface ChainFilter {
  * journal or currency: at most `max` (past it, LIMIT_EXCEEDED from `tooMany`). Both given: the one
  * record's, by primary key.
  */
-export function chainsOf(deps: LedgerDeps, owner: ChainOwner, filter: ChainFilter, max: number, tooMany: () => EngineError): Chain[] {
+export function chainsOf(
+  deps: LedgerDeps,
+  owner: ChainOwner,
+  filter: ChainFilter,
+  max: number,
+  tooMany: () => EngineError,
+): Chain[] {
   if (filter.journalId && filter.currency) {
     const chain = chainOf(deps, owner, filter.journalId, filter.currency);
     return chain ? [chain] : [];
   }
-  const heads = deps.st.chainHeads.all({ owner: owner.id, journal: filter.journalId ?? null, currency: filter.currency ?? null, limit: max + 1 });
+  const heads = deps.st.chainHeads.all({
+    owner: owner.id,
+    journal: filter.journalId ?? null,
+    currency: filter.currency ?? null,
+    limit: max + 1,
+  });
   if (heads.length > max) throw tooMany();
   return heads.map((h) => ({ owner, journalId: h.journal_id, currency: h.currency, head: h.log_head }));
 }
@@ -120,11 +131,21 @@ const MERGE_BATCH = 16;
 /** The chains one list merges: at most pageSizeMax of them (each costs reads per page). */
 function listedChains(deps: LedgerDeps, owner: ChainOwner, filter: ChainFilter): Chain[] {
   const max = deps.limits.pageSizeMax;
-  return chainsOf(deps, owner, filter, max, () =>
-    new EngineError('LIMIT_EXCEEDED', `${owner.isSet ? `account set ${owner.id} has entries in more than pageSizeMax (${max}) currencies` : `account ${owner.id} has entries in more than pageSizeMax (${max}) journals and currencies`}, which are not listed together`, {
-      hint: `List its entries one currency${owner.isSet ? '' : ' or journal'} at a time (entries(where: {currency: ...})).`,
-      details: { pageSizeMax: max },
-    }));
+  return chainsOf(
+    deps,
+    owner,
+    filter,
+    max,
+    () =>
+      new EngineError(
+        'LIMIT_EXCEEDED',
+        `${owner.isSet ? `account set ${owner.id} has entries in more than pageSizeMax (${max}) currencies` : `account ${owner.id} has entries in more than pageSizeMax (${max}) journals and currencies`}, which are not listed together`,
+        {
+          hint: `List its entries one currency${owner.isSet ? '' : ' or journal'} at a time (entries(where: {currency: ...})).`,
+          details: { pageSizeMax: max },
+        },
+      ),
+  );
 }
 
 /**
@@ -133,7 +154,13 @@ function listedChains(deps: LedgerDeps, owner: ChainOwner, filter: ChainFilter):
  * at the cursor and read MERGE_BATCH entries at a time, the newest entry of all taken next, so a
  * page reads about limit + chains × batch entries.
  */
-export function entriesBelow(deps: LedgerDeps, owner: ChainOwner, before: number, limit: number, filter: ChainFilter = {}): ChainRow[] {
+export function entriesBelow(
+  deps: LedgerDeps,
+  owner: ChainOwner,
+  before: number,
+  limit: number,
+  filter: ChainFilter = {},
+): ChainRow[] {
   const chains = listedChains(deps, owner, filter);
   if (chains.length === 0) return [];
   if (chains.length === 1) return chainRows(deps, chains[0]!, before - 1, limit);
@@ -150,7 +177,10 @@ export function entriesBelow(deps: LedgerDeps, owner: ChainOwner, before: number
     const row = newest.rows[newest.next++]!;
     out.push(row);
     if (newest.next === newest.rows.length) {
-      newest.rows = newest.rows.length === batch && row.log_prev !== null ? walks(deps, newest.chain).entries.all({ from: row.log_prev, owner: owner.id, limit: batch }) : [];
+      newest.rows =
+        newest.rows.length === batch && row.log_prev !== null
+          ? walks(deps, newest.chain).entries.all({ from: row.log_prev, owner: owner.id, limit: batch })
+          : [];
       newest.next = 0;
     }
   }
@@ -164,7 +194,13 @@ export function entriesBelow(deps: LedgerDeps, owner: ChainOwner, before: number
  * mark down to that one; the chains' seqs are merged oldest first, and only the page's entries
  * are read out.
  */
-export function entriesAbove(deps: LedgerDeps, owner: ChainOwner, after: number, limit: number, filter: ChainFilter = {}): EntryRow[] {
+export function entriesAbove(
+  deps: LedgerDeps,
+  owner: ChainOwner,
+  after: number,
+  limit: number,
+  filter: ChainFilter = {},
+): EntryRow[] {
   const chains = listedChains(deps, owner, filter);
   const stretch = (cursor: { chain: Chain; floor: number }): number[] => {
     const { chain, floor } = cursor;
@@ -199,7 +235,13 @@ export function entriesAbove(deps: LedgerDeps, owner: ChainOwner, after: number,
  * Every entry seq of an account or set (of one journal, when given), oldest first (a
  * calculation's backfill): at most `max`, else LIMIT_EXCEEDED from `tooMany`.
  */
-export function chainSeqs(deps: LedgerDeps, owner: ChainOwner, filter: ChainFilter, max: number, tooMany: () => EngineError): number[] {
+export function chainSeqs(
+  deps: LedgerDeps,
+  owner: ChainOwner,
+  filter: ChainFilter,
+  max: number,
+  tooMany: () => EngineError,
+): number[] {
   const seqs: number[] = [];
   // Every chain holds an entry at least: more chains than `max` are more entries than it.
   for (const chain of chainsOf(deps, owner, filter, max, tooMany)) {

@@ -40,7 +40,8 @@ const ENTRY_FIELDS: Record<string, (row: EntryRow, transaction: EntryTransaction
   amount: (row) => new CelMoney(new Dec(row.units), row.currency, scaleOf(row.units)),
   sequence: (row) => BigInt(row.sequence),
   description: (row) => row.description ?? '',
-  parent_account_ids: (row) => (row.parent_account_ids === null ? [] : (JSON.parse(row.parent_account_ids) as string[])),
+  parent_account_ids: (row) =>
+    row.parent_account_ids === null ? [] : (JSON.parse(row.parent_account_ids) as string[]),
   created: (row) => new Date(row.created),
   is_void_entry: (_row, transaction) => (transaction ? transaction.void_of !== null : false),
   is_voided_entry: (_row, transaction) => (transaction ? transaction.voided_by !== null : false),
@@ -135,7 +136,12 @@ function walkReads(root: unknown, read: Map<string, Set<string> | null>): boolea
     if (!isNode(value)) return false;
     // A literal's args are its value.
     if (value.op === 'value') continue;
-    if ((value.op === '.' || value.op === '.?') && Array.isArray(value.args) && typeof value.args[1] === 'string' && isNode(value.args[0])) {
+    if (
+      (value.op === '.' || value.op === '.?') &&
+      Array.isArray(value.args) &&
+      typeof value.args[1] === 'string' &&
+      isNode(value.args[0])
+    ) {
       const name = varOf(value.args[0]);
       if (name !== null) {
         const fields = read.get(name);

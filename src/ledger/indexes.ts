@@ -38,20 +38,34 @@ export function uintClass(deps: LedgerDeps): UintClass {
 /** The zero value of a type: what `document.<field>` is before a record's first version. */
 export function zeroOf(type: DataType, U: UintClass): unknown {
   switch (type) {
-    case 'UInt': return new U(0n);
-    case 'Int': return 0n;
-    case 'Decimal': return new CelDecimal(new Dec(0), 0);
-    case 'Boolean': return false;
-    case 'Timestamp': return new Date(ZERO_TIME);
-    case 'Date': return '0001-01-01';
-    case 'JSON': return {};
-    default: return '';
+    case 'UInt':
+      return new U(0n);
+    case 'Int':
+      return 0n;
+    case 'Decimal':
+      return new CelDecimal(new Dec(0), 0);
+    case 'Boolean':
+      return false;
+    case 'Timestamp':
+      return new Date(ZERO_TIME);
+    case 'Date':
+      return '0001-01-01';
+    case 'JSON':
+      return {};
+    default:
+      return '';
   }
 }
 
 function intOf(value: unknown): bigint | undefined {
   if (typeof value === 'bigint') return value;
-  if (value !== null && typeof value === 'object' && !(value instanceof CelDecimal) && !(value instanceof CelMoney) && !(value instanceof Date)) {
+  if (
+    value !== null &&
+    typeof value === 'object' &&
+    !(value instanceof CelDecimal) &&
+    !(value instanceof CelMoney) &&
+    !(value instanceof Date)
+  ) {
     const inner = (value as { valueOf(): unknown }).valueOf();
     if (typeof inner === 'bigint') return inner;
   }
@@ -94,7 +108,16 @@ export function toTyped(type: DataType, value: unknown, what: string, U: UintCla
     }
     case 'String': {
       if (typeof value === 'string') return { cel: value, json: value };
-      if (!lenientString || value === null || value === undefined || typeof value === 'object' && !(value instanceof CelDecimal) && !(value instanceof Date) && intOf(value) === undefined) throw wrong();
+      if (
+        !lenientString ||
+        value === null ||
+        value === undefined ||
+        (typeof value === 'object' &&
+          !(value instanceof CelDecimal) &&
+          !(value instanceof Date) &&
+          intOf(value) === undefined)
+      )
+        throw wrong();
       const text = value instanceof Date ? value.toISOString() : String(intOf(value) ?? value);
       return { cel: text, json: text };
     }
@@ -140,12 +163,18 @@ export function toTyped(type: DataType, value: unknown, what: string, U: UintCla
 /** A stored value back as CEL sees it: a UInt stays a uint, a Decimal keeps its scale. */
 export function fromJson(type: DataType, json: unknown, U: UintClass): unknown {
   switch (type) {
-    case 'UInt': return new U(BigInt(json as string | number));
-    case 'Int': return BigInt(json as string | number);
-    case 'Decimal': return new CelDecimal(new Dec(json as string), scaleOf(json as string));
-    case 'Timestamp': return new Date(json as string);
-    case 'JSON': return jsonToCel(json);
-    default: return json;
+    case 'UInt':
+      return new U(BigInt(json as string | number));
+    case 'Int':
+      return BigInt(json as string | number);
+    case 'Decimal':
+      return new CelDecimal(new Dec(json as string), scaleOf(json as string));
+    case 'Timestamp':
+      return new Date(json as string);
+    case 'JSON':
+      return jsonToCel(json);
+    default:
+      return json;
   }
 }
 
@@ -224,13 +253,35 @@ export interface CompiledKey {
 
 /** Fields whose type is known, for keys that give none: `document.<field>` of an entry or a transaction. */
 const ENTRY_FIELDS: Record<string, DataType> = {
-  entry_id: 'UUID', transaction_id: 'UUID', account_id: 'UUID', journal_id: 'UUID', entry_type: 'String', layer: 'String',
-  direction: 'String', units: 'Decimal', currency: 'String', sequence: 'Int', description: 'String', parent_account_ids: 'UUID',
-  created: 'Timestamp', is_void_entry: 'Boolean', is_voided_entry: 'Boolean',
+  entry_id: 'UUID',
+  transaction_id: 'UUID',
+  account_id: 'UUID',
+  journal_id: 'UUID',
+  entry_type: 'String',
+  layer: 'String',
+  direction: 'String',
+  units: 'Decimal',
+  currency: 'String',
+  sequence: 'Int',
+  description: 'String',
+  parent_account_ids: 'UUID',
+  created: 'Timestamp',
+  is_void_entry: 'Boolean',
+  is_voided_entry: 'Boolean',
 };
 const TRANSACTION_FIELDS: Record<string, DataType> = {
-  transaction_id: 'UUID', tran_code_id: 'UUID', tran_code_version: 'Int', journal_id: 'UUID', correlation_id: 'String',
-  external_id: 'String', effective: 'Date', description: 'String', void_of: 'String', voided_by: 'String', created: 'Timestamp', modified: 'Timestamp',
+  transaction_id: 'UUID',
+  tran_code_id: 'UUID',
+  tran_code_version: 'Int',
+  journal_id: 'UUID',
+  correlation_id: 'String',
+  external_id: 'String',
+  effective: 'Date',
+  description: 'String',
+  void_of: 'String',
+  voided_by: 'String',
+  created: 'Timestamp',
+  modified: 'Timestamp',
 };
 
 export function badDefinition(message: string, hint?: string): EngineError {
@@ -239,16 +290,23 @@ export function badDefinition(message: string, hint?: string): EngineError {
 
 export function checkName(kind: string, name: unknown): string {
   if (typeof name !== 'string' || !NAME.test(name)) {
-    throw badDefinition(`${kind} name ${quote(name)} is not valid`, 'Use 1-128 letters, digits, _ . : or -, starting with a letter, digit or _.');
+    throw badDefinition(
+      `${kind} name ${quote(name)} is not valid`,
+      'Use 1-128 letters, digits, _ . : or -, starting with a letter, digit or _.',
+    );
   }
   return name;
 }
 
 export function checkAlias(what: string, alias: unknown, seen: Set<string>): string {
   if (typeof alias !== 'string' || !ALIAS.test(alias) || isReservedKey(alias)) {
-    throw badDefinition(`${what} alias ${quote(alias)} is not valid`, 'An alias is an identifier: letters, digits and _, not starting with a digit, at most 64; not __proto__, constructor or prototype.');
+    throw badDefinition(
+      `${what} alias ${quote(alias)} is not valid`,
+      'An alias is an identifier: letters, digits and _, not starting with a digit, at most 64; not __proto__, constructor or prototype.',
+    );
   }
-  if (seen.has(alias)) throw badDefinition(`${what} alias ${quote(alias)} is given twice`, 'Give each field and key its own alias.');
+  if (seen.has(alias))
+    throw badDefinition(`${what} alias ${quote(alias)} is given twice`, 'Give each field and key its own alias.');
   seen.add(alias);
   return alias;
 }
@@ -299,9 +357,13 @@ export function compileKeys(
   if (!Array.isArray(list)) throw badDefinition(`${what}: ${isSort ? 'sort' : 'partition'} must be a list`);
   const max = Math.min(deps.limits.indexKeysMax, SORT_COLUMNS);
   if (list.length > max) {
-    throw new EngineError('LIMIT_EXCEEDED', `${what} has ${list.length} ${isSort ? 'sort' : 'partition'} keys; indexKeysMax is ${max}`, {
-      hint: 'Fold several values into one key (a string), or filter the rest on the client.',
-    });
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `${what} has ${list.length} ${isSort ? 'sort' : 'partition'} keys; indexKeysMax is ${max}`,
+      {
+        hint: 'Fold several values into one key (a string), or filter the rest on the client.',
+      },
+    );
   }
   return list.map((key) => {
     const alias = checkAlias(`${what} ${isSort ? 'sort' : 'partition'} key`, key?.alias, seen);
@@ -309,31 +371,50 @@ export function compileKeys(
     const named = /^\s*document\.([A-Za-z_][A-Za-z0-9_]*)\s*$/.exec(String(key.value))?.[1];
     const type = key.type != null ? checkType(label, key.type) : (named && known[named]) || 'String';
     const sort = isSort ? (key.sort ?? 'ASC') : 'ASC';
-    if (sort !== 'ASC' && sort !== 'DESC') throw badDefinition(`${label}: sort must be ASC or DESC, got ${quote(sort)}`);
+    if (sort !== 'ASC' && sort !== 'DESC')
+      throw badDefinition(`${label}: sort must be ASC or DESC, got ${quote(sort)}`);
     return { alias, value: key.value, type, sort, fn: compileField(deps, label, key.value) };
   });
 }
 
 /** A CEL map of named boolean expressions (filters, constraints): compiled, in name order. */
-export function compileConditions(deps: LedgerDeps, what: string, map: unknown): Array<{ name: string; value: string; fn: Compiled }> {
+export function compileConditions(
+  deps: LedgerDeps,
+  what: string,
+  map: unknown,
+): Array<{ name: string; value: string; fn: Compiled }> {
   if (map == null) return [];
-  if (typeof map !== 'object' || Array.isArray(map)) throw badDefinition(`${what} must be a map of name to CEL expression`);
+  if (typeof map !== 'object' || Array.isArray(map))
+    throw badDefinition(`${what} must be a map of name to CEL expression`);
   const entries = Object.entries(map as Record<string, unknown>);
   if (entries.length > deps.limits.viewDocumentFieldsMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `${what} has ${entries.length} expressions; viewDocumentFieldsMax is ${deps.limits.viewDocumentFieldsMax}`);
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `${what} has ${entries.length} expressions; viewDocumentFieldsMax is ${deps.limits.viewDocumentFieldsMax}`,
+    );
   }
   return entries.map(([name, value]) => {
-    if (!ALIAS.test(name) || isReservedKey(name)) throw badDefinition(`${what} name ${quote(name)} is not valid`, 'Use an identifier (not __proto__, constructor or prototype).');
+    if (!ALIAS.test(name) || isReservedKey(name))
+      throw badDefinition(
+        `${what} name ${quote(name)} is not valid`,
+        'Use an identifier (not __proto__, constructor or prototype).',
+      );
     return { name, value: value as string, fn: compileField(deps, `${what} ${name}`, value) };
   });
 }
 
 /** Whether every condition holds (each must be a bool). */
-export function holds(conditions: ReadonlyArray<{ name: string; value: string; fn: Compiled }>, what: string, context: Record<string, unknown>): boolean {
+export function holds(
+  conditions: ReadonlyArray<{ name: string; value: string; fn: Compiled }>,
+  what: string,
+  context: Record<string, unknown>,
+): boolean {
   for (const c of conditions) {
     const result = run(c.fn, c.value, `${what} ${c.name}`, context);
     if (typeof result !== 'boolean') {
-      throw new EngineError('CEL_ERROR', `${what} ${c.name} must be a bool, got ${describe(result)}`, { hint: 'Each condition is a CEL expression that returns true or false.' });
+      throw new EngineError('CEL_ERROR', `${what} ${c.name} must be a bool, got ${describe(result)}`, {
+        hint: 'Each condition is a CEL expression that returns true or false.',
+      });
     }
     if (!result) return false;
   }
@@ -388,7 +469,10 @@ export interface KeyFilter {
 
 /** A filter's text as a value of the key's type (it is compared with the stored encoding). */
 function filterOperand(key: CompiledKey, text: unknown, what: string): unknown {
-  const bad = () => new EngineError('BAD_REQUEST', `${what}: ${quote(text)} is not a ${key.type} value`, { hint: `Key ${key.alias} holds ${key.type} values.` });
+  const bad = () =>
+    new EngineError('BAD_REQUEST', `${what}: ${quote(text)} is not a ${key.type} value`, {
+      hint: `Key ${key.alias} holds ${key.type} values.`,
+    });
   if (typeof text !== 'string') throw bad();
   try {
     switch (key.type) {
@@ -419,18 +503,27 @@ function filterOperand(key: CompiledKey, text: unknown, what: string): unknown {
 
 const FLIP = { '<': '>', '<=': '>=', '>': '<', '>=': '<=' } as const;
 
-function sortConditions(sort: readonly CompiledKey[], filters: readonly KeyFilter[] | null | undefined, what: string): KeyCondition[] {
+function sortConditions(
+  sort: readonly CompiledKey[],
+  filters: readonly KeyFilter[] | null | undefined,
+  what: string,
+): KeyCondition[] {
   const conditions: KeyCondition[] = [];
   for (const filter of filters ?? []) {
     const column = sort.findIndex((k) => k.alias === filter?.alias);
     if (column < 0) {
-      throw new EngineError('BAD_REQUEST', `${what} has no sort key ${quote(filter?.alias)}`, { hint: `Its sort keys: ${sort.map((k) => k.alias).join(', ') || 'none'}.` });
+      throw new EngineError('BAD_REQUEST', `${what} has no sort key ${quote(filter?.alias)}`, {
+        hint: `Its sort keys: ${sort.map((k) => k.alias).join(', ') || 'none'}.`,
+      });
     }
     const key = sort[column]!;
     const label = `${what} sort key ${key.alias}`;
     const given = Object.entries(filter.value ?? {}).filter(([, v]) => v !== null && v !== undefined);
     if (given.length !== 1) {
-      throw new EngineError('BAD_REQUEST', `${label}: a FilterValue must hold exactly one of eq, like, lt, lte, gt, gte, all, between; got ${given.length}`);
+      throw new EngineError(
+        'BAD_REQUEST',
+        `${label}: a FilterValue must hold exactly one of eq, like, lt, lte, gt, gte, all, between; got ${given.length}`,
+      );
     }
     const [op, operand] = given[0]!;
     const cmp = (sqlOp: '=' | '<' | '<=' | '>' | '>=', text: unknown) => {
@@ -438,11 +531,21 @@ function sortConditions(sort: readonly CompiledKey[], filters: readonly KeyFilte
       conditions.push({ column, op: key.sort === 'DESC' && sqlOp !== '=' ? FLIP[sqlOp] : sqlOp, value });
     };
     switch (op) {
-      case 'eq': cmp('=', operand); break;
-      case 'lt': cmp('<', operand); break;
-      case 'lte': cmp('<=', operand); break;
-      case 'gt': cmp('>', operand); break;
-      case 'gte': cmp('>=', operand); break;
+      case 'eq':
+        cmp('=', operand);
+        break;
+      case 'lt':
+        cmp('<', operand);
+        break;
+      case 'lte':
+        cmp('<=', operand);
+        break;
+      case 'gt':
+        cmp('>', operand);
+        break;
+      case 'gte':
+        cmp('>=', operand);
+        break;
       case 'between': {
         const range = operand as { begin: string; end: string };
         cmp('>=', range.begin);
@@ -463,11 +566,17 @@ function sortConditions(sort: readonly CompiledKey[], filters: readonly KeyFilte
 }
 
 /** The partition every read names: each partition key with eq. */
-function partitionOf(partition: readonly CompiledKey[], filters: readonly KeyFilter[] | null | undefined, what: string): string {
+function partitionOf(
+  partition: readonly CompiledKey[],
+  filters: readonly KeyFilter[] | null | undefined,
+  what: string,
+): string {
   const values = partition.map((key) => {
     const filter = (filters ?? []).find((f) => f?.alias === key.alias);
     const eq = filter?.value?.eq;
-    const others = filter ? Object.entries(filter.value ?? {}).filter(([k, v]) => k !== 'eq' && v !== null && v !== undefined) : [];
+    const others = filter
+      ? Object.entries(filter.value ?? {}).filter(([k, v]) => k !== 'eq' && v !== null && v !== undefined)
+      : [];
     if (eq === null || eq === undefined || others.length > 0) {
       throw new EngineError('BAD_REQUEST', `${what}: partition key ${key.alias} needs an eq filter`, {
         hint: `Every read goes through the index: give each partition key (${partition.map((k) => k.alias).join(', ')}) with eq.`,
@@ -476,7 +585,8 @@ function partitionOf(partition: readonly CompiledKey[], filters: readonly KeyFil
     return filterOperand(key, eq, `${what} partition key ${key.alias}`);
   });
   for (const f of filters ?? []) {
-    if (!partition.some((k) => k.alias === f?.alias)) throw new EngineError('BAD_REQUEST', `${what} has no partition key ${quote(f?.alias)}`);
+    if (!partition.some((k) => k.alias === f?.alias))
+      throw new EngineError('BAD_REQUEST', `${what} has no partition key ${quote(f?.alias)}`);
   }
   return partitionKey(partition, values);
 }
@@ -486,7 +596,12 @@ export interface KeyQuery {
   conditions: KeyCondition[];
 }
 
-export function keyQuery(what: string, partition: readonly CompiledKey[], sort: readonly CompiledKey[], where: { partition?: KeyFilter[] | null; sort?: KeyFilter[] | null }): KeyQuery {
+export function keyQuery(
+  what: string,
+  partition: readonly CompiledKey[],
+  sort: readonly CompiledKey[],
+  where: { partition?: KeyFilter[] | null; sort?: KeyFilter[] | null },
+): KeyQuery {
   return { pkey: partitionOf(partition, where.partition, what), conditions: sortConditions(sort, where.sort, what) };
 }
 
@@ -531,13 +646,20 @@ export interface IndexRecord {
 export function compileIndex(deps: LedgerDeps, input: IndexInput, row?: IndexRow): CompiledIndex {
   const name = checkName('index', input?.name);
   if (input.on !== 'Entry' && input.on !== 'Transaction') {
-    throw badDefinition(`index ${name}: on must be Entry or Transaction, got ${quote(input.on)}`, 'Custom indexes cover entries and transactions.');
+    throw badDefinition(
+      `index ${name}: on must be Entry or Transaction, got ${quote(input.on)}`,
+      'Custom indexes cover entries and transactions.',
+    );
   }
   const what = `index ${name} on ${input.on}`;
   const known = input.on === 'Entry' ? ENTRY_FIELDS : TRANSACTION_FIELDS;
   const seen = new Set<string>();
   const partition = compileKeys(deps, what, input.partition, false, known, seen);
-  if (partition.length === 0) throw badDefinition(`${what} needs at least one partition key`, 'Every read names a partition: e.g. { alias: "account", value: "document.account_id" }.');
+  if (partition.length === 0)
+    throw badDefinition(
+      `${what} needs at least one partition key`,
+      'Every read names a partition: e.g. { alias: "account", value: "document.account_id" }.',
+    );
   const sort = compileKeys(deps, what, input.sort, true, known, seen);
   const constraints = compileConditions(deps, `${what} constraint`, input.constraints);
   return {
@@ -553,7 +675,12 @@ export function compileIndex(deps: LedgerDeps, input: IndexInput, row?: IndexRow
 }
 
 export function indexRecord(row: IndexRow): IndexRecord {
-  const def = JSON.parse(row.definition) as { unique: boolean; partition: IndexRecord['partition']; sort: IndexRecord['sort']; constraints: Record<string, string> };
+  const def = JSON.parse(row.definition) as {
+    unique: boolean;
+    partition: IndexRecord['partition'];
+    sort: IndexRecord['sort'];
+    constraints: Record<string, string>;
+  };
   return {
     indexId: row.index_id,
     name: row.name,
@@ -569,7 +696,15 @@ export function indexRecord(row: IndexRow): IndexRecord {
 }
 
 /** Write a record's rows in one index (after removing its old ones when it is an update). */
-export function indexOne(deps: LedgerDeps, index: CompiledIndex, doc: CelDocument, recordId: string, seq: number, update: boolean, U: UintClass): void {
+export function indexOne(
+  deps: LedgerDeps,
+  index: CompiledIndex,
+  doc: CelDocument,
+  recordId: string,
+  seq: number,
+  update: boolean,
+  U: UintClass,
+): void {
   const st = deps.views;
   if (update) st.deleteIndexRowsOf.run(index.indexId, recordId);
   const what = `index ${index.name}`;
@@ -582,12 +717,17 @@ export function indexOne(deps: LedgerDeps, index: CompiledIndex, doc: CelDocumen
     const elements = Array.isArray(value) ? value : [value];
     const next: unknown[][] = [];
     for (const combo of combos) {
-      for (const element of elements) next.push([...combo, toTyped(key.type, element, `${what} partition key ${key.alias}`, U, true).cel]);
+      for (const element of elements)
+        next.push([...combo, toTyped(key.type, element, `${what} partition key ${key.alias}`, U, true).cel]);
     }
     if (next.length > deps.limits.indexRowsPerRecordMax) {
-      throw new EngineError('LIMIT_EXCEEDED', `${what}: record ${recordId} would have ${next.length} rows; indexRowsPerRecordMax is ${deps.limits.indexRowsPerRecordMax}`, {
-        hint: 'Make the partition expression return a shorter list.',
-      });
+      throw new EngineError(
+        'LIMIT_EXCEEDED',
+        `${what}: record ${recordId} would have ${next.length} rows; indexRowsPerRecordMax is ${deps.limits.indexRowsPerRecordMax}`,
+        {
+          hint: 'Make the partition expression return a shorter list.',
+        },
+      );
     }
     combos = next;
   }
@@ -601,13 +741,30 @@ export function indexOne(deps: LedgerDeps, index: CompiledIndex, doc: CelDocumen
     if (index.unique) {
       const holder = st.indexKeyHolder.get(index.indexId, pkey, s[0], s[1], s[2], s[3], recordId);
       if (holder !== undefined) {
-        throw new EngineError('ALREADY_EXISTS', `unique index ${index.name} on ${index.on} already holds this key, for ${index.on === 'Entry' ? 'entry' : 'transaction'} ${holder}`, {
-          hint: 'The index is unique: two records cannot share a key.',
-          details: { index: index.name, recordId: holder },
-        });
+        throw new EngineError(
+          'ALREADY_EXISTS',
+          `unique index ${index.name} on ${index.on} already holds this key, for ${index.on === 'Entry' ? 'entry' : 'transaction'} ${holder}`,
+          {
+            hint: 'The index is unique: two records cannot share a key.',
+            details: { index: index.name, recordId: holder },
+          },
+        );
       }
     }
-    st.insertIndexRow.run({ index_id: index.indexId, pkey, s0: s[0], s1: s[1], s2: s[2], s3: s[3], r0: r[0], r1: r[1], r2: r[2], r3: r[3], seq, record_id: recordId });
+    st.insertIndexRow.run({
+      index_id: index.indexId,
+      pkey,
+      s0: s[0],
+      s1: s[1],
+      s2: s[2],
+      s3: s[3],
+      r0: r[0],
+      r1: r[1],
+      r2: r[2],
+      r3: r[3],
+      seq,
+      record_id: recordId,
+    });
   }
 }
 
@@ -617,14 +774,20 @@ export function backfill(deps: LedgerDeps, index: CompiledIndex, U: UintClass): 
   const max = deps.limits.indexBackfillMax;
   const existing = index.on === 'Entry' ? st.entriesBeyond.get(max + 1)! : st.transactionsBeyond.get(max + 1)!;
   if (existing > max) {
-    throw new EngineError('LIMIT_EXCEEDED', `index ${index.name}: more than indexBackfillMax (${max}) ${index.on === 'Entry' ? 'entries' : 'transactions'} exist to index`, {
-      hint: 'Create indexes before the data grows, or raise indexBackfillMax for a maintenance window.',
-    });
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `index ${index.name}: more than indexBackfillMax (${max}) ${index.on === 'Entry' ? 'entries' : 'transactions'} exist to index`,
+      {
+        hint: 'Create indexes before the data grows, or raise indexBackfillMax for a maintenance window.',
+      },
+    );
   }
   let after = 0;
   const flags = new Map<string, { void_of: string | null; voided_by: string | null }>();
   for (;;) {
-    const rows = (index.on === 'Entry' ? st.entriesAfter.all(after, 500) : st.transactionsAfter.all(after, 500)) as unknown as Array<EntryRow | TransactionRow>;
+    const rows = (index.on === 'Entry'
+      ? st.entriesAfter.all(after, 500)
+      : st.transactionsAfter.all(after, 500)) as unknown as Array<EntryRow | TransactionRow>;
     if (rows.length === 0) return;
     for (const row of rows) {
       if (index.on === 'Entry') {
@@ -654,7 +817,14 @@ export interface CustomFilter {
   sort?: KeyFilter[] | null;
 }
 
-function indexPage<T>(deps: LedgerDeps, index: CompiledIndex, filter: CustomFilter, first: number, after: string | null | undefined, toNode: (row: never) => T): Connection<T> {
+function indexPage<T>(
+  deps: LedgerDeps,
+  index: CompiledIndex,
+  filter: CustomFilter,
+  first: number,
+  after: string | null | undefined,
+  toNode: (row: never) => T,
+): Connection<T> {
   const req = pageRequest<string>(first, after, deps.limits.pageSizeMax, 'string', `index:${index.on}:${index.name}`);
   let cursor: Array<string | number> | undefined;
   if (req.after !== undefined) {
@@ -663,33 +833,70 @@ function indexPage<T>(deps: LedgerDeps, index: CompiledIndex, filter: CustomFilt
     } catch {
       cursor = undefined;
     }
-    if (!Array.isArray(cursor) || cursor.length !== 5) throw new EngineError('BAD_REQUEST', 'the cursor is not one of this index', { hint: 'Pass pageInfo.endCursor as after.' });
+    if (!Array.isArray(cursor) || cursor.length !== 5)
+      throw new EngineError('BAD_REQUEST', 'the cursor is not one of this index', {
+        hint: 'Pass pageInfo.endCursor as after.',
+      });
   }
   const query = keyQuery(`index ${index.name}`, index.partition, index.sort, filter);
   const rows = deps.views.indexPage(index.on, index.indexId, query.pkey, query.conditions, cursor, req.fetch);
   const page = rows.slice(0, req.first);
   const edges = page.map((row) => {
     const { _s0, _s1, _s2, _s3, _seq, ...record } = row;
-    return { cursor: encodeCursor(req.kind, JSON.stringify([_s0, _s1, _s2, _s3, _seq])), node: toNode(record as never) };
+    return {
+      cursor: encodeCursor(req.kind, JSON.stringify([_s0, _s1, _s2, _s3, _seq])),
+      node: toNode(record as never),
+    };
   });
   return {
     nodes: edges.map((e) => e.node),
     edges,
-    pageInfo: { hasNextPage: rows.length > req.first, hasPreviousPage: req.after !== undefined, startCursor: edges[0]?.cursor ?? null, endCursor: edges.at(-1)?.cursor ?? null },
+    pageInfo: {
+      hasNextPage: rows.length > req.first,
+      hasPreviousPage: req.after !== undefined,
+      startCursor: edges[0]?.cursor ?? null,
+      endCursor: edges.at(-1)?.cursor ?? null,
+    },
   };
 }
 
 export function findIndex(deps: LedgerDeps, name: string, on: IndexOn): CompiledIndex {
   const row = deps.views.indexByName.get(name, on);
-  if (!row) throw new EngineError('NOT_FOUND', `index ${quote(name)} on ${on} does not exist`, { hint: 'List indexes with schema { indexes(first:) }.' });
+  if (!row)
+    throw new EngineError('NOT_FOUND', `index ${quote(name)} on ${on} does not exist`, {
+      hint: 'List indexes with schema { indexes(first:) }.',
+    });
   const record = indexRecord(row);
-  return compileIndex(deps, { name: record.name, on: record.on, unique: record.unique, partition: record.partition, sort: record.sort, constraints: record.constraints }, row);
+  return compileIndex(
+    deps,
+    {
+      name: record.name,
+      on: record.on,
+      unique: record.unique,
+      partition: record.partition,
+      sort: record.sort,
+      constraints: record.constraints,
+    },
+    row,
+  );
 }
 
-export function entriesByIndex(deps: LedgerDeps, filter: CustomFilter, first: number, after?: string | null): Connection<Entry> {
+export function entriesByIndex(
+  deps: LedgerDeps,
+  filter: CustomFilter,
+  first: number,
+  after?: string | null,
+): Connection<Entry> {
   return indexPage(deps, findIndex(deps, filter.index, 'Entry'), filter, first, after, (row: EntryRow) => toEntry(row));
 }
 
-export function transactionsByIndex(deps: LedgerDeps, filter: CustomFilter, first: number, after?: string | null): Connection<Transaction> {
-  return indexPage(deps, findIndex(deps, filter.index, 'Transaction'), filter, first, after, (row: TransactionRow) => toTransaction(row));
+export function transactionsByIndex(
+  deps: LedgerDeps,
+  filter: CustomFilter,
+  first: number,
+  after?: string | null,
+): Connection<Transaction> {
+  return indexPage(deps, findIndex(deps, filter.index, 'Transaction'), filter, first, after, (row: TransactionRow) =>
+    toTransaction(row),
+  );
 }

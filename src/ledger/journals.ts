@@ -43,7 +43,12 @@ export function createJournal(deps: LedgerDeps, input: JournalInput): Journal {
   // The default journal exists from the start; creating it by its id (as a client written against
   // the reference ledger does first) names it, once, while it is still the version the ledger made.
   if (existing && input.journalId === DEFAULT_JOURNAL_ID && existing.version === 1) {
-    return updateJournal(deps, input.journalId, { name: input.name, description: input.description ?? null, status: input.status ?? 'ACTIVE', code: input.code ?? existing.code });
+    return updateJournal(deps, input.journalId, {
+      name: input.name,
+      description: input.description ?? null,
+      status: input.status ?? 'ACTIVE',
+      code: input.code ?? existing.code,
+    });
   }
   if (existing) {
     throw new EngineError('ALREADY_EXISTS', `journal ${quote(input.journalId)} already exists`);
@@ -63,7 +68,11 @@ export function createJournal(deps: LedgerDeps, input: JournalInput): Journal {
   return toJournal(row);
 }
 
-export function updateJournal(deps: LedgerDeps, journalId: string, input: Partial<Omit<JournalInput, 'journalId'>>): Journal {
+export function updateJournal(
+  deps: LedgerDeps,
+  journalId: string,
+  input: Partial<Omit<JournalInput, 'journalId'>>,
+): Journal {
   const current = deps.st.journalById.get(journalId);
   if (!current) return getJournal(deps, journalId);
   const row: JournalRow = {

@@ -6,7 +6,18 @@ import type { ParamType } from './tran-codes.js';
 
 /** Names a param default may read as CEL: the params before it, and the environment's constants. */
 const CEL_ROOTS: ReadonlySet<string> = new Set([
-  'params', 'DEBIT', 'CREDIT', 'SETTLED', 'PENDING', 'ENCUMBRANCE', 'decimal', 'money', 'uuid', 'date', 'time', 'strings',
+  'params',
+  'DEBIT',
+  'CREDIT',
+  'SETTLED',
+  'PENDING',
+  'ENCUMBRANCE',
+  'decimal',
+  'money',
+  'uuid',
+  'date',
+  'time',
+  'strings',
 ]);
 
 /** Every identifier an expression's AST reads (`id` nodes), macro-bound names included. */
@@ -40,7 +51,11 @@ const INTEGER_TEXT = /^-?\d{1,19}$/;
  * environment's constants (so `"_unspecified_"` and `"GL"` are text, `"'USD'"` is CEL).
  * Returns the literal's CEL value, or undefined to compile the text as CEL.
  */
-export function literalDefault(type: ParamType, text: string, compile: (source: string) => { ast?: unknown }): { value: unknown } | undefined {
+export function literalDefault(
+  type: ParamType,
+  text: string,
+  compile: (source: string) => { ast?: unknown },
+): { value: unknown } | undefined {
   switch (type) {
     case 'DECIMAL':
       return DECIMAL_TEXT.test(text) ? { value: new CelDecimal(new Dec(text), scaleOf(text)) } : undefined;

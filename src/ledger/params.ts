@@ -7,7 +7,8 @@ import type { CompiledTranCode, ParamType } from './tran-codes.js';
 
 const DATE_PATTERN = /^\d{4}-\d{2}-\d{2}$/;
 
-const TIMESTAMP_PATTERN = /^(\d{4}-\d{2}-\d{2})T([01]\d|2[0-3]):[0-5]\d(:[0-5]\d(\.\d+)?)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$/;
+const TIMESTAMP_PATTERN =
+  /^(\d{4}-\d{2}-\d{2})T([01]\d|2[0-3]):[0-5]\d(:[0-5]\d(\.\d+)?)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$/;
 
 /**
  * An RFC 3339 timestamp with an offset whose date and time exist: JavaScript's Date would roll
@@ -29,7 +30,11 @@ export function isDate(value: unknown): value is string {
  * Turn a tran code's params (JSON from the wire, or values of CEL defaults) into typed CEL values:
  * DECIMAL → exact Decimal, INTEGER → int, TIMESTAMP → timestamp, JSON → map/list.
  */
-export function bindParams(deps: LedgerDeps, compiled: CompiledTranCode, input: Record<string, unknown>): Record<string, unknown> {
+export function bindParams(
+  deps: LedgerDeps,
+  compiled: CompiledTranCode,
+  input: Record<string, unknown>,
+): Record<string, unknown> {
   const code = compiled.document.code;
   const declared = new Set(compiled.params.map((p) => p.definition.name));
   for (const name of Object.keys(input)) {

@@ -7,7 +7,13 @@ import { checkCelValueSize } from '../cel/cel.js';
 import { canonicalJson, fingerprint, isUuid } from '../ids.js';
 import { setOwn } from '../json.js';
 import { ENTRY_SEQ_BLOCK } from '../storage/backend.js';
-import { ENTRY_COLUMNS, ENTRY_INSERT_ROWS, type EntryRow, type TranCodeRow, type TransactionRow } from '../storage/statements/ledger.js';
+import {
+  ENTRY_COLUMNS,
+  ENTRY_INSERT_ROWS,
+  type EntryRow,
+  type TranCodeRow,
+  type TransactionRow,
+} from '../storage/statements/ledger.js';
 import { setsAbove } from './account-sets.js';
 import { afterPosting } from './after-posting.js';
 import { applyToBalances, type BalanceDelta } from './balances.js';
@@ -16,7 +22,16 @@ import { linkEntries } from './chains.js';
 import { cachedAccount, type LedgerDeps } from './deps.js';
 import { DEFAULT_JOURNAL_ID } from './journals.js';
 import { bindParams, isDate } from './params.js';
-import { type Direction, type Entry, isPlainJson, type JsonObject, jsonObjectText, type Layer, readJson, type Transaction } from './records.js';
+import {
+  type Direction,
+  type Entry,
+  isPlainJson,
+  type JsonObject,
+  jsonObjectText,
+  type Layer,
+  readJson,
+  type Transaction,
+} from './records.js';
 import { type CompiledField, type CompiledTranCode, findTranCodeRow, type TranCodeCache } from './tran-codes.js';
 import { enforceVelocity, enforceVoid, uncountVoided, type VelocityProperties, type Writer } from './velocity.js';
 
@@ -34,7 +49,14 @@ export interface EntryToWrite {
 export type WriteGuard = (entries: readonly EntryToWrite[]) => void;
 
 function toWrite(entries: readonly PlannedEntry[], journalId: string): EntryToWrite[] {
-  return entries.map((e) => ({ accountId: e.accountId, journalId, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units }));
+  return entries.map((e) => ({
+    accountId: e.accountId,
+    journalId,
+    currency: e.currency,
+    layer: e.layer,
+    direction: e.direction,
+    units: e.units,
+  }));
 }
 
 export interface PostTransactionInput {
@@ -62,7 +84,10 @@ export function toTransaction(row: TransactionRow): Transaction {
     metadata: readJson(row.metadata),
     voidOf: row.void_of,
     voidedBy: row.voided_by,
-    exceptions: row.exceptions === null || row.exceptions === undefined ? [] : (JSON.parse(row.exceptions) as Transaction['exceptions']),
+    exceptions:
+      row.exceptions === null || row.exceptions === undefined
+        ? []
+        : (JSON.parse(row.exceptions) as Transaction['exceptions']),
     version: row.version,
     created: row.created,
     modified: row.modified,
@@ -108,7 +133,13 @@ interface PlannedEntry {
  * check passed. `transactionId` is the idempotency key. `writer`: who posts, as the gate needs to
  * know (none: the engine itself).
  */
-export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: PostTransactionInput, guard?: WriteGuard, writer?: Writer): Transaction {
+export function postTransaction(
+  deps: LedgerDeps,
+  cache: TranCodeCache,
+  input: PostTransactionInput,
+  guard?: WriteGuard,
+  writer?: Writer,
+): Transaction {
   const params = input.params ?? {};
   if (typeof params !== 'object' || params === null || Array.isArray(params)) {
     throw new EngineError('BAD_REQUEST', `params must be a JSON object, got ${quote(params)}`, {
@@ -148,13 +179,19 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
   }
   const version = input.tranCodeVersion ?? tranCodeRow.version;
   if (!Number.isInteger(version) || version < 1 || version > tranCodeRow.version) {
-    throw new EngineError('NOT_FOUND', `tran code ${tranCodeRow.code} has no version ${quote(version)}; its latest is ${tranCodeRow.version}`, {
-      hint: 'Leave tranCodeVersion out to use the latest version.',
-    });
+    throw new EngineError(
+      'NOT_FOUND',
+      `tran code ${tranCodeRow.code} has no version ${quote(version)}; its latest is ${tranCodeRow.version}`,
+      {
+        hint: 'Leave tranCodeVersion out to use the latest version.',
+      },
+    );
   }
   const compiled = cache.get(deps, tranCodeRow.tran_code_id, version);
   // One budget (celCostMax) for every template of one posting, as one evaluate call has.
-  const expanded = deps.cel.scope(`tran code ${compiled.document.code}`, () => expand(deps, compiled, input.transactionId, params as Record<string, unknown>));
+  const expanded = deps.cel.scope(`tran code ${compiled.document.code}`, () =>
+    expand(deps, compiled, input.transactionId, params as Record<string, unknown>),
+  );
   checkBalanced(compiled.document.code, expanded.entries);
 
   const journal = deps.cache.journals.get(expanded.journalId, (id) => deps.st.journalById.get(id));
@@ -162,7 +199,10 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
   if (journal.status !== 'ACTIVE') {
     throw new EngineError('JOURNAL_LOCKED', `journal ${journal.name} (${journal.journal_id}) is ${journal.status}`);
   }
-  checkPostable(deps, expanded.entries.map((e) => e.accountId));
+  checkPostable(
+    deps,
+    expanded.entries.map((e) => e.accountId),
+  );
   guard?.(toWrite(expanded.entries, expanded.journalId));
 
   const now = deps.clock.now().toISOString();
@@ -194,25 +234,48 @@ export function postTransaction(deps: LedgerDeps, cache: TranCodeCache, input: P
     deps.limits.postingCelCostMax,
     'postingCelCostMax',
   );
-  if (velocity.exceptions.length > 0) deps.vel.setExceptions.run(JSON.stringify(velocity.exceptions), row.transaction_id);
+  if (velocity.exceptions.length > 0)
+    deps.vel.setExceptions.run(JSON.stringify(velocity.exceptions), row.transaction_id);
   // The gate's own void (VOID, properties.exception): the pair leaves every balance as it was, so it is not judged again.
   if (velocity.voidIt) reverse(deps, row.transaction_id, guard, null);
-  const written = velocity.exceptions.length > 0 || velocity.voidIt ? toTransaction(deps.st.transactionById.get(row.transaction_id)!) : toTransaction(posted.transaction);
+  const written =
+    velocity.exceptions.length > 0 || velocity.voidIt
+      ? toTransaction(deps.st.transactionById.get(row.transaction_id)!)
+      : toTransaction(posted.transaction);
   announce(deps, written, compiled.document.code, () => JSON.parse(paramsText ?? '{}'), expanded.entries);
   return written;
 }
 
 /** Tell triggers: the transaction, its tran code, its params and its entries. */
-function announce(deps: LedgerDeps, transaction: Transaction, tranCode: string, params: () => unknown, entries: readonly PlannedEntry[]): void {
+function announce(
+  deps: LedgerDeps,
+  transaction: Transaction,
+  tranCode: string,
+  params: () => unknown,
+  entries: readonly PlannedEntry[],
+): void {
   if (!deps.onChange) return;
   // Built only if a trigger listens: most posts have none.
   const document = () => ({
     ...transaction,
     tranCode,
     params: params(),
-    entries: entries.map((e) => ({ accountId: e.accountId, units: e.units, currency: e.currency, direction: e.direction, layer: e.layer, entryType: e.entryType })),
+    entries: entries.map((e) => ({
+      accountId: e.accountId,
+      units: e.units,
+      currency: e.currency,
+      direction: e.direction,
+      layer: e.layer,
+      entryType: e.entryType,
+    })),
   });
-  deps.onChange({ event: 'transaction.inserted', recordId: transaction.transactionId, recordVersion: 1, document, previous: null });
+  deps.onChange({
+    event: 'transaction.inserted',
+    recordId: transaction.transactionId,
+    recordVersion: 1,
+    document,
+    previous: null,
+  });
 }
 
 /**
@@ -220,22 +283,40 @@ function announce(deps: LedgerDeps, transaction: Transaction, tranCode: string, 
  * judged by the posting gate like any posting (velocity.ts enforceVoid): a void that would take a
  * guarded balance further past its limit is refused unless `properties` overrides the enforcement.
  */
-export function voidTransaction(deps: LedgerDeps, transactionId: string, guard?: WriteGuard, options: { properties?: VoidProperties | null; writer?: Writer } = {}): Transaction {
+export function voidTransaction(
+  deps: LedgerDeps,
+  transactionId: string,
+  guard?: WriteGuard,
+  options: { properties?: VoidProperties | null; writer?: Writer } = {},
+): Transaction {
   const properties = options.properties ?? null;
   if (properties !== null && (typeof properties !== 'object' || Array.isArray(properties))) {
     throw new EngineError('BAD_REQUEST', `properties must be an object, got ${quote(properties)}`);
   }
-  return reverse(deps, transactionId, guard, { properties: properties === null ? null : { overrideVelocityEnforcement: properties.overrideVelocityEnforcement ?? null }, writer: options.writer });
+  return reverse(deps, transactionId, guard, {
+    properties:
+      properties === null ? null : { overrideVelocityEnforcement: properties.overrideVelocityEnforcement ?? null },
+    writer: options.writer,
+  });
 }
 
 /** Write the reversal of a transaction; `gate` null only for the gate's own void of a posting it just let through. */
-function reverse(deps: LedgerDeps, transactionId: string, guard: WriteGuard | undefined, gate: { properties: VelocityProperties | null; writer: Writer | undefined } | null): Transaction {
+function reverse(
+  deps: LedgerDeps,
+  transactionId: string,
+  guard: WriteGuard | undefined,
+  gate: { properties: VelocityProperties | null; writer: Writer | undefined } | null,
+): Transaction {
   const original = deps.st.transactionById.get(transactionId);
   if (!original) throw new EngineError('NOT_FOUND', `transaction ${quote(transactionId)} does not exist`);
   if (original.voided_by) {
-    throw new EngineError('ALREADY_VOIDED', `transaction ${transactionId} was already voided by ${original.voided_by}`, {
-      details: { voidedBy: original.voided_by },
-    });
+    throw new EngineError(
+      'ALREADY_VOIDED',
+      `transaction ${transactionId} was already voided by ${original.voided_by}`,
+      {
+        details: { voidedBy: original.voided_by },
+      },
+    );
   }
   if (original.void_of) {
     throw new EngineError('BAD_REQUEST', `transaction ${transactionId} is itself the void of ${original.void_of}`, {
@@ -245,16 +326,27 @@ function reverse(deps: LedgerDeps, transactionId: string, guard: WriteGuard | un
   // A void is a posting under the original's tran code: a LOCKED one refuses it, as it refuses posts.
   const tranCode = deps.st.tranCodeById.get(original.tran_code_id);
   if (tranCode && tranCode.status !== 'ACTIVE') {
-    throw new EngineError('TRAN_CODE_LOCKED', `tran code ${tranCode.code} of transaction ${transactionId} is ${tranCode.status}; a void posts under it too`, {
-      hint: 'Set the tran code ACTIVE again (updateTranCode status: ACTIVE) to void it, or post a correction with an active tran code.',
-    });
+    throw new EngineError(
+      'TRAN_CODE_LOCKED',
+      `tran code ${tranCode.code} of transaction ${transactionId} is ${tranCode.status}; a void posts under it too`,
+      {
+        hint: 'Set the tran code ACTIVE again (updateTranCode status: ACTIVE) to void it, or post a correction with an active tran code.',
+      },
+    );
   }
   const journal = deps.st.journalById.get(original.journal_id);
   if (journal && journal.status !== 'ACTIVE') {
     throw new EngineError('JOURNAL_LOCKED', `journal ${journal.name} (${journal.journal_id}) is ${journal.status}`);
   }
-  const entries = deps.st.entriesBySeqRange.all(original.first_entry_seq, original.first_entry_seq + original.entry_count, original.entry_count);
-  checkPostable(deps, entries.map((e) => e.account_id));
+  const entries = deps.st.entriesBySeqRange.all(
+    original.first_entry_seq,
+    original.first_entry_seq + original.entry_count,
+    original.entry_count,
+  );
+  checkPostable(
+    deps,
+    entries.map((e) => e.account_id),
+  );
 
   const now = deps.clock.now();
   const { seq: _seq, first_entry_seq: _first, entry_count: _count, ...kept } = original;
@@ -297,8 +389,11 @@ function reverse(deps: LedgerDeps, transactionId: string, guard: WriteGuard | un
     deps.limits.postingCelCostMax,
     'postingCelCostMax',
   );
-  if (verdict && verdict.exceptions.length > 0) deps.vel.setExceptions.run(JSON.stringify(verdict.exceptions), reversal.transaction_id);
-  const reversed = toTransaction(verdict && verdict.exceptions.length > 0 ? deps.st.transactionById.get(reversal.transaction_id)! : written);
+  if (verdict && verdict.exceptions.length > 0)
+    deps.vel.setExceptions.run(JSON.stringify(verdict.exceptions), reversal.transaction_id);
+  const reversed = toTransaction(
+    verdict && verdict.exceptions.length > 0 ? deps.st.transactionById.get(reversal.transaction_id)! : written,
+  );
   announce(deps, reversed, tranCode?.code ?? '', () => null, planned);
   return reversed;
 }
@@ -316,25 +411,74 @@ function writeTransaction(
   const firstEntrySeq = last.seq + 1;
   const row = { ...partial, first_entry_seq: firstEntrySeq, entry_count: entries.length, exceptions: null };
   const info = deps.st.insertTransaction.run(
-    row.transaction_id, row.tran_code_id, row.tran_code_version, row.journal_id, row.correlation_id, row.external_id, row.effective,
-    row.description, row.metadata, row.void_of, row.input_fingerprint, row.first_entry_seq, row.entry_count, row.created, row.modified,
+    row.transaction_id,
+    row.tran_code_id,
+    row.tran_code_version,
+    row.journal_id,
+    row.correlation_id,
+    row.external_id,
+    row.effective,
+    row.description,
+    row.metadata,
+    row.void_of,
+    row.input_fingerprint,
+    row.first_entry_seq,
+    row.entry_count,
+    row.created,
+    row.modified,
   );
   const deltas: BalanceDelta[] = [];
   const keys = new RecordKeys(row.journal_id);
   // The sets above each account in this journal: the entry rolls up into each (Entry.parentAccountIds).
   const parents = new Map<string, string[]>();
-  for (const e of entries) if (!parents.has(e.accountId)) parents.set(e.accountId, setsAbove(deps, e.accountId, row.journal_id));
+  for (const e of entries)
+    if (!parents.has(e.accountId)) parents.set(e.accountId, setsAbove(deps, e.accountId, row.journal_id));
   const written: EntryRow[] = entries.map((e, i) => {
     const sets = parents.get(e.accountId)!;
     const entry: EntryRow = {
-      seq: firstEntrySeq + i, entry_id: deps.newId(), transaction_id: row.transaction_id, account_id: e.accountId, journal_id: row.journal_id,
-      sequence: i + 1, entry_type: e.entryType, layer: e.layer, direction: e.direction, units: e.units, currency: e.currency,
-      description: e.description, metadata: e.metadata, created: row.created, parent_account_ids: sets.length ? JSON.stringify(sets) : null,
-      balance_version: null, balance_after: null, set_links: null, account_prev: null,
+      seq: firstEntrySeq + i,
+      entry_id: deps.newId(),
+      transaction_id: row.transaction_id,
+      account_id: e.accountId,
+      journal_id: row.journal_id,
+      sequence: i + 1,
+      entry_type: e.entryType,
+      layer: e.layer,
+      direction: e.direction,
+      units: e.units,
+      currency: e.currency,
+      description: e.description,
+      metadata: e.metadata,
+      created: row.created,
+      parent_account_ids: sets.length ? JSON.stringify(sets) : null,
+      balance_version: null,
+      balance_after: null,
+      set_links: null,
+      account_prev: null,
     };
-    deltas.push({ accountId: e.accountId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId: entry.entry_id, seq: entry.seq, key: keys.of(e.accountId, e.currency) });
+    deltas.push({
+      accountId: e.accountId,
+      journalId: row.journal_id,
+      currency: e.currency,
+      layer: e.layer,
+      direction: e.direction,
+      units: e.units,
+      entryId: entry.entry_id,
+      seq: entry.seq,
+      key: keys.of(e.accountId, e.currency),
+    });
     for (const setId of sets) {
-      deltas.push({ accountId: setId, journalId: row.journal_id, currency: e.currency, layer: e.layer, direction: e.direction, units: e.units, entryId: entry.entry_id, seq: entry.seq, key: keys.of(setId, e.currency) });
+      deltas.push({
+        accountId: setId,
+        journalId: row.journal_id,
+        currency: e.currency,
+        layer: e.layer,
+        direction: e.direction,
+        units: e.units,
+        entryId: entry.entry_id,
+        seq: entry.seq,
+        key: keys.of(setId, e.currency),
+      });
     }
     return entry;
   });
@@ -372,7 +516,8 @@ function insertEntries(deps: LedgerDeps, entries: readonly EntryRow[]): void {
  */
 function entrySeqBlock(deps: LedgerDeps, entries: number): { seq: number } {
   // createEngine refuses an entriesPerTransactionMax past the block on PostgreSQL.
-  if (entries > ENTRY_SEQ_BLOCK) throw new Error(`bug: a posting of ${entries} entries passed entriesPerTransactionMax on PostgreSQL`);
+  if (entries > ENTRY_SEQ_BLOCK)
+    throw new Error(`bug: a posting of ${entries} entries passed entriesPerTransactionMax on PostgreSQL`);
   return { seq: deps.st.nextEntrySeqBlock!.get()! - 1 };
 }
 
@@ -408,17 +553,27 @@ function checkPostable(deps: LedgerDeps, accountIds: readonly string[]): void {
     checked.add(accountId);
     const account = cachedAccount(deps, accountId);
     if (!account) {
-      throw new EngineError('NOT_FOUND', `account ${quote(accountId)} does not exist`, { hint: 'Create the account before posting to it.' });
+      throw new EngineError('NOT_FOUND', `account ${quote(accountId)} does not exist`, {
+        hint: 'Create the account before posting to it.',
+      });
     }
     if (account.is_account_set === 1) {
-      throw new EngineError('BAD_REQUEST', `${account.code} (${accountId}) is an account set; entries are never posted to a set`, {
-        hint: 'Post to an account in the set: its balance rolls up into the set.',
-      });
+      throw new EngineError(
+        'BAD_REQUEST',
+        `${account.code} (${accountId}) is an account set; entries are never posted to a set`,
+        {
+          hint: 'Post to an account in the set: its balance rolls up into the set.',
+        },
+      );
     }
     if (account.status === 'LOCKED') {
-      throw new EngineError('ACCOUNT_LOCKED', `account ${account.code} (${accountId}) is LOCKED and accepts no postings`, {
-        details: { accountId },
-      });
+      throw new EngineError(
+        'ACCOUNT_LOCKED',
+        `account ${account.code} (${accountId}) is LOCKED and accepts no postings`,
+        {
+          details: { accountId },
+        },
+      );
     }
   }
 }
@@ -483,7 +638,12 @@ export interface Expanded {
 }
 
 /** Evaluate params, vars, the transaction template and every entry template. */
-export function expand(deps: LedgerDeps, compiled: CompiledTranCode, transactionId: string, input: Record<string, unknown>): Expanded {
+export function expand(
+  deps: LedgerDeps,
+  compiled: CompiledTranCode,
+  transactionId: string,
+  input: Record<string, unknown>,
+): Expanded {
   const code = compiled.document.code;
   const params = bindParams(deps, compiled, input);
   const vars: Record<string, unknown> = {};
@@ -502,12 +662,15 @@ export function expand(deps: LedgerDeps, compiled: CompiledTranCode, transaction
 
   const t = compiled.transaction;
   const effectiveValue = t.effective ? run(code, t.effective, context) : utcDate(deps.clock.now());
-  if (effectiveValue instanceof Date && Number.isNaN(effectiveValue.getTime())) throw fieldError(code, t.effective, 'evaluated to a timestamp out of range');
+  if (effectiveValue instanceof Date && Number.isNaN(effectiveValue.getTime()))
+    throw fieldError(code, t.effective, 'evaluated to a timestamp out of range');
   const effective = effectiveValue instanceof Date ? utcDate(effectiveValue) : effectiveValue;
-  if (!isDate(effective)) throw fieldError(code, t.effective, `evaluated to ${quote(celToJson(effective))}, not a date YYYY-MM-DD`);
+  if (!isDate(effective))
+    throw fieldError(code, t.effective, `evaluated to ${quote(celToJson(effective))}, not a date YYYY-MM-DD`);
   const journalId = t.journalId ? uuidOf(code, t.journalId, run(code, t.journalId, context)) : DEFAULT_JOURNAL_ID;
   // An empty correlation id is none: the transaction correlates with itself.
-  const correlationId = (t.correlationId ? textOf(code, t.correlationId, run(code, t.correlationId, context)) : '') || transactionId;
+  const correlationId =
+    (t.correlationId ? textOf(code, t.correlationId, run(code, t.correlationId, context)) : '') || transactionId;
   const externalId = t.externalId ? textOf(code, t.externalId, run(code, t.externalId, context)) : null;
   const description = t.description ? textOf(code, t.description, run(code, t.description, context)) : null;
   const metadata = t.metadata ? metadataOf(deps, code, t.metadata, run(code, t.metadata, context)) : null;
@@ -516,7 +679,8 @@ export function expand(deps: LedgerDeps, compiled: CompiledTranCode, transaction
   for (const template of compiled.entries) {
     if (template.condition) {
       const condition = run(code, template.condition, context);
-      if (typeof condition !== 'boolean') throw fieldError(code, template.condition, `evaluated to ${quote(celToJson(condition))}, not a bool`);
+      if (typeof condition !== 'boolean')
+        throw fieldError(code, template.condition, `evaluated to ${quote(celToJson(condition))}, not a bool`);
       if (!condition) continue;
     }
     const direction = directionOf(code, template.direction!, run(code, template.direction!, context));
@@ -531,17 +695,28 @@ export function expand(deps: LedgerDeps, compiled: CompiledTranCode, transaction
       entryType: template.entryType
         ? textOf(code, template.entryType, run(code, template.entryType, context))
         : `${code}_${direction === 'DEBIT' ? 'DR' : 'CR'}`,
-      description: template.description ? textOf(code, template.description, run(code, template.description, context)) : null,
-      metadata: template.metadata ? metadataOf(deps, code, template.metadata, run(code, template.metadata, context)) : null,
+      description: template.description
+        ? textOf(code, template.description, run(code, template.description, context))
+        : null,
+      metadata: template.metadata
+        ? metadataOf(deps, code, template.metadata, run(code, template.metadata, context))
+        : null,
     });
   }
   if (entries.length < 2) {
-    throw new EngineError('TRAN_CODE_ERROR', `tran code ${code} produced ${entries.length} entr${entries.length === 1 ? 'y' : 'ies'}; a transaction needs at least 2`, {
-      hint: 'Check the entry conditions against the params sent.',
-    });
+    throw new EngineError(
+      'TRAN_CODE_ERROR',
+      `tran code ${code} produced ${entries.length} entr${entries.length === 1 ? 'y' : 'ies'}; a transaction needs at least 2`,
+      {
+        hint: 'Check the entry conditions against the params sent.',
+      },
+    );
   }
   if (entries.length > deps.limits.entriesPerTransactionMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `tran code ${code} produced ${entries.length} entries; entriesPerTransactionMax is ${deps.limits.entriesPerTransactionMax}`);
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `tran code ${code} produced ${entries.length} entries; entriesPerTransactionMax is ${deps.limits.entriesPerTransactionMax}`,
+    );
   }
   return { journalId, correlationId, externalId, effective, description, metadata, entries };
 }
@@ -550,12 +725,19 @@ function run(code: string, field: CompiledField, context: Record<string, unknown
   try {
     return field.evaluate(context);
   } catch (error) {
-    const message = error instanceof Error ? (error as { summary?: string }).summary ?? error.message.split('\n')[0] : String(error);
+    const message =
+      error instanceof Error
+        ? ((error as { summary?: string }).summary ?? error.message.split('\n')[0])
+        : String(error);
     // A budget crossed (celCostMax, the request's deadline) is a limit, not a mistake in the template.
-    throw new EngineError(isBudgetError(error) ? 'LIMIT_EXCEEDED' : 'TRAN_CODE_ERROR', `tran code ${code}: ${field.path} = ${quote(field.source)} failed: ${message}`, {
-      hint: (error as EngineError).hint ?? 'Check the expression against the params sent.',
-      details: { field: field.path, expression: field.source },
-    });
+    throw new EngineError(
+      isBudgetError(error) ? 'LIMIT_EXCEEDED' : 'TRAN_CODE_ERROR',
+      `tran code ${code}: ${field.path} = ${quote(field.source)} failed: ${message}`,
+      {
+        hint: (error as EngineError).hint ?? 'Check the expression against the params sent.',
+        details: { field: field.path, expression: field.source },
+      },
+    );
   }
 }
 
@@ -572,7 +754,8 @@ const INT64_MAX = 2n ** 63n - 1n;
 
 function textOf(code: string, field: CompiledField, value: unknown): string {
   if (typeof value === 'string') {
-    if (value.length > TEMPLATE_TEXT_MAX) throw fieldError(code, field, `evaluated to ${value.length} characters; the most is ${TEMPLATE_TEXT_MAX}`);
+    if (value.length > TEMPLATE_TEXT_MAX)
+      throw fieldError(code, field, `evaluated to ${value.length} characters; the most is ${TEMPLATE_TEXT_MAX}`);
     return value;
   }
   if (typeof value === 'bigint' || value instanceof CelDecimal) return value.toString();
@@ -588,21 +771,36 @@ function currencyOf(code: string, field: CompiledField, value: unknown): string 
   try {
     return parseCurrency(value);
   } catch {
-    throw fieldError(code, field, `evaluated to ${quote(celToJson(value))}, not a currency code`, 'Quote literal codes in CEL: "\'USD\'".');
+    throw fieldError(
+      code,
+      field,
+      `evaluated to ${quote(celToJson(value))}, not a currency code`,
+      'Quote literal codes in CEL: "\'USD\'".',
+    );
   }
 }
 
 function directionOf(code: string, field: CompiledField, value: unknown): Direction {
   if (value === 'DEBIT' || value === 0n) return 'DEBIT';
   if (value === 'CREDIT' || value === 1n) return 'CREDIT';
-  throw fieldError(code, field, `evaluated to ${quote(celToJson(value))}, not a direction`, 'Use DEBIT or CREDIT (or 0 / 1).');
+  throw fieldError(
+    code,
+    field,
+    `evaluated to ${quote(celToJson(value))}, not a direction`,
+    'Use DEBIT or CREDIT (or 0 / 1).',
+  );
 }
 
 function layerOf(code: string, field: CompiledField, value: unknown): Layer {
   if (value === 'SETTLED' || value === 0n) return 'SETTLED';
   if (value === 'PENDING' || value === 1n) return 'PENDING';
   if (value === 'ENCUMBRANCE' || value === 2n) return 'ENCUMBRANCE';
-  throw fieldError(code, field, `evaluated to ${quote(celToJson(value))}, not a layer`, 'Use SETTLED, PENDING or ENCUMBRANCE (or 0 / 1 / 2).');
+  throw fieldError(
+    code,
+    field,
+    `evaluated to ${quote(celToJson(value))}, not a layer`,
+    'Use SETTLED, PENDING or ENCUMBRANCE (or 0 / 1 / 2).',
+  );
 }
 
 /** The entry's units as exact text, keeping the scale the template computed them with ("21.00"). */
@@ -616,26 +814,43 @@ function unitsOf(deps: LedgerDeps, code: string, field: CompiledField, value: un
     } else if (value instanceof CelMoney) {
       units = checkDecimalBounds(value.units, `${field.path}`, deps.limits);
       scale = value.scale;
-    }
-    else if (typeof value === 'bigint' && (value > INT64_MAX || value < -INT64_MAX - 1n)) {
+    } else if (typeof value === 'bigint' && (value > INT64_MAX || value < -INT64_MAX - 1n)) {
       throw fieldError(code, field, `evaluated to ${value}, outside CEL's 64-bit int range (an overflow)`);
     } else if (typeof value === 'bigint' || typeof value === 'string') {
       units = parseDecimal(value, field.path, deps.limits);
       if (typeof value === 'string') scale = scaleOf(value);
-    }
-    else if (typeof value === 'number') {
-      throw fieldError(code, field, `evaluated to the double ${value}`, `Amounts must be exact: use decimal("${value}") or a DECIMAL param.`);
+    } else if (typeof value === 'number') {
+      throw fieldError(
+        code,
+        field,
+        `evaluated to the double ${value}`,
+        `Amounts must be exact: use decimal("${value}") or a DECIMAL param.`,
+      );
     } else throw fieldError(code, field, `evaluated to ${quote(celToJson(value))}, not a decimal`);
   } catch (error) {
     if (error instanceof EngineError && error.code === 'TRAN_CODE_ERROR') throw error;
     const e = error as EngineError;
-    throw new EngineError(e.code === 'LIMIT_EXCEEDED' ? 'LIMIT_EXCEEDED' : 'TRAN_CODE_ERROR', `tran code ${code}: ${e.message}`, { hint: e.hint });
+    throw new EngineError(
+      e.code === 'LIMIT_EXCEEDED' ? 'LIMIT_EXCEEDED' : 'TRAN_CODE_ERROR',
+      `tran code ${code}: ${e.message}`,
+      { hint: e.hint },
+    );
   }
   if (value instanceof CelMoney && value.currency !== currency) {
-    throw fieldError(code, field, `is money in ${value.currency} but the entry's currency is ${currency}`, 'Use the same currency, or pass decimal units.');
+    throw fieldError(
+      code,
+      field,
+      `is money in ${value.currency} but the entry's currency is ${currency}`,
+      'Use the same currency, or pass decimal units.',
+    );
   }
   if (units.isNegative() && !units.isZero()) {
-    throw fieldError(code, field, `evaluated to ${units.toFixed()}, a negative amount`, 'Entry units are never negative: flip the direction instead.');
+    throw fieldError(
+      code,
+      field,
+      `evaluated to ${units.toFixed()}, a negative amount`,
+      'Entry units are never negative: flip the direction instead.',
+    );
   }
   // -0 is 0; trailing zeros past decimalFractionDigitsMax are not kept.
   return withScale(units.isNegative() ? units.abs() : units, Math.min(scale, deps.limits.decimalFractionDigitsMax));

@@ -33,6 +33,8 @@ export class RecordKeys {
 
 /** The account and the sets an entry rolled up into, own account first. */
 export function ownersOf(posted: Pick<Posted, 'parents'>, entry: EntryRow): string[] {
-  const sets = posted.parents?.get(entry.account_id) ?? (entry.parent_account_ids === null ? [] : (JSON.parse(entry.parent_account_ids) as string[]));
+  const sets =
+    posted.parents?.get(entry.account_id) ??
+    (entry.parent_account_ids === null ? [] : (JSON.parse(entry.parent_account_ids) as string[]));
   return [entry.account_id, ...sets];
 }

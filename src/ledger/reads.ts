@@ -28,15 +28,21 @@ export function listTransactions(
       hint: 'A correlation is short: filter it by journal on the client.',
     });
   }
-  const rows = args.correlationId != null
-    ? deps.st.transactionsByCorrelationPage.all(args.correlationId, args.correlationId, after, req.fetch)
-    : args.journalId != null
-      ? deps.st.transactionsByJournalPage.all(args.journalId, after, req.fetch)
-      : deps.st.transactionsPage.all(after, req.fetch);
+  const rows =
+    args.correlationId != null
+      ? deps.st.transactionsByCorrelationPage.all(args.correlationId, args.correlationId, after, req.fetch)
+      : args.journalId != null
+        ? deps.st.transactionsByJournalPage.all(args.journalId, after, req.fetch)
+        : deps.st.transactionsPage.all(after, req.fetch);
   return toConnection(rows, req, (r) => r.seq, toTransaction);
 }
 
-export function entriesOfTransaction(deps: LedgerDeps, transactionId: string, first: number, after?: string | null): Connection<Entry> {
+export function entriesOfTransaction(
+  deps: LedgerDeps,
+  transactionId: string,
+  first: number,
+  after?: string | null,
+): Connection<Entry> {
   const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', 'transaction-entries');
   const txn = deps.st.transactionById.get(transactionId);
   if (!txn) throw new EngineError('NOT_FOUND', `transaction ${quote(transactionId)} does not exist`);
@@ -52,17 +58,31 @@ export function entriesOfTransaction(deps: LedgerDeps, transactionId: string, fi
  */
 export function entriesOfAccount(
   deps: LedgerDeps,
-  args: { accountId: string; first: number; after?: string | null; journalId?: string | null; currency?: string | null; newestFirst?: boolean },
+  args: {
+    accountId: string;
+    first: number;
+    after?: string | null;
+    journalId?: string | null;
+    currency?: string | null;
+    newestFirst?: boolean;
+  },
 ): Connection<Entry> {
-  const req = pageRequest<number>(args.first, args.after, deps.limits.pageSizeMax, 'number', args.newestFirst ? 'balance-entries' : 'account-entries');
+  const req = pageRequest<number>(
+    args.first,
+    args.after,
+    deps.limits.pageSizeMax,
+    'number',
+    args.newestFirst ? 'balance-entries' : 'account-entries',
+  );
   const account = cachedAccount(deps, args.accountId);
   const filter = { journalId: args.journalId, currency: args.currency };
   const owner = { id: args.accountId, isSet: false };
-  const rows = !account || account.is_account_set === 1
-    ? []
-    : args.newestFirst
-      ? entriesBelow(deps, owner, req.after ?? Number.MAX_SAFE_INTEGER, req.fetch, filter)
-      : entriesAbove(deps, owner, req.after ?? 0, req.fetch, filter);
+  const rows =
+    !account || account.is_account_set === 1
+      ? []
+      : args.newestFirst
+        ? entriesBelow(deps, owner, req.after ?? Number.MAX_SAFE_INTEGER, req.fetch, filter)
+        : entriesAbove(deps, owner, req.after ?? 0, req.fetch, filter);
   return toConnection(rows, req, (r) => r.seq, toEntry);
 }
 

@@ -106,14 +106,20 @@ export function jsonObjectText(value: unknown, what: string, jsonBytesMax: numbe
     ? JSON.stringify(value)
     : JSON.stringify(value, (_key, v: unknown) => {
         if (typeof v === 'number' && !Number.isFinite(v)) {
-          throw new EngineError('BAD_REQUEST', `${what} holds the number ${v}, which JSON cannot store`, { hint: 'Send a finite number, or a string.' });
+          throw new EngineError('BAD_REQUEST', `${what} holds the number ${v}, which JSON cannot store`, {
+            hint: 'Send a finite number, or a string.',
+          });
         }
         return v;
       });
   if (Buffer.byteLength(text) > jsonBytesMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `${what} is ${Buffer.byteLength(text)} bytes; jsonBytesMax is ${jsonBytesMax}`, {
-      hint: 'Keep metadata small; store large documents elsewhere and reference them.',
-    });
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `${what} is ${Buffer.byteLength(text)} bytes; jsonBytesMax is ${jsonBytesMax}`,
+      {
+        hint: 'Keep metadata small; store large documents elsewhere and reference them.',
+      },
+    );
   }
   return text;
 }
@@ -176,10 +182,14 @@ const CONTROL_BUT_WHITESPACE = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/;
 /** No control characters, and well-formed Unicode (a lone surrogate reads back as U+FFFD). */
 function checkCharacters(value: string, what: string, freeText = false): void {
   if ((freeText ? CONTROL_BUT_WHITESPACE : CONTROL).test(value)) {
-    throw new EngineError('BAD_REQUEST', `${what} ${quote(value)} contains a control character`, { hint: 'Use printable characters only.' });
+    throw new EngineError('BAD_REQUEST', `${what} ${quote(value)} contains a control character`, {
+      hint: 'Use printable characters only.',
+    });
   }
   if (!(value as string & { isWellFormed(): boolean }).isWellFormed()) {
-    throw new EngineError('BAD_REQUEST', `${what} ${quote(value)} is not well-formed Unicode (a lone surrogate)`, { hint: 'Send valid UTF-16 text.' });
+    throw new EngineError('BAD_REQUEST', `${what} ${quote(value)} is not well-formed Unicode (a lone surrogate)`, {
+      hint: 'Send valid UTF-16 text.',
+    });
   }
 }
 

@@ -33,7 +33,17 @@ export function checkTranCodeCanPost(deps: LedgerDeps, compiled: CompiledTranCod
 type AstNode = { op?: unknown; args?: unknown };
 
 /** Macros whose leading identifier arguments are variables bound inside their last argument. */
-const BINDING_MACROS = new Set(['map', 'filter', 'all', 'exists', 'exists_one', 'existsOne', 'transformList', 'transformMap', 'bind']);
+const BINDING_MACROS = new Set([
+  'map',
+  'filter',
+  'all',
+  'exists',
+  'exists_one',
+  'existsOne',
+  'transformList',
+  'transformMap',
+  'bind',
+]);
 
 function astOf(field: CompiledField): unknown {
   return (field.evaluate as unknown as { ast?: unknown }).ast;
@@ -69,7 +79,8 @@ function readsOf(ast: unknown): Read[] {
       const list = args[2] as unknown[];
       const bound = new Set(shadowed);
       let i = 0;
-      for (; i < list.length - 1 && (list[i] as AstNode)?.op === 'id'; i++) bound.add((list[i] as AstNode).args as string);
+      for (; i < list.length - 1 && (list[i] as AstNode)?.op === 'id'; i++)
+        bound.add((list[i] as AstNode).args as string);
       walk(args[1], shadowed);
       walk(list.slice(i, -1), shadowed); // cel.bind's initialiser
       walk(list.slice(-1), bound);
@@ -89,7 +100,12 @@ function selection(node: AstNode, shadowed: ReadonlySet<string>): { read: Read; 
     const args = current.args;
     if (!Array.isArray(args)) return null;
     if (current.op === '.' && typeof args[1] === 'string') path.unshift(args[1]);
-    else if (current.op === '[]' && typeof (args[1] as AstNode)?.args === 'string' && (args[1] as AstNode).op === 'value') path.unshift((args[1] as AstNode).args as string);
+    else if (
+      current.op === '[]' &&
+      typeof (args[1] as AstNode)?.args === 'string' &&
+      (args[1] as AstNode).op === 'value'
+    )
+      path.unshift((args[1] as AstNode).args as string);
     else return null;
     const target = args[0] as AstNode;
     if (target?.op === 'id' && (target.args === 'params' || target.args === 'vars') && !shadowed.has(target.args)) {
@@ -101,14 +117,18 @@ function selection(node: AstNode, shadowed: ReadonlySet<string>): { read: Read; 
 }
 
 /** The fields of a compiled tran code in evaluation order, each with what it may read. */
-function fieldsInOrder(compiled: CompiledTranCode): Array<{ field: CompiledField; paramsBefore: number | null; varsBefore: number | null }> {
+function fieldsInOrder(
+  compiled: CompiledTranCode,
+): Array<{ field: CompiledField; paramsBefore: number | null; varsBefore: number | null }> {
   const fields: Array<{ field: CompiledField; paramsBefore: number | null; varsBefore: number | null }> = [];
   compiled.params.forEach((p, i) => {
     if (p.defaultValue) fields.push({ field: p.defaultValue, paramsBefore: i, varsBefore: 0 });
   });
   compiled.vars.forEach((v, i) => fields.push({ field: v.field, paramsBefore: null, varsBefore: i }));
-  for (const field of Object.values(compiled.transaction)) if (field) fields.push({ field, paramsBefore: null, varsBefore: null });
-  for (const entry of compiled.entries) for (const field of Object.values(entry)) if (field) fields.push({ field, paramsBefore: null, varsBefore: null });
+  for (const field of Object.values(compiled.transaction))
+    if (field) fields.push({ field, paramsBefore: null, varsBefore: null });
+  for (const entry of compiled.entries)
+    for (const field of Object.values(entry)) if (field) fields.push({ field, paramsBefore: null, varsBefore: null });
   return fields;
 }
 
@@ -124,7 +144,11 @@ function checkReferences(compiled: CompiledTranCode): void {
         const visible = paramsBefore === null ? paramNames : paramNames.slice(0, paramsBefore);
         if (visible.includes(name)) continue;
         if (paramNames.includes(name)) {
-          throw refusal(field, `${where}, a param declared after it`, 'A default sees only the params declared before it: move that param up.');
+          throw refusal(
+            field,
+            `${where}, a param declared after it`,
+            'A default sees only the params declared before it: move that param up.',
+          );
         }
         throw refusal(field, `${where}, which is not a declared param`, hintFor(name, paramNames, 'param', 'params'));
       }
@@ -134,7 +158,11 @@ function checkReferences(compiled: CompiledTranCode): void {
         throw refusal(field, `${where}, which is not a declared var`, hintFor(name, tops, 'var', 'vars'));
       }
       if (varsBefore !== null && declared !== -1 && declared >= varsBefore) {
-        throw refusal(field, `${where}, which is evaluated ${declared === varsBefore ? 'as itself' : 'after it'}`, 'Vars are evaluated in order: declare a var before the vars that read it.');
+        throw refusal(
+          field,
+          `${where}, which is evaluated ${declared === varsBefore ? 'as itself' : 'after it'}`,
+          'Vars are evaluated in order: declare a var before the vars that read it.',
+        );
       }
     }
   }
@@ -157,7 +185,9 @@ function declaredVar(varPaths: readonly string[][], path: readonly string[]): nu
 function hintFor(name: string, declared: readonly string[], what: string, root: string): string {
   const near = declared.filter((d) => editDistance(d, name) <= Math.max(1, Math.floor(d.length / 3)));
   if (near.length > 0) return `Did you mean ${near.map((n) => `${root}.${n}`).join(' or ')}?`;
-  return declared.length > 0 ? `Declared ${what}s: ${declared.join(', ')}. Declare ${quote(name)} or fix the name.` : `The tran code declares no ${what}s: declare ${quote(name)}.`;
+  return declared.length > 0
+    ? `Declared ${what}s: ${declared.join(', ')}. Declare ${quote(name)} or fix the name.`
+    : `The tran code declares no ${what}s: declare ${quote(name)}.`;
 }
 
 function editDistance(a: string, b: string): number {
@@ -185,9 +215,10 @@ function checkUnconditionalEntries(compiled: CompiledTranCode): void {
     'TRAN_CODE_ERROR',
     `tran code ${code}: entries has ${unconditional.length} entr${unconditional.length === 1 ? 'y' : 'ies'} without a condition${unconditional.length ? ` (${unconditional.join(', ')})` : ''} of ${total}; a transaction needs at least 2 whatever the params`,
     {
-      hint: total < 2
-        ? 'Add the other side: every transaction has a debit and a credit entry that balance.'
-        : 'Leave the condition off at least two entries; to vary a side with the params, compute its direction or units in CEL instead.',
+      hint:
+        total < 2
+          ? 'Add the other side: every transaction has a debit and a credit entry that balance.'
+          : 'Leave the condition off at least two entries; to vary a side with the params, compute its direction or units in CEL instead.',
       details: { field: 'entries', unconditional: unconditional.length },
     },
   );
@@ -232,14 +263,21 @@ function readsInput(field: CompiledField): boolean {
 function checkBalancedForSomeInput(deps: LedgerDeps, compiled: CompiledTranCode): void {
   const templates = compiled.entries;
   if (!templates.every((entry) => !entry.condition)) return;
-  const structural = (entry: (typeof templates)[number]) => [entry.currency!, entry.direction!, ...(entry.layer ? [entry.layer] : [])];
+  const structural = (entry: (typeof templates)[number]) => [
+    entry.currency!,
+    entry.direction!,
+    ...(entry.layer ? [entry.layer] : []),
+  ];
   if (templates.some((entry) => structural(entry).some(readsInput))) return;
   const now = deps.clock.now();
   const sample: Record<string, unknown> = {};
-  for (const { definition, defaultValue } of compiled.params) if (!defaultValue) sample[definition.name] = sampleOf(definition.type, now);
+  for (const { definition, defaultValue } of compiled.params)
+    if (!defaultValue) sample[definition.name] = sampleOf(definition.type, now);
   let planned: ReturnType<typeof expand>['entries'];
   try {
-    planned = deps.cel.scope(`tran code ${compiled.document.code}`, () => expand(deps, compiled, SAMPLE_UUID, sample)).entries;
+    planned = deps.cel.scope(`tran code ${compiled.document.code}`, () =>
+      expand(deps, compiled, SAMPLE_UUID, sample),
+    ).entries;
   } catch {
     return; // the sample does not fit the template; posting will judge real params
   }
@@ -282,11 +320,16 @@ function checkBalancedForSomeInput(deps: LedgerDeps, compiled: CompiledTranCode)
 
 function describeSample(compiled: CompiledTranCode, sample: Record<string, unknown>): string {
   const parts = compiled.params.map(({ definition }) =>
-    Object.hasOwn(sample, definition.name) ? `${definition.name} = ${JSON.stringify(sample[definition.name])}` : `${definition.name} = its default`,
+    Object.hasOwn(sample, definition.name)
+      ? `${definition.name} = ${JSON.stringify(sample[definition.name])}`
+      : `${definition.name} = its default`,
   );
   return parts.length ? parts.join(', ') : 'no params';
 }
 
 function refusal(field: CompiledField, message: string, hint: string): EngineError {
-  return new EngineError('TRAN_CODE_ERROR', message, { hint, details: { field: field.path, expression: field.source } });
+  return new EngineError('TRAN_CODE_ERROR', message, {
+    hint,
+    details: { field: field.path, expression: field.source },
+  });
 }

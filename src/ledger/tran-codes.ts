@@ -18,12 +18,27 @@ export interface ParamDefinition {
   description: string | null;
 }
 
-export const TRANSACTION_FIELDS = ['effective', 'journalId', 'correlationId', 'externalId', 'description', 'metadata'] as const;
+export const TRANSACTION_FIELDS = [
+  'effective',
+  'journalId',
+  'correlationId',
+  'externalId',
+  'description',
+  'metadata',
+] as const;
 export type TransactionField = (typeof TRANSACTION_FIELDS)[number];
 export type TranCodeTransaction = Partial<Record<TransactionField, string | null>>;
 
 export const ENTRY_FIELDS = [
-  'accountId', 'units', 'currency', 'direction', 'entryType', 'layer', 'description', 'metadata', 'condition',
+  'accountId',
+  'units',
+  'currency',
+  'direction',
+  'entryType',
+  'layer',
+  'description',
+  'metadata',
+  'condition',
 ] as const;
 export type EntryField = (typeof ENTRY_FIELDS)[number];
 const REQUIRED_ENTRY_FIELDS: readonly EntryField[] = ['accountId', 'units', 'currency', 'direction'];
@@ -53,7 +68,12 @@ export interface TranCodeInput {
   tranCodeId: string;
   code: string;
   description?: string | null;
-  params?: Array<{ name: string; type?: ParamType | null; default?: string | null; description?: string | null }> | null;
+  params?: Array<{
+    name: string;
+    type?: ParamType | null;
+    default?: string | null;
+    description?: string | null;
+  }> | null;
   vars?: unknown;
   transaction: TranCodeTransaction;
   entries: TranCodeEntry[];
@@ -96,10 +116,14 @@ export function compileTranCode(deps: LedgerDeps, document: TranCodeDocument): C
       return { path, source, evaluate: fn };
     } catch (error) {
       const e = error as EngineError;
-      throw new EngineError(e.code === 'LIMIT_EXCEEDED' ? 'LIMIT_EXCEEDED' : 'TRAN_CODE_ERROR', `tran code ${document.code}: ${path}: ${e.message}`, {
-        hint: e.hint,
-        details: e.details,
-      });
+      throw new EngineError(
+        e.code === 'LIMIT_EXCEEDED' ? 'LIMIT_EXCEEDED' : 'TRAN_CODE_ERROR',
+        `tran code ${document.code}: ${path}: ${e.message}`,
+        {
+          hint: e.hint,
+          details: e.details,
+        },
+      );
     }
   };
 
@@ -112,10 +136,13 @@ export function compileTranCode(deps: LedgerDeps, document: TranCodeDocument): C
       return;
     }
     if (node === null || typeof node !== 'object' || Array.isArray(node)) {
-      throw tranCodeError(`vars.${path.join('.')} must be a CEL expression string or a map of them, got ${quote(node)}`);
+      throw tranCodeError(
+        `vars.${path.join('.')} must be a CEL expression string or a map of them, got ${quote(node)}`,
+      );
     }
     for (const [key, value] of Object.entries(node)) {
-      if (!IDENTIFIER.test(key) || isReservedKey(key)) throw tranCodeError(`vars key ${quote(key)} is not an identifier, or is reserved`);
+      if (!IDENTIFIER.test(key) || isReservedKey(key))
+        throw tranCodeError(`vars key ${quote(key)} is not an identifier, or is reserved`);
       walkVars(value, [...path, key]);
     }
   };
@@ -130,10 +157,16 @@ export function compileTranCode(deps: LedgerDeps, document: TranCodeDocument): C
   }
 
   if (!Array.isArray(document.entries) || document.entries.length === 0) {
-    throw tranCodeError(`tran code ${document.code} has no entries`, 'A transaction needs at least two entries that balance.');
+    throw tranCodeError(
+      `tran code ${document.code} has no entries`,
+      'A transaction needs at least two entries that balance.',
+    );
   }
   if (document.entries.length > deps.limits.entriesPerTransactionMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `tran code has ${document.entries.length} entries; entriesPerTransactionMax is ${deps.limits.entriesPerTransactionMax}`);
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `tran code has ${document.entries.length} entries; entriesPerTransactionMax is ${deps.limits.entriesPerTransactionMax}`,
+    );
   }
   const entries = document.entries.map((template, i) => {
     const compiled: Partial<Record<EntryField, CompiledField>> = {};
@@ -164,7 +197,10 @@ export function compileParams(
   fail: (message: string, hint?: string) => EngineError,
 ): CompiledTranCode['params'] {
   if (definitions.length > deps.limits.tranCodeParamsMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `${owner} declares ${definitions.length} params; tranCodeParamsMax is ${deps.limits.tranCodeParamsMax}`);
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `${owner} declares ${definitions.length} params; tranCodeParamsMax is ${deps.limits.tranCodeParamsMax}`,
+    );
   }
   const seen = new Set<string>();
   return definitions.map((definition, i) => {
@@ -177,11 +213,17 @@ export function compileParams(
       throw fail(`params[${i}].type ${quote(definition.type)} is not one of ${PARAM_TYPES.join(', ')}`);
     }
     if (definition.default == null) return { definition, defaultValue: null };
-    const literal = literalDefault(definition.type, definition.default, (source) => deps.cel.compile(source) as unknown as { ast?: unknown });
+    const literal = literalDefault(
+      definition.type,
+      definition.default,
+      (source) => deps.cel.compile(source) as unknown as { ast?: unknown },
+    );
     const path = `params[${i}].default`;
     return {
       definition,
-      defaultValue: literal ? { path, source: definition.default, evaluate: () => literal.value } : compileField(path, definition.default),
+      defaultValue: literal
+        ? { path, source: definition.default, evaluate: () => literal.value }
+        : compileField(path, definition.default),
     };
   });
 }
@@ -198,7 +240,7 @@ function buildDocument(
 ): TranCodeDocument {
   const params =
     input.params === undefined || input.params === null
-      ? previous?.params ?? []
+      ? (previous?.params ?? [])
       : input.params.map((p, i) => ({
           name: requiredText(p.name, `params[${i}].name`, 64),
           type: (p.type ?? 'STRING') as ParamType,
@@ -207,19 +249,27 @@ function buildDocument(
         }));
   let vars = previous?.vars ?? null;
   if (input.vars !== undefined) {
-    vars = input.vars === null ? null : (JSON.parse(jsonObjectText(input.vars, 'vars', deps.limits.jsonBytesMax) ?? 'null') as JsonObject);
+    vars =
+      input.vars === null
+        ? null
+        : (JSON.parse(jsonObjectText(input.vars, 'vars', deps.limits.jsonBytesMax) ?? 'null') as JsonObject);
   }
   return {
     ...base,
-    description: input.description === undefined ? previous?.description ?? null : optionalText(input.description, 'description'),
+    description:
+      input.description === undefined
+        ? (previous?.description ?? null)
+        : optionalText(input.description, 'description'),
     params,
     vars,
     transaction: input.transaction ?? previous?.transaction ?? {},
     entries: input.entries ?? previous?.entries ?? [],
     metadata:
       input.metadata === undefined
-        ? previous?.metadata ?? null
-        : (JSON.parse(jsonObjectText(input.metadata, 'metadata', deps.limits.jsonBytesMax) ?? 'null') as JsonObject | null),
+        ? (previous?.metadata ?? null)
+        : (JSON.parse(
+            jsonObjectText(input.metadata, 'metadata', deps.limits.jsonBytesMax) ?? 'null',
+          ) as JsonObject | null),
   };
 }
 
@@ -238,7 +288,14 @@ export function createTranCode(deps: LedgerDeps, input: TranCodeInput): TranCode
   const now = deps.clock.now().toISOString();
   const document = buildDocument(deps, { tranCodeId: input.tranCodeId, code, version: 1, created: now }, input, null);
   checkTranCodeCanPost(deps, compileTranCode(deps, document)); // refuses a template that does not compile, or can never post
-  const row: TranCodeRow = { tran_code_id: input.tranCodeId, code, status: input.status ?? 'ACTIVE', version: 1, created: now, modified: now };
+  const row: TranCodeRow = {
+    tran_code_id: input.tranCodeId,
+    code,
+    status: input.status ?? 'ACTIVE',
+    version: 1,
+    created: now,
+    modified: now,
+  };
   insertUnique(() => deps.st.insertTranCode.run(row), `tran code code ${quote(code)}`);
   deps.st.insertTranCodeVersion.run(row.tran_code_id, 1, JSON.stringify(document), now);
   return toTranCode(document, row);
@@ -287,7 +344,10 @@ export function loadDocument(deps: LedgerDeps, tranCodeId: string, version: numb
   return JSON.parse(row.document) as TranCodeDocument;
 }
 
-export function getTranCode(deps: LedgerDeps, ref: { id?: string | null; code?: string | null; version?: number | null }): TranCode {
+export function getTranCode(
+  deps: LedgerDeps,
+  ref: { id?: string | null; code?: string | null; version?: number | null },
+): TranCode {
   const row = findTranCodeRow(deps, ref);
   const version = ref.version ?? row.version;
   if (version < 1 || version > row.version) {
@@ -299,14 +359,29 @@ export function getTranCode(deps: LedgerDeps, ref: { id?: string | null; code?: 
 export function listTranCodes(deps: LedgerDeps, first: number, after?: string | null): Connection<TranCode> {
   const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', 'tran-codes');
   const rows = deps.st.tranCodesPage.all(req.after ?? 0, req.fetch);
-  return toConnection(rows, req, (r) => r.rowid, (r) => toTranCode(loadDocument(deps, r.tran_code_id, r.version), r));
+  return toConnection(
+    rows,
+    req,
+    (r) => r.rowid,
+    (r) => toTranCode(loadDocument(deps, r.tran_code_id, r.version), r),
+  );
 }
 
-export function tranCodeHistory(deps: LedgerDeps, tranCodeId: string, first: number, after?: string | null): Connection<TranCode> {
+export function tranCodeHistory(
+  deps: LedgerDeps,
+  tranCodeId: string,
+  first: number,
+  after?: string | null,
+): Connection<TranCode> {
   const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', 'tran-code-history');
   const row = findTranCodeRow(deps, { id: tranCodeId });
   const rows = deps.st.tranCodeVersionsPage.all(tranCodeId, req.after ?? Number.MAX_SAFE_INTEGER, req.fetch);
-  return toConnection(rows, req, (r: TranCodeVersionRow) => r.version, (r) => toTranCode(JSON.parse(r.document) as TranCodeDocument, row));
+  return toConnection(
+    rows,
+    req,
+    (r: TranCodeVersionRow) => r.version,
+    (r) => toTranCode(JSON.parse(r.document) as TranCodeDocument, row),
+  );
 }
 
 /**

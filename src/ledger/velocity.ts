@@ -67,7 +67,12 @@ export interface VelocityLimitInput {
   condition?: string | null;
   currency?: string | null;
   limit: { timestampSource?: string | null; balance: BalanceLimit[] };
-  params?: Array<{ name: string; type?: ParamType | null; default?: string | null; description?: string | null }> | null;
+  params?: Array<{
+    name: string;
+    type?: ParamType | null;
+    default?: string | null;
+    description?: string | null;
+  }> | null;
 }
 
 export interface VelocityLimit extends VelocityLimitDocument {
@@ -117,7 +122,15 @@ export interface TransactionException {
 
 export function toLimit(row: VelocityLimitRow): VelocityLimit {
   const doc = JSON.parse(row.document) as VelocityLimitDocument;
-  return { velocityLimitId: row.velocity_limit_id, name: row.name, description: row.description, ...doc, version: row.version, created: row.created, modified: row.modified };
+  return {
+    velocityLimitId: row.velocity_limit_id,
+    name: row.name,
+    description: row.description,
+    ...doc,
+    version: row.version,
+    created: row.created,
+    modified: row.modified,
+  };
 }
 
 export function toControl(row: VelocityControlRow): VelocityControl {
@@ -168,49 +181,91 @@ function toAttachment(row: VelocityAttachmentRow): Attachment {
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
 
 function compileCel(deps: LedgerDeps, what: string, source: unknown): void {
-  if (typeof source !== 'string' || source.trim() === '') throw new EngineError('BAD_REQUEST', `${what} must be a CEL expression, got ${quote(source)}`);
+  if (typeof source !== 'string' || source.trim() === '')
+    throw new EngineError('BAD_REQUEST', `${what} must be a CEL expression, got ${quote(source)}`);
   try {
     deps.cel.compile(source);
   } catch (error) {
     const e = error as EngineError;
-    throw new EngineError(e.code === 'LIMIT_EXCEEDED' ? 'LIMIT_EXCEEDED' : 'CEL_ERROR', `${what}: ${e.message}`, { hint: e.hint, details: e.details });
+    throw new EngineError(e.code === 'LIMIT_EXCEEDED' ? 'LIMIT_EXCEEDED' : 'CEL_ERROR', `${what}: ${e.message}`, {
+      hint: e.hint,
+      details: e.details,
+    });
   }
 }
 
 function limitDocument(deps: LedgerDeps, input: VelocityLimitInput): VelocityLimitDocument {
   const window = (input.window ?? []).map((k, i) => {
-    if (!IDENTIFIER.test(k?.alias ?? '') || isReservedKey(k.alias)) throw new EngineError('BAD_REQUEST', `window[${i}].alias ${quote(k?.alias)} is not an identifier`, { hint: 'Use letters, digits and _ (not __proto__, constructor or prototype).' });
+    if (!IDENTIFIER.test(k?.alias ?? '') || isReservedKey(k.alias))
+      throw new EngineError('BAD_REQUEST', `window[${i}].alias ${quote(k?.alias)} is not an identifier`, {
+        hint: 'Use letters, digits and _ (not __proto__, constructor or prototype).',
+      });
     compileCel(deps, `window[${i}].value`, k.value);
     return { alias: k.alias, value: k.value, type: k.type ?? null };
   });
-  if (new Set(window.map((k) => k.alias)).size !== window.length) throw new EngineError('BAD_REQUEST', 'window aliases must be distinct');
+  if (new Set(window.map((k) => k.alias)).size !== window.length)
+    throw new EngineError('BAD_REQUEST', 'window aliases must be distinct');
   if (window.length > deps.limits.velocityWindowKeysMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `window has ${window.length} keys; velocityWindowKeysMax is ${deps.limits.velocityWindowKeysMax}`);
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `window has ${window.length} keys; velocityWindowKeysMax is ${deps.limits.velocityWindowKeysMax}`,
+    );
   }
   if (input.condition != null) compileCel(deps, 'condition', input.condition);
   const currency = input.currency ?? '';
   if (currency !== '' && !/^[A-Z][A-Z0-9]{2,9}$/.test(currency)) {
-    throw new EngineError('BAD_REQUEST', `currency ${quote(currency)} is not a currency code`, { hint: 'Use "" for any currency, or a code such as "USD".' });
+    throw new EngineError('BAD_REQUEST', `currency ${quote(currency)} is not a currency code`, {
+      hint: 'Use "" for any currency, or a code such as "USD".',
+    });
   }
   const balance = input.limit?.balance;
   if (!Array.isArray(balance) || balance.length === 0) {
-    throw new EngineError('BAD_REQUEST', 'limit.balance needs at least one {layer, amount}', { hint: 'e.g. limit: {balance: [{layer: "SETTLED", amount: "params.amount", normalBalanceType: "DEBIT"}]}' });
+    throw new EngineError('BAD_REQUEST', 'limit.balance needs at least one {layer, amount}', {
+      hint: 'e.g. limit: {balance: [{layer: "SETTLED", amount: "params.amount", normalBalanceType: "DEBIT"}]}',
+    });
   }
-  if (balance.length > LAYERS.length * 2) throw new EngineError('LIMIT_EXCEEDED', `limit.balance has ${balance.length} entries; at most ${LAYERS.length * 2}`);
+  if (balance.length > LAYERS.length * 2)
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `limit.balance has ${balance.length} entries; at most ${LAYERS.length * 2}`,
+    );
   const limits = balance.map((b, i) => {
     compileCel(deps, `limit.balance[${i}].layer`, b?.layer);
     compileCel(deps, `limit.balance[${i}].amount`, b?.amount);
-    for (const field of ['normalBalanceType', 'start', 'end'] as const) if (b[field] != null) compileCel(deps, `limit.balance[${i}].${field}`, b[field]);
-    return { layer: b.layer, amount: b.amount, normalBalanceType: b.normalBalanceType ?? null, start: b.start ?? null, end: b.end ?? null };
+    for (const field of ['normalBalanceType', 'start', 'end'] as const)
+      if (b[field] != null) compileCel(deps, `limit.balance[${i}].${field}`, b[field]);
+    return {
+      layer: b.layer,
+      amount: b.amount,
+      normalBalanceType: b.normalBalanceType ?? null,
+      start: b.start ?? null,
+      end: b.end ?? null,
+    };
   });
   if (input.limit.timestampSource != null) compileCel(deps, 'limit.timestampSource', input.limit.timestampSource);
-  const params = (input.params ?? []).map((p): ParamDefinition => ({ name: p?.name, type: (p?.type ?? 'STRING') as ParamType, default: p?.default ?? null, description: p?.description ?? null }));
+  const params = (input.params ?? []).map(
+    (p): ParamDefinition => ({
+      name: p?.name,
+      type: (p?.type ?? 'STRING') as ParamType,
+      default: p?.default ?? null,
+      description: p?.description ?? null,
+    }),
+  );
   compiledParams(deps, `velocity limit ${input.name}`, params);
-  return { window, condition: input.condition ?? null, currency, limit: { timestampSource: input.limit.timestampSource ?? null, balance: limits }, params };
+  return {
+    window,
+    condition: input.condition ?? null,
+    currency,
+    limit: { timestampSource: input.limit.timestampSource ?? null, balance: limits },
+    params,
+  };
 }
 
 export function createVelocityLimit(deps: LedgerDeps, input: VelocityLimitInput): VelocityLimit {
-  if (deps.vel.limitById.get(input.velocityLimitId)) throw new EngineError('ALREADY_EXISTS', `velocity limit ${quote(input.velocityLimitId)} already exists`, { hint: 'Use updateVelocityLimit to change it.' });
+  if (deps.vel.limitById.get(input.velocityLimitId))
+    throw new EngineError('ALREADY_EXISTS', `velocity limit ${quote(input.velocityLimitId)} already exists`, {
+      hint: 'Use updateVelocityLimit to change it.',
+    });
   const now = deps.clock.now().toISOString();
   const row: VelocityLimitRow = {
     velocity_limit_id: input.velocityLimitId,
@@ -225,7 +280,11 @@ export function createVelocityLimit(deps: LedgerDeps, input: VelocityLimitInput)
   return toLimit(row);
 }
 
-export function updateVelocityLimit(deps: LedgerDeps, id: string, input: Partial<Omit<VelocityLimitInput, 'velocityLimitId'>>): VelocityLimit {
+export function updateVelocityLimit(
+  deps: LedgerDeps,
+  id: string,
+  input: Partial<Omit<VelocityLimitInput, 'velocityLimitId'>>,
+): VelocityLimit {
   const current = getVelocityLimit(deps, id);
   const merged: VelocityLimitInput = {
     velocityLimitId: id,
@@ -254,7 +313,11 @@ export function deleteVelocityLimit(deps: LedgerDeps, id: string): VelocityLimit
   const limit = getVelocityLimit(deps, id);
   const controls = deps.vel.controlsOfLimit.all(id);
   if (controls.length > 0) {
-    throw new EngineError('BAD_REQUEST', `velocity limit ${limit.name} is in ${controls.length} control(s): ${controls.slice(0, 5).join(', ')}`, { hint: 'Remove it from them (removeLimitFromControl) first.' });
+    throw new EngineError(
+      'BAD_REQUEST',
+      `velocity limit ${limit.name} is in ${controls.length} control(s): ${controls.slice(0, 5).join(', ')}`,
+      { hint: 'Remove it from them (removeLimitFromControl) first.' },
+    );
   }
   deps.vel.deleteLimit.run(id);
   return limit;
@@ -262,7 +325,10 @@ export function deleteVelocityLimit(deps: LedgerDeps, id: string): VelocityLimit
 
 export function getVelocityLimit(deps: LedgerDeps, id: string): VelocityLimit {
   const row = deps.vel.limitById.get(id);
-  if (!row) throw new EngineError('NOT_FOUND', `velocity limit ${quote(id)} does not exist`, { hint: 'Create it with createVelocityLimit.' });
+  if (!row)
+    throw new EngineError('NOT_FOUND', `velocity limit ${quote(id)} does not exist`, {
+      hint: 'Create it with createVelocityLimit.',
+    });
   return toLimit(row);
 }
 
@@ -273,12 +339,19 @@ export function listVelocityLimits(deps: LedgerDeps, first: number, after?: stri
 
 function enforcementOf(input: VelocityControlInput['enforcement'], fallback: Enforcement): Enforcement {
   const action = input?.action ?? fallback;
-  if (!ENFORCEMENTS.includes(action)) throw new EngineError('BAD_REQUEST', `enforcement.action ${quote(action)} is not one of ${ENFORCEMENTS.join(', ')}`);
+  if (!ENFORCEMENTS.includes(action))
+    throw new EngineError(
+      'BAD_REQUEST',
+      `enforcement.action ${quote(action)} is not one of ${ENFORCEMENTS.join(', ')}`,
+    );
   return action;
 }
 
 export function createVelocityControl(deps: LedgerDeps, input: VelocityControlInput): VelocityControl {
-  if (deps.vel.controlById.get(input.velocityControlId)) throw new EngineError('ALREADY_EXISTS', `velocity control ${quote(input.velocityControlId)} already exists`, { hint: 'Use updateVelocityControl to change it.' });
+  if (deps.vel.controlById.get(input.velocityControlId))
+    throw new EngineError('ALREADY_EXISTS', `velocity control ${quote(input.velocityControlId)} already exists`, {
+      hint: 'Use updateVelocityControl to change it.',
+    });
   if (input.condition != null) compileCel(deps, 'condition', input.condition);
   const now = deps.clock.now().toISOString();
   const row: VelocityControlRow = {
@@ -300,16 +373,24 @@ export function createVelocityControl(deps: LedgerDeps, input: VelocityControlIn
 export function updateVelocityControl(
   deps: LedgerDeps,
   id: string,
-  input: { name?: string | null; description?: string | null; enforcement?: VelocityControlInput['enforcement']; condition?: string | null; status?: 'ACTIVE' | 'LOCKED' | null },
+  input: {
+    name?: string | null;
+    description?: string | null;
+    enforcement?: VelocityControlInput['enforcement'];
+    condition?: string | null;
+    status?: 'ACTIVE' | 'LOCKED' | null;
+  },
 ): VelocityControl {
   const current = findControlRow(deps, id);
   if (input.condition != null) compileCel(deps, 'condition', input.condition);
-  if (input.status != null && input.status !== 'ACTIVE' && input.status !== 'LOCKED') throw new EngineError('BAD_REQUEST', `status ${quote(input.status)} is not ACTIVE or LOCKED`);
+  if (input.status != null && input.status !== 'ACTIVE' && input.status !== 'LOCKED')
+    throw new EngineError('BAD_REQUEST', `status ${quote(input.status)} is not ACTIVE or LOCKED`);
   const row: VelocityControlRow = {
     ...current,
     name: input.name == null ? current.name : requiredText(input.name, 'name'),
     description: input.description === undefined ? current.description : optionalText(input.description, 'description'),
-    enforcement: input.enforcement === undefined ? current.enforcement : enforcementOf(input.enforcement, current.enforcement),
+    enforcement:
+      input.enforcement === undefined ? current.enforcement : enforcementOf(input.enforcement, current.enforcement),
     condition: input.condition === undefined ? current.condition : input.condition,
     status: input.status ?? current.status,
     version: current.version + 1,
@@ -322,7 +403,12 @@ export function updateVelocityControl(
 export function deleteVelocityControl(deps: LedgerDeps, id: string): VelocityControl {
   const control = toControl(findControlRow(deps, id));
   const attached = deps.vel.attachmentsOfControlCount.get(id) ?? 0;
-  if (attached > 0) throw new EngineError('BAD_REQUEST', `velocity control ${control.name} is attached to ${attached} account(s) or set(s)`, { hint: 'Detach it (detachVelocityControl) first.' });
+  if (attached > 0)
+    throw new EngineError(
+      'BAD_REQUEST',
+      `velocity control ${control.name} is attached to ${attached} account(s) or set(s)`,
+      { hint: 'Detach it (detachVelocityControl) first.' },
+    );
   deps.vel.removeAllLimitsFromControl.run(id);
   deps.vel.deleteControl.run(id);
   return control;
@@ -330,7 +416,10 @@ export function deleteVelocityControl(deps: LedgerDeps, id: string): VelocityCon
 
 function findControlRow(deps: LedgerDeps, id: string): VelocityControlRow {
   const row = deps.vel.controlById.get(id);
-  if (!row) throw new EngineError('NOT_FOUND', `velocity control ${quote(id)} does not exist`, { hint: 'Create it with createVelocityControl.' });
+  if (!row)
+    throw new EngineError('NOT_FOUND', `velocity control ${quote(id)} does not exist`, {
+      hint: 'Create it with createVelocityControl.',
+    });
   return row;
 }
 
@@ -338,9 +427,18 @@ export function getVelocityControl(deps: LedgerDeps, id: string): VelocityContro
   return toControl(findControlRow(deps, id));
 }
 
-export function listVelocityControls(deps: LedgerDeps, first: number, after?: string | null): Connection<VelocityControl> {
+export function listVelocityControls(
+  deps: LedgerDeps,
+  first: number,
+  after?: string | null,
+): Connection<VelocityControl> {
   const req = pageRequest<string>(first, after, deps.limits.pageSizeMax, 'string', 'velocity-controls');
-  return toConnection(deps.vel.controlsPage.all(req.after ?? '', req.fetch), req, (r) => r.velocity_control_id, toControl);
+  return toConnection(
+    deps.vel.controlsPage.all(req.after ?? '', req.fetch),
+    req,
+    (r) => r.velocity_control_id,
+    toControl,
+  );
 }
 
 export function limitsOfControl(deps: LedgerDeps, controlId: string): VelocityLimit[] {
@@ -355,7 +453,10 @@ export function addLimitToControl(deps: LedgerDeps, controlId: string, limitId: 
   }
   const count = deps.vel.controlLimitCount.get(controlId) ?? 0;
   if (count >= deps.limits.velocityLimitsPerControlMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `velocity control ${control.name} has ${count} limits; velocityLimitsPerControlMax is ${deps.limits.velocityLimitsPerControlMax}`);
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `velocity control ${control.name} has ${count} limits; velocityLimitsPerControlMax is ${deps.limits.velocityLimitsPerControlMax}`,
+    );
   }
   deps.vel.addLimitToControl.run(controlId, limitId, controlId);
   return toControl(control);
@@ -379,40 +480,74 @@ export function removeAllLimitsFromControl(deps: LedgerDeps, controlId: string):
  * Attach a control to an account or a set (in one journal, or every journal when left out), with
  * the values of its limits' params. Attaching it again replaces the journal and params.
  */
-export function attachVelocityControl(deps: LedgerDeps, args: { velocityControlId: string; accountId: string; journalId?: string | null; params?: unknown }): Attachment {
+export function attachVelocityControl(
+  deps: LedgerDeps,
+  args: { velocityControlId: string; accountId: string; journalId?: string | null; params?: unknown },
+): Attachment {
   const control = findControlRow(deps, args.velocityControlId);
   const target = deps.st.accountById.get(args.accountId);
   if (!target) throw new EngineError('NOT_FOUND', `account or account set ${quote(args.accountId)} does not exist`);
-  if (args.journalId != null && !deps.st.journalById.get(args.journalId)) throw new EngineError('NOT_FOUND', `journal ${quote(args.journalId)} does not exist`);
+  if (args.journalId != null && !deps.st.journalById.get(args.journalId))
+    throw new EngineError('NOT_FOUND', `journal ${quote(args.journalId)} does not exist`);
   const existing = deps.vel.attachment.get(args.accountId, args.velocityControlId);
   if (!existing && deps.vel.attachmentsOf.all(args.accountId).length >= deps.limits.velocityControlsPerAccountMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `${target.code} has ${deps.limits.velocityControlsPerAccountMax} velocity controls attached; velocityControlsPerAccountMax is ${deps.limits.velocityControlsPerAccountMax}`, {
-      hint: 'Each posting checks every control of its accounts and their sets: combine limits into fewer controls.',
-    });
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `${target.code} has ${deps.limits.velocityControlsPerAccountMax} velocity controls attached; velocityControlsPerAccountMax is ${deps.limits.velocityControlsPerAccountMax}`,
+      {
+        hint: 'Each posting checks every control of its accounts and their sets: combine limits into fewer controls.',
+      },
+    );
   }
   const params = args.params == null ? null : jsonObjectText(args.params, 'params', deps.limits.jsonBytesMax);
   // CEL reads params as maps: a key CEL cannot hold (or that names a prototype) is refused here, not at every posting.
   const reserved = params === null ? null : reservedKeyIn(JSON.parse(params));
   if (reserved !== null) {
-    throw new EngineError('BAD_REQUEST', `params hold the key ${quote(reserved)}, which is reserved`, { hint: 'Name params with identifiers other than __proto__, constructor and prototype.' });
+    throw new EngineError('BAD_REQUEST', `params hold the key ${quote(reserved)}, which is reserved`, {
+      hint: 'Name params with identifiers other than __proto__, constructor and prototype.',
+    });
   }
   // Bind them now against every limit, so a bad value is refused here and not at the next posting.
-  for (const limit of limitsOfControl(deps, control.velocity_control_id)) bindLimitParams(deps, limit, params === null ? {} : JSON.parse(params));
+  for (const limit of limitsOfControl(deps, control.velocity_control_id))
+    bindLimitParams(deps, limit, params === null ? {} : JSON.parse(params));
   const now = deps.clock.now().toISOString();
-  deps.vel.upsertAttachment.run({ account_id: args.accountId, velocity_control_id: args.velocityControlId, journal_id: args.journalId ?? '', params, now });
+  deps.vel.upsertAttachment.run({
+    account_id: args.accountId,
+    velocity_control_id: args.velocityControlId,
+    journal_id: args.journalId ?? '',
+    params,
+    now,
+  });
   return toAttachment(deps.vel.attachment.get(args.accountId, args.velocityControlId)!);
 }
 
-export function detachVelocityControl(deps: LedgerDeps, args: { velocityControlId: string; accountId: string }): Attachment {
+export function detachVelocityControl(
+  deps: LedgerDeps,
+  args: { velocityControlId: string; accountId: string },
+): Attachment {
   const row = deps.vel.attachment.get(args.accountId, args.velocityControlId);
-  if (!row) throw new EngineError('NOT_FOUND', `velocity control ${quote(args.velocityControlId)} is not attached to ${quote(args.accountId)}`);
+  if (!row)
+    throw new EngineError(
+      'NOT_FOUND',
+      `velocity control ${quote(args.velocityControlId)} is not attached to ${quote(args.accountId)}`,
+    );
   deps.vel.deleteAttachment.run(args.accountId, args.velocityControlId);
   return toAttachment(row);
 }
 
-export function attachedControls(deps: LedgerDeps, accountId: string, first: number, after?: string | null): Connection<Attachment> {
+export function attachedControls(
+  deps: LedgerDeps,
+  accountId: string,
+  first: number,
+  after?: string | null,
+): Connection<Attachment> {
   const req = pageRequest<string>(first, after, deps.limits.pageSizeMax, 'string', 'attached-controls');
-  return toConnection(deps.vel.attachmentsOfPage.all(accountId, req.after ?? '', req.fetch), req, (r) => r.velocity_control_id, toAttachment);
+  return toConnection(
+    deps.vel.attachmentsOfPage.all(accountId, req.after ?? '', req.fetch),
+    req,
+    (r) => r.velocity_control_id,
+    toAttachment,
+  );
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -421,7 +556,11 @@ export function attachedControls(deps: LedgerDeps, accountId: string, first: num
 const INFINITE = /^([+-]?)(inf|infinity)$/i;
 
 /** Param definitions of a velocity limit checked and compiled as a tran code's are; errors are BAD_REQUEST / CEL_ERROR. */
-function compiledParams(deps: LedgerDeps, owner: string, params: readonly ParamDefinition[]): CompiledTranCode['params'] {
+function compiledParams(
+  deps: LedgerDeps,
+  owner: string,
+  params: readonly ParamDefinition[],
+): CompiledTranCode['params'] {
   return compileParams(
     deps,
     params,
@@ -435,7 +574,11 @@ function compiledParams(deps: LedgerDeps, owner: string, params: readonly ParamD
 }
 
 /** A limit's params: the attach-time values, else each param's default. "inf" / "-inf" are ±Infinity. */
-function bindLimitParams(deps: LedgerDeps, limit: VelocityLimit, values: Record<string, unknown>): Record<string, unknown> {
+function bindLimitParams(
+  deps: LedgerDeps,
+  limit: VelocityLimit,
+  values: Record<string, unknown>,
+): Record<string, unknown> {
   const input: Record<string, unknown> = {};
   // Values for params the limit does not declare are kept as they are (the reference ledger's
   // controls pass more than a limit reads, e.g. a layer beside the amount).
@@ -447,7 +590,13 @@ function bindLimitParams(deps: LedgerDeps, limit: VelocityLimit, values: Record<
       continue;
     }
     const infinite = typeof value === 'string' ? INFINITE.exec(value.trim()) : null;
-    setOwn(input, name, param.type === 'DECIMAL' && infinite ? new CelDecimal(new Dec(infinite[1] === '-' ? -Infinity : Infinity)) : value);
+    setOwn(
+      input,
+      name,
+      param.type === 'DECIMAL' && infinite
+        ? new CelDecimal(new Dec(infinite[1] === '-' ? -Infinity : Infinity))
+        : value,
+    );
   }
   // Compiled once per limit version (versions never change), until a velocity table changes.
   const compiled = deps.cache.posting.getIn(`velocity params ${limit.version}`, limit.velocityLimitId, () => ({
@@ -458,7 +607,11 @@ function bindLimitParams(deps: LedgerDeps, limit: VelocityLimit, values: Record<
     return { ...extra, ...bindParams(deps, compiled, input) };
   } catch (error) {
     const e = error as EngineError;
-    throw new EngineError('BAD_REQUEST', e.message.replace(/tran code /, ''), { hint: e.hint ?? `The params of velocity limit ${limit.name}: ${limit.params.map((p) => `${p.name} (${p.type})`).join(', ') || 'none'}.` });
+    throw new EngineError('BAD_REQUEST', e.message.replace(/tran code /, ''), {
+      hint:
+        e.hint ??
+        `The params of velocity limit ${limit.name}: ${limit.params.map((p) => `${p.name} (${p.type})`).join(', ') || 'none'}.`,
+    });
   }
 }
 
@@ -470,7 +623,9 @@ function layerOf(value: unknown, what: string): Layer {
   if (value === 0n || value === 'SETTLED') return 'SETTLED';
   if (value === 1n || value === 'PENDING') return 'PENDING';
   if (value === 2n || value === 'ENCUMBRANCE') return 'ENCUMBRANCE';
-  throw new EngineError('CEL_ERROR', `${what} evaluated to ${quote(String(value))}, not a layer`, { hint: 'Use SETTLED, PENDING or ENCUMBRANCE.' });
+  throw new EngineError('CEL_ERROR', `${what} evaluated to ${quote(String(value))}, not a layer`, {
+    hint: 'Use SETTLED, PENDING or ENCUMBRANCE.',
+  });
 }
 
 function directionOf(value: unknown, what: string): Direction {
@@ -517,23 +672,28 @@ function evaluate(deps: LedgerDeps, expression: string, context: Record<string, 
     return deps.cel.evaluate(expression, context);
   } catch (error) {
     const e = error as EngineError;
-    throw new EngineError(e.code === 'LIMIT_EXCEEDED' ? 'LIMIT_EXCEEDED' : 'CEL_ERROR', `${what}: ${e.message}`, { hint: e.hint });
+    throw new EngineError(e.code === 'LIMIT_EXCEEDED' ? 'LIMIT_EXCEEDED' : 'CEL_ERROR', `${what}: ${e.message}`, {
+      hint: e.hint,
+    });
   }
 }
 
 function truthy(deps: LedgerDeps, expression: string | null, context: Record<string, unknown>, what: string): boolean {
   if (expression === null) return true;
   const value = evaluate(deps, expression, context, what);
-  if (typeof value !== 'boolean') throw new EngineError('CEL_ERROR', `${what} evaluated to ${quote(String(value))}, not a bool`);
+  if (typeof value !== 'boolean')
+    throw new EngineError('CEL_ERROR', `${what} evaluated to ${quote(String(value))}, not a bool`);
   return value;
 }
 
 function windowKey(deps: LedgerDeps, limit: VelocityLimit, context: Record<string, unknown>): string {
   if (limit.window.length === 0) return '[]';
-  return canonicalJson(limit.window.map((k) => {
-    const value = evaluate(deps, k.value, context, `velocity limit ${limit.name} window ${k.alias}`);
-    return value instanceof Date ? value.toISOString() : typeof value === 'bigint' ? value.toString() : String(value);
-  }));
+  return canonicalJson(
+    limit.window.map((k) => {
+      const value = evaluate(deps, k.value, context, `velocity limit ${limit.name} window ${k.alias}`);
+      return value instanceof Date ? value.toISOString() : typeof value === 'bigint' ? value.toString() : String(value);
+    }),
+  );
 }
 
 interface Check {
@@ -549,18 +709,36 @@ interface Check {
 
 /** The controls attached to an account or set, cached until a velocity table changes. */
 function attachedTo(deps: LedgerDeps, accountId: string): Attachment[] {
-  return deps.cache.posting.getIn('velocity attachments', accountId, () => deps.vel.attachmentsOf.all(accountId).map(toAttachment)) as Attachment[];
+  return deps.cache.posting.getIn('velocity attachments', accountId, () =>
+    deps.vel.attachmentsOf.all(accountId).map(toAttachment),
+  ) as Attachment[];
 }
 
 function controlOf(deps: LedgerDeps, id: string): { control: VelocityControl; limits: VelocityLimit[] } {
-  return deps.cache.posting.getIn('velocity control', id, () => ({ control: getVelocityControl(deps, id), limits: limitsOfControl(deps, id) })) as {
+  return deps.cache.posting.getIn('velocity control', id, () => ({
+    control: getVelocityControl(deps, id),
+    limits: limitsOfControl(deps, id),
+  })) as {
     control: VelocityControl;
     limits: VelocityLimit[];
   };
 }
 
 /** Names a balance limit's fields may read and still be known before any posting: params and constants. */
-const STATIC_ROOTS: ReadonlySet<string> = new Set(['params', 'DEBIT', 'CREDIT', 'SETTLED', 'PENDING', 'ENCUMBRANCE', 'decimal', 'money', 'uuid', 'date', 'time', 'strings']);
+const STATIC_ROOTS: ReadonlySet<string> = new Set([
+  'params',
+  'DEBIT',
+  'CREDIT',
+  'SETTLED',
+  'PENDING',
+  'ENCUMBRANCE',
+  'decimal',
+  'money',
+  'uuid',
+  'date',
+  'time',
+  'strings',
+]);
 
 interface Spec {
   layer: Layer;
@@ -576,10 +754,16 @@ interface Spec {
 function staticSpecs(deps: LedgerDeps, limit: VelocityLimit, attachment: Attachment): Spec[] | null {
   const key = `velocity specs ${attachment.accountId} ${attachment.velocityControlId} ${limit.velocityLimitId}`;
   const cached = deps.cache.posting.get(key, () => {
-    const fields = limit.limit.balance.flatMap((b) => [b.layer, b.amount, b.normalBalanceType, b.start, b.end]).filter((f): f is string => f != null);
-    const fixed = fields.every((f) => [...identifiersOf((deps.cel.compile(f) as unknown as { ast?: unknown }).ast)].every((n) => STATIC_ROOTS.has(n)));
+    const fields = limit.limit.balance
+      .flatMap((b) => [b.layer, b.amount, b.normalBalanceType, b.start, b.end])
+      .filter((f): f is string => f != null);
+    const fixed = fields.every((f) =>
+      [...identifiersOf((deps.cel.compile(f) as unknown as { ast?: unknown }).ast)].every((n) => STATIC_ROOTS.has(n)),
+    );
     if (!fixed || limit.limit.balance.some((b) => b.start != null || b.end != null)) return { specs: null };
-    return { specs: evaluateSpecs(deps, limit, { params: bindLimitParams(deps, limit, attachment.params ?? {}) }, null) };
+    return {
+      specs: evaluateSpecs(deps, limit, { params: bindLimitParams(deps, limit, attachment.params ?? {}) }, null),
+    };
   }) as { specs: Spec[] | null };
   return cached.specs;
 }
@@ -588,19 +772,31 @@ function staticSpecs(deps: LedgerDeps, limit: VelocityLimit, attachment: Attachm
  * A limit's balance limits evaluated in `context` (params, and the posting's documents when they
  * read them). With a `timestamp`, those whose [start, end) does not hold it are left out.
  */
-function evaluateSpecs(deps: LedgerDeps, limit: VelocityLimit, context: Record<string, unknown>, timestamp: unknown): Spec[] {
+function evaluateSpecs(
+  deps: LedgerDeps,
+  limit: VelocityLimit,
+  context: Record<string, unknown>,
+  timestamp: unknown,
+): Spec[] {
   const specs: Spec[] = [];
   for (const [i, b] of limit.limit.balance.entries()) {
     const what = `velocity limit ${limit.name} limit.balance[${i}]`;
     if (timestamp !== null && (b.start != null || b.end != null)) {
       const at = timestamp instanceof Date ? timestamp.getTime() : Date.parse(String(timestamp));
-      const start = b.start == null ? -Infinity : Date.parse(celTime(evaluate(deps, b.start, context, `${what}.start`)));
+      const start =
+        b.start == null ? -Infinity : Date.parse(celTime(evaluate(deps, b.start, context, `${what}.start`)));
       const end = b.end == null ? Infinity : Date.parse(celTime(evaluate(deps, b.end, context, `${what}.end`)));
       if (!(at >= start && at < end)) continue;
     }
     specs.push({
       layer: layerOf(evaluate(deps, b.layer, context, `${what}.layer`), `${what}.layer`),
-      side: b.normalBalanceType == null ? null : directionOf(evaluate(deps, b.normalBalanceType, context, `${what}.normalBalanceType`), `${what}.normalBalanceType`),
+      side:
+        b.normalBalanceType == null
+          ? null
+          : directionOf(
+              evaluate(deps, b.normalBalanceType, context, `${what}.normalBalanceType`),
+              `${what}.normalBalanceType`,
+            ),
       amount: decimalOf(evaluate(deps, b.amount, context, `${what}.amount`), `${what}.amount`),
     });
   }
@@ -616,7 +812,8 @@ interface Move {
 }
 
 /** The running total of a windowed or conditional limit for one account or set, journal, currency and window. */
-const totalsKey = (limitId: string, targetId: string, journalId: string, currency: string, window: string) => `${limitId} ${targetId} ${journalId} ${currency} ${window}`;
+const totalsKey = (limitId: string, targetId: string, journalId: string, currency: string, window: string) =>
+  `${limitId} ${targetId} ${journalId} ${currency} ${window}`;
 
 /**
  * Walk the controls attached to each posted entry's account and sets: add (sign 1) or take back
@@ -625,7 +822,14 @@ const totalsKey = (limitId: string, targetId: string, journalId: string, currenc
  * original is taken back instead), noting each in `moves`, and hand each (control, limit, account
  * or set) the posting concerns to `check`. Returns whether anything was attached at all.
  */
-function countTotals(deps: LedgerDeps, posted: Posted, sign: 1 | -1 | 0, now: string, check?: (check: Check) => void, moves?: Map<string, Move[]>): boolean {
+function countTotals(
+  deps: LedgerDeps,
+  posted: Posted,
+  sign: 1 | -1 | 0,
+  now: string,
+  check?: (check: Check) => void,
+  moves?: Map<string, Move[]>,
+): boolean {
   // Attachments of every account and set the entries reach, cached until a velocity table changes:
   // none attached (the common case) costs a map lookup per account and set.
   const attachments = new Map<string, Attachment[]>();
@@ -662,11 +866,18 @@ function countTotals(deps: LedgerDeps, posted: Posted, sign: 1 | -1 | 0, now: st
         if (attachment.journalId !== null && attachment.journalId !== entry.journal_id) continue;
         const { control, limits } = controlOf(deps, attachment.velocityControlId);
         if (control.status !== 'ACTIVE') continue;
-        const applies = check !== undefined && (control.condition === null || truthy(deps, control.condition, contextOf(), `velocity control ${control.name} condition`));
+        const applies =
+          check !== undefined &&
+          (control.condition === null ||
+            truthy(deps, control.condition, contextOf(), `velocity control ${control.name} condition`));
         for (const limit of limits) {
           if (limit.currency !== '' && limit.currency !== entry.currency) continue;
           if (!keepsTotals(limit) && !applies) continue;
-          if (limit.condition !== null && !truthy(deps, limit.condition, contextOf(), `velocity limit ${limit.name} condition`)) continue;
+          if (
+            limit.condition !== null &&
+            !truthy(deps, limit.condition, contextOf(), `velocity limit ${limit.name} condition`)
+          )
+            continue;
           const window = limit.window.length === 0 ? '[]' : windowKey(deps, limit, contextOf());
           // Running totals of a windowed or conditional limit: each entry once per limit and target,
           // counted from when the control was attached; an entry posted before it was never
@@ -676,15 +887,28 @@ function countTotals(deps: LedgerDeps, posted: Posted, sign: 1 | -1 | 0, now: st
             counted.add(limit.velocityLimitId);
             const values: Record<string, string> = {};
             for (const column of BALANCE_COLUMNS) values[column] = '0';
-            values[`${entry.layer.toLowerCase()}_${entry.direction === 'DEBIT' ? 'dr' : 'cr'}`] = sign === 1 ? entry.units : `-${entry.units}`;
+            values[`${entry.layer.toLowerCase()}_${entry.direction === 'DEBIT' ? 'dr' : 'cr'}`] =
+              sign === 1 ? entry.units : `-${entry.units}`;
             deps.vel.addToVelocityBalance.run({
-              velocity_limit_id: limit.velocityLimitId, account_id: targetId, journal_id: entry.journal_id, currency: entry.currency, window, ...values, entry_id: entry.entry_id, modified: now,
+              velocity_limit_id: limit.velocityLimitId,
+              account_id: targetId,
+              journal_id: entry.journal_id,
+              currency: entry.currency,
+              window,
+              ...values,
+              entry_id: entry.entry_id,
+              modified: now,
             });
             if (moves) {
               const key = totalsKey(limit.velocityLimitId, targetId, entry.journal_id, entry.currency, window);
               let list = moves.get(key);
               if (!list) moves.set(key, (list = []));
-              list.push({ layer: entry.layer as Layer, direction: entry.direction as Direction, units: entry.units, sign });
+              list.push({
+                layer: entry.layer as Layer,
+                direction: entry.direction as Direction,
+                units: entry.units,
+                sign,
+              });
             }
           }
           if (applies) check!({ attachment, control, limit, target, entry, window, context: contextOf });
@@ -755,20 +979,36 @@ interface Judgement {
  *   may not read a balance it concerns: it is refused, with the same answer whether or not it would
  *   fit, so a dry run is no free probe of a balance its sender may not see.
  */
-function decide(_deps: LedgerDeps, write: WriteKind, judgements: Iterable<Judgement>, properties: VelocityProperties | null | undefined, writer: Writer | undefined, now: string): Verdict {
+function decide(
+  _deps: LedgerDeps,
+  write: WriteKind,
+  judgements: Iterable<Judgement>,
+  properties: VelocityProperties | null | undefined,
+  writer: Writer | undefined,
+  now: string,
+): Verdict {
   const override = properties?.overrideVelocityEnforcement?.action ?? null;
-  if (override !== null && !ENFORCEMENTS.includes(override)) throw new EngineError('BAD_REQUEST', `overrideVelocityEnforcement.action ${quote(override)} is not one of ${ENFORCEMENTS.join(', ')}`);
+  if (override !== null && !ENFORCEMENTS.includes(override))
+    throw new EngineError(
+      'BAD_REQUEST',
+      `overrideVelocityEnforcement.action ${quote(override)} is not one of ${ENFORCEMENTS.join(', ')}`,
+    );
   const exceptions: TransactionException[] = [];
   let voidIt = false;
   if (properties?.exception) {
     const { type, message, detail } = properties.exception;
-    exceptions.push({ type: requiredText(type, 'exception.type', 128), message: requiredText(message, 'exception.message'), detail: (detail ?? {}) as Record<string, unknown> });
+    exceptions.push({
+      type: requiredText(type, 'exception.type', 128),
+      message: requiredText(message, 'exception.message'),
+      detail: (detail ?? {}) as Record<string, unknown>,
+    });
     voidIt = true;
   }
   const all = [...judgements];
   // Before anything is judged, so the answer cannot depend on a balance the writer may not read.
   if (writer?.dryRun) {
-    for (const j of all) if (!writer.mayRead(j.target.account_id, j.journalId, j.currency)) throw unjudged(write, j, now);
+    for (const j of all)
+      if (!writer.mayRead(j.target.account_id, j.journalId, j.currency)) throw unjudged(write, j, now);
   }
   for (const j of all) {
     const violation = judge(j, now);
@@ -788,7 +1028,11 @@ function judge(j: Judgement, now: string): TransactionException | null {
     const side = spec.side ?? (j.target.normal_balance_type as Direction);
     // Not further toward the limit: nothing to read, nothing broken.
     if (!j.delta(spec.layer, side).gt(0)) continue;
-    const exception = exceptionIfPast(j.after(), { target: j.target, ...spec, currency: j.currency, control: j.control, limit: j.limit }, { entryId: j.entryId, transactionId: j.transactionId, now });
+    const exception = exceptionIfPast(
+      j.after(),
+      { target: j.target, ...spec, currency: j.currency, control: j.control, limit: j.limit },
+      { entryId: j.entryId, transactionId: j.transactionId, now },
+    );
     if (exception) return exception;
   }
   return null;
@@ -796,7 +1040,13 @@ function judge(j: Judgement, now: string): TransactionException | null {
 
 const WRITTEN: Record<WriteKind, string> = { post: 'posting', void: 'void', membership: 'membership change' };
 
-function refusal(write: WriteKind, action: Enforcement, j: Judgement, violation: TransactionException, now: string): EngineError {
+function refusal(
+  write: WriteKind,
+  action: Enforcement,
+  j: Judgement,
+  violation: TransactionException,
+  now: string,
+): EngineError {
   const what = `Velocity control ${j.control.name} on ${j.target.code} refused the ${WRITTEN[write]}: nothing was written.`;
   const how =
     write === 'membership'
@@ -806,7 +1056,13 @@ function refusal(write: WriteKind, action: Enforcement, j: Judgement, violation:
         : ` An operator may ${write === 'void' ? 'void' : 'post'} it with properties: {overrideVelocityEnforcement: {action: WARN}}.`;
   return new EngineError('BALANCE_VELOCITY_EXCEEDED', violation.message, {
     hint: what + how,
-    exception: { transactionId: j.transactionId, type: violation.type, errorMessage: violation.message, detail: violation.detail, created: now },
+    exception: {
+      transactionId: j.transactionId,
+      type: violation.type,
+      errorMessage: violation.message,
+      detail: violation.detail,
+      created: now,
+    },
   });
 }
 
@@ -820,8 +1076,17 @@ function unjudged(write: WriteKind, j: Judgement, now: string): EngineError {
       type: 'VELOCITY_CONTROL',
       errorMessage: message,
       detail: {
-        accountId: j.target.account_id, created: now, entryId: null, judged: false, layer: null, limit: null, modified: now, transactionId: j.transactionId,
-        velocityControlId: j.control.velocityControlId, velocityLimitId: j.limit.velocityLimitId, violatingBalance: null,
+        accountId: j.target.account_id,
+        created: now,
+        entryId: null,
+        judged: false,
+        layer: null,
+        limit: null,
+        modified: now,
+        transactionId: j.transactionId,
+        velocityControlId: j.control.velocityControlId,
+        velocityLimitId: j.limit.velocityLimitId,
+        violatingBalance: null,
       },
       created: now,
     },
@@ -837,7 +1102,12 @@ function signed(units: string, direction: string, side: Direction, sign: 1 | -1 
 const upTo = (entryLayer: string, layer: Layer) => LAYERS.indexOf(entryLayer as Layer) <= LAYERS.indexOf(layer);
 
 /** The judgements of a posting (or a void's reversal) from the checks countTotals handed out, one per (control, limit, account or set, journal, currency, window). */
-function judgementsOf(deps: LedgerDeps, checks: Iterable<Check>, written: Posted, moves: ReadonlyMap<string, Move[]>): Judgement[] {
+function judgementsOf(
+  deps: LedgerDeps,
+  checks: Iterable<Check>,
+  written: Posted,
+  moves: ReadonlyMap<string, Move[]>,
+): Judgement[] {
   const out: Judgement[] = [];
   for (const check of checks) {
     const { limit, attachment, target, entry, control } = check;
@@ -845,26 +1115,43 @@ function judgementsOf(deps: LedgerDeps, checks: Iterable<Check>, written: Posted
     const currency = entry.currency;
     const totals = keepsTotals(limit);
     let evaluated: Record<string, unknown> | undefined;
-    const context = () => (evaluated ??= { ...check.context(), params: bindLimitParams(deps, limit, attachment.params ?? {}) });
+    const context = () =>
+      (evaluated ??= { ...check.context(), params: bindLimitParams(deps, limit, attachment.params ?? {}) });
     out.push({
-      control, limit, target, journalId, currency,
-      specs: () => staticSpecs(deps, limit, attachment) ?? evaluateSpecs(deps, limit, context(), timestampOf(deps, limit, written, context)),
+      control,
+      limit,
+      target,
+      journalId,
+      currency,
+      specs: () =>
+        staticSpecs(deps, limit, attachment) ??
+        evaluateSpecs(deps, limit, context(), timestampOf(deps, limit, written, context)),
       delta: (layer, side) => {
         let sum = new Dec(0);
         if (totals) {
-          for (const m of moves.get(totalsKey(limit.velocityLimitId, target.account_id, journalId, currency, check.window)) ?? []) {
+          for (const m of moves.get(
+            totalsKey(limit.velocityLimitId, target.account_id, journalId, currency, check.window),
+          ) ?? []) {
             if (upTo(m.layer, layer)) sum = sum.plus(signed(m.units, m.direction, side, m.sign));
           }
         } else {
           for (const e of written.entries) {
-            if (e.journal_id === journalId && e.currency === currency && upTo(e.layer, layer) && ownersOf(written, e).includes(target.account_id)) sum = sum.plus(signed(e.units, e.direction, side));
+            if (
+              e.journal_id === journalId &&
+              e.currency === currency &&
+              upTo(e.layer, layer) &&
+              ownersOf(written, e).includes(target.account_id)
+            )
+              sum = sum.plus(signed(e.units, e.direction, side));
           }
         }
         return sum;
       },
-      after: () => totals
-        ? deps.vel.velocityBalance.get(limit.velocityLimitId, target.account_id, journalId, currency, check.window)
-        : balanceLeft(written, target.account_id, entry) ?? deps.st.balance.get(target.account_id, journalId, currency),
+      after: () =>
+        totals
+          ? deps.vel.velocityBalance.get(limit.velocityLimitId, target.account_id, journalId, currency, check.window)
+          : (balanceLeft(written, target.account_id, entry) ??
+            deps.st.balance.get(target.account_id, journalId, currency)),
       entryId: entry.entry_id,
       transactionId: written.transaction.transaction_id,
     });
@@ -885,7 +1172,12 @@ function collectChecks(checks: Map<string, Check>): (check: Check) => void {
  * its entries' accounts and their sets (see decide). Throws BALANCE_VELOCITY_EXCEEDED for a
  * refusal; returns what VOID and WARN recorded and whether the posting must be voided.
  */
-export function enforceVelocity(deps: LedgerDeps, posted: Posted, properties: VelocityProperties | null | undefined, writer?: Writer): Verdict {
+export function enforceVelocity(
+  deps: LedgerDeps,
+  posted: Posted,
+  properties: VelocityProperties | null | undefined,
+  writer?: Writer,
+): Verdict {
   const checks = new Map<string, Check>();
   const moves = new Map<string, Move[]>();
   // The posting's own time (its transaction's created): the exceptions it records are of that moment.
@@ -901,7 +1193,13 @@ export function enforceVelocity(deps: LedgerDeps, posted: Posted, properties: Ve
  * voided posting no longer spends a limit. A void whose reversal or whose taking back moves a
  * guarded balance further past its limit is refused (REJECT, VOID) or recorded on the reversal (WARN).
  */
-export function enforceVoid(deps: LedgerDeps, reversal: Posted, original: Posted, properties: VelocityProperties | null | undefined, writer?: Writer): Verdict {
+export function enforceVoid(
+  deps: LedgerDeps,
+  reversal: Posted,
+  original: Posted,
+  properties: VelocityProperties | null | undefined,
+  writer?: Writer,
+): Verdict {
   const checks = new Map<string, Check>();
   const moves = new Map<string, Move[]>();
   const now = reversal.transaction.created;
@@ -927,7 +1225,14 @@ export function uncountVoided(deps: LedgerDeps, original: Posted): void {
  * and a membership change has none: the control is judged as if its condition held. Limits with a
  * window or a condition keep running totals of entries, which a membership change does not move.
  */
-export function checkMovedBalances(deps: LedgerDeps, setIds: readonly string[], journalId: string, moved: readonly BalanceRow[], sign: 1 | -1, writer?: Writer): void {
+export function checkMovedBalances(
+  deps: LedgerDeps,
+  setIds: readonly string[],
+  journalId: string,
+  moved: readonly BalanceRow[],
+  sign: 1 | -1,
+  writer?: Writer,
+): void {
   const now = deps.clock.now().toISOString();
   const judgements: Judgement[] = [];
   for (const setId of setIds) {
@@ -946,7 +1251,11 @@ export function checkMovedBalances(deps: LedgerDeps, setIds: readonly string[], 
         for (const balance of moved) {
           if (limit.currency !== '' && limit.currency !== balance.currency) continue;
           judgements.push({
-            control, limit, target, journalId, currency: balance.currency,
+            control,
+            limit,
+            target,
+            journalId,
+            currency: balance.currency,
             specs: () => specs,
             delta: (layer, side) => {
               const d = new Dec(availableNormal(balance, layer, side));
@@ -969,7 +1278,15 @@ export function checkMovedBalances(deps: LedgerDeps, setIds: readonly string[], 
  */
 function exceptionIfPast(
   totals: Totals | undefined,
-  check: { target: AccountRow; layer: Layer; side: Direction | null; amount: { d: Dec; scale: number }; currency: string; control: VelocityControl; limit: VelocityLimit },
+  check: {
+    target: AccountRow;
+    layer: Layer;
+    side: Direction | null;
+    amount: { d: Dec; scale: number };
+    currency: string;
+    control: VelocityControl;
+    limit: VelocityLimit;
+  },
   at: { entryId: string | null; transactionId: string | null; now: string },
 ): TransactionException | null {
   const balance = availableNormal(totals, check.layer, check.side ?? (check.target.normal_balance_type as Direction));
@@ -997,13 +1314,23 @@ function exceptionIfPast(
 /** The balance record of an account or set as the posting just left it (no read), when it wrote one. */
 function balanceLeft(posted: Posted, accountId: string, entry: EntryRow): Totals | undefined {
   if (!posted.balances) return undefined;
-  const key = posted.keys?.journalId === entry.journal_id ? posted.keys.of(accountId, entry.currency) : `${accountId} ${entry.journal_id} ${entry.currency}`;
+  const key =
+    posted.keys?.journalId === entry.journal_id
+      ? posted.keys.of(accountId, entry.currency)
+      : `${accountId} ${entry.journal_id} ${entry.currency}`;
   const after = posted.balances.get(key);
   return after ? snapshotTotals(after.after) : undefined;
 }
 
-function timestampOf(deps: LedgerDeps, limit: VelocityLimit, posted: Posted, context: () => Record<string, unknown>): unknown {
-  return limit.limit.timestampSource === null ? new Date(posted.transaction.created) : evaluate(deps, limit.limit.timestampSource, context(), `velocity limit ${limit.name} timestampSource`);
+function timestampOf(
+  deps: LedgerDeps,
+  limit: VelocityLimit,
+  posted: Posted,
+  context: () => Record<string, unknown>,
+): unknown {
+  return limit.limit.timestampSource === null
+    ? new Date(posted.transaction.created)
+    : evaluate(deps, limit.limit.timestampSource, context(), `velocity limit ${limit.name} timestampSource`);
 }
 
 function celTime(value: unknown): string {
@@ -1034,12 +1361,19 @@ export interface VelocityBalance {
  */
 export function velocityOf(
   deps: LedgerDeps,
-  args: { accountId: string; window: unknown; currency?: string | null; velocityLimitId?: string | null; journalId?: string | null },
+  args: {
+    accountId: string;
+    window: unknown;
+    currency?: string | null;
+    velocityLimitId?: string | null;
+    journalId?: string | null;
+  },
 ): VelocityBalance[] {
   const target = deps.st.accountById.get(args.accountId);
   if (!target) throw new EngineError('NOT_FOUND', `account or account set ${quote(args.accountId)} does not exist`);
   const window = (args.window ?? {}) as Record<string, unknown>;
-  if (typeof window !== 'object' || Array.isArray(window)) throw new EngineError('BAD_REQUEST', `window must be a JSON object of values by alias, got ${quote(window)}`);
+  if (typeof window !== 'object' || Array.isArray(window))
+    throw new EngineError('BAD_REQUEST', `window must be a JSON object of values by alias, got ${quote(window)}`);
   const currency = args.currency ?? 'USD';
   const journalId = args.journalId ?? target.journal_id ?? DEFAULT_JOURNAL_ID;
   const out: VelocityBalance[] = [];
@@ -1049,21 +1383,53 @@ export function velocityOf(
     for (const limit of limitsOfControl(deps, control.velocityControlId)) {
       if (args.velocityLimitId && limit.velocityLimitId !== args.velocityLimitId) continue;
       if (limit.currency !== '' && limit.currency !== currency) continue;
-      const key = limit.window.length === 0 ? '[]' : canonicalJson(limit.window.map((k) => {
-        const v = Object.hasOwn(window, k.alias) ? window[k.alias] : undefined;
-        if (v === undefined) throw new EngineError('BAD_REQUEST', `window needs ${quote(k.alias)} for velocity limit ${limit.name}`, { hint: `Its window keys are ${limit.window.map((w) => w.alias).join(', ')}.` });
-        return String(v);
-      }));
-      const totals: Totals | undefined = keepsTotals(limit) ? deps.vel.velocityBalance.get(limit.velocityLimitId, target.account_id, journalId, currency, key) : deps.st.balance.get(target.account_id, journalId, currency);
-      const specs = staticSpecs(deps, limit, attachment) ??
-        evaluateSpecs(deps, limit, { context: { vars: { account: accountDocument(target) } }, params: bindLimitParams(deps, limit, attachment.params ?? {}) }, null);
+      const key =
+        limit.window.length === 0
+          ? '[]'
+          : canonicalJson(
+              limit.window.map((k) => {
+                const v = Object.hasOwn(window, k.alias) ? window[k.alias] : undefined;
+                if (v === undefined)
+                  throw new EngineError(
+                    'BAD_REQUEST',
+                    `window needs ${quote(k.alias)} for velocity limit ${limit.name}`,
+                    { hint: `Its window keys are ${limit.window.map((w) => w.alias).join(', ')}.` },
+                  );
+                return String(v);
+              }),
+            );
+      const totals: Totals | undefined = keepsTotals(limit)
+        ? deps.vel.velocityBalance.get(limit.velocityLimitId, target.account_id, journalId, currency, key)
+        : deps.st.balance.get(target.account_id, journalId, currency);
+      const specs =
+        staticSpecs(deps, limit, attachment) ??
+        evaluateSpecs(
+          deps,
+          limit,
+          {
+            context: { vars: { account: accountDocument(target) } },
+            params: bindLimitParams(deps, limit, attachment.params ?? {}),
+          },
+          null,
+        );
       for (const { layer, side: named, amount } of specs) {
         const side = named ?? (target.normal_balance_type as Direction);
         const spent = availableNormal(totals, layer, side);
-        const remaining = amount.d.isFinite() ? subText(withScale(amount.d, amount.scale), spent) : amountText(amount.d, 0);
+        const remaining = amount.d.isFinite()
+          ? subText(withScale(amount.d, amount.scale), spent)
+          : amountText(amount.d, 0);
         out.push({
-          velocityControlId: control.velocityControlId, velocityLimitId: limit.velocityLimitId, accountId: target.account_id, journalId, currency, window,
-          layer, normalBalanceType: side, limit: amountText(amount.d, amount.scale), spent, remaining,
+          velocityControlId: control.velocityControlId,
+          velocityLimitId: limit.velocityLimitId,
+          accountId: target.account_id,
+          journalId,
+          currency,
+          window,
+          layer,
+          normalBalanceType: side,
+          limit: amountText(amount.d, amount.scale),
+          spent,
+          remaining,
         });
       }
     }

@@ -183,21 +183,32 @@ function compileView(deps: LedgerDeps, input: ViewInput, row?: ViewRow): Compile
   }
   const wants = new Set<string>();
   for (const source of input.sources) {
-    if (!ENTITIES.includes(source?.entity)) throw badDefinition(`${what}: unknown source entity ${quote(source?.entity)}`, 'Use Entry or Transaction.');
+    if (!ENTITIES.includes(source?.entity))
+      throw badDefinition(`${what}: unknown source entity ${quote(source?.entity)}`, 'Use Entry or Transaction.');
     if (source.entity === 'Account') {
-      throw badDefinition(`${what}: Account sources are not supported yet`, 'Views follow postings: use Entry or Transaction sources.');
+      throw badDefinition(
+        `${what}: Account sources are not supported yet`,
+        'Views follow postings: use Entry or Transaction sources.',
+      );
     }
-    if (!Array.isArray(source.triggers) || source.triggers.length === 0) throw badDefinition(`${what}: source ${source.entity} needs at least one trigger`);
+    if (!Array.isArray(source.triggers) || source.triggers.length === 0)
+      throw badDefinition(`${what}: source ${source.entity} needs at least one trigger`);
     for (const trigger of source.triggers) {
-      if (!TRIGGERS.includes(trigger)) throw badDefinition(`${what}: unknown trigger ${quote(trigger)}`, 'Use OnInsert or OnUpdate.');
+      if (!TRIGGERS.includes(trigger))
+        throw badDefinition(`${what}: unknown trigger ${quote(trigger)}`, 'Use OnInsert or OnUpdate.');
       wants.add(`${source.entity}:${trigger}`);
     }
   }
-  if (!Array.isArray(input.document) || input.document.length === 0) throw badDefinition(`${what} needs at least one document field`);
+  if (!Array.isArray(input.document) || input.document.length === 0)
+    throw badDefinition(`${what} needs at least one document field`);
   if (input.document.length > limits.viewDocumentFieldsMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `${what} has ${input.document.length} document fields; viewDocumentFieldsMax is ${limits.viewDocumentFieldsMax}`, {
-      hint: 'Split the view in two, or compute fewer fields.',
-    });
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `${what} has ${input.document.length} document fields; viewDocumentFieldsMax is ${limits.viewDocumentFieldsMax}`,
+      {
+        hint: 'Split the view in two, or compute fewer fields.',
+      },
+    );
   }
   const seen = new Set<string>();
   const fields = input.document.map((field) => {
@@ -210,9 +221,13 @@ function compileView(deps: LedgerDeps, input: ViewInput, row?: ViewRow): Compile
   const partition = compileKeys(deps, what, input.partition, false, known, keySeen);
   const sort = compileKeys(deps, what, input.sort, true, known, keySeen);
   const filters = compileConditions(deps, `${what} filter`, input.filters);
-  const normalize = input.normalize != null && input.normalize !== '' ? { value: input.normalize, fn: compileField(deps, `${what} normalize`, input.normalize) } : null;
+  const normalize =
+    input.normalize != null && input.normalize !== ''
+      ? { value: input.normalize, fn: compileField(deps, `${what} normalize`, input.normalize) }
+      : null;
   const description = input.description ?? '';
-  if (typeof description !== 'string' || description.length > 1000) throw badDefinition(`${what}: description must be a string of at most 1000 characters`);
+  if (typeof description !== 'string' || description.length > 1000)
+    throw badDefinition(`${what}: description must be a string of at most 1000 characters`);
   const view: View = {
     viewId: row?.view_id ?? '',
     name,
@@ -228,7 +243,16 @@ function compileView(deps: LedgerDeps, input: ViewInput, row?: ViewRow): Compile
     created: row?.created ?? '',
     modified: row?.modified ?? '',
   };
-  return { view, wants, normalize, fields, keyFields: keyFieldMask(fields, [...partition, ...sort]), partition, sort, filters };
+  return {
+    view,
+    wants,
+    normalize,
+    fields,
+    keyFields: keyFieldMask(fields, [...partition, ...sort]),
+    partition,
+    sort,
+    filters,
+  };
 }
 
 function viewFromRow(deps: LedgerDeps, row: ViewRow): CompiledView {
@@ -238,7 +262,11 @@ function viewFromRow(deps: LedgerDeps, row: ViewRow): CompiledView {
 
 function indexFromRow(deps: LedgerDeps, row: IndexRow): CompiledIndex {
   const r = indexRecord(row);
-  const compiled = compileIndex(deps, { name: r.name, on: r.on, unique: r.unique, partition: r.partition, sort: r.sort, constraints: r.constraints }, row);
+  const compiled = compileIndex(
+    deps,
+    { name: r.name, on: r.on, unique: r.unique, partition: r.partition, sort: r.sort, constraints: r.constraints },
+    row,
+  );
   compiled.indexId = row.index_id;
   return compiled;
 }
@@ -277,7 +305,10 @@ function storedDefinition(view: View): string {
 
 function viewOf(deps: LedgerDeps, name: string): CompiledView {
   const row = deps.views.viewByName.get(name);
-  if (!row) throw new EngineError('NOT_FOUND', `view ${quote(name)} does not exist`, { hint: 'List views with schema { views(first:) }.' });
+  if (!row)
+    throw new EngineError('NOT_FOUND', `view ${quote(name)} does not exist`, {
+      hint: 'List views with schema { views(first:) }.',
+    });
   return viewFromRow(deps, row);
 }
 
@@ -285,7 +316,9 @@ export function createView(deps: LedgerDeps, input: ViewInput): View {
   // Every check before any write: a bad definition writes nothing.
   const compiled = compileView(deps, input);
   if (deps.views.viewByName.get(compiled.view.name)) {
-    throw new EngineError('ALREADY_EXISTS', `view ${quote(compiled.view.name)} already exists`, { hint: 'Pick another name, or deleteView first.' });
+    throw new EngineError('ALREADY_EXISTS', `view ${quote(compiled.view.name)} already exists`, {
+      hint: 'Pick another name, or deleteView first.',
+    });
   }
   const count = deps.views.countViews.get()!;
   if (count >= deps.limits.viewsMax) {
@@ -316,7 +349,12 @@ export function getView(deps: LedgerDeps, name: string): View {
 export function listViews(deps: LedgerDeps, first: number, after?: string | null): Connection<View> {
   const req = pageRequest<string>(first, after, deps.limits.pageSizeMax, 'string', 'views');
   const rows = deps.views.viewsPage.all(req.after ?? '', req.fetch);
-  return toConnection(rows, req, (r) => r.name, (r) => viewFromRow(deps, r).view);
+  return toConnection(
+    rows,
+    req,
+    (r) => r.name,
+    (r) => viewFromRow(deps, r).view,
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -325,13 +363,19 @@ export function listViews(deps: LedgerDeps, first: number, after?: string | null
 export function createIndex(deps: LedgerDeps, input: IndexInput): IndexRecord {
   const compiled = compileIndex(deps, input);
   if (deps.views.indexByName.get(compiled.name, compiled.on)) {
-    throw new EngineError('ALREADY_EXISTS', `index ${quote(compiled.name)} on ${compiled.on} already exists`, { hint: 'Pick another name, or deleteIndex first.' });
+    throw new EngineError('ALREADY_EXISTS', `index ${quote(compiled.name)} on ${compiled.on} already exists`, {
+      hint: 'Pick another name, or deleteIndex first.',
+    });
   }
   const count = deps.views.countIndexes.get()!;
   if (count >= deps.limits.indexesMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `there are already ${count} custom indexes; indexesMax is ${deps.limits.indexesMax}`, {
-      hint: 'Every posting maintains every index on its records: delete indexes you no longer read.',
-    });
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `there are already ${count} custom indexes; indexesMax is ${deps.limits.indexesMax}`,
+      {
+        hint: 'Every posting maintains every index on its records: delete indexes you no longer read.',
+      },
+    );
   }
   const now = deps.clock.now().toISOString();
   const indexId = deps.newId();
@@ -366,7 +410,9 @@ export function getIndex(deps: LedgerDeps, name: string, on: IndexOn): IndexReco
 export function listIndexes(deps: LedgerDeps, first: number, after?: string | null): Connection<IndexRecord> {
   const req = pageRequest<string>(first, after, deps.limits.pageSizeMax, 'string', 'indexes');
   const [name, on] = req.after ? (JSON.parse(req.after) as [string, string]) : ['', ''];
-  const rows = req.after ? deps.views.indexesPage.all(name, name, on, req.fetch) : deps.views.indexesPage.all('', '', '', req.fetch);
+  const rows = req.after
+    ? deps.views.indexesPage.all(name, name, on, req.fetch)
+    : deps.views.indexesPage.all('', '', '', req.fetch);
   return toConnection(rows, req, (r) => JSON.stringify([r.name, r.on_entity]), indexRecord);
 }
 
@@ -387,29 +433,83 @@ function sourceEvents(deps: LedgerDeps, posted: Posted, wants: Set<string>): Sou
   const events: SourceEvent[] = [];
   const t = posted.transaction;
   if (wants.has('Transaction:OnInsert')) {
-    events.push({ entity: 'Transaction', trigger: 'OnInsert', newDoc: transactionDocument(t), oldDoc: null, seq: t.seq,
-      ref: { entity: 'Transaction', trigger: 'OnInsert', newId: t.transaction_id, newVersion: t.version, oldId: null, oldVersion: null } });
+    events.push({
+      entity: 'Transaction',
+      trigger: 'OnInsert',
+      newDoc: transactionDocument(t),
+      oldDoc: null,
+      seq: t.seq,
+      ref: {
+        entity: 'Transaction',
+        trigger: 'OnInsert',
+        newId: t.transaction_id,
+        newVersion: t.version,
+        oldId: null,
+        oldVersion: null,
+      },
+    });
   }
   if (wants.has('Entry:OnInsert')) {
     for (const e of posted.entries) {
-      events.push({ entity: 'Entry', trigger: 'OnInsert', newDoc: entryDocument(e, t), oldDoc: null, seq: e.seq,
-        ref: { entity: 'Entry', trigger: 'OnInsert', newId: e.entry_id, newVersion: 1, oldId: null, oldVersion: null } });
+      events.push({
+        entity: 'Entry',
+        trigger: 'OnInsert',
+        newDoc: entryDocument(e, t),
+        oldDoc: null,
+        seq: e.seq,
+        ref: { entity: 'Entry', trigger: 'OnInsert', newId: e.entry_id, newVersion: 1, oldId: null, oldVersion: null },
+      });
     }
   }
   // A void updates the original: voidedBy on the transaction, is_voided_entry on its entries.
   if (t.void_of && (wants.has('Transaction:OnUpdate') || wants.has('Entry:OnUpdate'))) {
     const original = deps.st.transactionById.get(t.void_of);
     if (original) {
-      const updated: TransactionRow = { ...original, voided_by: t.transaction_id, version: original.version + 1, modified: t.created };
+      const updated: TransactionRow = {
+        ...original,
+        voided_by: t.transaction_id,
+        version: original.version + 1,
+        modified: t.created,
+      };
       if (wants.has('Transaction:OnUpdate')) {
-        events.push({ entity: 'Transaction', trigger: 'OnUpdate', newDoc: transactionDocument(updated), oldDoc: transactionDocument(original), seq: original.seq,
-          ref: { entity: 'Transaction', trigger: 'OnUpdate', newId: original.transaction_id, newVersion: updated.version, oldId: original.transaction_id, oldVersion: original.version } });
+        events.push({
+          entity: 'Transaction',
+          trigger: 'OnUpdate',
+          newDoc: transactionDocument(updated),
+          oldDoc: transactionDocument(original),
+          seq: original.seq,
+          ref: {
+            entity: 'Transaction',
+            trigger: 'OnUpdate',
+            newId: original.transaction_id,
+            newVersion: updated.version,
+            oldId: original.transaction_id,
+            oldVersion: original.version,
+          },
+        });
       }
       if (wants.has('Entry:OnUpdate')) {
-        const entries: EntryRow[] = deps.st.entriesBySeqRange.all(original.first_entry_seq, original.first_entry_seq + original.entry_count, original.entry_count);
+        const entries: EntryRow[] = deps.st.entriesBySeqRange.all(
+          original.first_entry_seq,
+          original.first_entry_seq + original.entry_count,
+          original.entry_count,
+        );
         for (const e of entries) {
-          events.push({ entity: 'Entry', trigger: 'OnUpdate', newDoc: entryDocument(e, updated), oldDoc: entryDocument(e, original), seq: e.seq,
-            ref: { entity: 'Entry', trigger: 'OnUpdate', newId: e.entry_id, newVersion: 1, oldId: e.entry_id, oldVersion: 1 } });
+          events.push({
+            entity: 'Entry',
+            trigger: 'OnUpdate',
+            newDoc: entryDocument(e, updated),
+            oldDoc: entryDocument(e, original),
+            seq: e.seq,
+            ref: {
+              entity: 'Entry',
+              trigger: 'OnUpdate',
+              newId: e.entry_id,
+              newVersion: 1,
+              oldId: e.entry_id,
+              oldVersion: 1,
+            },
+          });
         }
       }
     }
@@ -427,7 +527,8 @@ export function applyViews(deps: LedgerDeps, posted: Posted): void {
   deps.cel.scope('views and indexes of a posting', () => {
     for (const index of defs.indexes) {
       for (const event of events) {
-        if (event.entity === index.on) indexOne(deps, index, event.newDoc, event.ref.newId, event.seq, event.trigger === 'OnUpdate', U);
+        if (event.entity === index.on)
+          indexOne(deps, index, event.newDoc, event.ref.newId, event.seq, event.trigger === 'OnUpdate', U);
       }
     }
     for (const view of defs.views) {
@@ -442,7 +543,14 @@ function zeroDocument(view: CompiledView, U: UintClass): Record<string, unknown>
   return Object.fromEntries(view.fields.map((f) => [f.alias, zeroOf(f.type, U)]));
 }
 
-function evaluateFields(deps: LedgerDeps, view: CompiledView, mask: boolean[] | null, previous: Record<string, unknown>, context: Record<string, unknown>, U: UintClass) {
+function evaluateFields(
+  deps: LedgerDeps,
+  view: CompiledView,
+  mask: boolean[] | null,
+  previous: Record<string, unknown>,
+  context: Record<string, unknown>,
+  U: UintClass,
+) {
   const cel: Record<string, unknown> = {};
   const json: Record<string, unknown> = {};
   const what = `view ${view.view.name}`;
@@ -468,17 +576,29 @@ function keyOf(view: CompiledView, document: Record<string, unknown>, context: R
 
 function applyView(deps: LedgerDeps, view: CompiledView, event: SourceEvent, U: UintClass): void {
   const what = `view ${view.view.name}`;
-  const trigger: Record<string, unknown> = { new: event.newDoc, old: event.oldDoc, entity: event.entity, trigger: event.trigger };
+  const trigger: Record<string, unknown> = {
+    new: event.newDoc,
+    old: event.oldDoc,
+    entity: event.entity,
+    trigger: event.trigger,
+  };
   const context = { trigger };
   if (!holds(view.filters, `${what} filter`, { context })) return;
   let elements: unknown[] = [null];
   if (view.normalize) {
     const list = run(view.normalize.fn, view.normalize.value, `${what} normalize`, { context });
-    if (!Array.isArray(list)) throw new EngineError('CEL_ERROR', `${what} normalize must return a list`, { hint: 'e.g. [context.trigger.new.account_id] + context.trigger.new.parent_account_ids' });
-    if (list.length > deps.limits.viewRecordsPerSourceMax) {
-      throw new EngineError('LIMIT_EXCEEDED', `${what} normalize gave ${list.length} records for one ${event.entity}; viewRecordsPerSourceMax is ${deps.limits.viewRecordsPerSourceMax}`, {
-        hint: 'Normalize over fewer values (an entry touches its account and the sets above it).',
+    if (!Array.isArray(list))
+      throw new EngineError('CEL_ERROR', `${what} normalize must return a list`, {
+        hint: 'e.g. [context.trigger.new.account_id] + context.trigger.new.parent_account_ids',
       });
+    if (list.length > deps.limits.viewRecordsPerSourceMax) {
+      throw new EngineError(
+        'LIMIT_EXCEEDED',
+        `${what} normalize gave ${list.length} records for one ${event.entity}; viewRecordsPerSourceMax is ${deps.limits.viewRecordsPerSourceMax}`,
+        {
+          hint: 'Normalize over fewer values (an entry touches its account and the sets above it).',
+        },
+      );
     }
     if (list.length > 0) elements = list;
   }
@@ -500,16 +620,45 @@ function applyView(deps: LedgerDeps, view: CompiledView, event: SourceEvent, U: 
     }
     const document = JSON.stringify(next.json);
     if (Buffer.byteLength(document) > deps.limits.jsonBytesMax) {
-      throw new EngineError('LIMIT_EXCEEDED', `${what}: a document of ${Buffer.byteLength(document)} bytes is larger than jsonBytesMax (${deps.limits.jsonBytesMax})`);
+      throw new EngineError(
+        'LIMIT_EXCEEDED',
+        `${what}: a document of ${Buffer.byteLength(document)} bytes is larger than jsonBytesMax (${deps.limits.jsonBytesMax})`,
+      );
     }
     const source = JSON.stringify(event.ref);
     if (existing) {
       const version = existing.version + 1;
-      st.updateViewRecord.run({ view_id: view.view.viewId, pkey: key.pkey, s0: key.s[0], s1: key.s[1], s2: key.s[2], s3: key.s[3], version, document, source, modified: now });
+      st.updateViewRecord.run({
+        view_id: view.view.viewId,
+        pkey: key.pkey,
+        s0: key.s[0],
+        s1: key.s[1],
+        s2: key.s[2],
+        s3: key.s[3],
+        version,
+        document,
+        source,
+        modified: now,
+      });
       st.insertViewVersion.run(existing.record_id, version, document, source, now);
     } else {
       const recordId = deps.newId();
-      st.insertViewRecord.run({ view_id: view.view.viewId, pkey: key.pkey, s0: key.s[0], s1: key.s[1], s2: key.s[2], s3: key.s[3], r0: key.r[0], r1: key.r[1], r2: key.r[2], r3: key.r[3], record_id: recordId, document, source, modified: now });
+      st.insertViewRecord.run({
+        view_id: view.view.viewId,
+        pkey: key.pkey,
+        s0: key.s[0],
+        s1: key.s[1],
+        s2: key.s[2],
+        s3: key.s[3],
+        r0: key.r[0],
+        r1: key.r[1],
+        r2: key.r[2],
+        r3: key.r[3],
+        record_id: recordId,
+        document,
+        source,
+        modified: now,
+      });
       st.insertViewVersion.run(recordId, 1, document, source, now);
     }
   }
@@ -518,13 +667,18 @@ function applyView(deps: LedgerDeps, view: CompiledView, event: SourceEvent, U: 
 /** A stored document as CEL sees it, each field with its declared type. */
 function reviveDocument(view: CompiledView, text: string, U: UintClass): Record<string, unknown> {
   const json = JSON.parse(text) as Record<string, unknown>;
-  return Object.fromEntries(view.fields.map((f) => [f.alias, f.alias in json ? fromJson(f.type, json[f.alias], U) : zeroOf(f.type, U)]));
+  return Object.fromEntries(
+    view.fields.map((f) => [f.alias, f.alias in json ? fromJson(f.type, json[f.alias], U) : zeroOf(f.type, U)]),
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
 // Reads.
 
-function toRecord(view: View, row: { record_id: string; version: number; document: string; source: string; modified: string }): ViewRecord {
+function toRecord(
+  view: View,
+  row: { record_id: string; version: number; document: string; source: string; modified: string },
+): ViewRecord {
   return {
     name: view.name,
     viewId: view.viewId,
@@ -541,7 +695,13 @@ export interface ViewWhere {
 }
 
 /** A view's records, through its key: every partition key with eq, sort keys with any filter. */
-export function viewRecords(deps: LedgerDeps, name: string, where: ViewWhere | null | undefined, first: number, after?: string | null): Connection<ViewRecord> {
+export function viewRecords(
+  deps: LedgerDeps,
+  name: string,
+  where: ViewWhere | null | undefined,
+  first: number,
+  after?: string | null,
+): Connection<ViewRecord> {
   const compiled = viewOf(deps, name);
   const req = pageRequest<string>(first, after, deps.limits.pageSizeMax, 'string', `view:${name}`);
   let cursor: string[] | undefined;
@@ -552,19 +712,45 @@ export function viewRecords(deps: LedgerDeps, name: string, where: ViewWhere | n
       cursor = undefined;
     }
     if (!Array.isArray(cursor) || cursor.length !== 4 || cursor.some((c) => typeof c !== 'string')) {
-      throw new EngineError('BAD_REQUEST', 'the cursor is not one of this view', { hint: 'Pass pageInfo.endCursor as after.' });
+      throw new EngineError('BAD_REQUEST', 'the cursor is not one of this view', {
+        hint: 'Pass pageInfo.endCursor as after.',
+      });
     }
   }
   const query = keyQuery(`view ${name}`, compiled.partition, compiled.sort, where?.index ?? {});
-  const rows: ViewRecordRow[] = deps.views.viewRecordsPage(compiled.view.viewId, query.pkey, query.conditions, cursor, req.fetch);
-  return toConnection(rows, req, (r) => JSON.stringify([r.s0, r.s1, r.s2, r.s3]), (r) => toRecord(compiled.view, r));
+  const rows: ViewRecordRow[] = deps.views.viewRecordsPage(
+    compiled.view.viewId,
+    query.pkey,
+    query.conditions,
+    cursor,
+    req.fetch,
+  );
+  return toConnection(
+    rows,
+    req,
+    (r) => JSON.stringify([r.s0, r.s1, r.s2, r.s3]),
+    (r) => toRecord(compiled.view, r),
+  );
 }
 
 /** Every version of a view record, newest first. */
-export function viewRecordHistory(deps: LedgerDeps, record: ViewRecord, first: number, after?: string | null): Connection<ViewRecord> {
+export function viewRecordHistory(
+  deps: LedgerDeps,
+  record: ViewRecord,
+  first: number,
+  after?: string | null,
+): Connection<ViewRecord> {
   const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', `view-history:${record.recordId}`);
-  const rows: ViewVersionRow[] = deps.views.viewVersionsPage.all(record.recordId, req.after ?? Number.MAX_SAFE_INTEGER, req.fetch);
+  const rows: ViewVersionRow[] = deps.views.viewVersionsPage.all(
+    record.recordId,
+    req.after ?? Number.MAX_SAFE_INTEGER,
+    req.fetch,
+  );
   const view = { name: record.name, viewId: record.viewId } as View;
-  return toConnection(rows, req, (r) => r.version, (r) => toRecord(view, r));
+  return toConnection(
+    rows,
+    req,
+    (r) => r.version,
+    (r) => toRecord(view, r),
+  );
 }
-

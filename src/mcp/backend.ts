@@ -16,10 +16,14 @@ export interface McpBackend {
 }
 
 /** The client is `principal` (stdio in-process) or the holder of `apiKey` (HTTP), re-checked on every request. */
-export function engineBackend(engine: Pick<Engine, 'graphqlAsync' | 'limits'>, identity: { principal: string } | { apiKey: string }): McpBackend {
+export function engineBackend(
+  engine: Pick<Engine, 'graphqlAsync' | 'limits'>,
+  identity: { principal: string } | { apiKey: string },
+): McpBackend {
   return {
     // graphqlAsync: a long-poll (`execution(waitMs:)`) waits, outside any transaction.
-    graphql: (query, variables, signal) => engine.graphqlAsync(query, variables, { ...identity, transport: 'mcp', ...(signal ? { signal } : {}) }),
+    graphql: (query, variables, signal) =>
+      engine.graphqlAsync(query, variables, { ...identity, transport: 'mcp', ...(signal ? { signal } : {}) }),
     waitMsMax: engine.limits.executionWaitMsMax,
   };
 }
@@ -39,18 +43,37 @@ export function remoteBackend(server: string, apiKey: string, timeoutMs: number)
       try {
         response = await fetch(url, {
           method: 'POST',
-          headers: { 'content-type': 'application/json', accept: 'application/graphql-response+json, application/json', authorization: `Bearer ${apiKey}`, 'tally-transport': 'mcp' },
+          headers: {
+            'content-type': 'application/json',
+            accept: 'application/graphql-response+json, application/json',
+            authorization: `Bearer ${apiKey}`,
+            'tally-transport': 'mcp',
+          },
           body: JSON.stringify({ query, variables }),
           signal: signal ? AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]) : AbortSignal.timeout(timeoutMs),
         });
       } catch (error) {
         const code = (error as Error).name === 'TimeoutError' ? 'TIMEOUT' : 'UNAVAILABLE';
-        return { errors: [{ message: `${url}: ${(error as Error).message}`, extensions: { code, hint: 'Check that the server runs and --server is its URL.' } }] };
+        return {
+          errors: [
+            {
+              message: `${url}: ${(error as Error).message}`,
+              extensions: { code, hint: 'Check that the server runs and --server is its URL.' },
+            },
+          ],
+        };
       }
       try {
         return (await response.json()) as FormattedResult;
       } catch {
-        return { errors: [{ message: `${url} answered ${response.status} without a GraphQL response`, extensions: { code: 'BAD_RESPONSE' } }] };
+        return {
+          errors: [
+            {
+              message: `${url} answered ${response.status} without a GraphQL response`,
+              extensions: { code: 'BAD_RESPONSE' },
+            },
+          ],
+        };
       }
     },
   };

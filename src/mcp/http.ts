@@ -117,7 +117,10 @@ export class McpHttp {
     if (this.options.allowedOrigins) return this.options.allowedOrigins.includes(origin);
     try {
       const url = new URL(origin);
-      return (url.protocol === 'http:' || url.protocol === 'https:') && ['localhost', '127.0.0.1', '[::1]'].includes(url.hostname);
+      return (
+        (url.protocol === 'http:' || url.protocol === 'https:') &&
+        ['localhost', '127.0.0.1', '[::1]'].includes(url.hostname)
+      );
     } catch {
       return false;
     }
@@ -131,7 +134,8 @@ export class McpHttp {
     }
     const session = this.sessions.get(sessionId);
     // Another client's session is as unknown as one that never existed: nothing tells them apart.
-    if (!session || session.keyHash !== hashKey(request.apiKey)) return sendJsonRpcError(res, 404, -32001, 'session not found: initialize a new one');
+    if (!session || session.keyHash !== hashKey(request.apiKey))
+      return sendJsonRpcError(res, 404, -32001, 'session not found: initialize a new one');
     this.touch(sessionId, session);
     await session.transport.handleRequest(req, res, request.body);
   }
@@ -148,12 +152,24 @@ export class McpHttp {
     const open = this.sessions.size + this.opening.length;
     if (open >= limits.mcpSessionsMax) {
       res.setHeader('retry-after', '60');
-      return sendJsonRpcError(res, 503, -32000, `${open} MCP sessions are open; mcpSessionsMax is ${limits.mcpSessionsMax}. Close one (DELETE /mcp) or wait for an idle one to expire.`);
+      return sendJsonRpcError(
+        res,
+        503,
+        -32000,
+        `${open} MCP sessions are open; mcpSessionsMax is ${limits.mcpSessionsMax}. Close one (DELETE /mcp) or wait for an idle one to expire.`,
+      );
     }
-    const own = [...this.sessions.values()].filter((s) => s.principal === principal).length + this.opening.filter((p) => p === principal).length;
+    const own =
+      [...this.sessions.values()].filter((s) => s.principal === principal).length +
+      this.opening.filter((p) => p === principal).length;
     if (own >= limits.mcpSessionsPerClientMax) {
       res.setHeader('retry-after', '60');
-      return sendJsonRpcError(res, 503, -32000, `client ${principal} has ${own} MCP sessions open; mcpSessionsPerClientMax is ${limits.mcpSessionsPerClientMax}. Close one (DELETE /mcp) or wait for an idle one to expire.`);
+      return sendJsonRpcError(
+        res,
+        503,
+        -32000,
+        `client ${principal} has ${own} MCP sessions open; mcpSessionsPerClientMax is ${limits.mcpSessionsPerClientMax}. Close one (DELETE /mcp) or wait for an idle one to expire.`,
+      );
     }
     const backend = engineBackend(this.engine, { apiKey });
     const server = createMcpServer(backend, this.toolOptions);
@@ -187,7 +203,8 @@ export class McpHttp {
       this.opening.splice(this.opening.indexOf(principal), 1);
     }
     // An initialize the transport refused opened no session: let its server go.
-    if (!transport.sessionId || !this.sessions.has(transport.sessionId)) await server.close().catch(this.options.logError);
+    if (!transport.sessionId || !this.sessions.has(transport.sessionId))
+      await server.close().catch(this.options.logError);
   }
 
   private touch(id: string, session: Session): void {
@@ -253,7 +270,8 @@ export class McpHttp {
       for (const id of group.ids) {
         const session = this.sessions.get(id);
         if (!session) continue;
-        if (session.lastList !== null && session.lastList !== now) session.server.sendToolListChanged().catch(this.options.logError);
+        if (session.lastList !== null && session.lastList !== now)
+          session.server.sendToolListChanged().catch(this.options.logError);
         session.lastList = now;
       }
     } catch (error) {
@@ -292,7 +310,10 @@ type InitializeMessage = { jsonrpc: '2.0'; id: string | number; method: 'initial
 export function sanitizeInitialize(message: InitializeMessage): InitializeMessage {
   const params = message.params;
   const text = (value: unknown): string => (typeof value === 'string' ? value.slice(0, CLIENT_INFO_CHARS_MAX) : '');
-  const object = (value: unknown): Record<string, unknown> | undefined => (value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined);
+  const object = (value: unknown): Record<string, unknown> | undefined =>
+    value !== null && typeof value === 'object' && !Array.isArray(value)
+      ? (value as Record<string, unknown>)
+      : undefined;
   const info = object(params.clientInfo) ?? {};
   const clientInfo: Record<string, string> = { name: text(info.name), version: text(info.version) };
   if (typeof info.title === 'string') clientInfo.title = text(info.title);
@@ -300,13 +321,21 @@ export function sanitizeInitialize(message: InitializeMessage): InitializeMessag
   const capabilities: Record<string, Record<string, unknown>> = {};
   const roots = object(given.roots);
   if (roots) capabilities.roots = typeof roots.listChanged === 'boolean' ? { listChanged: roots.listChanged } : {};
-  for (const [name, flags] of [['sampling', ['context', 'tools']], ['elicitation', ['form', 'url']]] as const) {
+  for (const [name, flags] of [
+    ['sampling', ['context', 'tools']],
+    ['elicitation', ['form', 'url']],
+  ] as const) {
     const capability = object(given[name]);
     if (!capability) continue;
     capabilities[name] = {};
     for (const flag of flags) if (object(capability[flag])) capabilities[name][flag] = {};
   }
-  return { jsonrpc: '2.0', id: message.id, method: 'initialize', params: { protocolVersion: text(params.protocolVersion), capabilities, clientInfo } };
+  return {
+    jsonrpc: '2.0',
+    id: message.id,
+    method: 'initialize',
+    params: { protocolVersion: text(params.protocolVersion), capabilities, clientInfo },
+  };
 }
 
 /**
@@ -319,7 +348,8 @@ export function jsonTextTooDeep(text: string, depthMax: number): boolean {
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
     if (inString) {
-      if (c === 0x5c) i++; // backslash: the next character is escaped
+      if (c === 0x5c)
+        i++; // backslash: the next character is escaped
       else if (c === 0x22) inString = false;
     } else if (c === 0x22) inString = true;
     else if (c === 0x5b || c === 0x7b) {

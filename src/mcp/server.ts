@@ -57,13 +57,21 @@ const NATIVE: Record<string, Tool> = {
     name: 'graphql',
     title: 'GraphQL',
     description: "Run one GraphQL operation against Tally's API under your policies.",
-    inputSchema: { type: 'object', properties: { query: { type: 'string' }, variables: { type: 'object' } }, required: ['query'] },
+    inputSchema: {
+      type: 'object',
+      properties: { query: { type: 'string' }, variables: { type: 'object' } },
+      required: ['query'],
+    },
   },
   cel: {
     name: 'cel',
     title: 'CEL',
     description: 'Evaluate a CEL expression with optional bindings.',
-    inputSchema: { type: 'object', properties: { expression: { type: 'string' }, bindings: { type: 'object' } }, required: ['expression'] },
+    inputSchema: {
+      type: 'object',
+      properties: { expression: { type: 'string' }, bindings: { type: 'object' } },
+      required: ['expression'],
+    },
   },
 };
 
@@ -77,11 +85,14 @@ export function createMcpServer(backend: McpBackend, options: McpServerOptions):
     { name: 'tally', version: '0.1.0' },
     {
       capabilities: { tools: { listChanged: true }, resources: {} },
-      instructions: 'Tally is a double-entry ledger. Its tools are the ones your API client may invoke; each call is recorded as an execution. Pass _meta.executionId to retry a call idempotently.',
+      instructions:
+        'Tally is a double-entry ledger. Its tools are the ones your API client may invoke; each call is recorded as an execution. Pass _meta.executionId to retry a call idempotently.',
     },
   );
 
-  server.setRequestHandler(ListToolsRequestSchema, async (request) => listTools(backend, options, request.params?.cursor));
+  server.setRequestHandler(ListToolsRequestSchema, async (request) =>
+    listTools(backend, options, request.params?.cursor),
+  );
 
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     const meta = request.params._meta as Record<string, unknown> | undefined;
@@ -103,26 +114,57 @@ export function createMcpServer(backend: McpBackend, options: McpServerOptions):
   }));
   server.setRequestHandler(ReadResourceRequestSchema, async (request) => {
     const match = /^tally:\/\/accounts\/([^/?#]+)$/.exec(request.params.uri);
-    if (!match) throw new McpError(ErrorCode.InvalidParams, `no resource ${JSON.stringify(request.params.uri)}; accounts are tally://accounts/{code}`);
+    if (!match)
+      throw new McpError(
+        ErrorCode.InvalidParams,
+        `no resource ${JSON.stringify(request.params.uri)}; accounts are tally://accounts/{code}`,
+      );
     const result = await backend.graphql(ACCOUNT, { code: decodeURIComponent(match[1]!) });
     // -32002 is the specification's "resource not found".
-    if (result.errors?.length) throw new McpError(result.errors[0]?.extensions?.code === 'NOT_FOUND' ? -32002 : ErrorCode.InvalidParams, describeErrors(result.errors));
-    return { contents: [{ uri: request.params.uri, mimeType: 'application/json', text: JSON.stringify((result.data as { account: unknown }).account) }] };
+    if (result.errors?.length)
+      throw new McpError(
+        result.errors[0]?.extensions?.code === 'NOT_FOUND' ? -32002 : ErrorCode.InvalidParams,
+        describeErrors(result.errors),
+      );
+    return {
+      contents: [
+        {
+          uri: request.params.uri,
+          mimeType: 'application/json',
+          text: JSON.stringify((result.data as { account: unknown }).account),
+        },
+      ],
+    };
   });
   return server;
 }
 
 /** One page of tools; the first page also has the native tools the client may invoke. */
-export async function listTools(backend: McpBackend, options: McpServerOptions, cursor: string | undefined): Promise<{ tools: Tool[]; nextCursor?: string }> {
+export async function listTools(
+  backend: McpBackend,
+  options: McpServerOptions,
+  cursor: string | undefined,
+): Promise<{ tools: Tool[]; nextCursor?: string }> {
   const page = await backend.graphql(TOOLS_PAGE, { first: options.toolsPageSize, after: cursor ?? null });
-  if (page.errors?.length) throw new McpError(cursor ? ErrorCode.InvalidParams : ErrorCode.InternalError, describeErrors(page.errors));
-  const connection = (page.data as { actions: { tools: { nodes: ToolNode[]; pageInfo: { hasNextPage: boolean; endCursor: string | null } } } }).actions.tools;
+  if (page.errors?.length)
+    throw new McpError(cursor ? ErrorCode.InvalidParams : ErrorCode.InternalError, describeErrors(page.errors));
+  const connection = (
+    page.data as {
+      actions: { tools: { nodes: ToolNode[]; pageInfo: { hasNextPage: boolean; endCursor: string | null } } };
+    }
+  ).actions.tools;
   // A tool without a description is not offered: the description is what the model reads to choose it.
   const tools = connection.nodes.filter((node) => node.description.trim() !== '').map(toMcpTool);
   if (cursor === undefined) {
     const natives = await backend.graphql(NATIVE_TOOLS, {});
-    const listed = (natives.data as { actions?: { nativeTools: Array<{ name: string; access: ToolNode['access'] }> } } | null)?.actions?.nativeTools ?? [];
-    tools.unshift(...listed.flatMap(({ name, access }) => (NATIVE[name] ? [{ ...NATIVE[name], annotations: annotations(access) }] : [])));
+    const listed =
+      (natives.data as { actions?: { nativeTools: Array<{ name: string; access: ToolNode['access'] }> } } | null)
+        ?.actions?.nativeTools ?? [];
+    tools.unshift(
+      ...listed.flatMap(({ name, access }) =>
+        NATIVE[name] ? [{ ...NATIVE[name], annotations: annotations(access) }] : [],
+      ),
+    );
   }
   const next = connection.pageInfo.hasNextPage ? connection.pageInfo.endCursor : null;
   return next ? { tools, nextCursor: next } : { tools };
@@ -130,7 +172,12 @@ export async function listTools(backend: McpBackend, options: McpServerOptions, 
 
 /** Derived from the policies, never typed by hand; idempotent because every call carries an execution id. */
 function annotations(access: ToolNode['access']): NonNullable<Tool['annotations']> {
-  return { readOnlyHint: access.readOnly, destructiveHint: access.destructive, idempotentHint: true, openWorldHint: false };
+  return {
+    readOnlyHint: access.readOnly,
+    destructiveHint: access.destructive,
+    idempotentHint: true,
+    openWorldHint: false,
+  };
 }
 
 function toMcpTool(node: ToolNode): Tool {
@@ -142,7 +189,8 @@ function toMcpTool(node: ToolNode): Tool {
     annotations: annotations(node.access),
   };
   // MCP's structuredContent is an object: only an object output schema is advertised.
-  if (node.outputSchema && node.outputSchema.type === 'object') tool.outputSchema = node.outputSchema as Tool['outputSchema'];
+  if (node.outputSchema && node.outputSchema.type === 'object')
+    tool.outputSchema = node.outputSchema as Tool['outputSchema'];
   return tool;
 }
 
@@ -165,28 +213,49 @@ export async function callTool(
     const error = found.errors?.[0];
     if (error) {
       if (error.extensions?.code !== 'NOT_FOUND') return failure(error);
-      return failure({ ...error, message: error.message, extensions: { ...error.extensions, hint: await availableNames(backend, options) } });
+      return failure({
+        ...error,
+        message: error.message,
+        extensions: { ...error.extensions, hint: await availableNames(backend, options) },
+      });
     }
-    ({ version: actionVersion, kind } = (found.data as { actions: { tool: { version: number; kind: string } } }).actions.tool);
+    ({ version: actionVersion, kind } = (
+      found.data as { actions: { tool: { version: number; kind: string } } }
+    ).actions.tool);
   }
   let execution: ExecutionShape;
   if (STARTED_KINDS.has(kind)) {
     // A model or agent tool cannot be invoked: start it (same id and input, the version found) and wait.
     const started = await backend.graphql(START, { name, input: { executionId, actionVersion, input: args } });
     if (started.errors?.length) return failure(started.errors[0]!);
-    const waited = await waitForRun(backend, options, (started.data as { actions: { startAction: ExecutionShape } }).actions.startAction, signal);
+    const waited = await waitForRun(
+      backend,
+      options,
+      (started.data as { actions: { startAction: ExecutionShape } }).actions.startAction,
+      signal,
+    );
     if ('failed' in waited) return waited.failed;
     execution = waited.execution;
     if (execution.status === 'WAITING_APPROVAL') {
       // A person must decide on a call first: waiting here would only poll.
       return {
-        content: [{ type: 'text', text: `execution ${execution.executionId} is WAITING_APPROVAL: a call it made waits for a person's decision (actions.approvals(where: {status: PENDING})); read it later with the graphql tool: { actions { execution(executionId: "${execution.executionId}", waitMs: ${backend.waitMsMax}) { status output error { code message hint } } } }` }],
+        content: [
+          {
+            type: 'text',
+            text: `execution ${execution.executionId} is WAITING_APPROVAL: a call it made waits for a person's decision (actions.approvals(where: {status: PENDING})); read it later with the graphql tool: { actions { execution(executionId: "${execution.executionId}", waitMs: ${backend.waitMsMax}) { status output error { code message hint } } } }`,
+          },
+        ],
         _meta: { executionId: execution.executionId, status: execution.status },
       };
     }
     if (!FINISHED_STATUSES.has(execution.status)) {
       return {
-        content: [{ type: 'text', text: `execution ${execution.executionId} is still ${execution.status} after ${Math.round((options.callWaitMs ?? DEFAULT_LIMITS.mcpCallWaitMs) / 1000)} s; read it later with the graphql tool: { actions { execution(executionId: "${execution.executionId}", waitMs: ${backend.waitMsMax}) { status output error { code message hint } } } }` }],
+        content: [
+          {
+            type: 'text',
+            text: `execution ${execution.executionId} is still ${execution.status} after ${Math.round((options.callWaitMs ?? DEFAULT_LIMITS.mcpCallWaitMs) / 1000)} s; read it later with the graphql tool: { actions { execution(executionId: "${execution.executionId}", waitMs: ${backend.waitMsMax}) { status output error { code message hint } } } }`,
+          },
+        ],
         _meta: { executionId: execution.executionId, status: execution.status },
       };
     }
@@ -196,10 +265,21 @@ export async function callTool(
     execution = (result.data as { actions: { invokeAction: ExecutionShape } }).actions.invokeAction;
   }
   if (execution.status !== 'SUCCEEDED' && execution.status !== 'CACHED') {
-    return failure({ message: execution.error?.message ?? execution.status, extensions: { code: execution.error?.code ?? execution.status, hint: execution.error?.hint, details: execution.error?.details } }, execution.executionId);
+    return failure(
+      {
+        message: execution.error?.message ?? execution.status,
+        extensions: {
+          code: execution.error?.code ?? execution.status,
+          hint: execution.error?.hint,
+          details: execution.error?.details,
+        },
+      },
+      execution.executionId,
+    );
   }
   const text = JSON.stringify(execution.output);
-  const structured = execution.output !== null && typeof execution.output === 'object' && !Array.isArray(execution.output);
+  const structured =
+    execution.output !== null && typeof execution.output === 'object' && !Array.isArray(execution.output);
   return {
     content: [{ type: 'text', text }],
     ...(structured ? { structuredContent: execution.output as Record<string, unknown> } : {}),
@@ -225,7 +305,12 @@ async function waitForRun(
     const read = await backend.graphql(WAIT, { id: execution.executionId, waitMs: Math.min(waitMsMax, left) }, signal);
     const error = read.errors?.[0];
     const smaller = (error?.extensions?.details as { executionWaitMsMax?: unknown } | undefined)?.executionWaitMsMax;
-    if (error?.extensions?.code === 'LIMIT_EXCEEDED' && typeof smaller === 'number' && smaller > 0 && smaller < waitMsMax) {
+    if (
+      error?.extensions?.code === 'LIMIT_EXCEEDED' &&
+      typeof smaller === 'number' &&
+      smaller > 0 &&
+      smaller < waitMsMax
+    ) {
       // A server configured with a smaller executionWaitMsMax: ask for that.
       waitMsMax = smaller;
       continue;
@@ -256,7 +341,8 @@ function failure(error: GraphQLFormattedError, executionId?: string): CallToolRe
   let text = `${String(ext.code ?? 'ERROR')}: ${error.message}`;
   if (typeof ext.hint === 'string' && ext.hint) text += `\nhint: ${ext.hint}`;
   const problems = (ext.details as { problems?: Array<{ pointer: string; message: string }> } | undefined)?.problems;
-  if (Array.isArray(problems)) text += `\nproblems:\n${problems.map((p) => `  ${p.pointer || '/'}: ${p.message}`).join('\n')}`;
+  if (Array.isArray(problems))
+    text += `\nproblems:\n${problems.map((p) => `  ${p.pointer || '/'}: ${p.message}`).join('\n')}`;
   return {
     isError: true,
     content: [{ type: 'text', text }],
@@ -300,7 +386,12 @@ export async function readToolList(backend: McpBackend, options: McpServerOption
  * called after a commit that touched actions (a deploy, createAction, lockAction…); the list is
  * read again as the client and compared with the last one. Calls during a check coalesce into one.
  */
-export function watchToolList(server: Server, backend: McpBackend, options: McpServerOptions, onError: (error: unknown) => void): { changed(): void } {
+export function watchToolList(
+  server: Server,
+  backend: McpBackend,
+  options: McpServerOptions,
+  onError: (error: unknown) => void,
+): { changed(): void } {
   let last: string | null = null;
   let running = false;
   let again = false;

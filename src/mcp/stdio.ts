@@ -19,13 +19,18 @@ export type StdioTarget = { engine: Engine; principal: string } | { server: stri
  * (the SDK writes them); anything said about the process goes to stderr.
  */
 export async function serveStdio(target: StdioTarget, log: (line: string) => void): Promise<void> {
-  const backend: McpBackend = 'engine' in target ? engineBackend(target.engine, { principal: target.principal }) : remoteBackend(target.server, target.apiKey, DEFAULT_LIMITS.requestTimeoutMs);
+  const backend: McpBackend =
+    'engine' in target
+      ? engineBackend(target.engine, { principal: target.principal })
+      : remoteBackend(target.server, target.apiKey, DEFAULT_LIMITS.requestTimeoutMs);
   const limits = 'engine' in target ? target.engine.limits : DEFAULT_LIMITS;
   const options = { toolsPageSize: limits.mcpToolsPageSize, callWaitMs: limits.mcpCallWaitMs };
   const server = createMcpServer(backend, options);
   if ('engine' in target) {
     // In-process, a change made through this engine (a tool calling createAction) is seen at once.
-    const watcher = watchToolList(server, backend, options, (error) => log(`tally mcp: ${(error as Error).message ?? String(error)}`));
+    const watcher = watchToolList(server, backend, options, (error) =>
+      log(`tally mcp: ${(error as Error).message ?? String(error)}`),
+    );
     target.engine.onActionsChanged(() => watcher.changed());
     // Another process (tally deploy, a server on the same file) commits: SQLite's data_version
     // moves. Checked every DATA_VERSION_POLL_MS, so the list is read again at most that often.
@@ -49,7 +54,9 @@ export async function serveStdio(target: StdioTarget, log: (line: string) => voi
     process.stdin.once('end', () => resolve());
   });
   await server.connect(transport);
-  log(`tally mcp: serving ${'engine' in target ? `as ${target.principal}` : `${target.server} with an API key`} over stdio`);
+  log(
+    `tally mcp: serving ${'engine' in target ? `as ${target.principal}` : `${target.server} with an API key`} over stdio`,
+  );
   await closed;
   await server.close();
 }

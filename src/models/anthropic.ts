@@ -2,7 +2,12 @@
  * The Anthropic messages wire format (api.anthropic.com, and servers that speak it), through the
  * `@anthropic-ai/sdk` SDK.
  */
-import Anthropic, { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError } from '@anthropic-ai/sdk';
+import Anthropic, {
+  APIConnectionError,
+  APIConnectionTimeoutError,
+  APIError,
+  APIUserAbortError,
+} from '@anthropic-ai/sdk';
 import type { MessageCreateParamsNonStreaming } from '@anthropic-ai/sdk/resources/messages';
 import type { Limits } from '../limits.js';
 import {
@@ -47,7 +52,6 @@ export interface AnthropicRequestBody {
   tools?: { name: string; description: string; input_schema: Record<string, unknown> }[];
   tool_choice?: { type: 'tool'; name: string };
 }
-
 
 /**
  * tool_use.input must be an object. The stored arguments are the model's raw text: when they do
@@ -135,7 +139,6 @@ export function toAnthropicRequest(config: ProviderConfig, request: ModelRequest
   return body;
 }
 
-
 export class AnthropicProvider implements ModelProvider {
   readonly config: ProviderConfig;
   readonly #limits: Readonly<Limits>;
@@ -205,14 +208,17 @@ export class AnthropicProvider implements ModelProvider {
       // Other blocks (thinking, redacted_thinking, server tools) are not part of the turn we record.
     }
     const usage = isRecord(answer.usage) ? answer.usage : {};
-    return redactResponse({
-      text: structured ?? (texts.length > 0 ? texts.join('') : null),
-      toolCalls: respond ? [] : toolCalls,
-      stopReason: typeof answer.stop_reason === 'string' ? answer.stop_reason : null,
-      usage: { inputTokens: count(usage.input_tokens), outputTokens: count(usage.output_tokens) },
-      latencyMs: elapsedMs(start),
-      httpAttempts: state.attempts,
-      model: typeof answer.model === 'string' && answer.model !== '' ? answer.model : request.model,
-    }, this.#key.value);
+    return redactResponse(
+      {
+        text: structured ?? (texts.length > 0 ? texts.join('') : null),
+        toolCalls: respond ? [] : toolCalls,
+        stopReason: typeof answer.stop_reason === 'string' ? answer.stop_reason : null,
+        usage: { inputTokens: count(usage.input_tokens), outputTokens: count(usage.output_tokens) },
+        latencyMs: elapsedMs(start),
+        httpAttempts: state.attempts,
+        model: typeof answer.model === 'string' && answer.model !== '' ? answer.model : request.model,
+      },
+      this.#key.value,
+    );
   }
 }

@@ -104,12 +104,18 @@ export function missingKeyError(config: ProviderConfig, model: string, variable:
  * and arguments): a provider, or a proxy before it, that echoes its request headers cannot put the
  * key into an execution the starter reads.
  */
-export function redactResponse<T extends { text: string | null; toolCalls: Array<{ id: string; name: string; arguments: string }>; model: string }>(response: T, key: string | null): T {
+export function redactResponse<
+  T extends { text: string | null; toolCalls: Array<{ id: string; name: string; arguments: string }>; model: string },
+>(response: T, key: string | null): T {
   if (key === null || key === '') return response;
   return {
     ...response,
     text: response.text === null ? null : redact(response.text, key),
-    toolCalls: response.toolCalls.map((call) => ({ id: redact(call.id, key), name: redact(call.name, key), arguments: redact(call.arguments, key) })),
+    toolCalls: response.toolCalls.map((call) => ({
+      id: redact(call.id, key),
+      name: redact(call.name, key),
+      arguments: redact(call.arguments, key),
+    })),
     model: redact(response.model, key),
   };
 }
@@ -202,7 +208,18 @@ function percentAt(text: string, p: number): [string, number] {
     return text[p + 3 * i] === '%' && HEX2.test(hex) ? parseInt(hex, 16) : -1;
   };
   const lead = byte(0);
-  const length = lead < 0 ? 0 : lead < 0x80 ? 1 : lead >= 0xc2 && lead < 0xe0 ? 2 : lead >= 0xe0 && lead < 0xf0 ? 3 : lead >= 0xf0 && lead < 0xf5 ? 4 : 0;
+  const length =
+    lead < 0
+      ? 0
+      : lead < 0x80
+        ? 1
+        : lead >= 0xc2 && lead < 0xe0
+          ? 2
+          : lead >= 0xe0 && lead < 0xf0
+            ? 3
+            : lead >= 0xf0 && lead < 0xf5
+              ? 4
+              : 0;
   if (length === 0) return ['%', 1];
   const bytes = [lead];
   for (let i = 1; i < length; i++) {
@@ -226,7 +243,8 @@ function decodedAt(text: string, p: number): [string, number] {
   let q = p;
   while (text[q] === '\\') q += 1;
   const next = text[q];
-  if (next === 'u' && HEX4.test(text.slice(q + 1, q + 5))) return [String.fromCharCode(parseInt(text.slice(q + 1, q + 5), 16)), q + 5 - p];
+  if (next === 'u' && HEX4.test(text.slice(q + 1, q + 5)))
+    return [String.fromCharCode(parseInt(text.slice(q + 1, q + 5), 16)), q + 5 - p];
   if (next !== undefined && next in JSON_ESCAPES) return [JSON_ESCAPES[next]!, q + 1 - p];
   // Backslashes that escape nothing above stand for one backslash.
   return ['\\', q - p];
@@ -361,9 +379,13 @@ export function mapCallError(error: unknown, ctx: CallContext, classes: SdkError
 /** A MODEL_ERROR for an answer that parsed as JSON but is not the provider's response shape. */
 export function wireFormatError(ctx: CallContext, what: string): EngineError {
   return redactError(
-    new EngineError('MODEL_ERROR', `provider ${ctx.config.name} (model ${ctx.model}) answered outside its wire format: ${cut(what, ctx.key)}`, {
-      details: { provider: ctx.config.name, model: ctx.model, attempts: ctx.state.attempts },
-    }),
+    new EngineError(
+      'MODEL_ERROR',
+      `provider ${ctx.config.name} (model ${ctx.model}) answered outside its wire format: ${cut(what, ctx.key)}`,
+      {
+        details: { provider: ctx.config.name, model: ctx.model, attempts: ctx.state.attempts },
+      },
+    ),
     ctx.key,
   );
 }

@@ -84,8 +84,6 @@ export function toOpenAiRequest(config: ProviderConfig, request: ModelRequest): 
   return body;
 }
 
-
-
 export class OpenAiProvider implements ModelProvider {
   readonly config: ProviderConfig;
   readonly #limits: Readonly<Limits>;
@@ -150,14 +148,17 @@ export class OpenAiProvider implements ModelProvider {
       }
     }
     const usage = isRecord(completion.usage) ? completion.usage : {};
-    return redactResponse({
-      text: typeof message.content === 'string' ? message.content : null,
-      toolCalls,
-      stopReason: typeof choice.finish_reason === 'string' ? choice.finish_reason : null,
-      usage: { inputTokens: count(usage.prompt_tokens), outputTokens: count(usage.completion_tokens) },
-      latencyMs: elapsedMs(start),
-      httpAttempts: state.attempts,
-      model: typeof completion.model === 'string' && completion.model !== '' ? completion.model : request.model,
-    }, this.#key.value);
+    return redactResponse(
+      {
+        text: typeof message.content === 'string' ? message.content : null,
+        toolCalls,
+        stopReason: typeof choice.finish_reason === 'string' ? choice.finish_reason : null,
+        usage: { inputTokens: count(usage.prompt_tokens), outputTokens: count(usage.completion_tokens) },
+        latencyMs: elapsedMs(start),
+        httpAttempts: state.attempts,
+        model: typeof completion.model === 'string' && completion.model !== '' ? completion.model : request.model,
+      },
+      this.#key.value,
+    );
   }
 }

@@ -11,7 +11,16 @@ import type { ModelFormat, ModelProvider, ProviderConfig } from './types.js';
 const NAME = /^[a-z][a-z0-9]*(?:[_-][a-z0-9]+)*$/;
 const ENV_NAME = /^[A-Z_][A-Z0-9_]*$/;
 const FORMATS: readonly ModelFormat[] = ['openai', 'anthropic'];
-const FIELDS = new Set(['name', 'format', 'baseUrl', 'models', 'apiKeyEnv', 'timeoutMs', 'maxRetries', 'structuredOutput']);
+const FIELDS = new Set([
+  'name',
+  'format',
+  'baseUrl',
+  'models',
+  'apiKeyEnv',
+  'timeoutMs',
+  'maxRetries',
+  'structuredOutput',
+]);
 /** Field names that look like a literal key: refused with a hint of their own. */
 const KEY_FIELDS = /^(api[-_]?key|key|token|secret|auth(orization)?|bearer|password)$/i;
 
@@ -19,12 +28,12 @@ export const PROVIDER_DEFAULTS = Object.freeze({ timeoutMs: 60_000, maxRetries: 
 const TIMEOUT_MAX = 600_000;
 const RETRIES_MAX = 10;
 
-const HINT = 'Each provider is {name, format: "openai"|"anthropic", baseUrl, models: [...], apiKeyEnv?, timeoutMs?, maxRetries?, structuredOutput?}.';
+const HINT =
+  'Each provider is {name, format: "openai"|"anthropic", baseUrl, models: [...], apiKeyEnv?, timeoutMs?, maxRetries?, structuredOutput?}.';
 
 function bad(message: string, hint = HINT): EngineError {
   return new EngineError('BAD_REQUEST', message, { hint });
 }
-
 
 function integerIn(path: string, value: unknown, min: number, max: number): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
@@ -55,9 +64,12 @@ export function parseProviders(value: unknown, env: NodeJS.ProcessEnv = process.
 
     const name = entry.name;
     if (typeof name !== 'string' || !NAME.test(name) || name.length > 64) {
-      throw bad(`${at}.name ${quote(name)} is not a provider name (lower_snake or kebab case, e.g. "openai" or "local-llama")`);
+      throw bad(
+        `${at}.name ${quote(name)} is not a provider name (lower_snake or kebab case, e.g. "openai" or "local-llama")`,
+      );
     }
-    if (seen.has(name)) throw bad(`${at}.name ${quote(name)} is already used by another provider`, 'Give each provider its own name.');
+    if (seen.has(name))
+      throw bad(`${at}.name ${quote(name)} is already used by another provider`, 'Give each provider its own name.');
     seen.add(name);
 
     const format = entry.format;
@@ -102,18 +114,24 @@ export function parseProviders(value: unknown, env: NodeJS.ProcessEnv = process.
     const apiKeyEnv = entry.apiKeyEnv ?? null;
     if (apiKeyEnv !== null && (typeof apiKeyEnv !== 'string' || !ENV_NAME.test(apiKeyEnv))) {
       // Do not echo a value that may be the key itself.
-      const shown = typeof apiKeyEnv === 'string' && apiKeyEnv.length <= 64 && /^[A-Za-z0-9_]*$/.test(apiKeyEnv)
-        ? `${quote(apiKeyEnv)} `
-        : '';
+      const shown =
+        typeof apiKeyEnv === 'string' && apiKeyEnv.length <= 64 && /^[A-Za-z0-9_]*$/.test(apiKeyEnv)
+          ? `${quote(apiKeyEnv)} `
+          : '';
       throw bad(
         `${at}.apiKeyEnv ${shown}is not an environment variable name (upper case letters, digits and _)`,
         'apiKeyEnv names the environment variable that holds the key (e.g. "OPENAI_API_KEY"), never the key itself; use null for servers that need none.',
       );
     }
 
-    const timeoutMs = entry.timeoutMs === undefined ? PROVIDER_DEFAULTS.timeoutMs : integerIn(`${at}.timeoutMs`, entry.timeoutMs, 1, TIMEOUT_MAX);
+    const timeoutMs =
+      entry.timeoutMs === undefined
+        ? PROVIDER_DEFAULTS.timeoutMs
+        : integerIn(`${at}.timeoutMs`, entry.timeoutMs, 1, TIMEOUT_MAX);
     const maxRetries =
-      entry.maxRetries === undefined ? PROVIDER_DEFAULTS.maxRetries : integerIn(`${at}.maxRetries`, entry.maxRetries, 0, RETRIES_MAX);
+      entry.maxRetries === undefined
+        ? PROVIDER_DEFAULTS.maxRetries
+        : integerIn(`${at}.maxRetries`, entry.maxRetries, 0, RETRIES_MAX);
     const structuredOutput = entry.structuredOutput ?? PROVIDER_DEFAULTS.structuredOutput;
     if (typeof structuredOutput !== 'boolean') {
       throw bad(`${at}.structuredOutput ${quote(structuredOutput)} is not a boolean`);
@@ -140,16 +158,23 @@ export class ModelProviders {
    * The SDK of each wire format is loaded only when a provider uses it (~0.5 s of start-up for
    * both): a process without providers never loads either.
    */
-  static async create(configs: ProviderConfig[], limits: Readonly<Limits>, env: NodeJS.ProcessEnv = process.env): Promise<ModelProviders> {
+  static async create(
+    configs: ProviderConfig[],
+    limits: Readonly<Limits>,
+    env: NodeJS.ProcessEnv = process.env,
+  ): Promise<ModelProviders> {
     const formats = new Set(configs.map((c) => c.format));
     const openai = formats.has('openai') ? (await import('./openai.js')).OpenAiProvider : null;
     const anthropic = formats.has('anthropic') ? (await import('./anthropic.js')).AnthropicProvider : null;
-    return new ModelProviders(configs, (config) => (config.format === 'openai' ? new openai!(config, limits, env) : new anthropic!(config, limits, env)));
+    return new ModelProviders(configs, (config) =>
+      config.format === 'openai' ? new openai!(config, limits, env) : new anthropic!(config, limits, env),
+    );
   }
 
   private constructor(configs: ProviderConfig[], make: (config: ProviderConfig) => ModelProvider) {
     for (const config of configs) {
-      if (this.#providers.has(config.name)) throw bad(`provider ${quote(config.name)} is configured twice`, 'Give each provider its own name.');
+      if (this.#providers.has(config.name))
+        throw bad(`provider ${quote(config.name)} is configured twice`, 'Give each provider its own name.');
       this.#providers.set(config.name, make(config));
     }
   }

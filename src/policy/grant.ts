@@ -46,7 +46,10 @@ function globsOverlap(a: string, b: string): boolean {
   const prefixB = b.slice(0, starB);
   const suffixA = a.slice(a.lastIndexOf('*') + 1);
   const suffixB = b.slice(b.lastIndexOf('*') + 1);
-  return (prefixA.startsWith(prefixB) || prefixB.startsWith(prefixA)) && (suffixA.endsWith(suffixB) || suffixB.endsWith(suffixA));
+  return (
+    (prefixA.startsWith(prefixB) || prefixB.startsWith(prefixA)) &&
+    (suffixA.endsWith(suffixB) || suffixB.endsWith(suffixA))
+  );
 }
 
 /**
@@ -92,7 +95,12 @@ type Gap = { reason: string } | null;
  *   `context.document` (otherwise the grantee would escape a restriction the granter is under).
  * DENYs granted only narrow, so they need nothing. An empty stack is the engine itself: unbounded.
  */
-export function checkGrant(cel: Cel, granter: readonly AuthorityLayer[], granted: readonly Policy[], what = 'policies'): void {
+export function checkGrant(
+  cel: Cel,
+  granter: readonly AuthorityLayer[],
+  granted: readonly Policy[],
+  what = 'policies',
+): void {
   if (granter.length === 0) return;
   const documentOnly = memo((expression: string) => readsOnlyDocument(cel, expression));
   for (let i = 0; i < granted.length; i++) {
@@ -101,7 +109,9 @@ export function checkGrant(cel: Cel, granter: readonly AuthorityLayer[], granted
     for (const action of policy.actions) {
       for (const resource of policy.resources) {
         for (const layer of granter) {
-          const gap = allowGap(layer, policy, action, resource, documentOnly) ?? denyGap(layer, granted, action, resource, documentOnly);
+          const gap =
+            allowGap(layer, policy, action, resource, documentOnly) ??
+            denyGap(layer, granted, action, resource, documentOnly);
           if (gap) throw grantRefused(what, i, action, resource, layer, gap.reason);
         }
       }
@@ -109,23 +119,42 @@ export function checkGrant(cel: Cel, granter: readonly AuthorityLayer[], granted
   }
 }
 
-function allowGap(layer: AuthorityLayer, granted: Policy, action: PolicyAction, resource: string, documentOnly: (e: string) => boolean): Gap {
+function allowGap(
+  layer: AuthorityLayer,
+  granted: Policy,
+  action: PolicyAction,
+  resource: string,
+  documentOnly: (e: string) => boolean,
+): Gap {
   let conditional: number | null = null;
   for (let j = 0; j < layer.policies.length; j++) {
     const held = layer.policies[j]!;
-    if (held.effect !== 'ALLOW' || !held.actions.includes(action) || !held.resources.some((pattern) => patternCovers(pattern, resource))) continue;
+    if (
+      held.effect !== 'ALLOW' ||
+      !held.actions.includes(action) ||
+      !held.resources.some((pattern) => patternCovers(pattern, resource))
+    )
+      continue;
     const required = Object.values(held.assertions ?? {});
     const repeated = Object.values(granted.assertions ?? {});
     if (required.every((expression) => repeated.includes(expression) && documentOnly(expression))) return null;
     conditional ??= j;
   }
   if (conditional !== null) {
-    return { reason: `its policy ${conditional + 1} allows it only under assertions the granted policy does not repeat (or that read more than context.document)` };
+    return {
+      reason: `its policy ${conditional + 1} allows it only under assertions the granted policy does not repeat (or that read more than context.document)`,
+    };
   }
   return { reason: `none of its policies allows ${action} on a pattern covering ${resource}` };
 }
 
-function denyGap(layer: AuthorityLayer, granted: readonly Policy[], action: PolicyAction, resource: string, documentOnly: (e: string) => boolean): Gap {
+function denyGap(
+  layer: AuthorityLayer,
+  granted: readonly Policy[],
+  action: PolicyAction,
+  resource: string,
+  documentOnly: (e: string) => boolean,
+): Gap {
   for (let j = 0; j < layer.policies.length; j++) {
     const deny = layer.policies[j]!;
     if (deny.effect !== 'DENY' || !deny.actions.includes(action)) continue;
@@ -137,22 +166,38 @@ function denyGap(layer: AuthorityLayer, granted: readonly Policy[], action: Poli
           g.effect === 'DENY' &&
           g.actions.includes(action) &&
           g.resources.some((p) => patternCovers(p, pattern) || patternCovers(p, resource)) &&
-          Object.values(g.assertions ?? {}).every((expression) => conditions.includes(expression) && documentOnly(expression)),
+          Object.values(g.assertions ?? {}).every(
+            (expression) => conditions.includes(expression) && documentOnly(expression),
+          ),
       );
-      if (!repeated) return { reason: `its policy ${j + 1} denies ${action} on ${pattern}, and the granted policies do not repeat that DENY` };
+      if (!repeated)
+        return {
+          reason: `its policy ${j + 1} denies ${action} on ${pattern}, and the granted policies do not repeat that DENY`,
+        };
     }
   }
   return null;
 }
 
-function grantRefused(what: string, index: number, action: PolicyAction, resource: string, layer: AuthorityLayer, reason: string): EngineError {
-  return new EngineError('ACCESS_DENIED', `${what}[${index}] would grant ${action} on ${resource}, which ${layer.name} does not hold: ${reason}`, {
-    hint:
-      'A client can grant only what it holds: every layer of its stack (the client and each tool on the call stack) needs an ALLOW ' +
-      'covering each granted action and resource, without assertions or with assertions on context.document that the granted policy ' +
-      `repeats, and the grant must repeat the layer's DENYs that could apply. Narrow ${what}[${index}], or have a client that holds it grant it.`,
-    details: { policy: index, action, resource, layer: layer.name },
-  });
+function grantRefused(
+  what: string,
+  index: number,
+  action: PolicyAction,
+  resource: string,
+  layer: AuthorityLayer,
+  reason: string,
+): EngineError {
+  return new EngineError(
+    'ACCESS_DENIED',
+    `${what}[${index}] would grant ${action} on ${resource}, which ${layer.name} does not hold: ${reason}`,
+    {
+      hint:
+        'A client can grant only what it holds: every layer of its stack (the client and each tool on the call stack) needs an ALLOW ' +
+        'covering each granted action and resource, without assertions or with assertions on context.document that the granted policy ' +
+        `repeats, and the grant must repeat the layer's DENYs that could apply. Narrow ${what}[${index}], or have a client that holds it grant it.`,
+      details: { policy: index, action, resource, layer: layer.name },
+    },
+  );
 }
 
 function memo(f: (key: string) => boolean): (key: string) => boolean {

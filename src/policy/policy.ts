@@ -72,7 +72,12 @@ export function globMatch(pattern: string, text: string): boolean {
  * whose assertions are not all true is skipped (an assertion that fails to evaluate counts as
  * false); any DENY left blocks; otherwise at least one ALLOW is needed.
  */
-export function decide(cel: Cel, layer: AuthorityLayer, operation: Operation, claims: Record<string, unknown>): Decision {
+export function decide(
+  cel: Cel,
+  layer: AuthorityLayer,
+  operation: Operation,
+  claims: Record<string, unknown>,
+): Decision {
   let allowedBy: number | null = null;
   let context: Record<string, unknown> | null = null;
   for (let i = 0; i < layer.policies.length; i++) {
@@ -87,10 +92,17 @@ export function decide(cel: Cel, layer: AuthorityLayer, operation: Operation, cl
     if (policy.effect === 'DENY') return { allowed: false, reason: `policy ${i + 1} denies it` };
     allowedBy ??= i;
   }
-  return allowedBy === null ? { allowed: false, reason: 'no policy allows it' } : { allowed: true, reason: `policy ${allowedBy + 1} allows it` };
+  return allowedBy === null
+    ? { allowed: false, reason: 'no policy allows it' }
+    : { allowed: true, reason: `policy ${allowedBy + 1} allows it` };
 }
 
-function assertionsHold(cel: Cel, assertions: Record<string, string>, context: Record<string, unknown>, onError: boolean): boolean {
+function assertionsHold(
+  cel: Cel,
+  assertions: Record<string, string>,
+  context: Record<string, unknown>,
+  onError: boolean,
+): boolean {
   for (const expression of Object.values(assertions)) {
     let verdict: unknown;
     try {
@@ -109,14 +121,23 @@ function assertionsHold(cel: Cel, assertions: Record<string, string>, context: R
 }
 
 /** Every layer of the stack must allow the operation; the first that does not is named. */
-export function authorize(cel: Cel, stack: readonly AuthorityLayer[], operation: Operation, claims: Record<string, unknown>): void {
+export function authorize(
+  cel: Cel,
+  stack: readonly AuthorityLayer[],
+  operation: Operation,
+  claims: Record<string, unknown>,
+): void {
   for (const layer of stack) {
     const decision = decide(cel, layer, operation, claims);
     if (!decision.allowed) {
-      throw new EngineError('ACCESS_DENIED', `${operation.action} on ${operation.resource} refused by ${layer.name}: ${decision.reason}`, {
-        hint: `Every layer must allow it: the client and each tool on the call stack. Add a policy allowing ${operation.action} on ${operation.resource} to ${layer.name}.`,
-        details: { action: operation.action, resource: operation.resource, layer: layer.name },
-      });
+      throw new EngineError(
+        'ACCESS_DENIED',
+        `${operation.action} on ${operation.resource} refused by ${layer.name}: ${decision.reason}`,
+        {
+          hint: `Every layer must allow it: the client and each tool on the call stack. Add a policy allowing ${operation.action} on ${operation.resource} to ${layer.name}.`,
+          details: { action: operation.action, resource: operation.resource, layer: layer.name },
+        },
+      );
     }
   }
 }
@@ -129,26 +150,44 @@ export type PolicyInput = Parameters<typeof parsePolicy>[1];
 /** Validate a list of policies from the wire: at most `policiesMax` of them. */
 export function parsePolicies(cel: Cel, policies: readonly PolicyInput[], policiesMax: number): Policy[] {
   if (policies.length > policiesMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `${policies.length} policies; policiesMax is ${policiesMax}`, { hint: 'Use wildcards in resources and fewer, broader policies.' });
+    throw new EngineError('LIMIT_EXCEEDED', `${policies.length} policies; policiesMax is ${policiesMax}`, {
+      hint: 'Use wildcards in resources and fewer, broader policies.',
+    });
   }
   return policies.map((p, i) => parsePolicy(cel, p, `policies[${i}]`));
 }
 
 /** Validate a policy from the wire; assertions must compile. */
-export function parsePolicy(cel: Cel, p: { effect: PolicyEffect; actions: PolicyAction[]; resources: string[]; assertions?: unknown }, what: string): Policy {
-  if (p.effect !== 'ALLOW' && p.effect !== 'DENY') throw new EngineError('BAD_REQUEST', `${what}.effect ${quote(p.effect)} must be ALLOW or DENY`);
+export function parsePolicy(
+  cel: Cel,
+  p: { effect: PolicyEffect; actions: PolicyAction[]; resources: string[]; assertions?: unknown },
+  what: string,
+): Policy {
+  if (p.effect !== 'ALLOW' && p.effect !== 'DENY')
+    throw new EngineError('BAD_REQUEST', `${what}.effect ${quote(p.effect)} must be ALLOW or DENY`);
   if (!Array.isArray(p.actions) || p.actions.length === 0 || p.actions.some((a) => !POLICY_ACTIONS.includes(a))) {
-    throw new EngineError('BAD_REQUEST', `${what}.actions ${quote(p.actions)} must list SELECT, INSERT, UPDATE or DELETE`);
+    throw new EngineError(
+      'BAD_REQUEST',
+      `${what}.actions ${quote(p.actions)} must list SELECT, INSERT, UPDATE or DELETE`,
+    );
   }
-  if (!Array.isArray(p.resources) || p.resources.length === 0 || p.resources.some((r) => typeof r !== 'string' || !/^[A-Za-z*][A-Za-z0-9_.*]*$/.test(r))) {
-    throw new EngineError('BAD_REQUEST', `${what}.resources ${quote(p.resources)} must list dotted resource names`, { hint: 'E.g. "financial.Account", "financial.*" or "*".' });
+  if (
+    !Array.isArray(p.resources) ||
+    p.resources.length === 0 ||
+    p.resources.some((r) => typeof r !== 'string' || !/^[A-Za-z*][A-Za-z0-9_.*]*$/.test(r))
+  ) {
+    throw new EngineError('BAD_REQUEST', `${what}.resources ${quote(p.resources)} must list dotted resource names`, {
+      hint: 'E.g. "financial.Account", "financial.*" or "*".',
+    });
   }
   let assertions: Record<string, string> | null = null;
   if (p.assertions != null) {
-    if (typeof p.assertions !== 'object' || Array.isArray(p.assertions)) throw new EngineError('BAD_REQUEST', `${what}.assertions must map names to CEL expressions`);
+    if (typeof p.assertions !== 'object' || Array.isArray(p.assertions))
+      throw new EngineError('BAD_REQUEST', `${what}.assertions must map names to CEL expressions`);
     assertions = {};
     for (const [name, expression] of Object.entries(p.assertions as Record<string, unknown>)) {
-      if (typeof expression !== 'string') throw new EngineError('BAD_REQUEST', `${what}.assertions.${name} must be a CEL expression string`);
+      if (typeof expression !== 'string')
+        throw new EngineError('BAD_REQUEST', `${what}.assertions.${name} must be a CEL expression string`);
       try {
         cel.compile(expression);
       } catch (error) {
@@ -159,4 +198,3 @@ export function parsePolicy(cel: Cel, p: { effect: PolicyEffect; actions: Policy
   }
   return { effect: p.effect, actions: [...p.actions], resources: [...p.resources], assertions };
 }
-

@@ -20,7 +20,10 @@ const CONFIG_BYTES_MAX = 1_048_576;
  * optional). Every problem names the file and the field; nothing is half-applied. API keys are
  * never in it: a provider names the environment variable that holds its key.
  */
-export function readServerConfig(path: string | undefined = process.env.TALLY_CONFIG, env: NodeJS.ProcessEnv = process.env): ServerConfig {
+export function readServerConfig(
+  path: string | undefined = process.env.TALLY_CONFIG,
+  env: NodeJS.ProcessEnv = process.env,
+): ServerConfig {
   if (path === undefined || path === '') return { path: null, providers: [], limits: {} };
   const where = `the configuration ${path}`;
   let text: string;
@@ -28,34 +31,51 @@ export function readServerConfig(path: string | undefined = process.env.TALLY_CO
     text = readFileSync(path, 'utf8');
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    throw new EngineError('BAD_REQUEST', `cannot read ${where}: ${code === 'ENOENT' ? 'no such file' : (code ?? (error as Error).message)}`, {
-      hint: 'TALLY_CONFIG names a JSON file with "providers" and "limits"; unset it to run without one.',
-    });
+    throw new EngineError(
+      'BAD_REQUEST',
+      `cannot read ${where}: ${code === 'ENOENT' ? 'no such file' : (code ?? (error as Error).message)}`,
+      {
+        hint: 'TALLY_CONFIG names a JSON file with "providers" and "limits"; unset it to run without one.',
+      },
+    );
   }
-  if (Buffer.byteLength(text) > CONFIG_BYTES_MAX) throw new EngineError('LIMIT_EXCEEDED', `${where} is over ${CONFIG_BYTES_MAX} bytes`);
+  if (Buffer.byteLength(text) > CONFIG_BYTES_MAX)
+    throw new EngineError('LIMIT_EXCEEDED', `${where} is over ${CONFIG_BYTES_MAX} bytes`);
   let value: unknown;
   try {
     value = JSON.parse(text);
   } catch (error) {
-    throw new EngineError('BAD_REQUEST', `${where} is not JSON: ${(error as Error).message}`, { hint: 'Fix the JSON syntax at the position shown.' });
+    throw new EngineError('BAD_REQUEST', `${where} is not JSON: ${(error as Error).message}`, {
+      hint: 'Fix the JSON syntax at the position shown.',
+    });
   }
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new EngineError('BAD_REQUEST', `${where} must be a JSON object`, { hint: 'Write {"providers": [...], "limits": {...}}.' });
+  if (value === null || typeof value !== 'object' || Array.isArray(value))
+    throw new EngineError('BAD_REQUEST', `${where} must be a JSON object`, {
+      hint: 'Write {"providers": [...], "limits": {...}}.',
+    });
   const config = value as Record<string, unknown>;
   for (const key of Object.keys(config)) {
-    if (!FIELDS.includes(key)) throw new EngineError('BAD_REQUEST', `${where}: ${JSON.stringify(key)} is not a configuration field`, { hint: `The fields are ${FIELDS.join(' and ')}.` });
+    if (!FIELDS.includes(key))
+      throw new EngineError('BAD_REQUEST', `${where}: ${JSON.stringify(key)} is not a configuration field`, {
+        hint: `The fields are ${FIELDS.join(' and ')}.`,
+      });
   }
   let providers: ProviderConfig[];
   try {
     providers = parseProviders(config.providers ?? [], env);
   } catch (error) {
-    if (error instanceof EngineError) throw new EngineError(error.code, `${where}: ${error.message}`, { hint: error.hint, details: error.details });
+    if (error instanceof EngineError)
+      throw new EngineError(error.code, `${where}: ${error.message}`, { hint: error.hint, details: error.details });
     throw error;
   }
   const limits = config.limits ?? {};
-  if (limits === null || typeof limits !== 'object' || Array.isArray(limits)) throw new EngineError('BAD_REQUEST', `${where}: limits must be an object of limit names to integers`);
+  if (limits === null || typeof limits !== 'object' || Array.isArray(limits))
+    throw new EngineError('BAD_REQUEST', `${where}: limits must be an object of limit names to integers`);
   for (const name of Object.keys(limits)) {
     if (!Object.hasOwn(DEFAULT_LIMITS, name)) {
-      throw new EngineError('BAD_REQUEST', `${where}: limits.${name} is not a limit`, { hint: 'README "Limits" lists every limit by name.' });
+      throw new EngineError('BAD_REQUEST', `${where}: limits.${name} is not a limit`, {
+        hint: 'README "Limits" lists every limit by name.',
+      });
     }
   }
   try {

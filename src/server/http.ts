@@ -100,24 +100,39 @@ export function createServer(engine: Engine, options: ServerOptions = {}): Serve
   const logger = options.logger ?? silentLogger;
   const logInternal = (error: unknown) =>
     options.logger
-      ? logger.error({ event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) }, 'mcp session failed')
-      : (options.log ?? console.error)(`tally: mcp session failed: ${error instanceof Error ? error.message : String(error)}`);
+      ? logger.error(
+          { event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) },
+          'mcp session failed',
+        )
+      : (options.log ?? console.error)(
+          `tally: mcp session failed: ${error instanceof Error ? error.message : String(error)}`,
+        );
   const executor = new ExecutorSwitch(engineExecutor(engine, options.worker));
   // MCP sessions' requests take the same way as /graphql's (see run), as the client of their key.
   const mcpEngine = {
     limits,
     authenticate: (apiKey: string) => engine.authenticate(apiKey),
     onActionsChanged: (listener: () => void) => executor.onActionsChanged(listener),
-    graphqlAsync: (query: string, variables?: Record<string, unknown> | null, options: AsyncRequestOptions & { operationName?: string | null } = {}) => {
+    graphqlAsync: (
+      query: string,
+      variables?: Record<string, unknown> | null,
+      options: AsyncRequestOptions & { operationName?: string | null } = {},
+    ) => {
       const { operationName, signal, waitMsMax, ...rest } = options;
       const request: GraphqlRequest = { query, variables: variables ?? null, operationName: operationName ?? null };
       const principal = rest.apiKey === undefined ? (rest.principal ?? '') : engine.authenticate(rest.apiKey);
       if (principal === null) return Promise.resolve(errorAnswer(invalidKey()));
       const bytes = Buffer.byteLength(query) + Buffer.byteLength(JSON.stringify(variables ?? null));
-      return run(ops, request, engine.peekOperation(request), rest, principal, bytes, { ...(signal ? { signal } : {}), ...(waitMsMax === undefined ? {} : { waitMsMax }) });
+      return run(ops, request, engine.peekOperation(request), rest, principal, bytes, {
+        ...(signal ? { signal } : {}),
+        ...(waitMsMax === undefined ? {} : { waitMsMax }),
+      });
     },
   };
-  const mcp = new McpHttp(mcpEngine, { logError: logInternal, ...(options.mcpAllowedOrigins ? { allowedOrigins: options.mcpAllowedOrigins } : {}) });
+  const mcp = new McpHttp(mcpEngine, {
+    logError: logInternal,
+    ...(options.mcpAllowedOrigins ? { allowedOrigins: options.mcpAllowedOrigins } : {}),
+  });
   const ops: Operability = {
     engine,
     executor,
@@ -127,19 +142,34 @@ export function createServer(engine: Engine, options: ServerOptions = {}): Serve
     mcp,
   };
   const server = createHttpServer({ connectionsCheckingInterval }, (req, res) => {
-    const trace: RequestTrace = { startedMs: performance.now(), graphql: false, type: 'unknown', operation: null, dryRun: false, principal: null, outcome: 'ok', changes: 0 };
+    const trace: RequestTrace = {
+      startedMs: performance.now(),
+      graphql: false,
+      type: 'unknown',
+      operation: null,
+      dryRun: false,
+      principal: null,
+      outcome: 'ok',
+      changes: 0,
+    };
     traces.set(res, trace);
     res.once('close', () => finishRequest(logger, ops.metrics, req, res, trace));
     handle(engine, asset, ops, req, res).catch((error: unknown) => {
-      if (options.logger) logger.error({ event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) }, 'request failed');
+      if (options.logger)
+        logger.error(
+          { event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) },
+          'request failed',
+        );
       else options.log?.(`tally: request failed: ${String(error)}`);
-      if (!res.headersSent) sendErrors(res, 500, 'application/json', [new EngineError('INTERNAL', 'the request failed')]);
+      if (!res.headersSent)
+        sendErrors(res, 500, 'application/json', [new EngineError('INTERNAL', 'the request failed')]);
       else res.end();
     });
   });
   operability.set(server, ops);
   server.requestTimeout = limits.requestTimeoutMs;
-  server.headersTimeout = limits.requestTimeoutMs > 0 ? Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs) : limits.headersTimeoutMs;
+  server.headersTimeout =
+    limits.requestTimeoutMs > 0 ? Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs) : limits.headersTimeoutMs;
   server.keepAliveTimeout = limits.keepAliveTimeoutMs;
   boundConnections(server, limits);
   server.once('close', () => void mcp.closeAll());
@@ -209,7 +239,15 @@ function boundConnections(server: Server, limits: Readonly<Limits>): void {
     const mine = byAddress.get(address);
     if ((mine?.size ?? 0) >= limits.connectionsPerAddressMax && !makeRoom(mine!)) return void socket.destroy();
     if (all.size >= limits.connectionsMax && !makeRoom(all)) return void socket.destroy();
-    const connection: Connection = { socket, address, active: 0, served: false, timer: undefined, written: 0, stalledSince: 0 };
+    const connection: Connection = {
+      socket,
+      address,
+      active: 0,
+      served: false,
+      timer: undefined,
+      written: 0,
+      stalledSince: 0,
+    };
     if (limits.headersTimeoutMs > 0) {
       connection.timer = setTimeout(() => {
         if (!connection.served) socket.destroy();
@@ -233,21 +271,24 @@ function boundConnections(server: Server, limits: Readonly<Limits>): void {
     res.once('close', () => connection.active--);
   });
   if (limits.responseStallMs > 0) {
-    const sweep = setInterval(() => {
-      const now = Date.now();
-      for (const connection of all.values()) {
-        const { socket } = connection;
-        if (socket.writableLength === 0 || socket.bytesWritten !== connection.written) {
-          connection.written = socket.bytesWritten;
-          connection.stalledSince = 0;
-        } else if (connection.stalledSince === 0) {
-          connection.stalledSince = now;
-        } else if (now - connection.stalledSince >= limits.responseStallMs) {
-          forget(connection);
-          socket.destroy();
+    const sweep = setInterval(
+      () => {
+        const now = Date.now();
+        for (const connection of all.values()) {
+          const { socket } = connection;
+          if (socket.writableLength === 0 || socket.bytesWritten !== connection.written) {
+            connection.written = socket.bytesWritten;
+            connection.stalledSince = 0;
+          } else if (connection.stalledSince === 0) {
+            connection.stalledSince = now;
+          } else if (now - connection.stalledSince >= limits.responseStallMs) {
+            forget(connection);
+            socket.destroy();
+          }
         }
-      }
-    }, Math.max(50, Math.min(1000, Math.floor(limits.responseStallMs / 4))));
+      },
+      Math.max(50, Math.min(1000, Math.floor(limits.responseStallMs / 4))),
+    );
     sweep.unref();
     server.once('close', () => clearInterval(sweep));
   }
@@ -258,25 +299,42 @@ function boundConnections(server: Server, limits: Readonly<Limits>): void {
  * how long it took and how it ended. Never the variables, the key or the result: they hold money
  * and secrets.
  */
-function finishRequest(logger: Logger, metrics: ServerMetrics, req: IncomingMessage, res: ServerResponse, trace: RequestTrace): void {
+function finishRequest(
+  logger: Logger,
+  metrics: ServerMetrics,
+  req: IncomingMessage,
+  res: ServerResponse,
+  trace: RequestTrace,
+): void {
   const durationMs = Math.round((performance.now() - trace.startedMs) * 10) / 10;
   const outcome = res.writableFinished ? trace.outcome : 'aborted';
   if (!trace.graphql) {
-    logger.debug({ event: 'request', method: req.method, path: (req.url ?? '').split('?')[0], status: res.statusCode, durationMs }, 'request');
+    logger.debug(
+      { event: 'request', method: req.method, path: (req.url ?? '').split('?')[0], status: res.statusCode, durationMs },
+      'request',
+    );
     return;
   }
   metrics.recordRequest({ type: trace.type, operation: trace.operation, outcome, durationMs });
   const fields = {
-    event: 'request', type: trace.type, operation: trace.operation, principal: trace.principal,
-    outcome: outcome === 'ok' || outcome === 'aborted' ? outcome : 'error', ...(outcome === 'ok' || outcome === 'aborted' ? {} : { code: outcome }),
-    status: res.statusCode, durationMs,
+    event: 'request',
+    type: trace.type,
+    operation: trace.operation,
+    principal: trace.principal,
+    outcome: outcome === 'ok' || outcome === 'aborted' ? outcome : 'error',
+    ...(outcome === 'ok' || outcome === 'aborted' ? {} : { code: outcome }),
+    status: res.statusCode,
+    durationMs,
   };
   const message = `${trace.type} ${trace.operation ?? '(anonymous)'} ${outcome}`;
   if (outcome === 'INTERNAL') logger.error(fields, message);
   else logger.info(fields, message);
   // What `tally deploy` sends: one mutation named Deploy, one variable per change.
   if (trace.type === 'mutation' && trace.operation === 'Deploy' && !trace.dryRun && outcome === 'ok') {
-    logger.info({ event: 'deploy', principal: trace.principal, changes: trace.changes }, `deploy applied ${trace.changes} change(s)`);
+    logger.info(
+      { event: 'deploy', principal: trace.principal, changes: trace.changes },
+      `deploy applied ${trace.changes} change(s)`,
+    );
   }
 }
 
@@ -293,17 +351,28 @@ function traceOperation(engine: Engine, res: ServerResponse, request: GraphqlReq
   trace.type = operation.type;
   trace.operation = operation.name;
   trace.dryRun = operation.dryRun;
-  if (operation.name === 'Deploy') trace.changes = Object.keys(request.variables ?? {}).filter((name) => /^v\d+$/.test(name)).length;
+  if (operation.name === 'Deploy')
+    trace.changes = Object.keys(request.variables ?? {}).filter((name) => /^v\d+$/.test(name)).length;
   return operation;
 }
 
-async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops: Operability, req: IncomingMessage, res: ServerResponse): Promise<void> {
+async function handle(
+  engine: Engine,
+  asset: ReturnType<typeof assetReader>,
+  ops: Operability,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
   let url: URL;
   try {
     url = new URL(req.url ?? '/', 'http://localhost');
   } catch {
     req.resume();
-    return sendErrors(res, 400, 'application/json', [new EngineError('BAD_REQUEST', `the request target ${quote(req.url ?? '')} is not a valid URL path`, { hint: 'Send requests to /graphql.' })]);
+    return sendErrors(res, 400, 'application/json', [
+      new EngineError('BAD_REQUEST', `the request target ${quote(req.url ?? '')} is not a valid URL path`, {
+        hint: 'Send requests to /graphql.',
+      }),
+    ]);
   }
   if (url.pathname === '/healthz' || url.pathname === '/readyz' || url.pathname === '/metrics') {
     return probe(engine, ops, url.pathname, req, res);
@@ -311,7 +380,13 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops
   if (req.method === 'GET' && url.pathname.startsWith('/graphql/assets/')) {
     const found = asset(url.pathname.slice('/graphql/assets/'.length));
     if (found) {
-      res.writeHead(200, { 'content-type': `${found.type}; charset=utf-8`, 'cache-control': 'public, max-age=86400', 'content-length': found.body.length }).end(found.body);
+      res
+        .writeHead(200, {
+          'content-type': `${found.type}; charset=utf-8`,
+          'cache-control': 'public, max-age=86400',
+          'content-length': found.body.length,
+        })
+        .end(found.body);
       return;
     }
   }
@@ -321,7 +396,9 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops
       res.writeHead(302, { location: '/graphql' }).end();
       return;
     }
-    sendErrors(res, 404, 'application/json', [new EngineError('NOT_FOUND', `no route ${quote(url.pathname)}`, { hint: 'GraphQL is served at /graphql.' })]);
+    sendErrors(res, 404, 'application/json', [
+      new EngineError('NOT_FOUND', `no route ${quote(url.pathname)}`, { hint: 'GraphQL is served at /graphql.' }),
+    ]);
     return;
   }
   const accept = req.headers.accept ?? '';
@@ -349,19 +426,27 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops
     const operation = traceOperation(engine, res, request);
     if (operation?.type === 'mutation') {
       res.setHeader('allow', 'POST');
-      return sendErrors(res, 405, mediaType, [new EngineError('BAD_REQUEST', 'mutations must be sent with POST', { hint: 'POST the request as JSON.' })]);
+      return sendErrors(res, 405, mediaType, [
+        new EngineError('BAD_REQUEST', 'mutations must be sent with POST', { hint: 'POST the request as JSON.' }),
+      ]);
     }
     return sendResult(res, mediaType, await runFor(ops, req, res, request, operation, { apiKey }, client.principal, 0));
   }
 
   if (req.method !== 'POST') {
     res.setHeader('allow', 'GET, POST');
-    return sendErrors(res, 405, mediaType, [new EngineError('BAD_REQUEST', `method ${req.method} is not allowed on /graphql`, { hint: 'Use POST (or GET for queries).' })]);
+    return sendErrors(res, 405, mediaType, [
+      new EngineError('BAD_REQUEST', `method ${req.method} is not allowed on /graphql`, {
+        hint: 'Use POST (or GET for queries).',
+      }),
+    ]);
   }
   const contentType = (req.headers['content-type'] ?? '').split(';')[0]?.trim().toLowerCase();
   if (contentType !== 'application/json') {
     return sendErrors(res, 415, mediaType, [
-      new EngineError('BAD_REQUEST', `content-type ${quote(req.headers['content-type'] ?? '')} is not supported`, { hint: 'Send the body as application/json.' }),
+      new EngineError('BAD_REQUEST', `content-type ${quote(req.headers['content-type'] ?? '')} is not supported`, {
+        hint: 'Send the body as application/json.',
+      }),
     ]);
   }
   const body = await readBody(req, engine.limits.requestBodyBytesMax);
@@ -374,7 +459,20 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops
   const operation = traceOperation(engine, res, request);
   // `tally mcp --server` proxies MCP tool calls here and says so: its executions record the transport.
   const transport = req.headers['tally-transport'] === 'mcp' ? { transport: 'mcp' as const } : {};
-  return sendResult(res, mediaType, await runFor(ops, req, res, request, operation, { apiKey, ...transport }, client.principal, Buffer.byteLength(body)));
+  return sendResult(
+    res,
+    mediaType,
+    await runFor(
+      ops,
+      req,
+      res,
+      request,
+      operation,
+      { apiKey, ...transport },
+      client.principal,
+      Buffer.byteLength(body),
+    ),
+  );
 }
 
 /**
@@ -388,13 +486,26 @@ async function handle(engine: Engine, asset: ReturnType<typeof assetReader>, ops
  * attachWriter), then runs once. Documents that do not parse go where queries go: they answer
  * their error there.
  */
-async function run(ops: Operability, request: GraphqlRequest, operation: OperationSummary | undefined, options: RequestOptions, principal: string, bytes: number, wait: WaitOptions): Promise<FormattedResult> {
+async function run(
+  ops: Operability,
+  request: GraphqlRequest,
+  operation: OperationSummary | undefined,
+  options: RequestOptions,
+  principal: string,
+  bytes: number,
+  wait: WaitOptions,
+): Promise<FormattedResult> {
   if (operation?.type === 'mutation') return ops.writes.submit({ request, options }, principal, bytes);
   const reads = ops.reads;
   const asked = { request, options };
-  const who = { ...(options.apiKey === undefined ? {} : { apiKey: options.apiKey }), ...(options.principal === undefined ? {} : { principal: options.principal }) };
+  const who = {
+    ...(options.apiKey === undefined ? {} : { apiKey: options.apiKey }),
+    ...(options.principal === undefined ? {} : { principal: options.principal }),
+  };
   if (operation?.waits) {
-    const waits = reads ? await reads.executionWaits(request, who, wait.signal) : await ops.writes.executionWaits(asked, principal, bytes, wait.signal);
+    const waits = reads
+      ? await reads.executionWaits(request, who, wait.signal)
+      : await ops.writes.executionWaits(asked, principal, bytes, wait.signal);
     await ops.engine.awaitExecutions(waits, wait);
   }
   return reads ? reads.execute(request, who, wait.signal) : ops.writes.query(asked, principal, bytes, wait.signal);
@@ -405,7 +516,16 @@ async function run(ops: Operability, request: GraphqlRequest, operation: Operati
  * executionWaitersMax is freed at once) and drops it while it still waits for its turn; the waits
  * end in time to answer within requestTimeoutMs of the request's start (less a margin for the answer).
  */
-async function runFor(ops: Operability, req: IncomingMessage, res: ServerResponse, request: GraphqlRequest, operation: OperationSummary | undefined, options: RequestOptions, principal: string, bytes: number): Promise<FormattedResult> {
+async function runFor(
+  ops: Operability,
+  req: IncomingMessage,
+  res: ServerResponse,
+  request: GraphqlRequest,
+  operation: OperationSummary | undefined,
+  options: RequestOptions,
+  principal: string,
+  bytes: number,
+): Promise<FormattedResult> {
   const gone = new AbortController();
   const abort = () => gone.abort();
   res.once('close', abort);
@@ -414,10 +534,14 @@ async function runFor(ops: Operability, req: IncomingMessage, res: ServerRespons
     const timeoutMs = ops.engine.limits.requestTimeoutMs;
     const startedMs = traces.get(res)?.startedMs ?? performance.now();
     const margin = Math.min(1000, Math.floor(timeoutMs / 10));
-    const waitMsMax = timeoutMs > 0 ? Math.max(0, Math.floor(timeoutMs - margin - (performance.now() - startedMs))) : undefined;
+    const waitMsMax =
+      timeoutMs > 0 ? Math.max(0, Math.floor(timeoutMs - margin - (performance.now() - startedMs))) : undefined;
     // A mutation is never dropped: once sent, it is the client's to learn whether it was written.
     const signal = operation?.type === 'mutation' ? {} : { signal: gone.signal };
-    return await run(ops, request, operation, options, principal, bytes, { ...signal, ...(waitMsMax === undefined ? {} : { waitMsMax }) });
+    return await run(ops, request, operation, options, principal, bytes, {
+      ...signal,
+      ...(waitMsMax === undefined ? {} : { waitMsMax }),
+    });
   } finally {
     res.off('close', abort);
     req.socket.off('close', abort);
@@ -434,7 +558,9 @@ async function serveMcp(engine: Engine, mcp: McpHttp, req: IncomingMessage, res:
   if (!mcp.originAllowed(origin)) {
     req.resume();
     return sendErrors(res, 403, 'application/json', [
-      new EngineError('ACCESS_DENIED', `origin ${quote(origin)} may not call /mcp`, { hint: 'Call /mcp from a local client, or list the origin in mcpAllowedOrigins.' }),
+      new EngineError('ACCESS_DENIED', `origin ${quote(origin)} may not call /mcp`, {
+        hint: 'Call /mcp from a local client, or list the origin in mcpAllowedOrigins.',
+      }),
     ]);
   }
   const client = authenticate(engine, req.headers.authorization);
@@ -453,7 +579,12 @@ async function serveMcp(engine: Engine, mcp: McpHttp, req: IncomingMessage, res:
       return sendErrors(res, text.code === 'LIMIT_EXCEEDED' ? 413 : 400, 'application/json', [text]);
     }
     if (jsonTextTooDeep(text, mcp.bodyDepthMax)) {
-      return sendJsonRpcError(res, 400, -32600, `the body is nested more than ${mcp.bodyDepthMax} levels deep (jsonDepthMax ${engine.limits.jsonDepthMax} for a tool's arguments, plus the JSON-RPC envelope)`);
+      return sendJsonRpcError(
+        res,
+        400,
+        -32600,
+        `the body is nested more than ${mcp.bodyDepthMax} levels deep (jsonDepthMax ${engine.limits.jsonDepthMax} for a tool's arguments, plus the JSON-RPC envelope)`,
+      );
     }
     try {
       body = JSON.parse(text);
@@ -470,11 +601,19 @@ async function serveMcp(engine: Engine, mcp: McpHttp, req: IncomingMessage, res:
  * failed check otherwise, no key. /metrics: Prometheus text, for any client's key (a client with no
  * policies can read metrics and do nothing else).
  */
-async function probe(engine: Engine, ops: Operability, path: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+async function probe(
+  engine: Engine,
+  ops: Operability,
+  path: string,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
   if (req.method !== 'GET' && req.method !== 'HEAD') {
     req.resume();
     res.setHeader('allow', 'GET, HEAD');
-    return sendErrors(res, 405, 'application/json', [new EngineError('BAD_REQUEST', `method ${req.method} is not allowed on ${path}`, { hint: `Use GET ${path}.` })]);
+    return sendErrors(res, 405, 'application/json', [
+      new EngineError('BAD_REQUEST', `method ${req.method} is not allowed on ${path}`, { hint: `Use GET ${path}.` }),
+    ]);
   }
   if (path === '/healthz') return send(res, 200, 'application/json', { status: 'ok' });
   if (path === '/readyz') {
@@ -482,14 +621,20 @@ async function probe(engine: Engine, ops: Operability, path: string, req: Incomi
     const { database, sandbox, workerRunning } = await readiness(engine.limits, ops.executor);
     // Under --no-worker, executions run elsewhere (tally worker): not this server's to check.
     const worker = workerRunning === null || workerRunning ? null : 'the queue worker is not running';
-    const checks = { database: database ?? 'ok', sandbox: sandbox ?? 'ok', worker: worker ?? (workerRunning === null ? 'disabled' : 'ok') };
+    const checks = {
+      database: database ?? 'ok',
+      sandbox: sandbox ?? 'ok',
+      worker: worker ?? (workerRunning === null ? 'disabled' : 'ok'),
+    };
     const ready = database === null && sandbox === null && worker === null;
     return send(res, ready ? 200 : 503, 'application/json', { status: ready ? 'ready' : 'not ready', checks });
   }
   const client = authenticate(engine, req.headers.authorization);
   if (client instanceof EngineError) return sendUnauthenticated(res, 'application/json', client);
   const text = await ops.metrics.registry.metrics();
-  res.writeHead(200, { 'content-type': ops.metrics.registry.contentType, 'content-length': Buffer.byteLength(text) }).end(text);
+  res
+    .writeHead(200, { 'content-type': ops.metrics.registry.contentType, 'content-length': Buffer.byteLength(text) })
+    .end(text);
 }
 
 /**
@@ -510,11 +655,15 @@ async function readiness(limits: Readonly<Limits>, executor: Executor): Promise<
 /** The API key of `Authorization: Bearer <api key>` and its client's principal, or UNAUTHENTICATED. */
 function authenticate(engine: Engine, header: string | undefined): { apiKey: string; principal: string } | EngineError {
   if (!header) {
-    return new EngineError('UNAUTHENTICATED', 'the request has no Authorization header', { hint: 'Send `Authorization: Bearer <api key>`.' });
+    return new EngineError('UNAUTHENTICATED', 'the request has no Authorization header', {
+      hint: 'Send `Authorization: Bearer <api key>`.',
+    });
   }
   const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
   if (!match) {
-    return new EngineError('UNAUTHENTICATED', 'the Authorization header is not `Bearer <api key>`', { hint: 'Send `Authorization: Bearer <api key>`.' });
+    return new EngineError('UNAUTHENTICATED', 'the Authorization header is not `Bearer <api key>`', {
+      hint: 'Send `Authorization: Bearer <api key>`.',
+    });
   }
   const principal = engine.authenticate(match[1]!);
   if (!principal) return invalidKey();
@@ -531,7 +680,9 @@ function readBody(req: IncomingMessage, bytesMax: number): Promise<string | Engi
     const declared = Number(req.headers['content-length'] ?? '0');
     if (declared > bytesMax) {
       req.resume();
-      resolve(new EngineError('LIMIT_EXCEEDED', `the request body is ${declared} bytes; requestBodyBytesMax is ${bytesMax}`));
+      resolve(
+        new EngineError('LIMIT_EXCEEDED', `the request body is ${declared} bytes; requestBodyBytesMax is ${bytesMax}`),
+      );
       return;
     }
     const chunks: Buffer[] = [];
@@ -591,7 +742,9 @@ function requestFromSearchParams(params: URLSearchParams): GraphqlRequest | Engi
 function checkRequest(raw: Record<string, unknown>): GraphqlRequest | EngineError {
   const { query, variables, operationName, extensions } = raw;
   if (typeof query !== 'string') {
-    return new EngineError('BAD_REQUEST', `query must be a string, got ${quote(query)}`, { hint: 'Send {"query": "{ journal { name } }"}.' });
+    return new EngineError('BAD_REQUEST', `query must be a string, got ${quote(query)}`, {
+      hint: 'Send {"query": "{ journal { name } }"}.',
+    });
   }
   if (variables != null && (typeof variables !== 'object' || Array.isArray(variables))) {
     return new EngineError('BAD_REQUEST', `variables must be a JSON object, got ${quote(variables)}`);
@@ -602,7 +755,11 @@ function checkRequest(raw: Record<string, unknown>): GraphqlRequest | EngineErro
   if (extensions != null && (typeof extensions !== 'object' || Array.isArray(extensions))) {
     return new EngineError('BAD_REQUEST', `extensions must be a JSON object, got ${quote(extensions)}`);
   }
-  return { query, variables: (variables as Record<string, unknown> | null) ?? null, operationName: (operationName as string | null) ?? null };
+  return {
+    query,
+    variables: (variables as Record<string, unknown> | null) ?? null,
+    operationName: (operationName as string | null) ?? null,
+  };
 }
 
 /** The codes of a request stopped before it ran because its document did not parse, validate or fit the limits. */
@@ -641,7 +798,12 @@ function sendErrors(res: ServerResponse, status: number, mediaType: string, erro
   send(res, status, mediaType, { errors: errors.map((e) => ({ message: e.message, extensions: e.extensions })) });
 }
 
-function send(res: ServerResponse, status: number, mediaType: string, body: { errors?: ReadonlyArray<{ extensions?: Record<string, unknown> }> } | object): void {
+function send(
+  res: ServerResponse,
+  status: number,
+  mediaType: string,
+  body: { errors?: ReadonlyArray<{ extensions?: Record<string, unknown> }> } | object,
+): void {
   const code = 'errors' in body ? body.errors?.[0]?.extensions?.code : undefined;
   const trace = traces.get(res);
   if (trace) trace.outcome = typeof code === 'string' ? code : 'ok';

@@ -9,7 +9,9 @@ export type LogLevel = (typeof LOG_LEVELS)[number];
 export function parseLogLevel(text: string): LogLevel {
   const level = text.trim().toLowerCase();
   if ((LOG_LEVELS as readonly string[]).includes(level)) return level as LogLevel;
-  throw new EngineError('BAD_REQUEST', `log level ${quote(text)} is not one of ${LOG_LEVELS.join(', ')}`, { hint: 'Use --log-level info (the default), debug or warn.' });
+  throw new EngineError('BAD_REQUEST', `log level ${quote(text)} is not one of ${LOG_LEVELS.join(', ')}`, {
+    hint: 'Use --log-level info (the default), debug or warn.',
+  });
 }
 
 export interface LoggerOptions {
@@ -39,7 +41,14 @@ export function createLogger(options: LoggerOptions): pino.Logger & Logger {
   );
 }
 
-const LEVEL_COLOURS: Record<string, string> = { trace: '90', debug: '36', info: '32', warn: '33', error: '31', fatal: '35' };
+const LEVEL_COLOURS: Record<string, string> = {
+  trace: '90',
+  debug: '36',
+  info: '32',
+  warn: '33',
+  error: '31',
+  fatal: '35',
+};
 
 /**
  * `12:04:05.120 INFO  request query Balance ok 3.1 ms principal=admin`: the time of day, the level,
@@ -55,9 +64,13 @@ export function formatPretty(line: string, colour = true): string {
   }
   const { time, level, msg, event: _event, ...fields } = record;
   const clock = typeof time === 'string' ? time.slice(11, 23) : '';
-  const label = String(level ?? '').toUpperCase().padEnd(5);
+  const label = String(level ?? '')
+    .toUpperCase()
+    .padEnd(5);
   const code = LEVEL_COLOURS[String(level)];
   const shown = colour && code ? `\u001b[${code}m${label}\u001b[0m` : label;
-  const pairs = Object.entries(fields).map(([key, value]) => `${key}=${typeof value === 'string' && !/\s|"/.test(value) ? value : JSON.stringify(value)}`);
+  const pairs = Object.entries(fields).map(
+    ([key, value]) => `${key}=${typeof value === 'string' && !/\s|"/.test(value) ? value : JSON.stringify(value)}`,
+  );
   return `${clock} ${shown} ${String(msg ?? '')}${pairs.length ? ` ${pairs.join(' ')}` : ''}\n`;
 }

@@ -56,7 +56,11 @@ export class ServerMetrics {
   private readonly models: BoundedLabels;
 
   /** `executor`: where requests run (the engine, or the writer thread): its events and caches. Queue figures are read from the database by `engine`. */
-  constructor(engine: Engine, executor: Executor = engineExecutor(engine), reads: () => ReadPoolStats | undefined = () => undefined) {
+  constructor(
+    engine: Engine,
+    executor: Executor = engineExecutor(engine),
+    reads: () => ReadPoolStats | undefined = () => undefined,
+  ) {
     const registers = [this.registry];
     this.operations = new BoundedLabels(engine.limits.metricsLabelValuesMax);
     this.actions = new BoundedLabels(engine.limits.metricsLabelValuesMax);
@@ -118,8 +122,16 @@ export class ServerMetrics {
     });
 
     // Group commit: requests per COMMIT is the ratio of the two counters.
-    const batches = new Counter({ name: 'tally_write_batches_total', help: 'Group commits: SQLite transactions that ran one or more write requests (each under its own savepoint).', registers });
-    const batchRequests = new Counter({ name: 'tally_write_batch_requests_total', help: 'Write requests run in group commits; divided by tally_write_batches_total, the mean group size.', registers });
+    const batches = new Counter({
+      name: 'tally_write_batches_total',
+      help: 'Group commits: SQLite transactions that ran one or more write requests (each under its own savepoint).',
+      registers,
+    });
+    const batchRequests = new Counter({
+      name: 'tally_write_batch_requests_total',
+      help: 'Write requests run in group commits; divided by tally_write_batches_total, the mean group size.',
+      registers,
+    });
     executor.onBatch((size) => {
       batches.inc();
       batchRequests.inc(size);
@@ -138,13 +150,29 @@ export class ServerMetrics {
       },
     });
     const gauge = (name: string, help: string, read: () => number) =>
-      new Gauge({ name, help, registers, collect() { this.set(read()); } });
-    gauge('tally_queue_depth', 'Started executions waiting to run (QUEUED), due or not.', () => engine.queueStats().queued);
+      new Gauge({
+        name,
+        help,
+        registers,
+        collect() {
+          this.set(read());
+        },
+      });
+    gauge(
+      'tally_queue_depth',
+      'Started executions waiting to run (QUEUED), due or not.',
+      () => engine.queueStats().queued,
+    );
     gauge('tally_queue_due', 'QUEUED executions whose run time has come.', () => engine.queueStats().due);
-    gauge('tally_queue_oldest_due_age_seconds', 'How long the oldest due execution has waited past its run time (0 when none is due).', () => engine.queueStats().oldestDueAgeMs / 1000);
+    gauge(
+      'tally_queue_oldest_due_age_seconds',
+      'How long the oldest due execution has waited past its run time (0 when none is due).',
+      () => engine.queueStats().oldestDueAgeMs / 1000,
+    );
     // The engine that runs requests: a message away under tally serve, so read once per scrape.
     let scrape: Promise<WriterSnapshot> | null = null;
-    const snapshot = () => (scrape ??= Promise.resolve(executor.snapshot()).finally(() => setImmediate(() => (scrape = null))));
+    const snapshot = () =>
+      (scrape ??= Promise.resolve(executor.snapshot()).finally(() => setImmediate(() => (scrape = null))));
     const fromSnapshot = (name: string, help: string, read: (s: WriterSnapshot) => number | null) =>
       new Gauge({
         name,
@@ -165,14 +193,40 @@ export class ServerMetrics {
           if (stats) this.set(read(stats));
         },
       });
-    pool('tally_read_pool_threads_ready', 'Read pool threads started and answering (absent until the pool starts).', (s) => s.ready);
+    pool(
+      'tally_read_pool_threads_ready',
+      'Read pool threads started and answering (absent until the pool starts).',
+      (s) => s.ready,
+    );
     pool('tally_read_pool_queued', 'Queries waiting for a read thread.', (s) => s.queued);
-    pool('tally_read_pool_refused', 'Queries the read pool answered BUSY because its queue was full, since it started.', (s) => s.refused);
-    pool('tally_read_pool_wal_holds', 'Times the read pool held new queries so that a checkpoint could restart the WAL, since it started.', (s) => s.walHolds);
-    fromSnapshot('tally_sandbox_ready', '1 when the sandbox is loaded, 0 while it is replaced after a crash.', (s) => (s.sandbox === null ? 1 : 0));
-    fromSnapshot('tally_sandbox_idle_contexts', 'Warm sandbox contexts in the pool, ready for the next call.', (s) => s.stats?.idleSandboxContexts ?? null);
-    fromSnapshot('tally_document_cache_entries', 'Parsed and validated GraphQL documents cached.', (s) => s.stats?.documentCacheSize ?? null);
-    fromSnapshot('tally_document_cache_bytes', 'Estimated heap of the cached GraphQL documents.', (s) => s.stats?.documentCacheBytes ?? null);
+    pool(
+      'tally_read_pool_refused',
+      'Queries the read pool answered BUSY because its queue was full, since it started.',
+      (s) => s.refused,
+    );
+    pool(
+      'tally_read_pool_wal_holds',
+      'Times the read pool held new queries so that a checkpoint could restart the WAL, since it started.',
+      (s) => s.walHolds,
+    );
+    fromSnapshot('tally_sandbox_ready', '1 when the sandbox is loaded, 0 while it is replaced after a crash.', (s) =>
+      s.sandbox === null ? 1 : 0,
+    );
+    fromSnapshot(
+      'tally_sandbox_idle_contexts',
+      'Warm sandbox contexts in the pool, ready for the next call.',
+      (s) => s.stats?.idleSandboxContexts ?? null,
+    );
+    fromSnapshot(
+      'tally_document_cache_entries',
+      'Parsed and validated GraphQL documents cached.',
+      (s) => s.stats?.documentCacheSize ?? null,
+    );
+    fromSnapshot(
+      'tally_document_cache_bytes',
+      'Estimated heap of the cached GraphQL documents.',
+      (s) => s.stats?.documentCacheBytes ?? null,
+    );
     fromSnapshot('tally_cel_cache_entries', 'Compiled CEL expressions cached.', (s) => s.stats?.celCacheSize ?? null);
     new Gauge({
       name: 'tally_database_bytes',

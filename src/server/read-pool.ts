@@ -199,7 +199,12 @@ export class ReadPool {
     return this.enqueue('waits', request, options, signal).then((answer) => (Array.isArray(answer) ? answer : []));
   }
 
-  private enqueue(mode: Pending['mode'], request: GraphqlRequest, options: ReadOptions, signal: AbortSignal | undefined): Promise<FormattedResult | ExecutionWait[]> {
+  private enqueue(
+    mode: Pending['mode'],
+    request: GraphqlRequest,
+    options: ReadOptions,
+    signal: AbortSignal | undefined,
+  ): Promise<FormattedResult | ExecutionWait[]> {
     if (this.closing) return Promise.resolve(errorAnswer(closedError()));
     if (signal?.aborted) return Promise.resolve(errorAnswer(cancelledError()));
     return new Promise<FormattedResult | ExecutionWait[]>((resolve) => {
@@ -207,7 +212,11 @@ export class ReadPool {
         id: this.nextId++,
         client: options.principal ?? options.apiKey ?? '',
         mode,
-        request: { query: request.query, variables: request.variables ?? null, operationName: request.operationName ?? null },
+        request: {
+          query: request.query,
+          variables: request.variables ?? null,
+          operationName: request.operationName ?? null,
+        },
         options: {
           ...(options.apiKey === undefined ? {} : { apiKey: options.apiKey }),
           ...(options.principal === undefined ? {} : { principal: options.principal }),
@@ -243,7 +252,15 @@ export class ReadPool {
       if (slot.ready) ready++;
       running += slot.running.size;
     }
-    return { threads: this.size, ready, queued: this.queued, running, refused: this.refused, restarts: this.restarts, walHolds: this.holds };
+    return {
+      threads: this.size,
+      ready,
+      queued: this.queued,
+      running,
+      refused: this.refused,
+      restarts: this.restarts,
+      walHolds: this.holds,
+    };
   }
 
   /**
@@ -327,7 +344,10 @@ export class ReadPool {
         }
       });
       worker.on('error', (error) => {
-        if (!slot.ready) slot.failure ??= new EngineError('INTERNAL', `a read thread failed to start: ${error.message}`, { cause: error });
+        if (!slot.ready)
+          slot.failure ??= new EngineError('INTERNAL', `a read thread failed to start: ${error.message}`, {
+            cause: error,
+          });
         else if (!this.closing) this.options.logError(error);
       });
       worker.on('exit', (code) => {
@@ -336,11 +356,20 @@ export class ReadPool {
         slot.gone = true;
         exit();
         if (!wasReady) {
-          const failure = slot.failure ?? new EngineError('INTERNAL', `a read thread ended (exit code ${code}) before it was ready`);
+          const failure =
+            slot.failure ?? new EngineError('INTERNAL', `a read thread ended (exit code ${code}) before it was ready`);
           reject(failure);
           this.onGone(slot, failure, false);
         } else {
-          this.onGone(slot, new EngineError('INTERNAL', `the read thread answering this query stopped (exit code ${code}); the pool replaces it`, { hint: 'Retry the query.' }), true);
+          this.onGone(
+            slot,
+            new EngineError(
+              'INTERNAL',
+              `the read thread answering this query stopped (exit code ${code}); the pool replaces it`,
+              { hint: 'Retry the query.' },
+            ),
+            true,
+          );
         }
       });
     });
@@ -376,19 +405,34 @@ export class ReadPool {
     const closing = this.closing !== null;
     for (const p of inFlight) this.settle(p, errorAnswer(closing ? closedError() : failure));
     if (closing || (!this.started && !wasReady)) return;
-    if (wasReady) this.options.logError(new Error(`read thread ${slot.index} stopped; starting another (${inFlight.length} queries in flight answered INTERNAL)`));
+    if (wasReady)
+      this.options.logError(
+        new Error(
+          `read thread ${slot.index} stopped; starting another (${inFlight.length} queries in flight answered INTERNAL)`,
+        ),
+      );
     else {
       this.failuresInRow++;
       this.options.logError(failure);
       if (!this.slots.some((s) => s.ready)) {
-        for (const list of this.queues.values()) for (const p of list) this.settle(p, errorAnswer(new EngineError('INTERNAL', `no read thread is running: ${failure.message}`, { hint: 'Retry later; the server log says why the read threads cannot start.' })));
+        for (const list of this.queues.values())
+          for (const p of list)
+            this.settle(
+              p,
+              errorAnswer(
+                new EngineError('INTERNAL', `no read thread is running: ${failure.message}`, {
+                  hint: 'Retry later; the server log says why the read threads cannot start.',
+                }),
+              ),
+            );
         this.queues.clear();
         this.queued = 0;
       }
     }
     // The queries it ran are answered: the others' turn (and a WAL hold waiting for them to end).
     this.dispatch();
-    const delay = this.failuresInRow === 0 ? 0 : Math.min(RESTART_DELAY_MS_MAX, RESTART_DELAY_MS * 2 ** (this.failuresInRow - 1));
+    const delay =
+      this.failuresInRow === 0 ? 0 : Math.min(RESTART_DELAY_MS_MAX, RESTART_DELAY_MS * 2 ** (this.failuresInRow - 1));
     const timer = setTimeout(() => {
       this.restartTimers.delete(timer);
       if (this.closing) return;
@@ -429,7 +473,10 @@ export class ReadPool {
       // A log that restarted since the last hold starts the count again.
       if (frames < this.releasedAtFrames) this.releasedAtFrames = 0;
       const bound = this.limits.walAutocheckpointPages;
-      this.walSeen = { at: now, starved: frames > Math.max(bound, this.releasedAtFrames + bound) && backfilled < frames };
+      this.walSeen = {
+        at: now,
+        starved: frames > Math.max(bound, this.releasedAtFrames + bound) && backfilled < frames,
+      };
     }
     if (!this.walSeen.starved) return false;
     this.holding = true;
@@ -509,11 +556,24 @@ export class ReadPool {
     slot.running.set(p.id, p);
     this.refIfBusy(slot);
     try {
-      slot.worker.postMessage({ type: 'run', id: p.id, mode: p.mode, request: p.request, options: p.options } satisfies ToReadWorker);
+      slot.worker.postMessage({
+        type: 'run',
+        id: p.id,
+        mode: p.mode,
+        request: p.request,
+        options: p.options,
+      } satisfies ToReadWorker);
     } catch (error) {
       // Variables the structured clone refuses (a function, a symbol): not a GraphQL value anyway.
       slot.running.delete(p.id);
-      this.settle(p, errorAnswer(new EngineError('BAD_REQUEST', `the query cannot be sent to a read thread: ${(error as Error).message}`, { hint: 'Send variables as JSON values.' })));
+      this.settle(
+        p,
+        errorAnswer(
+          new EngineError('BAD_REQUEST', `the query cannot be sent to a read thread: ${(error as Error).message}`, {
+            hint: 'Send variables as JSON values.',
+          }),
+        ),
+      );
     }
   }
 
@@ -564,11 +624,15 @@ function queueFullError(max: number, shed: boolean): EngineError {
 }
 
 function closedError(): EngineError {
-  return new EngineError('BUSY', 'the read pool is closed (the server is shutting down)', { hint: 'Retry against a running server.' });
+  return new EngineError('BUSY', 'the read pool is closed (the server is shutting down)', {
+    hint: 'Retry against a running server.',
+  });
 }
 
 function cancelledError(): EngineError {
-  return new EngineError('BUSY', 'the query was cancelled (its signal aborted) before a read thread ran it', { hint: 'Send it again if the answer is still wanted.' });
+  return new EngineError('BUSY', 'the query was cancelled (its signal aborted) before a read thread ran it', {
+    hint: 'Send it again if the answer is still wanted.',
+  });
 }
 
 function fromData(data: ErrorData): EngineError {

@@ -59,7 +59,8 @@ try {
     logError: (error) => post({ type: 'log', message: describe(error) }),
   });
 } catch (error) {
-  const failure = error instanceof EngineError ? error.toData() : { code: 'INTERNAL' as const, message: describe(error) };
+  const failure =
+    error instanceof EngineError ? error.toData() : { code: 'INTERNAL' as const, message: describe(error) };
   port.postMessage({ type: 'startFailed', error: failure } satisfies FromReadWorker);
   // The pool terminates this thread: stay alive until it does, so the message above arrives.
   await new Promise<never>(() => setInterval(() => {}, 60_000));
@@ -89,7 +90,11 @@ function run(id: number, mode: 'execute' | 'waits', request: GraphqlRequest, opt
   } catch (error) {
     // A value the structured clone refuses: the answer is lost, the caller still gets one.
     post({ type: 'log', message: describe(error) });
-    post({ type: 'result', id, result: failed(`the read thread could not send the answer: ${(error as Error)?.message ?? String(error)}`) });
+    post({
+      type: 'result',
+      id,
+      result: failed(`the read thread could not send the answer: ${(error as Error)?.message ?? String(error)}`),
+    });
   }
 }
 

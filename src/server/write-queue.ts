@@ -93,23 +93,45 @@ export class WriteQueue {
    * client's turn; none when the queue has no room or `signal` aborts first (the query then says why).
    */
   executionWaits(request: BatchRequest, principal: string, bytes = 0, signal?: AbortSignal): Promise<ExecutionWait[]> {
-    return this.enqueue('waits', request, principal, bytes, signal).then((answer) => (Array.isArray(answer) ? answer : []));
+    return this.enqueue('waits', request, principal, bytes, signal).then((answer) =>
+      Array.isArray(answer) ? answer : [],
+    );
   }
 
-  private enqueue(kind: Kind, request: BatchRequest, principal: string, bytes: number, signal: AbortSignal | undefined): Promise<FormattedResult | ExecutionWait[]> {
+  private enqueue(
+    kind: Kind,
+    request: BatchRequest,
+    principal: string,
+    bytes: number,
+    signal: AbortSignal | undefined,
+  ): Promise<FormattedResult | ExecutionWait[]> {
     const limits = this.limits;
     const mine = this.clients.get(principal);
     if (this.count >= limits.writeQueueMax) {
-      return Promise.resolve(busy(`${this.count} requests are waiting for the writer (writeQueueMax ${limits.writeQueueMax})`));
+      return Promise.resolve(
+        busy(`${this.count} requests are waiting for the writer (writeQueueMax ${limits.writeQueueMax})`),
+      );
     }
     if (this.bytes + bytes > limits.writeQueueBytesMax) {
-      return Promise.resolve(busy(`the requests waiting for the writer hold ${this.bytes} bytes; this one would pass writeQueueBytesMax (${limits.writeQueueBytesMax})`));
+      return Promise.resolve(
+        busy(
+          `the requests waiting for the writer hold ${this.bytes} bytes; this one would pass writeQueueBytesMax (${limits.writeQueueBytesMax})`,
+        ),
+      );
     }
     if ((mine?.pending.length ?? 0) >= limits.writeQueuePerClientMax) {
-      return Promise.resolve(busy(`this client has ${mine!.pending.length} requests waiting for the writer (writeQueuePerClientMax ${limits.writeQueuePerClientMax})`));
+      return Promise.resolve(
+        busy(
+          `this client has ${mine!.pending.length} requests waiting for the writer (writeQueuePerClientMax ${limits.writeQueuePerClientMax})`,
+        ),
+      );
     }
     if ((mine?.bytes ?? 0) + bytes > limits.writeQueuePerClientBytesMax) {
-      return Promise.resolve(busy(`this client's requests waiting for the writer hold ${mine?.bytes ?? 0} bytes; this one would pass writeQueuePerClientBytesMax (${limits.writeQueuePerClientBytesMax})`));
+      return Promise.resolve(
+        busy(
+          `this client's requests waiting for the writer hold ${mine?.bytes ?? 0} bytes; this one would pass writeQueuePerClientBytesMax (${limits.writeQueuePerClientBytesMax})`,
+        ),
+      );
     }
     if (signal?.aborted) return Promise.resolve(errorAnswer(cancelledError()));
     return new Promise((resolve) => {
@@ -210,8 +232,12 @@ export class WriteQueue {
     const executor = this.executor();
     const first = unit[0]!;
     const options = first.options ?? {};
-    if (first.kind === 'mutation') return executor.executeGroup(unit.map(({ request, options }) => (options ? { request, options } : { request })));
-    const one = first.kind === 'query' ? executor.execute(first.request, options) : executor.executionWaits(first.request, options);
+    if (first.kind === 'mutation')
+      return executor.executeGroup(unit.map(({ request, options }) => (options ? { request, options } : { request })));
+    const one =
+      first.kind === 'query'
+        ? executor.execute(first.request, options)
+        : executor.executionWaits(first.request, options);
     return isPromise(one) ? (one as Promise<unknown>).then((answer) => [answer]) : [one];
   }
 
@@ -247,11 +273,15 @@ export class WriteQueue {
 const PIPELINE_DEPTH = 2;
 
 function busy(message: string): FormattedResult {
-  return errorAnswer(new EngineError('BUSY', message, { hint: 'Retry the request in a moment, or send fewer at once.' }));
+  return errorAnswer(
+    new EngineError('BUSY', message, { hint: 'Retry the request in a moment, or send fewer at once.' }),
+  );
 }
 
 function cancelledError(): EngineError {
-  return new EngineError('BUSY', 'the request was cancelled (its caller went away) before the writer ran it', { hint: 'Send it again if the answer is still wanted.' });
+  return new EngineError('BUSY', 'the request was cancelled (its caller went away) before the writer ran it', {
+    hint: 'Send it again if the answer is still wanted.',
+  });
 }
 
 function isPromise<T>(value: T | Promise<T>): value is Promise<T> {

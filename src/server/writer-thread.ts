@@ -7,7 +7,13 @@ import type { ModelCallSample } from '../execution/services.js';
 import type { ExecutionWait } from '../graphql/context.js';
 import { errorAnswer, type FormattedResult, type GraphqlRequest } from '../graphql/executor.js';
 import { resolveLimits } from '../limits.js';
-import type { FromWriterWorker, ToWriterWorker, WriterEvent, WriterSnapshot, WriterWorkerData } from './writer-worker.js';
+import type {
+  FromWriterWorker,
+  ToWriterWorker,
+  WriterEvent,
+  WriterSnapshot,
+  WriterWorkerData,
+} from './writer-worker.js';
 
 const BOOT = new URL('./writer-worker-boot.mjs', import.meta.url);
 /** How long close() waits for the thread to finish its attempt and close its engine before terminating it. */
@@ -23,7 +29,9 @@ const SNAPSHOT_WAIT_MS = 50;
  * query's waits on executions are the HTTP thread's (engine.awaitExecutions).
  */
 export interface Executor {
-  executeGroup(group: ReadonlyArray<BatchRequest>): Array<FormattedResult | undefined> | Promise<Array<FormattedResult | undefined>>;
+  executeGroup(
+    group: ReadonlyArray<BatchRequest>,
+  ): Array<FormattedResult | undefined> | Promise<Array<FormattedResult | undefined>>;
   /** One request alone: engine.execute. */
   execute(request: GraphqlRequest, options?: RequestOptions): FormattedResult | Promise<FormattedResult>;
   /** The executions a query asks to wait on: engine.executionWaits. */
@@ -192,16 +200,33 @@ export class WriterThread implements Executor {
   }
 
   executeGroup(group: ReadonlyArray<BatchRequest>): Promise<Array<FormattedResult | undefined>> {
-    const requests = group.map(({ request, options }) => ({ request: plainRequest(request), ...(options ? { options: { ...options } } : {}) }));
-    return this.call<Array<FormattedResult | undefined>>('group', group.length, (id) => ({ type: 'group', id, group: requests }));
+    const requests = group.map(({ request, options }) => ({
+      request: plainRequest(request),
+      ...(options ? { options: { ...options } } : {}),
+    }));
+    return this.call<Array<FormattedResult | undefined>>('group', group.length, (id) => ({
+      type: 'group',
+      id,
+      group: requests,
+    }));
   }
 
   execute(request: GraphqlRequest, options: RequestOptions = {}): Promise<FormattedResult> {
-    return this.call<FormattedResult>('result', 1, (id) => ({ type: 'execute', id, request: plainRequest(request), options: { ...options } }));
+    return this.call<FormattedResult>('result', 1, (id) => ({
+      type: 'execute',
+      id,
+      request: plainRequest(request),
+      options: { ...options },
+    }));
   }
 
   executionWaits(request: GraphqlRequest, options: RequestOptions = {}): Promise<ExecutionWait[]> {
-    return this.call<ExecutionWait[]>('waits', 1, (id) => ({ type: 'waits', id, request: plainRequest(request), options: { ...options } }));
+    return this.call<ExecutionWait[]>('waits', 1, (id) => ({
+      type: 'waits',
+      id,
+      request: plainRequest(request),
+      options: { ...options },
+    }));
   }
 
   /**
@@ -210,7 +235,10 @@ export class WriterThread implements Executor {
    * SNAPSHOT_WAIT_MS, so /readyz and /metrics never wait behind a tool.
    */
   snapshot(): Promise<WriterSnapshot> {
-    const fresh = (this.snapshotAsked ??= this.call<WriterSnapshot>('snapshot', 0, (id) => ({ type: 'snapshot', id })).then((snapshot) => {
+    const fresh = (this.snapshotAsked ??= this.call<WriterSnapshot>('snapshot', 0, (id) => ({
+      type: 'snapshot',
+      id,
+    })).then((snapshot) => {
       this.snapshotAsked = null;
       if (snapshot.stats !== null) this.lastSnapshot = snapshot;
       return snapshot;
@@ -274,7 +302,10 @@ export class WriterThread implements Executor {
       case 'group':
         // The events first: a listener (metrics) counts the group before its clients hear of it.
         if (message.events) this.dispatchEvents(message.events);
-        return this.settle(message.id, message.answers.map((a) => a ?? undefined));
+        return this.settle(
+          message.id,
+          message.answers.map((a) => a ?? undefined),
+        );
       case 'result':
         return this.settle(message.id, message.result);
       case 'waits':
@@ -338,16 +369,27 @@ export class WriterThread implements Executor {
     if (kind === 'waits') return [];
     let error: EngineError;
     if (cause !== undefined) {
-      error = new EngineError('INTERNAL', `the request could not be sent to the writer thread: ${(cause as Error)?.message ?? String(cause)}; it was not run`);
+      error = new EngineError(
+        'INTERNAL',
+        `the request could not be sent to the writer thread: ${(cause as Error)?.message ?? String(cause)}; it was not run`,
+      );
     } else if (reason === 'notSent') {
       error =
         this.failure === null || this.closed
-          ? new EngineError('BUSY', 'the server is shutting down; the request was not run', { hint: 'Retry against the restarted server.' })
-          : new EngineError('INTERNAL', `${this.failure}; the request was not run`, { hint: 'Retry against the restarted server.' });
+          ? new EngineError('BUSY', 'the server is shutting down; the request was not run', {
+              hint: 'Retry against the restarted server.',
+            })
+          : new EngineError('INTERNAL', `${this.failure}; the request was not run`, {
+              hint: 'Retry against the restarted server.',
+            });
     } else {
-      error = new EngineError('INTERNAL', `${this.failure ?? 'the writer thread ended'} before answering: whether the request was committed is unknown`, {
-        hint: 'Retry it against the restarted server (a posting with the same transactionId is written once).',
-      });
+      error = new EngineError(
+        'INTERNAL',
+        `${this.failure ?? 'the writer thread ended'} before answering: whether the request was committed is unknown`,
+        {
+          hint: 'Retry it against the restarted server (a posting with the same transactionId is written once).',
+        },
+      );
     }
     const answer = errorAnswer(error);
     return kind === 'group' ? Array.from({ length: size }, () => answer) : answer;

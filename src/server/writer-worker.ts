@@ -31,7 +31,7 @@ export interface WriterWorkerData {
 }
 
 export interface WriterSnapshot {
-  stats: ReturnType<Engine["stats"]> | null;
+  stats: ReturnType<Engine['stats']> | null;
   /** Engine.readiness(): null when the database takes a write now / the sandbox is loaded, otherwise why not. */
   database: string | null;
   sandbox: string | null;
@@ -110,7 +110,9 @@ function takeEvents(): WriterEvent[] {
 let engine: Engine;
 let worker: Worker | null = null;
 try {
-  const logger = data.log ? createLogger({ level: data.log.level, destination: process.stdout, pretty: data.log.pretty }) : undefined;
+  const logger = data.log
+    ? createLogger({ level: data.log.level, destination: process.stdout, pretty: data.log.pretty })
+    : undefined;
   const options: EngineOptions = {
     path: data.path,
     ...(data.durability ? { durability: data.durability } : {}),
@@ -130,7 +132,8 @@ try {
     worker = queueWorker;
   }
 } catch (error) {
-  const failure = error instanceof EngineError ? error.toData() : { code: 'INTERNAL' as const, message: describe(error) };
+  const failure =
+    error instanceof EngineError ? error.toData() : { code: 'INTERNAL' as const, message: describe(error) };
   port.postMessage({ type: 'startFailed', error: failure } satisfies FromWriterWorker);
   // The server terminates this thread: stay alive until it does, so the message above arrives.
   await new Promise<never>(() => setInterval(() => {}, 60_000));
@@ -146,7 +149,11 @@ function answer(id: number, result: FormattedResult): void {
   try {
     post({ type: 'result', id, result });
   } catch (error) {
-    post({ type: 'result', id, result: failed(`the writer thread could not send the answer: ${(error as Error)?.message ?? String(error)}`) });
+    post({
+      type: 'result',
+      id,
+      result: failed(`the writer thread could not send the answer: ${(error as Error)?.message ?? String(error)}`),
+    });
   }
 }
 
@@ -188,7 +195,9 @@ function group(id: number, requests: BatchRequest[]): void {
     post({ type: 'group', id, answers: sent, ...(reported.length ? { events: reported } : {}) });
   } catch (error) {
     // The group is committed: its clients must hear of it. Without the events (one may be what the clone refused).
-    const failure = failed(`the writer thread could not send the answers: ${(error as Error)?.message ?? String(error)}`);
+    const failure = failed(
+      `the writer thread could not send the answers: ${(error as Error)?.message ?? String(error)}`,
+    );
     post({ type: 'group', id, answers: sent.map((a) => (a === null ? null : failure)) });
   }
 }
@@ -206,9 +215,22 @@ port.on('message', (message: ToWriterWorker) => {
       break;
     case 'snapshot':
       try {
-        post({ type: 'snapshot', id: message.id, snapshot: { stats: engine.stats(), ...engine.readiness(), workerRunning: worker ? worker.isRunning : null } });
+        post({
+          type: 'snapshot',
+          id: message.id,
+          snapshot: { stats: engine.stats(), ...engine.readiness(), workerRunning: worker ? worker.isRunning : null },
+        });
       } catch (error) {
-        post({ type: 'snapshot', id: message.id, snapshot: { stats: null, database: null, sandbox: `the writer thread could not report: ${(error as Error)?.message ?? String(error)}`, workerRunning: worker ? worker.isRunning : null } });
+        post({
+          type: 'snapshot',
+          id: message.id,
+          snapshot: {
+            stats: null,
+            database: null,
+            sandbox: `the writer thread could not report: ${(error as Error)?.message ?? String(error)}`,
+            workerRunning: worker ? worker.isRunning : null,
+          },
+        });
       }
       break;
     case 'close':

@@ -69,7 +69,11 @@ export interface SkillServices {
 }
 
 export function skillServices(deps: SkillDeps): SkillServices {
-  return { deps, resolve: (refs) => resolveSkills(deps, refs), read: (name, version) => readSkill(deps, name, version) };
+  return {
+    deps,
+    resolve: (refs) => resolveSkills(deps, refs),
+    read: (name, version) => readSkill(deps, name, version),
+  };
 }
 
 /** Skill names are tool names: lower_snake_case, a letter first, at most 64. */
@@ -105,9 +109,13 @@ function checkDescription(description: unknown): string {
     });
   }
   if (description.length > SKILL_DESCRIPTION_CHARS_MAX) {
-    throw new EngineError('LIMIT_EXCEEDED', `the skill's description is ${description.length} characters; at most ${SKILL_DESCRIPTION_CHARS_MAX}`, {
-      hint: 'Keep the description to a sentence or two; the guidance goes in the body.',
-    });
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `the skill's description is ${description.length} characters; at most ${SKILL_DESCRIPTION_CHARS_MAX}`,
+      {
+        hint: 'Keep the description to a sentence or two; the guidance goes in the body.',
+      },
+    );
   }
   return description;
 }
@@ -119,33 +127,65 @@ function checkBody(body: unknown, limits: Readonly<Limits>): string {
     });
   }
   if (body.length > limits.skillBodyCharsMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `the skill's body is ${body.length} characters; skillBodyCharsMax is ${limits.skillBodyCharsMax}`, {
-      hint: 'Shorten the body, or split it into several skills.',
-      details: { skillBodyCharsMax: limits.skillBodyCharsMax },
-    });
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `the skill's body is ${body.length} characters; skillBodyCharsMax is ${limits.skillBodyCharsMax}`,
+      {
+        hint: 'Shorten the body, or split it into several skills.',
+        details: { skillBodyCharsMax: limits.skillBodyCharsMax },
+      },
+    );
   }
   return body;
 }
 
 function checkTools(deps: SkillDeps, tools: unknown): string[] {
-  if (!Array.isArray(tools)) throw new EngineError('BAD_REQUEST', `a skill's tools must be a list of tool names, got ${quote(tools)}`, { hint: 'Send tools: ["balance", "transfer"], or [].' });
+  if (!Array.isArray(tools))
+    throw new EngineError('BAD_REQUEST', `a skill's tools must be a list of tool names, got ${quote(tools)}`, {
+      hint: 'Send tools: ["balance", "transfer"], or [].',
+    });
   if (tools.length > deps.limits.toolReferencesMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `${tools.length} tools; toolReferencesMax is ${deps.limits.toolReferencesMax}`, { hint: 'List only the tools the guidance is about.' });
+    throw new EngineError(
+      'LIMIT_EXCEEDED',
+      `${tools.length} tools; toolReferencesMax is ${deps.limits.toolReferencesMax}`,
+      { hint: 'List only the tools the guidance is about.' },
+    );
   }
   const seen = new Set<string>();
   tools.forEach((name: unknown, i) => {
-    if (typeof name !== 'string') throw new EngineError('BAD_REQUEST', `tools[${i}] must be a tool name, got ${quote(name)}`, { hint: 'List tool names as strings.' });
+    if (typeof name !== 'string')
+      throw new EngineError('BAD_REQUEST', `tools[${i}] must be a tool name, got ${quote(name)}`, {
+        hint: 'List tool names as strings.',
+      });
     if (!(NATIVE_TOOLS as readonly string[]).includes(name) && !deps.actions.actionByName.get(name)) {
-      throw new EngineError('NOT_FOUND', `tools[${i}] names tool ${quote(name)}, which does not exist`, { hint: 'Create that tool first, or fix the name.' });
+      throw new EngineError('NOT_FOUND', `tools[${i}] names tool ${quote(name)}, which does not exist`, {
+        hint: 'Create that tool first, or fix the name.',
+      });
     }
-    if (seen.has(name)) throw new EngineError('BAD_REQUEST', `tools[${i}]: tool ${quote(name)} is listed twice`, { hint: 'List each tool once.' });
+    if (seen.has(name))
+      throw new EngineError('BAD_REQUEST', `tools[${i}]: tool ${quote(name)} is listed twice`, {
+        hint: 'List each tool once.',
+      });
     seen.add(name);
   });
   return tools as string[];
 }
 
-function insertVersion(deps: SkillDeps, row: SkillRow, version: number, fields: { description: string; body: string; tools: string[] }, now: string): Skill {
-  const stored: SkillVersionRow = { skill_id: row.skill_id, version, description: fields.description, body: fields.body, tools: JSON.stringify(fields.tools), created: now };
+function insertVersion(
+  deps: SkillDeps,
+  row: SkillRow,
+  version: number,
+  fields: { description: string; body: string; tools: string[] },
+  now: string,
+): Skill {
+  const stored: SkillVersionRow = {
+    skill_id: row.skill_id,
+    version,
+    description: fields.description,
+    body: fields.body,
+    tools: JSON.stringify(fields.tools),
+    created: now,
+  };
   deps.st.insertVersion.run(stored);
   return toSkill({ ...row, latest_version: version, modified: now }, stored);
 }
@@ -153,11 +193,15 @@ function insertVersion(deps: SkillDeps, row: SkillRow, version: number, fields: 
 /** Create a skill and its version 1. */
 export function createSkill(deps: SkillDeps, skillId: string, input: SkillInput): Skill {
   if (deps.st.skillById.get(skillId)) {
-    throw new EngineError('ALREADY_EXISTS', `skill ${skillId} already exists`, { hint: 'Use updateSkill to make its next version.' });
+    throw new EngineError('ALREADY_EXISTS', `skill ${skillId} already exists`, {
+      hint: 'Use updateSkill to make its next version.',
+    });
   }
   const name = checkName(input.name);
   if (deps.st.skillByName.get(name)) {
-    throw new EngineError('ALREADY_EXISTS', `a skill named ${quote(name)} already exists`, { hint: 'Choose another name, or update that skill with updateSkill.' });
+    throw new EngineError('ALREADY_EXISTS', `a skill named ${quote(name)} already exists`, {
+      hint: 'Choose another name, or update that skill with updateSkill.',
+    });
   }
   const description = checkDescription(input.description);
   const body = checkBody(input.body, deps.limits);
@@ -171,9 +215,14 @@ export function createSkill(deps: SkillDeps, skillId: string, input: SkillInput)
 /** Make the next version of a skill; fields left out are kept (an update that changes nothing still makes one). */
 export function updateSkill(deps: SkillDeps, skillId: string, input: SkillInput): Skill {
   const row = deps.st.skillById.get(skillId);
-  if (!row) throw new EngineError('NOT_FOUND', `skill ${quote(skillId)} does not exist`, { hint: 'Create it with createSkill, or check the id.' });
+  if (!row)
+    throw new EngineError('NOT_FOUND', `skill ${quote(skillId)} does not exist`, {
+      hint: 'Create it with createSkill, or check the id.',
+    });
   if (input.name != null && input.name !== row.name) {
-    throw new EngineError('BAD_REQUEST', `a skill cannot be renamed (${row.name} → ${quote(input.name)})`, { hint: 'Leave name out, or create a new skill.' });
+    throw new EngineError('BAD_REQUEST', `a skill cannot be renamed (${row.name} → ${quote(input.name)})`, {
+      hint: 'Leave name out, or create a new skill.',
+    });
   }
   const previous = toSkill(row, deps.st.version.get(skillId, row.latest_version)!);
   const description = checkDescription(input.description ?? previous.description);
@@ -188,11 +237,18 @@ export function updateSkill(deps: SkillDeps, skillId: string, input: SkillInput)
 /** A skill by name: the version asked for, or the latest. Throws NOT_FOUND naming what is missing. */
 export function getSkill(deps: SkillDeps, name: string, version?: number | null): Skill {
   const row = deps.st.skillByName.get(name);
-  if (!row) throw new EngineError('NOT_FOUND', `skill ${quote(name)} does not exist`, { hint: 'Create it with createSkill (or skills/<name>.md in a project), or check the name.' });
+  if (!row)
+    throw new EngineError('NOT_FOUND', `skill ${quote(name)} does not exist`, {
+      hint: 'Create it with createSkill (or skills/<name>.md in a project), or check the name.',
+    });
   const wanted = version ?? row.latest_version;
   const stored = deps.st.version.get(row.skill_id, wanted);
   if (!stored) {
-    throw new EngineError('NOT_FOUND', `skill ${row.name} has no version ${quote(wanted)}; its latest is ${row.latest_version}`, { hint: `Ask for a version from 1 to ${row.latest_version}, or leave version out for the latest.` });
+    throw new EngineError(
+      'NOT_FOUND',
+      `skill ${row.name} has no version ${quote(wanted)}; its latest is ${row.latest_version}`,
+      { hint: `Ask for a version from 1 to ${row.latest_version}, or leave version out for the latest.` },
+    );
   }
   return toSkill(row, stored);
 }
@@ -201,7 +257,12 @@ export function getSkill(deps: SkillDeps, name: string, version?: number | null)
 export function listSkills(deps: SkillDeps, first: number, after?: string | null): Connection<Skill> {
   const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', 'skills');
   const rows = deps.st.skillsPage.all(req.after ?? 0, req.fetch);
-  return toConnection(rows, req, (r) => r.rowid, (r) => toSkill(r, deps.st.version.get(r.skill_id, r.latest_version)!));
+  return toConnection(
+    rows,
+    req,
+    (r) => r.rowid,
+    (r) => toSkill(r, deps.st.version.get(r.skill_id, r.latest_version)!),
+  );
 }
 
 /**
@@ -211,13 +272,19 @@ export function listSkills(deps: SkillDeps, first: number, after?: string | null
 export function checkSkillReference(deps: SkillDeps, ref: SkillReference, what: string): void {
   const row = deps.st.skillByName.get(ref.name);
   if (!row) {
-    throw new EngineError('NOT_FOUND', `${what} refers to skill ${quote(ref.name)}, which does not exist`, { hint: 'Create the skill first (createSkill, or skills/<name>.md in a project), or fix the name.' });
+    throw new EngineError('NOT_FOUND', `${what} refers to skill ${quote(ref.name)}, which does not exist`, {
+      hint: 'Create the skill first (createSkill, or skills/<name>.md in a project), or fix the name.',
+    });
   }
   if (ref.version !== null) {
     if (!Number.isInteger(ref.version) || ref.version < 1 || !deps.st.version.get(row.skill_id, ref.version)) {
-      throw new EngineError('NOT_FOUND', `${what} pins skill ${row.name} version ${quote(ref.version)}, which does not exist; its latest is ${row.latest_version}`, {
-        hint: `Pin a version from 1 to ${row.latest_version}, or leave version out to follow the latest.`,
-      });
+      throw new EngineError(
+        'NOT_FOUND',
+        `${what} pins skill ${row.name} version ${quote(ref.version)}, which does not exist; its latest is ${row.latest_version}`,
+        {
+          hint: `Pin a version from 1 to ${row.latest_version}, or leave version out to follow the latest.`,
+        },
+      );
     }
   }
 }

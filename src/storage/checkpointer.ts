@@ -38,7 +38,10 @@ export class Checkpointer {
   /** `onGone` is called if the thread ends by itself (the writer must then checkpoint alone). */
   constructor(path: string, intervalMs: number, onError: (error: unknown) => void, onGone: () => void = () => {}) {
     const driver = createRequire(import.meta.url).resolve('better-sqlite3');
-    this.worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { driver, path: resolve(path), intervalMs, flags: this.flags.buffer } });
+    this.worker = new Worker(WORKER_SOURCE, {
+      eval: true,
+      workerData: { driver, path: resolve(path), intervalMs, flags: this.flags.buffer },
+    });
     const report = (error: unknown) => {
       if (this.stopped || this.reported) return;
       this.reported = true;

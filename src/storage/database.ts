@@ -43,7 +43,11 @@ export function openDatabase(options: OpenOptions): Db {
   try {
     db = new Database(options.path);
   } catch (error) {
-    throw new EngineError('BAD_REQUEST', `cannot open the database ${JSON.stringify(options.path)}: ${(error as Error).message}`, { hint: 'Pass the path of a Tally database file (or of one to create) that this process may write.' });
+    throw new EngineError(
+      'BAD_REQUEST',
+      `cannot open the database ${JSON.stringify(options.path)}: ${(error as Error).message}`,
+      { hint: 'Pass the path of a Tally database file (or of one to create) that this process may write.' },
+    );
   }
   try {
     // Before anything is changed in it (WAL mode, tables): is this a database Tally may use?
@@ -59,7 +63,8 @@ export function openDatabase(options: OpenOptions): Db {
     // the default 2 MiB makes every random index page a read from the OS.
     db.pragma('cache_size = -65536');
     db.pragma('temp_store = MEMORY');
-    if (options.walAutocheckpointPages !== undefined) db.pragma(`wal_autocheckpoint = ${Math.trunc(options.walAutocheckpointPages)}`);
+    if (options.walAutocheckpointPages !== undefined)
+      db.pragma(`wal_autocheckpoint = ${Math.trunc(options.walAutocheckpointPages)}`);
     if (options.walBytesKept !== undefined) db.pragma(`journal_size_limit = ${Math.trunc(options.walBytesKept)}`);
     registerFunctions(db);
     migrate(db, MIGRATIONS);
@@ -82,15 +87,21 @@ export function openDatabase(options: OpenOptions): Db {
 function openReadOnly(options: OpenOptions): Db {
   const quoted = JSON.stringify(options.path);
   if (options.path === ':memory:' || options.path === '') {
-    throw new EngineError('BAD_REQUEST', `a read-only engine reads a database file, not ${quoted}`, { hint: 'Pass the path of the file the writer engine uses.' });
+    throw new EngineError('BAD_REQUEST', `a read-only engine reads a database file, not ${quoted}`, {
+      hint: 'Pass the path of the file the writer engine uses.',
+    });
   }
   let db: Db;
   try {
     db = new Database(options.path, { readonly: true, fileMustExist: true });
   } catch (error) {
-    throw new EngineError('BAD_REQUEST', `cannot open the database ${quoted} for reading: ${(error as Error).message}`, {
-      hint: 'Pass the path of an existing Tally database file; a read-only engine neither creates nor migrates one (start the writer engine on it first).',
-    });
+    throw new EngineError(
+      'BAD_REQUEST',
+      `cannot open the database ${quoted} for reading: ${(error as Error).message}`,
+      {
+        hint: 'Pass the path of an existing Tally database file; a read-only engine neither creates nor migrates one (start the writer engine on it first).',
+      },
+    );
   }
   try {
     checkOwnership(db, options.path);
@@ -100,14 +111,23 @@ function openReadOnly(options: OpenOptions): Db {
       throw new EngineError(
         'BAD_REQUEST',
         `${quoted} has Tally schema version ${version}, this Tally's is ${latest}: it was written by another Tally version, and a read-only engine does not migrate`,
-        { hint: version < latest ? 'Start the writer engine of this Tally on it first (it migrates the file), then the readers.' : 'Run the Tally version that wrote it.' },
+        {
+          hint:
+            version < latest
+              ? 'Start the writer engine of this Tally on it first (it migrates the file), then the readers.'
+              : 'Run the Tally version that wrote it.',
+        },
       );
     }
     const mode = db.pragma('journal_mode', { simple: true }) as string;
     if (mode !== 'wal') {
-      throw new EngineError('BAD_REQUEST', `${quoted} is in journal mode ${JSON.stringify(mode)}, not WAL: its readers would wait for its writer`, {
-        hint: 'Open it with a writer engine first: it puts the file in WAL mode.',
-      });
+      throw new EngineError(
+        'BAD_REQUEST',
+        `${quoted} is in journal mode ${JSON.stringify(mode)}, not WAL: its readers would wait for its writer`,
+        {
+          hint: 'Open it with a writer engine first: it puts the file in WAL mode.',
+        },
+      );
     }
     db.pragma('foreign_keys = ON');
     db.pragma(`busy_timeout = ${Math.trunc(options.busyTimeoutMs)}`);
@@ -123,15 +143,23 @@ function openReadOnly(options: OpenOptions): Db {
 
 /** What a write on a read-only connection gets. */
 export function readOnlyRefusal(cause?: unknown): EngineError {
-  return new EngineError('BAD_REQUEST', 'this connection only reads: mutations and other writes go to the writer engine', {
-    hint: 'Send mutations to the writer (the server does); a read-only engine answers queries only.',
-    ...(cause === undefined ? {} : { cause }),
-  });
+  return new EngineError(
+    'BAD_REQUEST',
+    'this connection only reads: mutations and other writes go to the writer engine',
+    {
+      hint: 'Send mutations to the writer (the server does); a read-only engine answers queries only.',
+      ...(cause === undefined ? {} : { cause }),
+    },
+  );
 }
 
 /** SQLite refused a write because the connection (or the file) is read-only. */
 function isReadOnlyError(error: unknown): boolean {
-  for (let e: unknown = error, depth = 0; e && typeof e === 'object' && depth < 3; e = (e as { cause?: unknown }).cause, depth++) {
+  for (
+    let e: unknown = error, depth = 0;
+    e && typeof e === 'object' && depth < 3;
+    e = (e as { cause?: unknown }).cause, depth++
+  ) {
     const code = (e as { code?: unknown }).code;
     if (typeof code === 'string' && code.startsWith('SQLITE_READONLY')) return true;
   }
@@ -169,20 +197,35 @@ function checkOwnership(db: Db, path: string): void {
   let tables: number;
   try {
     version = schemaVersion(db);
-    tables = db.prepare<[], number>("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'").pluck().get() as number;
+    tables = db
+      .prepare<[], number>("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+      .pluck()
+      .get() as number;
   } catch (error) {
-    throw new EngineError('BAD_REQUEST', `${JSON.stringify(path)} is not a SQLite database (${(error as Error).message})`, { hint: 'Pass the path of a Tally database file, or of one to create.' });
+    throw new EngineError(
+      'BAD_REQUEST',
+      `${JSON.stringify(path)} is not a SQLite database (${(error as Error).message})`,
+      { hint: 'Pass the path of a Tally database file, or of one to create.' },
+    );
   }
   const latest = MIGRATIONS.at(-1)?.version ?? 0;
   if (version === 0 && tables > 0) {
-    throw new EngineError('BAD_REQUEST', `${JSON.stringify(path)} is a SQLite database of another program (${tables} table${tables === 1 ? "" : "s"}, no Tally schema version); it was left untouched`, {
-      hint: 'Pass the path of a Tally database file, or of one to create.',
-    });
+    throw new EngineError(
+      'BAD_REQUEST',
+      `${JSON.stringify(path)} is a SQLite database of another program (${tables} table${tables === 1 ? '' : 's'}, no Tally schema version); it was left untouched`,
+      {
+        hint: 'Pass the path of a Tally database file, or of one to create.',
+      },
+    );
   }
   if (version > latest) {
-    throw new EngineError('BAD_REQUEST', `${JSON.stringify(path)} has Tally schema version ${version}, newer than this Tally's (${latest}); it was left untouched`, {
-      hint: 'Run a newer Tally against this database.',
-    });
+    throw new EngineError(
+      'BAD_REQUEST',
+      `${JSON.stringify(path)} has Tally schema version ${version}, newer than this Tally's (${latest}); it was left untouched`,
+      {
+        hint: 'Run a newer Tally against this database.',
+      },
+    );
   }
 }
 
@@ -210,7 +253,10 @@ export function decAdd(a: unknown, b: unknown): unknown {
  * the engine uses).
  */
 function openPostgres(options: OpenOptions): Db {
-  if (options.readOnly) throw new EngineError('BAD_REQUEST', 'a read-only PostgreSQL connection is not supported yet', { hint: 'Open it read-write.' });
+  if (options.readOnly)
+    throw new EngineError('BAD_REQUEST', 'a read-only PostgreSQL connection is not supported yet', {
+      hint: 'Open it read-write.',
+    });
   const connection = new PgConnection(options.path);
   try {
     migratePostgres(connection);

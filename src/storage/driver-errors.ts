@@ -29,10 +29,13 @@ function mapPostgresError(sqlState: string, error: unknown): EngineError {
   if (sqlState === '40001' || sqlState === '40P01' || sqlState === '55P03') {
     return new EngineError('BUSY', `the database is busy: ${message}`, { cause: error });
   }
-  if (sqlState === '23505') return new EngineError('ALREADY_EXISTS', `a record with this key already exists (${message})`, { cause: error });
-  if (sqlState === '23503') return new EngineError('NOT_FOUND', `a referenced record does not exist (${message})`, { cause: error });
+  if (sqlState === '23505')
+    return new EngineError('ALREADY_EXISTS', `a record with this key already exists (${message})`, { cause: error });
+  if (sqlState === '23503')
+    return new EngineError('NOT_FOUND', `a referenced record does not exist (${message})`, { cause: error });
   // data_exception: a value the database cannot hold (a NUL character, a number out of range).
-  if (sqlState.startsWith('22')) return new EngineError('BAD_REQUEST', `the database refused a value: ${message}`, { cause: error });
+  if (sqlState.startsWith('22'))
+    return new EngineError('BAD_REQUEST', `the database refused a value: ${message}`, { cause: error });
   // insufficient_resources, program_limit_exceeded
   if (sqlState.startsWith('53') || sqlState.startsWith('54')) {
     return new EngineError('LIMIT_EXCEEDED', `the database refused the work: ${message}`, { cause: error });

@@ -2,12 +2,24 @@ import type { Db } from './database.js';
 
 /** The tables whose rows the caches copy. */
 export const CACHED_TABLES = [
-  'journals', 'tran_codes', 'tran_code_versions', 'triggers', 'action_versions',
+  'journals',
+  'tran_codes',
+  'tran_code_versions',
+  'triggers',
+  'action_versions',
   // Clients by API key: a request's key is checked once more inside its transaction, from memory.
   'clients',
   // What postings consult beside the tran code: accounts' status, sets above an account, velocity controls, calculations, views and indexes.
-  'accounts', 'account_set_members', 'velocity_limits', 'velocity_controls', 'velocity_control_limits', 'velocity_attachments',
-  'calculations', 'calculation_attachments', 'views', 'custom_indexes',
+  'accounts',
+  'account_set_members',
+  'velocity_limits',
+  'velocity_controls',
+  'velocity_control_limits',
+  'velocity_attachments',
+  'calculations',
+  'calculation_attachments',
+  'views',
+  'custom_indexes',
 ] as const;
 
 /**
@@ -139,11 +151,30 @@ export function watchCachedTables(db: Db, epoch: CacheEpoch): void {
  * balances): one TEMP trigger call per write on this connection, committed or not.
  */
 const DATA_TABLES = [
-  'accounts', 'journals', 'tran_codes', 'tran_code_versions', 'transactions', 'triggers', 'actions', 'action_versions', 'clients',
-  'sessions', 'session_messages', 'approvals', 'skills', 'skill_versions',
+  'accounts',
+  'journals',
+  'tran_codes',
+  'tran_code_versions',
+  'transactions',
+  'triggers',
+  'actions',
+  'action_versions',
+  'clients',
+  'sessions',
+  'session_messages',
+  'approvals',
+  'skills',
+  'skill_versions',
   // Set membership moves balances, and a calculation's backfill writes its balances, without a transaction row.
-  'account_set_members', 'velocity_limits', 'velocity_controls', 'velocity_control_limits', 'velocity_attachments',
-  'calculations', 'calculation_attachments', 'views', 'custom_indexes',
+  'account_set_members',
+  'velocity_limits',
+  'velocity_controls',
+  'velocity_control_limits',
+  'velocity_attachments',
+  'calculations',
+  'calculation_attachments',
+  'views',
+  'custom_indexes',
 ] as const;
 
 /** Counts this connection's writes to DATA_TABLES (see the result cache in src/execution/result-cache.ts). */
@@ -166,7 +197,10 @@ export const TOOL_TABLES = ['actions', 'action_versions', 'clients'] as const;
  * data_version moved) are seen by a small fingerprint of those tables, read only then. A commit
  * elsewhere that touched no action and no client (a posting, a worker's attempt) fires nothing.
  */
-export function watchToolTables(db: Db, versionAtBegin?: () => number): { readonly writes: number; changedSince(writesBefore: number): boolean } {
+export function watchToolTables(
+  db: Db,
+  versionAtBegin?: () => number,
+): { readonly writes: number; changedSince(writesBefore: number): boolean } {
   let writes = 0;
   watchWrites(db, 'tools', TOOL_TABLES, () => writes++);
   const pragma = db.prepare<[], number>('PRAGMA data_version').pluck();
@@ -202,4 +236,3 @@ export function watchToolTables(db: Db, versionAtBegin?: () => number): { readon
     },
   };
 }
-

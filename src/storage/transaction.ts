@@ -32,7 +32,11 @@ export class TransactionManager {
   private onUndoneWrites: (() => void) | null = null;
   private writesAtBegin = 0;
   /** SAVEPOINT / RELEASE / ROLLBACK TO statements by depth, prepared once. */
-  private readonly savepointStatements: Array<{ open: Statement<[]>; release: Statement<[]>; rollbackTo: Statement<[]> }> = [];
+  private readonly savepointStatements: Array<{
+    open: Statement<[]>;
+    release: Statement<[]>;
+    rollbackTo: Statement<[]>;
+  }> = [];
 
   /**
    * How often a transaction that lost a race with another process runs again (PostgreSQL:
@@ -122,7 +126,8 @@ export class TransactionManager {
    * first (a random 0–2^attempt ms, at most 64), so the racers part. Not past retryBudgetMs since `began`.
    */
   private again(error: unknown, attempt: number, began: number): boolean {
-    if (!isConflict(error) || attempt >= this.retriesMax || performance.now() - began >= this.retryBudgetMs) return false;
+    if (!isConflict(error) || attempt >= this.retriesMax || performance.now() - began >= this.retryBudgetMs)
+      return false;
     this.retried++;
     const ms = attempt === 0 ? 0 : Math.random() * Math.min(64, 2 ** attempt);
     if (ms >= 1) Atomics.wait(SLEEP, 0, 0, ms);
@@ -134,10 +139,14 @@ export class TransactionManager {
     if (!isConflict(error) || this.retriesMax === 0) return error;
     const cause = mapDriverError(error);
     const budget = Number.isFinite(this.retryBudgetMs) ? `, within requestDeadlineMs ${this.retryBudgetMs}` : '';
-    return new EngineError('BUSY', `the transaction lost a race with other transactions ${attempt + 1} times and was not run again (transactionRetriesMax ${this.retriesMax}${budget}): ${(cause as Error).message}`, {
-      hint: 'Retry the request later: other requests are writing the same records right now.',
-      cause,
-    });
+    return new EngineError(
+      'BUSY',
+      `the transaction lost a race with other transactions ${attempt + 1} times and was not run again (transactionRetriesMax ${this.retriesMax}${budget}): ${(cause as Error).message}`,
+      {
+        hint: 'Retry the request later: other requests are writing the same records right now.',
+        cause,
+      },
+    );
   }
 
   /** The conflict that keeps the open transaction from committing (see PgConnection.doomed), or null. */
@@ -196,7 +205,10 @@ export class TransactionManager {
    * and every unit that ran is reported with that error. What units registered with afterCommit
    * runs after the COMMIT, in order, only for the units that kept their writes.
    */
-  runBatch<T>(units: ReadonlyArray<() => { value: T; commit: boolean }>, more: (ran: number) => boolean = () => true): BatchOutcome<T>[] {
+  runBatch<T>(
+    units: ReadonlyArray<() => { value: T; commit: boolean }>,
+    more: (ran: number) => boolean = () => true,
+  ): BatchOutcome<T>[] {
     if (this.db.inTransaction) throw new Error('bug: a transaction is already open on this connection');
     const began = performance.now();
     const outcomes = this.runBatchOnce(units, (ran) => ran < this.groupMax && more(ran));
@@ -205,7 +217,8 @@ export class TransactionManager {
     // group run again whole would meet the same races, and redo every unit for one unit's race.
     const conflict = outcomes.find((o) => o.status === 'failed' && o.commitFailed && isConflict(o.error));
     if (!conflict || this.retriesMax === 0) {
-      if (this.groupMax !== Number.POSITIVE_INFINITY && !outcomes.some((o) => o.status === 'failed' && o.commitFailed)) this.groupMax++;
+      if (this.groupMax !== Number.POSITIVE_INFINITY && !outcomes.some((o) => o.status === 'failed' && o.commitFailed))
+        this.groupMax++;
       return outcomes;
     }
     this.retried++;
@@ -214,7 +227,8 @@ export class TransactionManager {
     return outcomes.map((outcome, i): BatchOutcome<T> => {
       if (outcome.status !== 'failed' || !outcome.commitFailed) return outcome;
       // Past the budget the rest are answered BUSY (retryable) rather than run one by one.
-      if (performance.now() - began >= this.retryBudgetMs) return { status: 'failed', error: this.conflictError(outcome.error, 0), commitFailed: true };
+      if (performance.now() - began >= this.retryBudgetMs)
+        return { status: 'failed', error: this.conflictError(outcome.error, 0), commitFailed: true };
       try {
         let keep = false;
         const value = this.run('write', () => {
@@ -229,7 +243,10 @@ export class TransactionManager {
     });
   }
 
-  private runBatchOnce<T>(units: ReadonlyArray<() => { value: T; commit: boolean }>, more: (ran: number) => boolean): BatchOutcome<T>[] {
+  private runBatchOnce<T>(
+    units: ReadonlyArray<() => { value: T; commit: boolean }>,
+    more: (ran: number) => boolean,
+  ): BatchOutcome<T>[] {
     const outcomes: BatchOutcome<T>[] = units.map(() => ({ status: 'not-run' }));
     if (units.length === 0) return outcomes;
     try {
@@ -284,7 +301,8 @@ export class TransactionManager {
       this.savepointDepth--;
     }
     // SQLite ended the whole transaction (it does on some errors): the batch fails with that error.
-    if (!this.db.inTransaction) throw outcome.status === 'failed' ? outcome.error : new Error('the transaction ended inside a unit of a batch');
+    if (!this.db.inTransaction)
+      throw outcome.status === 'failed' ? outcome.error : new Error('the transaction ended inside a unit of a batch');
     // The transaction lost a race (PostgreSQL): nothing of the batch can commit.
     const doomed = this.doomed();
     if (doomed) throw doomed;
@@ -325,7 +343,11 @@ export class TransactionManager {
    * Undo a savepoint's work (its writes, unless SQLite already ended the transaction; what it
    * registered to run after commit; the caches that may have seen its writes) and release it.
    */
-  private undoSavepoint(sp: { rollbackTo: Statement<[]>; release: Statement<[]> }, registered: number, writesBefore: number): void {
+  private undoSavepoint(
+    sp: { rollbackTo: Statement<[]>; release: Statement<[]> },
+    registered: number,
+    writesBefore: number,
+  ): void {
     if (this.db.inTransaction) {
       sp.rollbackTo.run();
       sp.release.run();
@@ -350,7 +372,11 @@ export class TransactionManager {
     let sp = this.savepointStatements[depth];
     if (!sp) {
       const name = `sp${depth}`;
-      sp = { open: this.db.prepare<[]>(`SAVEPOINT ${name}`), release: this.db.prepare<[]>(`RELEASE ${name}`), rollbackTo: this.db.prepare<[]>(`ROLLBACK TO ${name}`) };
+      sp = {
+        open: this.db.prepare<[]>(`SAVEPOINT ${name}`),
+        release: this.db.prepare<[]>(`RELEASE ${name}`),
+        rollbackTo: this.db.prepare<[]>(`ROLLBACK TO ${name}`),
+      };
       this.savepointStatements[depth] = sp;
     }
     return sp;
@@ -360,7 +386,8 @@ export class TransactionManager {
    * Where an afterCommit callback that threw is reported. The work it followed is committed: a
    * callback (a log line, a listener) failing must not turn that into an error, nor skip the others.
    */
-  reportCallbackError: (error: unknown) => void = (error) => console.error('tally: an after-commit callback failed', error);
+  reportCallbackError: (error: unknown) => void = (error) =>
+    console.error('tally: an after-commit callback failed', error);
 
   private runCommitted(): void {
     const callbacks = this.committed;
@@ -388,7 +415,11 @@ const SLEEP = new Int32Array(new SharedArrayBuffer(4));
 
 /** PostgreSQL's serialization failure (40001), deadlock (40P01) or lock wait timeout (55P03), as thrown or as the cause of a mapped error. */
 export function isConflict(error: unknown): boolean {
-  for (let e: unknown = error, depth = 0; e && typeof e === 'object' && depth < 4; e = (e as { cause?: unknown }).cause, depth++) {
+  for (
+    let e: unknown = error, depth = 0;
+    e && typeof e === 'object' && depth < 4;
+    e = (e as { cause?: unknown }).cause, depth++
+  ) {
     const code = (e as { code?: unknown }).code;
     if (code === 'PG_40001' || code === 'PG_40P01' || code === 'PG_55P03') return true;
   }

@@ -49,12 +49,16 @@ function latestResult(request) {
   if (result.isError) return { kind: 'error', message: errorMessage(result, parsed) };
   if (parsed && typeof parsed.account_id === 'string') return { kind: 'balance', value: parsed };
   if (parsed && 'from_available' in parsed && 'to_available' in parsed) return { kind: 'transfer', value: parsed };
-  if (parsed && ('code' in parsed || (parsed.error && typeof parsed.error === 'object'))) return { kind: 'error', message: errorMessage(result, parsed) };
+  if (parsed && ('code' in parsed || (parsed.error && typeof parsed.error === 'object')))
+    return { kind: 'error', message: errorMessage(result, parsed) };
   return { kind: 'other' };
 }
 
 function userTexts(request) {
-  return request.messages.filter((m) => m.role === 'user').map((m) => m.text).join('\n');
+  return request.messages
+    .filter((m) => m.role === 'user')
+    .map((m) => m.text)
+    .join('\n');
 }
 
 /** @type {import('../../scripted-model/server.d.mts').Rule[]} */
@@ -93,7 +97,9 @@ export default [
     if (latest?.kind !== 'transfer' || !move) return undefined;
     const [, amount, from, to] = move;
     const { from_available: fromAvailable, to_available: toAvailable } = latest.value;
-    return { text: `Moved ${amount} from ${from} to ${to}. ${from} now has ${fromAvailable} available, ${to} has ${toAvailable}.` };
+    return {
+      text: `Moved ${amount} from ${from} to ${to}. ${from} now has ${fromAvailable} available, ${to} has ${toAvailable}.`,
+    };
   },
   // Anything else.
   () => ({ text: HELP }),

@@ -4,7 +4,9 @@
 
 function run(event) {
   const data = event.data;
-  graphql('mutation Lock($id: UUID!) { updateAccount(id: $id, input: {status: LOCKED}) { accountId } }', { id: data.account_id });
+  graphql('mutation Lock($id: UUID!) { updateAccount(id: $id, input: {status: LOCKED}) { accountId } }', {
+    id: data.account_id,
+  });
   const c = tools.open_case({ account_id: data.account_id, note: data.reason }, { check: false });
   return { locked: true, case_opened: c.ok };
 }

@@ -41,7 +41,9 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
   try {
     const caller = svc.callerOf(row.principal ?? 'system');
     if (!caller) {
-      throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(row.principal)} no longer exists`, { hint: 'Start it again as an existing client.' });
+      throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(row.principal)} no longer exists`, {
+        hint: 'Start it again as an existing client.',
+      });
     }
     const outer = outerOf(svc.actions, row.start_stack ? (JSON.parse(row.start_stack) as VersionRef[]) : []);
     const version = getVersion(svc.actions, { id: row.action_id!, version: row.action_version! });
@@ -52,8 +54,15 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
     // it fails whole (an assertion cut short would have hidden rows from it), its writes rolled back.
     node = svc.transactions.savepoint(() => {
       const { node: ran, overran } = beginCall(svc, {
-        caller, target: { type: 'version', version }, input, executionId: row.execution_id, inputFingerprint: row.input_fingerprint,
-        outer, authorize: true, attempt, triggerDepth: row.trigger_depth,
+        caller,
+        target: { type: 'version', version },
+        input,
+        executionId: row.execution_id,
+        inputFingerprint: row.input_fingerprint,
+        outer,
+        authorize: true,
+        attempt,
+        triggerDepth: row.trigger_depth,
       });
       if (overran && ran.status === 'SUCCEEDED') throw overran;
       return ran;
@@ -72,7 +81,12 @@ export function runAttempt(svc: ExecutionServices, row: QueueRow, owner: string)
  * counted INTERNAL failure, retried with backoff like any other. One such execution cannot
  * hold up the queue.
  */
-export function recordBrokenAttempt(svc: ExecutionServices, row: QueueRow, owner: string, cause: unknown): AttemptOutcome {
+export function recordBrokenAttempt(
+  svc: ExecutionServices,
+  row: QueueRow,
+  owner: string,
+  cause: unknown,
+): AttemptOutcome {
   svc.logError(cause);
   let backoff = DEFAULT_EXECUTION.backoff;
   try {
@@ -81,38 +95,87 @@ export function recordBrokenAttempt(svc: ExecutionServices, row: QueueRow, owner
     // The version cannot be read either: the default backoff.
   }
   // The cause (a driver message, say) goes to the log, not into a record clients read.
-  const error = new EngineError('INTERNAL', `attempt ${row.attempt + 1} of ${row.action_name} could not be recorded (an internal error, logged)`).toData();
-  return finish(svc, row, owner, { attempt: row.attempt + 1, startedAt: svc.clock.now(), startedMs: performance.now(), node: null, error, backoff });
+  const error = new EngineError(
+    'INTERNAL',
+    `attempt ${row.attempt + 1} of ${row.action_name} could not be recorded (an internal error, logged)`,
+  ).toData();
+  return finish(svc, row, owner, {
+    attempt: row.attempt + 1,
+    startedAt: svc.clock.now(),
+    startedMs: performance.now(),
+    node: null,
+    error,
+    backoff,
+  });
 }
 
 function finish(
   svc: ExecutionServices,
   row: QueueRow,
   owner: string,
-  { attempt, startedAt, startedMs, node, error, backoff, retryIf = null }: { attempt: number; startedAt: Date; startedMs: number; node: CallNode | null; error: ErrorData | null; backoff: typeof DEFAULT_EXECUTION.backoff; retryIf?: string | null },
+  {
+    attempt,
+    startedAt,
+    startedMs,
+    node,
+    error,
+    backoff,
+    retryIf = null,
+  }: {
+    attempt: number;
+    startedAt: Date;
+    startedMs: number;
+    node: CallNode | null;
+    error: ErrorData | null;
+    backoff: typeof DEFAULT_EXECUTION.backoff;
+    retryIf?: string | null;
+  },
 ): AttemptOutcome {
   const succeeded = node !== null && answered(node);
   const maxAttempts = row.max_attempts ?? 1;
   const retry = !succeeded && error !== null && shouldRetry(svc, retryIf, error, attempt) && attempt < maxAttempts;
   const status = succeeded ? 'SUCCEEDED' : retry ? 'QUEUED' : 'FAILED';
   const finished = svc.clock.now().toISOString();
-  const runAt = retry ? new Date(svc.clock.now().getTime() + backoffDelayMs(backoff, attempt, svc.random)).toISOString() : null;
+  const runAt = retry
+    ? new Date(svc.clock.now().getTime() + backoffDelayMs(backoff, attempt, svc.random)).toISOString()
+    : null;
   const logs = node && node.logs.length > 0 ? JSON.stringify(node.logs) : null;
   const output = succeeded ? JSON.stringify(node!.output ?? null) : null;
   svc.queue.finishAttempt.run({
-    execution_id: row.execution_id, status, attempt, output, error: error ? JSON.stringify(error) : null,
-    started: startedAt.toISOString(), finished, logs, run_at: runAt, lease_owner: owner,
+    execution_id: row.execution_id,
+    status,
+    attempt,
+    output,
+    error: error ? JSON.stringify(error) : null,
+    started: startedAt.toISOString(),
+    finished,
+    logs,
+    run_at: runAt,
+    lease_owner: owner,
   });
   svc.queue.insertInvocation.run({
-    execution_id: row.execution_id, attempt, status: succeeded ? 'SUCCEEDED' : 'FAILED', output, error: error ? JSON.stringify(error) : null,
-    started: startedAt.toISOString(), finished, logs,
+    execution_id: row.execution_id,
+    attempt,
+    status: succeeded ? 'SUCCEEDED' : 'FAILED',
+    output,
+    error: error ? JSON.stringify(error) : null,
+    started: startedAt.toISOString(),
+    finished,
+    logs,
   });
   // A failed attempt rolled back: what its calls did is undone with it.
   const undone = !succeeded || node?.undone === true;
   for (const child of node?.children ?? []) persistTree(svc.st, child, undone);
   return {
-    executionId: row.execution_id, action: row.action_name, version: row.action_version, attempt, maxAttempts,
-    status, error, runAt, durationMs: performance.now() - startedMs,
+    executionId: row.execution_id,
+    action: row.action_name,
+    version: row.action_version,
+    attempt,
+    maxAttempts,
+    status,
+    error,
+    runAt,
+    durationMs: performance.now() - startedMs,
   };
 }
 
@@ -126,10 +189,26 @@ export function retryRule(version: { execution: unknown }): string | null {
  * `error` {code, message, hint, attempt, retryable} that must give true — else isRetryable. A
  * retryIf that does not evaluate to a bool retries nothing (and says so in the log).
  */
-export function shouldRetry(svc: ExecutionServices, retryIf: string | null, error: ErrorData, attempt: number): boolean {
+export function shouldRetry(
+  svc: ExecutionServices,
+  retryIf: string | null,
+  error: ErrorData,
+  attempt: number,
+): boolean {
   if (retryIf === null) return isRetryable(error);
   try {
-    const verdict = svc.cel.evaluate(retryIf, jsonToCel({ error: { code: error.code, message: error.message, hint: error.hint ?? null, attempt, retryable: isRetryable(error) } }) as Record<string, unknown>);
+    const verdict = svc.cel.evaluate(
+      retryIf,
+      jsonToCel({
+        error: {
+          code: error.code,
+          message: error.message,
+          hint: error.hint ?? null,
+          attempt,
+          retryable: isRetryable(error),
+        },
+      }) as Record<string, unknown>,
+    );
     if (typeof verdict === 'boolean') return verdict;
     svc.log.warn({ event: 'retryIf', retryIf, result: String(verdict) }, 'retryIf did not give a bool: not retried');
   } catch (e) {

@@ -1,4 +1,10 @@
-import { getVersion, latestActiveVersion, NATIVE_TOOLS, type ActionVersion, findAction } from '../../actions/actions.js';
+import {
+  getVersion,
+  latestActiveVersion,
+  NATIVE_TOOLS,
+  type ActionVersion,
+  findAction,
+} from '../../actions/actions.js';
 import { EngineError, type ErrorData, quote } from '../../errors.js';
 import { checkNotModelWritten, checkRunnable } from '../call-rules.js';
 import { canonicalJson, fingerprint } from '../../ids.js';
@@ -22,15 +28,24 @@ export interface StartRequest {
  * outbox): a request that rolls back started nothing. Without actionVersion, the current ACTIVE
  * version is resolved now and recorded. Same idempotency rule as invoke.
  */
-export function startAction(svc: ExecutionServices, caller: Caller, request: StartRequest, frame: CallFrame | null = null): CallNode {
+export function startAction(
+  svc: ExecutionServices,
+  caller: Caller,
+  request: StartRequest,
+  frame: CallFrame | null = null,
+): CallNode {
   checkNotModelWritten(frame, `startAction of ${quote(request.name ?? request.id)}`);
   if (request.name && (NATIVE_TOOLS as readonly string[]).includes(request.name) && !request.id) {
-    throw new EngineError('BAD_REQUEST', `the native ${request.name} tool cannot be started`, { hint: 'Invoke it, or start a tool that calls it.' });
+    throw new EngineError('BAD_REQUEST', `the native ${request.name} tool cannot be started`, {
+      hint: 'Invoke it, or start a tool that calls it.',
+    });
   }
   const version = resolveStartVersion(svc, request);
   refuseWithoutSession(svc, version);
   const input = request.input ?? {};
-  const inputFingerprint = fingerprint(canonicalJson({ target: `${version.actionId}@${request.actionVersion ?? 'active'}`, input }));
+  const inputFingerprint = fingerprint(
+    canonicalJson({ target: `${version.actionId}@${request.actionVersion ?? 'active'}`, input }),
+  );
   checkNewInTree(frame, request.executionId);
   const existing = svc.st.executionById.get(request.executionId);
   if (existing) {
@@ -43,14 +58,27 @@ export function startAction(svc: ExecutionServices, caller: Caller, request: Sta
     throw executionIdConflict(request.executionId, existing.input_fingerprint, same ? 'invoked' : null);
   }
   checkInputBytes(svc, version.name, input);
-  validate(svc, version, 'input', input, 'A started execution is validated when it is started; fix the input and start it again.');
+  validate(
+    svc,
+    version,
+    'input',
+    input,
+    'A started execution is validated when it is started; fix the input and start it again.',
+  );
   // Started from inside a tool: that tool (and every one above it) keeps bounding the execution.
   const stack: Array<{ actionId: string; version: number }> = [];
-  for (let f: CallFrame | null = frame; f; f = f.parent) if (f.version) stack.unshift({ actionId: f.version.actionId, version: f.version.version });
+  for (let f: CallFrame | null = frame; f; f = f.parent)
+    if (f.version) stack.unshift({ actionId: f.version.actionId, version: f.version.version });
   if (frame) stack.unshift(...frame.root.outerRefs);
   // Started by a trigger-started attempt: its changes are as deep in the trigger chain as the starter's.
   enqueue(svc, {
-    executionId: request.executionId, version, input, inputFingerprint, principal: caller.principal, triggerId: null, startStack: stack.length ? stack : null,
+    executionId: request.executionId,
+    version,
+    input,
+    inputFingerprint,
+    principal: caller.principal,
+    triggerId: null,
+    startStack: stack.length ? stack : null,
     triggerDepth: svc.triggerDepth.current,
   });
   frame?.root.ids.add(request.executionId);
@@ -60,12 +88,19 @@ export function startAction(svc: ExecutionServices, caller: Caller, request: Sta
 /** An agent that talks in sessions (a sessionSchema, or references reading session) runs only as a session's turn. */
 export function refuseWithoutSession(svc: ExecutionServices, version: ActionVersion): void {
   if (!needsSession(svc.cel, version)) return;
-  throw new EngineError('BAD_REQUEST', `${version.name} runs only in a session (it has a sessionSchema or its references read session), so it cannot be started on its own`, {
-    hint: 'Open a session with createSession, then sendMessage: each message starts a turn.',
-  });
+  throw new EngineError(
+    'BAD_REQUEST',
+    `${version.name} runs only in a session (it has a sessionSchema or its references read session), so it cannot be started on its own`,
+    {
+      hint: 'Open a session with createSession, then sendMessage: each message starts a turn.',
+    },
+  );
 }
 
-export function resolveStartVersion(svc: ExecutionServices, ref: { id?: string | null; name?: string | null; actionVersion?: number | null }): ActionVersion {
+export function resolveStartVersion(
+  svc: ExecutionServices,
+  ref: { id?: string | null; name?: string | null; actionVersion?: number | null },
+): ActionVersion {
   if (ref.actionVersion != null) {
     const version = getVersion(svc.actions, { id: ref.id, name: ref.name, version: ref.actionVersion });
     checkRunnable(version);
@@ -73,7 +108,10 @@ export function resolveStartVersion(svc: ExecutionServices, ref: { id?: string |
   }
   const action = findAction(svc.actions, { id: ref.id, name: ref.name });
   const active = latestActiveVersion(svc.actions, action.action_id);
-  if (!active) throw new EngineError('VERSION_LOCKED', `${action.name} has no ACTIVE version`, { hint: 'Activate a version, or name one.' });
+  if (!active)
+    throw new EngineError('VERSION_LOCKED', `${action.name} has no ACTIVE version`, {
+      hint: 'Activate a version, or name one.',
+    });
   return active;
 }
 
@@ -112,8 +150,16 @@ export function enqueue(svc: ExecutionServices, item: Enqueue): void {
   });
   if (item.failed) {
     q.finishAttempt.run({
-      execution_id: item.executionId, status: 'FAILED', attempt: 0, output: null, error: JSON.stringify(item.failed),
-      started: now, finished: now, logs: null, run_at: null, lease_owner: null,
+      execution_id: item.executionId,
+      status: 'FAILED',
+      attempt: 0,
+      output: null,
+      error: JSON.stringify(item.failed),
+      started: now,
+      finished: now,
+      logs: null,
+      run_at: null,
+      lease_owner: null,
     });
     return;
   }

@@ -8,7 +8,11 @@ import type { QueueRow, TriggerRow } from '../../storage/statements/actions.js';
 import type { ExecutionServices } from '../services.js';
 import { enqueue, refuseWithoutSession, resolveStartVersion } from './start.js';
 
-import { LEDGER_EVENTS as TRIGGER_EVENTS, type LedgerChange, type LedgerEvent as TriggerEvent } from '../../ledger/deps.js';
+import {
+  LEDGER_EVENTS as TRIGGER_EVENTS,
+  type LedgerChange,
+  type LedgerEvent as TriggerEvent,
+} from '../../ledger/deps.js';
 
 export { TRIGGER_EVENTS };
 export type { TriggerEvent };
@@ -62,7 +66,7 @@ function check(svc: ExecutionServices, input: TriggerInput, previous: Trigger | 
   if (!on || on.length === 0 || on.some((e) => !(TRIGGER_EVENTS as readonly string[]).includes(e))) {
     throw new EngineError('BAD_REQUEST', `on ${quote(on)} must list events among ${TRIGGER_EVENTS.join(', ')}`);
   }
-  const filter = input.filter === undefined ? previous?.filter ?? null : input.filter;
+  const filter = input.filter === undefined ? (previous?.filter ?? null) : input.filter;
   if (filter !== null) compile(svc, filter, 'filter');
   const action = input.action ?? previous?.action;
   if (!action) throw new EngineError('BAD_REQUEST', 'a trigger needs action: {name, version?}');
@@ -75,12 +79,18 @@ function check(svc: ExecutionServices, input: TriggerInput, previous: Trigger | 
     }
     map = input.input === null ? null : {};
     for (const [prop, expression] of Object.entries((input.input ?? {}) as Record<string, unknown>)) {
-      if (typeof expression !== 'string') throw new EngineError('BAD_REQUEST', `input.${prop} must be a CEL expression string`);
+      if (typeof expression !== 'string')
+        throw new EngineError('BAD_REQUEST', `input.${prop} must be a CEL expression string`);
       compile(svc, expression, `input.${prop}`);
       map![prop] = expression;
     }
   }
-  return { on: [...on] as TriggerEvent[], filter, action: { name: action.name, version: action.version ?? null }, input: map };
+  return {
+    on: [...on] as TriggerEvent[],
+    filter,
+    action: { name: action.name, version: action.version ?? null },
+    input: map,
+  };
 }
 
 function compile(svc: ExecutionServices, expression: string, what: string): void {
@@ -91,16 +101,30 @@ function compile(svc: ExecutionServices, expression: string, what: string): void
   }
 }
 
-export function createTrigger(svc: ExecutionServices, principal: string, input: TriggerInput & { triggerId: string; name: string }): Trigger {
-  if (svc.queue.triggerById.get(input.triggerId)) throw new EngineError('ALREADY_EXISTS', `trigger ${input.triggerId} already exists`);
+export function createTrigger(
+  svc: ExecutionServices,
+  principal: string,
+  input: TriggerInput & { triggerId: string; name: string },
+): Trigger {
+  if (svc.queue.triggerById.get(input.triggerId))
+    throw new EngineError('ALREADY_EXISTS', `trigger ${input.triggerId} already exists`);
   const name = requiredText(input.name, 'name', 128);
-  if (svc.queue.triggerByName.get(name)) throw new EngineError('ALREADY_EXISTS', `a trigger named ${quote(name)} already exists`);
+  if (svc.queue.triggerByName.get(name))
+    throw new EngineError('ALREADY_EXISTS', `a trigger named ${quote(name)} already exists`);
   const checked = check(svc, input, null);
   const now = svc.clock.now().toISOString();
   svc.queue.insertTrigger.run({
-    trigger_id: input.triggerId, name, events: JSON.stringify(checked.on), filter: checked.filter, action_name: checked.action.name,
-    action_version: checked.action.version, input: checked.input === null ? null : JSON.stringify(checked.input), principal,
-    status: input.status ?? 'ACTIVE', created: now, modified: now,
+    trigger_id: input.triggerId,
+    name,
+    events: JSON.stringify(checked.on),
+    filter: checked.filter,
+    action_name: checked.action.name,
+    action_version: checked.action.version,
+    input: checked.input === null ? null : JSON.stringify(checked.input),
+    principal,
+    status: input.status ?? 'ACTIVE',
+    created: now,
+    modified: now,
   });
   return getTrigger(svc, input.triggerId);
 }
@@ -111,7 +135,13 @@ export function createTrigger(svc: ExecutionServices, principal: string, input: 
  * trigger at its own tool and run it as them.) `authorize` sees the trigger as it will be, before
  * anything is written.
  */
-export function updateTrigger(svc: ExecutionServices, principal: string, triggerId: string, input: TriggerInput, authorize?: (next: Trigger) => void): Trigger {
+export function updateTrigger(
+  svc: ExecutionServices,
+  principal: string,
+  triggerId: string,
+  input: TriggerInput,
+  authorize?: (next: Trigger) => void,
+): Trigger {
   const current = getTrigger(svc, triggerId);
   const checked = check(svc, input, current);
   const next: Trigger = {
@@ -126,9 +156,17 @@ export function updateTrigger(svc: ExecutionServices, principal: string, trigger
   };
   authorize?.(next);
   svc.queue.updateTrigger.run({
-    trigger_id: triggerId, name: next.name, events: JSON.stringify(next.on), filter: next.filter, action_name: next.action.name,
-    action_version: next.action.version, input: next.input === null ? null : JSON.stringify(next.input), status: next.status,
-    principal: next.principal, previous_principal: next.previousPrincipal, modified: next.modified,
+    trigger_id: triggerId,
+    name: next.name,
+    events: JSON.stringify(next.on),
+    filter: next.filter,
+    action_name: next.action.name,
+    action_version: next.action.version,
+    input: next.input === null ? null : JSON.stringify(next.input),
+    status: next.status,
+    principal: next.principal,
+    previous_principal: next.previousPrincipal,
+    modified: next.modified,
   });
   return getTrigger(svc, triggerId);
 }
@@ -172,34 +210,71 @@ function dispatchToTriggers(svc: ExecutionServices, change: LedgerChange, trigge
     const trigger = toTrigger(row);
     if (!trigger.on.includes(change.event)) continue;
     // One execution per trigger, event and record version: an account and a transaction may share an id.
-    const executionId = derivedId(svc.derivedIdKey, 'trigger', trigger.triggerId, change.event, change.recordId, String(change.recordVersion));
+    const executionId = derivedId(
+      svc.derivedIdKey,
+      'trigger',
+      trigger.triggerId,
+      change.event,
+      change.recordId,
+      String(change.recordVersion),
+    );
     const taken = svc.st.executionById.get(executionId) as QueueRow | undefined;
     // This trigger's execution for this change exists already: it was dispatched before.
     if (taken?.trigger_id === trigger.triggerId) continue;
-    bindings ??= jsonToCel({ document: change.document(), previous: change.previous ?? null }) as Record<string, unknown>;
+    bindings ??= jsonToCel({ document: change.document(), previous: change.previous ?? null }) as Record<
+      string,
+      unknown
+    >;
     const input: Record<string, unknown> = {};
     try {
       if (trigger.filter !== null) {
         const verdict = svc.cel.evaluate(trigger.filter, bindings);
         if (typeof verdict !== 'boolean') {
-          throw new EngineError('CEL_ERROR', `filter ${quote(trigger.filter)} evaluated to ${quote(celToJson(verdict))}, not a bool`, { hint: 'Write the filter as a condition, e.g. document.status == "LOCKED".' });
+          throw new EngineError(
+            'CEL_ERROR',
+            `filter ${quote(trigger.filter)} evaluated to ${quote(celToJson(verdict))}, not a bool`,
+            { hint: 'Write the filter as a condition, e.g. document.status == "LOCKED".' },
+          );
         }
         if (!verdict) continue;
       }
       if (taken) {
         // Only a holder of the database's key can compute the id, so this is not a client's doing.
-        throw new EngineError('EXECUTION_ID_CONFLICT', `its execution id ${executionId} for ${change.event} of ${change.recordId} is taken by an execution of ${taken.action_name}`);
+        throw new EngineError(
+          'EXECUTION_ID_CONFLICT',
+          `its execution id ${executionId} for ${change.event} of ${change.recordId} is taken by an execution of ${taken.action_name}`,
+        );
       }
       if (depth > svc.limits.triggerDepthMax) {
-        throw new EngineError('LIMIT_EXCEEDED', `${change.event} of ${change.recordId} was made at trigger depth ${depth - 1}; starting ${trigger.action.name} would be trigger depth ${depth}, over triggerDepthMax (${svc.limits.triggerDepthMax})`, {
-          hint: 'A trigger’s action made a change that fires triggers again (itself, or in a cycle): narrow the filter so the action’s own changes do not match.',
-        });
+        throw new EngineError(
+          'LIMIT_EXCEEDED',
+          `${change.event} of ${change.recordId} was made at trigger depth ${depth - 1}; starting ${trigger.action.name} would be trigger depth ${depth}, over triggerDepthMax (${svc.limits.triggerDepthMax})`,
+          {
+            hint: 'A trigger’s action made a change that fires triggers again (itself, or in a cycle): narrow the filter so the action’s own changes do not match.',
+          },
+        );
       }
-      for (const [prop, expression] of Object.entries(trigger.input ?? {})) input[prop] = celToJson(svc.cel.evaluate(expression, bindings));
+      for (const [prop, expression] of Object.entries(trigger.input ?? {}))
+        input[prop] = celToJson(svc.cel.evaluate(expression, bindings));
       const version = resolveStartVersion(svc, { name: trigger.action.name, actionVersion: trigger.action.version });
       refuseWithoutSession(svc, version);
-      enqueue(svc, { executionId, version, input, inputFingerprint: null, principal: trigger.principal, triggerId: trigger.triggerId, triggerDepth: depth });
-      const fields = { event: 'trigger', trigger: trigger.name, on: change.event, executionId, action: `${version.name}@${version.version}`, triggerDepth: depth };
+      enqueue(svc, {
+        executionId,
+        version,
+        input,
+        inputFingerprint: null,
+        principal: trigger.principal,
+        triggerId: trigger.triggerId,
+        triggerDepth: depth,
+      });
+      const fields = {
+        event: 'trigger',
+        trigger: trigger.name,
+        on: change.event,
+        executionId,
+        action: `${version.name}@${version.version}`,
+        triggerDepth: depth,
+      };
       svc.transactions.afterCommit(() => svc.log.info(fields, 'trigger started an execution'));
     } catch (error) {
       // A taken id cannot hold the record: the failure gets a fresh one.
@@ -212,7 +287,13 @@ function dispatchToTriggers(svc: ExecutionServices, change: LedgerChange, trigge
  * The trigger matched but its execution cannot start (its input failed to evaluate, its action has
  * no ACTIVE version): recorded as FAILED, where it can be seen, and the change goes through.
  */
-function recordFailedStart(svc: ExecutionServices, trigger: Trigger, executionId: string, triggerDepth: number, e: EngineError): void {
+function recordFailedStart(
+  svc: ExecutionServices,
+  trigger: Trigger,
+  executionId: string,
+  triggerDepth: number,
+  e: EngineError,
+): void {
   let version: ActionVersion;
   try {
     version = getVersion(svc.actions, { name: trigger.action.name, version: trigger.action.version });
@@ -223,7 +304,24 @@ function recordFailedStart(svc: ExecutionServices, trigger: Trigger, executionId
   }
   const failed: ErrorData = { code: e.code ?? 'CEL_ERROR', message: `trigger ${trigger.name}: ${e.message}` };
   if (e.hint) failed.hint = e.hint;
-  enqueue(svc, { executionId, version, input: {}, inputFingerprint: null, principal: trigger.principal, triggerId: trigger.triggerId, triggerDepth, failed });
-  const fields = { event: 'trigger', trigger: trigger.name, executionId, action: `${version.name}@${version.version}`, triggerDepth, outcome: 'FAILED', code: failed.code };
+  enqueue(svc, {
+    executionId,
+    version,
+    input: {},
+    inputFingerprint: null,
+    principal: trigger.principal,
+    triggerId: trigger.triggerId,
+    triggerDepth,
+    failed,
+  });
+  const fields = {
+    event: 'trigger',
+    trigger: trigger.name,
+    executionId,
+    action: `${version.name}@${version.version}`,
+    triggerDepth,
+    outcome: 'FAILED',
+    code: failed.code,
+  };
   svc.transactions.afterCommit(() => svc.log.warn(fields, 'trigger matched but its execution could not start'));
 }

@@ -87,25 +87,31 @@ export class Worker {
     let claimed: { executionId: string; attempt: number } | null = null;
     const began = performance.now();
     try {
-      const result = this.transactions.run<AttemptOutcome[] | ReturnType<AgentRuns['claim']> | 'taken' | null>('write', () => {
-        // Run again after a lost race (PostgreSQL): what an earlier run claimed was rolled back.
-        claimed = null;
-        const outcomes: AttemptOutcome[] = [];
-        while (outcomes.length < groupMax && (outcomes.length === 0 || performance.now() - began < this.svc.limits.writeBatchWaitMs)) {
-          const row = this.svc.queue.nextDue.get({ now, ...which });
-          if (!row) break;
-          if (row.kind === 'MODEL' || row.kind === 'AGENT') {
-            // Left for a transaction of its own (see below) when attempts ran in this one.
-            if (outcomes.length > 0) break;
-            // Claimed here, run outside this transaction: its model calls take seconds.
-            const claim = this.runs.claim(row);
-            return { value: claim ?? 'taken', commit: claim !== null };
+      const result = this.transactions.run<AttemptOutcome[] | ReturnType<AgentRuns['claim']> | 'taken' | null>(
+        'write',
+        () => {
+          // Run again after a lost race (PostgreSQL): what an earlier run claimed was rolled back.
+          claimed = null;
+          const outcomes: AttemptOutcome[] = [];
+          while (
+            outcomes.length < groupMax &&
+            (outcomes.length === 0 || performance.now() - began < this.svc.limits.writeBatchWaitMs)
+          ) {
+            const row = this.svc.queue.nextDue.get({ now, ...which });
+            if (!row) break;
+            if (row.kind === 'MODEL' || row.kind === 'AGENT') {
+              // Left for a transaction of its own (see below) when attempts ran in this one.
+              if (outcomes.length > 0) break;
+              // Claimed here, run outside this transaction: its model calls take seconds.
+              const claim = this.runs.claim(row);
+              return { value: claim ?? 'taken', commit: claim !== null };
+            }
+            claimed = { executionId: row.execution_id, attempt: row.attempt };
+            outcomes.push(runAttempt(this.svc, row, this.options.owner));
           }
-          claimed = { executionId: row.execution_id, attempt: row.attempt };
-          outcomes.push(runAttempt(this.svc, row, this.options.owner));
-        }
-        return { value: outcomes.length > 0 ? outcomes : null, commit: outcomes.length > 0 };
-      });
+          return { value: outcomes.length > 0 ? outcomes : null, commit: outcomes.length > 0 };
+        },
+      );
       // Due, but every due row is held by another process's worker (PostgreSQL: SKIP LOCKED): wait
       // for a notification or the next poll rather than ask again at once.
       this.heldElsewhere = result === null;

@@ -13,7 +13,14 @@ import { guard, visible } from './guard.js';
 import { WAIT_ENDS } from '../../execution/status.js';
 import * as sessions from '../../agents/sessions.js';
 import type { ApprovalRow, SessionMessageRow, SessionRow } from '../../storage/statements/sessions.js';
-import { type ToolAccess, type ToolWritesMemo, callerAccess, isReadOnly, toolAccess, toolWritesMemo } from '../../actions/tool-access.js';
+import {
+  type ToolAccess,
+  type ToolWritesMemo,
+  callerAccess,
+  isReadOnly,
+  toolAccess,
+  toolWritesMemo,
+} from '../../actions/tool-access.js';
 
 /** Action.tool's copy of the definition names its version (ToolDefinition.readOnly walks its policies). */
 const VERSION_OF = Symbol('version');
@@ -30,7 +37,13 @@ type Args = Record<string, any>;
 function listExecutions(ctx: RequestContext, { first, after, where, order }: Args) {
   const newestFirst = order === 'NEWEST_FIRST';
   // A cursor names its order: one from a newest-first page cannot be replayed on an oldest-first one.
-  const req = pageRequest<number>(first, after, ctx.limits.pageSizeMax, 'number', newestFirst ? 'executions-newest' : 'executions');
+  const req = pageRequest<number>(
+    first,
+    after,
+    ctx.limits.pageSizeMax,
+    'number',
+    newestFirst ? 'executions-newest' : 'executions',
+  );
   const rows = ctx.services.st.executionsWhere(
     { actionId: where?.actionId ?? null, status: where?.status ?? null, since: where?.since ?? null },
     req.after ?? (newestFirst ? Number.MAX_SAFE_INTEGER : 0),
@@ -45,10 +58,24 @@ function listExecutions(ctx: RequestContext, { first, after, where, order }: Arg
  * The name comes from the cached version document when the version is given (the invoke hot path).
  */
 /** Check the stack may run the action; returns the version when it had to load it (invoke reuses it). */
-function guardExecution(ctx: RequestContext, id: string | null | undefined, name: string | null | undefined, input: Args): ActionVersion | undefined {
-  const version = id && input.actionVersion != null ? actions.getVersion(ctx.services.actions, { id, name, version: input.actionVersion }) : undefined;
+function guardExecution(
+  ctx: RequestContext,
+  id: string | null | undefined,
+  name: string | null | undefined,
+  input: Args,
+): ActionVersion | undefined {
+  const version =
+    id && input.actionVersion != null
+      ? actions.getVersion(ctx.services.actions, { id, name, version: input.actionVersion })
+      : undefined;
   // An alias is guarded as the action it names: a policy on the name holds whatever name the caller used.
-  const actionName = !id ? (name == null ? name : actions.canonicalName(ctx.services.actions, name)) : version ? version.name : actions.findAction(ctx.services.actions, { id, name }).name;
+  const actionName = !id
+    ? name == null
+      ? name
+      : actions.canonicalName(ctx.services.actions, name)
+    : version
+      ? version.name
+      : actions.findAction(ctx.services.actions, { id, name }).name;
   guard(ctx, 'INSERT', AE, { action: actionName, version: input.actionVersion ?? null, input: input.input ?? null });
   return version;
 }
@@ -63,7 +90,8 @@ function visibleSession(ctx: RequestContext, sessionId: string, action: 'SELECT'
 }
 
 function sessionPolicy(ctx: RequestContext, action: 'SELECT' | 'UPDATE') {
-  return (document: ReturnType<typeof sessions.sessionDocument>) => ctx.authority.allows({ action, resource: AS, document });
+  return (document: ReturnType<typeof sessions.sessionDocument>) =>
+    ctx.authority.allows({ action, resource: AS, document });
 }
 
 /**
@@ -73,7 +101,8 @@ function sessionPolicy(ctx: RequestContext, action: 'SELECT' | 'UPDATE') {
 function guardSkills(ctx: RequestContext, input: Args): void {
   const refs = (input?.skills ?? []) as Array<{ name: string; version?: number | null }>;
   if (refs.length === 0) return;
-  for (const skill of ctx.services.skills.resolve(refs.map((r) => ({ name: r.name, version: r.version ?? null })))) guard(ctx, 'SELECT', 'actions.Skill', skill);
+  for (const skill of ctx.services.skills.resolve(refs.map((r) => ({ name: r.name, version: r.version ?? null }))))
+    guard(ctx, 'SELECT', 'actions.Skill', skill);
 }
 
 /** One ToolWritesMemo per request: the listing and each `access` share what they read. */
@@ -120,7 +149,11 @@ function toolNode(_ctx: RequestContext, version: ActionVersion, access: ToolAcce
  * what calling it needs (its schema and access), as a Tool.
  */
 function mayInvoke(ctx: RequestContext, version: ActionVersion): boolean {
-  return ctx.authority.allows({ action: 'INSERT', resource: AE, document: { action: version.name, version: version.version, input: null } });
+  return ctx.authority.allows({
+    action: 'INSERT',
+    resource: AE,
+    document: { action: version.name, version: version.version, input: null },
+  });
 }
 
 /**
@@ -150,7 +183,9 @@ function listTools(ctx: RequestContext, first: number, after: string | null | un
   if (req.after !== undefined) {
     const found = deps.st.actionRowid.get(req.after);
     if (found === undefined) {
-      throw new EngineError('BAD_REQUEST', 'the cursor is not a cursor this connection gave out', { hint: 'Pass pageInfo.endCursor from the previous page as `after`.' });
+      throw new EngineError('BAD_REQUEST', 'the cursor is not a cursor this connection gave out', {
+        hint: 'Pass pageInfo.endCursor from the previous page as `after`.',
+      });
     }
     rowid = found;
   }
@@ -172,11 +207,19 @@ function listTools(ctx: RequestContext, first: number, after: string | null | un
     if (found.length > req.first || rows.length < batch) break;
     const caller = ctx.caller;
     if (caller.deadline !== undefined && Date.now() > caller.deadline) {
-      caller.overran ??= overrun(caller.budget ?? { name: 'requestDeadlineMs', ms: ctx.limits.requestDeadlineMs }, 'ActionsQuery.tools');
+      caller.overran ??= overrun(
+        caller.budget ?? { name: 'requestDeadlineMs', ms: ctx.limits.requestDeadlineMs },
+        'ActionsQuery.tools',
+      );
       throw caller.overran;
     }
   }
-  return toConnection(found, req, (t) => t.actionId, (t) => t);
+  return toConnection(
+    found,
+    req,
+    (t) => t.actionId,
+    (t) => t,
+  );
 }
 
 function invocations(ctx: RequestContext, node: CallNode) {
@@ -215,39 +258,65 @@ export const actionResolvers = {
   Query: { actions: () => ({}) },
   Mutation: { actions: () => ({}) },
   ActionsQuery: {
-    action: (_: unknown, { id, name, version }: Args, ctx: RequestContext) => guard(ctx, 'SELECT', AA, actions.getVersion(ctx.services.actions, { id, name, version })),
-    actions: (_: unknown, { first, after }: Args, ctx: RequestContext) => visible(ctx, AA, actions.listActions(ctx.services.actions, first, after)),
+    action: (_: unknown, { id, name, version }: Args, ctx: RequestContext) =>
+      guard(ctx, 'SELECT', AA, actions.getVersion(ctx.services.actions, { id, name, version })),
+    actions: (_: unknown, { first, after }: Args, ctx: RequestContext) =>
+      visible(ctx, AA, actions.listActions(ctx.services.actions, first, after)),
     execution: (_: unknown, { executionId, waitMs }: Args, ctx: RequestContext) => {
       const waitMsMax = ctx.limits.executionWaitMsMax;
       if (waitMs != null && (waitMs < 0 || waitMs > waitMsMax)) {
-        throw new EngineError(waitMs < 0 ? 'BAD_REQUEST' : 'LIMIT_EXCEEDED', `waitMs ${waitMs} is out of range: 0 to executionWaitMsMax (${waitMsMax} ms)`, {
-          hint: 'Wait at most executionWaitMsMax per request, and ask again while the execution is QUEUED or RUNNING.',
-          details: { waitMs, executionWaitMsMax: waitMsMax },
-        });
+        throw new EngineError(
+          waitMs < 0 ? 'BAD_REQUEST' : 'LIMIT_EXCEEDED',
+          `waitMs ${waitMs} is out of range: 0 to executionWaitMsMax (${waitMsMax} ms)`,
+          {
+            hint: 'Wait at most executionWaitMsMax per request, and ask again while the execution is QUEUED or RUNNING.',
+            details: { waitMs, executionWaitMsMax: waitMsMax },
+          },
+        );
       }
       const row = ctx.services.st.executionById.get(executionId);
-      if (!row) throw new EngineError('NOT_FOUND', `execution ${executionId} does not exist`, { hint: 'Executions of a request that rolled back are not kept.' });
+      if (!row)
+        throw new EngineError('NOT_FOUND', `execution ${executionId} does not exist`, {
+          hint: 'Executions of a request that rolled back are not kept.',
+        });
       const node = guard(ctx, 'SELECT', AE, rowToNode(row));
       // Only after the guard: a client that may not see the execution never waits on it.
-      if (waitMs > 0 && ctx.waits && ctx.frame === null && !WAIT_ENDS.has(row.status)) ctx.waits.push({ executionId, waitMs, principal: ctx.principal });
+      if (waitMs > 0 && ctx.waits && ctx.frame === null && !WAIT_ENDS.has(row.status))
+        ctx.waits.push({ executionId, waitMs, principal: ctx.principal });
       return node;
     },
     executions: (_: unknown, args: Args, ctx: RequestContext) => visible(ctx, AE, listExecutions(ctx, args)),
     tools: (_: unknown, { first, after }: Args, ctx: RequestContext) => listTools(ctx, first, after),
     tool: (_: unknown, { name }: Args, ctx: RequestContext) => toolByName(ctx, name),
     nativeTools: (_: unknown, __: Args, ctx: RequestContext) =>
-      actions.NATIVE_TOOLS.filter((name) => ctx.authority.allows({ action: 'INSERT', resource: AE, document: { action: name, version: null, input: null } })).map((name) => ({
+      actions.NATIVE_TOOLS.filter((name) =>
+        ctx.authority.allows({
+          action: 'INSERT',
+          resource: AE,
+          document: { action: name, version: null, input: null },
+        }),
+      ).map((name) => ({
         name,
-        access: name === 'cel' ? { readOnly: true, destructive: false } : callerAccess(ctx.caller.client?.policies ?? null),
+        access:
+          name === 'cel' ? { readOnly: true, destructive: false } : callerAccess(ctx.caller.client?.policies ?? null),
       })),
     session: (_: unknown, { sessionId }: Args, ctx: RequestContext) => visibleSession(ctx, sessionId, 'SELECT'),
     sessions: (_: unknown, { first, after, where }: Args, ctx: RequestContext) => {
       const req = pageRequest<number>(first, after, ctx.limits.pageSizeMax, 'number', 'sessions');
       // Newest first; a filter is applied to the page read (a page may be short: follow endCursor).
-      const rows = ctx.services.sessions.sessionsPage.all({ after: req.after ?? Number.MAX_SAFE_INTEGER, limit: req.fetch });
-      const page = toConnection(rows, req, (r) => r.rowid, (r) => r);
+      const rows = ctx.services.sessions.sessionsPage.all({
+        after: req.after ?? Number.MAX_SAFE_INTEGER,
+        limit: req.fetch,
+      });
+      const page = toConnection(
+        rows,
+        req,
+        (r) => r.rowid,
+        (r) => r,
+      );
       const keep = (r: (typeof rows)[number]) =>
-        (where?.status == null || sessions.sessionStatus(ctx.services, r) === where.status) && (where?.agent == null || r.action_name === where.agent) &&
+        (where?.status == null || sessions.sessionStatus(ctx.services, r) === where.status) &&
+        (where?.agent == null || r.action_name === where.agent) &&
         sessions.usable(ctx.services, r, ctx.principal, sessionPolicy(ctx, 'SELECT'));
       const edges = page.edges.filter((e) => keep(e.node));
       return { ...page, edges, nodes: edges.map((e) => e.node) };
@@ -259,16 +328,36 @@ export const actionResolvers = {
     },
     approvals: (_: unknown, { first, after, where }: Args, ctx: RequestContext) => {
       const req = pageRequest<number>(first, after, ctx.limits.pageSizeMax, 'number', 'approvals');
-      const rows = ctx.services.sessions.approvalsPage.all({ after: req.after ?? 0, limit: req.fetch, status: where?.status ?? null });
-      return visible(ctx, AP, toConnection(rows, req, (r) => r.rowid, (r) => r), (r) => sessions.approvalDocument(r));
+      const rows = ctx.services.sessions.approvalsPage.all({
+        after: req.after ?? 0,
+        limit: req.fetch,
+        status: where?.status ?? null,
+      });
+      return visible(
+        ctx,
+        AP,
+        toConnection(
+          rows,
+          req,
+          (r) => r.rowid,
+          (r) => r,
+        ),
+        (r) => sessions.approvalDocument(r),
+      );
     },
     queue: (_: unknown, __: Args, ctx: RequestContext) => {
       guard(ctx, 'SELECT', AE, {});
       const counts = Object.fromEntries(ctx.services.queue.counts.all().map((r) => [r.status, r.n]));
-      return { queued: counts.QUEUED ?? 0, running: counts.RUNNING ?? 0, failed: ctx.services.queue.failedCount.get()?.n ?? 0 };
+      return {
+        queued: counts.QUEUED ?? 0,
+        running: counts.RUNNING ?? 0,
+        failed: ctx.services.queue.failedCount.get()?.n ?? 0,
+      };
     },
-    trigger: (_: unknown, { id }: Args, ctx: RequestContext) => guard(ctx, 'SELECT', AT, triggers.getTrigger(ctx.services, id)),
-    triggers: (_: unknown, { first, after }: Args, ctx: RequestContext) => visible(ctx, AT, triggers.listTriggers(ctx.services, first, after)),
+    trigger: (_: unknown, { id }: Args, ctx: RequestContext) =>
+      guard(ctx, 'SELECT', AT, triggers.getTrigger(ctx.services, id)),
+    triggers: (_: unknown, { first, after }: Args, ctx: RequestContext) =>
+      visible(ctx, AT, triggers.listTriggers(ctx.services, first, after)),
   },
   ActionsMutation: {
     createAction: (_: unknown, { id, input }: Args, ctx: RequestContext) => {
@@ -295,12 +384,22 @@ export const actionResolvers = {
     invokeAction: (_: unknown, { id, name, input }: Args, ctx: RequestContext) => {
       const version = guardExecution(ctx, id, name, input);
       return invokeAction(ctx.services, ctx.caller, ctx.frame, {
-        id, name, executionId: input.executionId, actionVersion: input.actionVersion, input: input.input, ...(version ? { version } : {}),
+        id,
+        name,
+        executionId: input.executionId,
+        actionVersion: input.actionVersion,
+        input: input.input,
+        ...(version ? { version } : {}),
       });
     },
     startAction: (_: unknown, { id, name, input }: Args, ctx: RequestContext) => {
       guardExecution(ctx, id, name, input);
-      return startAction(ctx.services, ctx.caller, { id, name, executionId: input.executionId, actionVersion: input.actionVersion, input: input.input }, ctx.frame);
+      return startAction(
+        ctx.services,
+        ctx.caller,
+        { id, name, executionId: input.executionId, actionVersion: input.actionVersion, input: input.input },
+        ctx.frame,
+      );
     },
     cancelExecution: (_: unknown, { executionId }: Args, ctx: RequestContext) => {
       const row = ctx.services.st.executionById.get(executionId);
@@ -308,12 +407,21 @@ export const actionResolvers = {
       guard(ctx, 'UPDATE', AE, rowToNode(row));
       if (ctx.frame?.node.rootId === executionId) {
         // Its attempt is the one running this call: it is QUEUED until the attempt's outcome is written.
-        throw new EngineError('BAD_REQUEST', `execution ${executionId} is running this call and cannot cancel itself`, { hint: 'Fail it with fail(message, hint, {retry: false}) instead.' });
+        throw new EngineError('BAD_REQUEST', `execution ${executionId} is running this call and cannot cancel itself`, {
+          hint: 'Fail it with fail(message, hint, {retry: false}) instead.',
+        });
       }
       if (row.status !== 'QUEUED' && !sessions.cancelRun(ctx.services, row)) {
-        throw new EngineError('BAD_REQUEST', `execution ${executionId} is ${row.status}; only a QUEUED execution, or a model or agent run that is RUNNING or WAITING_APPROVAL, can be cancelled`, {
-          hint: row.status === 'RUNNING' ? 'A tool attempt runs in one transaction and cannot be stopped from outside; it ends within its timeout.' : 'It has ended already.',
-        });
+        throw new EngineError(
+          'BAD_REQUEST',
+          `execution ${executionId} is ${row.status}; only a QUEUED execution, or a model or agent run that is RUNNING or WAITING_APPROVAL, can be cancelled`,
+          {
+            hint:
+              row.status === 'RUNNING'
+                ? 'A tool attempt runs in one transaction and cannot be stopped from outside; it ends within its timeout.'
+                : 'It has ended already.',
+          },
+        );
       }
       if (row.status === 'QUEUED') ctx.services.queue.cancel.run(ctx.services.clock.now().toISOString(), executionId);
       return rowToNode(ctx.services.st.executionById.get(executionId)!);
@@ -329,10 +437,15 @@ export const actionResolvers = {
       // caller's own session only; any other is NOT_FOUND).
       const row = sessions.usableSession(ctx.services, ctx.principal, sessionId);
       const version = sessions.sessionAgent(ctx.services, row);
-      guard(ctx, 'INSERT', AE, { action: version.name, version: version.version, input: sessions.turnInput(row, text) });
+      guard(ctx, 'INSERT', AE, {
+        action: version.name,
+        version: version.version,
+        input: sessions.turnInput(row, text),
+      });
       return sessions.sendMessage(ctx.services, ctx.caller, ctx.frame, { sessionId, messageId, text });
     },
-    closeSession: (_: unknown, { sessionId }: Args, ctx: RequestContext) => sessions.closeSession(ctx.services, ctx.frame, visibleSession(ctx, sessionId, 'UPDATE')),
+    closeSession: (_: unknown, { sessionId }: Args, ctx: RequestContext) =>
+      sessions.closeSession(ctx.services, ctx.frame, visibleSession(ctx, sessionId, 'UPDATE')),
     approveCall: (_: unknown, { approvalId, reason }: Args, ctx: RequestContext) => {
       const row = sessions.getApproval(ctx.services, approvalId);
       guard(ctx, 'UPDATE', AP, { ...sessions.approvalDocument(row), decision: 'APPROVED' });
@@ -346,14 +459,18 @@ export const actionResolvers = {
     createTrigger: (_: unknown, { input }: Args, ctx: RequestContext) => {
       if (ctx.frame) {
         // A trigger outlives the call; it would start actions without the calling tools' limits.
-        throw new EngineError('ACCESS_DENIED', 'triggers cannot be created from inside a tool call', { hint: 'Create triggers as a client (or with tally deploy).' });
+        throw new EngineError('ACCESS_DENIED', 'triggers cannot be created from inside a tool call', {
+          hint: 'Create triggers as a client (or with tally deploy).',
+        });
       }
       return triggers.createTrigger(ctx.services, ctx.principal, guard(ctx, 'INSERT', AT, input));
     },
     updateTrigger: (_: unknown, { id, input }: Args, ctx: RequestContext) => {
       if (ctx.frame) {
         // As for createTrigger: the updated trigger would start actions without the calling tools' limits.
-        throw new EngineError('ACCESS_DENIED', 'triggers cannot be updated from inside a tool call', { hint: 'Update triggers as a client (or with tally deploy).' });
+        throw new EngineError('ACCESS_DENIED', 'triggers cannot be updated from inside a tool call', {
+          hint: 'Update triggers as a client (or with tally deploy).',
+        });
       }
       guard(ctx, 'UPDATE', AT, triggers.getTrigger(ctx.services, id));
       // The update re-owns the trigger to this caller: its policies must allow the trigger as it will be, too.
@@ -362,7 +479,9 @@ export const actionResolvers = {
     deleteTrigger: (_: unknown, { id }: Args, ctx: RequestContext) => {
       if (ctx.frame) {
         // As for createTrigger: what the trigger does outlives the call; a tool does not remove it either.
-        throw new EngineError('ACCESS_DENIED', 'triggers cannot be deleted from inside a tool call', { hint: 'Delete triggers as a client (or with tally deploy).' });
+        throw new EngineError('ACCESS_DENIED', 'triggers cannot be deleted from inside a tool call', {
+          hint: 'Delete triggers as a client (or with tally deploy).',
+        });
       }
       guard(ctx, 'DELETE', AT, triggers.getTrigger(ctx.services, id));
       return triggers.deleteTrigger(ctx.services, id);
@@ -372,8 +491,12 @@ export const actionResolvers = {
     pending: (v: ActionVersion) => v.status === 'DRAFT',
     // The definition carries its version along, for readOnly (a getter-free copy; the document is frozen).
     tool: (v: ActionVersion) => ({ ...v.tool, [VERSION_OF]: v }),
-    access: (v: ActionVersion, _: Args, ctx: RequestContext) => toolAccess(ctx.services.actions, v, ctx.caller.client?.policies ?? null, memoOf(ctx)),
-    versions: (v: ActionVersion, _: Args, ctx: RequestContext) => actions.listVersions(ctx.services.actions, v.actionId).filter((x) => ctx.authority.allows({ action: 'SELECT', resource: AA, document: x })),
+    access: (v: ActionVersion, _: Args, ctx: RequestContext) =>
+      toolAccess(ctx.services.actions, v, ctx.caller.client?.policies ?? null, memoOf(ctx)),
+    versions: (v: ActionVersion, _: Args, ctx: RequestContext) =>
+      actions
+        .listVersions(ctx.services.actions, v.actionId)
+        .filter((x) => ctx.authority.allows({ action: 'SELECT', resource: AA, document: x })),
   },
   ToolDefinition: {
     title: (t: ToolDefinition) => t.title ?? null,
@@ -395,20 +518,24 @@ export const actionResolvers = {
     input: (r: SessionRow) => JSON.parse(r.input),
     status: (r: SessionRow, _: Args, ctx: RequestContext) => sessions.sessionStatus(ctx.services, r),
     lastActive: (r: SessionRow) => r.last_active,
-    expires: (r: SessionRow, _: Args, ctx: RequestContext) => (r.status === 'CLOSED' ? null : new Date(Date.parse(r.last_active) + ctx.limits.sessionIdleMs).toISOString()),
+    expires: (r: SessionRow, _: Args, ctx: RequestContext) =>
+      r.status === 'CLOSED' ? null : new Date(Date.parse(r.last_active) + ctx.limits.sessionIdleMs).toISOString(),
     messages: (r: SessionRow, _: Args, ctx: RequestContext) => ctx.services.sessions.messages.all(r.session_id),
   },
   SessionMessage: {
     messageId: (m: SessionMessageRow) => m.message_id,
     execution: (m: SessionMessageRow, _: Args, ctx: RequestContext) => {
       const row = m.execution_id ? ctx.services.st.executionById.get(m.execution_id) : undefined;
-      return row && ctx.authority.allows({ action: 'SELECT', resource: AE, document: rowToNode(row) }) ? rowToNode(row) : null;
+      return row && ctx.authority.allows({ action: 'SELECT', resource: AE, document: rowToNode(row) })
+        ? rowToNode(row)
+        : null;
     },
   },
   Approval: {
     approvalId: (r: ApprovalRow) => r.approval_id,
     executionId: (r: ApprovalRow) => r.execution_id,
-    execution: (r: ApprovalRow, _: Args, ctx: RequestContext) => guard(ctx, 'SELECT', AE, rowToNode(ctx.services.st.executionById.get(r.execution_id)!)),
+    execution: (r: ApprovalRow, _: Args, ctx: RequestContext) =>
+      guard(ctx, 'SELECT', AE, rowToNode(ctx.services.st.executionById.get(r.execution_id)!)),
     toolVersion: (r: ApprovalRow) => r.tool_version,
     input: (r: ApprovalRow) => JSON.parse(r.input),
     requestedBy: (r: ApprovalRow) => r.requested_by,
@@ -418,7 +545,14 @@ export const actionResolvers = {
     sessionId: (n: CallNode) => n.sessionId ?? null,
     cancelRequested: (n: CallNode) => n.cancelRequested === true,
     action: (n: CallNode, _: Args, ctx: RequestContext) =>
-      n.actionId && n.actionVersion ? guard(ctx, 'SELECT', AA, actions.getVersion(ctx.services.actions, { id: n.actionId, version: n.actionVersion })) : null,
+      n.actionId && n.actionVersion
+        ? guard(
+            ctx,
+            'SELECT',
+            AA,
+            actions.getVersion(ctx.services.actions, { id: n.actionId, version: n.actionVersion }),
+          )
+        : null,
     invocation: (n: CallNode, _: Args, ctx: RequestContext) => invocations(ctx, n).at(-1) ?? null,
     invocations: (n: CallNode, _: Args, ctx: RequestContext) => invocations(ctx, n),
     caller: (n: CallNode) => ({ principal: n.principal, transport: n.transport ?? null }),
@@ -429,6 +563,8 @@ export const actionResolvers = {
       return row ? guard(ctx, 'SELECT', AE, rowToNode(row)) : null;
     },
     children: (n: CallNode, _: Args, ctx: RequestContext) =>
-      childrenOf(ctx.services.st, n).filter((c) => ctx.authority.allows({ action: 'SELECT', resource: AE, document: c })),
+      childrenOf(ctx.services.st, n).filter((c) =>
+        ctx.authority.allows({ action: 'SELECT', resource: AE, document: c }),
+      ),
   },
 };

@@ -11,9 +11,14 @@ export const authResolvers = {
   Query: { auth: () => ({}) },
   Mutation: { auth: () => ({}) },
   AuthQuery: {
-    client: (_: unknown, { principal }: Args, ctx: RequestContext) => guard(ctx, 'SELECT', C, clients.getClient(ctx.clients, principal)),
-    clients: (_: unknown, { first, after }: Args, ctx: RequestContext) => visible(ctx, C, clients.listClients(ctx.clients, first, after)),
-    whoami: (_: unknown, __: Args, ctx: RequestContext) => ({ principal: ctx.principal, stack: ctx.authority.stack.map((l) => l.name) }),
+    client: (_: unknown, { principal }: Args, ctx: RequestContext) =>
+      guard(ctx, 'SELECT', C, clients.getClient(ctx.clients, principal)),
+    clients: (_: unknown, { first, after }: Args, ctx: RequestContext) =>
+      visible(ctx, C, clients.listClients(ctx.clients, first, after)),
+    whoami: (_: unknown, __: Args, ctx: RequestContext) => ({
+      principal: ctx.principal,
+      stack: ctx.authority.stack.map((l) => l.name),
+    }),
   },
   AuthMutation: {
     // A client can grant only what its whole stack holds (src/policy/grant.ts).
@@ -29,9 +34,14 @@ export const authResolvers = {
       if (input?.policies != null && principal === ctx.principal) {
         // A client may be allowed to update its own record (its name, its key), never to widen
         // what it may do: another client must change its policies.
-        throw new EngineError('ACCESS_DENIED', `client ${principal} cannot change its own policies`, { hint: 'Have another client with UPDATE on auth.Client (the admin) change them.' });
+        throw new EngineError('ACCESS_DENIED', `client ${principal} cannot change its own policies`, {
+          hint: 'Have another client with UPDATE on auth.Client (the admin) change them.',
+        });
       }
-      const updated = clients.updateClient(ctx.clients, principal, input, { principal: ctx.principal, stack: ctx.authority.stack });
+      const updated = clients.updateClient(ctx.clients, principal, input, {
+        principal: ctx.principal,
+        stack: ctx.authority.stack,
+      });
       if (input?.rotateKey === true) logKeyEvent(ctx, 'rotated', principal);
       return updated;
     },
@@ -39,9 +49,13 @@ export const authResolvers = {
       guard(ctx, 'DELETE', C, clients.getClient(ctx.clients, principal));
       const admin = principal === clients.ADMIN_PRINCIPAL;
       if (admin || principal === ctx.principal) {
-        throw new EngineError('BAD_REQUEST', `client ${principal} cannot be deleted${admin ? ' (it is the admin)' : ' by itself'}`, {
-          hint: admin ? "Rotate the admin's key instead (updateClient rotateKey)." : 'Have another client delete it.',
-        });
+        throw new EngineError(
+          'BAD_REQUEST',
+          `client ${principal} cannot be deleted${admin ? ' (it is the admin)' : ' by itself'}`,
+          {
+            hint: admin ? "Rotate the admin's key instead (updateClient rotateKey)." : 'Have another client delete it.',
+          },
+        );
       }
       return clients.deleteClient(ctx.clients, principal);
     },

@@ -34,49 +34,99 @@ function ownerOf(ctx: RequestContext, accountId: string, journalId: string | nul
 export function calculationBalance(ctx: RequestContext, args: Args): CalculationBalanceView {
   const { accountId, journalId, currency, calculationId, dimension, effective } = args;
   if (!calculationId) {
-    throw new EngineError('BAD_REQUEST', `balance takes ${dimension != null ? 'dimension' : 'effective'} only with a calculationId`, {
-      hint: 'Effective-date and dimensional balances are kept by calculations: create one (createCalculation) and pass its calculationId.',
-    });
+    throw new EngineError(
+      'BAD_REQUEST',
+      `balance takes ${dimension != null ? 'dimension' : 'effective'} only with a calculationId`,
+      {
+        hint: 'Effective-date and dimensional balances are kept by calculations: create one (createCalculation) and pass its calculationId.',
+      },
+    );
   }
   const { owner, journal } = ownerOf(ctx, accountId, journalId);
   const cur = currency ?? 'USD';
   const deps = ctx.ledger.deps;
-  guard(ctx, 'SELECT', B, { accountId: owner.id, journalId: journal, currency: cur, calculationId, dimension: dimension ?? null });
-  const balance = calculations.readCalculationBalance(deps, { accountId: owner.id, journalId: journal, currency: cur, calculationId, dimension, effective });
+  guard(ctx, 'SELECT', B, {
+    accountId: owner.id,
+    journalId: journal,
+    currency: cur,
+    calculationId,
+    dimension: dimension ?? null,
+  });
+  const balance = calculations.readCalculationBalance(deps, {
+    accountId: owner.id,
+    journalId: journal,
+    currency: cur,
+    calculationId,
+    dimension,
+    effective,
+  });
   return { balance, normalBalanceType: owner.normalBalanceType };
 }
 
 const query: Record<string, Resolver> = {
-  calculation: (_, { calculationId }, ctx) => guard(ctx, 'SELECT', C, calculations.getCalculation(ctx.ledger.deps, calculationId)),
-  calculations: (_, { first, after }, ctx) => visible(ctx, C, calculations.listCalculations(ctx.ledger.deps, first, after)),
+  calculation: (_, { calculationId }, ctx) =>
+    guard(ctx, 'SELECT', C, calculations.getCalculation(ctx.ledger.deps, calculationId)),
+  calculations: (_, { first, after }, ctx) =>
+    visible(ctx, C, calculations.listCalculations(ctx.ledger.deps, first, after)),
   balances: (_, { index, where, first, after }, ctx) => {
-    if (index?.name !== 'CALCULATION') throw new EngineError('BAD_REQUEST', `balances index ${String(index?.name)} is not supported`, { hint: 'Use index: {name: CALCULATION}.' });
+    if (index?.name !== 'CALCULATION')
+      throw new EngineError('BAD_REQUEST', `balances index ${String(index?.name)} is not supported`, {
+        hint: 'Use index: {name: CALCULATION}.',
+      });
     if (!where.calculationId) {
-      throw new EngineError('BAD_REQUEST', 'balances by the CALCULATION index need where.calculationId', { hint: 'An account\'s own balances are Account.balances.' });
+      throw new EngineError('BAD_REQUEST', 'balances by the CALCULATION index need where.calculationId', {
+        hint: "An account's own balances are Account.balances.",
+      });
     }
     const { owner, journal } = ownerOf(ctx, where.accountId, where.journalId);
     const currency = where.currency ?? 'USD';
     const page = calculations.listCalculationBalances(ctx.ledger.deps, {
-      calculationId: where.calculationId, accountId: owner.id, journalId: journal, currency, dimension: where.dimension, first, after,
+      calculationId: where.calculationId,
+      accountId: owner.id,
+      journalId: journal,
+      currency,
+      dimension: where.dimension,
+      first,
+      after,
     });
-    const shown = visible(ctx, B, page, (b) => ({ accountId: b.accountId, journalId: b.journalId, currency: b.currency, calculationId: b.calculationId, dimension: b.dimensions }));
-    const view = (balance: Balance): CalculationBalanceView => ({ balance, normalBalanceType: owner.normalBalanceType });
-    return { ...shown, nodes: shown.nodes.map(view), edges: shown.edges.map((e) => ({ cursor: e.cursor, node: view(e.node) })) };
+    const shown = visible(ctx, B, page, (b) => ({
+      accountId: b.accountId,
+      journalId: b.journalId,
+      currency: b.currency,
+      calculationId: b.calculationId,
+      dimension: b.dimensions,
+    }));
+    const view = (balance: Balance): CalculationBalanceView => ({
+      balance,
+      normalBalanceType: owner.normalBalanceType,
+    });
+    return {
+      ...shown,
+      nodes: shown.nodes.map(view),
+      edges: shown.edges.map((e) => ({ cursor: e.cursor, node: view(e.node) })),
+    };
   },
 };
 
 const mutation: Record<string, Resolver> = {
-  createCalculation: (_, { input }, ctx) => calculations.createCalculation(ctx.ledger.deps, guard(ctx, 'INSERT', C, input)),
+  createCalculation: (_, { input }, ctx) =>
+    calculations.createCalculation(ctx.ledger.deps, guard(ctx, 'INSERT', C, input)),
   deleteCalculation: (_, { id }, ctx) => {
     guard(ctx, 'DELETE', C, calculations.getCalculation(ctx.ledger.deps, id));
     return calculations.deleteCalculation(ctx.ledger.deps, id);
   },
   attachCalculation: (_, { input }, ctx) => {
-    guard(ctx, 'UPDATE', C, { ...calculations.getCalculation(ctx.ledger.deps, input.calculationId), attachment: input });
+    guard(ctx, 'UPDATE', C, {
+      ...calculations.getCalculation(ctx.ledger.deps, input.calculationId),
+      attachment: input,
+    });
     return calculations.attachCalculation(ctx.ledger.deps, input);
   },
   detachCalculation: (_, { input }, ctx) => {
-    guard(ctx, 'UPDATE', C, { ...calculations.getCalculation(ctx.ledger.deps, input.calculationId), attachment: input });
+    guard(ctx, 'UPDATE', C, {
+      ...calculations.getCalculation(ctx.ledger.deps, input.calculationId),
+      attachment: input,
+    });
     return calculations.detachCalculation(ctx.ledger.deps, input);
   },
 };
@@ -85,9 +135,11 @@ export const calculationResolvers = {
   Query: query,
   Mutation: mutation,
   Calculation: {
-    children: (c: Calculation, _: Args, ctx: RequestContext) => calculations.childrenOf(ctx.ledger.deps, c.calculationId),
+    children: (c: Calculation, _: Args, ctx: RequestContext) =>
+      calculations.childrenOf(ctx.ledger.deps, c.calculationId),
   },
   AttachedCalculation: {
-    calculation: (a: calculations.Attachment, _: Args, ctx: RequestContext) => guard(ctx, 'SELECT', C, calculations.getCalculation(ctx.ledger.deps, a.calculationId)),
+    calculation: (a: calculations.Attachment, _: Args, ctx: RequestContext) =>
+      guard(ctx, 'SELECT', C, calculations.getCalculation(ctx.ledger.deps, a.calculationId)),
   },
 };

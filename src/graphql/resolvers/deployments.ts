@@ -19,7 +19,16 @@ import { guard } from './guard.js';
  */
 const R = 'deploy.Record';
 
-type Kind = 'ACCOUNT' | 'ACCOUNT_SET' | 'VELOCITY_LIMIT' | 'VELOCITY_CONTROL' | 'TRAN_CODE' | 'TOOL' | 'SKILL' | 'TRIGGER' | 'CLIENT';
+type Kind =
+  | 'ACCOUNT'
+  | 'ACCOUNT_SET'
+  | 'VELOCITY_LIMIT'
+  | 'VELOCITY_CONTROL'
+  | 'TRAN_CODE'
+  | 'TOOL'
+  | 'SKILL'
+  | 'TRIGGER'
+  | 'CLIENT';
 type Args = Record<string, any>;
 
 interface RecordInput {
@@ -30,7 +39,14 @@ interface RecordInput {
 }
 
 function toRecord(row: DeployedRecordRow) {
-  return { kind: row.kind, id: row.record_id, state: JSON.parse(row.state), principal: row.principal, version: row.version, deployed: row.modified };
+  return {
+    kind: row.kind,
+    id: row.record_id,
+    state: JSON.parse(row.state),
+    principal: row.principal,
+    version: row.version,
+    deployed: row.modified,
+  };
 }
 
 function checkCount(ctx: RequestContext, n: number, what: string): void {
@@ -56,7 +72,8 @@ function currentVersion(ctx: RequestContext, kind: Kind, id: string): number | n
       case 'VELOCITY_LIMIT':
         return guard(ctx, 'SELECT', 'financial.VelocityLimit', velocity.getVelocityLimit(ctx.ledger.deps, id)).version;
       case 'VELOCITY_CONTROL':
-        return guard(ctx, 'SELECT', 'financial.VelocityControl', velocity.getVelocityControl(ctx.ledger.deps, id)).version;
+        return guard(ctx, 'SELECT', 'financial.VelocityControl', velocity.getVelocityControl(ctx.ledger.deps, id))
+          .version;
       case 'TRAN_CODE':
         return guard(ctx, 'SELECT', 'financial.TranCode', ctx.ledger.getTranCode({ code: id })).version;
       case 'TOOL':
@@ -88,27 +105,48 @@ export const deploymentResolvers = {
   },
   Mutation: {
     recordDeployment: (_: unknown, { records }: Args, ctx: RequestContext) => {
-      checkOutsideCall(ctx.frame, 'deployed records cannot be written', 'Only a deploy records them (tally deploy, as a client).');
+      checkOutsideCall(
+        ctx.frame,
+        'deployed records cannot be written',
+        'Only a deploy records them (tally deploy, as a client).',
+      );
       checkCount(ctx, records.length, 'recordDeployment(records:)');
       const now = ctx.services.clock.now().toISOString();
       for (const record of records as RecordInput[]) {
         const existing = ctx.services.deployments.recordByKey.get(record.kind, record.id);
-        guard(ctx, existing ? 'UPDATE' : 'INSERT', R, existing ? toRecord(existing) : { kind: record.kind, id: record.id });
+        guard(
+          ctx,
+          existing ? 'UPDATE' : 'INSERT',
+          R,
+          existing ? toRecord(existing) : { kind: record.kind, id: record.id },
+        );
         const what = `${record.kind.toLowerCase().replace('_', ' ')} ${quote(record.id)}`;
         const state = jsonObjectText(record.state, `the state of ${what}`, ctx.limits.jsonBytesMax);
-        if (state === null) throw new EngineError('BAD_REQUEST', `the state of ${what} must be a JSON object, got null`);
+        if (state === null)
+          throw new EngineError('BAD_REQUEST', `the state of ${what} must be a JSON object, got null`);
         if (record.expectVersion != null) {
           // The deploy planned from this version: a write since (a tool, another client) would
           // otherwise be overwritten by what was planned without it.
           const actual = currentVersion(ctx, record.kind, record.id);
           if (actual !== record.expectVersion) {
-            throw new EngineError('RECORD_CHANGED', `${what} is at version ${actual ?? 'none (it no longer exists)'}, not ${record.expectVersion} as when the deploy was planned`, {
-              hint: 'It changed while the deploy ran; nothing was applied. Deploy again: the plan is made from the record as it is now.',
-              details: { kind: record.kind, id: record.id, expected: record.expectVersion, actual },
-            });
+            throw new EngineError(
+              'RECORD_CHANGED',
+              `${what} is at version ${actual ?? 'none (it no longer exists)'}, not ${record.expectVersion} as when the deploy was planned`,
+              {
+                hint: 'It changed while the deploy ran; nothing was applied. Deploy again: the plan is made from the record as it is now.',
+                details: { kind: record.kind, id: record.id, expected: record.expectVersion, actual },
+              },
+            );
           }
         }
-        ctx.services.deployments.upsertRecord.run({ kind: record.kind, record_id: record.id, state, principal: ctx.principal, created: now, modified: now });
+        ctx.services.deployments.upsertRecord.run({
+          kind: record.kind,
+          record_id: record.id,
+          state,
+          principal: ctx.principal,
+          created: now,
+          modified: now,
+        });
       }
       return records.length;
     },

@@ -15,9 +15,16 @@ export function guard<T>(ctx: RequestContext, action: PolicyAction, resource: st
  * Reads of lists keep only the records the stack may see (row-level): a policy with an assertion
  * on `context.document` then hides the records it does not allow instead of failing the page.
  */
-export function visible<T>(ctx: RequestContext, resource: string, page: Connection<T>, documentOf: (node: T) => unknown = (n) => n): Connection<T> {
+export function visible<T>(
+  ctx: RequestContext,
+  resource: string,
+  page: Connection<T>,
+  documentOf: (node: T) => unknown = (n) => n,
+): Connection<T> {
   if (ctx.authority.stack.length === 0) return page;
-  const edges = page.edges.filter((edge) => ctx.authority.allows({ action: 'SELECT', resource, document: documentOf(edge.node) }));
+  const edges = page.edges.filter((edge) =>
+    ctx.authority.allows({ action: 'SELECT', resource, document: documentOf(edge.node) }),
+  );
   if (edges.length === page.edges.length) return page;
   return { ...page, edges, nodes: edges.map((e) => e.node) };
 }

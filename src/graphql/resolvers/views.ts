@@ -28,17 +28,24 @@ export const viewResolvers = {
     schema: () => ({}),
     view: (_: unknown, { name, where, first, after }: Args, ctx: RequestContext) => {
       guard(ctx, 'SELECT', V, views.getView(ctx.ledger.deps, name));
-      return visible(ctx, V, views.viewRecords(ctx.ledger.deps, name, where, first, after), (r) => ({ name: r.name, document: r.document }));
+      return visible(ctx, V, views.viewRecords(ctx.ledger.deps, name, where, first, after), (r) => ({
+        name: r.name,
+        document: r.document,
+      }));
     },
   },
   Mutation: {
     schema: () => ({}),
   },
   SchemaQuery: {
-    view: (_: unknown, { name }: Args, ctx: RequestContext) => guard(ctx, 'SELECT', V, views.getView(ctx.ledger.deps, name)),
-    views: (_: unknown, { first, after }: Args, ctx: RequestContext) => visible(ctx, V, views.listViews(ctx.ledger.deps, first, after)),
-    index: (_: unknown, { name, on }: Args, ctx: RequestContext) => guard(ctx, 'SELECT', I, views.getIndex(ctx.ledger.deps, name, on)),
-    indexes: (_: unknown, { first, after }: Args, ctx: RequestContext) => visible(ctx, I, views.listIndexes(ctx.ledger.deps, first, after)),
+    view: (_: unknown, { name }: Args, ctx: RequestContext) =>
+      guard(ctx, 'SELECT', V, views.getView(ctx.ledger.deps, name)),
+    views: (_: unknown, { first, after }: Args, ctx: RequestContext) =>
+      visible(ctx, V, views.listViews(ctx.ledger.deps, first, after)),
+    index: (_: unknown, { name, on }: Args, ctx: RequestContext) =>
+      guard(ctx, 'SELECT', I, views.getIndex(ctx.ledger.deps, name, on)),
+    indexes: (_: unknown, { first, after }: Args, ctx: RequestContext) =>
+      visible(ctx, I, views.listIndexes(ctx.ledger.deps, first, after)),
   },
   SchemaMutation: {
     // A view's records aggregate every source record, whoever may read them: its author must be
@@ -54,7 +61,8 @@ export const viewResolvers = {
       guard(ctx, 'DELETE', V, views.getView(ctx.ledger.deps, name));
       return views.deleteView(ctx.ledger.deps, name);
     },
-    createIndex: (_: unknown, { input }: Args, ctx: RequestContext) => views.createIndex(ctx.ledger.deps, guard(ctx, 'INSERT', I, input)),
+    createIndex: (_: unknown, { input }: Args, ctx: RequestContext) =>
+      views.createIndex(ctx.ledger.deps, guard(ctx, 'INSERT', I, input)),
     deleteIndex: (_: unknown, { name, on }: Args, ctx: RequestContext) => {
       guard(ctx, 'DELETE', I, views.getIndex(ctx.ledger.deps, name, on));
       return views.deleteIndex(ctx.ledger.deps, name, on);
@@ -62,7 +70,10 @@ export const viewResolvers = {
   },
   ViewRecord: {
     history: (r: views.ViewRecord, { first, after }: Args, ctx: RequestContext) =>
-      visible(ctx, V, views.viewRecordHistory(ctx.ledger.deps, r, first, after), (v) => ({ name: v.name, document: v.document })),
+      visible(ctx, V, views.viewRecordHistory(ctx.ledger.deps, r, first, after), (v) => ({
+        name: v.name,
+        document: v.document,
+      })),
     source: (r: views.ViewRecord) => r.source,
   },
   ViewTrigger: {
@@ -70,6 +81,7 @@ export const viewResolvers = {
     old: (s: views.SourceRef, _: Args, ctx: RequestContext) => sourceRecord(ctx, s.entity, s.oldId, s.oldVersion),
   },
   LedgerRecord: {
-    __resolveType: (node: Record<string, unknown>) => ('entryId' in node ? 'Entry' : 'tranCodeId' in node ? 'Transaction' : 'Account'),
+    __resolveType: (node: Record<string, unknown>) =>
+      'entryId' in node ? 'Entry' : 'tranCodeId' in node ? 'Transaction' : 'Account',
   },
 };

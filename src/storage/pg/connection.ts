@@ -69,9 +69,13 @@ function loadLibpq(): new () => Libpq {
     }
   }
   if (!Libpq) {
-    throw new EngineError('BAD_REQUEST', 'PostgreSQL support is not installed: the libpq binding (pg-native, an optional dependency) did not build', {
-      hint: "Install PostgreSQL's client library (apt-get install libpq-dev) and run npm install again.",
-    });
+    throw new EngineError(
+      'BAD_REQUEST',
+      'PostgreSQL support is not installed: the libpq binding (pg-native, an optional dependency) did not build',
+      {
+        hint: "Install PostgreSQL's client library (apt-get install libpq-dev) and run npm install again.",
+      },
+    );
   }
   return Libpq;
 }
@@ -93,7 +97,14 @@ export class PgError extends Error {
 }
 
 // Type OIDs (pg_type) whose text is converted.
-const INT2 = 21, INT4 = 23, INT8 = 20, OID = 26, FLOAT4 = 700, FLOAT8 = 701, BOOL = 16, BYTEA = 17;
+const INT2 = 21,
+  INT4 = 23,
+  INT8 = 20,
+  OID = 26,
+  FLOAT4 = 700,
+  FLOAT8 = 701,
+  BOOL = 16,
+  BYTEA = 17;
 
 function parseValue(type: number, text: string): unknown {
   switch (type) {
@@ -123,7 +134,8 @@ function toParam(value: unknown): string | null {
   switch (typeof value) {
     case 'string':
       // libpq passes values as C strings: one with U+0000 would arrive cut short.
-      if (value.includes('\u0000')) throw new PgError('a text value holds U+0000, which PostgreSQL text cannot hold', '22021');
+      if (value.includes('\u0000'))
+        throw new PgError('a text value holds U+0000, which PostgreSQL text cannot hold', '22021');
       return value;
     case 'number':
     case 'bigint':
@@ -132,7 +144,9 @@ function toParam(value: unknown): string | null {
       return value ? '1' : '0';
     default:
       if (Buffer.isBuffer(value)) return `\\x${value.toString('hex')}`;
-      throw new TypeError(`a statement parameter must be a string, number, bigint, boolean, Buffer or null, got ${typeof value}`);
+      throw new TypeError(
+        `a statement parameter must be a string, number, bigint, boolean, Buffer or null, got ${typeof value}`,
+      );
   }
 }
 
@@ -228,7 +242,8 @@ export class PgStatement<Params extends unknown[] = unknown[], Row = unknown> {
           continue;
         }
         const row: Record<string, unknown> = {};
-        for (let c = 0; c < fields; c++) row[names[c]!] = pq.getisnull(r, c) ? null : parseValue(types[c]!, pq.getvalue(r, c));
+        for (let c = 0; c < fields; c++)
+          row[names[c]!] = pq.getisnull(r, c) ? null : parseValue(types[c]!, pq.getvalue(r, c));
         rows.push(row);
       }
     }
@@ -242,16 +257,21 @@ export class PgStatement<Params extends unknown[] = unknown[], Row = unknown> {
     let named: Record<string, unknown> | undefined;
     const positional: unknown[] = [];
     for (const arg of args) {
-      if (arg !== null && typeof arg === 'object' && !Buffer.isBuffer(arg) && !Array.isArray(arg)) named = arg as Record<string, unknown>;
+      if (arg !== null && typeof arg === 'object' && !Buffer.isBuffer(arg) && !Array.isArray(arg))
+        named = arg as Record<string, unknown>;
       else if (Array.isArray(arg)) positional.push(...arg);
       else positional.push(arg);
     }
     return this.bindings.map((b) => {
       if (b.kind === 'positional') {
-        if (b.index >= positional.length) throw new RangeError(`too few parameter values were provided (${positional.length}) for: ${this.source.slice(0, 80)}`);
+        if (b.index >= positional.length)
+          throw new RangeError(
+            `too few parameter values were provided (${positional.length}) for: ${this.source.slice(0, 80)}`,
+          );
         return toParam(positional[b.index]);
       }
-      if (!named || !Object.hasOwn(named, b.name)) throw new RangeError(`missing named parameter "${b.name}" for: ${this.source.slice(0, 80)}`);
+      if (!named || !Object.hasOwn(named, b.name))
+        throw new RangeError(`missing named parameter "${b.name}" for: ${this.source.slice(0, 80)}`);
       return toParam(named[b.name]);
     });
   }
@@ -285,9 +305,13 @@ export class PgConnection {
     } catch (error) {
       // connectSync finished the connection already: hold the object for the handle's close.
       setImmediate(() => alive.delete(this.pq));
-      throw new EngineError('BAD_REQUEST', `cannot connect to PostgreSQL at ${redact(url)}: ${(error as Error).message.trim()}`, {
-        hint: 'Check the URL (postgres://user@host:port/database), that the server runs and accepts this user (scripts/pg.sh start runs one for development).',
-      });
+      throw new EngineError(
+        'BAD_REQUEST',
+        `cannot connect to PostgreSQL at ${redact(url)}: ${(error as Error).message.trim()}`,
+        {
+          hint: 'Check the URL (postgres://user@host:port/database), that the server runs and accepts this user (scripts/pg.sh start runs one for development).',
+        },
+      );
     }
     // Notices (an IF NOT EXISTS that found the table) are not errors: libpq would print them.
     this.exec('SET client_min_messages = warning');
@@ -305,7 +329,8 @@ export class PgConnection {
   /** @internal Refuse a statement of a transaction that cannot commit (anything but ending it or a savepoint's undo). */
   refuseIfDoomed(text: string): void {
     const doomed = this.doomed;
-    if (doomed && !/^\s*(ROLLBACK|RELEASE)\b/i.test(text)) throw new PgError(doomed.message, doomed.sqlState, doomed.detail);
+    if (doomed && !/^\s*(ROLLBACK|RELEASE)\b/i.test(text))
+      throw new PgError(doomed.message, doomed.sqlState, doomed.detail);
   }
 
   get open(): boolean {
@@ -371,7 +396,14 @@ export class PgConnection {
       this.exec(`SET lock_timeout = ${Math.min(Number(value), LOCK_WAIT_MS)}`);
       return options?.simple ? Number(value) : [{ timeout: Number(value) }];
     }
-    if (name === 'wal_autocheckpoint' || name === 'journal_size_limit' || name === 'foreign_keys' || name === 'cache_size' || name === 'temp_store') return options?.simple ? 0 : [];
+    if (
+      name === 'wal_autocheckpoint' ||
+      name === 'journal_size_limit' ||
+      name === 'foreign_keys' ||
+      name === 'cache_size' ||
+      name === 'temp_store'
+    )
+      return options?.simple ? 0 : [];
     throw new Error(`PRAGMA ${source} has no PostgreSQL equivalent here`);
   }
 
@@ -424,7 +456,11 @@ export class PgConnection {
     }
     const fields = this.pq.resultErrorFields() ?? {};
     const message = (this.pq.resultErrorMessage() || this.pq.errorMessage()).trim();
-    const error = new PgError(`${message}${fields.sqlState ? '' : ` (in: ${text.slice(0, 120)})`}`, fields.sqlState ?? 'XX000', fields.messageDetail);
+    const error = new PgError(
+      `${message}${fields.sqlState ? '' : ` (in: ${text.slice(0, 120)})`}`,
+      fields.sqlState ?? 'XX000',
+      fields.messageDetail,
+    );
     if (isConflict(error.sqlState) && this.inTransaction) this.doomed_ = error;
     throw error;
   }
@@ -452,7 +488,10 @@ export class PgListener {
       if (status !== 'PGRES_COMMAND_OK') throw new Error(this.pq.resultErrorMessage().trim() || status);
     } catch (error) {
       release(this.pq);
-      throw new EngineError('BAD_REQUEST', `cannot LISTEN on PostgreSQL at ${redact(url)}: ${(error as Error).message.trim()}`);
+      throw new EngineError(
+        'BAD_REQUEST',
+        `cannot LISTEN on PostgreSQL at ${redact(url)}: ${(error as Error).message.trim()}`,
+      );
     }
     this.pq.on('readable', () => {
       if (this.closed) return;

@@ -109,13 +109,19 @@ export function toPostgres(sql: string): Translated {
   if (text.includes('/*or ignore*/')) {
     text = text.replace('/*or ignore*/ ', '');
     const returning = /\bRETURNING\b/i.exec(text);
-    text = returning ? `${text.slice(0, returning.index)}ON CONFLICT DO NOTHING ${text.slice(returning.index)}` : `${text.trimEnd().replace(/;$/, '')} ON CONFLICT DO NOTHING`;
+    text = returning
+      ? `${text.slice(0, returning.index)}ON CONFLICT DO NOTHING ${text.slice(returning.index)}`
+      : `${text.trimEnd().replace(/;$/, '')} ON CONFLICT DO NOTHING`;
   }
-  const code = codeSpans(text).map(([a, b]) => text.slice(a, b)).join(' ');
+  const code = codeSpans(text)
+    .map(([a, b]) => text.slice(a, b))
+    .join(' ');
   const head = /^\s*(\w+)/.exec(code)?.[1]?.toUpperCase();
   const returnsRows =
     /\bRETURNING\b/i.test(code) ||
-    head === 'SELECT' || head === 'VALUES' || head === 'SHOW' ||
+    head === 'SELECT' ||
+    head === 'VALUES' ||
+    head === 'SHOW' ||
     // A WITH whose statement is a write (without RETURNING) returns nothing.
     (head === 'WITH' && !/\)\s*(INSERT|UPDATE|DELETE)\b/i.test(code));
   return { text, bindings, returnsRows };

@@ -58,7 +58,11 @@ function sqliteSchema(): { objects: SqliteObject[]; rows: Map<string, Array<Reco
   }
 }
 
-type PostgresSchema = { statements: string[]; rowidTables: Set<string>; rows: Map<string, Array<Record<string, unknown>>> };
+type PostgresSchema = {
+  statements: string[];
+  rowidTables: Set<string>;
+  rows: Map<string, Array<Record<string, unknown>>>;
+};
 let made: PostgresSchema | null = null;
 
 /**
@@ -94,7 +98,9 @@ function buildPostgresSchema(): PostgresSchema {
     }
     sql = sql.replace(/\bINTEGER\b/g, 'BIGINT');
     if (!withoutRowid) {
-      const rowid = integerKey ? `rowid BIGINT GENERATED ALWAYS AS (${integerKey}) STORED` : 'rowid BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE';
+      const rowid = integerKey
+        ? `rowid BIGINT GENERATED ALWAYS AS (${integerKey}) STORED`
+        : 'rowid BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE';
       sql = sql.replace(/\)\s*$/, `, ${rowid})`);
       rowidTables.add(object.name.replace(/"/g, ''));
     }
@@ -122,7 +128,10 @@ function dataVersion(): string[] {
     'INSERT INTO tally_data_version (id, version) VALUES (1, 0)',
     `CREATE FUNCTION tally_bump_data_version() RETURNS trigger LANGUAGE plpgsql AS $$
        BEGIN UPDATE tally_data_version SET version = version + 1 WHERE id = 1; RETURN NULL; END $$`,
-    ...tables.map((t) => `CREATE TRIGGER tally_data_version AFTER INSERT OR UPDATE OR DELETE ON ${t} FOR EACH STATEMENT EXECUTE FUNCTION tally_bump_data_version()`),
+    ...tables.map(
+      (t) =>
+        `CREATE TRIGGER tally_data_version AFTER INSERT OR UPDATE OR DELETE ON ${t} FOR EACH STATEMENT EXECUTE FUNCTION tally_bump_data_version()`,
+    ),
   ];
 }
 
@@ -137,24 +146,38 @@ export function migratePostgres(connection: PgConnection): number[] {
     // Several processes started on a new database at once: one created the schema, the others'
     // CREATE waited for its commit and then found the names taken. The schema is there: check it.
     const state = (error as { sqlState?: string }).sqlState;
-    if (state === '23505' || state === '42P07' || state === '42710' || state === '40001') return migrateOnce(connection);
+    if (state === '23505' || state === '42P07' || state === '42710' || state === '40001')
+      return migrateOnce(connection);
     throw error;
   }
 }
 
 function migrateOnce(connection: PgConnection): number[] {
   const version = connection.prepare<[], number>("SELECT version FROM schema_version WHERE name = 'tally'").pluck();
-  const exists = connection.prepare<[], number>("SELECT count(*) FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relkind = 'r' AND relname = 'schema_version'").pluck().get();
+  const exists = connection
+    .prepare<[], number>(
+      "SELECT count(*) FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relkind = 'r' AND relname = 'schema_version'",
+    )
+    .pluck()
+    .get();
   if (exists) {
     const current = version.get() ?? 0;
     if (current > POSTGRES_BASELINE) {
-      throw new EngineError('BAD_REQUEST', `database schema version ${current} is newer than this Tally (${POSTGRES_BASELINE})`, { hint: 'Run a newer Tally against this database.' });
+      throw new EngineError(
+        'BAD_REQUEST',
+        `database schema version ${current} is newer than this Tally (${POSTGRES_BASELINE})`,
+        { hint: 'Run a newer Tally against this database.' },
+      );
     }
     // The first PostgreSQL databases were made at POSTGRES_FIRST: nothing older has twins to run.
     if (current < POSTGRES_FIRST) {
-      throw new EngineError('BAD_REQUEST', `database schema version ${current} is older than any PostgreSQL schema of Tally (${POSTGRES_FIRST}), and no migration from it exists`, {
-        hint: `Run the Tally that created it (schema version ${current}) against this database.`,
-      });
+      throw new EngineError(
+        'BAD_REQUEST',
+        `database schema version ${current} is older than any PostgreSQL schema of Tally (${POSTGRES_FIRST}), and no migration from it exists`,
+        {
+          hint: `Run the Tally that created it (schema version ${current}) against this database.`,
+        },
+      );
     }
     const applied = current < POSTGRES_BASELINE ? upgrade(connection) : [];
     addEntrySeqBlocks(connection);
@@ -166,7 +189,9 @@ function migrateOnce(connection: PgConnection): number[] {
     for (const sql of [...FUNCTIONS, ...statements]) connection.exec(sql);
     for (const [table, list] of rows) {
       const columns = Object.keys(list[0]!);
-      const insert = connection.prepare(`INSERT INTO "${table}" (${columns.join(', ')}) VALUES (${columns.map(() => '?').join(', ')})`);
+      const insert = connection.prepare(
+        `INSERT INTO "${table}" (${columns.join(', ')}) VALUES (${columns.map(() => '?').join(', ')})`,
+      );
       for (const row of list) insert.run(...columns.map((c) => row[c]));
     }
     for (const sql of dataVersion()) connection.exec(sql);
@@ -185,10 +210,12 @@ function upgrade(connection: PgConnection): number[] {
   const applied: number[] = [];
   connection.transaction(() => {
     connection.exec('LOCK TABLE schema_version IN EXCLUSIVE MODE');
-    const current = connection.prepare<[], number>("SELECT version FROM schema_version WHERE name = 'tally'").pluck().get() ?? 0;
+    const current =
+      connection.prepare<[], number>("SELECT version FROM schema_version WHERE name = 'tally'").pluck().get() ?? 0;
     for (const migration of MIGRATIONS) {
       if (migration.version <= current) continue;
-      if (migration.postgres === undefined) throw new Error(`migration ${migration.version} (${migration.name}) has no PostgreSQL twin`);
+      if (migration.postgres === undefined)
+        throw new Error(`migration ${migration.version} (${migration.name}) has no PostgreSQL twin`);
       connection.exec(migration.postgres);
       applied.push(migration.version);
     }
@@ -203,7 +230,11 @@ function upgrade(connection: PgConnection): number[] {
  * next start. Several processes starting at once: the lock on entries makes one of them create it.
  */
 function addEntrySeqBlocks(connection: PgConnection): void {
-  const present = connection.prepare<[], number>("SELECT count(*) FROM pg_class WHERE relkind = 'S' AND relname = 'tally_entry_seq_blocks' AND relnamespace = current_schema()::regnamespace").pluck();
+  const present = connection
+    .prepare<[], number>(
+      "SELECT count(*) FROM pg_class WHERE relkind = 'S' AND relname = 'tally_entry_seq_blocks' AND relnamespace = current_schema()::regnamespace",
+    )
+    .pluck();
   if (present.get()) return;
   connection.transaction(() => {
     connection.exec('LOCK TABLE entries IN SHARE ROW EXCLUSIVE MODE');
@@ -211,6 +242,8 @@ function addEntrySeqBlocks(connection: PgConnection): void {
     const last = connection.prepare<[], number>('SELECT coalesce(max(seq), 0) FROM entries').pluck().get() ?? 0;
     // The next block starts at a multiple of the block size plus one, past the last entry.
     const start = Math.floor(last / ENTRY_SEQ_BLOCK) * ENTRY_SEQ_BLOCK + ENTRY_SEQ_BLOCK + 1;
-    connection.exec(`CREATE SEQUENCE tally_entry_seq_blocks INCREMENT BY ${ENTRY_SEQ_BLOCK} START WITH ${last === 0 ? 1 : start}`);
+    connection.exec(
+      `CREATE SEQUENCE tally_entry_seq_blocks INCREMENT BY ${ENTRY_SEQ_BLOCK} START WITH ${last === 0 ? 1 : start}`,
+    );
   })();
 }

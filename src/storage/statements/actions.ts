@@ -104,12 +104,19 @@ export function heldEntries(held: HeldCalls): CompactCall[] {
 }
 
 /** The executions row a compact entry stands for, as the row it was before migration 15. */
-export function compactRow(held: HeldCalls, entry: CompactCall, documentText: (sha256: string) => string | undefined): ExecutionRow {
+export function compactRow(
+  held: HeldCalls,
+  entry: CompactCall,
+  documentText: (sha256: string) => string | undefined,
+): ExecutionRow {
   const h = held.holder;
   let input = entry.i;
   if (entry.d) {
     const query = documentText(entry.d);
-    input = { query: query ?? null, ...(entry.i !== null && typeof entry.i === 'object' ? (entry.i as Record<string, unknown>) : {}) };
+    input = {
+      query: query ?? null,
+      ...(entry.i !== null && typeof entry.i === 'object' ? (entry.i as Record<string, unknown>) : {}),
+    };
   }
   const created = entry.c ?? entry.t ?? h.created;
   const row: ExecutionRow & Record<string, unknown> = {
@@ -167,9 +174,13 @@ const CALL_ID_ROWS = [64, 8, 1] as const;
 export function actionStatements(db: Db) {
   const pages = new Map<string, Statement>();
   const rowById = db.prepare<[string], ExecutionRow>('SELECT * FROM executions WHERE execution_id = ?');
-  const holderOfCall = db.prepare<[string], ExecutionRow>('SELECT e.* FROM call_ids c JOIN executions e ON e.seq = c.holder WHERE c.call_id = ?');
+  const holderOfCall = db.prepare<[string], ExecutionRow>(
+    'SELECT e.* FROM call_ids c JOIN executions e ON e.seq = c.holder WHERE c.call_id = ?',
+  );
   const documentText = db.prepare<[string], string>('SELECT text FROM documents WHERE sha256 = ?').pluck();
-  const insertDocument = db.prepare<[string, string, string]>('INSERT OR IGNORE INTO documents (sha256, text, created) VALUES (?, ?, ?)');
+  const insertDocument = db.prepare<[string, string, string]>(
+    'INSERT OR IGNORE INTO documents (sha256, text, created) VALUES (?, ?, ?)',
+  );
   const hashes = new Map<string, string>();
   // The multi-row inserts of call ids, prepared when first needed, by rows per statement.
   const insertCallIds: Record<number, Statement> = {};
@@ -187,14 +198,22 @@ export function actionStatements(db: Db) {
   return {
     actionById: db.prepare<[string], ActionRow>('SELECT * FROM actions WHERE action_id = ?'),
     actionByName: db.prepare<[string], ActionRow>('SELECT * FROM actions WHERE name = ?'),
-    actionsPage: db.prepare<[number, number], ActionRow & { rowid: number }>('SELECT rowid, * FROM actions WHERE rowid > ? ORDER BY rowid LIMIT ?'),
+    actionsPage: db.prepare<[number, number], ActionRow & { rowid: number }>(
+      'SELECT rowid, * FROM actions WHERE rowid > ? ORDER BY rowid LIMIT ?',
+    ),
     actionRowid: db.prepare<[string], number>('SELECT rowid FROM actions WHERE action_id = ?').pluck(),
     insertAction: db.prepare(
       'INSERT INTO actions (action_id, name, latest_version, created, modified) VALUES (@action_id, @name, @latest_version, @created, @modified)',
     ),
-    updateActionLatest: db.prepare<[number, string, string]>('UPDATE actions SET latest_version = ?, modified = ? WHERE action_id = ?'),
-    version: db.prepare<[string, number], ActionVersionRow>('SELECT * FROM action_versions WHERE action_id = ? AND version = ?'),
-    versions: db.prepare<[string], ActionVersionRow>('SELECT * FROM action_versions WHERE action_id = ? ORDER BY version'),
+    updateActionLatest: db.prepare<[number, string, string]>(
+      'UPDATE actions SET latest_version = ?, modified = ? WHERE action_id = ?',
+    ),
+    version: db.prepare<[string, number], ActionVersionRow>(
+      'SELECT * FROM action_versions WHERE action_id = ? AND version = ?',
+    ),
+    versions: db.prepare<[string], ActionVersionRow>(
+      'SELECT * FROM action_versions WHERE action_id = ? ORDER BY version',
+    ),
     latestActiveVersion: db.prepare<[string], ActionVersionRow>(
       "SELECT * FROM action_versions WHERE action_id = ? AND status = 'ACTIVE' ORDER BY version DESC LIMIT 1",
     ),
@@ -223,7 +242,9 @@ export function actionStatements(db: Db) {
     insertCallIds: (ids: readonly string[], holder: number): void => {
       let i = 0;
       for (const size of CALL_ID_ROWS) {
-        const statement = (insertCallIds[size] ??= db.prepare(`INSERT INTO call_ids (call_id, holder) VALUES ${Array(size).fill('(?, ?)').join(', ')}`));
+        const statement = (insertCallIds[size] ??= db.prepare(
+          `INSERT INTO call_ids (call_id, holder) VALUES ${Array(size).fill('(?, ?)').join(', ')}`,
+        ));
         for (; ids.length - i >= size; i += size) {
           const values: Array<string | number> = [];
           for (let k = i; k < i + size; k++) values.push(ids[k]!, holder);
@@ -245,10 +266,19 @@ export function actionStatements(db: Db) {
       return sha256;
     },
     /** 1 when cancelExecution asked the run to stop (undefined: no such execution). */
-    cancelRequested: db.prepare<[string], number>('SELECT cancel_requested FROM executions WHERE execution_id = ?').pluck(),
+    cancelRequested: db
+      .prepare<[string], number>('SELECT cancel_requested FROM executions WHERE execution_id = ?')
+      .pluck(),
     /** The idempotency check of every invoke: only the fingerprint (undefined: no such execution). */
-    fingerprintOfExecution: ((statement) => ({ get: (id: string): string | null | undefined => statement.get(id, id), statement }))(
-      db.prepare<[string, string], string | null>('SELECT input_fingerprint FROM executions WHERE execution_id = ? UNION ALL SELECT NULL FROM call_ids WHERE call_id = ?').pluck(),
+    fingerprintOfExecution: ((statement) => ({
+      get: (id: string): string | null | undefined => statement.get(id, id),
+      statement,
+    }))(
+      db
+        .prepare<[string, string], string | null>(
+          'SELECT input_fingerprint FROM executions WHERE execution_id = ? UNION ALL SELECT NULL FROM call_ids WHERE call_id = ?',
+        )
+        .pluck(),
     ),
     executionChildren: db.prepare<[string], ExecutionRow>('SELECT * FROM executions WHERE parent_id = ? ORDER BY seq'),
     /**
@@ -257,14 +287,21 @@ export function actionStatements(db: Db) {
      * One prepared statement per combination of conditions and order; `after` is the seq of the
      * previous page's last row (newest first: the rows before it).
      */
-    executionsWhere: (where: { actionId: string | null; status: string | null; since: string | null }, after: number, limit: number, newestFirst = false): ExecutionRow[] => {
+    executionsWhere: (
+      where: { actionId: string | null; status: string | null; since: string | null },
+      after: number,
+      limit: number,
+      newestFirst = false,
+    ): ExecutionRow[] => {
       const key = `${where.actionId === null ? '' : 'a'}${where.status === null ? '' : 's'}${where.since === null ? '' : 'c'}${newestFirst ? 'd' : ''}`;
       let statement = pages.get(key);
       if (!statement) {
         const conditions = [where.actionId === null ? 'parent_id IS NULL' : 'action_id = @actionId'];
         if (where.status !== null) conditions.push('status = @status');
         if (where.since !== null) conditions.push('created >= @since');
-        statement = db.prepare(`SELECT * FROM executions WHERE ${conditions.join(' AND ')} AND ${newestFirst ? 'seq < @after ORDER BY seq DESC' : 'seq > @after ORDER BY seq'} LIMIT @limit`);
+        statement = db.prepare(
+          `SELECT * FROM executions WHERE ${conditions.join(' AND ')} AND ${newestFirst ? 'seq < @after ORDER BY seq DESC' : 'seq > @after ORDER BY seq'} LIMIT @limit`,
+        );
         pages.set(key, statement);
       }
       const params: Record<string, unknown> = { after, limit };
@@ -275,8 +312,32 @@ export function actionStatements(db: Db) {
     },
     /** Positional, in the column order below (binding 20 values by name costs more, once per call recorded). */
     insertExecution: db.prepare<
-      [string, string | null, string, number | null, string, string, string, string | null, string | null, string | null, string | null,
-        string | null, string, number, number, string | null, string | null, string | null, string, string, string | null, string | null, string | null, string | null]
+      [
+        string,
+        string | null,
+        string,
+        number | null,
+        string,
+        string,
+        string,
+        string | null,
+        string | null,
+        string | null,
+        string | null,
+        string | null,
+        string,
+        number,
+        number,
+        string | null,
+        string | null,
+        string | null,
+        string,
+        string,
+        string | null,
+        string | null,
+        string | null,
+        string | null,
+      ]
     >(
       `INSERT INTO executions (execution_id, action_id, action_name, action_version, kind, status, input, input_fingerprint,
          output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, transport, model, cached_from, calls)
@@ -370,7 +431,9 @@ export function queueStatements(db: Db) {
        WHERE execution_id = @execution_id AND status = 'RUNNING' AND lease_owner = @owner`,
     ),
     /** A nested agent run's own row, when it ends (its steps are recorded under it). */
-    finishNested: db.prepare<[{ execution_id: string; status: string; output: string | null; error: string | null; finished: string }]>(
+    finishNested: db.prepare<
+      [{ execution_id: string; status: string; output: string | null; error: string | null; finished: string }]
+    >(
       'UPDATE executions SET status = @status, output = @output, error = @error, finished = @finished, modified = @finished WHERE execution_id = @execution_id',
     ),
     queueStats: db.prepare<[{ now: string }], { queued: number; due: number; oldest_due: string | null }>(
@@ -385,21 +448,29 @@ export function queueStatements(db: Db) {
          finished = @finished, logs = @logs, run_at = @run_at, modified = @finished, lease_owner = @lease_owner, lease_until = NULL
        WHERE execution_id = @execution_id`,
     ),
-    cancel: db.prepare<[string, string]>("UPDATE executions SET status = 'CANCELLED', modified = ? WHERE execution_id = ? AND status = 'QUEUED'"),
+    cancel: db.prepare<[string, string]>(
+      "UPDATE executions SET status = 'CANCELLED', modified = ? WHERE execution_id = ? AND status = 'QUEUED'",
+    ),
     insertInvocation: db.prepare(
       `INSERT INTO invocations (execution_id, attempt, status, output, error, started, finished, logs)
        VALUES (@execution_id, @attempt, @status, @output, @error, @started, @finished, @logs)`,
     ),
-    invocations: db.prepare<[string], InvocationRow>('SELECT * FROM invocations WHERE execution_id = ? ORDER BY attempt'),
+    invocations: db.prepare<[string], InvocationRow>(
+      'SELECT * FROM invocations WHERE execution_id = ? ORDER BY attempt',
+    ),
     counts: db.prepare<[], { status: string; n: number }>(
       "SELECT status, count(*) AS n FROM executions WHERE parent_id IS NULL AND status IN ('QUEUED', 'RUNNING') GROUP BY status",
     ),
-    failedCount: db.prepare<[], { n: number }>("SELECT count(*) AS n FROM executions WHERE parent_id IS NULL AND status = 'FAILED'"),
+    failedCount: db.prepare<[], { n: number }>(
+      "SELECT count(*) AS n FROM executions WHERE parent_id IS NULL AND status = 'FAILED'",
+    ),
 
     activeTriggers: db.prepare<[], TriggerRow>("SELECT * FROM triggers WHERE status = 'ACTIVE'"),
     triggerById: db.prepare<[string], TriggerRow>('SELECT * FROM triggers WHERE trigger_id = ?'),
     triggerByName: db.prepare<[string], TriggerRow>('SELECT * FROM triggers WHERE name = ?'),
-    triggersPage: db.prepare<[number, number], TriggerRow & { rowid: number }>('SELECT rowid, * FROM triggers WHERE rowid > ? ORDER BY rowid LIMIT ?'),
+    triggersPage: db.prepare<[number, number], TriggerRow & { rowid: number }>(
+      'SELECT rowid, * FROM triggers WHERE rowid > ? ORDER BY rowid LIMIT ?',
+    ),
     insertTrigger: db.prepare(
       `INSERT INTO triggers (trigger_id, name, events, filter, action_name, action_version, input, principal, status, version, created, modified)
        VALUES (@trigger_id, @name, @events, @filter, @action_name, @action_version, @input, @principal, @status, 1, @created, @modified)`,

@@ -14,7 +14,9 @@ export function authStatements(db: Db) {
   return {
     clientByPrincipal: db.prepare<[string], ClientRow>('SELECT * FROM clients WHERE principal = ?'),
     clientByKeyHash: db.prepare<[string], ClientRow>('SELECT * FROM clients WHERE key_hash = ?'),
-    clientsPage: db.prepare<[number, number], ClientRow & { rowid: number }>('SELECT rowid, * FROM clients WHERE rowid > ? ORDER BY rowid LIMIT ?'),
+    clientsPage: db.prepare<[number, number], ClientRow & { rowid: number }>(
+      'SELECT rowid, * FROM clients WHERE rowid > ? ORDER BY rowid LIMIT ?',
+    ),
     insertClient: db.prepare(
       `INSERT INTO clients (principal, name, policies, key_hash, version, created, modified)
        VALUES (@principal, @name, @policies, @key_hash, 1, @created, @modified)`,

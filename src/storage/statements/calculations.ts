@@ -125,7 +125,9 @@ export function calculationStatements(db: Db) {
     children: db.prepare<[string], CalculationRow>('SELECT * FROM calculations WHERE parent_id = ? ORDER BY rowid'),
     /** Every ACTIVE calculation (the definitions posting applies). */
     active: db.prepare<[], CalculationRow>("SELECT * FROM calculations WHERE status = 'ACTIVE' ORDER BY rowid"),
-    activeCount: db.prepare<[], number>("SELECT count(*) FROM calculations WHERE status = 'ACTIVE' AND parent_id IS NULL").pluck(),
+    activeCount: db
+      .prepare<[], number>("SELECT count(*) FROM calculations WHERE status = 'ACTIVE' AND parent_id IS NULL")
+      .pluck(),
     insert: db.prepare(
       `INSERT INTO calculations (calculation_id, code, description, scope, dimensions, condition, config, parent_id, granularity,
          status, backfill_status, version, created, modified)
@@ -146,8 +148,14 @@ export function calculationStatements(db: Db) {
       'SELECT * FROM calculation_attachments WHERE account_id = ? AND journal_id = ? AND calculation_id = ?',
     ),
     /** The calculations attached to one account or set in one journal. */
-    attachedTo: db.prepare<[string, string], string>('SELECT calculation_id FROM calculation_attachments WHERE account_id = ? AND journal_id = ?').pluck(),
-    anyAttachment: db.prepare<[string], number>('SELECT 1 FROM calculation_attachments WHERE calculation_id = ? LIMIT 1').pluck(),
+    attachedTo: db
+      .prepare<[string, string], string>(
+        'SELECT calculation_id FROM calculation_attachments WHERE account_id = ? AND journal_id = ?',
+      )
+      .pluck(),
+    anyAttachment: db
+      .prepare<[string], number>('SELECT 1 FROM calculation_attachments WHERE calculation_id = ? LIMIT 1')
+      .pluck(),
     insertAttachment: db.prepare<[string, string, string, string]>(
       'INSERT INTO calculation_attachments (account_id, journal_id, calculation_id, created) VALUES (?, ?, ?, ?)',
     ),
@@ -170,7 +178,10 @@ export function calculationStatements(db: Db) {
      * A page of one calculation's balances of an account in a journal and currency whose
      * dimension_key lies in [keyFrom, keyTo), after the cursor (dimension_key, period).
      */
-    balancesPage: db.prepare<[string, string, string, string, string, string, string, string, number], CalculationBalanceRow>(
+    balancesPage: db.prepare<
+      [string, string, string, string, string, string, string, string, number],
+      CalculationBalanceRow
+    >(
       `SELECT * FROM calculation_balances
        WHERE calculation_id = ? AND account_id = ? AND journal_id = ? AND currency = ?
          AND dimension_key >= ? AND dimension_key < ? AND (dimension_key, period) > (?, ?)

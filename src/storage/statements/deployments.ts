@@ -14,7 +14,9 @@ export interface DeployedRecordRow {
 /** Every SQL statement of deployed records (migration 19), prepared once per engine. */
 export function deploymentStatements(db: Db) {
   return {
-    recordByKey: db.prepare<[string, string], DeployedRecordRow>('SELECT * FROM deployed_records WHERE kind = ? AND record_id = ?'),
+    recordByKey: db.prepare<[string, string], DeployedRecordRow>(
+      'SELECT * FROM deployed_records WHERE kind = ? AND record_id = ?',
+    ),
     upsertRecord: db.prepare<[Omit<DeployedRecordRow, 'version'>]>(
       `INSERT INTO deployed_records (kind, record_id, state, principal, version, created, modified)
        VALUES (@kind, @record_id, @state, @principal, 1, @created, @modified)

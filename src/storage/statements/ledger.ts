@@ -170,11 +170,15 @@ export function ledgerStatements(db: Db) {
 
     // Account sets: members, and the sets above an account in one journal (recursive; nesting is
     // bounded by accountSetDepthMax when members are added, and cycles are refused there).
-    setMember: db.prepare<[string, string], AccountSetMemberRow>('SELECT * FROM account_set_members WHERE account_set_id = ? AND member_id = ?'),
+    setMember: db.prepare<[string, string], AccountSetMemberRow>(
+      'SELECT * FROM account_set_members WHERE account_set_id = ? AND member_id = ?',
+    ),
     insertSetMember: db.prepare<[string, string, string, string]>(
       'INSERT INTO account_set_members (account_set_id, member_id, member_type, created) VALUES (?, ?, ?, ?)',
     ),
-    deleteSetMember: db.prepare<[string, string]>('DELETE FROM account_set_members WHERE account_set_id = ? AND member_id = ?'),
+    deleteSetMember: db.prepare<[string, string]>(
+      'DELETE FROM account_set_members WHERE account_set_id = ? AND member_id = ?',
+    ),
     setMembersPage: db.prepare<[string, string, number], AccountSetMemberRow>(
       'SELECT * FROM account_set_members WHERE account_set_id = ? AND member_id > ? ORDER BY member_id LIMIT ?',
     ),
@@ -199,13 +203,15 @@ export function ledgerStatements(db: Db) {
        ) SELECT max(depth) AS depth FROM down`,
     ),
     /** Accounts below a set (through its set members), at most `limit` of them. */
-    accountsBelow: db.prepare<[string, number], string>(
-      `WITH RECURSIVE down(id, depth) AS (
+    accountsBelow: db
+      .prepare<[string, number], string>(
+        `WITH RECURSIVE down(id, depth) AS (
          SELECT ?, 0
          UNION
          SELECT m.member_id, down.depth + 1 FROM account_set_members m JOIN down ON m.account_set_id = down.id WHERE down.depth < 64
        ) SELECT DISTINCT down.id FROM down JOIN accounts a ON a.account_id = down.id WHERE a.is_account_set = 0 LIMIT ?`,
-    ).pluck(),
+      )
+      .pluck(),
     ...chainStatements(db),
     setsPage: db.prepare<[number, number], AccountRow & { rowid: number }>(
       'SELECT rowid, * FROM accounts WHERE is_account_set = 1 AND rowid > ? ORDER BY rowid LIMIT ?',
@@ -213,7 +219,9 @@ export function ledgerStatements(db: Db) {
     deleteAccountRow: db.prepare<[string]>('DELETE FROM accounts WHERE account_id = ?'),
     deleteAccountVersions: db.prepare<[string]>('DELETE FROM account_versions WHERE account_id = ?'),
     deleteBalancesOf: db.prepare<[string]>('DELETE FROM balances WHERE account_id = ?'),
-    balancesOfJournal: db.prepare<[string, string], BalanceRow>('SELECT * FROM balances WHERE account_id = ? AND journal_id = ?'),
+    balancesOfJournal: db.prepare<[string, string], BalanceRow>(
+      'SELECT * FROM balances WHERE account_id = ? AND journal_id = ?',
+    ),
     insertAccountVersion: db.prepare<[string, number, string]>(
       'INSERT INTO account_versions (account_id, version, document) VALUES (?, ?, ?)',
     ),
@@ -246,7 +254,9 @@ export function ledgerStatements(db: Db) {
 
     transactionById: db.prepare<[string], TransactionRow>('SELECT * FROM transactions WHERE transaction_id = ?'),
     /** The idempotency check of every posting: only the fingerprint (a whole row costs 3× more to read). */
-    fingerprintOfTransaction: db.prepare<[string], string | null>('SELECT input_fingerprint FROM transactions WHERE transaction_id = ?').pluck(),
+    fingerprintOfTransaction: db
+      .prepare<[string], string | null>('SELECT input_fingerprint FROM transactions WHERE transaction_id = ?')
+      .pluck(),
     transactionsPage: db.prepare<[number, number], TransactionRow>(
       'SELECT * FROM transactions WHERE seq > ? ORDER BY seq LIMIT ?',
     ),
@@ -259,7 +269,23 @@ export function ledgerStatements(db: Db) {
     ),
     /** Positional (binding by name costs more on the hottest insert); see writeTransaction for the order. */
     insertTransaction: db.prepare<
-      [string, string, number, string, string | null, string | null, string, string | null, string | null, string | null, string | null, number, number, string, string]
+      [
+        string,
+        string,
+        number,
+        string,
+        string | null,
+        string | null,
+        string,
+        string | null,
+        string | null,
+        string | null,
+        string | null,
+        number,
+        number,
+        string,
+        string,
+      ]
     >(
       `INSERT INTO transactions (transaction_id, tran_code_id, tran_code_version, journal_id, correlation_id,
          external_id, effective, description, metadata, void_of, voided_by, input_fingerprint, first_entry_seq, entry_count,
@@ -292,14 +318,18 @@ export function ledgerStatements(db: Db) {
      * of its own (a sequence: no two processes take the same, none waits for another); SQLite's
      * one writer counts on from max(seq) instead (null there).
      */
-    nextEntrySeqBlock: isPostgres(db) ? db.prepare<[], number>("SELECT nextval('tally_entry_seq_blocks')").pluck() : null,
+    nextEntrySeqBlock: isPostgres(db)
+      ? db.prepare<[], number>("SELECT nextval('tally_entry_seq_blocks')").pluck()
+      : null,
 
     balance: db.prepare<[string, string, string], BalanceRow>(
       'SELECT * FROM balances WHERE account_id = ? AND journal_id = ? AND currency = ?',
     ),
     /** When entry `seq` was written (a binary search over seq finds the last entry at a time). */
     /** The first entry at or after a seq (seqs have gaps on PostgreSQL: blocks per posting). */
-    entryCreatedFrom: db.prepare<[number], { seq: number; created: string }>('SELECT seq, created FROM entries WHERE seq >= ? ORDER BY seq LIMIT 1'),
+    entryCreatedFrom: db.prepare<[number], { seq: number; created: string }>(
+      'SELECT seq, created FROM entries WHERE seq >= ? ORDER BY seq LIMIT 1',
+    ),
     balancesByAccountPage: db.prepare<[string, string, number], BalanceRow>(
       `SELECT * FROM balances WHERE account_id = ? AND (journal_id || ' ' || currency) > ?
        ORDER BY journal_id, currency LIMIT ?`,
@@ -365,7 +395,11 @@ function chainStatements(db: Db) {
   /** Each kind of chain: where an entry's link to the previous entry is, and the record's version and totals it left. */
   const kinds = {
     account: { prev: (e: string) => `${e}.account_prev`, version: 'e.balance_version', after: 'e.balance_after' },
-    set: { prev: (e: string) => `CAST(${e}.set_links -> @owner ->> 0 AS BIGINT)`, version: 'CAST(e.set_links -> @owner ->> 1 AS BIGINT)', after: 'e.set_links -> @owner ->> 2' },
+    set: {
+      prev: (e: string) => `CAST(${e}.set_links -> @owner ->> 0 AS BIGINT)`,
+      version: 'CAST(e.set_links -> @owner ->> 1 AS BIGINT)',
+      after: 'e.set_links -> @owner ->> 2',
+    },
   };
   const walks = (kind: (typeof kinds)[keyof typeof kinds]) => {
     const walk = (columns: string) => `WITH RECURSIVE walk(seq, prev, n) AS (
@@ -375,64 +409,102 @@ function chainStatements(db: Db) {
        ) ${columns}`;
     return {
       /** Walk a chain from entry @from down while above @floor: the last seq returned is the first at or below it (or the chain's end). */
-      seek: db.prepare<[{ from: number; owner: string; floor: number }], number>(
-        `WITH RECURSIVE walk(seq, prev) AS (
+      seek: db
+        .prepare<[{ from: number; owner: string; floor: number }], number>(
+          `WITH RECURSIVE walk(seq, prev) AS (
            SELECT seq, ${kind.prev('entries')} FROM entries WHERE seq = @from
            UNION ALL
            SELECT e.seq, ${kind.prev('e')} FROM walk JOIN entries e ON e.seq = walk.prev WHERE walk.seq > @floor
          ) SELECT seq FROM walk WHERE seq <= @floor`,
-      ).pluck(),
+        )
+        .pluck(),
       /** Up to @limit entries of a chain from entry @from down, newest first, with the record's version and totals each left. */
       entries: db.prepare<[{ from: number; owner: string; limit: number }], ChainRow>(
-        walk(`SELECT e.*, walk.prev AS log_prev, ${kind.version} AS record_version, ${kind.after} AS record_after FROM walk JOIN entries e ON e.seq = walk.seq ORDER BY walk.n`),
+        walk(
+          `SELECT e.*, walk.prev AS log_prev, ${kind.version} AS record_version, ${kind.after} AS record_after FROM walk JOIN entries e ON e.seq = walk.seq ORDER BY walk.n`,
+        ),
       ),
       /**
        * The seqs of a chain from entry @from down while above @floor, newest first: a stretch
        * between two marks (CHAIN_MARK_EVERY entries, up to entriesPerTransactionMax more where one
        * posting crossed a multiple), walked by primary key with no row read out.
        */
-      above: db.prepare<[{ from: number; owner: string; floor: number }], number>(
-        `WITH RECURSIVE walk(seq, prev, n) AS (
+      above: db
+        .prepare<[{ from: number; owner: string; floor: number }], number>(
+          `WITH RECURSIVE walk(seq, prev, n) AS (
            SELECT seq, ${kind.prev('entries')}, 1 FROM entries WHERE seq = @from AND seq > @floor
            UNION ALL
            SELECT e.seq, ${kind.prev('e')}, walk.n + 1 FROM walk JOIN entries e ON e.seq = walk.prev WHERE walk.prev > @floor
          ) SELECT seq FROM walk ORDER BY n`,
-      ).pluck(),
+        )
+        .pluck(),
       /** Up to @limit seqs of a chain from entry @from down (the last one's prev continues it). */
-      seqs: db.prepare<[{ from: number; owner: string; limit: number }], { seq: number; prev: number | null }>(walk('SELECT seq, prev FROM walk ORDER BY n')),
+      seqs: db.prepare<[{ from: number; owner: string; limit: number }], { seq: number; prev: number | null }>(
+        walk('SELECT seq, prev FROM walk ORDER BY n'),
+      ),
     };
   };
   return {
     /** An account's chains (the statements take @owner, which they do not read, so both kinds are called alike). */
     accountChain: walks(kinds.account),
     setChain: walks(kinds.set),
-    insertEntryMark: db.prepare<[string, string, string, number]>('INSERT INTO entry_marks (account_id, journal_id, currency, seq) VALUES (?, ?, ?, ?)'),
+    insertEntryMark: db.prepare<[string, string, string, number]>(
+      'INSERT INTO entry_marks (account_id, journal_id, currency, seq) VALUES (?, ?, ?, ?)',
+    ),
     /**
      * The heads of an account's or set's chains (one per balance record that has entries), of one
      * journal or currency when given: at most @limit (the account's records, by primary key prefix).
      */
-    chainHeads: db.prepare<[{ owner: string; journal: string | null; currency: string | null; limit: number }], { journal_id: string; currency: string; log_head: number }>(
+    chainHeads: db.prepare<
+      [{ owner: string; journal: string | null; currency: string | null; limit: number }],
+      { journal_id: string; currency: string; log_head: number }
+    >(
       `SELECT journal_id, currency, log_head FROM balances
        WHERE account_id = @owner AND log_head IS NOT NULL AND (CAST(@journal AS TEXT) IS NULL OR journal_id = @journal) AND (CAST(@currency AS TEXT) IS NULL OR currency = @currency)
        ORDER BY journal_id, currency LIMIT @limit`,
     ),
     /** A page's entries by seq, in seq order (a JSON list of seqs). */
-    entriesBySeqs: db.prepare<[string], EntryRow>('SELECT e.* FROM json_each(?) j JOIN entries e ON e.seq = CAST(j.value AS INTEGER) ORDER BY e.seq'),
+    entriesBySeqs: db.prepare<[string], EntryRow>(
+      'SELECT e.* FROM json_each(?) j JOIN entries e ON e.seq = CAST(j.value AS INTEGER) ORDER BY e.seq',
+    ),
     /** The first mark above a seq: a chain's entries at or below the seq are at most ~64 links down from it (see CHAIN_MARK_EVERY). */
-    markAbove: db.prepare<[string, string, string, number], number>(
-      'SELECT seq FROM entry_marks WHERE account_id = ? AND journal_id = ? AND currency = ? AND seq > ? ORDER BY seq LIMIT 1',
-    ).pluck(),
+    markAbove: db
+      .prepare<[string, string, string, number], number>(
+        'SELECT seq FROM entry_marks WHERE account_id = ? AND journal_id = ? AND currency = ? AND seq > ? ORDER BY seq LIMIT 1',
+      )
+      .pluck(),
     deleteEntryMarks: db.prepare<[string]>('DELETE FROM entry_marks WHERE account_id = ?'),
   };
 }
 
 /** An entry read through a chain: the link to the chain's previous entry, and the record's version and totals as the entry left them. */
-export type ChainRow = EntryRow & { log_prev: number | null; record_version: number | null; record_after: string | null };
+export type ChainRow = EntryRow & {
+  log_prev: number | null;
+  record_version: number | null;
+  record_after: string | null;
+};
 
 /** The columns a posting writes of each entry, in insertEntries' order. */
 export const ENTRY_COLUMNS = [
-  'seq', 'entry_id', 'transaction_id', 'account_id', 'journal_id', 'sequence', 'entry_type', 'layer', 'direction', 'units', 'currency',
-  'description', 'metadata', 'created', 'parent_account_ids', 'balance_version', 'balance_after', 'set_links', 'account_prev',
+  'seq',
+  'entry_id',
+  'transaction_id',
+  'account_id',
+  'journal_id',
+  'sequence',
+  'entry_type',
+  'layer',
+  'direction',
+  'units',
+  'currency',
+  'description',
+  'metadata',
+  'created',
+  'parent_account_ids',
+  'balance_version',
+  'balance_after',
+  'set_links',
+  'account_prev',
 ] as const satisfies ReadonlyArray<keyof EntryRow>;
 
 /** The most entries one insert statement writes (a posting of more takes several). */
@@ -445,7 +517,14 @@ export const ENTRY_INSERT_ROWS = 8;
  */
 export const CHAIN_MARK_EVERY = 64;
 
-export const BALANCE_COLUMNS = ['settled_dr', 'settled_cr', 'pending_dr', 'pending_cr', 'encumbrance_dr', 'encumbrance_cr'] as const;
+export const BALANCE_COLUMNS = [
+  'settled_dr',
+  'settled_cr',
+  'pending_dr',
+  'pending_cr',
+  'encumbrance_dr',
+  'encumbrance_cr',
+] as const;
 
 /** The index in BALANCE_COLUMNS of a layer's debit or credit column. */
 export function balanceColumnIndex(layer: string, direction: string): number {
@@ -502,7 +581,14 @@ export type BalanceColumn = (typeof BALANCE_COLUMNS)[number];
 
 /** The six totals of a BalanceAfter (or an entry's balance_after), by column. */
 export function snapshotTotals(after: string): Record<BalanceColumn, string> {
-  const [settled_dr, settled_cr, pending_dr, pending_cr, encumbrance_dr, encumbrance_cr] = after.split(' ') as [string, string, string, string, string, string];
+  const [settled_dr, settled_cr, pending_dr, pending_cr, encumbrance_dr, encumbrance_cr] = after.split(' ') as [
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+  ];
   return { settled_dr, settled_cr, pending_dr, pending_cr, encumbrance_dr, encumbrance_cr };
 }
 

@@ -47,8 +47,12 @@ export function sessionStatements(db: Db) {
        VALUES (@session_id, @action_id, @action_name, @action_version, @input, @principal, 'OPEN', @now, @now, @now)`,
     ),
     sessionById: db.prepare<[string], SessionRow>('SELECT * FROM sessions WHERE session_id = ?'),
-    touchSession: db.prepare<[string, string, string]>('UPDATE sessions SET last_active = ?, modified = ? WHERE session_id = ?'),
-    closeSession: db.prepare<[string, string]>("UPDATE sessions SET status = 'CLOSED', modified = ? WHERE session_id = ?"),
+    touchSession: db.prepare<[string, string, string]>(
+      'UPDATE sessions SET last_active = ?, modified = ? WHERE session_id = ?',
+    ),
+    closeSession: db.prepare<[string, string]>(
+      "UPDATE sessions SET status = 'CLOSED', modified = ? WHERE session_id = ?",
+    ),
     /** Newest first; `after` is the rowid of the previous page's last row. */
     sessionsPage: db.prepare<[{ after: number; limit: number }], SessionRow & { rowid: number }>(
       'SELECT rowid, * FROM sessions WHERE rowid < @after ORDER BY rowid DESC LIMIT @limit',
@@ -57,8 +61,12 @@ export function sessionStatements(db: Db) {
       `INSERT INTO session_messages (session_id, message_id, role, text, execution_id, created)
        VALUES (@session_id, @message_id, @role, @text, @execution_id, @created)`,
     ),
-    messageByKey: db.prepare<[string, string, string], SessionMessageRow>('SELECT * FROM session_messages WHERE session_id = ? AND role = ? AND message_id = ?'),
-    messages: db.prepare<[string], SessionMessageRow>('SELECT * FROM session_messages WHERE session_id = ? ORDER BY seq'),
+    messageByKey: db.prepare<[string, string, string], SessionMessageRow>(
+      'SELECT * FROM session_messages WHERE session_id = ? AND role = ? AND message_id = ?',
+    ),
+    messages: db.prepare<[string], SessionMessageRow>(
+      'SELECT * FROM session_messages WHERE session_id = ? ORDER BY seq',
+    ),
     /** Keep the newest `keep` messages of a session (sessionHistoryMax). */
     trimMessages: db.prepare<[string, string, number]>(
       'DELETE FROM session_messages WHERE session_id = ? AND seq NOT IN (SELECT seq FROM session_messages WHERE session_id = ? ORDER BY seq DESC LIMIT ?)',
@@ -71,12 +79,19 @@ export function sessionStatements(db: Db) {
     approvalById: db.prepare<[string], ApprovalRow>('SELECT * FROM approvals WHERE approval_id = ?'),
     approvalByCall: db.prepare<[string], ApprovalRow>('SELECT * FROM approvals WHERE call_id = ?'),
     /** A decision, only on a PENDING approval (0 changes: it was decided, expired or cancelled already). */
-    decideApproval: db.prepare<[{ approval_id: string; status: string; reason: string | null; decided_by: string | null; decided: string }]>(
+    decideApproval: db.prepare<
+      [{ approval_id: string; status: string; reason: string | null; decided_by: string | null; decided: string }]
+    >(
       "UPDATE approvals SET status = @status, reason = @reason, decided_by = @decided_by, decided = @decided WHERE approval_id = @approval_id AND status = 'PENDING'",
     ),
-    cancelApprovalsOf: db.prepare<[string, string]>("UPDATE approvals SET status = 'CANCELLED', decided = ? WHERE execution_id = ? AND status = 'PENDING'"),
+    cancelApprovalsOf: db.prepare<[string, string]>(
+      "UPDATE approvals SET status = 'CANCELLED', decided = ? WHERE execution_id = ? AND status = 'PENDING'",
+    ),
     /** Oldest first, optionally one status; `after` is the rowid of the previous page's last row. */
-    approvalsPage: db.prepare<[{ after: number; limit: number; status: string | null }], ApprovalRow & { rowid: number }>(
+    approvalsPage: db.prepare<
+      [{ after: number; limit: number; status: string | null }],
+      ApprovalRow & { rowid: number }
+    >(
       'SELECT rowid, * FROM approvals WHERE rowid > @after AND (CAST(@status AS TEXT) IS NULL OR status = @status) ORDER BY rowid LIMIT @limit',
     ),
 
@@ -89,11 +104,16 @@ export function sessionStatements(db: Db) {
     wakeRun: db.prepare<[{ id: string; now: string }]>(
       "UPDATE executions SET status = 'QUEUED', run_at = @now, modified = @now WHERE execution_id = @id AND status = 'WAITING_APPROVAL'",
     ),
-    requestCancel: db.prepare<[string, string]>("UPDATE executions SET cancel_requested = 1, modified = ? WHERE execution_id = ? AND status = 'RUNNING'"),
+    requestCancel: db.prepare<[string, string]>(
+      "UPDATE executions SET cancel_requested = 1, modified = ? WHERE execution_id = ? AND status = 'RUNNING'",
+    ),
     cancelParked: db.prepare<[{ id: string; now: string }]>(
       "UPDATE executions SET status = 'CANCELLED', run_at = NULL, finished = @now, modified = @now WHERE execution_id = @id AND status = 'WAITING_APPROVAL'",
     ),
-    unfinishedTurns: db.prepare<[string], { execution_id: string; status: string; kind: string; parent_id: string | null }>(
+    unfinishedTurns: db.prepare<
+      [string],
+      { execution_id: string; status: string; kind: string; parent_id: string | null }
+    >(
       "SELECT execution_id, status, kind, parent_id FROM executions WHERE session_id = ? AND status IN ('QUEUED', 'RUNNING', 'WAITING_APPROVAL')",
     ),
     /** Session turns: the queue row carries its session, so its turns run one after another. */

@@ -34,13 +34,19 @@ export interface VelocityAttachmentRow {
   modified: string;
 }
 
-export type VelocityBalanceRow = Omit<BalanceRow, 'account_id'> & { velocity_limit_id: string; account_id: string; window: string };
+export type VelocityBalanceRow = Omit<BalanceRow, 'account_id'> & {
+  velocity_limit_id: string;
+  account_id: string;
+  window: string;
+};
 
 /** Every SQL statement of velocity controls (migration 11), prepared once per engine. */
 export function velocityStatements(db: Db) {
   return {
     limitById: db.prepare<[string], VelocityLimitRow>('SELECT * FROM velocity_limits WHERE velocity_limit_id = ?'),
-    limitsPage: db.prepare<[string, number], VelocityLimitRow>('SELECT * FROM velocity_limits WHERE velocity_limit_id > ? ORDER BY velocity_limit_id LIMIT ?'),
+    limitsPage: db.prepare<[string, number], VelocityLimitRow>(
+      'SELECT * FROM velocity_limits WHERE velocity_limit_id > ? ORDER BY velocity_limit_id LIMIT ?',
+    ),
     insertLimit: db.prepare(
       `INSERT INTO velocity_limits (velocity_limit_id, name, description, document, version, created, modified)
        VALUES (@velocity_limit_id, @name, @description, @document, @version, @created, @modified)`,
@@ -51,8 +57,12 @@ export function velocityStatements(db: Db) {
     ),
     deleteLimit: db.prepare<[string]>('DELETE FROM velocity_limits WHERE velocity_limit_id = ?'),
 
-    controlById: db.prepare<[string], VelocityControlRow>('SELECT * FROM velocity_controls WHERE velocity_control_id = ?'),
-    controlsPage: db.prepare<[string, number], VelocityControlRow>('SELECT * FROM velocity_controls WHERE velocity_control_id > ? ORDER BY velocity_control_id LIMIT ?'),
+    controlById: db.prepare<[string], VelocityControlRow>(
+      'SELECT * FROM velocity_controls WHERE velocity_control_id = ?',
+    ),
+    controlsPage: db.prepare<[string, number], VelocityControlRow>(
+      'SELECT * FROM velocity_controls WHERE velocity_control_id > ? ORDER BY velocity_control_id LIMIT ?',
+    ),
     insertControl: db.prepare(
       `INSERT INTO velocity_controls (velocity_control_id, name, description, enforcement, condition, status, version, created, modified)
        VALUES (@velocity_control_id, @name, @description, @enforcement, @condition, @status, @version, @created, @modified)`,
@@ -67,28 +77,44 @@ export function velocityStatements(db: Db) {
       `SELECT l.* FROM velocity_control_limits cl JOIN velocity_limits l ON l.velocity_limit_id = cl.velocity_limit_id
        WHERE cl.velocity_control_id = ? ORDER BY cl.position`,
     ),
-    controlLimitCount: db.prepare<[string], number>('SELECT count(*) FROM velocity_control_limits WHERE velocity_control_id = ?').pluck(),
-    controlsOfLimit: db.prepare<[string], string>('SELECT velocity_control_id FROM velocity_control_limits WHERE velocity_limit_id = ?').pluck(),
+    controlLimitCount: db
+      .prepare<[string], number>('SELECT count(*) FROM velocity_control_limits WHERE velocity_control_id = ?')
+      .pluck(),
+    controlsOfLimit: db
+      .prepare<[string], string>('SELECT velocity_control_id FROM velocity_control_limits WHERE velocity_limit_id = ?')
+      .pluck(),
     addLimitToControl: db.prepare<[string, string, string]>(
       `INSERT INTO velocity_control_limits (velocity_control_id, velocity_limit_id, position)
        VALUES (?, ?, (SELECT coalesce(max(position), 0) + 1 FROM velocity_control_limits WHERE velocity_control_id = ?))`,
     ),
-    removeLimitFromControl: db.prepare<[string, string]>('DELETE FROM velocity_control_limits WHERE velocity_control_id = ? AND velocity_limit_id = ?'),
-    removeAllLimitsFromControl: db.prepare<[string]>('DELETE FROM velocity_control_limits WHERE velocity_control_id = ?'),
+    removeLimitFromControl: db.prepare<[string, string]>(
+      'DELETE FROM velocity_control_limits WHERE velocity_control_id = ? AND velocity_limit_id = ?',
+    ),
+    removeAllLimitsFromControl: db.prepare<[string]>(
+      'DELETE FROM velocity_control_limits WHERE velocity_control_id = ?',
+    ),
 
-    attachment: db.prepare<[string, string], VelocityAttachmentRow>('SELECT * FROM velocity_attachments WHERE account_id = ? AND velocity_control_id = ?'),
-    attachmentsOf: db.prepare<[string], VelocityAttachmentRow>('SELECT * FROM velocity_attachments WHERE account_id = ? ORDER BY velocity_control_id'),
+    attachment: db.prepare<[string, string], VelocityAttachmentRow>(
+      'SELECT * FROM velocity_attachments WHERE account_id = ? AND velocity_control_id = ?',
+    ),
+    attachmentsOf: db.prepare<[string], VelocityAttachmentRow>(
+      'SELECT * FROM velocity_attachments WHERE account_id = ? ORDER BY velocity_control_id',
+    ),
     attachmentsOfPage: db.prepare<[string, string, number], VelocityAttachmentRow>(
       'SELECT * FROM velocity_attachments WHERE account_id = ? AND velocity_control_id > ? ORDER BY velocity_control_id LIMIT ?',
     ),
-    attachmentsOfControlCount: db.prepare<[string], number>('SELECT count(*) FROM velocity_attachments WHERE velocity_control_id = ?').pluck(),
+    attachmentsOfControlCount: db
+      .prepare<[string], number>('SELECT count(*) FROM velocity_attachments WHERE velocity_control_id = ?')
+      .pluck(),
     attachmentCount: db.prepare<[], number>('SELECT count(*) FROM velocity_attachments').pluck(),
     upsertAttachment: db.prepare(
       `INSERT INTO velocity_attachments (account_id, velocity_control_id, journal_id, params, created, modified)
        VALUES (@account_id, @velocity_control_id, @journal_id, @params, @now, @now)
        ON CONFLICT (account_id, velocity_control_id) DO UPDATE SET journal_id = excluded.journal_id, params = excluded.params, modified = excluded.modified`,
     ),
-    deleteAttachment: db.prepare<[string, string]>('DELETE FROM velocity_attachments WHERE account_id = ? AND velocity_control_id = ?'),
+    deleteAttachment: db.prepare<[string, string]>(
+      'DELETE FROM velocity_attachments WHERE account_id = ? AND velocity_control_id = ?',
+    ),
 
     velocityBalance: db.prepare<[string, string, string, string, string], VelocityBalanceRow>(
       'SELECT * FROM velocity_balances WHERE velocity_limit_id = ? AND account_id = ? AND journal_id = ? AND currency = ? AND window = ?',

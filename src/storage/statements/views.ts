@@ -188,15 +188,25 @@ export function viewStatements(db: Db) {
     ),
 
     /** One page of a view's partition, in key order, after `after` (the four sort columns). */
-    viewRecordsPage(viewId: string, pkey: string, conditions: readonly KeyCondition[], after: readonly string[] | undefined, limit: number): ViewRecordRow[] {
+    viewRecordsPage(
+      viewId: string,
+      pkey: string,
+      conditions: readonly KeyCondition[],
+      after: readonly string[] | undefined,
+      limit: number,
+    ): ViewRecordRow[] {
       const where = conditionsSql(conditions);
       const cursor = after ? ' AND (s0, s1, s2, s3) > (?, ?, ?, ?)' : '';
-      const statement = shaped(`SELECT * FROM view_records WHERE view_id = ? AND pkey = ?${where.sql}${cursor} ORDER BY s0, s1, s2, s3 LIMIT ?`);
+      const statement = shaped(
+        `SELECT * FROM view_records WHERE view_id = ? AND pkey = ?${where.sql}${cursor} ORDER BY s0, s1, s2, s3 LIMIT ?`,
+      );
       return statement.all(viewId, pkey, ...where.params, ...(after ?? []), limit) as ViewRecordRow[];
     },
 
     allIndexes: db.prepare<[], IndexRow>('SELECT * FROM custom_indexes ORDER BY name, on_entity'),
-    indexByName: db.prepare<[string, string], IndexRow>('SELECT * FROM custom_indexes WHERE name = ? AND on_entity = ?'),
+    indexByName: db.prepare<[string, string], IndexRow>(
+      'SELECT * FROM custom_indexes WHERE name = ? AND on_entity = ?',
+    ),
     indexesPage: db.prepare<[string, string, string, number], IndexRow>(
       'SELECT * FROM custom_indexes WHERE name > ? OR (name = ? AND on_entity > ?) ORDER BY name, on_entity LIMIT ?',
     ),
@@ -210,25 +220,44 @@ export function viewStatements(db: Db) {
       `INSERT INTO custom_index_rows (index_id, pkey, s0, s1, s2, s3, r0, r1, r2, r3, seq, record_id)
        VALUES (@index_id, @pkey, @s0, @s1, @s2, @s3, @r0, @r1, @r2, @r3, @seq, @record_id)`,
     ),
-    deleteIndexRowsOf: db.prepare<[string, string]>('DELETE FROM custom_index_rows WHERE index_id = ? AND record_id = ?'),
+    deleteIndexRowsOf: db.prepare<[string, string]>(
+      'DELETE FROM custom_index_rows WHERE index_id = ? AND record_id = ?',
+    ),
     /** A unique index's key held by another record. */
-    indexKeyHolder: db.prepare<[string, string, string, string, string, string, string], string>(
-      `SELECT record_id FROM custom_index_rows WHERE index_id = ? AND pkey = ? AND s0 = ? AND s1 = ? AND s2 = ? AND s3 = ?
+    indexKeyHolder: db
+      .prepare<[string, string, string, string, string, string, string], string>(
+        `SELECT record_id FROM custom_index_rows WHERE index_id = ? AND pkey = ? AND s0 = ? AND s1 = ? AND s2 = ? AND s3 = ?
        AND record_id <> ? LIMIT 1`,
-    ).pluck(),
+      )
+      .pluck(),
 
     /** Backfill: records in posting order after `seq` (the index being created reads what exists). */
-    entriesAfter: db.prepare<[number, number], { seq: number }>('SELECT * FROM entries WHERE seq > ? ORDER BY seq LIMIT ?'),
-    transactionsAfter: db.prepare<[number, number], { seq: number }>('SELECT * FROM transactions WHERE seq > ? ORDER BY seq LIMIT ?'),
+    entriesAfter: db.prepare<[number, number], { seq: number }>(
+      'SELECT * FROM entries WHERE seq > ? ORDER BY seq LIMIT ?',
+    ),
+    transactionsAfter: db.prepare<[number, number], { seq: number }>(
+      'SELECT * FROM transactions WHERE seq > ? ORDER BY seq LIMIT ?',
+    ),
     /** Whether more than n records exist (reads at most n + 1 keys). */
-    entriesBeyond: db.prepare<[number], number>('SELECT count(*) FROM (SELECT 1 FROM entries LIMIT ?) AS beyond').pluck(),
-    transactionsBeyond: db.prepare<[number], number>('SELECT count(*) FROM (SELECT 1 FROM transactions LIMIT ?) AS beyond').pluck(),
+    entriesBeyond: db
+      .prepare<[number], number>('SELECT count(*) FROM (SELECT 1 FROM entries LIMIT ?) AS beyond')
+      .pluck(),
+    transactionsBeyond: db
+      .prepare<[number], number>('SELECT count(*) FROM (SELECT 1 FROM transactions LIMIT ?) AS beyond')
+      .pluck(),
     transactionOfEntry: db.prepare<[string], { void_of: string | null; voided_by: string | null }>(
       'SELECT void_of, voided_by FROM transactions WHERE transaction_id = ?',
     ),
 
     /** One page of an index's partition joined to its records (entries or transactions), in key order. */
-    indexPage(on: 'Entry' | 'Transaction', indexId: string, pkey: string, conditions: readonly KeyCondition[], after: readonly (string | number)[] | undefined, limit: number) {
+    indexPage(
+      on: 'Entry' | 'Transaction',
+      indexId: string,
+      pkey: string,
+      conditions: readonly KeyCondition[],
+      after: readonly (string | number)[] | undefined,
+      limit: number,
+    ) {
       const where = conditionsSql(conditions);
       const table = on === 'Entry' ? 'entries' : 'transactions';
       const cursor = after ? ' AND (r.s0, r.s1, r.s2, r.s3, r.seq) > (?, ?, ?, ?, ?)' : '';
@@ -238,7 +267,9 @@ export function viewStatements(db: Db) {
          WHERE r.index_id = ? AND r.pkey = ?${where.sql.replace(/ AND ([sr][0-3]) /g, ' AND r.$1 ')}${cursor}
          ORDER BY r.s0, r.s1, r.s2, r.s3, r.seq LIMIT ?`,
       );
-      return statement.all(indexId, pkey, ...where.params, ...(after ?? []), limit) as Array<Record<string, unknown> & { _s0: string; _s1: string; _s2: string; _s3: string; _seq: number }>;
+      return statement.all(indexId, pkey, ...where.params, ...(after ?? []), limit) as Array<
+        Record<string, unknown> & { _s0: string; _s1: string; _s2: string; _s3: string; _seq: number }
+      >;
     },
   };
 }
