@@ -8,6 +8,7 @@ import { outerOf, type VersionRef } from '../call-rules.js';
 import type { ExecutionServices } from '../services.js';
 import { backoffDelayMs } from './backoff.js';
 import { jsonToCel } from '../../cel/values.js';
+import type { Logger } from '../../log.js';
 
 export interface AttemptOutcome {
   executionId: string;
@@ -228,4 +229,23 @@ export function isRetryable(error: ErrorData): boolean {
   // A tool that said fail(…, {retry: false}), or an agent run past its whole-run deadline.
   if ((error.details as { retry?: unknown } | null | undefined)?.retry === false) return false;
   return ERROR_CODES[error.code].retryable;
+}
+
+/** One line per attempt: info when it succeeded, warn when it failed (with the next retry time, if any). */
+export function logAttempt(logger: Logger, outcome: AttemptOutcome): void {
+  const fields = {
+    event: 'attempt',
+    executionId: outcome.executionId,
+    action: outcome.version === null ? outcome.action : `${outcome.action}@${outcome.version}`,
+    attempt: outcome.attempt,
+    maxAttempts: outcome.maxAttempts,
+    outcome: outcome.status === 'QUEUED' ? 'RETRY' : outcome.status,
+    durationMs: Math.round(outcome.durationMs * 10) / 10,
+    ...(outcome.error ? { code: outcome.error.code } : {}),
+    ...(outcome.runAt ? { retryAt: outcome.runAt } : {}),
+  };
+  if (outcome.status === 'SUCCEEDED') logger.info(fields, 'attempt succeeded');
+  else if (outcome.status === 'QUEUED') logger.warn(fields, `attempt failed, retry at ${outcome.runAt}`);
+  else if (outcome.error && isRetryable(outcome.error)) logger.warn(fields, 'attempt failed, no attempts left');
+  else logger.warn(fields, `attempt failed, not retried (${outcome.error?.code ?? 'the error'} is not retryable)`);
 }
