@@ -1,5 +1,6 @@
 import { ReplaceableSandbox } from '../sandbox/replaceable.js';
 import type { Sandbox } from '../sandbox/sandbox.js';
+import { AgentRuns } from './agents/runner.js';
 import { authenticate, type Client, ensureAdmin, SYSTEM_PRINCIPAL } from './auth/clients.js';
 import { KnownKeys } from './auth/key-cache.js';
 import { Cel } from './cel/cel.js';
@@ -139,17 +140,22 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     awaitExecutions: (list, opts) => run.awaitExecutions(list, opts),
     wakeWaiters: (id, status) => waits.wake(id, status),
     createWorker: (workerOptions = {}) =>
-      new Worker(services, transactions, {
-        owner: workerOptions.owner ?? `worker-${process.pid}`,
-        pollMs: workerOptions.pollMs ?? 250,
-        onAttempt: (outcome) => {
-          events.emit('attempt', outcome);
-          workerOptions.onAttempt?.(outcome);
+      new Worker(
+        services,
+        transactions,
+        {
+          owner: workerOptions.owner ?? `worker-${process.pid}`,
+          pollMs: workerOptions.pollMs ?? 250,
+          onAttempt: (outcome) => {
+            events.emit('attempt', outcome);
+            workerOptions.onAttempt?.(outcome);
+          },
+          onError: workerOptions.onError ?? logError,
+          // PostgreSQL: other processes' starts wake this worker (they NOTIFY after their commit, see above).
+          ...(onPostgres && !options.readOnly ? { subscribe: (wake: () => void) => listenForStarts(path, wake) } : {}),
         },
-        onError: workerOptions.onError ?? logError,
-        // PostgreSQL: other processes' starts wake this worker (they NOTIFY after their commit, see above).
-        ...(onPostgres && !options.readOnly ? { subscribe: (wake: () => void) => listenForStarts(path, wake) } : {}),
-      }),
+        (svc, runOptions) => new AgentRuns(svc, runOptions),
+      ),
     onStarted: (listener) => events.on('started', listener),
     onAttempt: (listener) => events.on('attempt', listener),
     onModelCall: (listener) => events.on('modelCall', listener),

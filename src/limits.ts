@@ -352,7 +352,7 @@ export interface Limits {
   indexBackfillMax: number;
 
   /**
-   * Threads of the read pool (src/server/read-pool.ts): each has its own read-only connection and
+   * Threads of the read pool (src/runtime/read-pool.ts): each has its own read-only connection and
    * engine, and answers queries from a WAL snapshot beside the writer: a read runs while a mutation
    * or a tool holds the write lock and the writer's thread, and the writer never waits for a read.
    * Each holds a page cache and a sandbox module (some tens of MB); more threads than the cores

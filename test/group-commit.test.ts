@@ -12,7 +12,7 @@ import { ManualClock } from '../src/clock.js';
 import type { BatchRequest, Engine } from '../src/engine.js';
 import type { FormattedResult } from '../src/graphql/executor.js';
 import { createServer } from '../src/server/http.js';
-import { WriteQueue } from '../src/server/write-queue.js';
+import { WriteQueue } from '../src/runtime/write-queue.js';
 import { BALANCE, createAccount, createTransferCode, id, newEngine, ok } from './helpers.js';
 
 const engines: Engine[] = [];

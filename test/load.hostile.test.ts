@@ -17,8 +17,8 @@ import type { BatchRequest, Engine } from '../src/engine.js';
 import type { FormattedResult } from '../src/graphql/executor.js';
 import type { Logger } from '../src/log.js';
 import { attachReadPool, createServer } from '../src/server/http.js';
-import { ReadPool } from '../src/server/read-pool.js';
-import { WriteQueue } from '../src/server/write-queue.js';
+import { ReadPool } from '../src/runtime/read-pool.js';
+import { WriteQueue } from '../src/runtime/write-queue.js';
 import { createAccount, createTransferCode, id, newEngine, ok, postTransfers } from './helpers.js';
 
 const cleanups: Array<() => unknown> = [];

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vites
 import type { Engine } from '../src/engine.js';
 import type { FormattedResult, GraphqlRequest } from '../src/graphql/executor.js';
 import { DEFAULT_LIMITS, type Limits } from '../src/limits.js';
-import { type ReadOptions, ReadPool } from '../src/server/read-pool.js';
+import { type ReadOptions, ReadPool } from '../src/runtime/read-pool.js';
 import { EngineError } from '../src/errors.js';
 import { openDatabase, ReadOnlyTransactions } from '../src/storage/database.js';
 import { MIGRATIONS } from '../src/storage/migrations.js';

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Worker } from '../src/execution/queue/worker.js';
-import { createLogger, formatPretty } from '../src/server/logger.js';
+import { createLogger, formatPretty } from '../src/log.js';
 import { id, startServer } from './helpers.js';
 
 /**

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/engine.js';
 import { attachReadPool, createServer } from '../src/server/http.js';
-import { ReadPool } from '../src/server/read-pool.js';
+import { ReadPool } from '../src/runtime/read-pool.js';
 import { createAccount, id, newEngine } from './helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'tally-server-reads-'));

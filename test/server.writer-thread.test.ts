@@ -6,8 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { createEngine, type Engine } from '../src/engine.js';
-import { WriteQueue } from '../src/server/write-queue.js';
-import { WriterThread } from '../src/server/writer-thread.js';
+import { WriteQueue } from '../src/runtime/write-queue.js';
+import { WriterThread } from '../src/runtime/writer-thread.js';
 import { createAccount, createTransferCode, id, ok, postTransfers } from './helpers.js';
 
 /**

@@ -26,12 +26,12 @@ import {
 import { beginCall } from '../execution/entry.js';
 import { fixedInput, succeeded, toEngineError, validate } from '../execution/invoke.js';
 import { jsonToCel } from '../cel/values.js';
-import type { AttemptOutcome } from '../execution/queue/attempt.js';
 import { isRetryable, retryRule, shouldRetry } from '../execution/queue/attempt.js';
 import { backoffDelayMs } from '../execution/queue/backoff.js';
 import type { ExecutionServices } from '../execution/services.js';
 import { type AgentConfig, type ModelConfig, modelConfig, renderPrompt } from './config.js';
 import type { ResolvedSkill } from '../skills/skills.js';
+import type { OutsideRunsOptions, OutsideTransactionRuns, RunClaim } from '../execution/queue/outside-runs.js';
 
 /** Names longer than this are cut in what the model and the records are told. */
 const NAME_SHOWN_MAX = 64;
@@ -64,12 +64,6 @@ class Parked extends Error {
 }
 
 /** A model or agent run this worker claimed: RUNNING, leased to `owner`. */
-export interface RunClaim {
-  row: QueueRow;
-  owner: string;
-  attempt: number;
-}
-
 /** One tool an agent declares, as its run offers it to the model. */
 interface OfferedTool {
   reference: ToolReference;
@@ -101,11 +95,7 @@ interface RunContext {
   session: { id: string; input: unknown; history: Array<{ role: 'USER' | 'ASSISTANT'; text: string }> } | null;
 }
 
-export interface AgentRunsOptions {
-  owner: string;
-  onOutcome: (outcome: AttemptOutcome) => void;
-  wake: () => void;
-}
+export type AgentRunsOptions = OutsideRunsOptions;
 
 /**
  * Model and agent runs, outside any transaction. The worker claims one (in its transaction) and
@@ -116,7 +106,7 @@ export interface AgentRunsOptions {
  * the model again only for a turn that was not recorded. Every write checks the lease first: a
  * worker that lost its run writes nothing more.
  */
-export class AgentRuns {
+export class AgentRuns implements OutsideTransactionRuns {
   private readonly inflight = new Map<string, { done: Promise<void>; abort: AbortController; principal: string }>();
   private stopping = false;
 

@@ -1,5 +1,4 @@
-import { type ActionVersion, getVersion, readsIdentifier, runsOutsideTransactions } from '../actions/actions.js';
-import type { Cel } from '../cel/cel.js';
+import { type ActionVersion, getVersion, runsOutsideTransactions } from '../actions/actions.js';
 import { EngineError, quote } from '../errors.js';
 import { canonicalJson, derivedId, fingerprint } from '../ids.js';
 import type { CallFrame, Caller } from '../execution/call-tree.js';
@@ -25,16 +24,6 @@ function refuseInsideCall(frame: CallFrame | null, what: string): void {
  * `session` variable (the same AST check that refuses it in a tool's references; a string or a
  * field named session does not count). Such an agent is never started on its own.
  */
-export function needsSession(cel: Cel, version: ActionVersion): boolean {
-  if (version.kind !== 'agent') return false;
-  if (version.tool.sessionSchema) return true;
-  return version.tools.some((ref) =>
-    Object.values(ref.input ?? {}).some((expression) =>
-      readsIdentifier((cel.compile(expression) as { ast?: unknown }).ast, 'session'),
-    ),
-  );
-}
-
 export function sessionStatus(svc: ExecutionServices, row: SessionRow): SessionStatus {
   if (row.status === 'CLOSED') return 'CLOSED';
   return Date.parse(row.last_active) + svc.limits.sessionIdleMs <= svc.clock.now().getTime() ? 'EXPIRED' : 'OPEN';

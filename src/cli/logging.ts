@@ -1,4 +1,4 @@
-import { createLogger, parseLogLevel } from '../server/logger.js';
+import { createLogger, parseLogLevel } from '../log.js';
 import type { Logger } from '../log.js';
 
 /**

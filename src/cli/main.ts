@@ -224,8 +224,8 @@ function removeNewDatabase(db: string, dirExisted: boolean): void {
 async function startReadPool(
   db: string,
   logger: import('../log.js').Logger,
-): Promise<import('../server/read-pool.js').ReadPool | undefined> {
-  const { ReadPool } = await import('../server/read-pool.js');
+): Promise<import('../runtime/read-pool.js').ReadPool | undefined> {
+  const { ReadPool } = await import('../runtime/read-pool.js');
   const config = await serverConfig();
   const logError = (error: unknown) =>
     logger.error(
@@ -247,8 +247,8 @@ async function startWriter(
   durability: 'normal' | 'full',
   worker: { owner: string } | null,
   config: { providers: unknown; limits: Record<string, number> },
-): Promise<import('../server/writer-thread.js').WriterThread | undefined> {
-  const { WriterThread } = await import('../server/writer-thread.js');
+): Promise<import('../runtime/writer-thread.js').WriterThread | undefined> {
+  const { WriterThread } = await import('../runtime/writer-thread.js');
   const logError = (error: unknown) =>
     logger.error(
       { event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) },
@@ -263,7 +263,7 @@ async function startWriter(
       providers: config.providers,
       log:
         typeof level === 'string'
-          ? { level: level as import('../server/logger.js').LogLevel, pretty: process.stdout.isTTY === true }
+          ? { level: level as import('../log.js').LogLevel, pretty: process.stdout.isTTY === true }
           : null,
       worker,
       logError,
@@ -354,8 +354,8 @@ async function serve(db: string, options: Options): Promise<void> {
   io.out(`tally: serving ${redact(db)} at http://${host}:${actual}/graphql\n`);
   // Queries on read-only connections in worker threads, beside the writer (readPoolThreads; 0:
   // none). Started after listening; until its threads are up, queries run on the writer.
-  let readPool: import('../server/read-pool.js').ReadPool | undefined;
-  let writer: import('../server/writer-thread.js').WriterThread | undefined;
+  let readPool: import('../runtime/read-pool.js').ReadPool | undefined;
+  let writer: import('../runtime/writer-thread.js').WriterThread | undefined;
   let stopping = false;
   // The writer on a thread of its own (its engine and the queue worker), so that a running tool
   // never holds this thread, which then only routes and replies. Started after listening; until it

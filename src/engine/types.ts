@@ -42,7 +42,7 @@ export interface EngineOptions {
   providers?: ProviderConfig[] | unknown;
   /**
    * Open `path` (an existing file a writer engine keeps in WAL mode) for reading only, as each
-   * thread of the read pool does (src/server/read-pool.ts): nothing is migrated (a file of another
+   * thread of the read pool does (src/runtime/read-pool.ts): nothing is migrated (a file of another
    * schema version is refused), no checkpointer runs, and every write (a mutation, ensureAdmin, a
    * queue worker's attempt) is refused with BAD_REQUEST. A query reads the last commit made
    * before its transaction began, and never waits for the writer.

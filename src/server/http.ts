@@ -9,10 +9,10 @@ import { type Logger, silentLogger } from '../log.js';
 import { jsonTextTooDeep, McpHttp, sendJsonRpcError } from '../mcp/http.js';
 import { assetReader, consolePage } from './console-page.js';
 import { ServerMetrics } from './metrics.js';
-import type { ReadPool } from './read-pool.js';
-import { WriteQueue } from './write-queue.js';
-import { engineExecutor, type Executor, ExecutorSwitch } from './writer-thread.js';
-import type { WriterSnapshot } from './writer-worker.js';
+import type { ReadPool } from '../runtime/read-pool.js';
+import { WriteQueue } from '../runtime/write-queue.js';
+import { engineExecutor, type Executor, ExecutorSwitch } from '../runtime/writer-thread.js';
+import type { WriterSnapshot } from '../runtime/writer-worker.js';
 import type { Limits } from '../limits.js';
 
 const GRAPHQL_RESPONSE = 'application/graphql-response+json';

@@ -2,9 +2,9 @@ import { statSync } from 'node:fs';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Engine } from '../engine.js';
 import type { AttemptOutcome } from '../execution/queue/attempt.js';
-import type { ReadPoolStats } from './read-pool.js';
-import { engineExecutor, type Executor } from './writer-thread.js';
-import type { WriterSnapshot } from './writer-worker.js';
+import type { ReadPoolStats } from '../runtime/read-pool.js';
+import { engineExecutor, type Executor } from '../runtime/writer-thread.js';
+import type { WriterSnapshot } from '../runtime/writer-worker.js';
 
 /** What one GraphQL request contributes to /metrics. */
 export interface RequestSample {

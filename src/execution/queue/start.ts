@@ -13,7 +13,7 @@ import { type CallFrame, type CallNode, type Caller, rowToNode } from '../call-t
 import { checkInputBytes, checkNewInTree, executionIdConflict, isStarted, validate } from '../invoke.js';
 import { checkOwner, checkReplay } from '../replay.js';
 import type { ExecutionServices } from '../services.js';
-import { needsSession } from '../../agents/sessions.js';
+import { needsSession } from '../../actions/needs-session.js';
 
 export interface StartRequest {
   id?: string | null;

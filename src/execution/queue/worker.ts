@@ -3,7 +3,7 @@ import type { TransactionManager } from '../../storage/transaction.js';
 import type { ExecutionServices } from '../services.js';
 import { EngineError } from '../../errors.js';
 import { type AttemptOutcome, recordBrokenAttempt, runAttempt } from './attempt.js';
-import { AgentRuns } from '../../agents/runner.js';
+import type { OutsideRunsFactory, OutsideTransactionRuns, RunClaim } from './outside-runs.js';
 
 export interface WorkerOptions {
   /** Names this worker in lease_owner. */
@@ -33,7 +33,7 @@ export class Worker {
   /** The last look found due executions, all held by other workers (see next and untilNextMs). */
   private heldElsewhere = false;
   /** Model and agent runs in flight: they run outside transactions, beside the attempts. */
-  private readonly runs: AgentRuns;
+  private readonly runs: OutsideTransactionRuns;
   private runOutcomes = 0;
   /** The last group of attempts failed to commit: run the next attempt alone. */
   private singleNext = false;
@@ -42,8 +42,10 @@ export class Worker {
     private readonly svc: ExecutionServices,
     private readonly transactions: TransactionManager,
     private readonly options: WorkerOptions,
+    /** The runs of the kinds that run outside transactions (model, agent): the composition root's AgentRuns. */
+    outsideRuns: OutsideRunsFactory,
   ) {
-    this.runs = new AgentRuns(svc, {
+    this.runs = outsideRuns(svc, {
       owner: options.owner,
       onOutcome: (outcome) => {
         this.runOutcomes++;
@@ -60,7 +62,7 @@ export class Worker {
 
   /**
    * Run the next due attempt, if any, and return what happened (null when nothing was due). A due
-   * model or agent run is claimed and started in the background (see AgentRuns) on the way.
+   * model or agent run is claimed and started in the background (see OutsideTransactionRuns) on the way.
    */
   runOnce(): AttemptOutcome | null {
     for (;;) {
@@ -87,31 +89,28 @@ export class Worker {
     let claimed: { executionId: string; attempt: number } | null = null;
     const began = performance.now();
     try {
-      const result = this.transactions.run<AttemptOutcome[] | ReturnType<AgentRuns['claim']> | 'taken' | null>(
-        'write',
-        () => {
-          // Run again after a lost race (PostgreSQL): what an earlier run claimed was rolled back.
-          claimed = null;
-          const outcomes: AttemptOutcome[] = [];
-          while (
-            outcomes.length < groupMax &&
-            (outcomes.length === 0 || performance.now() - began < this.svc.limits.writeBatchWaitMs)
-          ) {
-            const row = this.svc.queue.nextDue.get({ now, ...which });
-            if (!row) break;
-            if (row.kind === 'MODEL' || row.kind === 'AGENT') {
-              // Left for a transaction of its own (see below) when attempts ran in this one.
-              if (outcomes.length > 0) break;
-              // Claimed here, run outside this transaction: its model calls take seconds.
-              const claim = this.runs.claim(row);
-              return { value: claim ?? 'taken', commit: claim !== null };
-            }
-            claimed = { executionId: row.execution_id, attempt: row.attempt };
-            outcomes.push(runAttempt(this.svc, row, this.options.owner));
+      const result = this.transactions.run<AttemptOutcome[] | RunClaim | null | 'taken' | null>('write', () => {
+        // Run again after a lost race (PostgreSQL): what an earlier run claimed was rolled back.
+        claimed = null;
+        const outcomes: AttemptOutcome[] = [];
+        while (
+          outcomes.length < groupMax &&
+          (outcomes.length === 0 || performance.now() - began < this.svc.limits.writeBatchWaitMs)
+        ) {
+          const row = this.svc.queue.nextDue.get({ now, ...which });
+          if (!row) break;
+          if (row.kind === 'MODEL' || row.kind === 'AGENT') {
+            // Left for a transaction of its own (see below) when attempts ran in this one.
+            if (outcomes.length > 0) break;
+            // Claimed here, run outside this transaction: its model calls take seconds.
+            const claim = this.runs.claim(row);
+            return { value: claim ?? 'taken', commit: claim !== null };
           }
-          return { value: outcomes.length > 0 ? outcomes : null, commit: outcomes.length > 0 };
-        },
-      );
+          claimed = { executionId: row.execution_id, attempt: row.attempt };
+          outcomes.push(runAttempt(this.svc, row, this.options.owner));
+        }
+        return { value: outcomes.length > 0 ? outcomes : null, commit: outcomes.length > 0 };
+      });
       // Due, but every due row is held by another process's worker (PostgreSQL: SKIP LOCKED): wait
       // for a notification or the next poll rather than ask again at once.
       this.heldElsewhere = result === null;

@@ -7,7 +7,7 @@ import type { ExecutionWait } from '../graphql/context.js';
 import type { FormattedResult, GraphqlRequest } from '../graphql/executor.js';
 import type { Limits } from '../limits.js';
 import type { ModelCallSample } from '../execution/services.js';
-import { createLogger, type LogLevel } from './logger.js';
+import { createLogger, type LogLevel } from '../log.js';
 
 /**
  * The writer thread of `tally serve` (see writer-thread.ts): the engine that runs every mutation

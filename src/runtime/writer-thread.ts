@@ -24,7 +24,7 @@ const SNAPSHOT_WAIT_MS = 50;
 /**
  * The writer: where the server runs what no read thread takes. Mutations a group commit at a time,
  * and queries (when there is no read pool) one at a time, each when the write queue gives it its
- * turn (src/server/write-queue.ts: nothing reaches the writer any other way). The engine itself
+ * turn (src/runtime/write-queue.ts: nothing reaches the writer any other way). The engine itself
  * in-process; the writer thread under `tally serve` (see WriterThread). Nothing here waits: a
  * query's waits on executions are the HTTP thread's (engine.awaitExecutions).
  */
