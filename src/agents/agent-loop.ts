@@ -2,7 +2,7 @@ import { type ActionVersion, LOAD_SKILL_TOOL, NATIVE_TOOLS, type ToolReference }
 import { EngineError } from '../errors.js';
 import type { ModelMessage, ModelToolResult } from '../models/types.js';
 import { referencedVersion } from '../execution/call-rules.js';
-import { succeeded } from '../execution/invoke.js';
+import { succeeded } from '../execution/checks.js';
 import { type AgentConfig, modelConfig, renderPrompt } from './config.js';
 import { correction, finalOutput, joinInstructions, modelTurn, outputInvalid, schemaNote } from './model-turns.js';
 import { toolCall } from './tool-calls.js';

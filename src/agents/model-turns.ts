@@ -3,7 +3,7 @@ import { EngineError } from '../errors.js';
 import type { ModelMessage, ModelResponse, ModelToolCall } from '../models/types.js';
 import { type CallNode, type ModelCallRecord, persistTree } from '../execution/call-tree.js';
 import { checkRunnable } from '../execution/call-rules.js';
-import { toEngineError, validate } from '../execution/invoke.js';
+import { toEngineError, validate } from '../execution/checks.js';
 import { type ModelConfig, modelConfig, renderPrompt } from './config.js';
 import {
   CORRECTIONS_MAX,

@@ -10,7 +10,7 @@ import {
   outerWith,
   type VersionRef,
 } from '../execution/call-rules.js';
-import { toEngineError } from '../execution/invoke.js';
+import { toEngineError } from '../execution/checks.js';
 import { isRetryable, retryRule, shouldRetry } from '../execution/queue/attempt.js';
 import { backoffDelayMs } from '../execution/queue/backoff.js';
 import type { ExecutionServices } from '../execution/services.js';

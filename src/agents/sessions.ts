@@ -2,7 +2,7 @@ import { type ActionVersion, getVersion, runsOutsideTransactions } from '../acti
 import { EngineError, quote } from '../errors.js';
 import { canonicalJson, derivedId, fingerprint } from '../ids.js';
 import type { CallFrame, Caller } from '../execution/call-tree.js';
-import { checkInputBytes, validate } from '../execution/invoke.js';
+import { checkInputBytes, validate } from '../execution/checks.js';
 import { enqueue, resolveStartVersion } from '../execution/queue/start.js';
 import type { ExecutionServices } from '../execution/services.js';
 import type { ApprovalRow, SessionMessageRow, SessionRow } from '../storage/statements/sessions.js';

@@ -5,7 +5,7 @@ import type { ModelToolCall } from '../models/types.js';
 import { type CallNode, persistTree, rowToNode } from '../execution/call-tree.js';
 import { authorityOf, checkMayCall, checkRunnable, outerWith } from '../execution/call-rules.js';
 import { beginCall } from '../execution/entry.js';
-import { fixedInput, toEngineError, validate } from '../execution/invoke.js';
+import { fixedInput, toEngineError, validate } from '../execution/checks.js';
 import { jsonToCel } from '../cel/values.js';
 import { isRetryable } from '../execution/queue/attempt.js';
 import {

@@ -13,14 +13,8 @@ import {
   type Outer,
   targetName,
 } from './call-rules.js';
-import {
-  checkInvocable,
-  checkNewInTree,
-  executionIdConflict,
-  type InvokeRequest,
-  isStarted,
-  runCall,
-} from './invoke.js';
+import { runCall } from './invoke.js';
+import { checkInvocable, checkNewInTree, executionIdConflict, type InvokeRequest, isStarted } from './checks.js';
 import { checkOwner, checkReplay } from './replay.js';
 import type { ExecutionServices } from './services.js';
 

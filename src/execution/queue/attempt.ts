@@ -2,7 +2,7 @@ import { DEFAULT_EXECUTION, getVersion } from '../../actions/actions.js';
 import { EngineError, ERROR_CODES, type ErrorData } from '../../errors.js';
 import type { QueueRow } from '../../storage/statements/actions.js';
 import { type CallNode, persistTree } from '../call-tree.js';
-import { succeeded as answered, toEngineError } from '../invoke.js';
+import { succeeded as answered, toEngineError } from '../checks.js';
 import { beginCall } from '../entry.js';
 import { outerOf, type VersionRef } from '../call-rules.js';
 import type { ExecutionServices } from '../services.js';

@@ -10,7 +10,7 @@ import { checkNotModelWritten, checkRunnable } from '../call-rules.js';
 import { canonicalJson, fingerprint } from '../../ids.js';
 import type { QueueStatements } from '../../storage/statements/actions.js';
 import { type CallFrame, type CallNode, type Caller, rowToNode } from '../call-tree.js';
-import { checkInputBytes, checkNewInTree, executionIdConflict, isStarted, validate } from '../invoke.js';
+import { checkInputBytes, checkNewInTree, executionIdConflict, isStarted, validate } from '../checks.js';
 import { checkOwner, checkReplay } from '../replay.js';
 import type { ExecutionServices } from '../services.js';
 import { needsSession } from '../../actions/needs-session.js';
