@@ -94,12 +94,15 @@ export async function databaseTarget(path: string): Promise<Target & { engine: E
   const { readServerConfig } = await import('../server/config.js');
   const config = readServerConfig();
   const engine = await createEngine({ path, providers: config.providers, limits: config.limits });
+  const { Runtime } = await import('../runtime/runtime.js');
+  // The engine's own authority, through the runtime every door takes (the write queue's group commit).
+  const runtime = new Runtime(engine);
   return {
     engine,
     // A PostgreSQL URL is named without its password.
     describe: redact(path),
     async request(query, variables) {
-      return engine.graphql(query, variables ?? null) as GraphqlResponse;
+      return (await runtime.graphqlAsync(query, variables ?? null)) as GraphqlResponse;
     },
     async close() {
       engine.close();

@@ -1,6 +1,7 @@
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import type { Engine } from '../engine.js';
 import { DEFAULT_LIMITS } from '../limits.js';
+import { Runtime } from '../runtime/runtime.js';
 import { engineBackend, type McpBackend, remoteBackend } from './backend.js';
 import { createMcpServer, watchToolList } from './server.js';
 
@@ -19,9 +20,11 @@ export type StdioTarget = { engine: Engine; principal: string } | { server: stri
  * (the SDK writes them); anything said about the process goes to stderr.
  */
 export async function serveStdio(target: StdioTarget, log: (line: string) => void): Promise<void> {
+  // In-process, requests take the runtime every door takes (the write queue's group commit and turns).
+  const runtime = 'engine' in target ? new Runtime(target.engine) : null;
   const backend: McpBackend =
     'engine' in target
-      ? engineBackend(target.engine, { principal: target.principal })
+      ? engineBackend(runtime!, { principal: target.principal })
       : remoteBackend(target.server, target.apiKey, DEFAULT_LIMITS.requestTimeoutMs);
   const limits = 'engine' in target ? target.engine.limits : DEFAULT_LIMITS;
   const options = { toolsPageSize: limits.mcpToolsPageSize, callWaitMs: limits.mcpCallWaitMs };
@@ -31,7 +34,7 @@ export async function serveStdio(target: StdioTarget, log: (line: string) => voi
     const watcher = watchToolList(server, backend, options, (error) =>
       log(`tally mcp: ${(error as Error).message ?? String(error)}`),
     );
-    target.engine.onActionsChanged(() => watcher.changed());
+    runtime!.onActionsChanged(() => watcher.changed());
     // Another process (tally deploy, a server on the same file) commits: SQLite's data_version
     // moves. Checked every DATA_VERSION_POLL_MS, so the list is read again at most that often.
     let dataVersion = readDataVersion(target.engine);
