@@ -1,4 +1,4 @@
-import { EngineError } from './errors.js';
+import { limitExceeded } from './errors.js';
 
 /** Keys that would reach an object's prototype if assigned with `obj[key] = ...`. */
 const RESERVED_KEYS = new Set(['__proto__', 'constructor', 'prototype']);
@@ -24,9 +24,15 @@ export function checkJsonDepth(value: unknown, depthMax: number, what: string): 
     const [node, depth] = stack.pop()!;
     if (node === null || typeof node !== 'object') continue;
     if (depth > depthMax) {
-      throw new EngineError('LIMIT_EXCEEDED', `${what} is nested more than ${depthMax} levels deep (jsonDepthMax)`, {
-        hint: 'Flatten the structure.',
-      });
+      throw limitExceeded(
+        'jsonDepthMax',
+        depthMax,
+        depth,
+        `${what} is nested more than ${depthMax} levels deep (jsonDepthMax)`,
+        {
+          hint: 'Flatten the structure.',
+        },
+      );
     }
     for (const child of Array.isArray(node) ? node : Object.values(node)) {
       if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);

@@ -1,4 +1,4 @@
-import { EngineError, quote } from './errors.js';
+import { badInput, EngineError, limitExceeded, quote } from './errors.js';
 
 export interface PageInfo {
   hasNextPage: boolean;
@@ -31,14 +31,18 @@ export function pageRequest<K extends string | number>(
   kind: string = keyType,
 ): PageRequest<K> {
   if (!Number.isInteger(first) || first < 1) {
-    throw new EngineError('BAD_REQUEST', `first must be a positive integer, got ${quote(first)}`, {
-      hint: `Ask for between 1 and ${pageSizeMax} records.`,
-    });
+    throw badInput('first must be a positive integer', first, `Ask for between 1 and ${pageSizeMax} records.`);
   }
   if (first > pageSizeMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `first ${first} is larger than pageSizeMax (${pageSizeMax})`, {
-      hint: `Ask for at most ${pageSizeMax} records and follow pageInfo.endCursor.`,
-    });
+    throw limitExceeded(
+      'pageSizeMax',
+      pageSizeMax,
+      first,
+      `first ${first} is larger than pageSizeMax (${pageSizeMax})`,
+      {
+        hint: `Ask for at most ${pageSizeMax} records and follow pageInfo.endCursor.`,
+      },
+    );
   }
   return {
     kind,

@@ -1,6 +1,6 @@
 import type { Cel } from '../cel/cel.js';
 import type { Clock } from '../clock.js';
-import { EngineError, quote } from '../errors.js';
+import { alreadyExists, badInput, EngineError, limitExceeded, notFound, quote } from '../errors.js';
 import type { Limits } from '../limits.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { RecordCache } from '../storage/record-cache.js';
@@ -134,6 +134,8 @@ export const TOOL_TITLE_MAX = 200;
 export const TOOL_ALIASES_MAX = 8;
 /** The longest execution.cacheTtlMs: one hour. */
 export const CACHE_TTL_MS_MAX = 3_600_000;
+/** The longest execution.backoff.initialMs and maxMs: one day. */
+export const BACKOFF_MS_MAX = 86_400_000;
 
 export const DEFAULT_EXECUTION: ExecutionSettings = {
   maxAttempts: 3,
@@ -220,8 +222,10 @@ function buildDocument(
     }
     const bytes = Buffer.byteLength(config.src);
     if (bytes > deps.limits.programBytesMax) {
-      throw new EngineError(
-        'LIMIT_EXCEEDED',
+      throw limitExceeded(
+        'programBytesMax',
+        deps.limits.programBytesMax,
+        bytes,
         `config.src is ${bytes} bytes; programBytesMax is ${deps.limits.programBytesMax}`,
       );
     }
@@ -259,11 +263,12 @@ function buildDocument(
   };
   const title = toolIn?.title === undefined ? (previous?.tool.title ?? null) : toolIn.title;
   if (title !== null) {
-    if (typeof title !== 'string')
-      throw new EngineError('BAD_REQUEST', `tool.title must be a string, got ${quote(title)}`);
+    if (typeof title !== 'string') throw badInput('tool.title must be a string', title);
     if (title.length > TOOL_TITLE_MAX) {
-      throw new EngineError(
-        'LIMIT_EXCEEDED',
+      throw limitExceeded(
+        'toolTitleMax',
+        TOOL_TITLE_MAX,
+        title.length,
         `tool.title ${quote(`${title.slice(0, 40)}…`)} is ${title.length} characters; at most ${TOOL_TITLE_MAX}`,
         { hint: 'A title is a short human name; put the rest in the description.' },
       );
@@ -279,9 +284,11 @@ function buildDocument(
   const metadata = toolIn?.metadata === undefined ? (previous?.tool.metadata ?? null) : toolIn.metadata;
   if (metadata !== null) {
     if (typeof metadata !== 'object' || Array.isArray(metadata)) {
-      throw new EngineError('BAD_REQUEST', `tool.metadata must be a JSON object, got ${quote(metadata)}`, {
-        hint: 'Send an object, e.g. {"owner": "payments"}, or null.',
-      });
+      throw badInput(
+        'tool.metadata must be a JSON object',
+        metadata,
+        'Send an object, e.g. {"owner": "payments"}, or null.',
+      );
     }
     tool.metadata = metadata as Record<string, unknown>;
   }
@@ -311,8 +318,10 @@ function buildDocument(
       ? (previous?.tools ?? [])
       : input.tools.map((ref, i) => checkReference(deps, ref, i, kind));
   if (tools.length > deps.limits.toolReferencesMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'toolReferencesMax',
+      deps.limits.toolReferencesMax,
+      tools.length,
       `${tools.length} tool references; toolReferencesMax is ${deps.limits.toolReferencesMax}`,
     );
   }
@@ -333,8 +342,10 @@ function buildDocument(
       hint: 'Leave skills out, or make the action an agent.',
     });
   if (skillsIn.length > deps.limits.toolReferencesMax)
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'toolReferencesMax',
+      deps.limits.toolReferencesMax,
+      skillsIn.length,
       `${skillsIn.length} skills; toolReferencesMax is ${deps.limits.toolReferencesMax}`,
     );
   const skills: SkillReference[] = skillsIn.map((ref, i) => {
@@ -375,8 +386,10 @@ function buildDocument(
   // get a new program.
   const restBytes = nonProgramBytes(document);
   if (restBytes > deps.limits.jsonBytesMax && (previous === null || restBytes > nonProgramBytes(previous))) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'jsonBytesMax',
+      deps.limits.jsonBytesMax,
+      restBytes,
       `the action version besides its program is ${restBytes} bytes; jsonBytesMax is ${deps.limits.jsonBytesMax}`,
       {
         hint: 'Shorten the description, the schemas or the policies.',
@@ -496,10 +509,7 @@ function checkReference(
     input = {};
     for (const [prop, expression] of Object.entries(ref.input as Record<string, unknown>)) {
       if (typeof expression !== 'string')
-        throw new EngineError(
-          'BAD_REQUEST',
-          `${what}.input.${prop} must be a CEL expression string, got ${quote(expression)}`,
-        );
+        throw badInput(`${what}.input.${prop} must be a CEL expression string`, expression);
       let compiled: unknown;
       try {
         compiled = deps.cel.compile(expression);
@@ -537,13 +547,12 @@ function checkReference(
     // Stored as written (null: approvalTimeoutMsMax when the call is asked), so a redeploy of the same file is unchanged.
     const timeoutMs = ref.approval.timeoutMs ?? null;
     if (timeoutMs !== null && (!Number.isInteger(timeoutMs) || timeoutMs < 1))
-      throw new EngineError(
-        'BAD_REQUEST',
-        `${what}.approval.timeoutMs must be a positive integer, got ${quote(timeoutMs)}`,
-      );
+      throw badInput(`${what}.approval.timeoutMs must be a positive integer`, timeoutMs);
     if (timeoutMs !== null && timeoutMs > deps.limits.approvalTimeoutMsMax)
-      throw new EngineError(
-        'LIMIT_EXCEEDED',
+      throw limitExceeded(
+        'approvalTimeoutMsMax',
+        deps.limits.approvalTimeoutMsMax,
+        timeoutMs,
         `${what}.approval.timeoutMs ${timeoutMs} is over approvalTimeoutMsMax (${deps.limits.approvalTimeoutMsMax})`,
       );
     approval = { when, timeoutMs };
@@ -572,12 +581,15 @@ const TAKEN_HINT =
  * at most TOOL_ALIASES_MAX, and no other action's name or alias (in any of its versions: see aliasOwner).
  */
 function checkAliases(deps: ActionDeps, base: { actionId: string; name: string }, aliases: unknown): string[] {
-  if (!Array.isArray(aliases))
-    throw new EngineError('BAD_REQUEST', `tool.aliases must be a list of tool names, got ${quote(aliases)}`);
+  if (!Array.isArray(aliases)) throw badInput('tool.aliases must be a list of tool names', aliases);
   if (aliases.length > TOOL_ALIASES_MAX) {
-    throw new EngineError('LIMIT_EXCEEDED', `tool.aliases has ${aliases.length} names; at most ${TOOL_ALIASES_MAX}`, {
-      hint: 'Keep the few names callers really use.',
-    });
+    throw limitExceeded(
+      'toolAliasesMax',
+      TOOL_ALIASES_MAX,
+      aliases.length,
+      `tool.aliases has ${aliases.length} names; at most ${TOOL_ALIASES_MAX}`,
+      { hint: 'Keep the few names callers really use.' },
+    );
   }
   const seen = new Set<string>();
   for (const alias of aliases as unknown[]) {
@@ -719,29 +731,29 @@ function checkExecution(
 ): ExecutionSettings {
   const limits = deps.limits;
   if (!input) return previous;
-  /** A positive integer at most `max`; past it, LIMIT_EXCEEDED naming the limit (`limit`, a key of TALLY_CONFIG limits) when there is one. */
+  /**
+   * A positive integer at most `max`; past it, LIMIT_EXCEEDED naming the limit: `limit`, a key of
+   * TALLY_CONFIG limits when `configurable` (the message and hint say how to raise it), else a fixed bound's name.
+   */
   const positiveInt = (
     value: number | null | undefined,
     fallback: number,
     what: string,
     max: number,
-    limit?: keyof typeof limits,
+    limit: string,
+    configurable = false,
   ): number => {
     if (value == null) return fallback;
-    if (!Number.isInteger(value) || value < 1)
-      throw new EngineError('BAD_REQUEST', `execution.${what} must be a positive integer, got ${quote(value)}`);
+    if (!Number.isInteger(value) || value < 1) throw badInput(`execution.${what} must be a positive integer`, value);
     if (value > max) {
-      throw new EngineError(
-        'LIMIT_EXCEEDED',
-        `execution.${what} ${value} is over its maximum ${max}${limit ? ` (${limit})` : ''}`,
-        {
-          ...(limit
-            ? {
-                hint: `Ask for at most ${max}, or raise limits.${limit} in TALLY_CONFIG.`,
-                details: { limit, [limit]: max },
-              }
-            : {}),
-        },
+      throw limitExceeded(
+        limit,
+        max,
+        value,
+        `execution.${what} ${value} is over its maximum ${max}${configurable ? ` (${limit})` : ''}`,
+        configurable
+          ? { hint: `Ask for at most ${max}, or raise limits.${limit} in TALLY_CONFIG.`, details: { [limit]: max } }
+          : {},
       );
     }
     return value;
@@ -749,10 +761,7 @@ function checkExecution(
   const backoff = input.backoff ?? {};
   const multiplier = backoff.multiplier ?? previous.backoff.multiplier;
   if (typeof multiplier !== 'number' || !(multiplier >= 1) || multiplier > 10) {
-    throw new EngineError(
-      'BAD_REQUEST',
-      `execution.backoff.multiplier must be between 1 and 10, got ${quote(multiplier)}`,
-    );
+    throw badInput('execution.backoff.multiplier must be between 1 and 10', multiplier);
   }
   return {
     maxAttempts: positiveInt(
@@ -761,25 +770,32 @@ function checkExecution(
       'maxAttempts',
       limits.maxAttemptsMax,
       'maxAttemptsMax',
+      true,
     ),
     backoff: {
-      initialMs: positiveInt(backoff.initialMs, previous.backoff.initialMs, 'backoff.initialMs', 86_400_000),
+      initialMs: positiveInt(
+        backoff.initialMs,
+        previous.backoff.initialMs,
+        'backoff.initialMs',
+        BACKOFF_MS_MAX,
+        'backoffMsMax',
+      ),
       multiplier,
-      maxMs: positiveInt(backoff.maxMs, previous.backoff.maxMs, 'backoff.maxMs', 86_400_000),
+      maxMs: positiveInt(backoff.maxMs, previous.backoff.maxMs, 'backoff.maxMs', BACKOFF_MS_MAX, 'backoffMsMax'),
     },
     timeoutMs:
       input.timeoutMs === undefined
         ? previous.timeoutMs
         : input.timeoutMs === null
           ? null
-          : positiveInt(input.timeoutMs, 0, 'timeoutMs', limits.toolTimeoutMsMax, 'toolTimeoutMsMax'),
+          : positiveInt(input.timeoutMs, 0, 'timeoutMs', limits.toolTimeoutMsMax, 'toolTimeoutMsMax', true),
     retryIf: input.retryIf === undefined ? (previous.retryIf ?? null) : checkRetryIf(deps, input.retryIf),
     cacheTtlMs:
       input.cacheTtlMs === undefined
         ? (previous.cacheTtlMs ?? null)
         : input.cacheTtlMs === null
           ? null
-          : positiveInt(input.cacheTtlMs, 0, 'cacheTtlMs', CACHE_TTL_MS_MAX),
+          : positiveInt(input.cacheTtlMs, 0, 'cacheTtlMs', CACHE_TTL_MS_MAX, 'cacheTtlMsMax'),
   };
 }
 
@@ -787,7 +803,7 @@ function checkExecution(
 function checkRetryIf(deps: ActionDeps, expression: string | null): string | null {
   if (expression === null) return null;
   if (typeof expression !== 'string' || expression.trim() === '')
-    throw new EngineError('BAD_REQUEST', `execution.retryIf must be a CEL expression, got ${quote(expression)}`);
+    throw badInput('execution.retryIf must be a CEL expression', expression);
   try {
     deps.cel.compile(expression);
   } catch (error) {
@@ -812,9 +828,7 @@ export function createAction(deps: ActionDeps, actionId: string, input: ActionIn
   }
   checkNotReserved(name, 'action name');
   if (deps.st.actionByName.get(name))
-    throw new EngineError('ALREADY_EXISTS', `an action named ${quote(name)} already exists`, {
-      hint: 'Use updateAction to make its next version, or choose another name.',
-    });
+    throw alreadyExists('an action named', name, 'Use updateAction to make its next version, or choose another name.');
   const aliasOf = aliasOwner(deps, name);
   if (aliasOf)
     throw new EngineError('ALREADY_EXISTS', `${quote(name)} is an alias of ${aliasOf.name}`, { hint: TAKEN_HINT });
@@ -921,9 +935,7 @@ export function findAction(deps: ActionDeps, ref: { id?: string | null; name?: s
  * not call (actions.tool), so the two cannot be told apart.
  */
 export function noSuchAction(ref: string | null | undefined): EngineError {
-  return new EngineError('NOT_FOUND', `action ${quote(ref)} does not exist`, {
-    hint: 'Create it with createAction, or check the id or name.',
-  });
+  return notFound('action', ref, 'Create it with createAction, or check the id or name.');
 }
 
 /** The action name `name` stands for: itself, or the action it is an alias of (whether or not a version that answers to it is ACTIVE; unknown names as they are). */

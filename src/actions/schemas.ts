@@ -2,7 +2,7 @@ import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { CEL_COST } from '../cel/cost.js';
 import { compileRegex, RegexRefused } from '../cel/regex.js';
-import { EngineError } from '../errors.js';
+import { EngineError, limitExceeded } from '../errors.js';
 import { DEFAULT_LIMITS, type Limits } from '../limits.js';
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
@@ -42,8 +42,10 @@ export class SchemaCache {
           test: (text: string) => {
             this.left -= Math.ceil((text.length * regex.size) / CEL_COST.matchStepsPerUnit);
             if (this.left < 0) {
-              throw new EngineError(
-                'LIMIT_EXCEEDED',
+              throw limitExceeded(
+                'celCostMax',
+                limits.celCostMax,
+                limits.celCostMax - this.left,
                 `matching a value of ${text.length} characters against the schema pattern ${JSON.stringify(pattern)} goes past celCostMax (${limits.celCostMax}) for one validation`,
                 {
                   hint: 'Send shorter strings (maxLength), or use a simpler pattern.',

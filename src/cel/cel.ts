@@ -1,7 +1,7 @@
 import type { Environment } from '@marcbachmann/cel-js';
 import { EvaluationError, ParseError, TypeError as CelTypeError } from '@marcbachmann/cel-js';
 import type { Clock } from '../clock.js';
-import { EngineError, quote } from '../errors.js';
+import { EngineError, limitExceeded, quote } from '../errors.js';
 import { DEFAULT_LIMITS } from '../limits.js';
 import { CostMeter, instrumentExpression, meterEvaluator } from './cost.js';
 import { createCelEnvironment } from './environment.js';
@@ -68,8 +68,10 @@ export class Cel {
       throw new EngineError('CEL_ERROR', `a CEL expression must be a string, got ${quote(expression)}`);
     }
     if (expression.length > this.limits.celExpressionLengthMax) {
-      throw new EngineError(
-        'LIMIT_EXCEEDED',
+      throw limitExceeded(
+        'celExpressionLengthMax',
+        this.limits.celExpressionLengthMax,
+        expression.length,
         `CEL expression of ${expression.length} characters is longer than celExpressionLengthMax (${this.limits.celExpressionLengthMax})`,
         { hint: 'Split the logic into vars, or shorten the expression.' },
       );
@@ -228,9 +230,13 @@ export function checkCelValueSize(value: unknown, sizeMax: number, what: string)
       }
     }
     if (size > sizeMax) {
-      throw new EngineError('LIMIT_EXCEEDED', `${what} evaluated to a value larger than celValueSizeMax (${sizeMax})`, {
-        hint: 'Build smaller values; lists, maps, strings and bytes count by their elements, keys and characters.',
-      });
+      throw limitExceeded(
+        'celValueSizeMax',
+        sizeMax,
+        size,
+        `${what} evaluated to a value larger than celValueSizeMax (${sizeMax})`,
+        { hint: 'Build smaller values; lists, maps, strings and bytes count by their elements, keys and characters.' },
+      );
     }
   }
 }

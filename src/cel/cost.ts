@@ -1,5 +1,5 @@
 import type { Environment } from '@marcbachmann/cel-js';
-import { EngineError, quote } from '../errors.js';
+import { EngineError, limitExceeded, quote } from '../errors.js';
 import { compileRegex, type Regex, RegexRefused } from './regex.js';
 
 /**
@@ -120,8 +120,11 @@ export class CostMeter {
   }
 
   private pastDeadline(expression: string): EngineError {
-    return (this.overran ??= new EngineError(
-      'LIMIT_EXCEEDED',
+    // The meter knows the deadline as a time, not the budget that set it: max and actual are not known here.
+    return (this.overran ??= limitExceeded(
+      'requestDeadlineMs',
+      null,
+      null,
       `CEL ${quote(expression)} ran past the request's deadline (requestDeadlineMs)`,
       {
         hint: 'The request evaluates too much CEL: ask for fewer rows, or simplify the expressions (policy assertions run once per row).',
@@ -186,8 +189,10 @@ export class CostMeter {
   }
 
   exceeded(): EngineError {
-    return (this.error ??= new EngineError(
-      'LIMIT_EXCEEDED',
+    return (this.error ??= limitExceeded(
+      this.limitName,
+      this.limit,
+      this.spent,
       `CEL ${quote(this.expression)} costs more than ${this.limitName} (${this.limit}): stopped at a cost of ${this.spent}`,
       {
         hint:

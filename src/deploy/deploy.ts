@@ -1,4 +1,5 @@
 import { DEFAULT_EXECUTION } from '../actions/actions.js';
+import { bug } from '../errors.js';
 import { isUuid } from '../ids.js';
 import {
   createdVersion,
@@ -1416,7 +1417,8 @@ export async function deploy(
     (item.steps ?? []).forEach((step, j) => {
       const field = step.field.replace(/\$([A-Z]+)\b/g, (_, name: string) => {
         const arg = step.args[name];
-        if (!arg) throw new Error(`step ${step.field} has no argument ${name}`);
+        // planDeploy builds the steps and their arguments together: a missing one is a bug.
+        if (!arg) throw bug(`step ${step.field} has no argument ${name}`);
         const variable = `s${i}_${j}_${name.toLowerCase()}`;
         if (!(variable in variables)) {
           declarations.push(`$${variable}: ${arg.type}`);

@@ -1,4 +1,4 @@
-import { EngineError, quote } from '../errors.js';
+import { EngineError, limitExceeded, notFound, quote } from '../errors.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { AccountRow, AccountSetMemberRow, BalanceRow } from '../storage/statements/ledger.js';
 import { BALANCE_COLUMNS } from '../storage/statements/ledger.js';
@@ -224,8 +224,10 @@ export function setsAbove(deps: LedgerDeps, accountId: string, journalId: string
     // addToAccountSet keeps this bound for the member it adds; sets nested above other sets can
     // still reach past it through a shared descendant, so the posting checks it too.
     if (above.length > deps.limits.accountSetAncestorsMax) {
-      throw new EngineError(
-        'LIMIT_EXCEEDED',
+      throw limitExceeded(
+        'accountSetAncestorsMax',
+        deps.limits.accountSetAncestorsMax,
+        above.length,
         `account ${quote(accountId)} rolls up into ${above.length} sets; accountSetAncestorsMax is ${deps.limits.accountSetAncestorsMax}`,
         {
           hint: 'Each posting updates every set above its accounts: remove the account (or a set above it) from some sets.',
@@ -288,8 +290,10 @@ export function addToAccountSet(
     const depth =
       ancestors.reduce((m, a) => Math.max(m, a.depth), 0) + 2 + (deps.st.depthBelow.get(member.memberId)?.depth ?? 0);
     if (depth > deps.limits.accountSetDepthMax) {
-      throw new EngineError(
-        'LIMIT_EXCEEDED',
+      throw limitExceeded(
+        'accountSetDepthMax',
+        deps.limits.accountSetDepthMax,
+        depth,
         `adding account set ${memberRow.code} to ${set.code} would nest sets ${depth} deep; accountSetDepthMax is ${deps.limits.accountSetDepthMax}`,
         {
           hint: 'Flatten the hierarchy.',
@@ -304,8 +308,10 @@ export function addToAccountSet(
   for (const accountId of [member.memberId, ...below]) {
     const setsAfter = new Set([...above, ...deps.st.ancestorsOf.all(accountId).map((a) => a.id)]);
     if (setsAfter.size > deps.limits.accountSetAncestorsMax) {
-      throw new EngineError(
-        'LIMIT_EXCEEDED',
+      throw limitExceeded(
+        'accountSetAncestorsMax',
+        deps.limits.accountSetAncestorsMax,
+        setsAfter.size,
         `${quote(accountId)} would roll up into ${setsAfter.size} sets; accountSetAncestorsMax is ${deps.limits.accountSetAncestorsMax}`,
         {
           hint: 'Each posting updates every set above its accounts: use fewer, flatter sets.',
@@ -432,10 +438,7 @@ export interface BalanceOwner {
 
 export function balanceOwner(deps: LedgerDeps, id: string): BalanceOwner {
   const row = deps.st.accountById.get(id);
-  if (!row)
-    throw new EngineError('NOT_FOUND', `account ${quote(id)} does not exist`, {
-      hint: 'Create it with createAccount, or check the id.',
-    });
+  if (!row) throw notFound('account', id, 'Create it with createAccount, or check the id.');
   return {
     id,
     normalBalanceType: row.normal_balance_type as Direction,

@@ -1,4 +1,4 @@
-import { EngineError, quote } from '../errors.js';
+import { EngineError, limitExceeded, notFound, quote } from '../errors.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { AccountRow } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
@@ -57,9 +57,7 @@ export function findAccountRow(deps: LedgerDeps, accountId: string): AccountRow 
         hint: 'Read it with accountSet(id: ...).',
       });
     }
-    throw new EngineError('NOT_FOUND', `account ${quote(accountId)} does not exist`, {
-      hint: 'Create it with createAccount, or check the id.',
-    });
+    throw notFound('account', accountId, 'Create it with createAccount, or check the id.');
   }
   return row;
 }
@@ -93,8 +91,10 @@ export function createAccount(deps: LedgerDeps, input: AccountInput): Account {
   }
   const setIds = input.accountSetIds ?? [];
   if (!Array.isArray(setIds) || setIds.length > deps.limits.accountSetAncestorsMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'accountSetAncestorsMax',
+      deps.limits.accountSetAncestorsMax,
+      Array.isArray(setIds) ? setIds.length : null,
       `accountSetIds lists ${Array.isArray(setIds) ? setIds.length : 'a non-list of'} sets; accountSetAncestorsMax is ${deps.limits.accountSetAncestorsMax}`,
     );
   }

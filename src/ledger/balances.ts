@@ -1,5 +1,5 @@
 import { addText, subText } from '../decimal.js';
-import { EngineError } from '../errors.js';
+import { limitExceeded } from '../errors.js';
 import { type Connection, encodeCursor, pageRequest, toConnection } from '../paging.js';
 import {
   BALANCE_COLUMNS,
@@ -240,8 +240,11 @@ export function balanceAsOf(
   if (bound === 0) return emptyBalance(owner.id, journalId, currency);
   const { found, stoppedAt } = versionsFrom(deps, owner, journalId, currency, bound, 1, deps.limits.pageSizeMax * 10);
   if (found.length === 0 && stoppedAt !== null) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    // The walk is bounded by ten pages (pageSizeMax): raising pageSizeMax raises it.
+    throw limitExceeded(
+      'pageSizeMax',
+      deps.limits.pageSizeMax * 10,
+      null,
       `the balance of ${owner.id} as of ${at} is behind more than ${deps.limits.pageSizeMax * 10} entries without a balance snapshot (posted before balance history was kept)`,
       {
         hint: 'Read Balance.history in pages instead.',

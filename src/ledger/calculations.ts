@@ -23,7 +23,7 @@ import { celError, checkCelValueSize } from '../cel/cel.js';
 import { isBudgetError } from '../cel/cost.js';
 import { celToJson } from '../cel/values.js';
 import { addText, Dec, scaleOf, withScale } from '../decimal.js';
-import { EngineError, quote } from '../errors.js';
+import { alreadyExists, EngineError, limitExceeded, notFound, quote } from '../errors.js';
 import { nameBasedUuid } from '../ids.js';
 import { isReservedKey } from '../json.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
@@ -163,10 +163,7 @@ export function toCalculation(row: CalculationRow): Calculation {
 
 function calculationRow(deps: LedgerDeps, id: string): CalculationRow {
   const row = typeof id === 'string' ? deps.calc.byId.get(id.toLowerCase()) : undefined;
-  if (!row)
-    throw new EngineError('NOT_FOUND', `calculation ${quote(id)} does not exist`, {
-      hint: 'Create it with createCalculation, or check the id.',
-    });
+  if (!row) throw notFound('calculation', id, 'Create it with createCalculation, or check the id.');
   return row;
 }
 
@@ -221,8 +218,10 @@ export function createCalculation(deps: LedgerDeps, input: CalculationInput): Ca
   // Every active calculation is weighed against every posting it may cover: bound how many there are.
   const active = deps.calc.activeCount.get() ?? 0;
   if (active >= deps.limits.calculationsMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'calculationsMax',
+      deps.limits.calculationsMax,
+      active + 1,
       `there are ${active} active calculations; calculationsMax is ${deps.limits.calculationsMax}`,
       {
         hint: 'Delete calculations no longer read (deleteCalculation), or combine them with more dimensions.',
@@ -232,8 +231,10 @@ export function createCalculation(deps: LedgerDeps, input: CalculationInput): Ca
   const dims = input.dimensions ?? [];
   if (!Array.isArray(dims)) throw badRequest('dimensions must be a list of {alias, value}');
   if (dims.length > deps.limits.calculationDimensionsMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'calculationDimensionsMax',
+      deps.limits.calculationDimensionsMax,
+      dims.length,
       `calculation ${code} declares ${dims.length} dimensions; calculationDimensionsMax is ${deps.limits.calculationDimensionsMax}`,
       {
         hint: 'Combine dimensions into fewer keys, or split the calculation.',
@@ -305,9 +306,7 @@ export function createCalculation(deps: LedgerDeps, input: CalculationInput): Ca
       });
     }
     if (deps.calc.byCode.get(row.code)) {
-      throw new EngineError('ALREADY_EXISTS', `a calculation with code ${quote(row.code)} already exists`, {
-        hint: 'Use another code.',
-      });
+      throw alreadyExists('a calculation with code', row.code, 'Use another code.');
     }
   }
   for (const row of rows) deps.calc.insert.run(row);
@@ -759,8 +758,10 @@ function backfill(
   const max = deps.limits.calculationBackfillEntriesMax;
   const chunk = 1000;
   const tooMany = () =>
-    new EngineError(
-      'LIMIT_EXCEEDED',
+    limitExceeded(
+      'calculationBackfillEntriesMax',
+      max,
+      null,
       `calculation ${def.code} would backfill more than calculationBackfillEntriesMax (${max}) entries`,
       {
         hint:

@@ -1,4 +1,4 @@
-import { EngineError } from '../errors.js';
+import { type EngineError, limitExceeded } from '../errors.js';
 import { type BalanceAfter, CHAIN_MARK_EVERY, type ChainRow, type EntryRow } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
 import type { RecordKeys } from './posted.js';
@@ -131,20 +131,17 @@ const MERGE_BATCH = 16;
 /** The chains one list merges: at most pageSizeMax of them (each costs reads per page). */
 function listedChains(deps: LedgerDeps, owner: ChainOwner, filter: ChainFilter): Chain[] {
   const max = deps.limits.pageSizeMax;
-  return chainsOf(
-    deps,
-    owner,
-    filter,
-    max,
-    () =>
-      new EngineError(
-        'LIMIT_EXCEEDED',
-        `${owner.isSet ? `account set ${owner.id} has entries in more than pageSizeMax (${max}) currencies` : `account ${owner.id} has entries in more than pageSizeMax (${max}) journals and currencies`}, which are not listed together`,
-        {
-          hint: `List its entries one currency${owner.isSet ? '' : ' or journal'} at a time (entries(where: {currency: ...})).`,
-          details: { pageSizeMax: max },
-        },
-      ),
+  return chainsOf(deps, owner, filter, max, () =>
+    limitExceeded(
+      'pageSizeMax',
+      max,
+      null,
+      `${owner.isSet ? `account set ${owner.id} has entries in more than pageSizeMax (${max}) currencies` : `account ${owner.id} has entries in more than pageSizeMax (${max}) journals and currencies`}, which are not listed together`,
+      {
+        hint: `List its entries one currency${owner.isSet ? '' : ' or journal'} at a time (entries(where: {currency: ...})).`,
+        details: { pageSizeMax: max },
+      },
+    ),
   );
 }
 

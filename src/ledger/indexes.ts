@@ -1,7 +1,7 @@
 import { celError } from '../cel/cel.js';
 import { CelDecimal, CelMoney, celToJson, jsonToCel } from '../cel/values.js';
 import { Dec, scaleOf } from '../decimal.js';
-import { EngineError, quote } from '../errors.js';
+import { EngineError, limitExceeded, quote } from '../errors.js';
 import { isReservedKey } from '../json.js';
 import { type Connection, encodeCursor, pageRequest } from '../paging.js';
 import type { EntryRow, TransactionRow } from '../storage/statements/ledger.js';
@@ -357,8 +357,10 @@ export function compileKeys(
   if (!Array.isArray(list)) throw badDefinition(`${what}: ${isSort ? 'sort' : 'partition'} must be a list`);
   const max = Math.min(deps.limits.indexKeysMax, SORT_COLUMNS);
   if (list.length > max) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'indexKeysMax',
+      max,
+      list.length,
       `${what} has ${list.length} ${isSort ? 'sort' : 'partition'} keys; indexKeysMax is ${max}`,
       {
         hint: 'Fold several values into one key (a string), or filter the rest on the client.',
@@ -388,8 +390,10 @@ export function compileConditions(
     throw badDefinition(`${what} must be a map of name to CEL expression`);
   const entries = Object.entries(map as Record<string, unknown>);
   if (entries.length > deps.limits.viewDocumentFieldsMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'viewDocumentFieldsMax',
+      deps.limits.viewDocumentFieldsMax,
+      entries.length,
       `${what} has ${entries.length} expressions; viewDocumentFieldsMax is ${deps.limits.viewDocumentFieldsMax}`,
     );
   }
@@ -721,8 +725,10 @@ export function indexOne(
         next.push([...combo, toTyped(key.type, element, `${what} partition key ${key.alias}`, U, true).cel]);
     }
     if (next.length > deps.limits.indexRowsPerRecordMax) {
-      throw new EngineError(
-        'LIMIT_EXCEEDED',
+      throw limitExceeded(
+        'indexRowsPerRecordMax',
+        deps.limits.indexRowsPerRecordMax,
+        next.length,
         `${what}: record ${recordId} would have ${next.length} rows; indexRowsPerRecordMax is ${deps.limits.indexRowsPerRecordMax}`,
         {
           hint: 'Make the partition expression return a shorter list.',
@@ -774,8 +780,10 @@ export function backfill(deps: LedgerDeps, index: CompiledIndex, U: UintClass): 
   const max = deps.limits.indexBackfillMax;
   const existing = index.on === 'Entry' ? st.entriesBeyond.get(max + 1)! : st.transactionsBeyond.get(max + 1)!;
   if (existing > max) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'indexBackfillMax',
+      max,
+      existing,
       `index ${index.name}: more than indexBackfillMax (${max}) ${index.on === 'Entry' ? 'entries' : 'transactions'} exist to index`,
       {
         hint: 'Create indexes before the data grows, or raise indexBackfillMax for a maintenance window.',

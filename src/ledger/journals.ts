@@ -1,4 +1,4 @@
-import { EngineError, quote } from '../errors.js';
+import { alreadyExists, EngineError, notFound, quote } from '../errors.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import { DEFAULT_JOURNAL_ID } from '../storage/migrations.js';
 import type { JournalRow } from '../storage/statements/ledger.js';
@@ -31,9 +31,7 @@ export function toJournal(row: JournalRow): Journal {
 export function getJournal(deps: LedgerDeps, journalId: string): Journal {
   const row = deps.st.journalById.get(journalId);
   if (!row) {
-    throw new EngineError('NOT_FOUND', `journal ${quote(journalId)} does not exist`, {
-      hint: `Leave journalId out to use the default journal (${DEFAULT_JOURNAL_ID}).`,
-    });
+    throw notFound('journal', journalId, `Leave journalId out to use the default journal (${DEFAULT_JOURNAL_ID}).`);
   }
   return toJournal(row);
 }
@@ -51,7 +49,7 @@ export function createJournal(deps: LedgerDeps, input: JournalInput): Journal {
     });
   }
   if (existing) {
-    throw new EngineError('ALREADY_EXISTS', `journal ${quote(input.journalId)} already exists`);
+    throw alreadyExists('journal', input.journalId);
   }
   const now = deps.clock.now().toISOString();
   const row: JournalRow = {

@@ -2,7 +2,7 @@ import { isBudgetError } from '../cel/cost.js';
 import { CelDecimal, CelMoney, celToJson } from '../cel/values.js';
 import { utcDate } from '../clock.js';
 import { checkDecimalBounds, Dec, parseCurrency, parseDecimal, scaleOf, withScale } from '../decimal.js';
-import { EngineError, quote } from '../errors.js';
+import { bug, badInput, EngineError, limitDetails, limitExceeded, notFound, quote } from '../errors.js';
 import { checkCelValueSize } from '../cel/cel.js';
 import { canonicalJson, fingerprint, isUuid } from '../ids.js';
 import { setOwn } from '../json.js';
@@ -142,16 +142,18 @@ export function postTransaction(
 ): Transaction {
   const params = input.params ?? {};
   if (typeof params !== 'object' || params === null || Array.isArray(params)) {
-    throw new EngineError('BAD_REQUEST', `params must be a JSON object, got ${quote(params)}`, {
-      hint: 'Send params as an object keyed by param name, e.g. {"amount": "10.00"}.',
-    });
+    throw badInput(
+      'params must be a JSON object',
+      params,
+      'Send params as an object keyed by param name, e.g. {"amount": "10.00"}.',
+    );
   }
   const paramsText = jsonObjectText(params, 'params', deps.limits.jsonBytesMax);
   // Plain JSON reads back as itself: the fingerprint needs no parse of the text just written.
   const paramsJson = isPlainJson(params) ? params : JSON.parse(paramsText ?? '{}');
   const properties = input.properties ?? null;
   if (properties !== null && (typeof properties !== 'object' || Array.isArray(properties))) {
-    throw new EngineError('BAD_REQUEST', `properties must be an object, got ${quote(properties)}`);
+    throw badInput('properties must be an object', properties);
   }
   // Properties count toward the idempotency key only when sent: fingerprints from before stay valid.
   const inputFingerprint = fingerprint(
@@ -195,7 +197,7 @@ export function postTransaction(
   checkBalanced(compiled.document.code, expanded.entries);
 
   const journal = deps.cache.journals.get(expanded.journalId, (id) => deps.st.journalById.get(id));
-  if (!journal) throw new EngineError('NOT_FOUND', `journal ${quote(expanded.journalId)} does not exist`);
+  if (!journal) throw notFound('journal', expanded.journalId);
   if (journal.status !== 'ACTIVE') {
     throw new EngineError('JOURNAL_LOCKED', `journal ${journal.name} (${journal.journal_id}) is ${journal.status}`);
   }
@@ -291,7 +293,7 @@ export function voidTransaction(
 ): Transaction {
   const properties = options.properties ?? null;
   if (properties !== null && (typeof properties !== 'object' || Array.isArray(properties))) {
-    throw new EngineError('BAD_REQUEST', `properties must be an object, got ${quote(properties)}`);
+    throw badInput('properties must be an object', properties);
   }
   return reverse(deps, transactionId, guard, {
     properties:
@@ -308,7 +310,7 @@ function reverse(
   gate: { properties: VelocityProperties | null; writer: Writer | undefined } | null,
 ): Transaction {
   const original = deps.st.transactionById.get(transactionId);
-  if (!original) throw new EngineError('NOT_FOUND', `transaction ${quote(transactionId)} does not exist`);
+  if (!original) throw notFound('transaction', transactionId);
   if (original.voided_by) {
     throw new EngineError(
       'ALREADY_VOIDED',
@@ -517,7 +519,7 @@ function insertEntries(deps: LedgerDeps, entries: readonly EntryRow[]): void {
 function entrySeqBlock(deps: LedgerDeps, entries: number): { seq: number } {
   // createEngine refuses an entriesPerTransactionMax past the block on PostgreSQL.
   if (entries > ENTRY_SEQ_BLOCK)
-    throw new Error(`bug: a posting of ${entries} entries passed entriesPerTransactionMax on PostgreSQL`);
+    throw bug(`bug: a posting of ${entries} entries passed entriesPerTransactionMax on PostgreSQL`);
   return { seq: deps.st.nextEntrySeqBlock!.get()! - 1 };
 }
 
@@ -553,9 +555,7 @@ function checkPostable(deps: LedgerDeps, accountIds: readonly string[]): void {
     checked.add(accountId);
     const account = cachedAccount(deps, accountId);
     if (!account) {
-      throw new EngineError('NOT_FOUND', `account ${quote(accountId)} does not exist`, {
-        hint: 'Create the account before posting to it.',
-      });
+      throw notFound('account', accountId, 'Create the account before posting to it.');
     }
     if (account.is_account_set === 1) {
       throw new EngineError(
@@ -713,8 +713,10 @@ export function expand(
     );
   }
   if (entries.length > deps.limits.entriesPerTransactionMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'entriesPerTransactionMax',
+      deps.limits.entriesPerTransactionMax,
+      entries.length,
       `tran code ${code} produced ${entries.length} entries; entriesPerTransactionMax is ${deps.limits.entriesPerTransactionMax}`,
     );
   }
@@ -730,12 +732,13 @@ function run(code: string, field: CompiledField, context: Record<string, unknown
         ? ((error as { summary?: string }).summary ?? error.message.split('\n')[0])
         : String(error);
     // A budget crossed (celCostMax, the request's deadline) is a limit, not a mistake in the template.
+    const budget = isBudgetError(error);
     throw new EngineError(
-      isBudgetError(error) ? 'LIMIT_EXCEEDED' : 'TRAN_CODE_ERROR',
+      budget ? 'LIMIT_EXCEEDED' : 'TRAN_CODE_ERROR',
       `tran code ${code}: ${field.path} = ${quote(field.source)} failed: ${message}`,
       {
         hint: (error as EngineError).hint ?? 'Check the expression against the params sent.',
-        details: { field: field.path, expression: field.source },
+        details: { ...(budget ? limitDetails(error) : {}), field: field.path, expression: field.source },
       },
     );
   }
@@ -833,7 +836,7 @@ function unitsOf(deps: LedgerDeps, code: string, field: CompiledField, value: un
     throw new EngineError(
       e.code === 'LIMIT_EXCEEDED' ? 'LIMIT_EXCEEDED' : 'TRAN_CODE_ERROR',
       `tran code ${code}: ${e.message}`,
-      { hint: e.hint },
+      { hint: e.hint, details: e.code === 'LIMIT_EXCEEDED' ? e.details : undefined },
     );
   }
   if (value instanceof CelMoney && value.currency !== currency) {

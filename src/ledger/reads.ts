@@ -1,4 +1,4 @@
-import { EngineError, quote } from '../errors.js';
+import { EngineError, notFound } from '../errors.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import { entriesAbove, entriesBelow } from './chains.js';
 import { cachedAccount, type LedgerDeps } from './deps.js';
@@ -7,7 +7,7 @@ import type { Entry, Transaction } from './records.js';
 
 export function getTransaction(deps: LedgerDeps, transactionId: string): Transaction {
   const row = deps.st.transactionById.get(transactionId);
-  if (!row) throw new EngineError('NOT_FOUND', `transaction ${quote(transactionId)} does not exist`);
+  if (!row) throw notFound('transaction', transactionId);
   return toTransaction(row);
 }
 
@@ -45,7 +45,7 @@ export function entriesOfTransaction(
 ): Connection<Entry> {
   const req = pageRequest<number>(first, after, deps.limits.pageSizeMax, 'number', 'transaction-entries');
   const txn = deps.st.transactionById.get(transactionId);
-  if (!txn) throw new EngineError('NOT_FOUND', `transaction ${quote(transactionId)} does not exist`);
+  if (!txn) throw notFound('transaction', transactionId);
   const end = txn.first_entry_seq + txn.entry_count;
   const rows = deps.st.entriesBySeqRange.all(txn.first_entry_seq + (req.after ?? 0), end, req.fetch);
   return toConnection(rows, req, (r) => r.sequence, toEntry);
@@ -88,6 +88,6 @@ export function entriesOfAccount(
 
 export function getEntry(deps: LedgerDeps, entryId: string): Entry {
   const row = deps.st.entryById.get(entryId);
-  if (!row) throw new EngineError('NOT_FOUND', `entry ${quote(entryId)} does not exist`);
+  if (!row) throw notFound('entry', entryId);
   return toEntry(row);
 }

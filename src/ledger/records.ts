@@ -1,4 +1,4 @@
-import { EngineError, quote } from '../errors.js';
+import { badInput, EngineError, limitExceeded, quote } from '../errors.js';
 
 export type Status = 'ACTIVE' | 'LOCKED';
 export type AccountStatus = 'ACTIVE' | 'LOCKED' | 'INACTIVE';
@@ -97,9 +97,7 @@ export function readJson(text: string | null): JsonObject | null {
 export function jsonObjectText(value: unknown, what: string, jsonBytesMax: number): string | null {
   if (value === undefined || value === null) return null;
   if (typeof value !== 'object' || Array.isArray(value)) {
-    throw new EngineError('BAD_REQUEST', `${what} must be a JSON object, got ${quote(value)}`, {
-      hint: 'Send an object such as {"tier": "gold"}.',
-    });
+    throw badInput(`${what} must be a JSON object`, value, 'Send an object such as {"tier": "gold"}.');
   }
   // A replacer makes JSON.stringify take its slow path: only values that are not plain JSON need one.
   const text = isPlainJson(value)
@@ -113,8 +111,10 @@ export function jsonObjectText(value: unknown, what: string, jsonBytesMax: numbe
         return v;
       });
   if (Buffer.byteLength(text) > jsonBytesMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'jsonBytesMax',
+      jsonBytesMax,
+      Buffer.byteLength(text),
       `${what} is ${Buffer.byteLength(text)} bytes; jsonBytesMax is ${jsonBytesMax}`,
       {
         hint: 'Keep metadata small; store large documents elsewhere and reference them.',
@@ -166,11 +166,11 @@ const CONTROL = /[\u0000-\u001f\u007f]/;
 
 export function requiredText(value: unknown, what: string, max = 256): string {
   if (typeof value !== 'string' || value.trim() === '') {
-    throw new EngineError('BAD_REQUEST', `${what} must be a non-empty string, got ${quote(value)}`);
+    throw badInput(`${what} must be a non-empty string`, value);
   }
   checkCharacters(value, what);
   if (value.length > max) {
-    throw new EngineError('LIMIT_EXCEEDED', `${what} is ${value.length} characters; the most is ${max}`);
+    throw limitExceeded('textCharsMax', max, value.length, `${what} is ${value.length} characters; the most is ${max}`);
   }
   return value.trim();
 }
@@ -195,10 +195,10 @@ function checkCharacters(value: string, what: string, freeText = false): void {
 
 export function optionalText(value: unknown, what: string, max = 4096): string | null {
   if (value === undefined || value === null) return null;
-  if (typeof value !== 'string') throw new EngineError('BAD_REQUEST', `${what} must be a string, got ${quote(value)}`);
+  if (typeof value !== 'string') throw badInput(`${what} must be a string`, value);
   checkCharacters(value, what, true);
   if (value.length > max) {
-    throw new EngineError('LIMIT_EXCEEDED', `${what} is ${value.length} characters; the most is ${max}`);
+    throw limitExceeded('textCharsMax', max, value.length, `${what} is ${value.length} characters; the most is ${max}`);
   }
   return value;
 }

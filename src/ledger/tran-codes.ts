@@ -1,4 +1,4 @@
-import { EngineError, quote } from '../errors.js';
+import { alreadyExists, EngineError, limitExceeded, notFound, quote } from '../errors.js';
 import { isReservedKey } from '../json.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { TranCodeRow, TranCodeVersionRow } from '../storage/statements/ledger.js';
@@ -163,8 +163,10 @@ export function compileTranCode(deps: LedgerDeps, document: TranCodeDocument): C
     );
   }
   if (document.entries.length > deps.limits.entriesPerTransactionMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'entriesPerTransactionMax',
+      deps.limits.entriesPerTransactionMax,
+      document.entries.length,
       `tran code has ${document.entries.length} entries; entriesPerTransactionMax is ${deps.limits.entriesPerTransactionMax}`,
     );
   }
@@ -197,8 +199,10 @@ export function compileParams(
   fail: (message: string, hint?: string) => EngineError,
 ): CompiledTranCode['params'] {
   if (definitions.length > deps.limits.tranCodeParamsMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'tranCodeParamsMax',
+      deps.limits.tranCodeParamsMax,
+      definitions.length,
       `${owner} declares ${definitions.length} params; tranCodeParamsMax is ${deps.limits.tranCodeParamsMax}`,
     );
   }
@@ -275,9 +279,7 @@ function buildDocument(
 
 export function createTranCode(deps: LedgerDeps, input: TranCodeInput): TranCode {
   if (deps.st.tranCodeById.get(input.tranCodeId)) {
-    throw new EngineError('ALREADY_EXISTS', `tran code ${quote(input.tranCodeId)} already exists`, {
-      hint: 'Use updateTranCode to make a new version.',
-    });
+    throw alreadyExists('tran code', input.tranCodeId, 'Use updateTranCode to make a new version.');
   }
   const code = requiredText(input.code, 'code', 64);
   if (!CODE_PATTERN.test(code)) {
@@ -331,9 +333,11 @@ export function findTranCodeRow(deps: LedgerDeps, ref: { id?: string | null; cod
   else if (ref.code) row = deps.st.tranCodeByCode.get(ref.code);
   else throw new EngineError('BAD_REQUEST', 'tranCode needs an id or a code');
   if (!row) {
-    throw new EngineError('NOT_FOUND', `tran code ${quote(ref.id ?? ref.code)} does not exist`, {
-      hint: 'Create it with createTranCode, or check the spelling (codes are case-sensitive).',
-    });
+    throw notFound(
+      'tran code',
+      ref.id ?? ref.code,
+      'Create it with createTranCode, or check the spelling (codes are case-sensitive).',
+    );
   }
   return row;
 }

@@ -1,6 +1,6 @@
 import { CelDecimal, jsonToCel } from '../cel/values.js';
 import { addText, Dec, scaleOf, subText, withScale } from '../decimal.js';
-import { EngineError, quote } from '../errors.js';
+import { alreadyExists, badInput, EngineError, limitExceeded, notFound, quote } from '../errors.js';
 import { canonicalJson } from '../ids.js';
 import { isReservedKey, setOwn } from '../json.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
@@ -181,8 +181,7 @@ function toAttachment(row: VelocityAttachmentRow): Attachment {
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
 
 function compileCel(deps: LedgerDeps, what: string, source: unknown): void {
-  if (typeof source !== 'string' || source.trim() === '')
-    throw new EngineError('BAD_REQUEST', `${what} must be a CEL expression, got ${quote(source)}`);
+  if (typeof source !== 'string' || source.trim() === '') throw badInput(`${what} must be a CEL expression`, source);
   try {
     deps.cel.compile(source);
   } catch (error) {
@@ -206,8 +205,10 @@ function limitDocument(deps: LedgerDeps, input: VelocityLimitInput): VelocityLim
   if (new Set(window.map((k) => k.alias)).size !== window.length)
     throw new EngineError('BAD_REQUEST', 'window aliases must be distinct');
   if (window.length > deps.limits.velocityWindowKeysMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'velocityWindowKeysMax',
+      deps.limits.velocityWindowKeysMax,
+      window.length,
       `window has ${window.length} keys; velocityWindowKeysMax is ${deps.limits.velocityWindowKeysMax}`,
     );
   }
@@ -225,8 +226,10 @@ function limitDocument(deps: LedgerDeps, input: VelocityLimitInput): VelocityLim
     });
   }
   if (balance.length > LAYERS.length * 2)
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'limitBalanceEntriesMax',
+      LAYERS.length * 2,
+      balance.length,
       `limit.balance has ${balance.length} entries; at most ${LAYERS.length * 2}`,
     );
   const limits = balance.map((b, i) => {
@@ -263,9 +266,7 @@ function limitDocument(deps: LedgerDeps, input: VelocityLimitInput): VelocityLim
 
 export function createVelocityLimit(deps: LedgerDeps, input: VelocityLimitInput): VelocityLimit {
   if (deps.vel.limitById.get(input.velocityLimitId))
-    throw new EngineError('ALREADY_EXISTS', `velocity limit ${quote(input.velocityLimitId)} already exists`, {
-      hint: 'Use updateVelocityLimit to change it.',
-    });
+    throw alreadyExists('velocity limit', input.velocityLimitId, 'Use updateVelocityLimit to change it.');
   const now = deps.clock.now().toISOString();
   const row: VelocityLimitRow = {
     velocity_limit_id: input.velocityLimitId,
@@ -325,10 +326,7 @@ export function deleteVelocityLimit(deps: LedgerDeps, id: string): VelocityLimit
 
 export function getVelocityLimit(deps: LedgerDeps, id: string): VelocityLimit {
   const row = deps.vel.limitById.get(id);
-  if (!row)
-    throw new EngineError('NOT_FOUND', `velocity limit ${quote(id)} does not exist`, {
-      hint: 'Create it with createVelocityLimit.',
-    });
+  if (!row) throw notFound('velocity limit', id, 'Create it with createVelocityLimit.');
   return toLimit(row);
 }
 
@@ -349,9 +347,7 @@ function enforcementOf(input: VelocityControlInput['enforcement'], fallback: Enf
 
 export function createVelocityControl(deps: LedgerDeps, input: VelocityControlInput): VelocityControl {
   if (deps.vel.controlById.get(input.velocityControlId))
-    throw new EngineError('ALREADY_EXISTS', `velocity control ${quote(input.velocityControlId)} already exists`, {
-      hint: 'Use updateVelocityControl to change it.',
-    });
+    throw alreadyExists('velocity control', input.velocityControlId, 'Use updateVelocityControl to change it.');
   if (input.condition != null) compileCel(deps, 'condition', input.condition);
   const now = deps.clock.now().toISOString();
   const row: VelocityControlRow = {
@@ -416,10 +412,7 @@ export function deleteVelocityControl(deps: LedgerDeps, id: string): VelocityCon
 
 function findControlRow(deps: LedgerDeps, id: string): VelocityControlRow {
   const row = deps.vel.controlById.get(id);
-  if (!row)
-    throw new EngineError('NOT_FOUND', `velocity control ${quote(id)} does not exist`, {
-      hint: 'Create it with createVelocityControl.',
-    });
+  if (!row) throw notFound('velocity control', id, 'Create it with createVelocityControl.');
   return row;
 }
 
@@ -453,8 +446,10 @@ export function addLimitToControl(deps: LedgerDeps, controlId: string, limitId: 
   }
   const count = deps.vel.controlLimitCount.get(controlId) ?? 0;
   if (count >= deps.limits.velocityLimitsPerControlMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'velocityLimitsPerControlMax',
+      deps.limits.velocityLimitsPerControlMax,
+      count + 1,
       `velocity control ${control.name} has ${count} limits; velocityLimitsPerControlMax is ${deps.limits.velocityLimitsPerControlMax}`,
     );
   }
@@ -486,13 +481,15 @@ export function attachVelocityControl(
 ): Attachment {
   const control = findControlRow(deps, args.velocityControlId);
   const target = deps.st.accountById.get(args.accountId);
-  if (!target) throw new EngineError('NOT_FOUND', `account or account set ${quote(args.accountId)} does not exist`);
-  if (args.journalId != null && !deps.st.journalById.get(args.journalId))
-    throw new EngineError('NOT_FOUND', `journal ${quote(args.journalId)} does not exist`);
+  if (!target) throw notFound('account or account set', args.accountId);
+  if (args.journalId != null && !deps.st.journalById.get(args.journalId)) throw notFound('journal', args.journalId);
   const existing = deps.vel.attachment.get(args.accountId, args.velocityControlId);
-  if (!existing && deps.vel.attachmentsOf.all(args.accountId).length >= deps.limits.velocityControlsPerAccountMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+  const attached = existing ? 0 : deps.vel.attachmentsOf.all(args.accountId).length;
+  if (!existing && attached >= deps.limits.velocityControlsPerAccountMax) {
+    throw limitExceeded(
+      'velocityControlsPerAccountMax',
+      deps.limits.velocityControlsPerAccountMax,
+      attached + 1,
       `${target.code} has ${deps.limits.velocityControlsPerAccountMax} velocity controls attached; velocityControlsPerAccountMax is ${deps.limits.velocityControlsPerAccountMax}`,
       {
         hint: 'Each posting checks every control of its accounts and their sets: combine limits into fewer controls.',
@@ -672,8 +669,10 @@ function evaluate(deps: LedgerDeps, expression: string, context: Record<string, 
     return deps.cel.evaluate(expression, context);
   } catch (error) {
     const e = error as EngineError;
+    // A limit crossed keeps saying which (details); a CEL error's position is in its message.
     throw new EngineError(e.code === 'LIMIT_EXCEEDED' ? 'LIMIT_EXCEEDED' : 'CEL_ERROR', `${what}: ${e.message}`, {
       hint: e.hint,
+      details: e.code === 'LIMIT_EXCEEDED' ? e.details : undefined,
     });
   }
 }
@@ -1370,10 +1369,10 @@ export function velocityOf(
   },
 ): VelocityBalance[] {
   const target = deps.st.accountById.get(args.accountId);
-  if (!target) throw new EngineError('NOT_FOUND', `account or account set ${quote(args.accountId)} does not exist`);
+  if (!target) throw notFound('account or account set', args.accountId);
   const window = (args.window ?? {}) as Record<string, unknown>;
   if (typeof window !== 'object' || Array.isArray(window))
-    throw new EngineError('BAD_REQUEST', `window must be a JSON object of values by alias, got ${quote(window)}`);
+    throw badInput('window must be a JSON object of values by alias', window);
   const currency = args.currency ?? 'USD';
   const journalId = args.journalId ?? target.journal_id ?? DEFAULT_JOURNAL_ID;
   const out: VelocityBalance[] = [];

@@ -1,5 +1,5 @@
 import { checkCelValueSize } from '../cel/cel.js';
-import { EngineError, quote } from '../errors.js';
+import { alreadyExists, EngineError, limitExceeded, notFound, quote } from '../errors.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { EntryRow, TransactionRow } from '../storage/statements/ledger.js';
 import type { IndexRow, ViewRecordRow, ViewRow, ViewVersionRow } from '../storage/statements/views.js';
@@ -202,8 +202,10 @@ function compileView(deps: LedgerDeps, input: ViewInput, row?: ViewRow): Compile
   if (!Array.isArray(input.document) || input.document.length === 0)
     throw badDefinition(`${what} needs at least one document field`);
   if (input.document.length > limits.viewDocumentFieldsMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'viewDocumentFieldsMax',
+      limits.viewDocumentFieldsMax,
+      input.document.length,
       `${what} has ${input.document.length} document fields; viewDocumentFieldsMax is ${limits.viewDocumentFieldsMax}`,
       {
         hint: 'Split the view in two, or compute fewer fields.',
@@ -305,10 +307,7 @@ function storedDefinition(view: View): string {
 
 function viewOf(deps: LedgerDeps, name: string): CompiledView {
   const row = deps.views.viewByName.get(name);
-  if (!row)
-    throw new EngineError('NOT_FOUND', `view ${quote(name)} does not exist`, {
-      hint: 'List views with schema { views(first:) }.',
-    });
+  if (!row) throw notFound('view', name, 'List views with schema { views(first:) }.');
   return viewFromRow(deps, row);
 }
 
@@ -316,15 +315,17 @@ export function createView(deps: LedgerDeps, input: ViewInput): View {
   // Every check before any write: a bad definition writes nothing.
   const compiled = compileView(deps, input);
   if (deps.views.viewByName.get(compiled.view.name)) {
-    throw new EngineError('ALREADY_EXISTS', `view ${quote(compiled.view.name)} already exists`, {
-      hint: 'Pick another name, or deleteView first.',
-    });
+    throw alreadyExists('view', compiled.view.name, 'Pick another name, or deleteView first.');
   }
   const count = deps.views.countViews.get()!;
   if (count >= deps.limits.viewsMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `there are already ${count} views; viewsMax is ${deps.limits.viewsMax}`, {
-      hint: 'Every posting evaluates every view on its records: delete views you no longer read.',
-    });
+    throw limitExceeded(
+      'viewsMax',
+      deps.limits.viewsMax,
+      count + 1,
+      `there are already ${count} views; viewsMax is ${deps.limits.viewsMax}`,
+      { hint: 'Every posting evaluates every view on its records: delete views you no longer read.' },
+    );
   }
   const now = deps.clock.now().toISOString();
   const viewId = deps.newId();
@@ -369,8 +370,10 @@ export function createIndex(deps: LedgerDeps, input: IndexInput): IndexRecord {
   }
   const count = deps.views.countIndexes.get()!;
   if (count >= deps.limits.indexesMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'indexesMax',
+      deps.limits.indexesMax,
+      count + 1,
       `there are already ${count} custom indexes; indexesMax is ${deps.limits.indexesMax}`,
       {
         hint: 'Every posting maintains every index on its records: delete indexes you no longer read.',
@@ -592,8 +595,10 @@ function applyView(deps: LedgerDeps, view: CompiledView, event: SourceEvent, U: 
         hint: 'e.g. [context.trigger.new.account_id] + context.trigger.new.parent_account_ids',
       });
     if (list.length > deps.limits.viewRecordsPerSourceMax) {
-      throw new EngineError(
-        'LIMIT_EXCEEDED',
+      throw limitExceeded(
+        'viewRecordsPerSourceMax',
+        deps.limits.viewRecordsPerSourceMax,
+        list.length,
         `${what} normalize gave ${list.length} records for one ${event.entity}; viewRecordsPerSourceMax is ${deps.limits.viewRecordsPerSourceMax}`,
         {
           hint: 'Normalize over fewer values (an entry touches its account and the sets above it).',
@@ -620,8 +625,10 @@ function applyView(deps: LedgerDeps, view: CompiledView, event: SourceEvent, U: 
     }
     const document = JSON.stringify(next.json);
     if (Buffer.byteLength(document) > deps.limits.jsonBytesMax) {
-      throw new EngineError(
-        'LIMIT_EXCEEDED',
+      throw limitExceeded(
+        'jsonBytesMax',
+        deps.limits.jsonBytesMax,
+        Buffer.byteLength(document),
         `${what}: a document of ${Buffer.byteLength(document)} bytes is larger than jsonBytesMax (${deps.limits.jsonBytesMax})`,
       );
     }

@@ -12,7 +12,7 @@
  *    the recorded error whenever the SDK call fails.
  * The body is streamed after the SDK's retry decision, so a too-large answer is never retried.
  */
-import { EngineError } from '../errors.js';
+import { EngineError, limitExceeded } from '../errors.js';
 import type { ProviderConfig } from './types.js';
 
 export interface HttpCallState {
@@ -33,13 +33,15 @@ export function boundedCountingFetch(
   state: HttpCallState,
   inner: FetchLike = globalThis.fetch,
 ): FetchLike {
-  const limitError = (): EngineError =>
-    (state.limitError ??= new EngineError(
-      'LIMIT_EXCEEDED',
+  const limitError = (seen: number): EngineError =>
+    (state.limitError ??= limitExceeded(
+      'modelResponseBytesMax',
+      maxBytes,
+      seen,
       `provider ${provider}: the answer is larger than modelResponseBytesMax (${maxBytes} bytes)`,
       {
         hint: 'Ask for a shorter answer (lower maxTokens), or raise modelResponseBytesMax in the engine limits.',
-        details: { provider, limit: 'modelResponseBytesMax', max: maxBytes },
+        details: { provider },
       },
     ));
 
@@ -59,7 +61,7 @@ export function boundedCountingFetch(
         }
         seen += value.byteLength;
         if (seen > maxBytes) {
-          const error = limitError();
+          const error = limitError(seen);
           controller.error(error);
           await reader.cancel(error).catch(() => undefined);
           return;

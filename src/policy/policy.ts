@@ -1,6 +1,6 @@
 import type { Cel } from '../cel/cel.js';
 import { jsonToCel } from '../cel/values.js';
-import { EngineError, quote } from '../errors.js';
+import { EngineError, limitExceeded, quote } from '../errors.js';
 
 export type PolicyEffect = 'ALLOW' | 'DENY';
 export type PolicyAction = 'SELECT' | 'INSERT' | 'UPDATE' | 'DELETE';
@@ -150,9 +150,15 @@ export type PolicyInput = Parameters<typeof parsePolicy>[1];
 /** Validate a list of policies from the wire: at most `policiesMax` of them. */
 export function parsePolicies(cel: Cel, policies: readonly PolicyInput[], policiesMax: number): Policy[] {
   if (policies.length > policiesMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `${policies.length} policies; policiesMax is ${policiesMax}`, {
-      hint: 'Use wildcards in resources and fewer, broader policies.',
-    });
+    throw limitExceeded(
+      'policiesMax',
+      policiesMax,
+      policies.length,
+      `${policies.length} policies; policiesMax is ${policiesMax}`,
+      {
+        hint: 'Use wildcards in resources and fewer, broader policies.',
+      },
+    );
   }
   return policies.map((p, i) => parsePolicy(cel, p, `policies[${i}]`));
 }

@@ -1,6 +1,6 @@
 import { NATIVE_TOOLS, type SkillReference } from '../actions/actions.js';
 import type { Clock } from '../clock.js';
-import { EngineError, quote } from '../errors.js';
+import { alreadyExists, badInput, EngineError, limitExceeded, notFound, quote } from '../errors.js';
 import type { Limits } from '../limits.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { ActionStatements } from '../storage/statements/actions.js';
@@ -104,13 +104,17 @@ function checkName(name: unknown): string {
 
 function checkDescription(description: unknown): string {
   if (typeof description !== 'string' || description.trim() === '') {
-    throw new EngineError('BAD_REQUEST', `a skill's description must be non-empty text, got ${quote(description)}`, {
-      hint: 'Say in a sentence what the skill is for: the model reads it to decide whether to load the skill.',
-    });
+    throw badInput(
+      "a skill's description must be non-empty text",
+      description,
+      'Say in a sentence what the skill is for: the model reads it to decide whether to load the skill.',
+    );
   }
   if (description.length > SKILL_DESCRIPTION_CHARS_MAX) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'skillDescriptionCharsMax',
+      SKILL_DESCRIPTION_CHARS_MAX,
+      description.length,
       `the skill's description is ${description.length} characters; at most ${SKILL_DESCRIPTION_CHARS_MAX}`,
       {
         hint: 'Keep the description to a sentence or two; the guidance goes in the body.',
@@ -122,13 +126,17 @@ function checkDescription(description: unknown): string {
 
 function checkBody(body: unknown, limits: Readonly<Limits>): string {
   if (typeof body !== 'string' || body.trim() === '') {
-    throw new EngineError('BAD_REQUEST', `a skill's body must be non-empty markdown, got ${quote(body)}`, {
-      hint: 'Write the guidance the model loads with load_skill.',
-    });
+    throw badInput(
+      "a skill's body must be non-empty markdown",
+      body,
+      'Write the guidance the model loads with load_skill.',
+    );
   }
   if (body.length > limits.skillBodyCharsMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'skillBodyCharsMax',
+      limits.skillBodyCharsMax,
+      body.length,
       `the skill's body is ${body.length} characters; skillBodyCharsMax is ${limits.skillBodyCharsMax}`,
       {
         hint: 'Shorten the body, or split it into several skills.',
@@ -141,12 +149,16 @@ function checkBody(body: unknown, limits: Readonly<Limits>): string {
 
 function checkTools(deps: SkillDeps, tools: unknown): string[] {
   if (!Array.isArray(tools))
-    throw new EngineError('BAD_REQUEST', `a skill's tools must be a list of tool names, got ${quote(tools)}`, {
-      hint: 'Send tools: ["balance", "transfer"], or [].',
-    });
+    throw badInput(
+      "a skill's tools must be a list of tool names",
+      tools,
+      'Send tools: ["balance", "transfer"], or [].',
+    );
   if (tools.length > deps.limits.toolReferencesMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'toolReferencesMax',
+      deps.limits.toolReferencesMax,
+      tools.length,
       `${tools.length} tools; toolReferencesMax is ${deps.limits.toolReferencesMax}`,
       { hint: 'List only the tools the guidance is about.' },
     );
@@ -154,9 +166,7 @@ function checkTools(deps: SkillDeps, tools: unknown): string[] {
   const seen = new Set<string>();
   tools.forEach((name: unknown, i) => {
     if (typeof name !== 'string')
-      throw new EngineError('BAD_REQUEST', `tools[${i}] must be a tool name, got ${quote(name)}`, {
-        hint: 'List tool names as strings.',
-      });
+      throw badInput(`tools[${i}] must be a tool name`, name, 'List tool names as strings.');
     if (!(NATIVE_TOOLS as readonly string[]).includes(name) && !deps.actions.actionByName.get(name)) {
       throw new EngineError('NOT_FOUND', `tools[${i}] names tool ${quote(name)}, which does not exist`, {
         hint: 'Create that tool first, or fix the name.',
@@ -199,9 +209,7 @@ export function createSkill(deps: SkillDeps, skillId: string, input: SkillInput)
   }
   const name = checkName(input.name);
   if (deps.st.skillByName.get(name)) {
-    throw new EngineError('ALREADY_EXISTS', `a skill named ${quote(name)} already exists`, {
-      hint: 'Choose another name, or update that skill with updateSkill.',
-    });
+    throw alreadyExists('a skill named', name, 'Choose another name, or update that skill with updateSkill.');
   }
   const description = checkDescription(input.description);
   const body = checkBody(input.body, deps.limits);
@@ -215,10 +223,7 @@ export function createSkill(deps: SkillDeps, skillId: string, input: SkillInput)
 /** Make the next version of a skill; fields left out are kept (an update that changes nothing still makes one). */
 export function updateSkill(deps: SkillDeps, skillId: string, input: SkillInput): Skill {
   const row = deps.st.skillById.get(skillId);
-  if (!row)
-    throw new EngineError('NOT_FOUND', `skill ${quote(skillId)} does not exist`, {
-      hint: 'Create it with createSkill, or check the id.',
-    });
+  if (!row) throw notFound('skill', skillId, 'Create it with createSkill, or check the id.');
   if (input.name != null && input.name !== row.name) {
     throw new EngineError('BAD_REQUEST', `a skill cannot be renamed (${row.name} → ${quote(input.name)})`, {
       hint: 'Leave name out, or create a new skill.',
@@ -238,9 +243,7 @@ export function updateSkill(deps: SkillDeps, skillId: string, input: SkillInput)
 export function getSkill(deps: SkillDeps, name: string, version?: number | null): Skill {
   const row = deps.st.skillByName.get(name);
   if (!row)
-    throw new EngineError('NOT_FOUND', `skill ${quote(name)} does not exist`, {
-      hint: 'Create it with createSkill (or skills/<name>.md in a project), or check the name.',
-    });
+    throw notFound('skill', name, 'Create it with createSkill (or skills/<name>.md in a project), or check the name.');
   const wanted = version ?? row.latest_version;
   const stored = deps.st.version.get(row.skill_id, wanted);
   if (!stored) {

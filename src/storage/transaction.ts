@@ -1,7 +1,7 @@
 import type { Statement } from 'better-sqlite3';
 import type { Db } from './database.js';
-import { mapDriverError } from './driver-errors.js';
-import { EngineError } from '../errors.js';
+import { isConflict, mapDriverError } from './driver-errors.js';
+import { assert, EngineError } from '../errors.js';
 import type { CacheEpoch } from './record-cache.js';
 
 /** What became of one unit of a batch (see TransactionManager.runBatch). */
@@ -106,7 +106,7 @@ export class TransactionManager {
    * `fn` returns whether to commit; throwing rolls back.
    */
   run<T>(mode: 'read' | 'write', fn: () => { value: T; commit: boolean }): T {
-    if (this.db.inTransaction) throw new Error('bug: a transaction is already open on this connection');
+    assert(!this.db.inTransaction, 'bug: a transaction is already open on this connection');
     const began = performance.now();
     for (let attempt = 0; ; attempt++) {
       try {
@@ -209,7 +209,7 @@ export class TransactionManager {
     units: ReadonlyArray<() => { value: T; commit: boolean }>,
     more: (ran: number) => boolean = () => true,
   ): BatchOutcome<T>[] {
-    if (this.db.inTransaction) throw new Error('bug: a transaction is already open on this connection');
+    assert(!this.db.inTransaction, 'bug: a transaction is already open on this connection');
     const began = performance.now();
     const outcomes = this.runBatchOnce(units, (ran) => ran < this.groupMax && more(ran));
     // A lost race (PostgreSQL) fails the whole group, at its COMMIT or at the unit that met it.
@@ -319,7 +319,7 @@ export class TransactionManager {
    * to (and released) when it throws, so a failed call leaves no writes behind.
    */
   savepoint<T>(fn: () => T): T {
-    if (!this.db.inTransaction) throw new Error('bug: savepoint outside a transaction');
+    assert(this.db.inTransaction, 'bug: savepoint outside a transaction');
     const doomed = this.doomed();
     if (doomed) throw doomed;
     const depth = ++this.savepointDepth;
@@ -412,16 +412,3 @@ export class TransactionManager {
 }
 
 const SLEEP = new Int32Array(new SharedArrayBuffer(4));
-
-/** PostgreSQL's serialization failure (40001), deadlock (40P01) or lock wait timeout (55P03), as thrown or as the cause of a mapped error. */
-export function isConflict(error: unknown): boolean {
-  for (
-    let e: unknown = error, depth = 0;
-    e && typeof e === 'object' && depth < 4;
-    e = (e as { cause?: unknown }).cause, depth++
-  ) {
-    const code = (e as { code?: unknown }).code;
-    if (code === 'PG_40001' || code === 'PG_40P01' || code === 'PG_55P03') return true;
-  }
-  return false;
-}

@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module';
 import { EngineError } from '../../errors.js';
+import { isConflictSqlState } from '../driver-errors.js';
 import { type Binding, toPostgres } from './dialect.js';
 
 /**
@@ -461,7 +462,7 @@ export class PgConnection {
       fields.sqlState ?? 'XX000',
       fields.messageDetail,
     );
-    if (isConflict(error.sqlState) && this.inTransaction) this.doomed_ = error;
+    if (isConflictSqlState(error.sqlState) && this.inTransaction) this.doomed_ = error;
     throw error;
   }
 }
@@ -521,14 +522,6 @@ function pragmaQuery(source: string): string | undefined {
   if (name === 'data_version') return 'SELECT version AS data_version FROM tally_data_version';
   if (name === 'user_version') return "SELECT version AS user_version FROM schema_version WHERE name = 'tally'";
   return undefined;
-}
-
-/**
- * 40001 serialization_failure, 40P01 deadlock_detected, 55P03 lock_not_available (a lock wait
- * past lock_timeout, see pragma): the transaction lost a race and may run again.
- */
-function isConflict(sqlState: string): boolean {
-  return sqlState === '40001' || sqlState === '40P01' || sqlState === '55P03';
 }
 
 /**

@@ -1,5 +1,6 @@
 import { isPostgres } from '../backend.js';
 import type { Db } from '../database.js';
+import { bug } from '../../errors.js';
 
 /** Rows exactly as stored. Amount columns are decimal strings. */
 export interface JournalRow {
@@ -543,7 +544,7 @@ export interface ByNumber<S> {
 export function byNumber<S>(max: number, build: (n: number) => S): ByNumber<S> {
   const prepared: S[] = [];
   const get = ((n: number) => {
-    if (!Number.isInteger(n) || n < 1 || n > max) throw new Error(`bug: statement ${n} of 1 to ${max}`);
+    if (!Number.isInteger(n) || n < 1 || n > max) throw bug(`bug: statement ${n} of 1 to ${max}`);
     return (prepared[n] ??= build(n));
   }) as ByNumber<S>;
   get.all = () => Array.from({ length: max }, (_, i) => get(i + 1));
