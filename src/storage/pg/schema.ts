@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3';
 import { EngineError } from '../../errors.js';
-import { migrate } from '../database.js';
+import { migrate } from '../migrate.js';
 import { MIGRATIONS, POSTGRES_FIRST } from '../migrations.js';
 import { CACHED_TABLES, TOOL_TABLES } from '../record-cache.js';
 import type { PgConnection } from './connection.js';
