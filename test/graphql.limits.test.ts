@@ -240,7 +240,13 @@ describe('a cost budget, computed before any resolver runs (review case 5)', () 
     expect(query.length).toBe(175);
     const error = limitExceeded(engine.graphql(query, null, { apiKey: reader }));
     // 1 + 1000 × (1 + 1 + 1000 × (1 + 1 + 1 + 1 + 10 × (1 + 1 + 1 + 1 + 100 × (1 + 1))))
-    expect(error.details).toEqual({ cost: 2_033_002_001, queryCostMax: DEFAULT_LIMITS.queryCostMax });
+    expect(error.details).toEqual({
+      limit: 'queryCostMax',
+      max: DEFAULT_LIMITS.queryCostMax,
+      actual: 2_033_002_001,
+      cost: 2_033_002_001,
+      queryCostMax: DEFAULT_LIMITS.queryCostMax,
+    });
     expect(error.message).toBe(`the operation costs 2033002001; queryCostMax is ${DEFAULT_LIMITS.queryCostMax}`);
     expect(error.hint).toContain('smaller `first`');
     expect(limitExceeded(engine.graphql(fanOut(1000, 10, 1000), null, { apiKey: reader })).details!.cost).toBe(
@@ -275,6 +281,9 @@ describe('a cost budget, computed before any resolver runs (review case 5)', () 
       'query($n: Int!) { accounts(first: $n) { nodes { entries(first: $n) { nodes { transaction { entries(first: $n) { nodes { units } } } } } } } }';
     expect(engine.graphql(query, { n: 10 }, { apiKey: reader }).errors).toBeUndefined();
     expect(limitExceeded(engine.graphql(query, { n: 1000 }, { apiKey: reader })).details).toEqual({
+      limit: 'queryCostMax',
+      max: DEFAULT_LIMITS.queryCostMax,
+      actual: 2_003_002_001,
       cost: 2_003_002_001,
       queryCostMax: DEFAULT_LIMITS.queryCostMax,
     });
@@ -290,6 +299,9 @@ describe('a cost budget, computed before any resolver runs (review case 5)', () 
     const strict = await newEngine({ limits: { queryCostMax: 11 } });
     ok(strict, '{ accounts(first: 5) { nodes { code } } }'); // 1 + 5 × (1 + 1)
     expect(limitExceeded(strict.graphql('{ accounts(first: 6) { nodes { code } } }')).details).toEqual({
+      limit: 'queryCostMax',
+      max: 11,
+      actual: 13,
       cost: 13,
       queryCostMax: 11,
     });
@@ -423,7 +435,7 @@ describe('resultBytesMax: the result is bounded too, behind the cost', () => {
       engine.graphql(create, { i: { accountId: id(1), code: 'BIG', name: 'big', metadata } }),
     );
     expect(error.message).toBe('the result is over 2000 bytes; resultBytesMax is 2000');
-    expect(error.details).toEqual({ resultBytesMax: 2000 });
+    expect(error.details).toEqual({ limit: 'resultBytesMax', max: 2000, actual: null, resultBytesMax: 2000 });
     expect(fails(engine, `{ account(id: "${id(1)}") { code } }`).code).toBe('NOT_FOUND');
     // Selecting less, the same mutation commits; reading the large value back is refused.
     ok(engine, 'mutation($i: AccountInput!) { createAccount(input: $i) { accountId } }', {

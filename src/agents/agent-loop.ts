@@ -1,5 +1,5 @@
 import { type ActionVersion, LOAD_SKILL_TOOL, NATIVE_TOOLS, type ToolReference } from '../actions/actions.js';
-import { EngineError } from '../errors.js';
+import { limitExceeded } from '../errors.js';
 import type { ModelMessage, ModelToolResult } from '../models/types.js';
 import { referencedVersion } from '../execution/call-rules.js';
 import { succeeded } from '../execution/checks.js';
@@ -173,8 +173,10 @@ export async function runAgent(
   let corrections = 0;
   for (let turn = 1; ; turn++) {
     if (turn > config.maxTurns) {
-      throw new EngineError(
-        'LIMIT_EXCEEDED',
+      throw limitExceeded(
+        'config.maxTurns',
+        config.maxTurns,
+        turn,
         `${agent.name} did not answer within maxTurns (${config.maxTurns}) model turns`,
         { hint: 'Raise config.maxTurns (at most agentTurnsMax), or make the task smaller.' },
       );
@@ -199,8 +201,10 @@ export async function runAgent(
     for (const [index, call] of answer.toolCalls.entries()) {
       toolCalls++;
       if (toolCalls > config.maxToolCalls) {
-        throw new EngineError(
-          'LIMIT_EXCEEDED',
+        throw limitExceeded(
+          'config.maxToolCalls',
+          config.maxToolCalls,
+          toolCalls,
           `${agent.name} asked for tool call ${toolCalls}; its maxToolCalls is ${config.maxToolCalls}`,
           {
             hint: 'Raise config.maxToolCalls (at most agentToolCallsMax), or give the agent tools that do more per call.',

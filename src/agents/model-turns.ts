@@ -1,5 +1,5 @@
 import { type ActionVersion, getVersion } from '../actions/actions.js';
-import { EngineError } from '../errors.js';
+import { EngineError, limitExceeded } from '../errors.js';
 import type { ModelMessage, ModelResponse, ModelToolCall } from '../models/types.js';
 import { type CallNode, type ModelCallRecord, persistTree } from '../execution/call-tree.js';
 import { checkRunnable } from '../execution/call-rules.js';
@@ -52,8 +52,10 @@ export async function modelTurn(
   }));
   const bytes = Buffer.byteLength(JSON.stringify(request.messages));
   if (bytes > svc.limits.agentConversationBytesMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'agentConversationBytesMax',
+      svc.limits.agentConversationBytesMax,
+      bytes,
       `the conversation of ${ctx.version.name} is ${bytes} bytes at turn ${turn}; agentConversationBytesMax is ${svc.limits.agentConversationBytesMax}`,
       {
         hint: 'Have the tools return less (ids and totals), or give the agent fewer turns.',

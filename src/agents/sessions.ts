@@ -1,5 +1,5 @@
 import { type ActionVersion, getVersion, runsOutsideTransactions } from '../actions/actions.js';
-import { EngineError, quote } from '../errors.js';
+import { EngineError, quote, limitExceeded } from '../errors.js';
 import { canonicalJson, derivedId, fingerprint } from '../ids.js';
 import type { CallFrame, Caller } from '../execution/call-tree.js';
 import { checkInputBytes, validate } from '../execution/checks.js';
@@ -188,8 +188,10 @@ export function sendMessage(
   if (request.text.trim() === '')
     throw new EngineError('BAD_REQUEST', 'text is empty', { hint: 'Send what the person said.' });
   if (request.text.length > svc.limits.sessionMessageCharsMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'sessionMessageCharsMax',
+      svc.limits.sessionMessageCharsMax,
+      request.text.length,
       `the message is ${request.text.length} characters; sessionMessageCharsMax is ${svc.limits.sessionMessageCharsMax}`,
       { hint: 'Send a shorter message.' },
     );
@@ -315,8 +317,10 @@ export function decide(
       hint: 'A person decides, as a client (GraphQL, tally approve).',
     });
   if (reason !== null && reason.length > svc.limits.sessionMessageCharsMax)
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'sessionMessageCharsMax',
+      svc.limits.sessionMessageCharsMax,
+      reason.length,
       `the reason is ${reason.length} characters; sessionMessageCharsMax is ${svc.limits.sessionMessageCharsMax}`,
     );
   const now = svc.clock.now();

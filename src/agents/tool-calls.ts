@@ -1,5 +1,5 @@
 import { type ActionVersion, getVersion, LOAD_SKILL_TOOL, runsOutsideTransactions } from '../actions/actions.js';
-import { EngineError, type ErrorData } from '../errors.js';
+import { EngineError, type ErrorData, limitExceeded } from '../errors.js';
 import { derivedId } from '../ids.js';
 import type { ModelToolCall } from '../models/types.js';
 import { type CallNode, persistTree, rowToNode } from '../execution/call-tree.js';
@@ -359,8 +359,10 @@ async function nestedRun(
   try {
     step(ctx, () => {
       if (depth > svc.limits.toolDepthMax) {
-        throw new EngineError(
-          'LIMIT_EXCEEDED',
+        throw limitExceeded(
+          'toolDepthMax',
+          svc.limits.toolDepthMax,
+          depth,
           `${version.name} would run at tool depth ${depth}; toolDepthMax is ${svc.limits.toolDepthMax}`,
           { hint: 'Flatten the chain of agents calling agents.' },
         );

@@ -1,6 +1,6 @@
 import { type ActionVersion, runsOutsideTransactions, type ToolReference } from '../actions/actions.js';
 import { celToJson, jsonToCel } from '../cel/values.js';
-import { EngineError } from '../errors.js';
+import { EngineError, limitExceeded } from '../errors.js';
 import type { CallFrame, CallNode } from './call-tree.js';
 import type { ExecutionRow } from '../storage/statements/actions.js';
 import type { ExecutionServices } from './services.js';
@@ -59,8 +59,10 @@ export function checkInputBytes(
 ): string {
   const bytes = Buffer.byteLength(text ?? '');
   if (bytes > svc.limits.inputBytesMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'inputBytesMax',
+      svc.limits.inputBytesMax,
+      bytes,
       `the input of ${actionName} is ${bytes} bytes; inputBytesMax is ${svc.limits.inputBytesMax}`,
       {
         hint: 'Pass ids and amounts, and let the tool read the rest from the ledger.',

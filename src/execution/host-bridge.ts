@@ -2,7 +2,7 @@ import { fixedInput } from './checks.js';
 import type { RunChild } from './programs.js';
 import type { HostBridge } from '../../sandbox/sandbox.js';
 import { NATIVE_TOOLS, type ToolReference } from '../actions/actions.js';
-import { EngineError, type ErrorData, quote } from '../errors.js';
+import { EngineError, type ErrorData, quote, limitExceeded } from '../errors.js';
 import { checkJsonDepth } from '../json.js';
 import { type CallFrame, type CallNode, outputText } from './call-tree.js';
 import { authorityOf, type CallTarget, checkMayCall, referencedVersion } from './call-rules.js';
@@ -39,12 +39,14 @@ export class CallBridge implements HostBridge {
       root.calls++;
       return (root.overBudget ??= JSON.stringify({
         ok: false,
-        error: new EngineError(
-          'LIMIT_EXCEEDED',
+        error: limitExceeded(
+          'callsPerExecutionMax',
+          this.svc.limits.callsPerExecutionMax,
+          root.calls,
           `call ${root.calls} and every later call beneath one execution are over callsPerExecutionMax (${this.svc.limits.callsPerExecutionMax})`,
           {
             hint: 'Do the work in fewer calls (batch it in one graphql operation), or start it as separate executions.',
-            details: { limit: 'callsPerExecutionMax', callsPerExecutionMax: this.svc.limits.callsPerExecutionMax },
+            details: { callsPerExecutionMax: this.svc.limits.callsPerExecutionMax },
           },
         ).toData(),
       }));
@@ -205,8 +207,10 @@ export class CallBridge implements HostBridge {
     const root = this.frame.root;
     root.calls++;
     if (root.calls > this.svc.limits.callsPerExecutionMax) {
-      throw new EngineError(
-        'LIMIT_EXCEEDED',
+      throw limitExceeded(
+        'callsPerExecutionMax',
+        this.svc.limits.callsPerExecutionMax,
+        root.calls,
         `call ${root.calls} beneath one execution is over callsPerExecutionMax (${this.svc.limits.callsPerExecutionMax})`,
         {
           hint: 'Do the work in fewer calls (batch it in one graphql operation), or start it as separate executions.',

@@ -1,6 +1,6 @@
 import { DryRunRollback } from './programs.js';
 import { type ActionVersion, getVersion, type ToolReference, versionKey } from '../actions/actions.js';
-import { EngineError } from '../errors.js';
+import { EngineError, limitExceeded } from '../errors.js';
 import { type CallFrame, type CallNode, type ExecutionKind, rememberInputText, type RootState } from './call-tree.js';
 import { authorityOf, type CallTarget, checkMayCall, checkRunnable, layerOf, referencedVersion } from './call-rules.js';
 import { cacheable, ResultCache } from './result-cache.js';
@@ -252,8 +252,10 @@ function checkBounds(svc: ExecutionServices, node: CallNode, parent: CallFrame |
   if (parent) {
     root.calls++;
     if (root.calls > svc.limits.callsPerExecutionMax) {
-      throw new EngineError(
-        'LIMIT_EXCEEDED',
+      throw limitExceeded(
+        'callsPerExecutionMax',
+        svc.limits.callsPerExecutionMax,
+        root.calls,
         `call ${root.calls} beneath one execution is over callsPerExecutionMax (${svc.limits.callsPerExecutionMax})`,
         {
           hint: 'Do the work in fewer calls (batch it in one graphql operation), or start it as separate executions.',
@@ -262,8 +264,10 @@ function checkBounds(svc: ExecutionServices, node: CallNode, parent: CallFrame |
     }
   }
   if (node.depth > svc.limits.toolDepthMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'toolDepthMax',
+      svc.limits.toolDepthMax,
+      node.depth,
       `${node.actionName} would run at tool depth ${node.depth}; toolDepthMax is ${svc.limits.toolDepthMax}`,
       {
         hint: 'Flatten the chain of tools calling tools.',

@@ -3,7 +3,7 @@ import type { RunFailure } from '../../sandbox/sandbox.js';
 import { type ActionVersion, versionKey } from '../actions/actions.js';
 import { celToJson, jsonToCel } from '../cel/values.js';
 import { callTimeout } from '../budgets.js';
-import { EngineError, isErrorCode, quote } from '../errors.js';
+import { EngineError, isErrorCode, quote, limitExceeded } from '../errors.js';
 import { fingerprint } from '../ids.js';
 import { checkJsonDepth } from '../json.js';
 import { type CallFrame, type CallNode, rememberOutputText, type RootState } from './call-tree.js';
@@ -62,8 +62,10 @@ function executeProgram(
   if (!result.ok) throw failureToError(svc, node.actionName, result, root);
   const bytes = Buffer.byteLength(result.outputJson);
   if (bytes > svc.limits.outputBytesMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'outputBytesMax',
+      svc.limits.outputBytesMax,
+      bytes,
       `the output of ${node.actionName} is ${bytes} bytes; outputBytesMax is ${svc.limits.outputBytesMax}`,
       {
         hint: 'Return less: ids and totals, not whole documents.',
@@ -102,23 +104,36 @@ function failureToError(svc: ExecutionServices, name: string, failure: RunFailur
     case 'timeout':
       return callTimeout(name, root.budget, root.requestBound === true);
     case 'memory':
-      return new EngineError(
-        'LIMIT_EXCEEDED',
+      return limitExceeded(
+        'sandboxMemoryBytesMax',
+        svc.limits.sandboxMemoryBytesMax,
+        null,
         `${name} ran out of memory (sandboxMemoryBytesMax is ${svc.limits.sandboxMemoryBytesMax} bytes)`,
         {
           hint: 'Hold less in memory at once.',
         },
       );
     case 'stack':
-      return new EngineError(
-        'LIMIT_EXCEEDED',
+      return limitExceeded(
+        'sandboxStackBytesMax',
+        svc.limits.sandboxStackBytesMax,
+        null,
         `${name} overflowed its stack (sandboxStackBytesMax is ${svc.limits.sandboxStackBytesMax} bytes)`,
         {
           hint: 'Look for unbounded recursion.',
         },
       );
     case 'crash':
-      return new EngineError('LIMIT_EXCEEDED', `${name}: ${failure.message}`, { hint: failure.hint });
+      // The host failed under the call (very deep recursion inside a built-in): its stack, in effect.
+      return limitExceeded(
+        'sandboxStackBytesMax',
+        svc.limits.sandboxStackBytesMax,
+        null,
+        `${name}: ${failure.message}`,
+        {
+          hint: failure.hint,
+        },
+      );
     case 'error': {
       // An error a nested call threw (a ToolError) keeps that call's code; anything else is SCRIPT_ERROR.
       const code = failure.code !== undefined && isErrorCode(failure.code) ? failure.code : 'SCRIPT_ERROR';

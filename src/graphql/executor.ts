@@ -17,7 +17,7 @@ import {
   type ValidationRule,
 } from 'graphql';
 import type { Cel } from '../cel/cel.js';
-import { EngineError, ERROR_CODES, type ErrorCode, isErrorCode } from '../errors.js';
+import { EngineError, ERROR_CODES, type ErrorCode, isErrorCode, limitExceeded } from '../errors.js';
 import type { Limits } from '../limits.js';
 import { mapDriverError } from '../storage/driver-errors.js';
 import { type CelDefault, celDefaultValues, extractCelDefaults } from './cel-variables.js';
@@ -197,7 +197,12 @@ function parseBounded(
 ): { document: DocumentNode; fields: number } | GraphQLError {
   const bytes = Buffer.byteLength(source);
   if (bytes > limits.documentBytesMax) {
-    return limitError(`the GraphQL document is ${bytes} bytes; documentBytesMax is ${limits.documentBytesMax}`);
+    return limitError(
+      'documentBytesMax',
+      limits.documentBytesMax,
+      bytes,
+      `the GraphQL document is ${bytes} bytes; documentBytesMax is ${limits.documentBytesMax}`,
+    );
   }
   let document: DocumentNode;
   try {
@@ -205,17 +210,23 @@ function parseBounded(
     // has its location (from the source).
     document = parse(source, { noLocation: true, maxTokens: limits.documentTokensMax });
   } catch (error) {
-    return parseError(error, limits.documentTokensMax);
+    return parseError(error, limits.documentTokensMax, limits.queryDepthMax);
   }
   const fields = countFields(document);
   if (fields > limits.documentFieldsMax) {
     return limitError(
+      'documentFieldsMax',
+      limits.documentFieldsMax,
+      fields,
       `the GraphQL document selects ${fields} fields; documentFieldsMax is ${limits.documentFieldsMax}`,
       'Send fewer fields or aliases per request, or split the request.',
     );
   }
   if (countFieldComparisons(document, limits.fieldComparisonsMax) > limits.fieldComparisonsMax) {
     return limitError(
+      'fieldComparisonsMax',
+      limits.fieldComparisonsMax,
+      null,
       `validating the GraphQL document would compare more than ${limits.fieldComparisonsMax} pairs of fields (fieldComparisonsMax)`,
       'Select each field once per selection set: do not repeat a field or alias (and what is beneath it) many times, nor spread many fragments with the same fields side by side.',
     );
@@ -223,9 +234,12 @@ function parseBounded(
   return { document, fields };
 }
 
-function parseError(error: unknown, tokensMax: number): GraphQLError {
+function parseError(error: unknown, tokensMax: number, depthMax: number): GraphQLError {
   if (error instanceof RangeError) {
     return limitError(
+      'queryDepthMax',
+      depthMax,
+      null,
       'the GraphQL document is nested too deeply to parse',
       'Nest selections at most queryDepthMax deep, and send deeply nested values as variables.',
     );
@@ -234,6 +248,9 @@ function parseError(error: unknown, tokensMax: number): GraphQLError {
   // graphql-js 16 says "more that" (sic).
   if (/Document contains more tha[nt] \d+ tokens/.test(e.message)) {
     return limitError(
+      'documentTokensMax',
+      tokensMax,
+      null,
       `the GraphQL document has more than ${tokensMax} tokens; documentTokensMax is ${tokensMax}`,
       'Send a shorter document: fewer fields and aliases, and values as variables rather than inline.',
     );
@@ -245,8 +262,17 @@ function parseError(error: unknown, tokensMax: number): GraphQLError {
   });
 }
 
-function limitError(message: string, hint?: string, details?: unknown): GraphQLError {
-  return engineGraphqlError(new EngineError('LIMIT_EXCEEDED', message, { hint, details }));
+function limitError(
+  limit: string,
+  max: number,
+  actual: number | null,
+  message: string,
+  hint?: string,
+  details?: Record<string, unknown>,
+): GraphQLError {
+  return engineGraphqlError(
+    limitExceeded(limit, max, actual, message, { ...(hint ? { hint } : {}), ...(details ? { details } : {}) }),
+  );
 }
 
 function fragmentsOf(document: DocumentNode): Map<string, FragmentDefinitionNode> {
@@ -268,6 +294,9 @@ function costError(
 ): GraphQLError {
   const name = operation.name ? ` ${operation.name.value}` : '';
   return limitError(
+    'queryCostMax',
+    costMax,
+    cost,
     `the operation${name} costs ${lowerBound ? 'more than ' : ''}${cost}; queryCostMax is ${costMax}`,
     'Each field costs 1, and the fields under a connection count once per `first`: ask for a smaller `first`, nest fewer connections, and follow pageInfo.endCursor for the next page.',
     { cost, queryCostMax: costMax },
@@ -382,6 +411,9 @@ export function executePrepared(
   });
   if (resultSize(result, limits.resultBytesMax) <= limits.resultBytesMax) return result;
   const error = limitError(
+    'resultBytesMax',
+    limits.resultBytesMax,
+    null,
     `the result is over ${limits.resultBytesMax} bytes; resultBytesMax is ${limits.resultBytesMax}`,
     'Ask for fewer fields or a smaller `first`, and follow pageInfo.endCursor for the next page; large JSON values (outputs, metadata) count too.',
     { resultBytesMax: limits.resultBytesMax },
@@ -468,7 +500,11 @@ export function depthLimitRule(depthMax: number): ValidationRule {
           context.reportError(
             new GraphQLError(`the operation is nested ${depth} levels deep; queryDepthMax is ${depthMax}`, {
               nodes: [node],
-              extensions: { code: 'LIMIT_EXCEEDED', hint: 'Split the query, or select fewer nested relations.' },
+              extensions: {
+                code: 'LIMIT_EXCEEDED',
+                hint: 'Split the query, or select fewer nested relations.',
+                details: { limit: 'queryDepthMax', max: depthMax, actual: depth },
+              },
             }),
           );
         }
@@ -498,6 +534,8 @@ export function formatError(error: GraphQLError, log?: (error: unknown) => void)
   if (original instanceof EngineError) {
     extensions = original.extensions;
     if (error.originalError !== original) message = original.message;
+    // A bug the engine caught itself (bug(), assert()) is reported as any other internal error is.
+    if (original.code === 'INTERNAL') log?.(original);
   } else if (isErrorCode(error.extensions.code)) {
     const code = error.extensions.code as ErrorCode;
     extensions = { hint: ERROR_CODES[code].hint, retryable: ERROR_CODES[code].retryable, ...error.extensions };

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { EngineError } from '../errors.js';
+import { EngineError, limitExceeded } from '../errors.js';
 import { DEFAULT_LIMITS, type Limits, resolveLimits } from '../limits.js';
 import { parseProviders } from '../models/providers.js';
 import type { ProviderConfig } from '../models/types.js';
@@ -40,7 +40,12 @@ export function readServerConfig(
     );
   }
   if (Buffer.byteLength(text) > CONFIG_BYTES_MAX)
-    throw new EngineError('LIMIT_EXCEEDED', `${where} is over ${CONFIG_BYTES_MAX} bytes`);
+    throw limitExceeded(
+      'configBytesMax',
+      CONFIG_BYTES_MAX,
+      Buffer.byteLength(text),
+      `${where} is over ${CONFIG_BYTES_MAX} bytes`,
+    );
   let value: unknown;
   try {
     value = JSON.parse(text);

@@ -1,6 +1,6 @@
 import { type ActionVersion, findAction, getVersion } from '../../actions/actions.js';
 import { celToJson, jsonToCel } from '../../cel/values.js';
-import { EngineError, type ErrorData, quote } from '../../errors.js';
+import { EngineError, type ErrorData, quote, limitExceeded } from '../../errors.js';
 import { derivedId } from '../../ids.js';
 import { requiredText } from '../../ledger/records.js';
 import { type Connection, pageRequest, toConnection } from '../../paging.js';
@@ -246,8 +246,10 @@ function dispatchToTriggers(svc: ExecutionServices, change: LedgerChange, trigge
         );
       }
       if (depth > svc.limits.triggerDepthMax) {
-        throw new EngineError(
-          'LIMIT_EXCEEDED',
+        throw limitExceeded(
+          'triggerDepthMax',
+          svc.limits.triggerDepthMax,
+          depth,
           `${change.event} of ${change.recordId} was made at trigger depth ${depth - 1}; starting ${trigger.action.name} would be trigger depth ${depth}, over triggerDepthMax (${svc.limits.triggerDepthMax})`,
           {
             hint: 'A trigger’s action made a change that fires triggers again (itself, or in a cycle): narrow the filter so the action’s own changes do not match.',
