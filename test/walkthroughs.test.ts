@@ -184,6 +184,14 @@ describe('the walkthroughs run as written, on a fresh copy, in order', () => {
     for (const { line } of [...readme.commands, ...bank.commands]) expect(line).not.toMatch(/uuidgen|<[a-zA-Z ]+>/);
   });
 
+  it("the README's walkthrough runs the CLI as the docs say (npx tally) and shows the overdraft guard refusing", () => {
+    const cli = readme.commands.filter(({ line }) => /\btally\b/.test(line) && !/^q /.test(line));
+    expect(cli.length).toBeGreaterThan(0);
+    for (const { line } of cli) expect(line).toMatch(/^npx tally /);
+    const shown = readme.commands.flatMap(({ expected }) => expected);
+    expect(shown).toContain('"code":"BALANCE_VELOCITY_EXCEEDED"');
+  });
+
   it("the README's walkthrough, then the bank's, answer what they show", async () => {
     const dir = freshCopy();
     // Both servers start at once (each walkthrough has its own database); the commands run in order.
