@@ -181,7 +181,7 @@ async function retries(servers: Server[]): Promise<number> {
  * The accounts, and every transactionId, are random (version 4) UUIDs, as a client's usually are:
  * ids in key order (uuid(1), uuid(2), … or time-ordered UUIDs) put concurrent postings' keys on the
  * same index pages, where PostgreSQL's SERIALIZABLE checks (predicate locks by page) see conflicts
- * between postings that share no account (see README, Scaling out).
+ * between postings that share no account (see docs/guides/postgresql.md).
  */
 const ACCOUNT_IDS = Array.from({ length: ACCOUNTS }, () => randomUUID());
 

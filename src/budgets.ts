@@ -1,8 +1,8 @@
 import { EngineError } from './errors.js';
 
 /*
- * Budgets: how long a piece of work may hold the engine, by who asks and what it is (README
- * "Budgets"). A request runs under requestDeadlineMs, or operatorDeadlineMs when it asks for the
+ * Budgets: how long a piece of work may hold the engine, by who asks and what it is (docs/guides/operations.md,
+^ * "Budgets"). A request runs under requestDeadlineMs, or operatorDeadlineMs when it asks for the
  * OPERATOR budget and may; a call within it under its tool's timeout (the version's
  * execution.timeoutMs, else toolTimeoutMs), never past its request's. Every error of work that ran
  * out says which budget it ran out of, in `details.budget`, and how to raise it.

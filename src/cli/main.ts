@@ -304,7 +304,7 @@ async function serve(db: string, options: Options): Promise<void> {
     );
   }
   // PostgreSQL: one engine on the HTTP thread; the writer thread and the read pool are SQLite's
-  // (WAL readers beside one writer); PostgreSQL scales by more processes (README, Scaling out).
+  // (WAL readers beside one writer); PostgreSQL scales by more processes (docs/guides/postgresql.md).
   const onPostgres = isPostgresUrl(db);
   const fresh = db !== ':memory:' && !onPostgres && !existsSync(db);
   const dirExisted = existsSync(dirname(db));

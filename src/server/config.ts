@@ -79,7 +79,7 @@ export function readServerConfig(
   for (const name of Object.keys(limits)) {
     if (!Object.hasOwn(DEFAULT_LIMITS, name)) {
       throw new EngineError('BAD_REQUEST', `${where}: limits.${name} is not a limit`, {
-        hint: 'README "Limits" lists every limit by name.',
+        hint: 'docs/reference/limits.md lists every limit by name.',
       });
     }
   }

@@ -13,7 +13,7 @@ import { type BatchOutcome, TransactionManager } from './transaction.js';
 
 export type Db = Database.Database;
 
-/** How much of what was acknowledged survives a power cut (see README "Durability"). */
+/** How much of what was acknowledged survives a power cut (see docs/guides/operations.md, "Durability"). */
 export type Durability = 'normal' | 'full';
 
 export interface OpenOptions {
