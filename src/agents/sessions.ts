@@ -1,11 +1,15 @@
-import { type ActionVersion, getVersion, runsOutsideTransactions } from '../actions/actions.js';
-import { EngineError, quote, limitExceeded } from '../errors.js';
+import { type ActionVersion, getVersion } from '../actions/actions.js';
+import { EngineError, limitExceeded, quote } from '../errors.js';
 import { canonicalJson, derivedId, fingerprint } from '../ids.js';
 import type { CallFrame, Caller } from '../execution/call-tree.js';
 import { checkInputBytes, validate } from '../execution/checks.js';
+import { cancelRun } from '../execution/executions.js';
 import { enqueue, resolveStartVersion } from '../execution/queue/start.js';
 import type { ExecutionServices } from '../execution/services.js';
+import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { ApprovalRow, SessionMessageRow, SessionRow } from '../storage/statements/sessions.js';
+
+export type { ApprovalRow, SessionMessageRow, SessionRow };
 
 export type SessionStatus = 'OPEN' | 'CLOSED' | 'EXPIRED';
 const MESSAGE_ID_MAX = 128;
@@ -131,6 +135,42 @@ export function usableSession(
   const row = svc.sessions.sessionById.get(sessionId);
   if (!row || !usable(svc, row, principal, allows)) throw noSuchSession(sessionId);
   return row;
+}
+
+/**
+ * A page of sessions, newest first, with those `principal` may not use (see usable) left out, and
+ * those `where` does not match. The filter is applied to the page read, so a page may be short:
+ * follow endCursor.
+ */
+export function listSessions(
+  svc: ExecutionServices,
+  principal: string,
+  page: { first: number; after?: string | null },
+  where: { status?: SessionStatus | null; agent?: string | null } | null | undefined,
+  allows: (document: ReturnType<typeof sessionDocument>) => boolean,
+): Connection<SessionRow> {
+  const req = pageRequest<number>(page.first, page.after, svc.limits.pageSizeMax, 'number', 'sessions');
+  const rows = svc.sessions.sessionsPage.all({
+    after: req.after ?? Number.MAX_SAFE_INTEGER,
+    limit: req.fetch,
+  });
+  const read = toConnection(
+    rows,
+    req,
+    (r) => r.rowid,
+    (r) => r,
+  );
+  const keep = (r: (typeof rows)[number]) =>
+    (where?.status == null || sessionStatus(svc, r) === where.status) &&
+    (where?.agent == null || r.action_name === where.agent) &&
+    usable(svc, r, principal, allows);
+  const edges = read.edges.filter((e) => keep(e.node));
+  return { ...read, edges, nodes: edges.map((e) => e.node) };
+}
+
+/** A session's messages, oldest first (the newest sessionHistoryMax are kept). */
+export function sessionMessages(svc: ExecutionServices, sessionId: string): SessionMessageRow[] {
+  return svc.sessions.messages.all(sessionId);
 }
 
 /** The session as the caller may send to it: usable, and OPEN. */
@@ -286,6 +326,26 @@ export function getApproval(svc: ExecutionServices, approvalId: string): Approva
   return row;
 }
 
+/** A page of approvals, oldest first, of one status or all; the caller keeps those its policies let it see. */
+export function listApprovals(
+  svc: ExecutionServices,
+  page: { first: number; after?: string | null },
+  status: string | null | undefined,
+): Connection<ApprovalRow> {
+  const req = pageRequest<number>(page.first, page.after, svc.limits.pageSizeMax, 'number', 'approvals');
+  const rows = svc.sessions.approvalsPage.all({
+    after: req.after ?? 0,
+    limit: req.fetch,
+    status: status ?? null,
+  });
+  return toConnection(
+    rows,
+    req,
+    (r) => r.rowid,
+    (r) => r,
+  );
+}
+
 /** What a policy sees of an approval (context.document): requestedBy lets a policy forbid approving one's own calls. */
 export function approvalDocument(row: ApprovalRow) {
   return {
@@ -344,31 +404,4 @@ export function decide(
   svc.sessions.wakeRun.run({ id: row.execution_id, now: now.toISOString() });
   svc.notifyStarted();
   return svc.sessions.approvalById.get(row.approval_id)!;
-}
-
-/**
- * cancelExecution of a model or agent run: RUNNING asks it to stop at its next step (never inside a
- * tool call); WAITING_APPROVAL ends it now, its pending approval CANCELLED. Returns false when the
- * execution is neither (the caller handles QUEUED and refuses the rest).
- */
-export function cancelRun(
-  svc: ExecutionServices,
-  row: { execution_id: string; status: string; kind: string; parent_id: string | null },
-): boolean {
-  if (
-    row.parent_id !== null ||
-    !runsOutsideTransactions(row.kind === 'AGENT' ? 'agent' : row.kind === 'MODEL' ? 'model' : 'tool')
-  )
-    return false;
-  const now = svc.clock.now().toISOString();
-  if (row.status === 'RUNNING') {
-    svc.sessions.requestCancel.run(now, row.execution_id);
-    return true;
-  }
-  if (row.status === 'WAITING_APPROVAL') {
-    svc.sessions.cancelParked.run({ id: row.execution_id, now });
-    svc.sessions.cancelApprovalsOf.run(now, row.execution_id);
-    return true;
-  }
-  return false;
 }

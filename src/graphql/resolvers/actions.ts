@@ -2,7 +2,8 @@ import * as actions from '../../actions/actions.js';
 import type { ActionVersion, ExecutionSettings, ToolDefinition } from '../../actions/actions.js';
 import { overrun } from '../../budgets.js';
 import { EngineError } from '../../errors.js';
-import { type CallNode, childrenOf, rowToNode } from '../../execution/call-tree.js';
+import type { CallNode } from '../../execution/call-tree.js';
+import * as executions from '../../execution/executions.js';
 import { invokeAction } from '../../execution/entry.js';
 import { checkNotModelWritten } from '../../execution/call-rules.js';
 import { startAction } from '../../execution/queue/start.js';
@@ -12,7 +13,7 @@ import type { RequestContext } from '../context.js';
 import { guard, visible } from './guard.js';
 import { WAIT_ENDS } from '../../execution/status.js';
 import * as sessions from '../../agents/sessions.js';
-import type { ApprovalRow, SessionMessageRow, SessionRow } from '../../storage/statements/sessions.js';
+import type { ApprovalRow, SessionMessageRow, SessionRow } from '../../agents/sessions.js';
 import {
   type ToolAccess,
   type ToolWritesMemo,
@@ -33,25 +34,6 @@ const AP = 'actions.Approval';
 /** Statuses an execution never leaves. */
 
 type Args = Record<string, any>;
-
-function listExecutions(ctx: RequestContext, { first, after, where, order }: Args) {
-  const newestFirst = order === 'NEWEST_FIRST';
-  // A cursor names its order: one from a newest-first page cannot be replayed on an oldest-first one.
-  const req = pageRequest<number>(
-    first,
-    after,
-    ctx.limits.pageSizeMax,
-    'number',
-    newestFirst ? 'executions-newest' : 'executions',
-  );
-  const rows = ctx.services.st.executionsWhere(
-    { actionId: where?.actionId ?? null, status: where?.status ?? null, since: where?.since ?? null },
-    req.after ?? (newestFirst ? Number.MAX_SAFE_INTEGER : 0),
-    req.fetch,
-    newestFirst,
-  );
-  return toConnection(rows, req, (r) => r.seq, rowToNode);
-}
 
 /**
  * Invoking or starting action X is INSERT on actions.Execution with context.document.action == "X".
@@ -222,38 +204,6 @@ function listTools(ctx: RequestContext, first: number, after: string | null | un
   );
 }
 
-function invocations(ctx: RequestContext, node: CallNode) {
-  const rows = node.parentId === null ? ctx.services.queue.invocations.all(node.executionId) : [];
-  if (rows.length > 0) {
-    return rows.map((r) => ({
-      attempt: r.attempt,
-      status: r.status,
-      output: r.output === null ? null : JSON.parse(r.output),
-      error: r.error === null ? null : JSON.parse(r.error),
-      started: r.started,
-      finished: r.finished,
-      durationMs: Date.parse(r.finished) - Date.parse(r.started),
-      logs: r.logs === null ? [] : JSON.parse(r.logs),
-    }));
-  }
-  return node.status === 'QUEUED' || node.status === 'CANCELLED' || node.attempt === 0 ? [] : [invocation(node)];
-}
-
-function invocation(node: CallNode) {
-  const started = Date.parse(node.started);
-  const finished = node.finished ? Date.parse(node.finished) : NaN;
-  return {
-    attempt: node.attempt,
-    status: node.status,
-    output: node.output,
-    error: node.error,
-    started: node.started,
-    finished: node.finished,
-    durationMs: Number.isNaN(finished) ? null : finished - started,
-    logs: node.logs,
-  };
-}
-
 export const actionResolvers = {
   Query: { actions: () => ({}) },
   Mutation: { actions: () => ({}) },
@@ -274,18 +224,19 @@ export const actionResolvers = {
           },
         );
       }
-      const row = ctx.services.st.executionById.get(executionId);
-      if (!row)
+      const found = executions.find(ctx.services, executionId);
+      if (!found)
         throw new EngineError('NOT_FOUND', `execution ${executionId} does not exist`, {
           hint: 'Executions of a request that rolled back are not kept.',
         });
-      const node = guard(ctx, 'SELECT', AE, rowToNode(row));
+      const node = guard(ctx, 'SELECT', AE, found);
       // Only after the guard: a client that may not see the execution never waits on it.
-      if (waitMs > 0 && ctx.waits && ctx.frame === null && !WAIT_ENDS.has(row.status))
+      if (waitMs > 0 && ctx.waits && ctx.frame === null && !WAIT_ENDS.has(node.status))
         ctx.waits.push({ executionId, waitMs, principal: ctx.principal });
       return node;
     },
-    executions: (_: unknown, args: Args, ctx: RequestContext) => visible(ctx, AE, listExecutions(ctx, args)),
+    executions: (_: unknown, { first, after, where, order }: Args, ctx: RequestContext) =>
+      visible(ctx, AE, executions.list(ctx.services, where, { first, after, newestFirst: order === 'NEWEST_FIRST' })),
     tools: (_: unknown, { first, after }: Args, ctx: RequestContext) => listTools(ctx, first, after),
     tool: (_: unknown, { name }: Args, ctx: RequestContext) => toolByName(ctx, name),
     nativeTools: (_: unknown, __: Args, ctx: RequestContext) =>
@@ -301,58 +252,21 @@ export const actionResolvers = {
           name === 'cel' ? { readOnly: true, destructive: false } : callerAccess(ctx.caller.client?.policies ?? null),
       })),
     session: (_: unknown, { sessionId }: Args, ctx: RequestContext) => visibleSession(ctx, sessionId, 'SELECT'),
-    sessions: (_: unknown, { first, after, where }: Args, ctx: RequestContext) => {
-      const req = pageRequest<number>(first, after, ctx.limits.pageSizeMax, 'number', 'sessions');
+    sessions: (_: unknown, { first, after, where }: Args, ctx: RequestContext) =>
       // Newest first; a filter is applied to the page read (a page may be short: follow endCursor).
-      const rows = ctx.services.sessions.sessionsPage.all({
-        after: req.after ?? Number.MAX_SAFE_INTEGER,
-        limit: req.fetch,
-      });
-      const page = toConnection(
-        rows,
-        req,
-        (r) => r.rowid,
-        (r) => r,
-      );
-      const keep = (r: (typeof rows)[number]) =>
-        (where?.status == null || sessions.sessionStatus(ctx.services, r) === where.status) &&
-        (where?.agent == null || r.action_name === where.agent) &&
-        sessions.usable(ctx.services, r, ctx.principal, sessionPolicy(ctx, 'SELECT'));
-      const edges = page.edges.filter((e) => keep(e.node));
-      return { ...page, edges, nodes: edges.map((e) => e.node) };
-    },
+      sessions.listSessions(ctx.services, ctx.principal, { first, after }, where, sessionPolicy(ctx, 'SELECT')),
     approval: (_: unknown, { approvalId }: Args, ctx: RequestContext) => {
       const row = sessions.getApproval(ctx.services, approvalId);
       guard(ctx, 'SELECT', AP, sessions.approvalDocument(row));
       return row;
     },
-    approvals: (_: unknown, { first, after, where }: Args, ctx: RequestContext) => {
-      const req = pageRequest<number>(first, after, ctx.limits.pageSizeMax, 'number', 'approvals');
-      const rows = ctx.services.sessions.approvalsPage.all({
-        after: req.after ?? 0,
-        limit: req.fetch,
-        status: where?.status ?? null,
-      });
-      return visible(
-        ctx,
-        AP,
-        toConnection(
-          rows,
-          req,
-          (r) => r.rowid,
-          (r) => r,
-        ),
-        (r) => sessions.approvalDocument(r),
-      );
-    },
+    approvals: (_: unknown, { first, after, where }: Args, ctx: RequestContext) =>
+      visible(ctx, AP, sessions.listApprovals(ctx.services, { first, after }, where?.status), (r) =>
+        sessions.approvalDocument(r),
+      ),
     queue: (_: unknown, __: Args, ctx: RequestContext) => {
       guard(ctx, 'SELECT', AE, {});
-      const counts = Object.fromEntries(ctx.services.queue.counts.all().map((r) => [r.status, r.n]));
-      return {
-        queued: counts.QUEUED ?? 0,
-        running: counts.RUNNING ?? 0,
-        failed: ctx.services.queue.failedCount.get()?.n ?? 0,
-      };
+      return executions.queueCounts(ctx.services);
     },
     trigger: (_: unknown, { id }: Args, ctx: RequestContext) =>
       guard(ctx, 'SELECT', AT, triggers.getTrigger(ctx.services, id)),
@@ -402,29 +316,11 @@ export const actionResolvers = {
       );
     },
     cancelExecution: (_: unknown, { executionId }: Args, ctx: RequestContext) => {
-      const row = ctx.services.st.executionById.get(executionId);
-      if (!row) throw new EngineError('NOT_FOUND', `execution ${executionId} does not exist`);
-      guard(ctx, 'UPDATE', AE, rowToNode(row));
-      if (ctx.frame?.node.rootId === executionId) {
-        // Its attempt is the one running this call: it is QUEUED until the attempt's outcome is written.
-        throw new EngineError('BAD_REQUEST', `execution ${executionId} is running this call and cannot cancel itself`, {
-          hint: 'Fail it with fail(message, hint, {retry: false}) instead.',
-        });
-      }
-      if (row.status !== 'QUEUED' && !sessions.cancelRun(ctx.services, row)) {
-        throw new EngineError(
-          'BAD_REQUEST',
-          `execution ${executionId} is ${row.status}; only a QUEUED execution, or a model or agent run that is RUNNING or WAITING_APPROVAL, can be cancelled`,
-          {
-            hint:
-              row.status === 'RUNNING'
-                ? 'A tool attempt runs in one transaction and cannot be stopped from outside; it ends within its timeout.'
-                : 'It has ended already.',
-          },
-        );
-      }
-      if (row.status === 'QUEUED') ctx.services.queue.cancel.run(ctx.services.clock.now().toISOString(), executionId);
-      return rowToNode(ctx.services.st.executionById.get(executionId)!);
+      const node = executions.find(ctx.services, executionId);
+      if (!node) throw new EngineError('NOT_FOUND', `execution ${executionId} does not exist`);
+      guard(ctx, 'UPDATE', AE, node);
+      // What may be cancelled, and how, is the execution's rule (executions.cancel).
+      return executions.cancel(ctx.services, node, ctx.frame);
     },
     createSession: (_: unknown, { sessionId, agent, input }: Args, ctx: RequestContext) => {
       guard(ctx, 'INSERT', AS, { sessionId, agent, input: input ?? {}, principal: ctx.principal });
@@ -520,22 +416,20 @@ export const actionResolvers = {
     lastActive: (r: SessionRow) => r.last_active,
     expires: (r: SessionRow, _: Args, ctx: RequestContext) =>
       r.status === 'CLOSED' ? null : new Date(Date.parse(r.last_active) + ctx.limits.sessionIdleMs).toISOString(),
-    messages: (r: SessionRow, _: Args, ctx: RequestContext) => ctx.services.sessions.messages.all(r.session_id),
+    messages: (r: SessionRow, _: Args, ctx: RequestContext) => sessions.sessionMessages(ctx.services, r.session_id),
   },
   SessionMessage: {
     messageId: (m: SessionMessageRow) => m.message_id,
     execution: (m: SessionMessageRow, _: Args, ctx: RequestContext) => {
-      const row = m.execution_id ? ctx.services.st.executionById.get(m.execution_id) : undefined;
-      return row && ctx.authority.allows({ action: 'SELECT', resource: AE, document: rowToNode(row) })
-        ? rowToNode(row)
-        : null;
+      const node = m.execution_id ? executions.find(ctx.services, m.execution_id) : null;
+      return node && ctx.authority.allows({ action: 'SELECT', resource: AE, document: node }) ? node : null;
     },
   },
   Approval: {
     approvalId: (r: ApprovalRow) => r.approval_id,
     executionId: (r: ApprovalRow) => r.execution_id,
     execution: (r: ApprovalRow, _: Args, ctx: RequestContext) =>
-      guard(ctx, 'SELECT', AE, rowToNode(ctx.services.st.executionById.get(r.execution_id)!)),
+      guard(ctx, 'SELECT', AE, executions.get(ctx.services, r.execution_id)),
     toolVersion: (r: ApprovalRow) => r.tool_version,
     input: (r: ApprovalRow) => JSON.parse(r.input),
     requestedBy: (r: ApprovalRow) => r.requested_by,
@@ -553,18 +447,17 @@ export const actionResolvers = {
             actions.getVersion(ctx.services.actions, { id: n.actionId, version: n.actionVersion }),
           )
         : null,
-    invocation: (n: CallNode, _: Args, ctx: RequestContext) => invocations(ctx, n).at(-1) ?? null,
-    invocations: (n: CallNode, _: Args, ctx: RequestContext) => invocations(ctx, n),
+    invocation: (n: CallNode, _: Args, ctx: RequestContext) => executions.invocations(ctx.services, n).at(-1) ?? null,
+    invocations: (n: CallNode, _: Args, ctx: RequestContext) => executions.invocations(ctx.services, n),
     caller: (n: CallNode) => ({ principal: n.principal, transport: n.transport ?? null }),
     triggerDepth: (n: CallNode) => n.triggerDepth ?? 0,
     parent: (n: CallNode, _: Args, ctx: RequestContext) => {
-      if (!n.parentId) return null;
-      const row = ctx.services.st.executionById.get(n.parentId);
-      return row ? guard(ctx, 'SELECT', AE, rowToNode(row)) : null;
+      const parent = executions.parent(ctx.services, n);
+      return parent ? guard(ctx, 'SELECT', AE, parent) : null;
     },
     children: (n: CallNode, _: Args, ctx: RequestContext) =>
-      childrenOf(ctx.services.st, n).filter((c) =>
-        ctx.authority.allows({ action: 'SELECT', resource: AE, document: c }),
-      ),
+      executions
+        .children(ctx.services, n)
+        .filter((c) => ctx.authority.allows({ action: 'SELECT', resource: AE, document: c })),
   },
 };

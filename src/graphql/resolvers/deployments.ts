@@ -1,12 +1,12 @@
 import * as actions from '../../actions/actions.js';
 import * as clients from '../../auth/clients.js';
 import { EngineError, quote } from '../../errors.js';
+import { deployedRecord, writeRecord } from '../../deploy/records.js';
 import { checkOutsideCall } from '../../execution/call-rules.js';
 import * as triggers from '../../execution/queue/triggers.js';
 import * as velocity from '../../ledger/velocity.js';
 import { jsonObjectText } from '../../ledger/records.js';
 import * as skills from '../../skills/skills.js';
-import type { DeployedRecordRow } from '../../storage/statements/deployments.js';
 import type { RequestContext } from '../context.js';
 import { guard } from './guard.js';
 
@@ -36,17 +36,6 @@ interface RecordInput {
   id: string;
   state: unknown;
   expectVersion?: number | null;
-}
-
-function toRecord(row: DeployedRecordRow) {
-  return {
-    kind: row.kind,
-    id: row.record_id,
-    state: JSON.parse(row.state),
-    principal: row.principal,
-    version: row.version,
-    deployed: row.modified,
-  };
 }
 
 function checkCount(ctx: RequestContext, n: number, what: string): void {
@@ -97,8 +86,8 @@ export const deploymentResolvers = {
       checkCount(ctx, keys.length, 'deployedRecords(keys:)');
       const found = [];
       for (const key of keys as Array<{ kind: Kind; id: string }>) {
-        const row = ctx.services.deployments.recordByKey.get(key.kind, key.id);
-        if (row) found.push(guard(ctx, 'SELECT', R, toRecord(row)));
+        const record = deployedRecord(ctx.services, key.kind, key.id);
+        if (record) found.push(guard(ctx, 'SELECT', R, record));
       }
       return found;
     },
@@ -113,13 +102,8 @@ export const deploymentResolvers = {
       checkCount(ctx, records.length, 'recordDeployment(records:)');
       const now = ctx.services.clock.now().toISOString();
       for (const record of records as RecordInput[]) {
-        const existing = ctx.services.deployments.recordByKey.get(record.kind, record.id);
-        guard(
-          ctx,
-          existing ? 'UPDATE' : 'INSERT',
-          R,
-          existing ? toRecord(existing) : { kind: record.kind, id: record.id },
-        );
+        const existing = deployedRecord(ctx.services, record.kind, record.id);
+        guard(ctx, existing ? 'UPDATE' : 'INSERT', R, existing ?? { kind: record.kind, id: record.id });
         const what = `${record.kind.toLowerCase().replace('_', ' ')} ${quote(record.id)}`;
         const state = jsonObjectText(record.state, `the state of ${what}`, ctx.limits.jsonBytesMax);
         if (state === null)
@@ -139,14 +123,7 @@ export const deploymentResolvers = {
             );
           }
         }
-        ctx.services.deployments.upsertRecord.run({
-          kind: record.kind,
-          record_id: record.id,
-          state,
-          principal: ctx.principal,
-          created: now,
-          modified: now,
-        });
+        writeRecord(ctx.services, { kind: record.kind, id: record.id, state }, ctx.principal, now);
       }
       return records.length;
     },
