@@ -1,7 +1,7 @@
 import type { Cel } from '../cel/cel.js';
 import type { Clock } from '../clock.js';
 import { alreadyExists, badInput, EngineError, limitExceeded, notFound, quote } from '../errors.js';
-import type { Limits } from '../limits.js';
+import { type Limits, TOOL_TITLE_MAX } from '../limits.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { RecordCache } from '../storage/record-cache.js';
 import type { ActionRow, ActionStatements, ActionVersionRow } from '../storage/statements/actions.js';
@@ -130,7 +130,6 @@ export const LOAD_SKILL_TOOL = 'load_skill';
  */
 export const RESERVED_TOOL_NAMES: readonly string[] = [...NATIVE_TOOLS, LOAD_SKILL_TOOL];
 const NAME_PATTERN = /^[a-z][a-z0-9_]{0,63}$/;
-export const TOOL_TITLE_MAX = 200;
 export const TOOL_ALIASES_MAX = 8;
 /** The longest execution.cacheTtlMs: one hour. */
 export const CACHE_TTL_MS_MAX = 3_600_000;

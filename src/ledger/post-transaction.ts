@@ -6,6 +6,7 @@ import { bug, badInput, EngineError, limitDetails, limitExceeded, notFound, quot
 import { checkCelValueSize } from '../cel/cel.js';
 import { canonicalJson, fingerprint, isUuid } from '../ids.js';
 import { setOwn } from '../json.js';
+import { TEMPLATE_TEXT_MAX } from '../limits.js';
 import { ENTRY_SEQ_BLOCK } from '../storage/backend.js';
 import {
   ENTRY_COLUMNS,
@@ -752,7 +753,6 @@ function fieldError(code: string, field: CompiledField | undefined, problem: str
   });
 }
 
-const TEMPLATE_TEXT_MAX = 4096;
 const INT64_MAX = 2n ** 63n - 1n;
 
 function textOf(code: string, field: CompiledField, value: unknown): string {

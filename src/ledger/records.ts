@@ -1,4 +1,5 @@
 import { badInput, EngineError, limitExceeded, quote } from '../errors.js';
+import { PLAIN_JSON_DEPTH_MAX } from '../limits.js';
 
 export type Status = 'ACTIVE' | 'LOCKED';
 export type AccountStatus = 'ACTIVE' | 'LOCKED' | 'INACTIVE';
@@ -123,9 +124,6 @@ export function jsonObjectText(value: unknown, what: string, jsonBytesMax: numbe
   }
   return text;
 }
-
-/** Nesting past which isPlainJson gives up (the caller then takes the general path). */
-const PLAIN_JSON_DEPTH_MAX = 32;
 
 /**
  * Whether `value` is JSON as JSON.parse makes it: strings, finite numbers, booleans, null, arrays
