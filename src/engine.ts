@@ -17,7 +17,7 @@ import { ExecutionWaits } from './execution/waits.js';
 import { DocumentCache } from './graphql/executor.js';
 import { buildSchema } from './graphql/schema.js';
 import { orderedIds } from './ids.js';
-import { type Limits, PG_TOOL_TIMEOUT_MS_MAX, resolveLimits } from './limits.js';
+import { type Limits, resolveLimits } from './limits.js';
 import { type Logger, silentLogger } from './log.js';
 import { ModelProviders, parseProviders } from './models/providers.js';
 import { openStorage } from './storage/open.js';
@@ -37,7 +37,7 @@ export type * from './engine/types.js';
  */
 export async function createEngine(options: EngineOptions = {}): Promise<Engine> {
   const onPostgres = options.path !== undefined && isPostgresUrl(options.path);
-  const limits = resolveLimits(withBackendDefaults(options.limits, onPostgres));
+  const limits = resolveLimits(options.limits, onPostgres ? 'postgres' : 'sqlite');
   const clock = options.clock ?? systemClock;
   const logger = options.logger ?? silentLogger;
   const logError = options.logError ?? internalErrorLog(options.logger ? logger : null);
@@ -230,14 +230,4 @@ function internalErrorLog(logger: Logger | null): (error: unknown) => void {
       { event: 'internal', error: error instanceof Error ? (error.stack ?? error.message) : String(error) },
       'internal error',
     );
-}
-
-/**
- * The limits whose default depends on the backend, where the operator left them out. On
- * PostgreSQL a running tool holds its row locks and its process, not the whole database, so a
- * version may ask for a longer timeout (toolTimeoutMsMax, PG_TOOL_TIMEOUT_MS_MAX).
- */
-function withBackendDefaults(limits: Partial<Limits> | undefined, postgres: boolean): Partial<Limits> {
-  if (!postgres || limits?.toolTimeoutMsMax !== undefined) return limits ?? {};
-  return { ...limits, toolTimeoutMsMax: PG_TOOL_TIMEOUT_MS_MAX };
 }

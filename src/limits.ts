@@ -1,5 +1,4 @@
 import { EngineError } from './errors.js';
-import { ENTRY_SEQ_BLOCK } from './storage/backend.js';
 
 /*
  * Every bound the engine enforces, in one table: its default, what it bounds and why, the group it
@@ -11,6 +10,13 @@ import { ENTRY_SEQ_BLOCK } from './storage/backend.js';
  */
 
 /** The groups of the table, in the order the reference lists them. */
+/**
+ * PostgreSQL: the entry seqs one posting takes at once (the increment of the sequence
+ * tally_entry_seq_blocks, src/storage/backend.ts). A storage format constant, and so the most
+ * entries one posting may have there (entriesPerTransactionMax's PostgreSQL bound).
+ */
+export const ENTRY_SEQ_BLOCK = 1024;
+
 export const LIMIT_GROUPS = {
   graphql: 'GraphQL documents and results',
   http: 'HTTP server',

@@ -1,5 +1,5 @@
 import { EngineError, quote } from '../errors.js';
-import type { Limits } from '../limits.js';
+import { type Limits, MAX_TOKENS_MAX, TEXT_BYTES_MAX } from '../limits.js';
 import type { ModelProviders } from '../models/providers.js';
 
 /** `config` of a `model` action: one model call. */
@@ -27,8 +27,6 @@ export interface AgentConfig extends ModelConfig {
 
 export const MODEL_DEFAULTS = { maxTokens: 1024 } as const;
 export const AGENT_DEFAULTS = { maxTurns: 8, maxToolCalls: 16, runTimeoutMs: 120_000 } as const;
-const MAX_TOKENS_MAX = 200_000;
-const TEXT_BYTES_MAX = 32_768;
 
 const MODEL_FIELDS = ['provider', 'model', 'instructions', 'prompt', 'temperature', 'maxTokens'];
 const AGENT_FIELDS = [...MODEL_FIELDS, 'maxTurns', 'maxToolCalls', 'runTimeoutMs'];

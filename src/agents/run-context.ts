@@ -1,3 +1,4 @@
+export { CORRECTIONS_MAX, NAME_SHOWN_MAX, NAMES_LISTED_MAX } from '../limits.js';
 import type { ActionVersion, ToolReference } from '../actions/actions.js';
 import { EngineError } from '../errors.js';
 import { derivedId } from '../ids.js';
@@ -14,14 +15,8 @@ import type { RunClaim } from '../execution/queue/outside-runs.js';
  * the signals that end a run early (a lost lease, a cancel, an approval to wait for).
  */
 
-/** Names longer than this are cut in what the model and the records are told. */
-export const NAME_SHOWN_MAX = 64;
-/** Tool names listed to a model that asked for one it does not have. */
-export const NAMES_LISTED_MAX = 20;
 /** Allowance per try for the provider client's pause before a retry, in the bound on a whole model call. */
 export const RETRY_PAUSE_MS = 10_000;
-/** Corrective turns after an answer that does not match the output schema. */
-export const CORRECTIONS_MAX = 1;
 
 /** Thrown when this worker no longer holds the run (another one claimed it after the lease expired, or it was cancelled). */
 export class LeaseLost extends Error {

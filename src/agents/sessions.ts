@@ -1,3 +1,4 @@
+import { MESSAGE_ID_MAX } from '../limits.js';
 import { type ActionVersion, getVersion } from '../actions/actions.js';
 import { EngineError, limitExceeded, quote } from '../errors.js';
 import { canonicalJson, derivedId, fingerprint } from '../ids.js';
@@ -12,7 +13,6 @@ import type { ApprovalRow, SessionMessageRow, SessionRow } from '../storage/stat
 export type { ApprovalRow, SessionMessageRow, SessionRow };
 
 export type SessionStatus = 'OPEN' | 'CLOSED' | 'EXPIRED';
-const MESSAGE_ID_MAX = 128;
 
 /** Sessions are a conversation with a person: a call (a tool's program) neither opens nor drives one. */
 function refuseInsideCall(frame: CallFrame | null, what: string): void {

@@ -1,3 +1,4 @@
+import { NAME_SHOWN_MAX, NAMES_LISTED_MAX } from '../limits.js';
 import { fixedInput } from './checks.js';
 import type { RunChild } from './programs.js';
 import type { HostBridge } from '../../sandbox/sandbox.js';
@@ -13,10 +14,6 @@ import { succeeded, toEngineError } from './checks.js';
  * The host side of a program's calls (graphql(), cel(), tools, logs, cancelled()): every call a
  * program makes is a child call run through runCall, handed in, under the parent's frame.
  */
-
-/** Names longer than this are cut in messages and records; at most NAMES_LISTED_MAX names are listed. */
-const NAME_SHOWN_MAX = 64;
-const NAMES_LISTED_MAX = 20;
 
 /**
  * The host side of a running program: graphql(), cel() and tools.<name>() each run as a child call

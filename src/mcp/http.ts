@@ -1,3 +1,4 @@
+import { CLIENT_INFO_CHARS_MAX } from '../limits.js';
 import { createHash, randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
@@ -43,9 +44,6 @@ const LIST_CHECK_INTERVAL_MS = 1000;
  * arguments themselves may be jsonDepthMax deep, as in GraphQL's JSON inputs.
  */
 const MCP_ENVELOPE_DEPTH = 3;
-
-/** Bound on each string of an initialize's clientInfo and its protocolVersion. */
-const CLIENT_INFO_CHARS_MAX = 256;
 
 export interface McpHttpOptions {
   /**

@@ -13,7 +13,7 @@ import {
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
 import { FINISHED_STATUSES, WAIT_ENDS } from '../execution/status.js';
-import { DEFAULT_LIMITS } from '../limits.js';
+import { DEFAULT_LIMITS, LIST_PAGES_READ_MAX } from '../limits.js';
 import type { McpBackend } from './backend.js';
 
 export interface McpServerOptions {
@@ -40,7 +40,6 @@ const ACCOUNT = `query($code: String!) { account(code: $code) { accountId code n
  * Pages of tools read to name the available tools (unknown tool) or to notice a change
  * (list_changed): mcpToolsPageSize × 10 actions, so one MCP request stays a bounded number of reads.
  */
-const LIST_PAGES_READ_MAX = 10;
 
 interface ToolNode {
   name: string;

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { EngineError, limitExceeded } from '../errors.js';
-import { DEFAULT_LIMITS, type Limits, resolveLimits } from '../limits.js';
+import { DEFAULT_LIMITS, type Limits, resolveLimits, CONFIG_BYTES_MAX } from '../limits.js';
 import { parseProviders } from '../models/providers.js';
 import type { ProviderConfig } from '../models/types.js';
 
@@ -13,7 +13,6 @@ export interface ServerConfig {
 }
 
 const FIELDS = ['providers', 'limits'];
-const CONFIG_BYTES_MAX = 1_048_576;
 
 /**
  * Read the server configuration: a JSON file `{"providers": [...], "limits": {...}}` (both
@@ -86,7 +85,11 @@ export function readServerConfig(
   try {
     resolveLimits(limits as Partial<Limits>);
   } catch (error) {
-    throw new EngineError('BAD_REQUEST', `${where}: ${(error as Error).message}`);
+    const refused = error instanceof EngineError ? error : null;
+    throw new EngineError('BAD_REQUEST', `${where}: ${(error as Error).message}`, {
+      ...(refused?.hint ? { hint: refused.hint } : {}),
+      ...(refused?.details === undefined ? {} : { details: refused.details }),
+    });
   }
   return { path, providers, limits: limits as Partial<Limits> };
 }

@@ -11,4 +11,4 @@ export function isPostgres(db: Database): boolean {
 }
 
 /** PostgreSQL: the entry seqs one posting takes at once (the increment of the sequence tally_entry_seq_blocks). */
-export const ENTRY_SEQ_BLOCK = 1024;
+export { ENTRY_SEQ_BLOCK } from '../limits.js';

@@ -1,6 +1,4 @@
-import { EngineError } from '../errors.js';
 import type { Limits } from '../limits.js';
-import { ENTRY_SEQ_BLOCK } from './backend.js';
 import { Checkpointer } from './checkpointer.js';
 import { type Db, type Durability, openDatabase, ReadOnlyTransactions } from './database.js';
 import { isPostgresUrl } from './pg/connection.js';
@@ -46,16 +44,6 @@ export function openStorage(
 ): Storage {
   const path = options.path ?? ':memory:';
   const onPostgres = isPostgresUrl(path);
-  // PostgreSQL gives a posting's entries a block of ENTRY_SEQ_BLOCK seqs: a bigger posting cannot be allowed there.
-  if (onPostgres && limits.entriesPerTransactionMax > ENTRY_SEQ_BLOCK) {
-    throw new EngineError(
-      'BAD_REQUEST',
-      `limit entriesPerTransactionMax is ${limits.entriesPerTransactionMax}; on PostgreSQL it may be at most ${ENTRY_SEQ_BLOCK}`,
-      {
-        hint: `Set entriesPerTransactionMax to ${ENTRY_SEQ_BLOCK} or less (each posting's entries take a block of ${ENTRY_SEQ_BLOCK} seqs there).`,
-      },
-    );
-  }
   const checkpointIntervalMs = options.checkpointIntervalMs ?? DEFAULT_CHECKPOINT_INTERVAL_MS;
   // SQLite's WAL checkpoints; PostgreSQL (a postgres:// path) checkpoints itself.
   const background = !options.readOnly && path !== ':memory:' && !onPostgres && checkpointIntervalMs > 0;
