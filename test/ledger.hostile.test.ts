@@ -134,8 +134,8 @@ describe('hostile input is refused cleanly and writes nothing', () => {
         }).message,
       ).toContain('not a decimal');
     }
-    // biome-ignore lint/correctness/noPrecisionLoss: the number JSON cannot hold exactly is the attack.
     const huge = fails(engine, POST, {
+      // biome-ignore lint/correctness/noPrecisionLoss: the number JSON cannot hold exactly is the attack.
       input: { transactionId: id(6), tranCode: 'TRANSFER', params: { from: a, to: b, amount: 9007199254740993 } },
     });
     expect(huge.message).toContain('too large to be exact');
