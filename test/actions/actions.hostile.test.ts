@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/clock.js';
 import type { Engine } from '../../src/engine.js';
-import { count, createAccount, createTransferCode, fails, id, newEngine, ok, ON_POSTGRES } from '../helpers/helpers.js';
+import { count, fails, id, newEngine, ok, ON_POSTGRES } from '../helpers/engine.js';
+import { createAccount, createTransferCode } from '../helpers/ledger.js';
 
 // Hostile review of aliases, hooks, input defaults, result caching, retryIf and unknown names.
 

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
 import { engineBackend } from '../../src/mcp/backend.js';
 import { createMcpServer } from '../../src/mcp/server.js';
-import { fails, id, newEngine, ok } from '../helpers/helpers.js';
+import { fails, id, newEngine, ok } from '../helpers/engine.js';
 
 const CREATE = `mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }`;
 const UPDATE = `mutation($id: UUID!, $input: ActionInput!) { actions { updateAction(id: $id, input: $input) { version } } }`;

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type ScriptedModel, startScriptedModel, toolResults } from '../../examples/scripted-model/server.mjs';
 import type { Engine } from '../../src/engine.js';
-import { fails, newEngine, ok } from '../helpers/helpers.js';
+import { fails, newEngine, ok } from '../helpers/engine.js';
 
 const KEY = 'sk-entry-hostile-key-8c41d2';
 const hid = (n: number) => `e0000000-0000-4000-8000-${String(n).padStart(12, '0')}`;

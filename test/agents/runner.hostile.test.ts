@@ -14,7 +14,7 @@ import {
 } from '../../examples/scripted-model/server.mjs';
 import type { Engine } from '../../src/engine.js';
 import type { Limits } from '../../src/limits.js';
-import { newEngine } from '../helpers/helpers.js';
+import { newEngine } from '../helpers/engine.js';
 
 const KEY = 'sk-hostile-provider-key-5f3a9c0e71';
 const hid = (n: number) => `d0000000-0000-4000-8000-${String(n).padStart(12, '0')}`;

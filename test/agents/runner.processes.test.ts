@@ -6,7 +6,8 @@ import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ScriptedModel, startScriptedModel, toolResults } from '../../examples/scripted-model/server.mjs';
 import { exited, running } from '../helpers/processes.js';
-import { createAccount, createTransferCode, id, newEngine, ok } from '../helpers/helpers.js';
+import { createAccount, createTransferCode } from '../helpers/ledger.js';
+import { id, newEngine, ok } from '../helpers/engine.js';
 
 const BIN = join(import.meta.dirname, '..', '..', 'bin', 'tally.mjs');
 const RUNS = 50;

@@ -15,7 +15,7 @@ import {
 } from '../../examples/scripted-model/server.mjs';
 import type { Engine } from '../../src/engine.js';
 import type { Limits } from '../../src/limits.js';
-import { newEngine } from '../helpers/helpers.js';
+import { newEngine } from '../helpers/engine.js';
 
 const sid = (n: number) => `e0000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
 let seq = 100;

@@ -11,7 +11,7 @@ import {
   startScriptedModel,
   toolResults,
 } from '../../examples/scripted-model/server.mjs';
-import { fails, newEngine, ok } from '../helpers/helpers.js';
+import { fails, newEngine, ok } from '../helpers/engine.js';
 
 const BANK = join(import.meta.dirname, '..', '..', 'examples', 'bank');
 const ALICE = 'b0000000-0000-4000-8000-000000000011';

@@ -5,7 +5,9 @@ import { systemClock } from '../../src/clock.js';
 import type { Engine } from '../../src/engine.js';
 import { EngineError } from '../../src/errors.js';
 import { DEFAULT_LIMITS } from '../../src/limits.js';
-import { count, createAccount, createTransferCode, fails, id, newEngine, ok, startServer } from '../helpers/helpers.js';
+import { count, fails, id, newEngine, ok } from '../helpers/engine.js';
+import { createAccount, createTransferCode } from '../helpers/ledger.js';
+import { startServer } from '../helpers/server.js';
 
 /**
  * Finding F6 of the hostile review (case 6): CEL had no step budget (a nested macro over a

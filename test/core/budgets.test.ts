@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
 import { resolveLimits } from '../../src/limits.js';
-import { count, fails, id, newEngine, ok, postgresTestDatabase } from '../helpers/helpers.js';
+import { count, fails, id, newEngine, ok, postgresTestDatabase } from '../helpers/engine.js';
 
 const CREATE =
   'mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }';

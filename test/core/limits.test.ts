@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_LIMITS, resolveLimits } from '../../src/limits.js';
-import { createAccount, createTransferCode, fails, id, newEngine, ok, POST } from '../helpers/helpers.js';
+import { createAccount, createTransferCode, POST } from '../helpers/ledger.js';
+import { fails, id, newEngine, ok } from '../helpers/engine.js';
 
 const TRAN_CODE = `mutation($i: TranCodeInput!) { createTranCode(input: $i) { code } }`;
 

@@ -6,7 +6,8 @@ import { deploy, DeployError, formatPlan, planDeploy } from '../../src/deploy/de
 import { readProject } from '../../src/deploy/project.js';
 import type { Target } from '../../src/deploy/target.js';
 import type { Engine } from '../../src/engine.js';
-import { createTransferCode, id, newEngine, ok } from '../helpers/helpers.js';
+import { createTransferCode } from '../helpers/ledger.js';
+import { id, newEngine, ok } from '../helpers/engine.js';
 
 /** account-sets.json and velocity.json: planned like the other kinds, applied in the one deploy transaction. */
 

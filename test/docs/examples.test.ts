@@ -17,7 +17,8 @@ import { deploy, DeployError, formatPlan } from '../../src/deploy/deploy.js';
 import { readProject } from '../../src/deploy/project.js';
 import { serverTarget, type Target } from '../../src/deploy/target.js';
 import type { Engine } from '../../src/engine.js';
-import { newEngine, startServer } from '../helpers/helpers.js';
+import { newEngine } from '../helpers/engine.js';
+import { startServer } from '../helpers/server.js';
 
 const BANK = join(import.meta.dirname, '..', '..', 'examples', 'bank');
 const BIN = join(import.meta.dirname, '..', '..', 'bin', 'tally.mjs');

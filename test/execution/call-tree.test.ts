@@ -7,16 +7,9 @@ import { describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
 import { actionStatements, queueStatements } from '../../src/storage/statements/actions.js';
 import { sessionStatements } from '../../src/storage/statements/sessions.js';
-import {
-  count,
-  createAccount,
-  fails,
-  id,
-  newEngine,
-  ok,
-  ON_POSTGRES,
-  UNDO_MIGRATIONS_AFTER_15,
-} from '../helpers/helpers.js';
+import { count, fails, id, newEngine, ok, ON_POSTGRES } from '../helpers/engine.js';
+import { createAccount } from '../helpers/ledger.js';
+import { UNDO_MIGRATIONS_AFTER_15 } from '../helpers/migrations.js';
 
 /**
  * Lean call records (migration 15): a program's own graphql() and cel() calls are compact entries

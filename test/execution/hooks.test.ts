@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { count, createAccount, createTransferCode, fails, id, newEngine, ok } from '../helpers/helpers.js';
+import { count, fails, id, newEngine, ok } from '../helpers/engine.js';
+import { createAccount, createTransferCode } from '../helpers/ledger.js';
 
 const CREATE = `mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }`;
 

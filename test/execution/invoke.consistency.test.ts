@@ -4,7 +4,8 @@ import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { id, newEngine, ok, startServer } from '../helpers/helpers.js';
+import { id, newEngine, ok } from '../helpers/engine.js';
+import { startServer } from '../helpers/server.js';
 
 /**
  * What a request acts on and as is what is committed, not a copy held in memory: versions undone by

@@ -1,7 +1,8 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
 import { resourceMatches } from '../../src/policy/policy.js';
-import { count, createAccount, fails, id, newEngine, ok } from '../helpers/helpers.js';
+import { count, fails, id, newEngine, ok } from '../helpers/engine.js';
+import { createAccount } from '../helpers/ledger.js';
 
 let engine: Engine;
 let seq = 0;

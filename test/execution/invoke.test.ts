@@ -1,6 +1,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
-import { balanceOf, count, createAccount, createTransferCode, fails, id, newEngine, ok } from '../helpers/helpers.js';
+import { balanceOf, createAccount, createTransferCode } from '../helpers/ledger.js';
+import { count, fails, id, newEngine, ok } from '../helpers/engine.js';
 
 let engine: Engine;
 let seq = 0;

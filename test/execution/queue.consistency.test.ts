@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/clock.js';
 import type { Engine } from '../../src/engine.js';
-import { balanceOf, createAccount, createTransferCode, id, newEngine, ok, ON_POSTGRES } from '../helpers/helpers.js';
+import { balanceOf, createAccount, createTransferCode } from '../helpers/ledger.js';
+import { id, newEngine, ok, ON_POSTGRES } from '../helpers/engine.js';
 
 /**
  * Started executions, retries and triggers: an attempt that rolled back leaves no result an

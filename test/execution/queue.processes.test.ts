@@ -6,15 +6,8 @@ import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { exited, running } from '../helpers/processes.js';
 import { PgConnection } from '../../src/storage/pg/connection.js';
-import {
-  createAccount,
-  createTransferCode,
-  id,
-  newEngine,
-  ok,
-  ON_POSTGRES,
-  postgresTestDatabase,
-} from '../helpers/helpers.js';
+import { createAccount, createTransferCode } from '../helpers/ledger.js';
+import { id, newEngine, ok, ON_POSTGRES, postgresTestDatabase } from '../helpers/engine.js';
 
 const BIN = join(import.meta.dirname, '..', '..', 'bin', 'tally.mjs');
 

@@ -3,7 +3,8 @@ import { ManualClock } from '../../src/clock.js';
 import type { Engine } from '../../src/engine.js';
 import { backoffBaseMs, backoffDelayMs } from '../../src/execution/queue/backoff.js';
 import type { Worker } from '../../src/execution/queue/worker.js';
-import { count, createAccount, createTransferCode, fails, id, newEngine, ok, POST } from '../helpers/helpers.js';
+import { count, fails, id, newEngine, ok } from '../helpers/engine.js';
+import { createAccount, createTransferCode, POST } from '../helpers/ledger.js';
 
 let engine: Engine;
 let clock: ManualClock;

@@ -1,7 +1,8 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/clock.js';
 import type { Engine } from '../../src/engine.js';
-import { count, createAccount, createTransferCode, id, newEngine, ok } from '../helpers/helpers.js';
+import { count, id, newEngine, ok } from '../helpers/engine.js';
+import { createAccount, createTransferCode } from '../helpers/ledger.js';
 
 /**
  * Idempotency keys and voids attacked by a second client (hostile review F11, F12): an

@@ -1,14 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import {
-  createAccount,
-  createTransferCode,
-  fails,
-  id,
-  newEngine,
-  ok,
-  ON_POSTGRES,
-  postgresTestDatabase,
-} from '../helpers/helpers.js';
+import { createAccount, createTransferCode } from '../helpers/ledger.js';
+import { fails, id, newEngine, ok, ON_POSTGRES, postgresTestDatabase } from '../helpers/engine.js';
 
 const CREATE = `mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }`;
 const INVOKE = `mutation($n: String!, $e: UUID!, $i: JSON) { actions { invokeAction(name: $n, input: {executionId: $e, actionVersion: 1, input: $i}) {

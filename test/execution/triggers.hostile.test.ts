@@ -4,16 +4,9 @@ import { ManualClock } from '../../src/clock.js';
 import type { Engine } from '../../src/engine.js';
 import type { Worker } from '../../src/execution/queue/worker.js';
 import { derivedId } from '../../src/ids.js';
-import {
-  balanceOf,
-  count,
-  createAccount,
-  createTransferCode,
-  id,
-  newEngine,
-  ok,
-  UNDO_MIGRATIONS_AFTER_9,
-} from '../helpers/helpers.js';
+import { balanceOf, createAccount, createTransferCode } from '../helpers/ledger.js';
+import { count, id, newEngine, ok } from '../helpers/engine.js';
+import { UNDO_MIGRATIONS_AFTER_9 } from '../helpers/migrations.js';
 
 /**
  * Triggers attacked by a client who holds some rights on them (hostile review F2, F8, F13): a

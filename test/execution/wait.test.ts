@@ -9,7 +9,8 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type ScriptedModel, startScriptedModel } from '../../examples/scripted-model/server.mjs';
 import type { Worker } from '../../src/execution/queue/worker.js';
-import { id, newEngine, ok, startServer } from '../helpers/helpers.js';
+import { id, newEngine, ok } from '../helpers/engine.js';
+import { startServer } from '../helpers/server.js';
 
 const ADMIN = 'tly_executions-wait-admin-key';
 const BIN = join(import.meta.dirname, '..', '..', 'bin', 'tally.mjs');

@@ -5,7 +5,9 @@ import type { FormattedResult } from '../../src/graphql/executor.js';
 import { DocumentCache } from '../../src/graphql/executor.js';
 import { buildSchema } from '../../src/graphql/schema.js';
 import { DEFAULT_LIMITS, resolveLimits } from '../../src/limits.js';
-import { createAccount, createTransferCode, fails, id, newEngine, ok, POST, startServer } from '../helpers/helpers.js';
+import { createAccount, createTransferCode, POST } from '../helpers/ledger.js';
+import { fails, id, newEngine, ok } from '../helpers/engine.js';
+import { startServer } from '../helpers/server.js';
 
 // The attacks come from a client with no policies, or with SELECT only: every bound here holds
 // before any policy is checked or any resolver runs.

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { deploy } from '../../src/deploy/deploy.js';
 import { readProject } from '../../src/deploy/project.js';
-import { newEngine } from './helpers.js';
+import { newEngine } from './engine.js';
 
 /** What the MCP tests share: examples/bank deployed into a fresh file, and the CLI to check it. */
 export const BANK = join(import.meta.dirname, '..', '..', 'examples', 'bank');

@@ -2,7 +2,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/clock.js';
 import type { Engine } from '../../src/engine.js';
 import { nameBasedUuid } from '../../src/ids.js';
-import { count, createAccount, fails, id, newEngine, ok } from '../helpers/helpers.js';
+import { count, fails, id, newEngine, ok } from '../helpers/engine.js';
+import { createAccount } from '../helpers/ledger.js';
 
 /**
  * Calculations: balances per custom dimensions, kept on posting, with effective-date children.

@@ -4,7 +4,9 @@ import { join } from 'node:path';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/clock.js';
 import type { Engine } from '../../src/engine.js';
-import { createAccount, id, newEngine, ok, UNDO_MIGRATION_18 } from '../helpers/helpers.js';
+import { createAccount } from '../helpers/ledger.js';
+import { id, newEngine, ok } from '../helpers/engine.js';
+import { UNDO_MIGRATION_18 } from '../helpers/migrations.js';
 import { MIGRATIONS } from '../../src/storage/migrations.js';
 
 // An account's entries are read through its chains (migration 18): one per balance record

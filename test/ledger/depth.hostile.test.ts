@@ -1,7 +1,8 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { Dec } from '../../src/decimal.js';
 import type { Engine } from '../../src/engine.js';
-import { createAccount, createTransferCode, fails, id, newEngine, ok, POST } from '../helpers/helpers.js';
+import { createAccount, createTransferCode, POST } from '../helpers/ledger.js';
+import { fails, id, newEngine, ok } from '../helpers/engine.js';
 
 /**
  * Hostile review of account sets, velocity controls, calculations, views and custom indexes,

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
-import { balanceOf, count, createAccount, fails, id, newEngine, ok } from '../helpers/helpers.js';
+import { balanceOf, createAccount } from '../helpers/ledger.js';
+import { count, fails, id, newEngine, ok } from '../helpers/engine.js';
 
 /** Custom indexes on entries and transactions: maintained inside postings, read through Query.entries / transactions. */
 

@@ -1,16 +1,8 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
-import {
-  count,
-  createAccount,
-  createTransferCode,
-  fails,
-  id,
-  newEngine,
-  ok,
-  POST,
-  UNDO_MIGRATIONS_AFTER_9,
-} from '../helpers/helpers.js';
+import { count, fails, id, newEngine, ok } from '../helpers/engine.js';
+import { createAccount, createTransferCode, POST } from '../helpers/ledger.js';
+import { UNDO_MIGRATIONS_AFTER_9 } from '../helpers/migrations.js';
 
 let engine: Engine;
 beforeEach(async () => {

@@ -2,7 +2,8 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { Dec } from '../../src/decimal.js';
 import type { Engine } from '../../src/engine.js';
-import { createAccount, createTransferCode, id, newEngine, ok } from '../helpers/helpers.js';
+import { createAccount, createTransferCode } from '../helpers/ledger.js';
+import { id, newEngine, ok } from '../helpers/engine.js';
 
 const ACCOUNTS = 5;
 const CURRENCIES = ['USD', 'EUR', 'ETH'];

@@ -5,7 +5,8 @@ import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
 import { ENTRY_SEQ_BLOCK, isPostgres } from '../../src/storage/backend.js';
-import { fails, id, newEngine, ok, POST, twoAccountsAndTransfer } from '../helpers/helpers.js';
+import { fails, id, newEngine, ok } from '../helpers/engine.js';
+import { POST, twoAccountsAndTransfer } from '../helpers/ledger.js';
 
 /**
  * Postings keep each account's status and the last entry seq for the cache epoch instead of reading

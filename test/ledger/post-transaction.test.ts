@@ -1,17 +1,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
-import {
-  balanceOf,
-  count,
-  createAccount,
-  createTransferCode,
-  fails,
-  id,
-  newEngine,
-  ok,
-  ON_POSTGRES,
-  POST,
-} from '../helpers/helpers.js';
+import { balanceOf, createAccount, createTransferCode, POST } from '../helpers/ledger.js';
+import { count, fails, id, newEngine, ok, ON_POSTGRES } from '../helpers/engine.js';
 
 let engine: Engine;
 let alice: string;

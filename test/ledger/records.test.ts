@@ -1,7 +1,8 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
 import { DEFAULT_JOURNAL_ID } from '../../src/ledger/journals.js';
-import { balanceOf, CREATE_ACCOUNT, createAccount, fails, id, newEngine, ok, POST } from '../helpers/helpers.js';
+import { balanceOf, CREATE_ACCOUNT, createAccount, POST } from '../helpers/ledger.js';
+import { fails, id, newEngine, ok } from '../helpers/engine.js';
 
 let engine: Engine;
 beforeEach(async () => {

@@ -4,17 +4,9 @@ import { join } from 'node:path';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/clock.js';
 import type { Engine } from '../../src/engine.js';
-import {
-  createAccount,
-  createTransferCode,
-  id,
-  newEngine,
-  ok,
-  POST,
-  UNDO_MIGRATION_17,
-  UNDO_MIGRATION_18,
-  UNDO_MIGRATIONS_AFTER_15,
-} from '../helpers/helpers.js';
+import { createAccount, createTransferCode, POST } from '../helpers/ledger.js';
+import { id, newEngine, ok } from '../helpers/engine.js';
+import { UNDO_MIGRATION_17, UNDO_MIGRATION_18, UNDO_MIGRATIONS_AFTER_15 } from '../helpers/migrations.js';
 import { MIGRATIONS } from '../../src/storage/migrations.js';
 
 // A set's entries are chained per balance record through the entries' links (migrations 16, 17). These tests

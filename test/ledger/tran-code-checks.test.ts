@@ -2,7 +2,8 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
-import { createAccount, fails, id, newEngine, ok, POST } from '../helpers/helpers.js';
+import { createAccount, POST } from '../helpers/ledger.js';
+import { fails, id, newEngine, ok } from '../helpers/engine.js';
 
 const CREATE = 'mutation($i: TranCodeInput!) { createTranCode(input: $i) { code version } }';
 const UPDATE = 'mutation($id: UUID!, $i: TranCodeUpdateInput!) { updateTranCode(id: $id, input: $i) { version } }';

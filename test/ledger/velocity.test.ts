@@ -2,7 +2,8 @@ import fc from 'fast-check';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { Dec } from '../../src/decimal.js';
 import type { Engine } from '../../src/engine.js';
-import { count, createAccount, createTransferCode, fails, id, newEngine, ok } from '../helpers/helpers.js';
+import { count, fails, id, newEngine, ok } from '../helpers/engine.js';
+import { createAccount, createTransferCode } from '../helpers/ledger.js';
 
 let engine: Engine;
 

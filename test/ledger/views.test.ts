@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
-import { balanceOf, count, createAccount, fails, id, newEngine, ok } from '../helpers/helpers.js';
+import { balanceOf, createAccount } from '../helpers/ledger.js';
+import { count, fails, id, newEngine, ok } from '../helpers/engine.js';
 
 /**
  * Views: CEL documents materialised inside the posting transaction, read through their key.

@@ -18,7 +18,8 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
 import { jsonTextTooDeep, sanitizeInitialize } from '../../src/mcp/http.js';
-import { id, startServer } from '../helpers/helpers.js';
+import { id } from '../helpers/engine.js';
+import { startServer } from '../helpers/server.js';
 import { ALICE, bankDatabase, bankWithMemo, BIN, BOB, cli, settled, tx } from '../helpers/mcp.js';
 
 const run = promisify(execFile);

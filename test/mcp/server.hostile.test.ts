@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
 import { engineBackend } from '../../src/mcp/backend.js';
 import { createMcpServer } from '../../src/mcp/server.js';
-import { id, newEngine, ok } from '../helpers/helpers.js';
+import { id, newEngine, ok } from '../helpers/engine.js';
 
 const CREATE = `mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) { version } } }`;
 const SECRET = 'sk_live_do_not_leak';

@@ -3,7 +3,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { type CallToolResult, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startServer } from '../helpers/helpers.js';
+import { startServer } from '../helpers/server.js';
 import { ALICE, bankDatabase, bankWithMemo, BIN, BOB, cli, settled, tx } from '../helpers/mcp.js';
 
 async function connect(path: string, principal: string): Promise<{ client: Client; stderr: () => string }> {

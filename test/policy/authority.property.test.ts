@@ -12,7 +12,7 @@ import {
   type PolicyAction,
   resourceMatches,
 } from '../../src/policy/policy.js';
-import { id, newEngine, ok } from '../helpers/helpers.js';
+import { id, newEngine, ok } from '../helpers/engine.js';
 import { type ScriptedModel, startScriptedModel, toolResults } from '../../examples/scripted-model/server.mjs';
 
 /*

@@ -1,6 +1,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
-import { count, createAccount, id, newEngine, ok } from '../helpers/helpers.js';
+import { count, id, newEngine, ok } from '../helpers/engine.js';
+import { createAccount } from '../helpers/ledger.js';
 
 let engine: Engine;
 let seq = 0;

@@ -4,17 +4,8 @@ import { Cel } from '../../src/cel/cel.js';
 import { systemClock } from '../../src/clock.js';
 import type { Engine } from '../../src/engine.js';
 import { type AuthorityLayer, decide, type Operation, type Policy, resourceMatches } from '../../src/policy/policy.js';
-import {
-  balanceOf,
-  count,
-  createAccount,
-  createTransferCode,
-  fails,
-  id,
-  newEngine,
-  ok,
-  POST,
-} from '../helpers/helpers.js';
+import { balanceOf, createAccount, createTransferCode, POST } from '../helpers/ledger.js';
+import { count, fails, id, newEngine, ok } from '../helpers/engine.js';
 
 let engine: Engine;
 let seq = 0;

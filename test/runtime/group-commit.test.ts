@@ -13,7 +13,8 @@ import type { BatchRequest, Engine } from '../../src/engine.js';
 import type { FormattedResult } from '../../src/graphql/executor.js';
 import { createServer } from '../../src/server/http.js';
 import { WriteQueue } from '../../src/server/write-queue.js';
-import { BALANCE, createAccount, createTransferCode, id, newEngine, ok } from '../helpers/helpers.js';
+import { BALANCE, createAccount, createTransferCode } from '../helpers/ledger.js';
+import { id, newEngine, ok } from '../helpers/engine.js';
 
 const engines: Engine[] = [];
 const dirs: string[] = [];

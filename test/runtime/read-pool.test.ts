@@ -11,17 +11,8 @@ import { EngineError } from '../../src/errors.js';
 import { openDatabase, ReadOnlyTransactions } from '../../src/storage/database.js';
 import { MIGRATIONS } from '../../src/storage/migrations.js';
 import { CacheEpoch } from '../../src/storage/record-cache.js';
-import {
-  BALANCE,
-  CREATE_ACCOUNT,
-  createAccount,
-  createTransferCode,
-  id,
-  newEngine,
-  ok,
-  POST,
-  postTransfers,
-} from '../helpers/helpers.js';
+import { BALANCE, CREATE_ACCOUNT, createAccount, createTransferCode, POST, postTransfers } from '../helpers/ledger.js';
+import { id, newEngine, ok } from '../helpers/engine.js';
 
 /**
  * Reads beside writes: queries answered by read-only engines on worker threads, on the writer's

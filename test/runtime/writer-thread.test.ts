@@ -8,7 +8,8 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { createEngine, type Engine } from '../../src/engine.js';
 import { WriteQueue } from '../../src/server/write-queue.js';
 import { WriterThread } from '../../src/server/writer-thread.js';
-import { createAccount, createTransferCode, id, ok, postTransfers } from '../helpers/helpers.js';
+import { createAccount, createTransferCode, postTransfers } from '../helpers/ledger.js';
+import { id, ok } from '../helpers/engine.js';
 
 /**
  * `tally serve` runs its writer engine (mutations, tools, the queue worker) on a thread of its own:

@@ -1,15 +1,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
-import {
-  balanceOf,
-  createAccount,
-  createTransferCode,
-  fails,
-  id,
-  newEngine,
-  ok,
-  ON_POSTGRES,
-} from '../helpers/helpers.js';
+import { balanceOf, createAccount, createTransferCode } from '../helpers/ledger.js';
+import { fails, id, newEngine, ok, ON_POSTGRES } from '../helpers/engine.js';
 
 /**
  * Nothing one execution leaves behind runs in, or is seen by, another; and a program cannot compute

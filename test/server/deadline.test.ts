@@ -4,15 +4,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
 import type { FormattedResult } from '../../src/graphql/executor.js';
-import {
-  createAccount,
-  createTransferCode,
-  id,
-  newEngine,
-  ok,
-  postTransfers,
-  startServer,
-} from '../helpers/helpers.js';
+import { createAccount, createTransferCode, postTransfers } from '../helpers/ledger.js';
+import { id, newEngine, ok } from '../helpers/engine.js';
+import { startServer } from '../helpers/server.js';
 
 /**
  * No request, from any valid key, holds the process for long (hostile review F10): a tool runs at

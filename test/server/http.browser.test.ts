@@ -5,7 +5,7 @@ import { auditServer } from 'graphql-http';
 import { chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CHROMIUM, CHROMIUM_MISSING, chromiumInstalled } from '../helpers/chromium.mjs';
-import { startServer } from '../helpers/helpers.js';
+import { startServer } from '../helpers/server.js';
 
 const KEY = 'tly_browser-test-key';
 /** Set TALLY_SCREENSHOTS=<dir> to keep what the browser showed at each step. */

@@ -2,7 +2,8 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { connect, type Socket } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { id, startServer } from '../helpers/helpers.js';
+import { id } from '../helpers/engine.js';
+import { startServer } from '../helpers/server.js';
 
 let running: Awaited<ReturnType<typeof startServer>>;
 let server: Server;

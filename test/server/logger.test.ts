@@ -5,7 +5,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Worker } from '../../src/execution/queue/worker.js';
 import { createLogger, formatPretty } from '../../src/server/logger.js';
-import { id, startServer } from '../helpers/helpers.js';
+import { id } from '../helpers/engine.js';
+import { startServer } from '../helpers/server.js';
 
 /**
  * The log lines of a real server doing real work, captured from the logger's destination: one per

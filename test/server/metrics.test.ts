@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
 import type { Worker } from '../../src/execution/queue/worker.js';
 import { createServer } from '../../src/server/http.js';
-import { id, newEngine } from '../helpers/helpers.js';
+import { id, newEngine } from '../helpers/engine.js';
 
 /**
  * /healthz, /readyz and /metrics of a real server on a database file, with its queue worker,
@@ -107,7 +107,7 @@ describe('/healthz and /readyz', () => {
   });
 
   it('/readyz of a server without a worker (--no-worker) says so and is ready', async () => {
-    const { startServer } = await import('../helpers/helpers.js');
+    const { startServer } = await import('../helpers/server.js');
     const bare = await startServer(KEY);
     try {
       const response = await fetch(bare.url.replace('/graphql', '/readyz'));

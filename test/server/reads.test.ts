@@ -10,7 +10,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
 import { attachReadPool, createServer } from '../../src/server/http.js';
 import { ReadPool } from '../../src/server/read-pool.js';
-import { createAccount, id, newEngine } from '../helpers/helpers.js';
+import { createAccount } from '../helpers/ledger.js';
+import { id, newEngine } from '../helpers/engine.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'tally-server-reads-'));
 let engine: Engine;

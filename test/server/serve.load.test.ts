@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createEngine } from '../../src/engine.js';
-import { id } from '../helpers/helpers.js';
+import { id } from '../helpers/engine.js';
 import { exited, serveProcess } from '../helpers/processes.js';
 
 const KEY = 'tly_cold-admin-key-0123456789';

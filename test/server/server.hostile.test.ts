@@ -19,7 +19,8 @@ import type { Logger } from '../../src/log.js';
 import { attachReadPool, createServer } from '../../src/server/http.js';
 import { ReadPool } from '../../src/server/read-pool.js';
 import { WriteQueue } from '../../src/server/write-queue.js';
-import { createAccount, createTransferCode, id, newEngine, ok, postTransfers } from '../helpers/helpers.js';
+import { createAccount, createTransferCode, postTransfers } from '../helpers/ledger.js';
+import { id, newEngine, ok } from '../helpers/engine.js';
 
 const cleanups: Array<() => unknown> = [];
 const dirs: string[] = [];

@@ -11,7 +11,7 @@ import { resolveLimits } from '../../src/limits.js';
 import { skillServices } from '../../src/skills/skills.js';
 import { actionStatements } from '../../src/storage/statements/actions.js';
 import { skillStatements } from '../../src/storage/statements/skills.js';
-import { fails, id, newEngine, ok } from '../helpers/helpers.js';
+import { fails, id, newEngine, ok } from '../helpers/engine.js';
 
 const CREATE = `mutation($id: UUID!, $i: SkillInput!) { actions { createSkill(id: $id, input: $i) { skillId name version description body tools created } } }`;
 const UPDATE = `mutation($id: UUID!, $i: SkillInput!) { actions { updateSkill(id: $id, input: $i) { skillId name version description body tools } } }`;

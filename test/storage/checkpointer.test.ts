@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
-import { id, newEngine, ok, POST, twoAccountsAndTransfer } from '../helpers/helpers.js';
+import { id, newEngine, ok } from '../helpers/engine.js';
+import { POST, twoAccountsAndTransfer } from '../helpers/ledger.js';
 
 const PAGE = 4096;
 const dirs: string[] = [];

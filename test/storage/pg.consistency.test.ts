@@ -3,17 +3,8 @@ import type { Clock } from '../../src/clock.js';
 import type { Engine } from '../../src/engine.js';
 import type { Limits } from '../../src/limits.js';
 import { PgConnection } from '../../src/storage/pg/connection.js';
-import {
-  balanceOf,
-  createAccount,
-  createTransferCode,
-  fails,
-  id,
-  newEngine,
-  ok,
-  POST,
-  postgresTestDatabase,
-} from '../helpers/helpers.js';
+import { balanceOf, createAccount, createTransferCode, POST } from '../helpers/ledger.js';
+import { fails, id, newEngine, ok, postgresTestDatabase } from '../helpers/engine.js';
 
 /**
  * Two engines (two connections, as two processes would have) on one PostgreSQL database: every

@@ -1,7 +1,7 @@
 import type { ChildProcess } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { PgConnection } from '../../src/storage/pg/connection.js';
-import { id, postgresTestDatabase } from '../helpers/helpers.js';
+import { id, postgresTestDatabase } from '../helpers/engine.js';
 import { exited, serveProcess } from '../helpers/processes.js';
 
 /**

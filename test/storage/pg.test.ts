@@ -17,7 +17,9 @@ import { sessionStatements } from '../../src/storage/statements/sessions.js';
 import { skillStatements } from '../../src/storage/statements/skills.js';
 import { velocityStatements } from '../../src/storage/statements/velocity.js';
 import { viewStatements } from '../../src/storage/statements/views.js';
-import { createAccount, createTransferCode, id, newEngine, ok, POST, UNDO_MIGRATION_18 } from '../helpers/helpers.js';
+import { createAccount, createTransferCode, POST } from '../helpers/ledger.js';
+import { id, newEngine, ok } from '../helpers/engine.js';
+import { UNDO_MIGRATION_18 } from '../helpers/migrations.js';
 import { exited, serveProcess } from '../helpers/processes.js';
 
 /**

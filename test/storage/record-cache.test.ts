@@ -6,16 +6,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../../src/storage/database.js';
 import { CacheEpoch, RecordCache, watchCachedTables } from '../../src/storage/record-cache.js';
 import { TransactionManager } from '../../src/storage/transaction.js';
-import {
-  createAccount,
-  createTransferCode,
-  fails,
-  id,
-  newEngine,
-  ok,
-  POST,
-  twoAccountsAndTransfer,
-} from '../helpers/helpers.js';
+import { createAccount, createTransferCode, POST, twoAccountsAndTransfer } from '../helpers/ledger.js';
+import { fails, id, newEngine, ok } from '../helpers/engine.js';
 
 /**
  * Postings read the tran code and the journal from caches. A cached row must never outlive the row:

@@ -4,7 +4,7 @@ import { calculationStatements } from '../../src/storage/statements/calculations
 import { type ByNumber, ledgerStatements } from '../../src/storage/statements/ledger.js';
 import { velocityStatements } from '../../src/storage/statements/velocity.js';
 import { viewStatements } from '../../src/storage/statements/views.js';
-import { newEngine, ON_POSTGRES } from '../helpers/helpers.js';
+import { newEngine, ON_POSTGRES } from '../helpers/engine.js';
 
 /**
  * Every read the ledger makes goes through an index (the reference ledger's rule): no statement's
