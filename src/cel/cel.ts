@@ -170,7 +170,7 @@ export class Cel {
  * field access tells one) and the value is a string, a boolean or null, which that field access
  * returns as they are; it is charged what the evaluator charges. Anything else (a missing key, a
  * Map, a number, a decimal, a list) takes the evaluator's path, so results and errors are the
- * evaluator's (test/cel.limits.test.ts compares the two).
+ * evaluator's (test/cel/cel.limits.test.ts compares the two).
  */
 function selectPath(ast: unknown): string[] | null {
   const fields: string[] = [];

@@ -1,6 +1,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
-import { count, createAccount, createTransferCode, fails, id, newEngine, ok, POST } from '../helpers.js';
+import { count, fails, id, newEngine, ok } from '../helpers/engine.js';
+import { createAccount, createTransferCode, POST } from '../helpers/ledger.js';
 
 // docs/reference/mutation-checks.md lists postTransaction's checks in the order they run: a posting
 // with two faults gets the error of the earlier one, whichever it is, every time. Each test below
