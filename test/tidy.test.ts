@@ -57,7 +57,20 @@ const MAY_IMPORT: Record<string, readonly string[]> = {
  * (a ratchet: shrink the number when the file shrinks).
  */
 const FILE_LINES_MAX = 600;
-const LONG_FILES: Record<string, { lines: number; why: string }> = {};
+const LONG_FILES: Record<string, { lines: number; why: string }> = {
+  'src/limits.ts': {
+    lines: 1230,
+    why: 'the one table of every limit (default, doc, group, bounds) and the fixed bounds: one table by design, mostly doc text',
+  },
+  'src/storage/migrations.ts': {
+    lines: 760,
+    why: 'eighteen migrations as the SQL text each version applied: frozen history, read top to bottom (numbered files per dialect come with the PostgreSQL adapter, issue 39)',
+  },
+  'src/runtime/read-pool.ts': {
+    lines: 675,
+    why: 'one class: a pool of read threads with client turns, restarts and WAL-drain holds, whose parts share the slots and the queue',
+  },
+};
 
 /** The part a file belongs to: its folder under src/ (src/engine.ts is the engine's), or sandbox. */
 function partOf(file: string): string {
