@@ -7,7 +7,7 @@ import {
 } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Engine } from '../engine.js';
-import { EngineError, quote } from '../errors.js';
+import { bug, EngineError, quote } from '../errors.js';
 import type { Worker } from '../execution/queue/worker.js';
 import type { Limits } from '../limits.js';
 import { type Logger, silentLogger } from '../log.js';
@@ -59,7 +59,7 @@ class TallyServer extends Server {
  * caller's to stop: the thread runs its own.
  */
 export function attachWriter(server: Server, writer: Executor): void {
-  if (!(server instanceof TallyServer)) throw new Error('bug: not a Tally server');
+  if (!(server instanceof TallyServer)) throw bug('not a Tally server');
   server.runtime.attachWriter(writer);
 }
 
@@ -68,7 +68,7 @@ export function attachWriter(server: Server, writer: Executor): void {
  * start-up is not held up by the threads; until then queries run on the writer).
  */
 export function attachReadPool(server: Server, pool: ReadPool): void {
-  if (!(server instanceof TallyServer)) throw new Error('bug: not a Tally server');
+  if (!(server instanceof TallyServer)) throw bug('not a Tally server');
   server.runtime.attachReadPool(pool);
 }
 
