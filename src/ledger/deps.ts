@@ -46,7 +46,7 @@ export interface LedgerDeps {
     accounts: RecordCache<AccountRow>;
     /** The sets above an account in a journal, by `${accountId} ${journalId}`. */
     setsAbove: RecordCache<string[]>;
-    /** Anything else a posting consults and that changes only with the cached tables (see velocity.ts). */
+    /** Anything else a posting consults and that changes only with the cached tables (see velocity-totals.ts, velocity-limits.ts). */
     posting: RecordCache<unknown>;
   };
   /** Told of every change, in the same transaction (triggers start executions from here). */

@@ -8,7 +8,7 @@ import type { EntryRow, TransactionRow } from '../storage/statements/ledger.js';
 import type { IndexRow, KeyCondition } from '../storage/statements/views.js';
 import type { LedgerDeps } from './deps.js';
 import { type CelDocument, entryDocument, transactionDocument } from './documents.js';
-import { toEntry, toTransaction } from './post-transaction.js';
+import { toEntry, toTransaction } from './transaction-records.js';
 import type { Entry, Transaction } from './records.js';
 
 // ---------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ import { type Balance, layerTotals, normalBalance } from '../../ledger/balances.
 import { DEFAULT_JOURNAL_ID } from '../../ledger/journals.js';
 import type { Account, AccountSet, Direction, Entry, Layer, Transaction } from '../../ledger/records.js';
 import type { TranCode } from '../../ledger/tran-codes.js';
-import type { WriteKind, Writer } from '../../ledger/velocity.js';
+import type { WriteKind, Writer } from '../../ledger/velocity-gate.js';
 import { entriesByIndex, transactionsByIndex } from '../../ledger/indexes.js';
 import { getIndex } from '../../ledger/views.js';
 import { evaluateCel, evaluateDocument } from '../evaluate.js';
