@@ -25,11 +25,11 @@ export interface LedgerChange {
 /** What every ledger operation needs; built once per engine. */
 export interface LedgerDeps {
   st: LedgerStatements;
-  /** Calculations and their balances (src/ledger/calculations.ts). */
+  /** Calculations and their balances (src/ledger/calculations.ts, calculation-*.ts). */
   calc: CalculationStatements;
-  /** Velocity limits and controls (src/ledger/velocity.ts). */
+  /** Velocity limits and controls (src/ledger/velocity.ts, velocity-*.ts). */
   vel: VelocityStatements;
-  /** Views and custom indexes (src/ledger/views.ts). */
+  /** Views and custom indexes (src/ledger/views.ts, view-updates.ts, indexes.ts). */
   views: ViewStatements;
   cel: Cel;
   clock: Clock;

@@ -311,7 +311,7 @@ function guardOverride(
 
 /**
  * Every write a client (or a tool, a trigger) sends that moves a balance: the posting gate judges it
- * (src/ledger/velocity.ts decide) knowing who writes (may they read the balances, is it a dry
+ * (src/ledger/velocity-gate.ts decide) knowing who writes (may they read the balances, is it a dry
  * run); a refusal is logged (who asked, which control on which account or set; never a balance)
  * and shows the violating balance only to a stack that may read it.
  */
