@@ -9,6 +9,7 @@ import { ENFORCEMENTS, type Enforcement, type VelocityControl } from './velocity
 import {
   amountText,
   availableNormal,
+  bindLimitParams,
   evaluate,
   evaluateSpecs,
   keepsTotals,
@@ -16,7 +17,6 @@ import {
   staticSpecs,
   type Totals,
   type VelocityLimit,
-  bindLimitParams,
 } from './velocity-limits.js';
 import { attachedTo, type Check, controlOf, countTotals, type Move, totalsKey } from './velocity-totals.js';
 
