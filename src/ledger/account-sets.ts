@@ -4,8 +4,8 @@ import type { AccountRow, AccountSetMemberRow, BalanceRow } from '../storage/sta
 import { BALANCE_COLUMNS } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
 import { DEFAULT_JOURNAL_ID, getJournal, insertUnique } from './journals.js';
-import { toEntry } from './post-transaction.js';
-import { checkMovedBalances, type Writer } from './velocity.js';
+import { toEntry } from './transaction-records.js';
+import { checkMovedBalances, type Writer } from './velocity-gate.js';
 import { deleteSetChains, entriesBelow } from './chains.js';
 import {
   type AccountSet,

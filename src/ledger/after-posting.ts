@@ -1,7 +1,7 @@
-import { applyCalculations } from './calculations.js';
+import { applyCalculations } from './calculation-updates.js';
 import type { LedgerDeps } from './deps.js';
 import type { Posted } from './posted.js';
-import { applyViews } from './views.js';
+import { applyViews } from './view-updates.js';
 
 /**
  * Everything a posting (or a void) keeps up to date beyond the entries and the balances of their

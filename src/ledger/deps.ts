@@ -25,11 +25,11 @@ export interface LedgerChange {
 /** What every ledger operation needs; built once per engine. */
 export interface LedgerDeps {
   st: LedgerStatements;
-  /** Calculations and their balances (src/ledger/calculations.ts). */
+  /** Calculations and their balances (src/ledger/calculations.ts, calculation-*.ts). */
   calc: CalculationStatements;
-  /** Velocity limits and controls (src/ledger/velocity.ts). */
+  /** Velocity limits and controls (src/ledger/velocity.ts, velocity-*.ts). */
   vel: VelocityStatements;
-  /** Views and custom indexes (src/ledger/views.ts). */
+  /** Views and custom indexes (src/ledger/views.ts, view-updates.ts, indexes.ts). */
   views: ViewStatements;
   cel: Cel;
   clock: Clock;
@@ -46,7 +46,7 @@ export interface LedgerDeps {
     accounts: RecordCache<AccountRow>;
     /** The sets above an account in a journal, by `${accountId} ${journalId}`. */
     setsAbove: RecordCache<string[]>;
-    /** Anything else a posting consults and that changes only with the cached tables (see velocity.ts). */
+    /** Anything else a posting consults and that changes only with the cached tables (see velocity-totals.ts, velocity-limits.ts). */
     posting: RecordCache<unknown>;
   };
   /** Told of every change, in the same transaction (triggers start executions from here). */

@@ -4,9 +4,11 @@ import * as balances from './balances.js';
 import type { LedgerDeps } from './deps.js';
 import * as journals from './journals.js';
 import * as posting from './post-transaction.js';
+import * as voiding from './void-transaction.js';
 import * as reads from './reads.js';
 import * as tranCodes from './tran-codes.js';
-import type { Writer } from './velocity.js';
+import type { Writer } from './velocity-gate.js';
+import type { WriteGuard } from './write-transaction.js';
 
 /**
  * The ledger's public surface: one object per engine, every method synchronous and run inside the
@@ -59,13 +61,13 @@ export class Ledger {
   updateTranCode = (id: string, input: tranCodes.TranCodeUpdate) => tranCodes.updateTranCode(this.deps, id, input);
   lockTranCode = (id: string) => tranCodes.lockTranCode(this.deps, id);
 
-  postTransaction = (input: posting.PostTransactionInput, guard?: posting.WriteGuard, writer?: Writer) =>
+  postTransaction = (input: posting.PostTransactionInput, guard?: WriteGuard, writer?: Writer) =>
     posting.postTransaction(this.deps, this.tranCodeCache, input, guard, writer);
   voidTransaction = (
     id: string,
-    guard?: posting.WriteGuard,
-    options?: { properties?: posting.VoidProperties | null; writer?: Writer },
-  ) => posting.voidTransaction(this.deps, id, guard, options);
+    guard?: WriteGuard,
+    options?: { properties?: voiding.VoidProperties | null; writer?: Writer },
+  ) => voiding.voidTransaction(this.deps, id, guard, options);
   getTransaction = (id: string) => reads.getTransaction(this.deps, id);
   listTransactions = (args: Parameters<typeof reads.listTransactions>[1]) => reads.listTransactions(this.deps, args);
   entriesOfTransaction = (id: string, first: number, after?: string | null) =>

@@ -2,7 +2,7 @@ import { CelDecimal, jsonToCel } from '../cel/values.js';
 import { Dec, scaleOf } from '../decimal.js';
 import { isUuid } from '../ids.js';
 import { isDate, isTimestamp } from './params.js';
-import type { ParamType } from './tran-codes.js';
+import type { ParamType } from './param-definitions.js';
 
 /** Names a param default may read as CEL: the params before it, and the environment's constants. */
 const CEL_ROOTS: ReadonlySet<string> = new Set([

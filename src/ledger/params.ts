@@ -3,7 +3,8 @@ import { Dec, parseDecimal, scaleOf } from '../decimal.js';
 import { EngineError, quote } from '../errors.js';
 import { isUuid } from '../ids.js';
 import type { LedgerDeps } from './deps.js';
-import type { CompiledTranCode, ParamType } from './tran-codes.js';
+import type { ParamType } from './param-definitions.js';
+import type { CompiledTranCode } from './tran-codes.js';
 
 const DATE_PATTERN = /^\d{4}-\d{2}-\d{2}$/;
 

@@ -2,7 +2,7 @@ import { EngineError, notFound } from '../errors.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import { entriesAbove, entriesBelow } from './chains.js';
 import { cachedAccount, type LedgerDeps } from './deps.js';
-import { toEntry, toTransaction } from './post-transaction.js';
+import { toEntry, toTransaction } from './transaction-records.js';
 import type { Entry, Transaction } from './records.js';
 
 export function getTransaction(deps: LedgerDeps, transactionId: string): Transaction {

@@ -2,8 +2,9 @@ import { utcDate } from '../clock.js';
 import { Dec } from '../decimal.js';
 import { EngineError, quote } from '../errors.js';
 import type { LedgerDeps } from './deps.js';
-import { expand } from './post-transaction.js';
-import type { CompiledField, CompiledTranCode, ParamType } from './tran-codes.js';
+import type { ParamType } from './param-definitions.js';
+import { expand } from './tran-code-expansion.js';
+import type { CompiledField, CompiledTranCode } from './tran-codes.js';
 
 /**
  * Refuse, when a tran code is created or changed, a template that can never post, in this order

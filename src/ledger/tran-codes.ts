@@ -4,19 +4,9 @@ import { type Connection, pageRequest, toConnection } from '../paging.js';
 import type { TranCodeRow, TranCodeVersionRow } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
 import { insertUnique } from './journals.js';
-import { literalDefault } from './param-defaults.js';
+import { compileParams, type ParamDefinition, type ParamType } from './param-definitions.js';
 import { checkTranCodeCanPost } from './tran-code-checks.js';
 import { type JsonObject, jsonObjectText, optionalText, requiredText, type Status } from './records.js';
-
-export const PARAM_TYPES = ['STRING', 'INTEGER', 'DECIMAL', 'BOOLEAN', 'UUID', 'DATE', 'TIMESTAMP', 'JSON'] as const;
-export type ParamType = (typeof PARAM_TYPES)[number];
-
-export interface ParamDefinition {
-  name: string;
-  type: ParamType;
-  default: string | null;
-  description: string | null;
-}
 
 export const TRANSACTION_FIELDS = [
   'effective',
@@ -184,52 +174,6 @@ export function compileTranCode(deps: LedgerDeps, document: TranCodeDocument): C
     return compiled;
   });
   return { document, params, vars, transaction, entries };
-}
-
-/**
- * Check param definitions (identifiers, distinct, typed, at most tranCodeParamsMax) and compile each
- * default: a literal of its type, or CEL (see param-defaults.ts). Tran codes and velocity limits
- * declare params alike; `fail` makes their error (TRAN_CODE_ERROR, BAD_REQUEST).
- */
-export function compileParams(
-  deps: LedgerDeps,
-  definitions: readonly ParamDefinition[],
-  owner: string,
-  compileField: (path: string, source: string) => CompiledField,
-  fail: (message: string, hint?: string) => EngineError,
-): CompiledTranCode['params'] {
-  if (definitions.length > deps.limits.tranCodeParamsMax) {
-    throw limitExceeded(
-      'tranCodeParamsMax',
-      deps.limits.tranCodeParamsMax,
-      definitions.length,
-      `${owner} declares ${definitions.length} params; tranCodeParamsMax is ${deps.limits.tranCodeParamsMax}`,
-    );
-  }
-  const seen = new Set<string>();
-  return definitions.map((definition, i) => {
-    if (typeof definition?.name !== 'string' || !IDENTIFIER.test(definition.name) || isReservedKey(definition.name)) {
-      throw fail(`params[${i}].name ${quote(definition?.name)} is not an identifier`, 'Use letters, digits and _.');
-    }
-    if (seen.has(definition.name)) throw fail(`param ${quote(definition.name)} is declared twice`);
-    seen.add(definition.name);
-    if (!PARAM_TYPES.includes(definition.type)) {
-      throw fail(`params[${i}].type ${quote(definition.type)} is not one of ${PARAM_TYPES.join(', ')}`);
-    }
-    if (definition.default == null) return { definition, defaultValue: null };
-    const literal = literalDefault(
-      definition.type,
-      definition.default,
-      (source) => deps.cel.compile(source) as unknown as { ast?: unknown },
-    );
-    const path = `params[${i}].default`;
-    return {
-      definition,
-      defaultValue: literal
-        ? { path, source: definition.default, evaluate: () => literal.value }
-        : compileField(path, definition.default),
-    };
-  });
 }
 
 export function toTranCode(document: TranCodeDocument, row: TranCodeRow): TranCode {

@@ -2,6 +2,7 @@ import { EngineError } from '../../errors.js';
 import type { Balance } from '../../ledger/balances.js';
 import * as calculations from '../../ledger/calculations.js';
 import type { Calculation } from '../../ledger/calculations.js';
+import { listCalculationBalances, readCalculationBalance } from '../../ledger/calculation-balances.js';
 import { DEFAULT_JOURNAL_ID } from '../../ledger/journals.js';
 import type { Direction } from '../../ledger/records.js';
 import type { RequestContext } from '../context.js';
@@ -52,7 +53,7 @@ export function calculationBalance(ctx: RequestContext, args: Args): Calculation
     calculationId,
     dimension: dimension ?? null,
   });
-  const balance = calculations.readCalculationBalance(deps, {
+  const balance = readCalculationBalance(deps, {
     accountId: owner.id,
     journalId: journal,
     currency: cur,
@@ -80,7 +81,7 @@ const query: Record<string, Resolver> = {
     }
     const { owner, journal } = ownerOf(ctx, where.accountId, where.journalId);
     const currency = where.currency ?? 'USD';
-    const page = calculations.listCalculationBalances(ctx.ledger.deps, {
+    const page = listCalculationBalances(ctx.ledger.deps, {
       calculationId: where.calculationId,
       accountId: owner.id,
       journalId: journal,

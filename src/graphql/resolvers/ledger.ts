@@ -3,7 +3,7 @@ import { type Balance, layerTotals, normalBalance } from '../../ledger/balances.
 import { DEFAULT_JOURNAL_ID } from '../../ledger/journals.js';
 import type { Account, AccountSet, Direction, Entry, Layer, Transaction } from '../../ledger/records.js';
 import type { TranCode } from '../../ledger/tran-codes.js';
-import type { WriteKind, Writer } from '../../ledger/velocity.js';
+import type { WriteKind, Writer } from '../../ledger/velocity-gate.js';
 import { entriesByIndex, transactionsByIndex } from '../../ledger/indexes.js';
 import { getIndex } from '../../ledger/views.js';
 import { evaluateCel, evaluateDocument } from '../evaluate.js';
@@ -311,7 +311,7 @@ function guardOverride(
 
 /**
  * Every write a client (or a tool, a trigger) sends that moves a balance: the posting gate judges it
- * (src/ledger/velocity.ts decide) knowing who writes (may they read the balances, is it a dry
+ * (src/ledger/velocity-gate.ts decide) knowing who writes (may they read the balances, is it a dry
  * run); a refusal is logged (who asked, which control on which account or set; never a balance)
  * and shows the violating balance only to a stack that may read it.
  */

@@ -1,4 +1,4 @@
-import { toEntry, toTransaction } from '../../ledger/post-transaction.js';
+import { toEntry, toTransaction } from '../../ledger/transaction-records.js';
 import * as views from '../../ledger/views.js';
 import type { RequestContext } from '../context.js';
 import { guard, visible } from './guard.js';

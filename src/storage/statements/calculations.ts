@@ -11,7 +11,7 @@ import { type BalanceRow, byColumns, type EntryRow } from './ledger.js';
  *   journal). Only parents are attached; their children follow them.
  * - `calculation_balances`: running totals per calculation × account (or set) × journal × currency ×
  *   dimension values × period. `dimension_key` encodes the custom dimension values in declaration
- *   order (see dimensionKey in src/ledger/calculations.ts), so a leading subset of them is a key
+ *   order (see dimensionKey in src/ledger/calculation-updates.ts), so a leading subset of them is a key
  *   prefix; `period` is '' for a parent and 'YYYY' / 'YYYY-MM' / 'YYYY-MM-DD' for a child, so the
  *   periods of one balance are a primary-key range (cumulative and range reads are index scans).
  */
@@ -103,7 +103,7 @@ export type CalculationBalanceRow = BalanceRow & {
 /** Rows of the calculation_balances key that a balance's periods share. */
 type BalanceKey = [calculationId: string, accountId: string, journalId: string, currency: string, dimensionKey: string];
 
-/** In-memory state of one engine's calculations (see activeCalculations in src/ledger/calculations.ts). */
+/** In-memory state of one engine's calculations (see activeCalculations in src/ledger/calculation-updates.ts). */
 export interface CalculationMemo {
   /** The CacheEpoch value the definitions were loaded at; -1 for never. */
   epoch: number;

@@ -6,7 +6,7 @@ import type { Db } from '../database.js';
  *
  * Both are keyed the same way: `pkey` is the JSON list of the partition values (queried by
  * equality only), `s0..s3` the sort values, each encoded so that plain text order is the key's
- * order (descending keys are stored complemented; see encodeKey in src/ledger/indexes.ts), and
+ * order (descending keys are stored complemented; see encode in src/ledger/typed-values.ts), and
  * `r0..r3` the same values as text, for `like`. Unused sort columns hold ''. So every read is a
  * range of one primary key: no table scans, and no sort step whatever the directions.
  */
@@ -108,7 +108,7 @@ export interface IndexRow {
   modified: string;
 }
 
-/** One condition of a key query, built by src/ledger/indexes.ts from a FilterValue. */
+/** One condition of a key query, built by src/ledger/index-keys.ts from a FilterValue. */
 export interface KeyCondition {
   /** Sort column 0..3. */
   column: number;
@@ -116,7 +116,7 @@ export interface KeyCondition {
   value: string;
 }
 
-/** The compiled definitions held between postings (src/ledger/views.ts), valid for one cache epoch. */
+/** The compiled definitions held between postings (src/ledger/view-updates.ts), valid for one cache epoch. */
 export interface DefinitionCache {
   epoch: number;
   value: unknown;
