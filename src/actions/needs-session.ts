@@ -1,5 +1,6 @@
 import type { Cel } from '../cel/cel.js';
-import { type ActionVersion, readsIdentifier } from './actions.js';
+import { readsIdentifier } from './references.js';
+import type { ActionVersion } from './types.js';
 
 /**
  * Whether a version runs only as a session's turn: an agent with a sessionSchema, or whose tool

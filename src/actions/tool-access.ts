@@ -1,6 +1,7 @@
 import type { Policy, PolicyAction } from '../policy/policy.js';
 import { resourceMatches } from '../policy/policy.js';
-import { type ActionDeps, type ActionVersion, findAction, getVersion, latestActiveVersion } from './actions.js';
+import type { ActionDeps, ActionVersion } from './types.js';
+import { findAction, getVersion, latestActiveVersion } from './versions.js';
 
 /** What an agent is told about a tool before calling it (MCP tools/list annotations). */
 export interface ToolAccess {

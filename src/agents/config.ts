@@ -34,6 +34,7 @@ const AGENT_FIELDS = [...MODEL_FIELDS, 'maxTurns', 'maxToolCalls', 'runTimeoutMs
 /**
  * Check a model or agent config when a version is made: known fields only, the provider and
  * model configured by the operator (a version naming another is refused now, not at its first run).
+ * Actions call it as ActionDeps.checkModelConfig, wired in src/engine/domain.ts: actions never import agents.
  */
 export function checkModelConfig(
   kind: 'model' | 'agent',

@@ -1,6 +1,7 @@
 import type { Sandbox } from '../../sandbox/sandbox.js';
 import type { ActionDeps } from '../actions/actions.js';
 import { SchemaCache } from '../actions/schemas.js';
+import { checkModelConfig } from '../agents/config.js';
 import type { ClientDeps } from '../auth/clients.js';
 import type { Cel } from '../cel/cel.js';
 import type { Clock } from '../clock.js';
@@ -95,7 +96,7 @@ export function buildDomain(inputs: DomainInputs): Domain {
     cel,
     clock,
     limits,
-    providers: inputs.models,
+    checkModelConfig: (kind, config) => checkModelConfig(kind, config, inputs.models, limits),
     checkSkill: (ref, what) => checkSkillReference(skillDeps, ref, what),
     checkProgram: (fileName, source) => inputs.sandbox().checkSyntax({ fileName, source }),
   };
