@@ -2,19 +2,10 @@ import { randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import type { Target } from '../deploy/target.js';
 import type { Engine } from '../engine.js';
-import {
-  call,
-  formatError,
-  formatTable,
-  type Io,
-  onlyArg,
-  openTarget,
-  type Options,
-  parseJsonOption,
-  positiveInt,
-  requireUuid,
-} from './commands.js';
+import { onlyArg, parseJsonOption, positiveInt, requireUuid } from './args.js';
+import { call, openTarget } from './connect.js';
 import { EXIT, OperationError, UsageError } from './errors.js';
+import { formatError, formatTable, type Io, type Options } from './io.js';
 import { FINISHED_STATUSES } from '../execution/status.js';
 
 /**

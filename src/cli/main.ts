@@ -4,8 +4,8 @@ import { parseArgs } from 'node:util';
 import type { Engine } from '../engine.js';
 import { EngineError } from '../errors.js';
 import { isPostgresUrl, redact } from '../storage/pg/connection.js';
-import type { Io, Options } from './commands.js';
 import { EXIT, OperationError, UsageError } from './errors.js';
+import type { Io, Options } from './io.js';
 import {
   type CommandSpec,
   COMMANDS,
