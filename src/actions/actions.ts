@@ -38,13 +38,11 @@ export type {
 } from './types.js';
 export {
   BACKOFF_MS_MAX,
-  CACHE_TTL_MS_MAX,
   DEFAULT_EXECUTION,
   LOAD_SKILL_TOOL,
   NATIVE_TOOLS,
   RESERVED_TOOL_NAMES,
   runsOutsideTransactions,
-  TOOL_ALIASES_MAX,
   versionKey,
 } from './types.js';
 export {

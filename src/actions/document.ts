@@ -1,5 +1,5 @@
 import { badInput, EngineError, limitExceeded, quote } from '../errors.js';
-import { TOOL_TITLE_MAX } from '../limits.js';
+import { CACHE_TTL_MS_MAX, TOOL_TITLE_MAX } from '../limits.js';
 import { parsePolicies } from '../policy/policy.js';
 import { checkAliases, checkNotReserved, NAME_PATTERN } from './names.js';
 import { checkDescribed, checkHooks, checkReference } from './references.js';
@@ -10,7 +10,6 @@ import {
   type ActionKind,
   type ActionVersionDocument,
   BACKOFF_MS_MAX,
-  CACHE_TTL_MS_MAX,
   DEFAULT_EXECUTION,
   type ExecutionSettings,
   type SkillReference,

@@ -1,6 +1,7 @@
 import { badInput, EngineError, limitExceeded, quote } from '../errors.js';
 import { aliasOwner } from './aliases.js';
-import { type ActionDeps, RESERVED_TOOL_NAMES, TOOL_ALIASES_MAX } from './types.js';
+import { TOOL_ALIASES_MAX } from '../limits.js';
+import { type ActionDeps, RESERVED_TOOL_NAMES } from './types.js';
 
 /*
  * Names: what a tool name looks like, the names the engine keeps, and a tool's aliases, each

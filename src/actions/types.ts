@@ -130,9 +130,6 @@ export const LOAD_SKILL_TOOL = 'load_skill';
  * (an action called load_skill would stand in for an agent's skill loader).
  */
 export const RESERVED_TOOL_NAMES: readonly string[] = [...NATIVE_TOOLS, LOAD_SKILL_TOOL];
-export const TOOL_ALIASES_MAX = 8;
-/** The longest execution.cacheTtlMs: one hour. */
-export const CACHE_TTL_MS_MAX = 3_600_000;
 /** The longest execution.backoff.initialMs and maxMs: one day. */
 export const BACKOFF_MS_MAX = 86_400_000;
 
