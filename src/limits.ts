@@ -830,18 +830,18 @@ export const FIXED_LIMITS = {
   TOOL_TITLE_MAX: {
     value: 200,
     unit: 'characters',
-    where: 'src/actions/actions.ts',
+    where: 'src/actions/document.ts',
     why: "A tool's title: a human label shown in tool lists, not a description.",
   },
   TOOL_ALIASES_MAX: {
     value: 8,
-    where: 'src/actions/actions.ts',
+    where: 'src/actions/names.ts',
     why: "Aliases of one tool: each is a name no other action may take, checked against every action's versions.",
   },
   CACHE_TTL_MS_MAX: {
     value: 3_600_000,
     unit: 'ms',
-    where: 'src/actions/actions.ts',
+    where: 'src/actions/document.ts',
     why: 'The longest execution.cacheTtlMs a version may set: one hour.',
   },
   TEMPLATE_TEXT_MAX: {

@@ -103,7 +103,7 @@ function introspectionAliases(n: number): string {
   return `{ ${Array.from({ length: n }, (_, i) => `s${i}: __schema { types { fields { name args { name } } } }`).join(' ')} }`;
 }
 
-/** `tally tree`'s query (src/cli/commands.ts, TREE_DEPTH 6): the costliest query the repo sends. */
+/** `tally tree`'s query (src/cli/execution-commands.ts, TREE_DEPTH 6): the costliest query the repo sends. */
 function cliTree(depth: number): string {
   const own = 'executionId kind actionName actionVersion status error { code message } invocation { durationMs }';
   return depth === 0 ? own : `${own} children { ${cliTree(depth - 1)} }`;
