@@ -1,5 +1,5 @@
 import { Decimal } from 'decimal.js';
-import { EngineError, quote } from './errors.js';
+import { EngineError, quote, limitExceeded } from './errors.js';
 
 /**
  * Exact decimal arithmetic for money. Precision 80 is far above the largest amount the limits let in
@@ -26,8 +26,10 @@ function shown(d: Dec): string {
 }
 
 function inexact(what: string, a: Dec, b: Dec): EngineError {
-  return new EngineError(
-    'LIMIT_EXCEEDED',
+  return limitExceeded(
+    'decimalPrecisionMax',
+    Dec.precision,
+    null,
     `${shown(a)} ${what} ${shown(b)} needs more than ${Dec.precision} digits to be exact`,
     {
       hint: 'Round the operands first (decimal.Round), or work with smaller amounts.',
@@ -155,15 +157,19 @@ function checkDigits(
   if (fracDigits <= bounds.decimalFractionDigitsMax && intDigits <= bounds.decimalIntegerDigitsMax) return;
   if (typeof text === 'function') text = text();
   if (fracDigits > bounds.decimalFractionDigitsMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'decimalFractionDigitsMax',
+      bounds.decimalFractionDigitsMax,
+      fracDigits,
       `${what} ${quote(text)} has ${fracDigits} fractional digits; decimalFractionDigitsMax is ${bounds.decimalFractionDigitsMax}`,
       { hint: 'Round the amount first, e.g. decimal.Round(x, "half_even", 2) in CEL.' },
     );
   }
   if (intDigits > bounds.decimalIntegerDigitsMax) {
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'decimalIntegerDigitsMax',
+      bounds.decimalIntegerDigitsMax,
+      intDigits,
       `${what} ${quote(text)} has ${intDigits} integer digits; decimalIntegerDigitsMax is ${bounds.decimalIntegerDigitsMax}`,
     );
   }

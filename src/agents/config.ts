@@ -1,4 +1,4 @@
-import { EngineError, quote } from '../errors.js';
+import { EngineError, quote, limitExceeded } from '../errors.js';
 import { type Limits, MAX_TOKENS_MAX, TEXT_BYTES_MAX } from '../limits.js';
 import type { ModelProviders } from '../models/providers.js';
 
@@ -133,8 +133,10 @@ function text(value: unknown, field: string, required: boolean): string | null {
   if (typeof value !== 'string' || (required && value.trim() === ''))
     throw new EngineError('BAD_REQUEST', `config.${field} must be a string, got ${quote(value)}`);
   if (Buffer.byteLength(value) > TEXT_BYTES_MAX)
-    throw new EngineError(
-      'LIMIT_EXCEEDED',
+    throw limitExceeded(
+      'textBytesMax',
+      TEXT_BYTES_MAX,
+      Buffer.byteLength(value),
       `config.${field} is ${Buffer.byteLength(value)} bytes; at most ${TEXT_BYTES_MAX}`,
     );
   return value;

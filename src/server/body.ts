@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http';
-import { EngineError } from '../errors.js';
+import { EngineError, limitExceeded } from '../errors.js';
 import { sendErrors } from './reply.js';
 import type { Exchange } from './trace.js';
 
@@ -14,7 +14,12 @@ export function readBody(req: IncomingMessage, bytesMax: number): Promise<string
     if (declared > bytesMax) {
       req.resume();
       resolve(
-        new EngineError('LIMIT_EXCEEDED', `the request body is ${declared} bytes; requestBodyBytesMax is ${bytesMax}`),
+        limitExceeded(
+          'requestBodyBytesMax',
+          bytesMax,
+          declared,
+          `the request body is ${declared} bytes; requestBodyBytesMax is ${bytesMax}`,
+        ),
       );
       return;
     }
@@ -27,7 +32,14 @@ export function readBody(req: IncomingMessage, bytesMax: number): Promise<string
       if (size > bytesMax) {
         done = true;
         req.resume();
-        resolve(new EngineError('LIMIT_EXCEEDED', `the request body is over requestBodyBytesMax (${bytesMax} bytes)`));
+        resolve(
+          limitExceeded(
+            'requestBodyBytesMax',
+            bytesMax,
+            size,
+            `the request body is over requestBodyBytesMax (${bytesMax} bytes)`,
+          ),
+        );
         return;
       }
       chunks.push(chunk);

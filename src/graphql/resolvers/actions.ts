@@ -1,7 +1,7 @@
 import * as actions from '../../actions/actions.js';
 import type { ActionVersion, ExecutionSettings, ToolDefinition } from '../../actions/actions.js';
 import { overrun } from '../../budgets.js';
-import { EngineError } from '../../errors.js';
+import { EngineError, limitExceeded } from '../../errors.js';
 import type { CallNode } from '../../execution/call-tree.js';
 import * as executions from '../../execution/executions.js';
 import { invokeAction } from '../../execution/entry.js';
@@ -215,14 +215,13 @@ export const actionResolvers = {
     execution: (_: unknown, { executionId, waitMs }: Args, ctx: RequestContext) => {
       const waitMsMax = ctx.limits.executionWaitMsMax;
       if (waitMs != null && (waitMs < 0 || waitMs > waitMsMax)) {
-        throw new EngineError(
-          waitMs < 0 ? 'BAD_REQUEST' : 'LIMIT_EXCEEDED',
-          `waitMs ${waitMs} is out of range: 0 to executionWaitMsMax (${waitMsMax} ms)`,
-          {
-            hint: 'Wait at most executionWaitMsMax per request, and ask again while the execution is QUEUED or RUNNING.',
-            details: { waitMs, executionWaitMsMax: waitMsMax },
-          },
-        );
+        const message = `waitMs ${waitMs} is out of range: 0 to executionWaitMsMax (${waitMsMax} ms)`;
+        const hint =
+          'Wait at most executionWaitMsMax per request, and ask again while the execution is QUEUED or RUNNING.';
+        const details = { waitMs, executionWaitMsMax: waitMsMax };
+        throw waitMs < 0
+          ? new EngineError('BAD_REQUEST', message, { hint, details })
+          : limitExceeded('executionWaitMsMax', waitMsMax, waitMs, message, { hint, details });
       }
       const found = executions.find(ctx.services, executionId);
       if (!found)
