@@ -46,9 +46,15 @@ function fixedDigits(d: Dec): number {
 export function exactDecimal(text: string): Dec {
   const d = new Dec(text);
   if (fixedDigits(d) > Dec.precision) {
-    throw new EngineError('LIMIT_EXCEEDED', `decimal ${shown(d)} has more than ${Dec.precision} digits`, {
-      hint: 'Amounts are bounded by decimalIntegerDigitsMax and decimalFractionDigitsMax; write fewer digits.',
-    });
+    throw limitExceeded(
+      'decimalPrecisionMax',
+      Dec.precision,
+      fixedDigits(d),
+      `decimal ${shown(d)} has more than ${Dec.precision} digits`,
+      {
+        hint: 'Amounts are bounded by decimalIntegerDigitsMax and decimalFractionDigitsMax; write fewer digits.',
+      },
+    );
   }
   return d;
 }

@@ -148,7 +148,7 @@ function integer(value: unknown, field: string, fallback: number, max: number, b
     throw new EngineError('BAD_REQUEST', `config.${field} must be a positive integer, got ${quote(value)}`);
   }
   if (value > max)
-    throw new EngineError('LIMIT_EXCEEDED', `config.${field} ${value} is over ${max} (${bound})`, {
+    throw limitExceeded(bound, max, value, `config.${field} ${value} is over ${max} (${bound})`, {
       hint: `Use at most ${max}.`,
     });
   return value;

@@ -1,6 +1,6 @@
 import * as actions from '../../actions/actions.js';
 import * as clients from '../../auth/clients.js';
-import { EngineError, quote } from '../../errors.js';
+import { EngineError, quote, limitExceeded } from '../../errors.js';
 import { deployedRecord, writeRecord } from '../../deploy/records.js';
 import { checkOutsideCall } from '../../execution/call-rules.js';
 import * as triggers from '../../execution/queue/triggers.js';
@@ -40,10 +40,13 @@ interface RecordInput {
 
 function checkCount(ctx: RequestContext, n: number, what: string): void {
   if (n > ctx.limits.pageSizeMax) {
-    throw new EngineError('LIMIT_EXCEEDED', `${what} lists ${n} records; pageSizeMax is ${ctx.limits.pageSizeMax}`, {
-      hint: 'Send them in several fields of one request (aliases), or raise pageSizeMax.',
-      details: { limit: 'pageSizeMax' },
-    });
+    throw limitExceeded(
+      'pageSizeMax',
+      ctx.limits.pageSizeMax,
+      n,
+      `${what} lists ${n} records; pageSizeMax is ${ctx.limits.pageSizeMax}`,
+      { hint: 'Send them in several fields of one request (aliases), or raise pageSizeMax.' },
+    );
   }
 }
 
