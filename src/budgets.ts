@@ -1,4 +1,4 @@
-import { EngineError } from './errors.js';
+import { EngineError, limitExceeded } from './errors.js';
 
 /*
  * Budgets: how long a piece of work may hold the engine, by who asks and what it is (docs/guides/operations.md,
@@ -42,7 +42,7 @@ export function raiseHint(budget: Budget): string {
  */
 export function overrun(budget: Budget, at: string): EngineError {
   const who = budget.name === 'requestDeadlineMs' || budget.name === 'operatorDeadlineMs' ? 'the request' : 'the call';
-  return new EngineError('LIMIT_EXCEEDED', `${who} ran past ${budget.name} (${budget.ms} ms) at ${at}`, {
+  return limitExceeded(budget.name, budget.ms, null, `${who} ran past ${budget.name} (${budget.ms} ms) at ${at}`, {
     hint: raiseHint(budget),
     details: { budget: budget.name, [budget.name]: budget.ms },
   });
