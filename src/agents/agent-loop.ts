@@ -6,7 +6,8 @@ import { succeeded } from '../execution/checks.js';
 import { type AgentConfig, modelConfig, renderPrompt } from './config.js';
 import { correction, finalOutput, joinInstructions, modelTurn, outputInvalid, schemaNote } from './model-turns.js';
 import { toolCall } from './tool-calls.js';
-import { CORRECTIONS_MAX, type OfferedTool, type RunContext, recorded, stepId } from './run-context.js';
+import { type OfferedTool, type RunContext, recorded, stepId } from './run-context.js';
+import { CORRECTIONS_MAX } from '../limits.js';
 
 /*
  * The agent loop: the tools and skills an agent offers its model, and the turns until the model

@@ -6,7 +6,6 @@ import { checkRunnable } from '../execution/call-rules.js';
 import { toEngineError, validate } from '../execution/checks.js';
 import { type ModelConfig, modelConfig, renderPrompt } from './config.js';
 import {
-  CORRECTIONS_MAX,
   type OfferedTool,
   RETRY_PAUSE_MS,
   type RunContext,
@@ -16,6 +15,7 @@ import {
   step,
   stepId,
 } from './run-context.js';
+import { CORRECTIONS_MAX } from '../limits.js';
 
 /*
  * A model's turn inside a run: asked once, recorded before it is used, replayed after a crash;

@@ -1,4 +1,3 @@
-export { CORRECTIONS_MAX, NAME_SHOWN_MAX, NAMES_LISTED_MAX } from '../limits.js';
 import type { ActionVersion, ToolReference } from '../actions/actions.js';
 import { EngineError } from '../errors.js';
 import { derivedId } from '../ids.js';

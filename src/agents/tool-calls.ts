@@ -11,8 +11,6 @@ import { isRetryable } from '../execution/queue/attempt.js';
 import {
   Cancelled,
   LeaseLost,
-  NAMES_LISTED_MAX,
-  NAME_SHOWN_MAX,
   type OfferedTool,
   Parked,
   type RunContext,
@@ -22,6 +20,7 @@ import {
   step,
   stepId,
 } from './run-context.js';
+import { NAMES_LISTED_MAX, NAME_SHOWN_MAX } from '../limits.js';
 
 /*
  * A tool the model asked for: checked against the agent's references and every layer above,

@@ -4,8 +4,11 @@ import { isUuid } from '../ids.js';
 import { isDate, isTimestamp } from './params.js';
 import type { ParamType } from './param-definitions.js';
 
-/** Names a param default may read as CEL: the params before it, and the environment's constants. */
-const CEL_ROOTS: ReadonlySet<string> = new Set([
+/**
+ * Names known before any posting, as CEL reads them: `params` and the environment's constants. A
+ * param default may read them (and the params before it); so may a balance limit's fields.
+ */
+export const CEL_ROOTS: ReadonlySet<string> = new Set([
   'params',
   'DEBIT',
   'CREDIT',

@@ -4,7 +4,7 @@ import { badInput, EngineError, limitExceeded, quote } from '../errors.js';
 import { isReservedKey, setOwn } from '../json.js';
 import type { BALANCE_COLUMNS, BalanceRow } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
-import { identifiersOf } from './param-defaults.js';
+import { CEL_ROOTS, identifiersOf } from './param-defaults.js';
 import { compileParams, type ParamDefinition, type ParamType } from './param-definitions.js';
 import { bindParams } from './params.js';
 import { type Direction, type Layer, LAYERS } from './records.js';
@@ -278,22 +278,6 @@ export function evaluate(
   }
 }
 
-/** Names a balance limit's fields may read and still be known before any posting: params and constants. */
-const STATIC_ROOTS: ReadonlySet<string> = new Set([
-  'params',
-  'DEBIT',
-  'CREDIT',
-  'SETTLED',
-  'PENDING',
-  'ENCUMBRANCE',
-  'decimal',
-  'money',
-  'uuid',
-  'date',
-  'time',
-  'strings',
-]);
-
 export interface Spec {
   layer: Layer;
   side: Direction | null;
@@ -312,7 +296,7 @@ export function staticSpecs(deps: LedgerDeps, limit: VelocityLimit, attachment: 
       .flatMap((b) => [b.layer, b.amount, b.normalBalanceType, b.start, b.end])
       .filter((f): f is string => f != null);
     const fixed = fields.every((f) =>
-      [...identifiersOf((deps.cel.compile(f) as unknown as { ast?: unknown }).ast)].every((n) => STATIC_ROOTS.has(n)),
+      [...identifiersOf((deps.cel.compile(f) as unknown as { ast?: unknown }).ast)].every((n) => CEL_ROOTS.has(n)),
     );
     if (!fixed || limit.limit.balance.some((b) => b.start != null || b.end != null)) return { specs: null };
     return {
