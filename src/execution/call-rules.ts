@@ -29,7 +29,7 @@ export const NO_OUTER: Outer = Object.freeze({ layers: [], refs: [] }) as unknow
 
 /** A tool version's policies as one layer of the stack. */
 export function layerOf(version: ActionVersion): AuthorityLayer {
-  return { name: `tool ${version.name}@${version.version}`, policies: version.policies };
+  return { name: `tool ${version.name}@${version.version}`, policies: version.policies, tool: version.name };
 }
 
 /** The layers of a recorded start stack (the tools that started an execution), read now. */
@@ -63,10 +63,41 @@ export function authorityOf(
 
 /**
  * Calling action `name` is INSERT on actions.Execution with {action, version, input} as the
- * document, whatever path the call takes.
+ * document, whatever path the call takes. `consenting`: the tools whose declarations already said
+ * yes to this call (consentingLayers); each still refuses it by a DENY of its own.
  */
-export function checkMayCall(authority: Authority, name: string, version: number | null, input: unknown): void {
-  authority.check({ action: 'INSERT', resource: 'actions.Execution', document: { action: name, version, input } });
+export function checkMayCall(
+  authority: Authority,
+  name: string,
+  version: number | null,
+  input: unknown,
+  consenting?: ReadonlySet<AuthorityLayer>,
+): void {
+  authority.check(
+    { action: 'INSERT', resource: 'actions.Execution', document: { action: name, version, input } },
+    consenting,
+  );
+}
+
+/**
+ * Which tools on the stack consented to a nested call by declaring it (DESIGN §4's lock_account,
+ * whose policies name only financial.Account.*, calls its pinned open_case@2). A tool that pins the
+ * version it calls has agreed to exactly that immutable program: its layer needs no policy of its
+ * own allowing INSERT on actions.Execution for it, and neither does each tool above it that reached
+ * it through pinned references all the way down. An unpinned reference runs whatever version is
+ * latest when the execution starts, which whoever may update that tool decides: there the calling
+ * tool's policies decide, as they always did. Nothing widens: the client's layer and every other
+ * layer still decide the call, a DENY in a consenting layer still refuses it, and every operation
+ * the called tool performs is checked against every layer, the consenting ones included.
+ */
+export function consentingLayers(frame: CallFrame, pinned: boolean): ReadonlySet<AuthorityLayer> | undefined {
+  if (!pinned) return undefined;
+  const layers = new Set<AuthorityLayer>();
+  for (let f: CallFrame | null = frame; f && pinned; f = f.parent) {
+    if (f.layer) layers.add(f.layer);
+    pinned = f.pinned === true;
+  }
+  return layers;
 }
 
 /** One rule for what runs, for every caller: an ACTIVE version. A LOCKED one is stopped; a DRAFT has not started. */

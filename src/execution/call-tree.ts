@@ -134,6 +134,8 @@ export interface CallFrame extends AuthorityFrame {
   modelInput?: boolean;
   /** The GraphQL this frame runs is a model's text (see checkNotModelWritten): it begins no call. */
   modelWritten?: boolean;
+  /** Its caller's reference pins the version it runs (see consentingLayers). */
+  pinned?: boolean;
 }
 
 /** JSON texts already made of a node's input and output: each counts only while the value is the one it was made from. */

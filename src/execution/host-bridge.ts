@@ -6,7 +6,7 @@ import { NATIVE_TOOLS, type ToolReference } from '../actions/actions.js';
 import { EngineError, type ErrorData, quote, limitExceeded } from '../errors.js';
 import { checkJsonDepth } from '../json.js';
 import { type CallFrame, type CallNode, outputText } from './call-tree.js';
-import { authorityOf, type CallTarget, checkMayCall, referencedVersion } from './call-rules.js';
+import { authorityOf, type CallTarget, checkMayCall, consentingLayers, referencedVersion } from './call-rules.js';
 import type { ExecutionServices } from './services.js';
 import { succeeded, toEngineError } from './checks.js';
 
@@ -101,6 +101,7 @@ export class CallBridge implements HostBridge {
     authorize?: () => void,
     inputText?: string,
     inputRest?: string,
+    pinned?: boolean,
   ): CallNode {
     return this.runChild(this.svc, {
       target,
@@ -110,20 +111,23 @@ export class CallBridge implements HostBridge {
       root: this.frame.root,
       inputFingerprint: null,
       ...(authorize ? { authorize } : {}),
+      ...(pinned ? { pinned } : {}),
       ...(inputText === undefined ? {} : { inputText, inputRest }),
     });
   }
 
   /**
    * Calling tools.x() is invoking x: INSERT on actions.Execution with the document an invoke is
-   * checked with, against the client and every tool on the stack, this calling one included.
+   * checked with, against the client and every tool on the stack, this calling one included
+   * (unless it pins x's version: consentingLayers).
    */
-  private authorizeCall(name: string, target: CallTarget, input: unknown): void {
+  private authorizeCall(name: string, target: CallTarget, input: unknown, pinned: boolean): void {
     checkMayCall(
       authorityOf(this.svc.cel, this.frame.root.caller, this.frame),
       name,
       target.type === 'version' ? target.version.version : null,
       input,
+      consentingLayers(this.frame, pinned),
     );
   }
 
@@ -169,7 +173,15 @@ export class CallBridge implements HostBridge {
     try {
       const target = this.resolveReference(reference);
       const fixed = this.fixedInput(reference, input);
-      node = this.child(target, fixed, () => this.authorizeCall(reference.name, target, fixed));
+      const pinned = reference.version != null && target.type === 'version';
+      node = this.child(
+        target,
+        fixed,
+        () => this.authorizeCall(reference.name, target, fixed, pinned),
+        undefined,
+        undefined,
+        pinned,
+      );
     } catch (error) {
       // The call could not start (a locked pinned version, a fixed input that failed): it is
       // still a call of this tool, recorded as FAILED, and check: false still catches it.

@@ -2,7 +2,15 @@ import { DryRunRollback } from './programs.js';
 import { type ActionVersion, getVersion, type ToolReference, versionKey } from '../actions/actions.js';
 import { EngineError, limitExceeded } from '../errors.js';
 import { type CallFrame, type CallNode, type ExecutionKind, rememberInputText, type RootState } from './call-tree.js';
-import { authorityOf, type CallTarget, checkMayCall, checkRunnable, layerOf, referencedVersion } from './call-rules.js';
+import {
+  authorityOf,
+  type CallTarget,
+  checkMayCall,
+  checkRunnable,
+  consentingLayers,
+  layerOf,
+  referencedVersion,
+} from './call-rules.js';
 import { cacheable, ResultCache } from './result-cache.js';
 import type { ExecutionServices } from './services.js';
 import { checkInputBytes, checkInvocable, inputWithDefaults, succeeded, toEngineError, validate } from './checks.js';
@@ -19,6 +27,8 @@ export interface Call {
   attempt?: number;
   /** Checked once the call is counted, before it runs: a nested tools.x() call must be allowed like invoking x. */
   authorize?: () => void;
+  /** Its caller's reference pins the version it runs (see consentingLayers). */
+  pinned?: boolean;
   /** A top-level call that belongs under a recorded execution (a tool call of an agent run, under its model turn). */
   attach?: { parentId: string; rootId: string; depth: number };
   /** The input is a model's answer (or made from one by a hook's caller): see CallFrame.modelInput. */
@@ -71,6 +81,7 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
       (target.type === 'native' ? target.name === 'graphql' : target.version.kind === 'graphql'),
     node,
     root,
+    pinned: call.pinned === true,
     version: target.type === 'version' ? target.version : null,
     event: {
       data: call.input,
@@ -221,7 +232,15 @@ function runHook(
     root,
     inputFingerprint: null,
     modelInput: frame.modelInput === true,
-    authorize: () => checkMayCall(authorityOf(svc.cel, root.caller, frame), reference.name, version.version, input),
+    pinned: reference.version != null,
+    authorize: () =>
+      checkMayCall(
+        authorityOf(svc.cel, root.caller, frame),
+        reference.name,
+        version.version,
+        input,
+        consentingLayers(frame, reference.version != null),
+      ),
   });
   if (root.fatal) throw root.fatal;
   if (!succeeded(node)) {

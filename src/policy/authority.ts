@@ -15,6 +15,12 @@ export interface AuthorityFrame {
  */
 export class Authority {
   readonly stack: readonly AuthorityLayer[];
+  /**
+   * The tools on the call stack, outermost first (an agent, the tool it called, the tool that
+   * called, …): `context.tools` in a policy's assertions, so a client's policy can say "this write
+   * only beneath transfer". Names, not aliases; a tool's name belongs to its action for good.
+   */
+  readonly tools: readonly string[];
 
   constructor(
     private readonly cel: Cel,
@@ -29,16 +35,20 @@ export class Authority {
     for (let f = frame; f; f = f.parent) if (f.layer) layers.push(f.layer);
     layers.reverse();
     layers.unshift(...outer);
+    this.tools = layers.flatMap((layer) => (layer.tool === undefined ? [] : [layer.tool]));
     if (client) layers.unshift({ name: `client ${client.principal}`, policies: client.policies });
     this.stack = layers;
   }
 
-  /** Throws ACCESS_DENIED naming the action, the resource and the layer that refused. */
-  check(operation: Operation): void {
-    if (this.stack.length > 0) authorize(this.cel, this.stack, operation, this.claims);
+  /**
+   * Throws ACCESS_DENIED naming the action, the resource and the layer that refused. Layers in
+   * `consenting` (a tool calling a version it pins) need no ALLOW of their own, only no DENY.
+   */
+  check(operation: Operation, consenting?: ReadonlySet<AuthorityLayer>): void {
+    if (this.stack.length > 0) authorize(this.cel, this.stack, operation, this.claims, consenting, this.tools);
   }
 
   allows(operation: Operation): boolean {
-    return this.stack.every((layer) => decide(this.cel, layer, operation, this.claims).allowed);
+    return this.stack.every((layer) => decide(this.cel, layer, operation, this.claims, this.tools).allowed);
   }
 }

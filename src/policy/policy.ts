@@ -17,6 +17,8 @@ export interface AuthorityLayer {
   /** Named in denials: `client alice`, `tool lock_account@1`. */
   name: string;
   policies: readonly Policy[];
+  /** The tool's name, for a tool's layer: what `context.tools` lists. */
+  tool?: string;
 }
 
 /** An operation a resolver performs: `INSERT` on `financial.Transaction`, with the record. */
@@ -28,6 +30,8 @@ export interface Operation {
 
 export interface Decision {
   allowed: boolean;
+  /** A DENY matched: nothing, not even a tool's consent (see authorize), lets it through. */
+  denied: boolean;
   reason: string;
 }
 
@@ -77,6 +81,8 @@ export function decide(
   layer: AuthorityLayer,
   operation: Operation,
   claims: Record<string, unknown>,
+  /** The tools on the call stack above the operation, outermost first: `context.tools`. */
+  tools: readonly string[] = [],
 ): Decision {
   let allowedBy: number | null = null;
   let context: Record<string, unknown> | null = null;
@@ -85,16 +91,16 @@ export function decide(
     if (!policy.actions.includes(operation.action)) continue;
     if (!policy.resources.some((pattern) => resourceMatches(pattern, operation.resource))) continue;
     if (policy.assertions) {
-      context ??= { context: jsonToCel({ auth: { claims }, document: operation.document ?? null }) };
+      context ??= { context: jsonToCel({ auth: { claims }, document: operation.document ?? null, tools }) };
       // Fail closed: an assertion that cannot be evaluated skips an ALLOW but still applies a DENY.
       if (!assertionsHold(cel, policy.assertions, context, policy.effect === 'DENY')) continue;
     }
-    if (policy.effect === 'DENY') return { allowed: false, reason: `policy ${i + 1} denies it` };
+    if (policy.effect === 'DENY') return { allowed: false, denied: true, reason: `policy ${i + 1} denies it` };
     allowedBy ??= i;
   }
   return allowedBy === null
-    ? { allowed: false, reason: 'no policy allows it' }
-    : { allowed: true, reason: `policy ${allowedBy + 1} allows it` };
+    ? { allowed: false, denied: false, reason: 'no policy allows it' }
+    : { allowed: true, denied: false, reason: `policy ${allowedBy + 1} allows it` };
 }
 
 function assertionsHold(
@@ -120,16 +126,22 @@ function assertionsHold(
   return true;
 }
 
-/** Every layer of the stack must allow the operation; the first that does not is named. */
+/**
+ * Every layer of the stack must allow the operation; the first that does not is named. A layer in
+ * `consenting` has already said yes by what it declared (a tool calling a version it pins, see
+ * call-rules.ts consentingLayers): only a DENY of its own refuses there.
+ */
 export function authorize(
   cel: Cel,
   stack: readonly AuthorityLayer[],
   operation: Operation,
   claims: Record<string, unknown>,
+  consenting?: ReadonlySet<AuthorityLayer>,
+  tools: readonly string[] = [],
 ): void {
   for (const layer of stack) {
-    const decision = decide(cel, layer, operation, claims);
-    if (!decision.allowed) {
+    const decision = decide(cel, layer, operation, claims, tools);
+    if (!decision.allowed && !(consenting?.has(layer) && !decision.denied)) {
       throw new EngineError(
         'ACCESS_DENIED',
         `${operation.action} on ${operation.resource} refused by ${layer.name}: ${decision.reason}`,

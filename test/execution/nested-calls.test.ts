@@ -354,3 +354,97 @@ describe('tool references', () => {
     ).toContain('version 3');
   });
 });
+
+describe('a pinned reference is the calling tool’s consent to call it, and widens nothing (conformance T68)', () => {
+  /** Policies about accounts only, as DESIGN §4 gives lock_account: nothing about calls. */
+  const ACCOUNTS_ONLY = [
+    { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.Account.*'] },
+  ];
+  const CALLS = (ref: Record<string, unknown>) =>
+    `function run(e) { const r = tools.${ref.name}(e.data, { check: false }); return { ok: r.ok, error: r.error && r.error.message }; }`;
+  const caller = (n: number, name: string, ref: Record<string, unknown>, policies: unknown[] = ACCOUNTS_ONLY) =>
+    tool(n, name, CALLS(ref), { tools: [ref], policies });
+
+  beforeEach(() => {
+    tool(20, 'helper', writes('helped'));
+    // Writes a transaction-less account: allowed to the helper, beyond nothing of ACCOUNTS_ONLY.
+    tool(
+      21,
+      'poster',
+      `function run() { graphql('mutation { createJournal(input: {journalId: "${id(99)}", name: "side"}) { journalId } }'); return 1; }`,
+    );
+  });
+
+  it('pinned: the call runs with no policy on actions.Execution; unpinned: the calling tool’s policies decide, as before', () => {
+    caller(30, 'pins', { name: 'helper', version: 1 });
+    caller(31, 'floats', { name: 'helper' });
+    expect(invoke(id(30), { ids: { helped: id(501) } })).toMatchObject({ status: 'SUCCEEDED', output: { ok: true } });
+    expect(accountExists(501)).toBe(true);
+    expect(invoke(id(31), { ids: { helped: id(502) } }).output).toEqual({
+      ok: false,
+      error: 'INSERT on actions.Execution refused by tool floats@1: no policy allows it',
+    });
+    expect(accountExists(502)).toBe(false);
+  });
+
+  it('everything the pinned tool does is still checked against the consenting tool’s layer', () => {
+    caller(32, 'pins_poster', { name: 'poster', version: 1 });
+    expect(invoke(id(32)).output).toEqual({
+      ok: false,
+      error: 'INSERT on financial.Journal refused by tool pins_poster@1: no policy allows it',
+    });
+    expect(engine.graphql(`{ journal(id: "${id(99)}") { name } }`).errors).toBeDefined();
+  });
+
+  it('a DENY of the calling tool’s own still refuses a pinned call', () => {
+    caller(33, 'pins_but_denies', { name: 'helper', version: 1 }, [
+      ...ACCOUNTS_ONLY,
+      { effect: 'DENY', actions: ['INSERT'], resources: ['actions.Execution'] },
+    ]);
+    expect(invoke(id(33), { ids: { helped: id(503) } }).output).toEqual({
+      ok: false,
+      error: 'INSERT on actions.Execution refused by tool pins_but_denies@1: policy 2 denies it',
+    });
+  });
+
+  it('the client’s layer is never consented for: a client denied the helper is refused through the pinning tool', () => {
+    caller(34, 'pins_for_dave', { name: 'helper', version: 1 });
+    ok(engine, 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }', {
+      i: {
+        principal: 'dave',
+        name: 'dave',
+        policies: [
+          ...ALLOW_ALL,
+          {
+            effect: 'DENY',
+            actions: ['INSERT'],
+            resources: ['actions.Execution'],
+            assertions: { helper: "context.document.action == 'helper'" },
+          },
+        ],
+      },
+    });
+    const ran = engine.graphql(INVOKE, { id: id(34), v: 1, e: eid(), input: {} }, { principal: 'dave' });
+    expect((ran.data as any).actions.invokeAction.output).toEqual({
+      ok: false,
+      error: 'INSERT on actions.Execution refused by client dave: policy 2 denies it',
+    });
+  });
+
+  it('consent runs down a chain of pinned references only: one unpinned hop above and that tool’s policies decide', () => {
+    caller(35, 'middle', { name: 'helper', version: 1 });
+    const top = (n: number, name: string, ref: Record<string, unknown>) =>
+      tool(n, name, `function run(e) { return tools.middle(e.data); }`, { tools: [ref], policies: ACCOUNTS_ONLY });
+    top(36, 'top_pinned', { name: 'middle', version: 1 });
+    top(37, 'top_floating', { name: 'middle' });
+    // Pinned all the way: top and middle both consented to helper@1.
+    expect(invoke(id(36), { ids: { helped: id(504) } }).output).toEqual({ ok: true, error: null });
+    expect(accountExists(504)).toBe(true);
+    // top_floating calls middle unpinned: its own policies (nothing about calls) refuse middle.
+    const floating = invoke(id(37), { ids: { helped: id(505) } });
+    expect(floating.error.message).toBe(
+      'INSERT on actions.Execution refused by tool top_floating@1: no policy allows it',
+    );
+    expect(accountExists(505)).toBe(false);
+  });
+});
