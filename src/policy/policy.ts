@@ -30,6 +30,8 @@ export interface Operation {
 
 export interface Decision {
   allowed: boolean;
+  /** Refused for want of an ALLOW, though this one matched but for its assertions (named). */
+  unmet?: { policy: number; assertions: string[] };
   /** A DENY matched: nothing, not even a tool's consent (see authorize), lets it through. */
   denied: boolean;
   reason: string;
@@ -85,6 +87,8 @@ export function decide(
   tools: readonly string[] = [],
 ): Decision {
   let allowedBy: number | null = null;
+  /** The first ALLOW that matched but whose assertions did not hold: named in the refusal. */
+  let unmet: { policy: number; assertions: string[] } | undefined;
   let context: Record<string, unknown> | null = null;
   for (let i = 0; i < layer.policies.length; i++) {
     const policy = layer.policies[i]!;
@@ -93,14 +97,18 @@ export function decide(
     if (policy.assertions) {
       context ??= { context: jsonToCel({ auth: { claims }, document: operation.document ?? null, tools }) };
       // Fail closed: an assertion that cannot be evaluated skips an ALLOW but still applies a DENY.
-      if (!assertionsHold(cel, policy.assertions, context, policy.effect === 'DENY')) continue;
+      if (!assertionsHold(cel, policy.assertions, context, policy.effect === 'DENY')) {
+        if (policy.effect === 'ALLOW') unmet ??= { policy: i + 1, assertions: Object.keys(policy.assertions) };
+        continue;
+      }
     }
     if (policy.effect === 'DENY') return { allowed: false, denied: true, reason: `policy ${i + 1} denies it` };
     allowedBy ??= i;
   }
-  return allowedBy === null
-    ? { allowed: false, denied: false, reason: 'no policy allows it' }
-    : { allowed: true, denied: false, reason: `policy ${allowedBy + 1} allows it` };
+  if (allowedBy !== null) return { allowed: true, denied: false, reason: `policy ${allowedBy + 1} allows it` };
+  return unmet
+    ? { allowed: false, denied: false, reason: 'no policy allows it', unmet }
+    : { allowed: false, denied: false, reason: 'no policy allows it' };
 }
 
 function assertionsHold(
@@ -146,8 +154,15 @@ export function authorize(
         'ACCESS_DENIED',
         `${operation.action} on ${operation.resource} refused by ${layer.name}: ${decision.reason}`,
         {
-          hint: `Every layer must allow it: the client and each tool on the call stack. Add a policy allowing ${operation.action} on ${operation.resource} to ${layer.name}.`,
-          details: { action: operation.action, resource: operation.resource, layer: layer.name },
+          hint: decision.unmet
+            ? `Policy ${decision.unmet.policy} of ${layer.name} allows ${operation.action} on ${operation.resource} only where its assertion ${decision.unmet.assertions.join(' and ')} holds, and here it does not (a policy can say "only beneath tool X": 'X' in context.tools).`
+            : `Every layer must allow it: the client and each tool on the call stack. Add a policy allowing ${operation.action} on ${operation.resource} to ${layer.name}.`,
+          details: {
+            action: operation.action,
+            resource: operation.resource,
+            layer: layer.name,
+            ...(decision.unmet ? { unmet: decision.unmet } : {}),
+          },
         },
       );
     }

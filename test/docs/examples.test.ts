@@ -230,6 +230,35 @@ describe('examples/bank, deployed into a fresh database, walked through', () => 
     });
   });
 
+  it('the teller desk moves money only through transfer: posting directly is refused, transfer (and its receipt hook) runs', () => {
+    const POST = 'mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }';
+    const params = { from: BOB, to: ALICE, amount: '2', fee: '0' };
+    // The attack: the teller's own postTransaction, skipping the tool (its fee, its refusal in words).
+    const direct = engine.graphql(
+      POST,
+      { i: { transactionId: tx(60), tranCode: 'TRANSFER', params } },
+      { principal: 'teller' },
+    );
+    expect(direct.errors?.[0]).toMatchObject({
+      message: 'INSERT on financial.Transaction refused by client teller: no policy allows it',
+      extensions: { code: 'ACCESS_DENIED', details: { unmet: { policy: 3, assertions: ['only_through_transfer'] } } },
+    });
+    expect(engine.graphql(`{ transaction(id: "${tx(60)}") { transactionId } }`).errors).toBeDefined();
+    // Nor through a tool that is not transfer, whatever it may do itself.
+    expect(invoke(engine, 'refund', 61, { transaction_id: tx(2) }, 'teller').error.message).toBe(
+      'INSERT on actions.Execution refused by client teller: no policy allows it',
+    );
+    const through = invoke(
+      engine,
+      'transfer',
+      62,
+      { transaction_id: tx(62), from: BOB, to: ALICE, amount: '2' },
+      'teller',
+    );
+    expect(through).toMatchObject({ status: 'SUCCEEDED', output: { transaction_id: tx(62) } });
+    expect(through.output.receipt).toContain('2.00 USD sent');
+  });
+
   it('the auditor reads everything and can invoke nothing', () => {
     expect(
       ok(engine, `{ balance(accountId: "${FEES}") { settled { normalBalance { units } } } }`, {}, 'auditor').balance,
