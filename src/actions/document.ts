@@ -56,7 +56,10 @@ export function buildDocument(
   if (kind === 'tool') {
     if (config.runtime !== 'javascript') {
       throw new EngineError('BAD_REQUEST', `config.runtime ${quote(config.runtime)} is not supported`, {
-        hint: 'Use runtime: "javascript".',
+        hint:
+          config.runtime === 'starlark'
+            ? 'Use runtime: "javascript": a Starlark program translates line by line (event["data"] stays, check=False becomes {check: false}, fail(m, hint=h) becomes fail(m, h)), as docs/coming-from-twisp.md shows.'
+            : 'Use runtime: "javascript".',
       });
     }
     if (typeof config.src !== 'string' || config.src.trim() === '') {

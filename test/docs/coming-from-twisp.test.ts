@@ -1,15 +1,33 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer } from '../helpers/server.js';
 
 /*
- * DESIGN.md §4's canonical example, sent over HTTP as the specification writes it: CreateQueryTool,
- * CreateLockAccount and Lock, with only the runtime and the program's language changed (the
- * specification's program is Starlark; docs/coming-from-twisp.md translates it line by line).
- * lock_account's policies are exactly the specification's, financial.Account.* and nothing about
- * calls: its pinned open_case@2 runs because declaring a pinned version is the tool's consent
- * (src/execution/call-rules.ts consentingLayers), and everything open_case does is still checked
- * against every layer.
+ * docs/coming-from-twisp.md, run as written. Its GraphQL is the specification's own (DESIGN.md §4):
+ * CreateQueryTool, CreateLockAccount and Lock, sent over HTTP with only the runtime and the
+ * program's language changed, answering what the specification says. lock_account's policies are
+ * exactly the specification's, financial.Account.* and nothing about calls: its pinned open_case@2
+ * runs because declaring a pinned version is the tool's consent (src/execution/call-rules.ts
+ * consentingLayers). Every JavaScript program on the page runs with the input its comment gives and
+ * answers the output its comment shows; each has its Starlark beside it.
  */
+
+const GUIDE = readFileSync(join(import.meta.dirname, '..', '..', 'docs', 'coming-from-twisp.md'), 'utf8');
+const blocks = [...GUIDE.matchAll(/^```(\w+)\n([\s\S]*?)^```$/gm)].map(([, lang, text]) => ({
+  lang: lang!,
+  text: text!,
+}));
+const programs = blocks.filter((b) => b.lang === 'js');
+const starlark = blocks.filter((b) => b.lang === 'python');
+/** A GraphQL document of the page, by its operation name. */
+function document(name: string): string {
+  const found = blocks.filter((b) => b.lang === 'graphql' && new RegExp(`^(mutation|query) ${name}\\b`).test(b.text));
+  expect(found, `the page shows ${name} once`).toHaveLength(1);
+  return found[0]!.text;
+}
+/** The value of a `// key: …` comment line of a program. */
+const comment = (program: string, key: string) => new RegExp(`^// ${key}: (.*)$`, 'm').exec(program)?.[1];
 
 const KEY = 'tly_spec_admin_key_0000000000000000';
 const QUERY_TOOL = 'a0000000-0000-4000-8000-000000000001';
@@ -18,50 +36,10 @@ const OPEN_CASE = 'a0000000-0000-4000-8000-000000000003';
 const ACCOUNT = '70eec1a6-eac1-47aa-a507-e18f2d486425';
 const execution = (n: number) => `e0000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
 
-const CREATE_QUERY_TOOL = `mutation CreateQueryTool($id: UUID!) {
-  actions {
-    createAction(id: $id, input: {
-      name: "query", kind: "graphql", config: { version: 1 }
-      tool: { name: "query", description: "Read the ledger with a GraphQL query." }
-      policies: [{ effect: ALLOW, actions: [SELECT], resources: ["*"] }]
-    }) { actionId version pending }
-  }
-}`;
-
-/** DESIGN §4, verbatim. */
-const CREATE_LOCK_ACCOUNT = `mutation CreateLockAccount($id: UUID!, $src: String!) {
-  actions {
-    createAction(id: $id, input: {
-      name: "lock_account", kind: "tool"
-      config: { runtime: "javascript", src: $src }
-      tool: { name: "lock_account", description: "Lock an account so it blocks posting, and open a case for operations."
-              inputSchema: { type: "object", properties: { account_id: { type: "string", format: "uuid" }, reason: { type: "string" } },
-                             required: ["account_id", "reason"], additionalProperties: false } }
-      tools: [{ name: "open_case", version: 2 }]
-      policies: [{ effect: ALLOW, actions: [SELECT, INSERT, UPDATE], resources: ["financial.Account.*"] }]
-    }) { actionId version pending }
-  }
-}`;
-
-/** DESIGN §4's program, verbatim. */
-const LOCK_ACCOUNT_SRC = `function run(event) {
-  const data = event.data;
-  graphql("mutation Lock($id: UUID!) { updateAccount(id: $id, input: {status: LOCKED}) { accountId } }",
-          { id: data.account_id });
-  const c = tools.open_case({ account_id: data.account_id, note: data.reason }, { check: false });
-  return { locked: true, case_opened: c.ok };
-}`;
-
-/** DESIGN §4, verbatim. */
-const LOCK = `mutation Lock($executionId: UUID!, $actionId: UUID!) {
-  actions {
-    invokeAction(id: $actionId, input: { executionId: $executionId, actionVersion: 1,
-                 input: { account_id: "70eec1a6-eac1-47aa-a507-e18f2d486425", reason: "Card reported stolen" } }) {
-      status
-      invocation { output error { code message hint } }
-    }
-  }
-}`;
+const CREATE_QUERY_TOOL = document('CreateQueryTool');
+const CREATE_LOCK_ACCOUNT = document('CreateLockAccount');
+const LOCK = document('Lock');
+const LOCK_ACCOUNT_SRC = programs.find((p) => comment(p.text, 'tool') === 'lock_account')!.text;
 
 /** open_case is not in the specification: version 1 opens nothing; version 2, the pinned one, notes the case on the account. */
 const OPEN_CASE_V1 = 'function run() { return { case_opened: false }; }';
@@ -120,7 +98,7 @@ beforeAll(async () => {
 });
 afterAll(() => server?.stop());
 
-describe("the specification's own example, sent over HTTP as written", () => {
+describe("the specification's own example, sent over HTTP as the page shows it", () => {
   it('CreateQueryTool: a graphql-kind tool that reads, and refuses to write by its own policies', async () => {
     expect((await data(CREATE_QUERY_TOOL, { id: QUERY_TOOL })).actions.createAction).toEqual({
       actionId: QUERY_TOOL,
@@ -173,5 +151,52 @@ describe("the specification's own example, sent over HTTP as written", () => {
     expect((await data(LOCK, { executionId: execution(10), actionId: LOCK_ACCOUNT })).actions.invokeAction).toEqual(
       lock,
     );
+  });
+});
+
+describe('every program on the page', () => {
+  it('has its Starlark beside it, and says what it is called with and answers', () => {
+    expect(programs.length).toBeGreaterThanOrEqual(2);
+    expect(starlark).toHaveLength(programs.length);
+    for (const program of programs) expect(comment(program.text, 'tool'), program.text).toMatch(/^[a-z_]+$/);
+  });
+
+  it('runs as written and answers what its comment shows', async () => {
+    let n = 100;
+    for (const program of programs) {
+      const input = comment(program.text, 'input');
+      if (input === undefined) continue; // lock_account: run above, by the specification's own Lock
+      const name = comment(program.text, 'tool')!;
+      await data(
+        `mutation($id: UUID!, $name: String!, $src: String!) { actions { createAction(id: $id, input: {
+          name: $name, kind: "tool", config: { runtime: "javascript", src: $src },
+          tool: { name: $name, description: "from docs/coming-from-twisp.md" },
+          policies: [{ effect: ALLOW, actions: [SELECT], resources: ["*"] }] }) { version } } }`,
+        { id: execution(++n), name, src: program.text },
+      );
+      const ran = await data(
+        `mutation($name: String!, $e: UUID!, $input: JSON) { actions { invokeAction(name: $name, input: {executionId: $e, actionVersion: 1, input: $input}) {
+          status output error { code message } } } }`,
+        { name, e: execution(++n), input: JSON.parse(input) },
+      );
+      expect(ran.actions.invokeAction, name).toEqual({
+        status: 'SUCCEEDED',
+        output: JSON.parse(comment(program.text, 'output')!),
+        error: null,
+      });
+    }
+  });
+
+  it('runtime "starlark" is refused with a hint naming the page', async () => {
+    const starlarkDocument = CREATE_LOCK_ACCOUNT.replace('runtime: "javascript"', 'runtime: "starlark"').replaceAll(
+      '"lock_account"',
+      '"lock_starlark"',
+    );
+    const refused = await gql(starlarkDocument, {
+      id: execution(200),
+      src: 'def run(event):\n    return {}\n',
+    });
+    expect(refused.errors[0].message).toBe('config.runtime "starlark" is not supported');
+    expect(refused.errors[0].extensions.hint).toContain('docs/coming-from-twisp.md');
   });
 });
