@@ -69,19 +69,19 @@ const RECEIVERS = { Timestamp, Duration };
 
 // Values cross as tagged pairs (library.ts describes them), so a decimal or a timestamp arrives
 // as what it is.
+class NotLibraryValue extends Error {}
 /**
- * @param {string} name
  * @param {unknown} x
  * @param {number} depth
  * @returns {unknown[]}
  */
-function encode(name, x, depth) {
+function encode(x, depth) {
   if (typeof x === 'string') return ['s', x];
   if (typeof x === 'boolean') return ['b', x];
   if (typeof x === 'bigint') return ['i', x.toString()];
   if (typeof x === 'number') {
     if (Number.isSafeInteger(x)) return ['i', String(x)];
-    if (!Number.isFinite(x)) throw new RangeError(name + ': ' + x + ' is not a finite number');
+    if (!Number.isFinite(x)) throw new RangeError(x + ' is not a finite number: CEL takes finite numbers');
     return ['f', x];
   }
   if (x === null) return ['n'];
@@ -95,12 +95,13 @@ function encode(name, x, depth) {
     return ['x', hex];
   }
   if (Array.isArray(x)) {
-    if (depth >= DEPTH_MAX) throw new RangeError(name + ': a list nested deeper than ' + DEPTH_MAX);
-    return ['l', x.map((v) => encode(name, v, depth + 1))];
+    if (depth >= DEPTH_MAX) throw new RangeError('a list nested deeper than ' + DEPTH_MAX + ' (jsonDepthMax)');
+    const items = [];
+    for (let i = 0; i < x.length; i++) items.push(encode(x[i], depth + 1));
+    return ['l', items];
   }
-  throw new TypeError(
-    name +
-      ' takes strings, numbers, booleans, null, decimals, money, timestamps, durations, bytes (Uint8Array) and lists of them, got ' +
+  throw new NotLibraryValue(
+    ' takes strings, numbers, booleans, null, decimals, money, timestamps, durations, bytes (Uint8Array) and lists of them, got ' +
       (typeof x === 'object' ? 'an object' : typeof x),
   );
 }
@@ -130,8 +131,11 @@ function decode(pair) {
       for (let i = 0; i < bytes.length; i++) bytes[i] = parseInt(pair[1].slice(2 * i, 2 * i + 2), 16);
       return bytes;
     }
-    case 'l':
-      return pair[1].map(decode);
+    case 'l': {
+      const items = [];
+      for (let i = 0; i < pair[1].length; i++) items.push(decode(pair[1][i]));
+      return items;
+    }
     default:
       return pair[1];
   }
@@ -140,19 +144,31 @@ function decode(pair) {
 // The guest's decimal() and money() take what they always took where CEL's decimal.* take a
 // Decimal: a position every overload of that arity types Decimal reads a string or number as
 // decimal(x); one every overload types string reads a decimal as its text (money.Mul(m, d)).
+// Plain loops: a library call is on a program's hot path, and the guarded Array methods
+// (array-guards.js) cost more than the call's crossing.
 /**
  * @param {string[][]} overloads
  * @param {unknown[]} args
  */
 function coerce(overloads, args) {
-  const fitting = overloads.filter((params) => params.length === args.length);
-  if (fitting.length === 0) return args;
-  return args.map((arg, i) => {
-    const types = fitting.map((params) => params[i]);
-    if (types.every((t) => t === 'Decimal') && !(arg instanceof Decimal)) return Decimal.of(arg);
-    if (types.every((t) => t === 'string') && arg instanceof Decimal) return arg.toString();
-    return arg;
-  });
+  const out = [];
+  for (let i = 0; i < args.length; i++) {
+    let arg = args[i];
+    let decimals = 0;
+    let strings = 0;
+    let fitting = 0;
+    for (let k = 0; k < overloads.length; k++) {
+      const params = overloads[k];
+      if (params.length !== args.length) continue;
+      fitting++;
+      if (params[i] === 'Decimal') decimals++;
+      else if (params[i] === 'string') strings++;
+    }
+    if (fitting > 0 && decimals === fitting && !(arg instanceof Decimal)) arg = Decimal.of(arg);
+    else if (fitting > 0 && strings === fitting && arg instanceof Decimal) arg = arg.toString();
+    out.push(encode(arg, 1));
+  }
+  return out;
 }
 
 /**
@@ -161,8 +177,13 @@ function coerce(overloads, args) {
  * @param {unknown[]} args
  */
 function callLibrary(name, overloads, args) {
-  const pairs = coerce(overloads, args).map((arg) => encode(name, arg, 1));
-  return decode(call('fn', name, stringify(pairs)));
+  try {
+    return decode(call('fn', name, stringify(coerce(overloads, args))));
+  } catch (error) {
+    // A value no CEL function takes is named with the function it was passed to.
+    if (error instanceof NotLibraryValue) throw new TypeError(name + error.message);
+    throw error;
+  }
 }
 
 // The program's globals the library makes (uuid, date, time, timestamp, duration, strings; the
@@ -186,7 +207,8 @@ for (const name of libraryNames) {
     Object.defineProperty(RECEIVERS[head].prototype, tail, {
       /** @param {unknown[]} args @this {unknown} */
       value: function (...args) {
-        return callLibrary(name, overloads, [this, ...args]);
+        args.unshift(this);
+        return callLibrary(name, overloads, args);
       },
       writable: false,
       enumerable: false,

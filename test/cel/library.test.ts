@@ -4,6 +4,7 @@ import { celFunctions, placement, programLibrary } from '../../src/cel/library.j
 import { ManualClock } from '../../src/clock.js';
 import type { Engine } from '../../src/engine.js';
 import { id, newEngine, ok } from '../helpers/engine.js';
+import { startServer } from '../helpers/server.js';
 
 /**
  * The CEL library in a program (issue 36 item 2, audit row T11): every function the tran codes'
@@ -21,8 +22,16 @@ const CREATE = `mutation($id: UUID!, $input: ActionInput!) { actions { createAct
 const INVOKE = `mutation($id: UUID!, $e: UUID!, $input: JSON) { actions { invokeAction(id: $id, input: {executionId: $e, actionVersion: 1, input: $input}) {
   status output error { code message hint } children { actionName status } } } }`;
 
+const ROOMY = {
+  toolTimeoutMs: 10_000,
+  toolTimeoutMsMax: 10_000,
+  requestDeadlineMs: 20_000,
+  operatorDeadlineMs: 20_000,
+};
+
 beforeAll(async () => {
-  engine = await newEngine({ clock: new ManualClock(NOW) });
+  // Room for the walk's 160 calls in one tool call on a busy machine (the bounds are not what it tests).
+  engine = await newEngine({ clock: new ManualClock(NOW), limits: ROOMY });
 });
 afterAll(() => engine.close());
 
@@ -175,5 +184,88 @@ describe('every CEL library function is in a program, as CEL has it', () => {
     const outputs = result.output as Array<[{ value?: unknown; error?: string }]>;
     expect(outputs.filter(([p]) => 'value' in p).length).toBeGreaterThan(60);
     expect(outputs.filter(([p]) => p.error === 'CEL_ERROR').length).toBeGreaterThanOrEqual(6);
+  });
+});
+
+describe('a program using the CEL library, as a user writes it (GraphQL over HTTP)', () => {
+  it('names an order with uuid.NewSHA1, dates it, adds a duration, upper-cases tags, and stores timestamps as cel() returns them', async () => {
+    const server = await startServer('tly_cel-library-admin-key', { clock: new ManualClock(NOW), limits: ROOMY });
+    try {
+      const post = (query: string, variables: Record<string, unknown>) =>
+        fetch(server.url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', authorization: 'Bearer tly_cel-library-admin-key' },
+          body: JSON.stringify({ query, variables }),
+        }).then((r) => r.json() as Promise<any>);
+      const src = `function run(event) {
+  const d = event.data;
+  const ref = uuid.NewSHA1(${NS}, d.order);
+  const placed = timestamp(d.placed_at);
+  const due = placed.plus(duration("72h"));
+  const tags = d.tags.map((t) => strings.TrimSpace(strings.ToUpper(t))).filter((t) => strings.HasPrefix(t, "VIP"));
+  const created = graphql(
+    "mutation($id: UUID!, $m: JSON) { createAccount(input: {accountId: $id, name: \\"order\\", code: \\"ORDER.1\\", normalBalanceType: DEBIT, metadata: $m}) { metadata } }",
+    { id: ref, m: { due, placed_on: date(placed), tags } },
+  );
+  return {
+    ref, day: date(placed), due, late: time.Now().cmp(due) > 0, waited: time.Now().minus(placed),
+    year: placed.getFullYear(), month: placed.getMonth(), text: \`due \${due}\`,
+    share: decimal.Quo(decimal("10"), decimal("4"), 2), stored: created.createAccount.metadata,
+    viaCel: cel("uuid.NewSHA1(ns, order)", { ns: ${NS}, order: d.order }),
+  };
+}`;
+      const created = await post(CREATE, {
+        id: id(990_001),
+        input: { name: 'place_order', kind: 'tool', config: { runtime: 'javascript', src }, policies: ALL },
+      });
+      expect(created.errors).toBeUndefined();
+      const answer = await post(INVOKE, {
+        id: id(990_001),
+        e: id(990_002),
+        input: { order: 'A-1001', placed_at: '2026-03-10T09:00:00Z', tags: [' vip-gold', 'new ', 'vip'] },
+      });
+      expect(answer.errors).toBeUndefined();
+      const call = answer.data.actions.invokeAction;
+      expect(call.status, JSON.stringify(call.error)).toBe('SUCCEEDED');
+      expect(call.output).toEqual({
+        ref: call.output.viaCel,
+        day: '2026-03-10',
+        due: '2026-03-13T09:00:00.000Z',
+        late: true,
+        waited: '367766.535s',
+        year: 2026,
+        month: 2,
+        text: 'due 2026-03-13T09:00:00.000Z',
+        share: '2.50',
+        stored: { due: '2026-03-13T09:00:00.000Z', placed_on: '2026-03-10', tags: ['VIP-GOLD', 'VIP'] },
+        viaCel: call.output.ref,
+      });
+      expect(call.output.ref).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-5/);
+      // A library function is no call: the tree has the graphql() and the cel() call only.
+      expect(call.children.map((c: { actionName: string }) => c.actionName)).toEqual(['graphql', 'cel']);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it('decimal.Quo takes what CEL takes (places an int, a number or a BigInt), and without places says so as CEL does', () => {
+    const result = run(`function run() {
+  const a = decimal("1"), b = decimal("3");
+  let missing;
+  try { decimal.Quo(a, b); } catch (e) { missing = { name: e.name, code: e.code, message: e.message, hint: e.hint }; }
+  return { two: decimal.Quo(a, b, 2), big: decimal.Quo("1", "3", 4n), cel: cel("decimal.Quo(decimal('1'), decimal('3'), uint(2))"), missing };
+}`);
+    expect(result.status, JSON.stringify(result.error)).toBe('SUCCEEDED');
+    expect(result.output).toEqual({
+      two: '0.33',
+      big: '0.3333',
+      cel: '0.33',
+      missing: {
+        name: 'ToolError',
+        code: 'CEL_ERROR',
+        message: 'decimal.Quo takes 3 arguments, got 2',
+        hint: 'As in CEL: decimal.Quo(Decimal, Decimal, int); decimal.Quo(Decimal, Decimal, uint).',
+      },
+    });
   });
 });
