@@ -11,6 +11,8 @@ export const GUEST_FILES = [
   'bridge.js',
   // exact decimals (BigInt coefficient and scale) and money
   'decimal.js',
+  // the CEL library (uuid, date, time, timestamp, duration, strings, decimal.*, money.*) over op 'fn'
+  'library.js',
   // Math.random, reseeded per call
   'random.js',
   // the JSON text that leaves: no NaN, no undefined, bounded depth and size
@@ -27,7 +29,7 @@ export const GUEST_FILES = [
 
 /**
  * Guest code evaluated once in every new context, before it is frozen. It builds the whole API a
- * program sees (graphql, cel, tools, fail, decimal, money, console) on top of one host function,
+ * program sees (graphql, cel, tools, fail, decimal, money, the CEL library, console) on top of one host function,
  * `__tally_host(op, ...strings) -> envelope JSON`, then removes that function from the global scope
  * and deep-freezes every object reachable from globalThis, so no call can leave state behind.
  *

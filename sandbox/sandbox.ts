@@ -41,11 +41,18 @@ export interface SandboxLimits {
    * one (LIMIT_EXCEEDED) as it is written out, before the rest of it is made and copied.
    */
   jsonDepthMax?: number;
+  /**
+   * The CEL library a program calls directly (uuid.New(), date(t), strings.ToUpper(s)...): JSON of
+   * `{name: [[param types], ...]}`, as the engine's CEL environment lists it (src/cel/library.ts).
+   * The prelude makes a wrapper of each name, calling the host's op 'fn'; without it a program has
+   * none of them.
+   */
+  library?: string;
 }
 
 /** The engine's side of a call: every guest capability goes through here. */
 export interface HostBridge {
-  /** op is 'graphql' | 'cel' (query or expression, JSON of variables or bindings), 'tool' (name, JSON of input, JSON of options) or 'cancelled' (none): only the strings the operation takes. Returns the envelope JSON {ok, value} | {ok: false, error}. */
+  /** op is 'graphql' | 'cel' (query or expression, JSON of variables or bindings), 'tool' (name, JSON of input, JSON of options), 'fn' (a CEL library function's name, JSON of its arguments) or 'cancelled' (none): only the strings the operation takes. Returns the envelope JSON {ok, value} | {ok: false, error}. */
   call(op: string, args: string[]): string;
   log(line: string): void;
 }
@@ -456,6 +463,11 @@ export class Sandbox {
       const max = ctx.newNumber(this.limits.outputBytesMax);
       ctx.setProp(ctx.global, '__tally_output_max', max);
       max.dispose();
+    }
+    if (this.limits.library !== undefined) {
+      const library = ctx.newString(this.limits.library);
+      ctx.setProp(ctx.global, '__tally_library', library);
+      library.dispose();
     }
     if (this.limits.jsonDepthMax !== undefined) {
       const max = ctx.newNumber(this.limits.jsonDepthMax);

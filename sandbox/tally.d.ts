@@ -113,13 +113,90 @@ interface TallyMoney {
   valueOf(): never;
 }
 
-/** decimal(x), and the CEL library's static forms with the same names, argument order and modes. */
+/**
+ * A CEL timestamp: JSON, String(t) and template literals give its RFC 3339 text (as cel("time.Now()")
+ * returns it), so it goes into graphql() variables and outputs as that text. Arithmetic and
+ * comparison are methods (CEL's t + d, t - u, t < u); the getters are CEL's (getMonth is 0-based,
+ * getDayOfMonth 0-based, getDate 1-based; each takes an optional time zone).
+ */
+interface TallyTimestamp {
+  plus(d: TallyDuration): TallyTimestamp;
+  minus(x: TallyDuration): TallyTimestamp;
+  minus(x: TallyTimestamp): TallyDuration;
+  cmp(x: TallyTimestamp): -1 | 0 | 1;
+  getFullYear(tz?: string): number;
+  getMonth(tz?: string): number;
+  getDate(tz?: string): number;
+  getDayOfMonth(tz?: string): number;
+  getDayOfWeek(tz?: string): number;
+  getDayOfYear(tz?: string): number;
+  getHours(tz?: string): number;
+  getMinutes(tz?: string): number;
+  getSeconds(tz?: string): number;
+  getMilliseconds(tz?: string): number;
+  toString(): string;
+  toJSON(): string;
+  /** Throws: `t < u` or `t + d` would compare or add numbers or text. Use cmp/plus/minus. */
+  valueOf(): never;
+}
+
+/** A CEL duration: its text is CEL's ("5400s"). */
+interface TallyDuration {
+  plus(d: TallyDuration): TallyDuration;
+  minus(d: TallyDuration): TallyDuration;
+  cmp(d: TallyDuration): -1 | 0 | 1;
+  getHours(): number;
+  getMinutes(): number;
+  getSeconds(): number;
+  getMilliseconds(): number;
+  toString(): string;
+  toJSON(): string;
+  valueOf(): never;
+}
+
+/**
+ * The CEL library of the tran codes, each function CEL's own (the same code runs it): a failure
+ * throws a ToolError with code CEL_ERROR, as cel() does. Calls are not executions (no record, not
+ * counted in callsPerExecutionMax); each is one CEL evaluation under celCostMax and the deadline.
+ */
+/** uuid(text): the UUID in lower case; uuid.New(), uuid.NewSHA1(namespace, name), uuid.NewMD5(namespace, name). */
+declare const uuid: {
+  (text: string): string;
+  New(): string;
+  NewSHA1(namespace: string, name: string | Uint8Array): string;
+  NewMD5(namespace: string, name: string | Uint8Array): string;
+};
+/** date(t) is a timestamp's UTC date, date(text) checks one; dates are "YYYY-MM-DD". date.Today() is the engine clock's. */
+declare const date: {
+  (x: TallyTimestamp | string): string;
+  Today(): string;
+};
+/** time.Now(): the engine clock's time. */
+declare const time: { Now(): TallyTimestamp };
+/** timestamp("2026-01-31T10:00:00Z") or timestamp(epochSeconds). */
+declare function timestamp(x: string | number | bigint): TallyTimestamp;
+/** duration("90m"), duration("1.5h"), duration("-30s"). */
+declare function duration(text: string): TallyDuration;
+declare const strings: {
+  ToUpper(s: string): string;
+  ToLower(s: string): string;
+  TrimSpace(s: string): string;
+  Contains(s: string, part: string): boolean;
+  HasPrefix(s: string, prefix: string): boolean;
+  HasSuffix(s: string, suffix: string): boolean;
+  ReplaceAll(s: string, old: string, replacement: string): string;
+};
+
+/**
+ * decimal(x), and the CEL library's static forms: CEL's own functions (80 significant digits, as
+ * in a tran code), taking a string or number where CEL takes a Decimal.
+ */
 declare const decimal: {
   (x: DecimalLike): TallyDecimal;
   Add(a: DecimalLike, b: DecimalLike): TallyDecimal;
   Sub(a: DecimalLike, b: DecimalLike): TallyDecimal;
   Mul(a: DecimalLike, b: DecimalLike): TallyDecimal;
-  /** a / b rounded half-even to `places`. */
+  /** a / b rounded half-even to `places` (0 to 64), with that many places: Quo(1, 1, 2) is "1.00". */
   Quo(a: DecimalLike, b: DecimalLike, places: number | bigint): TallyDecimal;
   Round(x: DecimalLike, mode: RoundingMode, places: number | bigint): TallyDecimal;
   Abs(x: DecimalLike): TallyDecimal;
@@ -134,7 +211,8 @@ declare const money: {
   (units: DecimalLike, currency: string): TallyMoney;
   Add(a: TallyMoney, b: TallyMoney): TallyMoney;
   Sub(a: TallyMoney, b: TallyMoney): TallyMoney;
-  Mul(m: TallyMoney, factor: DecimalLike): TallyMoney;
+  /** The factor as text or a decimal (CEL's money.Mul takes a string). */
+  Mul(m: TallyMoney, factor: string | TallyDecimal): TallyMoney;
 };
 
 /** Captured into the invocation's logs (bounded by logBytesMax). */

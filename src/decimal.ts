@@ -99,6 +99,37 @@ export function exactTimes(a: Dec, b: Dec): Dec {
   return bounded(a.times(b), '×', a, b);
 }
 
+/** `d` as an integer coefficient and a scale: d = coefficient / 10^scale. */
+function coefficientOf(d: Dec): [bigint, number] {
+  const text = d.toFixed();
+  const point = text.indexOf('.');
+  if (point < 0) return [BigInt(text), 0];
+  return [BigInt(text.slice(0, point) + text.slice(point + 1)), text.length - point - 1];
+}
+
+/**
+ * a / b rounded half-even to `places` fraction digits, with exactly that scale, from the exact
+ * quotient: one rounding on the remainder of integers, never a rounding of a rounded 80-digit
+ * quotient ((5·10^79 + 1) / (2·10^79) is 3 to 0 places, not 2). CEL's decimal.Quo and a program's
+ * decimal.Quo (the same function) divide here; the guest's d.div() computes it the same way.
+ */
+export function roundedQuotient(a: Dec, b: Dec, places: number): Dec {
+  if (b.isZero()) throw new EngineError('CEL_ERROR', 'division by zero');
+  const [ca, sa] = coefficientOf(a);
+  const [cb, sb] = coefficientOf(b);
+  const num = ca * 10n ** BigInt(sb + places);
+  const den = cb * 10n ** BigInt(sa);
+  let q = num / den;
+  const r = num - q * den;
+  if (r !== 0n) {
+    const negative = num < 0n !== den < 0n;
+    const twice = (r < 0n ? -r : r) * 2n;
+    const size = den < 0n ? -den : den;
+    if (twice > size || (twice === size && q % 2n !== 0n)) q += negative ? -1n : 1n;
+  }
+  return bounded(new Dec(places === 0 ? q.toString() : `${q}e-${places}`), '/', a, b);
+}
+
 const DECIMAL_PATTERN = /^[+-]?(\d+)(?:\.(\d+))?$/;
 
 export interface DecimalBounds {

@@ -4,6 +4,7 @@ import { AgentRuns } from './agents/runner.js';
 import { authenticate, type Client, ensureAdmin, SYSTEM_PRINCIPAL } from './auth/clients.js';
 import { KnownKeys } from './auth/key-cache.js';
 import { Cel } from './cel/cel.js';
+import { programLibraryJson } from './cel/library.js';
 import { systemClock } from './clock.js';
 import { Callers } from './engine/callers.js';
 import { buildDomain } from './engine/domain.js';
@@ -41,7 +42,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const clock = options.clock ?? systemClock;
   const logger = options.logger ?? silentLogger;
   const logError = options.logError ?? internalErrorLog(options.logger ? logger : null);
-  const sandboxes = await loadSandbox(limits, logError);
+  const cel = new Cel(clock, limits);
+  const sandboxes = await loadSandbox(limits, cel, logError);
   const sandbox = (): Sandbox => {
     const current = sandboxes.current();
     if (!current)
@@ -50,7 +52,6 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   };
   const storage = openStorage({ ...options, explicit: options.limits ?? {} }, limits, logError);
   const { db, transactions, epoch, path } = storage;
-  const cel = new Cel(clock, limits);
   const providerConfigs = options.providers === undefined ? [] : parseProviders(options.providers);
   const models = providerConfigs.length > 0 ? await ModelProviders.create(providerConfigs, limits) : null;
   const events = new EngineEvents(logError);
@@ -203,7 +204,11 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
 }
 
 /** The QuickJS sandbox, its WASM memory capped above the heap limit for the allocator's own overhead. */
-function loadSandbox(limits: Readonly<Limits>, logError: (error: unknown) => void): Promise<ReplaceableSandbox> {
+function loadSandbox(
+  limits: Readonly<Limits>,
+  cel: Cel,
+  logError: (error: unknown) => void,
+): Promise<ReplaceableSandbox> {
   return ReplaceableSandbox.create(
     limits.sandboxMemoryBytesMax + 32 * 1024 * 1024,
     {
@@ -217,6 +222,7 @@ function loadSandbox(limits: Readonly<Limits>, logError: (error: unknown) => voi
       warmLevels: limits.toolDepthMax + 1,
       outputBytesMax: limits.outputBytesMax,
       jsonDepthMax: limits.jsonDepthMax,
+      library: programLibraryJson(cel.env),
     },
     logError,
   );

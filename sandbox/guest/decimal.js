@@ -293,60 +293,10 @@ class Money {
 }
 
 /** @param {unknown} x */
+// biome-ignore lint/correctness/noUnusedVariables: harden.js installs it as a global (library.js adds its statics).
 const decimal = (x) => Decimal.of(x);
 /** @param {unknown} units @param {unknown} currency */
+// biome-ignore lint/correctness/noUnusedVariables: harden.js installs it as a global (library.js adds its statics).
 const money = (units, currency) => new Money(units, currency);
-// The static forms of the CEL library's decimal.* and money.* functions, with the same names,
-// argument order and rounding modes (decimal.Round(x, "half_even", 2) as in a tran code).
-/**
- * @param {unknown} m
- * @returns {Money}
- */
-const asMoney = (m) => {
-  if (!(m instanceof Money)) throw new TypeError('expected money, got ' + typeof m);
-  return m;
-};
-/**
- * @param {unknown} p
- * @param {string} what
- * @returns {number}
- */
-const integer = (p, what) => {
-  const n = typeof p === 'bigint' ? Number(p) : p;
-  if (typeof n !== 'number' || !Number.isInteger(n))
-    throw new RangeError(what + ' must be an integer, got ' + stringify(String(p)));
-  return n;
-};
-Object.assign(
-  decimal,
-  /** @type {GuestDecimalStatics} */ ({
-    Add: (a, b) => Decimal.of(a).plus(b),
-    Sub: (a, b) => Decimal.of(a).minus(b),
-    Mul: (a, b) => Decimal.of(a).times(b),
-    Quo: (a, b, places) => Decimal.of(a).div(b, integer(places, 'places'), 'half_even'),
-    Round: (d, mode, places) => Decimal.of(d).round(integer(places, 'places'), mode),
-    Abs: (d) => Decimal.of(d).abs(),
-    Neg: (d) => Decimal.of(d).neg(),
-    Ceil: (d) => Decimal.of(d).round(0, 'ceiling'),
-    Floor: (d) => Decimal.of(d).round(0, 'floor'),
-    Cmp: (a, b) => Decimal.of(a).cmp(b),
-    Reduce: (d) => {
-      const x = Decimal.of(d);
-      let c = x.c;
-      let sc = x.s;
-      while (sc > 0 && c % 10n === 0n) {
-        c /= 10n;
-        sc--;
-      }
-      return new Decimal(c, sc);
-    },
-  }),
-);
-Object.assign(
-  money,
-  /** @type {GuestMoneyStatics} */ ({
-    Add: (a, b) => asMoney(a).plus(b),
-    Sub: (a, b) => asMoney(a).minus(b),
-    Mul: (m, factor) => asMoney(m).times(factor),
-  }),
-);
+// decimal.Add, decimal.Round, money.Mul... (the CEL library's statics) are the CEL functions
+// themselves, put on decimal and money by library.js.

@@ -10,6 +10,8 @@ declare var __tally_host: ((op: string, ...args: string[]) => string) | undefine
 declare var __tally_output_max: number | undefined;
 /** jsonDepthMax, when the sandbox has one. */
 declare var __tally_depth_max: number | undefined;
+/** The CEL library's names and parameter types (JSON), when the sandbox has them (library.js). */
+declare var __tally_library: string | undefined;
 
 /** QuickJS throws it for stack overflow, out of memory and over-long strings (and interrupts). */
 declare class InternalError extends Error {}
@@ -30,28 +32,6 @@ interface GuestToolError extends Error {
   readonly code: string;
   readonly hint?: string;
   readonly details?: unknown;
-}
-
-/** decimal.Add(...) and the rest: the CEL library's static forms (decimal.js makes them). */
-interface GuestDecimalStatics {
-  Add(a: unknown, b: unknown): Decimal;
-  Sub(a: unknown, b: unknown): Decimal;
-  Mul(a: unknown, b: unknown): Decimal;
-  Quo(a: unknown, b: unknown, places: unknown): Decimal;
-  Round(d: unknown, mode: unknown, places: unknown): Decimal;
-  Abs(d: unknown): Decimal;
-  Neg(d: unknown): Decimal;
-  Ceil(d: unknown): Decimal;
-  Floor(d: unknown): Decimal;
-  Cmp(a: unknown, b: unknown): -1 | 0 | 1;
-  Reduce(d: unknown): Decimal;
-}
-
-/** money.Add(...) and the rest. */
-interface GuestMoneyStatics {
-  Add(a: unknown, b: unknown): Money;
-  Sub(a: unknown, b: unknown): Money;
-  Mul(m: unknown, factor: unknown): Money;
 }
 
 /** Iterator.concat (QuickJS has it; the ES lib of this TypeScript does not yet). */

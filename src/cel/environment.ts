@@ -2,7 +2,17 @@ import { randomUUID } from 'node:crypto';
 import type { Decimal } from 'decimal.js';
 import { Environment } from '@marcbachmann/cel-js';
 import { type Clock, utcDate } from '../clock.js';
-import { Dec, exactDecimal, scaleOf, exactDiv, exactMinus, exactPlus, exactTimes, parseCurrency } from '../decimal.js';
+import {
+  Dec,
+  exactDecimal,
+  scaleOf,
+  exactDiv,
+  exactMinus,
+  exactPlus,
+  exactTimes,
+  parseCurrency,
+  roundedQuotient,
+} from '../decimal.js';
 import { EngineError, quote } from '../errors.js';
 import { nameBasedUuid as namedUuid } from '../ids.js';
 import {
@@ -253,8 +263,8 @@ export function createCelEnvironment(clock: Clock, limits: { maxAstNodes: number
       .registerFunction(
         `${D}.Quo(Decimal, Decimal, ${t}): Decimal`,
         (_: unknown, a: CelDecimal, b: CelDecimal, p: unknown) => {
-          if (b.value.isZero()) throw new EngineError('CEL_ERROR', 'division by zero');
-          return dec(a.value.div(b.value).toDecimalPlaces(places(uintValue(p)), Dec.ROUND_HALF_EVEN));
+          const n = places(uintValue(p));
+          return dec(roundedQuotient(a.value, b.value, n), n);
         },
       )
       .registerFunction(

@@ -9,6 +9,7 @@ import { type CallFrame, type CallNode, outputText } from './call-tree.js';
 import { authorityOf, type CallTarget, checkMayCall, consentingLayers, referencedVersion } from './call-rules.js';
 import type { ExecutionServices } from './services.js';
 import { succeeded, toEngineError } from './checks.js';
+import { callLibrary } from '../cel/library.js';
 
 /*
  * The host side of a program's calls (graphql(), cel(), tools, logs, cancelled()): every call a
@@ -28,6 +29,9 @@ export class CallBridge implements HostBridge {
   ) {}
 
   call(op: string, args: string[]): string {
+    // A CEL library function (op 'fn': its name, JSON of its arguments) is not a call: no record,
+    // not counted in callsPerExecutionMax (as decimal() is not); one CEL evaluation, bounded as cel()'s.
+    if (op === 'fn') return this.library(args[0] ?? '', args[1] ?? '');
     const root = this.frame.root;
     if (root.calls > this.svc.limits.callsPerExecutionMax && op !== 'cancelled') {
       // Past the budget, further calls are refused without a record each (a loop catching the
@@ -77,6 +81,14 @@ export class CallBridge implements HostBridge {
       if (op === 'cancelled')
         return JSON.stringify({ ok: true, value: this.svc.st.cancelRequested.get(this.frame.node.rootId) === 1 });
       throw new EngineError('BAD_REQUEST', `unknown host operation ${quote(op)}`);
+    } catch (error) {
+      return JSON.stringify({ ok: false, error: toEngineError(error).toData() });
+    }
+  }
+
+  private library(name: string, argsText: string): string {
+    try {
+      return `{"ok":true,"value":${callLibrary(this.svc.cel, name, argsText, this.svc.limits.jsonDepthMax)}}`;
     } catch (error) {
       return JSON.stringify({ ok: false, error: toEngineError(error).toData() });
     }

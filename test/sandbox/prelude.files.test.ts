@@ -3,6 +3,9 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { loadQuickJS } from '../../sandbox/module.js';
 import { GUEST_FILES, PRELUDE } from '../../sandbox/prelude.js';
 import { Sandbox } from '../../sandbox/sandbox.js';
+import { Cel } from '../../src/cel/cel.js';
+import { programLibraryJson } from '../../src/cel/library.js';
+import { systemClock } from '../../src/clock.js';
 
 /**
  * The guest program lives in sandbox/guest/*.js; prelude.ts joins the files into the one program
@@ -22,6 +25,7 @@ beforeAll(async () => {
     contextPoolMax: 2,
     programsPerContextMax: 16,
     retainedBytesMax: 256 << 10,
+    library: programLibraryJson(new Cel(systemClock, { celExpressionLengthMax: 4096, celCacheMax: 100 }).env),
   });
 });
 
@@ -35,7 +39,10 @@ function run(source: string, data: unknown = null): unknown {
   return result.ok ? JSON.parse(result.outputJson) : `${result.kind}: ${result.message}`;
 }
 
-/** The global scope a program saw before the guest code moved out of prelude.ts's template literal. */
+/**
+ * The global scope a program saw before the guest code moved out of prelude.ts's template literal,
+ * and since issue 36 the CEL library's globals (date, duration, strings, time, timestamp, uuid).
+ */
 const GLOBALS = [
   'AggregateError',
   'Array',
@@ -86,9 +93,11 @@ const GLOBALS = [
   'cancelled',
   'cel',
   'console',
+  'date',
   'decimal',
   'decodeURI',
   'decodeURIComponent',
+  'duration',
   'encodeURI',
   'encodeURIComponent',
   'escape',
@@ -100,9 +109,13 @@ const GLOBALS = [
   'money',
   'parseFloat',
   'parseInt',
+  'strings',
+  'time',
+  'timestamp',
   'tools',
   'undefined',
   'unescape',
+  'uuid',
 ];
 
 describe('the guest program files', () => {
@@ -129,12 +142,12 @@ describe('the guest program files', () => {
       };
       return {
         names: Object.getOwnPropertyNames(globalThis).sort(),
-        api: ['graphql', 'cel', 'tools', 'fail', 'cancelled', 'decimal', 'money', 'console'].map((k) => k + ': ' + describe(globalThis, k)),
+        api: ['graphql', 'cel', 'tools', 'fail', 'cancelled', 'decimal', 'money', 'console', 'uuid', 'date', 'time', 'timestamp', 'duration', 'strings'].map((k) => k + ': ' + describe(globalThis, k)),
         decimal: Object.getOwnPropertyNames(decimal).sort(),
         money: Object.getOwnPropertyNames(money).sort(),
         console: Object.keys(console),
         frozen: [globalThis, Object.prototype, Array.prototype, String.prototype, Math].every(Object.isFrozen),
-        gone: ['__tally_host', '__tally_output_max', '__tally_depth_max', 'WeakRef', 'FinalizationRegistry', 'eval', 'invoke'].filter((k) => k in globalThis),
+        gone: ['__tally_host', '__tally_output_max', '__tally_depth_max', '__tally_library', 'WeakRef', 'FinalizationRegistry', 'eval', 'invoke'].filter((k) => k in globalThis),
       };
     }`);
     expect(scope).toEqual({
@@ -148,6 +161,12 @@ describe('the guest program files', () => {
         'decimal: function false false false',
         'money: function false false false',
         'console: object false false false',
+        'uuid: function false false false',
+        'date: function false false false',
+        'time: object false false false',
+        'timestamp: function false false false',
+        'duration: function false false false',
+        'strings: object false false false',
       ],
       decimal: ['Abs', 'Add', 'Ceil', 'Cmp', 'Floor', 'Mul', 'Neg', 'Quo', 'Reduce', 'Round', 'Sub', 'length', 'name'],
       money: ['Add', 'Mul', 'Sub', 'length', 'name'],
