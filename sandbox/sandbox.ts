@@ -52,7 +52,7 @@ export interface SandboxLimits {
 
 /** The engine's side of a call: every guest capability goes through here. */
 export interface HostBridge {
-  /** op is 'graphql' | 'cel' (query or expression, JSON of variables or bindings), 'tool' (name, JSON of input, JSON of options), 'fn' (a CEL library function's name, JSON of its arguments) or 'cancelled' (none): only the strings the operation takes. Returns the envelope JSON {ok, value} | {ok: false, error}. */
+  /** op is 'graphql' | 'cel' (query or expression, JSON of variables or bindings), 'tool' (name, JSON of input, JSON of options), 'fn' (a CEL library function's name, JSON of its arguments), 'cancelled' (none) or 'status' (the text): only the strings the operation takes. Returns the envelope JSON {ok, value} | {ok: false, error}. */
   call(op: string, args: string[]): string;
   log(line: string): void;
 }

@@ -58,6 +58,13 @@ declare function fail(message: string, hint?: string | null, options?: { retry?:
 /** Whether cancelExecution was asked of the run this call belongs to (an agent run it is a tool call of): stop early if so. */
 declare function cancelled(): boolean;
 
+/**
+ * Says how the call is going ("looked up 3 accounts"): recorded on its execution (Execution.progress)
+ * and streamed to its caller (a long-poll, `tally chat`, MCP notifications/progress). Throws
+ * LIMIT_EXCEEDED past statusMessagesPerCallMax messages or statusBytesMax bytes (nothing is recorded).
+ */
+declare function status(text: string): void;
+
 type RoundingMode =
   | 'half_even'
   | 'half_up'

@@ -82,6 +82,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const waits = new ExecutionWaits({
     limits,
     statusOf: (id) => (services.queue.executionStatus.get(id) as string | undefined) ?? null,
+    progressOf: (id) => services.st.progressLatest.get(id, id) ?? 0,
     isOpen: () => db.open,
     logError,
   });
@@ -104,6 +105,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const readiness = databaseReadiness(db, limits.busyTimeoutMs);
   events.on('attempt', (outcome) => logAttempt(logger, outcome));
   events.on('attempt', (outcome) => waits.wake(outcome.executionId, outcome.status));
+  events.on('progress', (ids) => waits.look(ids));
   // PostgreSQL: a commit that started executions tells the workers of every process (LISTEN
   // tally_executions); they also poll (pollMs), so a lost notification only delays.
   if (onPostgres && !options.readOnly) events.on('started', () => db.exec('NOTIFY tally_executions'));
@@ -136,7 +138,8 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
       const { operationName, ...rest } = opts;
       return run.executeAsync({ query, variables: variables ?? null, operationName: operationName ?? null }, rest);
     },
-    waitForExecution: (id, timeoutMs, signal, principal) => waits.wait(id, timeoutMs, signal, principal),
+    waitForExecution: (id, timeoutMs, signal, principal, progressAfter) =>
+      waits.wait(id, timeoutMs, signal, principal, progressAfter),
     executionWaits: (request, opts) => run.executionWaits(request, opts),
     awaitExecutions: (list, opts) => run.awaitExecutions(list, opts),
     wakeWaiters: (id, status) => waits.wake(id, status),

@@ -555,6 +555,23 @@ export const LIMITS = {
     unit: 'bytes',
     doc: 'console.log output kept per call; the rest is cut with a marker.',
   },
+  statusMessagesPerCallMax: {
+    default: 100,
+    group: 'calls',
+    doc:
+      "Progress messages one call may say (a program's `status(text)`), each recorded on its execution and " +
+      'streamed to its caller: past it `status()` throws LIMIT_EXCEEDED (the program may catch it) and nothing ' +
+      'is recorded. Every call of a tree (and every tool an agent calls) counts its own.',
+  },
+  statusBytesMax: {
+    default: 1024,
+    group: 'calls',
+    unit: 'bytes',
+    min: 1,
+    doc:
+      'Longest progress message (UTF-8) a `status(text)` may say: a longer one throws LIMIT_EXCEEDED and is ' +
+      'not recorded.',
+  },
   toolDepthMax: {
     default: 8,
     group: 'calls',

@@ -59,11 +59,11 @@ const MAY_IMPORT: Record<string, readonly string[]> = {
 const FILE_LINES_MAX = 600;
 const LONG_FILES: Record<string, { lines: number; why: string }> = {
   'src/limits.ts': {
-    lines: 1230,
+    lines: 1246,
     why: 'the one table of every limit (default, doc, group, bounds) and the fixed bounds: one table by design, mostly doc text',
   },
   'src/storage/migrations.ts': {
-    lines: 760,
+    lines: 795,
     why: 'eighteen migrations as the SQL text each version applied: frozen history, read top to bottom (numbered files per dialect come with the PostgreSQL adapter, issue 39)',
   },
   'src/runtime/read-pool.ts': {

@@ -91,6 +91,16 @@ function cancelled() {
   return call('cancelled') === true;
 }
 
+// status(text): a progress message of this call, recorded on its execution and streamed to its
+// caller. Not a call: it never counts toward callsPerExecutionMax; past its own bounds it throws.
+/** @param {unknown} message */
+// biome-ignore lint/correctness/noUnusedVariables: harden.js installs it as a global.
+function status(message) {
+  if (typeof message !== 'string') throw new TypeError('status(text): text must be a string');
+  const envelope = parse(host('status', message));
+  if (!envelope.ok) throw toolError(envelope.error);
+}
+
 /**
  * @param {unknown} message
  * @param {unknown} [hint]

@@ -45,7 +45,7 @@ Object.defineProperty(globalThis, 'Function', {
 // invoke() is the host's alone: it is the prelude's result, never a global (a program that could
 // call it would skip the reseed of Math.random and read the state the previous caller left).
 /** @type {Record<string, unknown>} */
-const api = { graphql, cel, tools, fail, cancelled, decimal, money, console, ...libraryGlobals };
+const api = { graphql, cel, tools, fail, cancelled, status, decimal, money, console, ...libraryGlobals };
 for (const name of Object.keys(api)) {
   Object.defineProperty(globalThis, name, {
     value: api[name],

@@ -71,7 +71,8 @@ function startLocalWorker(target: Target): { stop(): Promise<void> } | null {
 const SESSION_FIELDS =
   'sessionId agent agentVersion input status expires messages { messageId role text created execution { executionId status } }';
 const TURN_NODE = 'executionId kind actionName actionVersion status input output error { code message hint }';
-const TURN_QUERY = `query($e: UUID!, $w: Int) { actions { execution(executionId: $e, waitMs: $w) { ${TURN_NODE} children { ${TURN_NODE} children { ${TURN_NODE} children { executionId } } } } } }`;
+/** The turn, its model turns and their tool calls, and the progress its tools said after $p (a new one ends the long-poll). */
+const TURN_QUERY = `query($e: UUID!, $w: Int, $p: Int!) { actions { execution(executionId: $e, waitMs: $w, progressAfter: $p) { ${TURN_NODE} progress(after: $p) { seq text executionId actionName } children { ${TURN_NODE} children { ${TURN_NODE} children { executionId children { executionId } } } } } } }`;
 
 /** A JSON value on one line, cut to `max` characters. */
 function compact(value: unknown, max = 200): string {
@@ -230,8 +231,9 @@ async function closeSession(chat: Chat, sessionId: string): Promise<number> {
 }
 
 /**
- * Follow one turn until it ends: print each tool call its model turns make as it appears (→ name(args))
- * and ends (← name: result), ask about a call that waits for approval, then print the answer.
+ * Follow one turn until it ends: print each tool call its model turns make as it appears (→ name(args)),
+ * what it said with status(text) (· name: text, as its call commits), and how it ended (← name:
+ * result), ask about a call that waits for approval, then print the answer.
  * Returns false when the input ended while a decision was asked for (the chat stops there).
  */
 async function followTurn(chat: Chat, executionId: string): Promise<boolean> {
@@ -241,9 +243,26 @@ async function followTurn(chat: Chat, executionId: string): Promise<boolean> {
   /** Approvals this chat already asked about (an approval it could not decide is not asked again). */
   const asked = new Set<string>();
   let waitingSaid = false;
+  let progressAfter = 0;
   for (;;) {
-    const run = (await call(target, TURN_QUERY, { e: executionId, w: local ? null : POLL_MS })).actions
-      .execution as Record<string, any>;
+    const run = (await call(target, TURN_QUERY, { e: executionId, w: local ? null : POLL_MS, p: progressAfter }))
+      .actions.execution as Record<string, any>;
+    const said = (run.progress ?? []) as Array<Record<string, any>>;
+    if (said.length > 0) progressAfter = said.at(-1)!.seq;
+    // A full page (Execution.progress's default first): more may follow, read before the answer.
+    const more = said.length === 100;
+    /** The messages said by `ids` (every one left, without), each printed once. */
+    const sayProgress = (ids?: Set<string>) => {
+      for (let i = 0; i < said.length; i++) {
+        const m = said[i]!;
+        if (ids && !ids.has(m.executionId)) continue;
+        say(
+          { event: 'status', status: { seq: m.seq, executionId: m.executionId, tool: m.actionName, text: m.text } },
+          `  · ${m.actionName}: ${m.text}`,
+        );
+        said.splice(i--, 1);
+      }
+    };
     for (const turn of (run.children ?? []) as Array<Record<string, any>>) {
       if (turn.kind !== 'MODEL') continue;
       for (const c of (turn.children ?? []) as Array<Record<string, any>>) {
@@ -255,6 +274,7 @@ async function followTurn(chat: Chat, executionId: string): Promise<boolean> {
           );
           shown.set(c.executionId, 'called');
         }
+        sayProgress(allIds(c));
         if (TERMINAL.has(c.status) && shown.get(c.executionId) !== 'done') {
           const result =
             c.status === 'SUCCEEDED' || c.status === 'CACHED'
@@ -279,6 +299,8 @@ async function followTurn(chat: Chat, executionId: string): Promise<boolean> {
         }
       }
     }
+    sayProgress();
+    if (more) continue;
     if (TERMINAL.has(run.status)) {
       if (run.status === 'SUCCEEDED')
         say(

@@ -128,6 +128,11 @@ export function buildDomain(inputs: DomainInputs): Domain {
       wakePending = true;
       transactions.afterCommit(wake);
     },
+    // Told once per call that said something (see CallBridge.status): dropped if it rolls back.
+    notifyProgress: (rootId, executionId) =>
+      transactions.afterCommit(() =>
+        events.emit('progress', rootId === executionId ? [rootId] : [rootId, executionId]),
+      ),
     callerOf: inputs.callerOf,
     transactions,
     sandbox: inputs.sandbox,

@@ -13,6 +13,8 @@ export interface EngineEventMap {
   modelCall: [call: ModelCallSample];
   /** A group commit (or its failure) ran this many requests. */
   batch: [size: number];
+  /** A transaction that recorded progress messages (status(text)) committed: waits on these executions look again. */
+  progress: [executionIds: readonly string[]];
 }
 
 /**
@@ -27,6 +29,7 @@ export class EngineEvents {
     attempt: [],
     modelCall: [],
     batch: [],
+    progress: [],
   };
 
   constructor(private readonly report: (error: unknown) => void) {}

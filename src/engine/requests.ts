@@ -160,7 +160,7 @@ export class Requests {
     for (const wait of waits) {
       const left = Math.min(deadline, started + wait.waitMs) - Date.now();
       if (left <= 0 || signal?.aborted) continue;
-      await this.deps.waits.wait(wait.executionId, left, signal, wait.principal);
+      await this.deps.waits.wait(wait.executionId, left, signal, wait.principal, wait.progressAfter);
     }
   }
 

@@ -144,9 +144,16 @@ export interface Engine {
    * Resolves as soon as the execution is terminal (SUCCEEDED, FAILED, CANCELLED) or does not exist,
    * or after timeoutMs, or on abort. Wakes on this process's attempt outcomes for that id, and reads
    * its status every executionWaitPollMs for workers in other processes. Holds no transaction. With
-   * executionWaitersMax waits in flight it resolves at once.
+   * executionWaitersMax waits in flight it resolves at once. Given `progressAfter`, it also resolves
+   * when the execution has a progress message (status(text)) newer than that seq.
    */
-  waitForExecution(executionId: string, timeoutMs: number, signal?: AbortSignal, principal?: string): Promise<void>;
+  waitForExecution(
+    executionId: string,
+    timeoutMs: number,
+    signal?: AbortSignal,
+    principal?: string,
+    progressAfter?: number,
+  ): Promise<void>;
   /**
    * The executions a query asks to wait on: its wait fields run alone (see waitProbe: a few
    * primary-key reads, however heavy the rest of the query), in a read transaction, under the

@@ -58,6 +58,8 @@ export interface CallNode {
   finished: string | null;
   logs: string[];
   logBytes: number;
+  /** What its program said with status(text), in order: written beside its record (persistProgress). */
+  progress?: ProgressMessage[];
   created: string;
   children: CallNode[];
   /** Its writes were rolled back although it succeeded (a @dryRun operation): so were its children's. */
@@ -75,6 +77,13 @@ export interface CallNode {
   cancelRequested?: boolean;
   /** A CACHED call: the execution whose recorded output it returned. */
   cachedFrom?: string | null;
+}
+
+/** A progress message a call said (status(text)): when, what, and its place among its tree's (RootState.said). */
+export interface ProgressMessage {
+  text: string;
+  at: string;
+  n: number;
 }
 
 /** The caller at the root of a tree: its principal and (for an API client) its policies. */
@@ -110,6 +119,8 @@ export interface RootState {
   /** Unpinned references resolve to the latest ACTIVE version once per execution, then stay. */
   resolved: Map<string, ActionVersion>;
   input: unknown;
+  /** Progress messages said in this tree so far (each numbered by it: the order they are written in). */
+  said?: number;
   /** Execution ids used in this tree so far: an id names one call. */
   ids: Set<string>;
   /** For a started execution: the tools on the starter's stack, whose policies still bound it. */
@@ -284,6 +295,7 @@ function isCompact(node: CallNode): boolean {
       (node.kind === 'CEL' && node.actionName === 'cel')) &&
     (node.status === 'SUCCEEDED' || node.status === 'FAILED') &&
     node.logs.length === 0 &&
+    !node.progress?.length &&
     !node.model &&
     !node.transport &&
     !node.cachedFrom &&
@@ -381,9 +393,10 @@ function gather(
  * Write a finished tree, parents before children. `undone`: the tree's writes were rolled back (a
  * failed attempt). A call whose writes were undone with a caller's is recorded as it ran but
  * without its input fingerprint: its id can never answer an idempotent retry as if it had happened.
- * A program's graphql() and cel() calls are entries of their holder row (see CompactCall).
+ * A program's graphql() and cel() calls are entries of their holder row (see CompactCall). Then
+ * the progress messages said in it (persistProgress), unless `progress` is false.
  */
-export function persistTree(st: ActionStatements, root: CallNode, undone = false): void {
+export function persistTree(st: ActionStatements, root: CallNode, undone = false, progress = true): void {
   const stack: Array<[CallNode, boolean]> = [];
   if (!(isCompact(root) && appendToHolder(st, root, undone, stack))) stack.push([root, undone]);
   const entries: string[] = [];
@@ -439,6 +452,24 @@ export function persistTree(st: ActionStatements, root: CallNode, undone = false
     st.insertCallIds(ids, seq);
     for (let i = below.length - 1; i >= 0; i--) stack.push(below[i]!);
   }
+  if (progress) persistProgress(st, root);
+}
+
+/**
+ * The progress messages said beneath `root` (itself included), written with their records (in the
+ * same transaction: a failed call's survive its rollback, as its logs do) in the order they were
+ * said, each under the root of its tree, so seq order is the order said.
+ */
+export function persistProgress(st: ActionStatements, root: CallNode): void {
+  const said: Array<[CallNode, ProgressMessage]> = [];
+  const stack = [root];
+  while (stack.length > 0) {
+    const node = stack.pop()!;
+    for (const message of node.progress ?? []) said.push([node, message]);
+    stack.push(...node.children);
+  }
+  said.sort((a, b) => a[1].n - b[1].n);
+  for (const [node, message] of said) st.insertProgress.run(node.rootId, node.executionId, message.text, message.at);
 }
 
 /**

@@ -32,6 +32,34 @@ export interface Invocation {
   logs: unknown;
 }
 
+/** A progress message as Execution.progress gives it. */
+export interface Progress {
+  seq: number;
+  text: string;
+  at: string;
+  executionId: string;
+}
+
+/**
+ * The progress messages of an execution after `after`, oldest first, at most `first`: for a
+ * top-level execution its whole tree's, for a nested one its own (see Execution.progress). The
+ * caller checks `first` and who may read each call.
+ */
+export function progress(deps: ExecutionDeps, node: CallNode, after: number, first: number): Progress[] {
+  const id = node.executionId;
+  return deps.st.progressAfter.all(id, after, id, id, after, first).map((r) => ({
+    seq: r.seq,
+    text: r.text,
+    at: r.created,
+    executionId: r.execution_id,
+  }));
+}
+
+/** The seq of an execution's newest progress message (0: none yet). */
+export function latestProgress(deps: ExecutionDeps, executionId: string): number {
+  return deps.st.progressLatest.get(executionId, executionId) ?? 0;
+}
+
 /** The execution `executionId`, or null when there is none (a request that rolled back keeps none). */
 export function find(deps: ExecutionDeps, executionId: string): CallNode | null {
   const row = deps.st.executionById.get(executionId);

@@ -21,6 +21,9 @@ import { callLibrary } from '../cel/library.js';
  * under its own savepoint, and come back as an envelope the guest turns into a value or a throw.
  */
 export class CallBridge implements HostBridge {
+  /** The answer to every status() past statusMessagesPerCallMax, made once. */
+  private statusRefusal: string | null = null;
+
   constructor(
     private readonly svc: ExecutionServices,
     private readonly frame: CallFrame,
@@ -32,6 +35,8 @@ export class CallBridge implements HostBridge {
     // A CEL library function (op 'fn': its name, JSON of its arguments) is not a call: no record,
     // not counted in callsPerExecutionMax (as decimal() is not); one CEL evaluation, bounded as cel()'s.
     if (op === 'fn') return this.library(args[0] ?? '', args[1] ?? '');
+    // status() is no call: it says something about this one (bounded by its own limits).
+    if (op === 'status') return this.status(args[0] ?? '');
     const root = this.frame.root;
     if (root.calls > this.svc.limits.callsPerExecutionMax && op !== 'cancelled') {
       // Past the budget, further calls are refused without a record each (a loop catching the
@@ -105,6 +110,47 @@ export class CallBridge implements HostBridge {
         : `${bytes.subarray(0, room).toString()}… [logs cut at logBytesMax ${this.svc.limits.logBytesMax}]`,
     );
     node.logBytes += Math.min(bytes.length, room);
+  }
+
+  /**
+   * status(text): a progress message of this call, kept on its node and written with its record
+   * (persistProgress); the first one asks for the waits on its tree to look once it commits. Past
+   * statusMessagesPerCallMax or statusBytesMax it is refused (LIMIT_EXCEEDED) and nothing is kept.
+   */
+  private status(text: string): string {
+    const { limits } = this.svc;
+    const node = this.frame.node;
+    const said = node.progress?.length ?? 0;
+    // Past the count every answer is the same: made once (a loop that catches it costs no more per turn).
+    if (said >= limits.statusMessagesPerCallMax && this.statusRefusal !== null) return this.statusRefusal;
+    const bytes = Buffer.byteLength(text);
+    let refused: EngineError | null = null;
+    if (said >= limits.statusMessagesPerCallMax)
+      refused = limitExceeded(
+        'statusMessagesPerCallMax',
+        limits.statusMessagesPerCallMax,
+        said + 1,
+        `status message ${said + 1} of this call is over statusMessagesPerCallMax (${limits.statusMessagesPerCallMax})`,
+        { hint: 'Say less often (every n items, or at each stage), or start the work as separate executions.' },
+      );
+    else if (bytes > limits.statusBytesMax)
+      refused = limitExceeded(
+        'statusBytesMax',
+        limits.statusBytesMax,
+        bytes,
+        `a status message of ${bytes} bytes is over statusBytesMax (${limits.statusBytesMax})`,
+        { hint: 'Say a short line; put the details in the output, or in console.log.' },
+      );
+    if (refused) {
+      const answer = JSON.stringify({ ok: false, error: refused.toData() });
+      if (said >= limits.statusMessagesPerCallMax) this.statusRefusal = answer;
+      return answer;
+    }
+    const root = this.frame.root;
+    root.said = (root.said ?? 0) + 1;
+    (node.progress ??= []).push({ text, at: this.svc.clock.now().toISOString(), n: root.said });
+    if (said === 0) this.svc.notifyProgress(node.rootId, node.executionId);
+    return '{"ok":true,"value":null}';
   }
 
   private child(

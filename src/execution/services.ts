@@ -63,6 +63,11 @@ export interface ExecutionServices {
   random: () => number;
   /** Called when an execution was queued in the current transaction; the engine wakes workers after commit. */
   notifyStarted(): void;
+  /**
+   * Called when a call said its first progress message (status(text)) in the current transaction:
+   * after its commit, waits on the call's tree (its root, and the call itself) look at once.
+   */
+  notifyProgress(rootId: string, executionId: string): void;
   /** The caller a principal stands for now (its current policies), or null if it no longer exists. */
   callerOf(principal: string): Caller | null;
   logError(error: unknown): void;

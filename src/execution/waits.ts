@@ -6,6 +6,8 @@ export interface ExecutionWaitDeps {
   limits: Pick<Limits, 'executionWaitersMax' | 'executionWaitersPerClientMax' | 'executionWaitPollMs'>;
   /** The execution's status, read in a statement of its own; null when it does not exist. */
   statusOf(executionId: string): string | null;
+  /** The seq of the newest progress message of the execution (its tree's, for a top-level one); 0: none. */
+  progressOf(executionId: string): number;
   /** Whether the database is still open: a read that fails after it closed is no error to report. */
   isOpen(): boolean;
   logError(error: unknown): void;
@@ -13,8 +15,9 @@ export interface ExecutionWaitDeps {
 
 /**
  * Waits on executions (Engine.waitForExecution): each resolves as soon as its execution is
- * terminal or unknown, or after its timeout, or on abort. It wakes on this process's attempt
- * outcomes (wake) and polls the status every executionWaitPollMs for workers of other processes.
+ * terminal or unknown, or (given `progressAfter`) has a progress message newer than that seq, or
+ * after its timeout, or on abort. It wakes on this process's attempt outcomes (wake) and committed
+ * progress (look), and polls every executionWaitPollMs for workers of other processes.
  * Holds no transaction. At most executionWaitersMax waits in flight, executionWaitersPerClientMax
  * per client: a wait past either returns at once (counted in `refused`).
  */
@@ -29,7 +32,13 @@ export class ExecutionWaits {
 
   constructor(private readonly deps: ExecutionWaitDeps) {}
 
-  async wait(executionId: string, timeoutMs: number, signal?: AbortSignal, principal?: string): Promise<void> {
+  async wait(
+    executionId: string,
+    timeoutMs: number,
+    signal?: AbortSignal,
+    principal?: string,
+    progressAfter?: number,
+  ): Promise<void> {
     if (!(timeoutMs > 0) || signal?.aborted) return;
     const { limits } = this.deps;
     const mine = principal === undefined ? 0 : (this.byPrincipal.get(principal) ?? 0);
@@ -40,7 +49,7 @@ export class ExecutionWaits {
     this.inFlight++;
     if (principal !== undefined) this.byPrincipal.set(principal, mine + 1);
     try {
-      await this.until(executionId, timeoutMs, signal);
+      await this.until(executionId, timeoutMs, signal, progressAfter);
     } finally {
       this.inFlight--;
       if (principal !== undefined) {
@@ -57,7 +66,15 @@ export class ExecutionWaits {
     if (set) for (const wake of [...set]) wake(status);
   }
 
-  private until(executionId: string, timeoutMs: number, signal?: AbortSignal): Promise<void> {
+  /** Progress of these executions committed in this process: their waits look now. */
+  look(executionIds: readonly string[]): void {
+    for (const id of executionIds) {
+      const set = this.byId.get(id);
+      if (set) for (const wake of [...set]) wake('RUNNING');
+    }
+  }
+
+  private until(executionId: string, timeoutMs: number, signal?: AbortSignal, progressAfter?: number): Promise<void> {
     return new Promise<void>((resolve) => {
       let finished = false;
       const finish = () => {
@@ -76,6 +93,7 @@ export class ExecutionWaits {
         try {
           const status = this.deps.statusOf(executionId);
           if (status === null || WAIT_ENDS.has(status)) finish();
+          else if (progressAfter !== undefined && this.deps.progressOf(executionId) > progressAfter) finish();
         } catch (error) {
           // A read that failed (the database busy or closed) ends the wait: the answer is read again anyway.
           if (this.deps.isOpen()) this.deps.logError(error);

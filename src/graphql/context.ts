@@ -37,4 +37,6 @@ export interface ExecutionWait {
   waitMs: number;
   /** Who waits: one client holds at most executionWaitersPerClientMax waits. */
   principal: string;
+  /** The wait also ends when the execution has a progress message newer than this seq. */
+  progressAfter?: number;
 }

@@ -164,14 +164,16 @@ class CostWalk {
     const field = parent.getFields()[name];
     if (!field) return 1;
     const key = `${parent.name}.${name}`;
-    const connection = field.args.some((a) => a.name === 'first');
+    const firstArg = field.args.find((a) => a.name === 'first');
+    const connection = firstArg !== undefined;
     const bound = this.options.lists[key];
     const children = this.selectionSet(
       node.selectionSet,
       getNamedType(field.type),
       connection ? PAGE : bound?.tree ? key : '',
     );
-    return 1 + (connection ? this.first(node) : this.itemsOf(field, bound, key, enclosing)) * children;
+    const fallback = typeof firstArg?.defaultValue === 'number' ? firstArg.defaultValue : undefined;
+    return 1 + (connection ? this.first(node, fallback) : this.itemsOf(field, bound, key, enclosing)) * children;
   }
 
   /** How many items a field without `first` selects its selection set on. */
@@ -188,10 +190,10 @@ class CostWalk {
     return bound?.size ?? this.options.pageSizeMax;
   }
 
-  /** `first`, within [0, pageSizeMax] (a larger one is refused by the connection itself). */
-  private first(node: FieldNode): number {
+  /** `first` (left out: the schema's default, if any), within [0, pageSizeMax] (a larger one is refused by the field itself). */
+  private first(node: FieldNode, fallback?: number): number {
     const max = this.options.pageSizeMax;
-    const value = this.argument(node, 'first');
+    const value = node.arguments?.some((a) => a.name.value === 'first') ? this.argument(node, 'first') : fallback;
     return typeof value === 'number' && Number.isInteger(value) ? Math.min(Math.max(value, 0), max) : max;
   }
 

@@ -30,7 +30,10 @@ const TOOL_BY_NAME = `query($name: String!) { actions { tool(name: $name) { vers
 const EXECUTION_FIELDS = 'executionId status output error { code message hint details }';
 const INVOKE = `mutation($name: String!, $input: InvokeInput!) { actions { invokeAction(name: $name, input: $input) { ${EXECUTION_FIELDS} } } }`;
 const START = `mutation($name: String!, $input: InvokeInput!) { actions { startAction(name: $name, input: $input) { ${EXECUTION_FIELDS} } } }`;
-const WAIT = `query($id: UUID!, $waitMs: Int) { actions { execution(executionId: $id, waitMs: $waitMs) { ${EXECUTION_FIELDS} } } }`;
+const WAIT = `query($id: UUID!, $waitMs: Int, $after: Int) { actions { execution(executionId: $id, waitMs: $waitMs, progressAfter: $after) { ${EXECUTION_FIELDS} } } }`;
+/** Progress messages per read (Execution.progress's default page). */
+const PROGRESS_PAGE = 100;
+const PROGRESS = `query($id: UUID!, $after: Int!) { actions { execution(executionId: $id) { progress(after: $after, first: ${PROGRESS_PAGE}) { seq text } } } }`;
 /** Kinds that run in the worker, outside transactions: tools/call starts them and waits. */
 const STARTED_KINDS = new Set(['model', 'agent']);
 const ACCOUNT = `query($code: String!) { account(code: $code) { accountId code name status normalBalanceType
@@ -96,7 +99,26 @@ export function createMcpServer(backend: McpBackend, options: McpServerOptions):
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     const meta = request.params._meta as Record<string, unknown> | undefined;
     const executionId = typeof meta?.executionId === 'string' ? meta.executionId : randomUUID();
-    return callTool(backend, options, request.params.name, request.params.arguments ?? {}, executionId, extra.signal);
+    const token = meta?.progressToken;
+    // The caller asked for progress: the call's status(text) messages, as notifications/progress.
+    const progress =
+      typeof token === 'string' || typeof token === 'number'
+        ? progressReporter(backend, (n, text) =>
+            extra.sendNotification({
+              method: 'notifications/progress',
+              params: { progressToken: token, progress: n, message: text },
+            }),
+          )
+        : undefined;
+    return callTool(
+      backend,
+      options,
+      request.params.name,
+      request.params.arguments ?? {},
+      executionId,
+      extra.signal,
+      progress,
+    );
   });
 
   server.setRequestHandler(ListResourcesRequestSchema, async () => ({ resources: [] }));
@@ -193,6 +215,36 @@ function toMcpTool(node: ToolNode): Tool {
   return tool;
 }
 
+/** Sends a call's progress messages not sent yet, read as the client through Execution.progress. */
+interface ProgressReporter {
+  /** The seq of the last message sent (a long-poll's progressAfter). */
+  readonly after: number;
+  flush(executionId: string, signal?: AbortSignal): Promise<void>;
+}
+
+function progressReporter(backend: McpBackend, send: (n: number, text: string) => Promise<void>): ProgressReporter {
+  let after = 0;
+  let sent = 0;
+  return {
+    get after() {
+      return after;
+    },
+    async flush(executionId, signal) {
+      for (;;) {
+        const read = await backend.graphql(PROGRESS, { id: executionId, after }, signal);
+        const page =
+          (read.data as { actions?: { execution?: { progress: Array<{ seq: number; text: string }> } } } | null)
+            ?.actions?.execution?.progress ?? [];
+        for (const message of page) {
+          after = message.seq;
+          await send(++sent, message.text);
+        }
+        if (page.length < PROGRESS_PAGE) return;
+      }
+    },
+  };
+}
+
 /**
  * invokeAction of the latest ACTIVE version. A failed call (or a refused one) is a tool result with
  * isError and the code, message and hint, so a model can correct itself.
@@ -204,6 +256,7 @@ export async function callTool(
   args: Record<string, unknown>,
   executionId: string,
   signal?: AbortSignal,
+  progress?: ProgressReporter,
 ): Promise<CallToolResult> {
   let actionVersion: number | null = null;
   let kind = 'tool';
@@ -232,6 +285,7 @@ export async function callTool(
       options,
       (started.data as { actions: { startAction: ExecutionShape } }).actions.startAction,
       signal,
+      progress,
     );
     if ('failed' in waited) return waited.failed;
     execution = waited.execution;
@@ -262,6 +316,8 @@ export async function callTool(
     const result = await backend.graphql(INVOKE, { name, input: { executionId, actionVersion, input: args } });
     if (result.errors?.length) return failure(result.errors[0]!);
     execution = (result.data as { actions: { invokeAction: ExecutionShape } }).actions.invokeAction;
+    // A call inside a request: its messages are visible once it committed, so they come just before its result.
+    await progress?.flush(execution.executionId, signal);
   }
   if (execution.status !== 'SUCCEEDED' && execution.status !== 'CACHED') {
     return failure(
@@ -295,13 +351,19 @@ async function waitForRun(
   options: McpServerOptions,
   execution: ExecutionShape,
   signal?: AbortSignal,
+  progress?: ProgressReporter,
 ): Promise<{ execution: ExecutionShape } | { failed: CallToolResult }> {
   const end = Date.now() + (options.callWaitMs ?? DEFAULT_LIMITS.mcpCallWaitMs);
   let waitMsMax = backend.waitMsMax;
   while (!WAIT_ENDS.has(execution.status) && !signal?.aborted) {
     const left = end - Date.now();
     if (left <= 0) break;
-    const read = await backend.graphql(WAIT, { id: execution.executionId, waitMs: Math.min(waitMsMax, left) }, signal);
+    // With a progress token, a new message also ends the wait: it is sent at once, then the wait goes on.
+    const read = await backend.graphql(
+      WAIT,
+      { id: execution.executionId, waitMs: Math.min(waitMsMax, left), after: progress ? progress.after : null },
+      signal,
+    );
     const error = read.errors?.[0];
     const smaller = (error?.extensions?.details as { executionWaitMsMax?: unknown } | undefined)?.executionWaitMsMax;
     if (
@@ -316,7 +378,10 @@ async function waitForRun(
     }
     if (error) return { failed: failure(error, execution.executionId) };
     execution = (read.data as { actions: { execution: ExecutionShape } }).actions.execution;
+    await progress?.flush(execution.executionId, signal);
   }
+  // Started and already waiting for a person (or over) before any wait: what it said so far.
+  if (progress && progress.after === 0) await progress.flush(execution.executionId, signal);
   return { execution };
 }
 

@@ -97,8 +97,11 @@ beforeAll(async () => {
     rules: [
       (req) => {
         const last = lastMessage(req);
+        if (last?.role === 'tool' && String(last.content).includes('counted'))
+          return { text: `y answered ${last.content}` };
         if (last?.role === 'tool') return { text: `x answered ${last.content}` };
         const text = lastUserText(req) ?? '';
+        if (/\bcount\b/.test(text)) return { toolCalls: [{ name: 'y', arguments: { n: 2 } }] };
         if (/\bx\b/.test(text)) return { toolCalls: [{ name: 'x', arguments: { n: 21 } }] };
         return { text: `hi there, you said: ${text}` };
       },
@@ -310,4 +313,41 @@ describe('approvals, approve and reject against a server', () => {
     expect(run.out).toContain('  ← x: {"doubled":42}\n');
     expect(run.out).toContain('helper> x answered {"doubled":42}');
   }, 60_000);
+});
+
+describe('tally chat shows what the tools said (status(text))', () => {
+  it('with --db: each message of a tool call as its call commits, between → and ←, before the answer', async () => {
+    const db = await freshDb('progress');
+    const setup = await tally(['gql', '-', '--db', db], {
+      stdin: `mutation {
+        actions {
+          y: createAction(id: "${id(3)}", input: {
+            name: "y", kind: "tool",
+            config: {runtime: "javascript", src: "function run(event) { status('counting to ' + event.data.n); status('half way'); return { counted: event.data.n }; }"},
+            tool: {description: "Counts.", inputSchema: {type: "object", properties: {n: {type: "number"}}}}
+          }) { version }
+          narrator: createAction(id: "${id(4)}", input: {
+            name: "narrator", kind: "agent",
+            config: {provider: "local", model: "m", instructions: "You count.", prompt: "{{message}}"},
+            tool: {description: "Counts.", inputSchema: {type: "object", properties: {message: {type: "string"}}, required: ["message"]}},
+            tools: [{name: "y", version: 1}],
+            policies: [{effect: ALLOW, actions: [INSERT], resources: ["actions.Execution"]}]
+          }) { version }
+        }
+      }`,
+    });
+    expect(setup.status, setup.out + setup.err).toBe(0);
+    const run = await tally(['chat', 'narrator', '--db', db], { stdin: 'please count\n' });
+    expect(run.status, run.out + run.err).toBe(0);
+    expect(run.out).toContain(
+      '  → y({"n":2})\n  · y: counting to 2\n  · y: half way\n  ← y: {"counted":2}\nnarrator> y answered {"counted":2}\n',
+    );
+    const json = await tally(['chat', 'narrator', '--db', db, '--json'], { stdin: 'count again\n' });
+    const events = json.out
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line));
+    expect(events.filter((e) => e.event === 'status').map((e) => e.status.text)).toEqual(['counting to 2', 'half way']);
+    expect(events.find((e) => e.event === 'status').status).toMatchObject({ tool: 'y', seq: expect.any(Number) });
+  });
 });

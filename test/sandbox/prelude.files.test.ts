@@ -109,6 +109,7 @@ const GLOBALS = [
   'money',
   'parseFloat',
   'parseInt',
+  'status',
   'strings',
   'time',
   'timestamp',
@@ -142,7 +143,7 @@ describe('the guest program files', () => {
       };
       return {
         names: Object.getOwnPropertyNames(globalThis).sort(),
-        api: ['graphql', 'cel', 'tools', 'fail', 'cancelled', 'decimal', 'money', 'console', 'uuid', 'date', 'time', 'timestamp', 'duration', 'strings'].map((k) => k + ': ' + describe(globalThis, k)),
+        api: ['graphql', 'cel', 'tools', 'fail', 'cancelled', 'status', 'decimal', 'money', 'console', 'uuid', 'date', 'time', 'timestamp', 'duration', 'strings'].map((k) => k + ': ' + describe(globalThis, k)),
         decimal: Object.getOwnPropertyNames(decimal).sort(),
         money: Object.getOwnPropertyNames(money).sort(),
         console: Object.keys(console),
@@ -158,6 +159,7 @@ describe('the guest program files', () => {
         'tools: object false false false',
         'fail: function false false false',
         'cancelled: function false false false',
+        'status: function false false false',
         'decimal: function false false false',
         'money: function false false false',
         'console: object false false false',

@@ -1,7 +1,7 @@
 import { DEFAULT_EXECUTION, getVersion } from '../../actions/actions.js';
 import { EngineError, ERROR_CODES, type ErrorData } from '../../errors.js';
 import type { QueueRow } from '../../storage/statements/actions.js';
-import { type CallNode, persistTree } from '../call-tree.js';
+import { type CallNode, persistProgress, persistTree } from '../call-tree.js';
 import { succeeded as answered, toEngineError } from '../checks.js';
 import { beginCall } from '../entry.js';
 import { outerOf, type VersionRef } from '../call-rules.js';
@@ -166,7 +166,8 @@ function finish(
   });
   // A failed attempt rolled back: what its calls did is undone with it.
   const undone = !succeeded || node?.undone === true;
-  for (const child of node?.children ?? []) persistTree(svc.st, child, undone);
+  for (const child of node?.children ?? []) persistTree(svc.st, child, undone, false);
+  if (node) persistProgress(svc.st, node);
   return {
     executionId: row.execution_id,
     action: row.action_name,

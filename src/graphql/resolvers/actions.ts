@@ -204,6 +204,44 @@ function listTools(ctx: RequestContext, first: number, after: string | null | un
   );
 }
 
+/**
+ * Execution.progress: the messages after `after`, each only when the reader may SELECT the call
+ * that said it (the same rule as reading that call; this one was checked already).
+ */
+function progressOf(ctx: RequestContext, node: CallNode, after: number, first: number) {
+  const pageSizeMax = ctx.limits.pageSizeMax;
+  if (!Number.isInteger(after) || after < 0)
+    throw new EngineError('BAD_REQUEST', `progress(after: ${after}) is below 0`, {
+      hint: 'Pass the seq of the last progress message seen, or 0 for none.',
+    });
+  if (!Number.isInteger(first) || first < 1)
+    throw new EngineError('BAD_REQUEST', `progress(first: ${first}) must be at least 1`, {
+      hint: `Ask for between 1 and ${pageSizeMax} messages.`,
+    });
+  if (first > pageSizeMax)
+    throw limitExceeded(
+      'pageSizeMax',
+      pageSizeMax,
+      first,
+      `progress(first: ${first}) is over pageSizeMax (${pageSizeMax})`,
+      {
+        hint: `Ask for at most ${pageSizeMax} messages, and for the next ones after the last seq.`,
+      },
+    );
+  const sayers = new Map<string, CallNode | null>([[node.executionId, node]]);
+  const out = [];
+  for (const message of executions.progress(ctx.services, node, after, first)) {
+    let sayer = sayers.get(message.executionId);
+    if (sayer === undefined) {
+      const found = executions.find(ctx.services, message.executionId);
+      sayer = found && ctx.authority.allows({ action: 'SELECT', resource: AE, document: found }) ? found : null;
+      sayers.set(message.executionId, sayer);
+    }
+    if (sayer) out.push({ ...message, actionName: sayer.actionName });
+  }
+  return out;
+}
+
 export const actionResolvers = {
   Query: { actions: () => ({}) },
   Mutation: { actions: () => ({}) },
@@ -212,7 +250,7 @@ export const actionResolvers = {
       guard(ctx, 'SELECT', AA, actions.getVersion(ctx.services.actions, { id, name, version })),
     actions: (_: unknown, { first, after }: Args, ctx: RequestContext) =>
       visible(ctx, AA, actions.listActions(ctx.services.actions, first, after)),
-    execution: (_: unknown, { executionId, waitMs }: Args, ctx: RequestContext) => {
+    execution: (_: unknown, { executionId, waitMs, progressAfter }: Args, ctx: RequestContext) => {
       const waitMsMax = ctx.limits.executionWaitMsMax;
       if (waitMs != null && (waitMs < 0 || waitMs > waitMsMax)) {
         const message = `waitMs ${waitMs} is out of range: 0 to executionWaitMsMax (${waitMsMax} ms)`;
@@ -228,10 +266,20 @@ export const actionResolvers = {
         throw new EngineError('NOT_FOUND', `execution ${executionId} does not exist`, {
           hint: 'Executions of a request that rolled back are not kept.',
         });
+      if (progressAfter != null && progressAfter < 0)
+        throw new EngineError('BAD_REQUEST', `progressAfter ${progressAfter} is below 0`, {
+          hint: 'Pass the seq of the last progress message seen, or 0 for none.',
+        });
       const node = guard(ctx, 'SELECT', AE, found);
       // Only after the guard: a client that may not see the execution never waits on it.
       if (waitMs > 0 && ctx.waits && ctx.frame === null && !WAIT_ENDS.has(node.status))
-        ctx.waits.push({ executionId, waitMs, principal: ctx.principal });
+        ctx.waits.push({
+          executionId,
+          waitMs,
+          principal: ctx.principal,
+          // Without a seq: a message newer than the ones there now ends the wait.
+          progressAfter: progressAfter ?? executions.latestProgress(ctx.services, executionId),
+        });
       return node;
     },
     executions: (_: unknown, { first, after, where, order }: Args, ctx: RequestContext) =>
@@ -458,5 +506,6 @@ export const actionResolvers = {
       executions
         .children(ctx.services, n)
         .filter((c) => ctx.authority.allows({ action: 'SELECT', resource: AE, document: c })),
+    progress: (n: CallNode, { after, first }: Args, ctx: RequestContext) => progressOf(ctx, n, after, first),
   },
 };

@@ -20,6 +20,15 @@ export interface ActionVersionRow {
   modified: string;
 }
 
+/** A progress message as execution_progress holds it (migration 20). */
+export interface ProgressRow {
+  seq: number;
+  root_id: string;
+  execution_id: string;
+  text: string;
+  created: string;
+}
+
 export interface ExecutionRow {
   seq: number;
   execution_id: string;
@@ -281,6 +290,31 @@ export function actionStatements(db: Db) {
         .pluck(),
     ),
     executionChildren: db.prepare<[string], ExecutionRow>('SELECT * FROM executions WHERE parent_id = ? ORDER BY seq'),
+    /** A progress message a call said (migration 20), written with the call's record. */
+    insertProgress: db.prepare<[string, string, string, string]>(
+      'INSERT INTO execution_progress (root_id, execution_id, text, created) VALUES (?, ?, ?, ?)',
+    ),
+    /**
+     * The progress messages of an execution after `seq`, oldest first: every call's of the tree it is
+     * the root of, and its own (a nested call's own), at most `limit`.
+     */
+    progressAfter: db.prepare<[string, number, string, string, number, number], ProgressRow>(
+      `SELECT * FROM (
+         SELECT seq, root_id, execution_id, text, created FROM execution_progress WHERE root_id = ? AND seq > ?
+         UNION ALL
+         SELECT seq, root_id, execution_id, text, created FROM execution_progress WHERE execution_id = ? AND root_id <> ? AND seq > ?
+       ) AS p ORDER BY seq LIMIT ?`,
+    ),
+    /** The seq of the newest progress message progressAfter would read for an execution (0: none). */
+    progressLatest: db
+      .prepare<[string, string], number>(
+        `SELECT coalesce(max(seq), 0) FROM (
+           SELECT max(seq) AS seq FROM execution_progress WHERE root_id = ?
+           UNION ALL
+           SELECT max(seq) AS seq FROM execution_progress WHERE execution_id = ?
+         ) AS p`,
+      )
+      .pluck(),
     /**
      * A page of executions, every condition given in the SQL (the page is never short for a
      * filter applied afterwards): by action, all its executions; otherwise top-level ones only.
