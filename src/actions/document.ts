@@ -2,7 +2,7 @@ import { badInput, EngineError, limitExceeded, quote } from '../errors.js';
 import { CACHE_TTL_MS_MAX, TOOL_TITLE_MAX } from '../limits.js';
 import { parsePolicies } from '../policy/policy.js';
 import { checkAliases, checkNotReserved, NAME_PATTERN } from './names.js';
-import { checkDescribed, checkHooks, checkReference } from './references.js';
+import { checkHooks, checkOffered, checkReference } from './references.js';
 import { isReadOnly } from './tool-access.js';
 import {
   type ActionDeps,
@@ -150,6 +150,9 @@ export function buildDocument(
     deps.schemas.compile(sessionSchema, 'tool.sessionSchema');
     tool.sessionSchema = sessionSchema;
   }
+  const internal = toolIn?.internal == null ? (previous?.tool.internal ?? false) : toolIn.internal;
+  if (typeof internal !== 'boolean') throw badInput('tool.internal must be true or false', internal);
+  if (internal) tool.internal = true;
   if (!NAME_PATTERN.test(tool.name)) {
     throw new EngineError('BAD_REQUEST', `tool.name ${quote(tool.name)} is not a tool name`, {
       hint: 'Use lower_snake_case: a letter, then letters, digits and _.',
@@ -182,7 +185,7 @@ export function buildDocument(
       ? (previous?.policies ?? [])
       : parsePolicies(deps.cel, input.policies, deps.limits.policiesMax);
   const execution = checkExecution(deps, input.execution, previous?.execution ?? DEFAULT_EXECUTION);
-  if (kind === 'agent') checkDescribed(deps, tools);
+  if (kind === 'agent') checkOffered(deps, tools);
   const skillsIn = input.skills === undefined || input.skills === null ? (previous?.skills ?? []) : input.skills;
   if (skillsIn.length > 0 && kind !== 'agent')
     throw new EngineError('BAD_REQUEST', `skills are for agents; this is a ${kind}`, {

@@ -165,10 +165,11 @@ export function checkReference(
   return { name: ref.name, version: ref.version ?? null, input, ...(approval ? { approval } : {}) };
 }
 /**
- * An agent's model reads a tool's description to decide when to call it: every action the agent
- * references (the pinned version, or the latest ACTIVE one) must have one.
+ * What an agent offers its model, every action it references (the pinned version, or the latest
+ * ACTIVE one): described, since the model reads the description to decide when to call it, and
+ * not internal, since an internal tool is offered to no model.
  */
-export function checkDescribed(deps: ActionDeps, tools: readonly ToolReference[]): void {
+export function checkOffered(deps: ActionDeps, tools: readonly ToolReference[]): void {
   for (const ref of tools) {
     if ((NATIVE_TOOLS as readonly string[]).includes(ref.name)) continue;
     const action = deps.st.actionByName.get(ref.name);
@@ -178,7 +179,18 @@ export function checkDescribed(deps: ActionDeps, tools: readonly ToolReference[]
         ? deps.st.version.get(action.action_id, ref.version)
         : deps.st.latestActiveVersion.get(action.action_id);
     if (!row) continue;
-    if (versionOfRow(deps, row).tool.description.trim() === '') {
+    const { tool } = versionOfRow(deps, row);
+    if (tool.internal) {
+      throw new EngineError(
+        'BAD_REQUEST',
+        `tool ${quote(ref.name)} (version ${row.version}) is internal: no agent may offer it to its model`,
+        {
+          hint: `Call it from a tool the agent references (declare it in that tool's tools), or make a version of ${ref.name} without tool.internal.`,
+          details: { tool: ref.name, version: row.version },
+        },
+      );
+    }
+    if (tool.description.trim() === '') {
       throw new EngineError('BAD_REQUEST', `tool ${quote(ref.name)} (version ${row.version}) has no description`, {
         hint: 'it is what the model reads; give it a description',
         details: { tool: ref.name, version: row.version },

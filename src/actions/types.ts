@@ -60,6 +60,12 @@ export interface ToolDefinition {
   outputSchema: Record<string, unknown> | null;
   /** An agent's: the schema of its sessions' input; an agent with one runs only in sessions. */
   sessionSchema?: Record<string, unknown> | null;
+  /**
+   * Not offered outside: MCP clients neither list nor call it, and no agent may reference it (so
+   * no model is offered it). Tools that declare it, hooks and triggers still call it. Stored only
+   * when true (absent in older versions: false).
+   */
+  internal?: boolean;
 }
 
 /** One immutable version of an action, as stored. */
@@ -98,6 +104,7 @@ export interface ActionInput {
     inputSchema?: unknown;
     outputSchema?: unknown;
     sessionSchema?: unknown;
+    internal?: boolean | null;
   } | null;
   tools?: Array<{
     name: string;

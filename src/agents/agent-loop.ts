@@ -25,29 +25,34 @@ function offeredTools(ctx: RunContext, agent: ActionVersion, runId: string): Off
     ]),
   );
   return svc.transactions.run('read', () => ({
-    value: agent.tools.map((reference): OfferedTool => {
-      if ((NATIVE_TOOLS as readonly string[]).includes(reference.name)) {
-        const native = reference.name as 'graphql' | 'cel';
-        return { reference, version: null, native, spec: { name: native, ...NATIVE_SPECS[native] } };
-      }
-      // Pinned, or as recorded at turn 1, or the latest ACTIVE: whether it may run is checked where it runs.
-      const version = referencedVersion(
-        svc.actions,
-        { name: reference.name, version: reference.version ?? offered.get(reference.name) ?? null },
-        undefined,
-        `${reference.name}, a tool of ${agent.name},`,
-      );
-      return {
-        reference,
-        version,
-        native: null,
-        spec: {
-          name: reference.name,
-          description: version.tool.description,
-          inputSchema: withoutFixed(version.tool.inputSchema, reference),
-        },
-      };
-    }),
+    value: agent.tools
+      .map((reference): OfferedTool => {
+        if ((NATIVE_TOOLS as readonly string[]).includes(reference.name)) {
+          const native = reference.name as 'graphql' | 'cel';
+          return { reference, version: null, native, spec: { name: native, ...NATIVE_SPECS[native] } };
+        }
+        // Pinned, or as recorded at turn 1, or the latest ACTIVE: whether it may run is checked where it runs.
+        const version = referencedVersion(
+          svc.actions,
+          { name: reference.name, version: reference.version ?? offered.get(reference.name) ?? null },
+          undefined,
+          `${reference.name}, a tool of ${agent.name},`,
+        );
+        return {
+          reference,
+          version,
+          native: null,
+          spec: {
+            name: reference.name,
+            description: version.tool.description,
+            inputSchema: withoutFixed(version.tool.inputSchema, reference),
+          },
+        };
+      })
+      // VISIBILITY (issue 36): an internal tool is offered to no model, even when a reference made
+      // before the tool became internal resolves to such a version; the model calling it is told
+      // there is no such tool.
+      .filter((tool) => tool.version?.tool.internal !== true),
     commit: false,
   }));
 }

@@ -4,7 +4,7 @@ import type { Engine } from '../engine.js';
 import { WAIT_ENDS } from '../execution/status.js';
 import { onlyArg, parseJsonOption, positiveInt, requireUuid } from './args.js';
 import { call, openTarget } from './connect.js';
-import { EXIT, OperationError, UsageError } from './errors.js';
+import { EXIT, UsageError } from './errors.js';
 import { formatError, type Io, type Options } from './io.js';
 
 /*
@@ -14,17 +14,16 @@ import { formatError, type Io, type Options } from './io.js';
 
 const EXECUTION_FIELDS = `executionId status actionName actionVersion attempt output error { code message hint }`;
 
+/**
+ * The version invoke runs: the latest ACTIVE one, read as `actions.tool`, which needs only the right
+ * to run the tool (INSERT actions.Execution on it, as invokeAction itself), not SELECT on
+ * actions.Action. An internal tool too: its operator runs it here to test it.
+ */
 async function latestVersion(target: Target, name: string): Promise<number> {
-  const data = await call(
-    target,
-    'query($n: String!) { actions { action(name: $n) { version versions { version status } } } }',
-    { n: name },
-  );
-  const active = (data.actions.action.versions as Array<{ version: number; status: string }>)
-    .filter((v) => v.status === 'ACTIVE')
-    .at(-1);
-  if (!active) throw new OperationError(`${name} has no ACTIVE version`, 'NOT_FOUND');
-  return active.version;
+  const data = await call(target, 'query($n: String!) { actions { tool(name: $n, internal: true) { version } } }', {
+    n: name,
+  });
+  return data.actions.tool.version as number;
 }
 
 /** How long `tally start --wait` waits by default, in seconds. */

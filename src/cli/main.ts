@@ -327,7 +327,11 @@ async function serve(db: string, options: Options): Promise<void> {
     ...(writerThread ? { checkpointIntervalMs: 0 } : {}),
   });
   const worker = options['no-worker'] === true ? null : engine.createWorker({ owner: `serve-${process.pid}` });
-  const server = createServer(engine, { logger, ...(worker ? { worker } : {}) });
+  const server = createServer(engine, {
+    logger,
+    ...(worker ? { worker } : {}),
+    mcpGraphqlTool: (await mcpConfig()).graphqlTool,
+  });
   let rotate: boolean;
   try {
     rotate = checkAdminKey(engine, db, adminKey, options['rotate-admin-key'] === true);
@@ -424,7 +428,7 @@ async function serveMcp(options: Options): Promise<void> {
   if (options.as === undefined && options.db === undefined && server !== undefined) {
     const key = options.key === undefined ? process.env.TALLY_API_KEY : String(options.key);
     if (!key) throw new UsageError('--server needs --key KEY (or TALLY_API_KEY)');
-    await serveStdio({ server, apiKey: key }, log);
+    await serveStdio({ server, apiKey: key }, log, await mcpConfig());
     return;
   }
   if (options.as === undefined) throw new UsageError('give --db PATH --as PRINCIPAL, or --server URL --key KEY');
@@ -442,7 +446,7 @@ async function serveMcp(options: Options): Promise<void> {
         'Name a client of this database (see clients.json, or auth.createClient).',
       );
     }
-    await serveStdio({ engine, principal: String(options.as) }, log);
+    await serveStdio({ engine, principal: String(options.as) }, log, await mcpConfig());
   } finally {
     engine.close();
   }
@@ -488,6 +492,12 @@ async function runWorker(db: string, options: Options): Promise<void> {
   process.once('SIGTERM', () => stop('SIGTERM'));
   process.once('SIGINT', () => stop('SIGINT'));
   await new Promise(() => {});
+}
+
+/** What MCP clients are offered besides their tools (TALLY_CONFIG's mcp; the graphql tool is off when unset). */
+async function mcpConfig(): Promise<{ graphqlTool: boolean }> {
+  const { readServerConfig } = await import('../server/config.js');
+  return readServerConfig().mcp;
 }
 
 /** The engine options of the server configuration TALLY_CONFIG names (providers, limits); none when unset. */

@@ -12,7 +12,7 @@ import type { Target } from './target.js';
  * each a new version when what its files declare changed.
  */
 
-const ACTION_FIELDS = `version config tool { name title description aliases metadata inputSchema outputSchema } tools { name version input approval { when timeoutMs } } skills { name version } hooks { before { name version } after { name version } }
+const ACTION_FIELDS = `version config tool { name title description aliases metadata inputSchema outputSchema internal } tools { name version input approval { when timeoutMs } } skills { name version } hooks { before { name version } after { name version } }
   policies { effect actions resources assertions } execution { maxAttempts backoff { initialMs multiplier maxMs } timeoutMs retryIf cacheTtlMs }`;
 
 function toolDesired(tool: ToolFile) {
@@ -28,6 +28,7 @@ function toolDesired(tool: ToolFile) {
       metadata: m.metadata ?? null,
       inputSchema: m.inputSchema ?? { type: 'object' },
       outputSchema: m.outputSchema ?? null,
+      internal: m.internal === true,
     },
     tools: (m.tools ?? []).map((r: any) => ({
       name: r.name,

@@ -10,7 +10,7 @@ import { isUuid } from '../ids.js';
  *   tran-codes/<CODE>.json     one tran code each: {tranCodeId, code, params, transaction, entries, ...}
  *   tools/<name>.js            a tool's program: function run(event) { ... }
  *   tools/<name>.json          beside it, the rest: {actionId, title, description, aliases, metadata,
- *                              inputSchema, outputSchema, tools, policies, execution}
+ *                              internal, inputSchema, outputSchema, tools, policies, execution}
  *   triggers/<name>.json       {triggerId, name, on, filter, action: {name, version?}, input}
  *   skills/<name>.md           guidance an agent declares: a front matter block (description, tools,
  *                              skillId), then the markdown body

@@ -6,7 +6,7 @@ import type { LedgerDeps } from './deps.js';
 import { isPlainJson, jsonObjectText, type Transaction } from './records.js';
 import { expand, type PlannedEntry } from './tran-code-expansion.js';
 import { findTranCodeRow, type TranCodeCache } from './tran-codes.js';
-import { toTransaction } from './transaction-records.js';
+import { judgedText, toTransaction } from './transaction-records.js';
 import { enforceVelocity, type VelocityProperties, type Writer } from './velocity-gate.js';
 import { reverseTransaction } from './void-transaction.js';
 import { announce, checkPostable, toWrite, type WriteGuard, writeTransaction } from './write-transaction.js';
@@ -136,12 +136,12 @@ export function postTransaction(
     deps.limits.postingCelCostMax,
     'postingCelCostMax',
   );
-  if (velocity.exceptions.length > 0)
-    deps.vel.setExceptions.run(JSON.stringify(velocity.exceptions), row.transaction_id);
+  const judged = judgedText(velocity.exceptions, properties?.overrideVelocityEnforcement?.action);
+  if (judged !== null) deps.vel.setExceptions.run(judged, row.transaction_id);
   // The gate's own void (VOID, properties.exception): the pair leaves every balance as it was, so it is not judged again.
   if (velocity.voidIt) reverseTransaction(deps, row.transaction_id, guard, null);
   const written =
-    velocity.exceptions.length > 0 || velocity.voidIt
+    judged !== null || velocity.voidIt
       ? toTransaction(deps.st.transactionById.get(row.transaction_id)!)
       : toTransaction(posted.transaction);
   announce(deps, written, compiled.document.code, () => JSON.parse(paramsText ?? '{}'), expanded.entries);

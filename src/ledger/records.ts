@@ -49,6 +49,11 @@ export interface AccountSet {
   modified: string;
 }
 
+/** The reference ledger's Transaction.properties: the enforcement sent to override every control's own. */
+export interface TransactionProperties {
+  overrideVelocityEnforcement: { action: string } | null;
+}
+
 export interface Transaction {
   transactionId: string;
   tranCodeId: string;
@@ -63,6 +68,8 @@ export interface Transaction {
   voidedBy: string | null;
   /** Velocity exceptions the posting recorded (WARN, VOID, or an exception sent with it). */
   exceptions: Array<{ type: string; message: string; detail: Record<string, unknown> }>;
+  /** What the posting (or void) was sent with that changed how it was judged; absent when nothing was. */
+  properties?: TransactionProperties;
   version: number;
   created: string;
   modified: string;

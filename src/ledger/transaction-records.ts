@@ -19,14 +19,30 @@ export function toTransaction(row: TransactionRow): Transaction {
     metadata: readJson(row.metadata),
     voidOf: row.void_of,
     voidedBy: row.voided_by,
-    exceptions:
-      row.exceptions === null || row.exceptions === undefined
-        ? []
-        : (JSON.parse(row.exceptions) as Transaction['exceptions']),
+    ...judged(row.exceptions),
     version: row.version,
     created: row.created,
     modified: row.modified,
   };
+}
+
+/**
+ * The `exceptions` column: the velocity exceptions the write recorded (a JSON list), or, when it
+ * was sent with an override, `{exceptions, properties}` (the column predates properties; a write
+ * with neither leaves it null, so a plain posting writes nothing more).
+ */
+export function judgedText(exceptions: Transaction['exceptions'], override: string | null | undefined): string | null {
+  if (override)
+    return JSON.stringify({ exceptions, properties: { overrideVelocityEnforcement: { action: override } } });
+  return exceptions.length > 0 ? JSON.stringify(exceptions) : null;
+}
+
+function judged(text: string | null | undefined): Pick<Transaction, 'exceptions' | 'properties'> {
+  if (text === null || text === undefined) return { exceptions: [] };
+  const value = JSON.parse(text) as
+    | Transaction['exceptions']
+    | Required<Pick<Transaction, 'exceptions' | 'properties'>>;
+  return Array.isArray(value) ? { exceptions: value } : { exceptions: value.exceptions, properties: value.properties };
 }
 
 export function toEntry(row: EntryRow): Entry {

@@ -4,7 +4,7 @@ import type { TransactionRow } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
 import type { Layer, Transaction } from './records.js';
 import type { PlannedEntry } from './tran-code-expansion.js';
-import { toTransaction } from './transaction-records.js';
+import { judgedText, toTransaction } from './transaction-records.js';
 import { enforceVoid, uncountVoided, type VelocityProperties, type Writer } from './velocity-gate.js';
 import { announce, checkPostable, toWrite, type WriteGuard, writeTransaction } from './write-transaction.js';
 
@@ -128,11 +128,9 @@ export function reverseTransaction(
     deps.limits.postingCelCostMax,
     'postingCelCostMax',
   );
-  if (verdict && verdict.exceptions.length > 0)
-    deps.vel.setExceptions.run(JSON.stringify(verdict.exceptions), reversal.transaction_id);
-  const reversed = toTransaction(
-    verdict && verdict.exceptions.length > 0 ? deps.st.transactionById.get(reversal.transaction_id)! : written,
-  );
+  const judged = verdict && judgedText(verdict.exceptions, gate?.properties?.overrideVelocityEnforcement?.action);
+  if (judged) deps.vel.setExceptions.run(judged, reversal.transaction_id);
+  const reversed = toTransaction(judged ? deps.st.transactionById.get(reversal.transaction_id)! : written);
   announce(deps, reversed, tranCode?.code ?? '', () => null, planned);
   return reversed;
 }

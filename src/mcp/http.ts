@@ -53,6 +53,8 @@ export interface McpHttpOptions {
    */
   allowedOrigins?: readonly string[];
   logError: (error: unknown) => void;
+  /** Offer the native graphql tool (the operator's mcp.graphqlTool; default false). */
+  graphqlTool?: boolean;
 }
 
 /**
@@ -225,7 +227,11 @@ export class McpHttp {
   }
 
   private get toolOptions(): McpServerOptions {
-    return { toolsPageSize: this.engine.limits.mcpToolsPageSize, callWaitMs: this.engine.limits.mcpCallWaitMs };
+    return {
+      toolsPageSize: this.engine.limits.mcpToolsPageSize,
+      callWaitMs: this.engine.limits.mcpCallWaitMs,
+      graphqlTool: this.options.graphqlTool === true,
+    };
   }
 
   /** Close the sessions (among those `which` picks) whose key no longer authenticates. */

@@ -21,9 +21,14 @@ export interface McpServerOptions {
   toolsPageSize: number;
   /** How long tools/call of a model or agent tool waits for its run in total (default: the mcpCallWaitMs limit's default). */
   callWaitMs?: number;
+  /**
+   * Whether the native graphql tool is offered (the operator's `mcp.graphqlTool` in TALLY_CONFIG;
+   * default false): it is the whole API under the client's policies, past every tool's checks.
+   */
+  graphqlTool?: boolean;
 }
 
-const TOOL_FIELDS = 'name version description inputSchema outputSchema access { readOnly destructive }';
+const TOOL_FIELDS = 'name version title description inputSchema outputSchema access { readOnly destructive }';
 const TOOLS_PAGE = `query($first: Int!, $after: String) { actions { tools(first: $first, after: $after) { nodes { ${TOOL_FIELDS} } pageInfo { hasNextPage endCursor } } } }`;
 const NATIVE_TOOLS = '{ actions { nativeTools { name access { readOnly destructive } } } }';
 const TOOL_BY_NAME = `query($name: String!) { actions { tool(name: $name) { version kind } } }`;
@@ -47,6 +52,7 @@ const ACCOUNT = `query($code: String!) { account(code: $code) { accountId code n
 interface ToolNode {
   name: string;
   version: number;
+  title: string;
   description: string;
   inputSchema: Record<string, unknown>;
   outputSchema: Record<string, unknown> | null;
@@ -178,12 +184,13 @@ export async function listTools(
   const tools = connection.nodes.filter((node) => node.description.trim() !== '').map(toMcpTool);
   if (cursor === undefined) {
     const natives = await backend.graphql(NATIVE_TOOLS, {});
-    const listed =
+    const listed = (
       (natives.data as { actions?: { nativeTools: Array<{ name: string; access: ToolNode['access'] }> } } | null)
-        ?.actions?.nativeTools ?? [];
+        ?.actions?.nativeTools ?? []
+    ).filter(({ name }) => offersNative(options, name));
     tools.unshift(
       ...listed.flatMap(({ name, access }) =>
-        NATIVE[name] ? [{ ...NATIVE[name], annotations: annotations(access) }] : [],
+        NATIVE[name] ? [{ ...NATIVE[name], annotations: annotations(access, NATIVE[name].title) }] : [],
       ),
     );
   }
@@ -191,9 +198,15 @@ export async function listTools(
   return next ? { tools, nextCursor: next } : { tools };
 }
 
+/** Whether MCP clients get this native tool: cel always, graphql only when the operator says so. */
+function offersNative(options: McpServerOptions, name: string): boolean {
+  return name === 'cel' || (name === 'graphql' && options.graphqlTool === true);
+}
+
 /** Derived from the policies, never typed by hand; idempotent because every call carries an execution id. */
-function annotations(access: ToolNode['access']): NonNullable<Tool['annotations']> {
+function annotations(access: ToolNode['access'], title?: string): NonNullable<Tool['annotations']> {
   return {
+    ...(title === undefined ? {} : { title }),
     readOnlyHint: access.readOnly,
     destructiveHint: access.destructive,
     idempotentHint: true,
@@ -201,13 +214,14 @@ function annotations(access: ToolNode['access']): NonNullable<Tool['annotations'
   };
 }
 
+/** The title is the tool's own (tool.title, else its name), as GraphQL's Tool.title. */
 function toMcpTool(node: ToolNode): Tool {
   const tool: Tool = {
     name: node.name,
-    title: `${node.name}@${node.version}`,
+    title: node.title,
     description: node.description,
     inputSchema: { ...node.inputSchema, type: 'object' },
-    annotations: annotations(node.access),
+    annotations: annotations(node.access, node.title),
   };
   // MCP's structuredContent is an object: only an object output schema is advertised.
   if (node.outputSchema && node.outputSchema.type === 'object')
@@ -260,7 +274,8 @@ export async function callTool(
 ): Promise<CallToolResult> {
   let actionVersion: number | null = null;
   let kind = 'tool';
-  if (name !== 'graphql' && name !== 'cel') {
+  // A native tool not offered (graphql, unless the operator says so) is looked up like any name: not found.
+  if (!offersNative(options, name)) {
     const found = await backend.graphql(TOOL_BY_NAME, { name });
     const error = found.errors?.[0];
     if (error) {
@@ -295,7 +310,7 @@ export async function callTool(
         content: [
           {
             type: 'text',
-            text: `execution ${execution.executionId} is WAITING_APPROVAL: a call it made waits for a person's decision (actions.approvals(where: {status: PENDING})); read it later with the graphql tool: { actions { execution(executionId: "${execution.executionId}", waitMs: ${backend.waitMsMax}) { status output error { code message hint } } } }`,
+            text: `execution ${execution.executionId} is WAITING_APPROVAL: a call it made waits for a person's decision (actions.approvals(where: {status: PENDING})); ${readLater(backend, options, execution.executionId)}`,
           },
         ],
         _meta: { executionId: execution.executionId, status: execution.status },
@@ -306,7 +321,7 @@ export async function callTool(
         content: [
           {
             type: 'text',
-            text: `execution ${execution.executionId} is still ${execution.status} after ${Math.round((options.callWaitMs ?? DEFAULT_LIMITS.mcpCallWaitMs) / 1000)} s; read it later with the graphql tool: { actions { execution(executionId: "${execution.executionId}", waitMs: ${backend.waitMsMax}) { status output error { code message hint } } } }`,
+            text: `execution ${execution.executionId} is still ${execution.status} after ${Math.round((options.callWaitMs ?? DEFAULT_LIMITS.mcpCallWaitMs) / 1000)} s; ${readLater(backend, options, execution.executionId)}`,
           },
         ],
         _meta: { executionId: execution.executionId, status: execution.status },
@@ -340,6 +355,13 @@ export async function callTool(
     ...(structured ? { structuredContent: execution.output as Record<string, unknown> } : {}),
     _meta: { executionId: execution.executionId },
   };
+}
+
+/** How a client reads a run it stopped waiting for: the same call again (same _meta.executionId), or with the graphql tool when offered. */
+function readLater(backend: McpBackend, options: McpServerOptions, executionId: string): string {
+  const again = `call the tool again with _meta.executionId "${executionId}" to wait for it again`;
+  if (!options.graphqlTool) return again;
+  return `${again}, or read it with the graphql tool: { actions { execution(executionId: "${executionId}", waitMs: ${backend.waitMsMax}) { status output error { code message hint } } } }`;
 }
 
 /**

@@ -19,7 +19,11 @@ export type StdioTarget = { engine: Engine; principal: string } | { server: stri
  * Serve MCP over stdin/stdout until stdin closes. stdout carries nothing but protocol messages
  * (the SDK writes them); anything said about the process goes to stderr.
  */
-export async function serveStdio(target: StdioTarget, log: (line: string) => void): Promise<void> {
+export async function serveStdio(
+  target: StdioTarget,
+  log: (line: string) => void,
+  settings: { graphqlTool?: boolean } = {},
+): Promise<void> {
   // In-process, requests take the runtime every door takes (the write queue's group commit and turns).
   const runtime = 'engine' in target ? new Runtime(target.engine) : null;
   const backend: McpBackend =
@@ -27,7 +31,11 @@ export async function serveStdio(target: StdioTarget, log: (line: string) => voi
       ? engineBackend(runtime!, { principal: target.principal })
       : remoteBackend(target.server, target.apiKey, DEFAULT_LIMITS.requestTimeoutMs);
   const limits = 'engine' in target ? target.engine.limits : DEFAULT_LIMITS;
-  const options = { toolsPageSize: limits.mcpToolsPageSize, callWaitMs: limits.mcpCallWaitMs };
+  const options = {
+    toolsPageSize: limits.mcpToolsPageSize,
+    callWaitMs: limits.mcpCallWaitMs,
+    graphqlTool: settings.graphqlTool === true,
+  };
   const server = createMcpServer(backend, options);
   if ('engine' in target) {
     // In-process, a change made through this engine (a tool calling createAction) is seen at once.

@@ -10,20 +10,28 @@ export interface ServerConfig {
   path: string | null;
   providers: ProviderConfig[];
   limits: Partial<Limits>;
+  /** What MCP clients are offered besides the tools their policies let them call. */
+  mcp: McpConfig;
 }
 
-const FIELDS = ['providers', 'limits'];
+export interface McpConfig {
+  /** Offer MCP clients the native graphql tool (the whole API under their policies). Default false. */
+  graphqlTool: boolean;
+}
+
+const FIELDS = ['providers', 'limits', 'mcp'];
+const MCP_FIELDS = ['graphqlTool'];
 
 /**
- * Read the server configuration: a JSON file `{"providers": [...], "limits": {...}}` (both
- * optional). Every problem names the file and the field; nothing is half-applied. API keys are
+ * Read the server configuration: a JSON file `{"providers": [...], "limits": {...}, "mcp":
+ * {"graphqlTool": false}}` (each optional). Every problem names the file and the field; nothing is half-applied. API keys are
  * never in it: a provider names the environment variable that holds its key.
  */
 export function readServerConfig(
   path: string | undefined = process.env.TALLY_CONFIG,
   env: NodeJS.ProcessEnv = process.env,
 ): ServerConfig {
-  if (path === undefined || path === '') return { path: null, providers: [], limits: {} };
+  if (path === undefined || path === '') return { path: null, providers: [], limits: {}, mcp: { graphqlTool: false } };
   const where = `the configuration ${path}`;
   let text: string;
   try {
@@ -61,9 +69,10 @@ export function readServerConfig(
   for (const key of Object.keys(config)) {
     if (!FIELDS.includes(key))
       throw new EngineError('BAD_REQUEST', `${where}: ${JSON.stringify(key)} is not a configuration field`, {
-        hint: `The fields are ${FIELDS.join(' and ')}.`,
+        hint: `The fields are ${FIELDS.join(', ')}.`,
       });
   }
+  const mcp = readMcp(where, config.mcp);
   let providers: ProviderConfig[];
   try {
     providers = parseProviders(config.providers ?? [], env);
@@ -91,5 +100,28 @@ export function readServerConfig(
       ...(refused?.details === undefined ? {} : { details: refused.details }),
     });
   }
-  return { path, providers, limits: limits as Partial<Limits> };
+  return { path, providers, limits: limits as Partial<Limits>, mcp };
+}
+
+/** The `mcp` field: an object of known fields, each of its type. */
+function readMcp(where: string, value: unknown): McpConfig {
+  if (value === undefined) return { graphqlTool: false };
+  if (value === null || typeof value !== 'object' || Array.isArray(value))
+    throw new EngineError('BAD_REQUEST', `${where}: mcp must be an object, got ${JSON.stringify(value)}`, {
+      hint: 'Write "mcp": {"graphqlTool": true} to offer MCP clients the native graphql tool.',
+    });
+  for (const key of Object.keys(value)) {
+    if (!MCP_FIELDS.includes(key))
+      throw new EngineError('BAD_REQUEST', `${where}: mcp.${key} is not an MCP setting`, {
+        hint: `The MCP settings are ${MCP_FIELDS.join(', ')}.`,
+      });
+  }
+  const graphqlTool = (value as { graphqlTool?: unknown }).graphqlTool ?? false;
+  if (typeof graphqlTool !== 'boolean')
+    throw new EngineError(
+      'BAD_REQUEST',
+      `${where}: mcp.graphqlTool must be true or false, got ${JSON.stringify(graphqlTool)}`,
+      { hint: 'true offers MCP clients the native graphql tool; false (the default) does not.' },
+    );
+  return { graphqlTool };
 }

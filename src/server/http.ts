@@ -32,6 +32,8 @@ export interface ServerOptions {
   worker?: Worker;
   /** Origins a browser-based MCP client may call /mcp from (default: loopback origins only). */
   mcpAllowedOrigins?: readonly string[];
+  /** Offer MCP clients the native graphql tool (TALLY_CONFIG's mcp.graphqlTool; default false). */
+  mcpGraphqlTool?: boolean;
   /**
    * Read-only connections on worker threads (see ReadPool): queries run there, beside the writer,
    * from the last committed state. Left out, queries run on the writer between mutations.
@@ -91,6 +93,7 @@ export function createServer(engine: Engine, options: ServerOptions = {}): Serve
     logger: options.logger,
     log: options.log,
     allowedOrigins: options.mcpAllowedOrigins,
+    graphqlTool: options.mcpGraphqlTool === true,
   });
   const metrics = new ServerMetrics(engine, runtime.executor, () => runtime.readPool?.stats());
   const routes = routeTable(runtime, metrics, mcp);

@@ -320,3 +320,118 @@ describe('descriptions: an agent references only described tools; MCP lists only
     expect(names).not.toContain('silent');
   });
 });
+
+describe('tool.internal: a helper, hook or trigger target, versioned like the rest of a version', () => {
+  let engine: Engine;
+  const INVOKE = `mutation($n: String!, $e: UUID!, $v: Int!) { actions { invokeAction(name: $n, input: {executionId: $e, actionVersion: $v, input: {}}) {
+    status output error { code message } children { actionName status } } } }`;
+  const VERSIONS = `query($name: String!) { actions { action(name: $name) { versions { version tool { internal } } } } }`;
+
+  beforeAll(async () => {
+    process.env.TEST_FIELDS_KEY = 'k';
+    engine = await newEngine({
+      providers: [
+        {
+          name: 'local',
+          format: 'openai',
+          baseUrl: 'http://127.0.0.1:9/v1',
+          models: ['m'],
+          apiKeyEnv: 'TEST_FIELDS_KEY',
+        },
+      ],
+    });
+    ok(engine, CREATE, {
+      id: id(1),
+      input: {
+        ...input('helper', {}, { internal: true }),
+        config: { runtime: 'javascript', src: 'function run() { return {helped: true}; }' },
+      },
+    });
+    ok(engine, CREATE, {
+      id: id(2),
+      input: {
+        ...input('caller', { tools: [{ name: 'helper' }], policies: [READS, INVOKES] }),
+        config: { runtime: 'javascript', src: 'function run() { return tools.helper({}); }' },
+      },
+    });
+    ok(engine, CREATE, {
+      id: id(3),
+      input: {
+        ...input('after_hook', {}, { internal: true }),
+        config: { runtime: 'javascript', src: 'function run(event) { return {...event.data.output, hooked: true}; }' },
+      },
+    });
+    ok(engine, CREATE, {
+      id: id(4),
+      input: {
+        ...input('hooked', { hooks: { after: { name: 'after_hook' } }, policies: [READS, INVOKES] }),
+        config: { runtime: 'javascript', src: 'function run() { return {ran: true}; }' },
+      },
+    });
+  });
+  afterAll(() => engine.close());
+
+  it('is stored on the version, shown in GraphQL, kept by the next version unless changed', () => {
+    expect(ok(engine, VERSIONS, { name: 'helper' }).actions.action.versions).toEqual([
+      { version: 1, tool: { internal: true } },
+    ]);
+    ok(engine, UPDATE, { id: id(1), input: { tool: { description: 'Still a helper.' } } });
+    ok(engine, UPDATE, { id: id(1), input: { tool: { internal: false } } });
+    ok(engine, UPDATE, { id: id(1), input: { tool: { internal: true } } });
+    expect(ok(engine, VERSIONS, { name: 'helper' }).actions.action.versions).toEqual([
+      { version: 1, tool: { internal: true } },
+      { version: 2, tool: { internal: true } },
+      { version: 3, tool: { internal: false } },
+      { version: 4, tool: { internal: true } },
+    ]);
+    expect(ok(engine, VERSIONS, { name: 'caller' }).actions.action.versions).toEqual([
+      { version: 1, tool: { internal: false } },
+    ]);
+  });
+
+  it('a tool that declares it calls it; it runs as a hook; its operator invokes it', () => {
+    expect(ok(engine, INVOKE, { n: 'caller', e: id(100), v: 1 }).actions.invokeAction).toMatchObject({
+      status: 'SUCCEEDED',
+      output: { helped: true },
+      children: [{ actionName: 'helper', status: 'SUCCEEDED' }],
+    });
+    expect(ok(engine, INVOKE, { n: 'hooked', e: id(101), v: 1 }).actions.invokeAction).toMatchObject({
+      status: 'SUCCEEDED',
+      output: { ran: true, hooked: true },
+    });
+    expect(ok(engine, INVOKE, { n: 'helper', e: id(102), v: 4 }).actions.invokeAction).toMatchObject({
+      status: 'SUCCEEDED',
+      output: { helped: true },
+    });
+  });
+
+  it('an agent that references it is refused at creation (pinned or latest), naming it, with the hint', () => {
+    const agent = (tools: unknown[]) => ({
+      name: 'assistant',
+      kind: 'agent',
+      config: { provider: 'local', model: 'm', instructions: 'Help.' },
+      tool: { description: 'Helps.' },
+      tools,
+    });
+    const latest = fails(engine, CREATE, { id: id(10), input: agent([{ name: 'caller' }, { name: 'helper' }]) });
+    expect(latest).toMatchObject({
+      code: 'BAD_REQUEST',
+      message: 'tool "helper" (version 4) is internal: no agent may offer it to its model',
+      hint: "Call it from a tool the agent references (declare it in that tool's tools), or make a version of helper without tool.internal.",
+    });
+    expect(fails(engine, CREATE, { id: id(10), input: agent([{ name: 'helper', version: 1 }]) }).message).toContain(
+      '(version 1) is internal',
+    );
+    // Version 3 is not internal: pinning it is allowed; the tool that calls the helper is too.
+    ok(engine, CREATE, { id: id(10), input: agent([{ name: 'helper', version: 3 }, { name: 'caller' }]) });
+    expect(fails(engine, UPDATE, { id: id(10), input: { tools: [{ name: 'after_hook' }] } }).message).toContain(
+      'is internal',
+    );
+  });
+
+  it('tool.internal must be a boolean', () => {
+    const error = fails(engine, CREATE, { id: id(11), input: input('bad', {}, { internal: 'yes' }) });
+    expect(error.code).toBe('BAD_REQUEST');
+    expect(error.message).toContain('Boolean');
+  });
+});

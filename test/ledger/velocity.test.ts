@@ -4,6 +4,7 @@ import { Dec } from '../../src/decimal.js';
 import type { Engine } from '../../src/engine.js';
 import { count, fails, id, newEngine, ok } from '../helpers/engine.js';
 import { createAccount, createTransferCode } from '../helpers/ledger.js';
+import { startServer } from '../helpers/server.js';
 
 let engine: Engine;
 
@@ -883,4 +884,65 @@ describe('velocity and sets, property', () => {
     expect(seen.warned).toBeGreaterThan(0);
     expect(seen.voided).toBeGreaterThan(0);
   }, 120_000);
+});
+
+describe('Transaction.properties: what the posting was sent with, readable as the reference ledger has it', () => {
+  it('over HTTP: properties { overrideVelocityEnforcement { action } } on the posting and on a void sent with one; null otherwise', async () => {
+    const ADMIN = 'tly_velocity-properties-admin';
+    const running = await startServer(ADMIN);
+    engine = running.engine;
+    try {
+      createTransferCode(engine);
+      cash = createAccount(engine, 1, { normalBalanceType: 'DEBIT' });
+      alice = createAccount(engine, 2);
+      bob = createAccount(engine, 3);
+      attach(control(100, 'REJECT', [limit(10)]), alice);
+      const http = async (query: string, variables: Record<string, unknown> = {}) => {
+        const response = await fetch(running.url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN}` },
+          body: JSON.stringify({ query, variables }),
+        });
+        const body = (await response.json()) as { data?: any; errors?: unknown };
+        expect(body.errors).toBeUndefined();
+        return body.data;
+      };
+      const FIELDS = 'transactionId properties { overrideVelocityEnforcement { action } }';
+      const POST = `mutation($i: TransactionInput!) { postTransaction(input: $i) { ${FIELDS} } }`;
+      const input = (n: number, amount: string, extra: Record<string, unknown> = {}) => ({
+        i: { transactionId: id(7000 + n), tranCode: 'TRANSFER', params: { from: alice, to: bob, amount }, ...extra },
+      });
+      const overridden = await http(
+        POST,
+        input(1, '5', { properties: { overrideVelocityEnforcement: { action: 'WARN' } } }),
+      );
+      expect(overridden.postTransaction.properties).toEqual({ overrideVelocityEnforcement: { action: 'WARN' } });
+      // Sent with an override that changed nothing (no control broken): recorded all the same.
+      await http(
+        `mutation { postTransaction(input: {transactionId: "${id(7002)}", tranCode: "TRANSFER", params: {from: "${cash}", to: "${alice}", amount: "100"}, properties: {overrideVelocityEnforcement: {action: REJECT}}}) { transactionId } }`,
+      );
+      const plain = await http(POST, input(3, '1'));
+      expect(plain.postTransaction.properties).toEqual({ overrideVelocityEnforcement: null });
+      const read = await http(
+        `{ a: transaction(id: "${id(7001)}") { ${FIELDS} exceptions { type } } b: transaction(id: "${id(7002)}") { ${FIELDS} } c: transaction(id: "${id(7003)}") { ${FIELDS} } }`,
+      );
+      expect(read.a).toEqual({
+        transactionId: id(7001),
+        properties: { overrideVelocityEnforcement: { action: 'WARN' } },
+        exceptions: [{ type: 'VELOCITY_CONTROL' }],
+      });
+      expect(read.b.properties).toEqual({ overrideVelocityEnforcement: { action: 'REJECT' } });
+      expect(read.c.properties).toEqual({ overrideVelocityEnforcement: null });
+      const voided = await http(
+        `mutation { voidTransaction(id: "${id(7002)}", properties: {overrideVelocityEnforcement: {action: WARN}}) { ${FIELDS} voidOf exceptions { type } } }`,
+      );
+      expect(voided.voidTransaction).toMatchObject({
+        voidOf: id(7002),
+        properties: { overrideVelocityEnforcement: { action: 'WARN' } },
+        exceptions: [{ type: 'VELOCITY_CONTROL' }],
+      });
+    } finally {
+      await running.stop();
+    }
+  });
 });

@@ -244,3 +244,99 @@ describe('actions.tools / actions.tool / MCP tools/list show what calling a tool
     expect(new Set(names).size).toBe(CHAIN + 1);
   });
 });
+
+describe('what an MCP client is not offered is not there: internal tools, and graphql unless the operator says so', () => {
+  // An internal tool (a hook, a helper, a trigger target) and the native graphql tool (the whole
+  // API under the client's policies, past every tool's checks) are not MCP's to offer. A client
+  // that may invoke them calls them by name or alias anyway: refused exactly as a name nobody used.
+  let engine: Engine;
+
+  beforeAll(async () => {
+    engine = await newEngine();
+    const make = (n: number, name: string, extra: Record<string, unknown>) =>
+      ok(engine, CREATE, {
+        id: id(n),
+        input: {
+          name,
+          kind: 'tool',
+          config: { runtime: 'javascript', src: 'function run() { return {ran: true}; }' },
+          policies: [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['*'] }],
+          ...extra,
+        },
+      });
+    make(1, 'public_tool', { tool: { description: 'Public.' } });
+    make(2, 'helper', { tool: { description: 'A helper.', aliases: ['help_me'], internal: true } });
+    ok(
+      engine,
+      `mutation { auth { createClient(input: {principal: "mallory", name: "m", policies: [
+        {effect: ALLOW, actions: [SELECT, INSERT, UPDATE, DELETE], resources: ["*"]}]}) { apiKey } } }`,
+    );
+  });
+  afterAll(() => engine.close());
+
+  async function client(graphqlTool: boolean): Promise<Client> {
+    const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+    await createMcpServer(engineBackend(engine, { principal: 'mallory' }), {
+      toolsPageSize: engine.limits.mcpToolsPageSize,
+      graphqlTool,
+    }).connect(serverSide);
+    const c = new Client({ name: 'mallory', version: '1' });
+    await c.connect(clientSide);
+    return c;
+  }
+
+  const shape = (text: string, name: string) => text.split(JSON.stringify(name)).join('"<name>"');
+
+  it('tools/list: neither the internal tool nor graphql; tools/call of either, or of the alias: the unknown-name answer, and nothing runs', async () => {
+    const c = await client(false);
+    expect((await c.listTools()).tools.map((t) => t.name)).toEqual(['cel', 'public_tool']);
+    const texts = [];
+    for (const name of ['helper', 'help_me', 'graphql', 'no_such_tool']) {
+      const result = (await c.callTool({
+        name,
+        arguments:
+          name === 'graphql' ? { query: 'mutation { actions { lockAction(id: "x", version: 1) { status } } }' } : {},
+      })) as { isError?: boolean; content: Array<{ text: string }> };
+      expect(result.isError, name).toBe(true);
+      texts.push(shape(result.content[0]!.text, name));
+    }
+    expect(new Set(texts).size).toBe(1);
+    expect(texts[0]).toBe('NOT_FOUND: action "<name>" does not exist\nhint: Available tools: cel, public_tool.');
+    await c.close();
+    const runs = ok(engine, '{ actions { executions(first: 10) { nodes { actionName } } } }').actions.executions.nodes;
+    expect(runs).toEqual([]);
+  });
+
+  it('with mcp.graphqlTool the operator offers graphql: listed and called; the internal tool stays hidden', async () => {
+    const c = await client(true);
+    expect((await c.listTools()).tools.map((t) => t.name)).toEqual(['graphql', 'cel', 'public_tool']);
+    const result = (await c.callTool({ name: 'graphql', arguments: { query: '{ journal { name } }' } })) as {
+      isError?: boolean;
+      structuredContent?: unknown;
+    };
+    expect(result.isError).toBeUndefined();
+    expect(result.structuredContent).toEqual({ journal: { name: 'Default' } });
+    const hidden = (await c.callTool({ name: 'helper', arguments: {} })) as {
+      isError?: boolean;
+      content: Array<{ text: string }>;
+    };
+    expect(hidden.content[0]!.text).toMatch(/^NOT_FOUND: action "helper" does not exist/);
+    await c.close();
+  });
+
+  it('GraphQL: actions.tools and actions.tool leave the internal tool out unless asked for with internal: true', () => {
+    const names = (q: string) => ok(engine, q, {}, 'mallory').actions.tools.nodes.map((n: { name: string }) => n.name);
+    expect(names('{ actions { tools(first: 10) { nodes { name } } } }')).toEqual(['public_tool']);
+    expect(names('{ actions { tools(first: 10, internal: true) { nodes { name } } } }')).toEqual([
+      'public_tool',
+      'helper',
+    ]);
+    const hidden = as(engine, 'mallory', '{ actions { tool(name: "help_me") { name } } }').errors![0]!;
+    expect([hidden.extensions!.code, hidden.message]).toEqual(['NOT_FOUND', 'action "help_me" does not exist']);
+    expect(ok(engine, '{ actions { tool(name: "help_me", internal: true) { name version } } }', {}, 'mallory')).toEqual(
+      {
+        actions: { tool: { name: 'helper', version: 1 } },
+      },
+    );
+  });
+});

@@ -2,6 +2,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startScriptedModel } from '../../examples/scripted-model/server.mjs';
 import type { Engine } from '../../src/engine.js';
 import { engineBackend } from '../../src/mcp/backend.js';
 import { createMcpServer } from '../../src/mcp/server.js';
@@ -26,10 +27,12 @@ function tool(engine: Engine, n: number, name: string, policies: unknown[], extr
   });
 }
 
-async function toolsOf(engine: Engine, principal: string): Promise<Record<string, Tool>> {
+/** The tools a client lists; the operator offers the native graphql tool here (mcp.graphqlTool). */
+async function toolsOf(engine: Engine, principal: string, graphqlTool = true): Promise<Record<string, Tool>> {
   const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
   await createMcpServer(engineBackend(engine, { principal }), {
     toolsPageSize: engine.limits.mcpToolsPageSize,
+    graphqlTool,
   }).connect(serverSide);
   const client = new Client({ name: 'test', version: '1' });
   await client.connect(clientSide);
@@ -69,6 +72,7 @@ describe('MCP tools/list: what a client sees, with annotations derived from poli
   it('derives readOnlyHint and destructiveHint from the tool and every tool it references; idempotent, closed world', async () => {
     const tools = await toolsOf(engine, 'writer');
     expect(tools.read_only!.annotations).toEqual({
+      title: 'read_only',
       readOnlyHint: true,
       destructiveHint: false,
       idempotentHint: true,
@@ -91,6 +95,25 @@ describe('MCP tools/list: what a client sees, with annotations derived from poli
     expect(Object.keys(reader).sort()).toEqual(['cel', 'graphql', 'read_only', 'secret']);
     expect(Object.values(reader).every((t) => t.annotations?.readOnlyHint === true)).toBe(true);
     expect(await toolsOf(engine, 'nobody')).toEqual({});
+  });
+
+  it('the native graphql tool only when the operator offers it: by default a client lists cel and its tools', async () => {
+    expect(Object.keys(await toolsOf(engine, 'writer', false)).sort()).toEqual([
+      'cel',
+      'closes_accounts',
+      'read_only',
+      'wrapper',
+    ]);
+  });
+
+  it("a tool's title is its tool.title (annotations.title too), else its name", async () => {
+    tool(engine, 6, 'titled', [{ effect: 'ALLOW', actions: ['SELECT'], resources: ['*'] }], {
+      tool: { title: 'A titled tool', description: 'Has a title.' },
+    });
+    const tools = await toolsOf(engine, 'reader');
+    expect(tools.titled).toMatchObject({ title: 'A titled tool', annotations: { title: 'A titled tool' } });
+    expect(tools.read_only).toMatchObject({ title: 'read_only', annotations: { title: 'read_only' } });
+    expect(tools.cel).toMatchObject({ title: 'CEL', annotations: { title: 'CEL' } });
   });
 });
 
@@ -178,5 +201,66 @@ describe('a tool the client may not call is not there, on every path', () => {
     const nobody = engine.graphql(INVOKE, { n: 'no_such_tool', e: id(9002) }, { principal: 'mallory' }).errors![0]!;
     expect([exists.extensions!.code, exists.message]).toEqual(['ACCESS_DENIED', nobody.message]);
     expect(nobody.extensions!.code).toBe('ACCESS_DENIED');
+  });
+});
+
+describe('an agent started by MCP tools/call is recorded as an MCP call (T67)', () => {
+  it('the run has caller {principal, transport: "mcp"}, as an invoked tool has', async () => {
+    const model = await startScriptedModel({ apiKey: 'sk-mcp-transport', rules: [() => ({ text: 'hello' })] });
+    process.env.MCP_TRANSPORT_MODEL_KEY = 'sk-mcp-transport';
+    const engine = await newEngine({
+      providers: [
+        {
+          name: 'local',
+          format: 'openai',
+          baseUrl: `${model.url}/v1`,
+          models: ['m'],
+          apiKeyEnv: 'MCP_TRANSPORT_MODEL_KEY',
+          maxRetries: 0,
+        },
+      ],
+    });
+    const worker = engine.createWorker();
+    worker.start();
+    try {
+      ok(engine, CREATE, {
+        id: id(1),
+        input: {
+          name: 'greeter',
+          kind: 'agent',
+          config: { provider: 'local', model: 'm', prompt: 'Say hello.' },
+          tool: { description: 'Greets.' },
+          policies: [],
+        },
+      });
+      tool(engine, 2, 'plain', []);
+      ok(
+        engine,
+        `mutation { auth { createClient(input: {principal: "op", name: "o", policies: [{effect: ALLOW, actions: [SELECT], resources: ["*"]}, {effect: ALLOW, actions: [INSERT], resources: ["actions.Execution"]}]}) { apiKey } } }`,
+      );
+      const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+      await createMcpServer(engineBackend(engine, { principal: 'op' }), {
+        toolsPageSize: engine.limits.mcpToolsPageSize,
+      }).connect(serverSide);
+      const client = new Client({ name: 'test', version: '1' });
+      await client.connect(clientSide);
+      const ran = (await client.callTool({ name: 'greeter', arguments: {} })) as { isError?: boolean; _meta?: any };
+      const invoked = (await client.callTool({ name: 'plain', arguments: {} })) as { _meta?: any };
+      await client.close();
+      expect(ran.isError, JSON.stringify(ran)).toBeUndefined();
+      const caller = (e: string) =>
+        ok(engine, `{ actions { execution(executionId: "${e}") { kind status caller { principal transport } } } }`)
+          .actions.execution;
+      expect(caller(ran._meta.executionId)).toEqual({
+        kind: 'AGENT',
+        status: 'SUCCEEDED',
+        caller: { principal: 'op', transport: 'mcp' },
+      });
+      expect(caller(invoked._meta.executionId).caller).toEqual({ principal: 'op', transport: 'mcp' });
+    } finally {
+      await worker.stop();
+      engine.close();
+      await model.close();
+    }
   });
 });

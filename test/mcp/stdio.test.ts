@@ -1,4 +1,7 @@
 import { execFileSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { type CallToolResult, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
@@ -6,11 +9,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer } from '../helpers/server.js';
 import { ALICE, bankDatabase, bankWithMemo, BIN, BOB, cli, settled, tx } from '../helpers/mcp.js';
 
-async function connect(path: string, principal: string): Promise<{ client: Client; stderr: () => string }> {
+async function connect(
+  path: string,
+  principal: string,
+  env: Record<string, string> = {},
+): Promise<{ client: Client; stderr: () => string }> {
   const transport = new StdioClientTransport({
     command: 'node',
     args: [BIN, 'mcp', '--db', path, '--as', principal],
     stderr: 'pipe',
+    env: { ...(process.env as Record<string, string>), TALLY_CONFIG: '', ...env },
   });
   let stderr = '';
   transport.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
@@ -41,7 +49,9 @@ describe('tally mcp over stdio, in-process as one client (the SDK Client spawnin
   it('lists the tools of examples/bank with their schemas and annotations derived from their policies', async () => {
     const { tools } = await operator.listTools();
     const names = tools.map((t) => t.name).sort();
-    expect(names).toEqual(expect.arrayContaining(['cel', 'graphql', 'lock_account', 'transfer']));
+    expect(names).toEqual(expect.arrayContaining(['cel', 'lock_account', 'transfer']));
+    // No graphql tool unless the operator offers it; no internal helper (receipt, open_case, notify_large).
+    for (const internal of ['graphql', 'receipt', 'open_case', 'notify_large']) expect(names).not.toContain(internal);
     const transfer = tools.find((t) => t.name === 'transfer')!;
     expect(transfer.inputSchema).toMatchObject({
       type: 'object',
@@ -51,7 +61,9 @@ describe('tally mcp over stdio, in-process as one client (the SDK Client spawnin
       type: 'object',
       required: ['transaction_id', 'from_available', 'to_available'],
     });
+    expect(transfer.title).toBe('Transfer between wallets');
     expect(transfer.annotations).toEqual({
+      title: 'Transfer between wallets',
       readOnlyHint: false,
       destructiveHint: true,
       idempotentHint: true,
@@ -167,7 +179,7 @@ describe('tally mcp over stdio, in-process as one client (the SDK Client spawnin
     expect(cli(['deploy', project, '--db', path])).toMatch(/~ .*transfer/);
     await changed;
     const transfer = (await operator.listTools()).tools.find((t) => t.name === 'transfer')!;
-    expect(transfer.title).toBe('transfer@2');
+    expect(transfer.title).toBe('Transfer between wallets');
     expect(transfer.inputSchema.properties).toHaveProperty('memo');
   });
 });
@@ -192,7 +204,10 @@ describe('tally mcp --server URL --key KEY: a proxy to a running server, which a
         arguments: { transaction_id: tx(201), from: ALICE, to: BOB, amount: '10' },
         _meta: { executionId },
       })) as CallToolResult;
-      expect(result.structuredContent).toMatchObject({ from_available: '90.00', to_available: '10.00' });
+      expect(result.structuredContent, JSON.stringify(result)).toMatchObject({
+        from_available: '90.00',
+        to_available: '10.00',
+      });
       expect(cli(['execution', executionId, '--db', path])).toContain('by operator over mcp');
       // A key the server does not know: every tool call fails as UNAUTHENTICATED, reported to the model.
       const stranger = new Client({ name: 'test', version: '1.0.0' });
@@ -212,4 +227,54 @@ describe('tally mcp --server URL --key KEY: a proxy to a running server, which a
       await running.stop();
     }
   }, 30_000);
+});
+
+describe('the native graphql tool is the operator\'s to offer: TALLY_CONFIG {"mcp": {"graphqlTool": true}}', () => {
+  let path: string;
+  let config: string;
+
+  beforeAll(async () => {
+    ({ path } = await bankDatabase());
+    config = join(mkdtempSync(join(tmpdir(), 'tally-mcp-config-')), 'tally.json');
+  }, 30_000);
+
+  it('unset: not listed, and calling it is the answer for a name nobody used', async () => {
+    const { client } = await connect(path, 'operator');
+    expect((await client.listTools()).tools.map((t) => t.name)).not.toContain('graphql');
+    const called = (await client.callTool({
+      name: 'graphql',
+      arguments: { query: '{ journal { name } }' },
+    })) as CallToolResult;
+    const unknown = (await client.callTool({ name: 'no_such_tool', arguments: {} })) as CallToolResult;
+    expect(called.isError).toBe(true);
+    expect(text(called).replace('"graphql"', '"<name>"')).toBe(text(unknown).replace('"no_such_tool"', '"<name>"'));
+    await client.close();
+  });
+
+  it("offered: listed first and called under the client's policies", async () => {
+    writeFileSync(config, JSON.stringify({ mcp: { graphqlTool: true } }));
+    const { client } = await connect(path, 'operator', { TALLY_CONFIG: config });
+    expect((await client.listTools()).tools.map((t) => t.name).slice(0, 2)).toEqual(['graphql', 'cel']);
+    const called = (await client.callTool({
+      name: 'graphql',
+      arguments: { query: '{ journal { name } }' },
+    })) as CallToolResult;
+    expect(called.structuredContent).toEqual({ journal: { name: 'Default' } });
+    await client.close();
+  });
+
+  it('a wrong setting is refused at start, naming the file and the field', () => {
+    writeFileSync(config, JSON.stringify({ mcp: { graphqlTool: 'yes' } }));
+    let stderr = '';
+    try {
+      execFileSync('node', [BIN, 'mcp', '--db', path, '--as', 'operator'], {
+        env: { ...process.env, TALLY_CONFIG: config },
+        stdio: ['ignore', 'pipe', 'pipe'],
+        encoding: 'utf8',
+      });
+    } catch (error) {
+      stderr = (error as { stderr: string }).stderr;
+    }
+    expect(stderr).toContain(`the configuration ${config}: mcp.graphqlTool must be true or false, got "yes"`);
+  });
 });

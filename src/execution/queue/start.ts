@@ -80,6 +80,8 @@ export function startAction(
     triggerId: null,
     startStack: stack.length ? stack : null,
     triggerDepth: svc.triggerDepth.current,
+    // Started by the request itself (not by a tool in it): recorded with how the request came (MCP).
+    transport: frame ? null : (caller.transport ?? null),
   });
   frame?.root.ids.add(request.executionId);
   return rowToNode(svc.st.executionById.get(request.executionId)!);
@@ -127,6 +129,8 @@ export interface Enqueue {
   triggerDepth?: number;
   /** Record the execution as already FAILED (a trigger whose filter or input could not be evaluated). */
   failed?: ErrorData;
+  /** How the request that started it reached the engine ('mcp'); null or left out: plain GraphQL, a trigger, a session. */
+  transport?: string | null;
 }
 
 export function enqueue(svc: ExecutionServices, item: Enqueue): void {
@@ -147,6 +151,7 @@ export function enqueue(svc: ExecutionServices, item: Enqueue): void {
     trigger_id: item.triggerId,
     start_stack: item.startStack ? JSON.stringify(item.startStack) : null,
     trigger_depth: item.triggerDepth ?? 0,
+    transport: item.transport ?? null,
   });
   if (item.failed) {
     q.finishAttempt.run({

@@ -140,25 +140,26 @@ function mayInvoke(ctx: RequestContext, version: ActionVersion): boolean {
 
 /**
  * The tool `name` (an action name or an alias) at its latest ACTIVE version, when the caller may
- * invoke it. A tool it may not invoke, or one with no ACTIVE version, is NOT_FOUND with the same
- * message as a name nobody used: a lookup tells no more than the listing shows. (A tool the caller
+ * invoke it. A tool it may not invoke, one with no ACTIVE version, or an internal one (unless asked
+ * for with `internal`: MCP never asks), is NOT_FOUND with the same message as a name nobody used:
+ * a lookup tells no more than the listing shows. (A tool the caller
  * may invoke but none of whose writes it could make is left out of the listing, yet found by name:
  * calling it is refused inside the call, where it writes.)
  */
-function toolByName(ctx: RequestContext, name: string): ToolNode {
+function toolByName(ctx: RequestContext, name: string, internal: boolean): ToolNode {
   const deps = ctx.services.actions;
   const version = actions.latestActiveVersion(deps, actions.findAction(deps, { name }).action_id);
-  if (!version || !mayInvoke(ctx, version)) throw actions.noSuchAction(name);
+  if (!version || !mayInvoke(ctx, version) || (version.tool.internal && !internal)) throw actions.noSuchAction(name);
   return toolNode(ctx, version, toolAccess(deps, version, ctx.caller.client?.policies ?? null, memoOf(ctx)));
 }
 
 /**
  * The tools a caller may call: each action's latest ACTIVE version, kept when it may invoke it
- * (mayInvoke) and could make at least one of its writes. The actions are read until the page is
+ * (mayInvoke) and could make at least one of its writes, and not internal unless asked for. The actions are read until the page is
  * full, and the cursors are those of the tools listed (their actionId), so a caller shown none
  * learns no count.
  */
-function listTools(ctx: RequestContext, first: number, after: string | null | undefined) {
+function listTools(ctx: RequestContext, first: number, after: string | null | undefined, internal: boolean) {
   const deps = ctx.services.actions;
   const req = pageRequest<string>(first, after, ctx.limits.pageSizeMax, 'string', 'tools');
   let rowid = 0;
@@ -180,7 +181,7 @@ function listTools(ctx: RequestContext, first: number, after: string | null | un
     for (const row of rows) {
       rowid = row.rowid;
       const version = actions.latestActiveVersion(deps, row.action_id);
-      if (!version || !mayInvoke(ctx, version)) continue;
+      if (!version || (version.tool.internal && !internal) || !mayInvoke(ctx, version)) continue;
       const access = toolAccess(deps, version, policies, memo);
       if (access.hidden) continue;
       found.push(toolNode(ctx, version, access));
@@ -284,8 +285,9 @@ export const actionResolvers = {
     },
     executions: (_: unknown, { first, after, where, order }: Args, ctx: RequestContext) =>
       visible(ctx, AE, executions.list(ctx.services, where, { first, after, newestFirst: order === 'NEWEST_FIRST' })),
-    tools: (_: unknown, { first, after }: Args, ctx: RequestContext) => listTools(ctx, first, after),
-    tool: (_: unknown, { name }: Args, ctx: RequestContext) => toolByName(ctx, name),
+    tools: (_: unknown, { first, after, internal }: Args, ctx: RequestContext) =>
+      listTools(ctx, first, after, internal === true),
+    tool: (_: unknown, { name, internal }: Args, ctx: RequestContext) => toolByName(ctx, name, internal === true),
     nativeTools: (_: unknown, __: Args, ctx: RequestContext) =>
       actions.NATIVE_TOOLS.filter((name) =>
         ctx.authority.allows({
@@ -445,6 +447,7 @@ export const actionResolvers = {
     title: (t: ToolDefinition) => t.title ?? null,
     aliases: (t: ToolDefinition) => t.aliases ?? [],
     metadata: (t: ToolDefinition) => t.metadata ?? null,
+    internal: (t: ToolDefinition) => t.internal === true,
     readOnly: (t: ToolDefinition & { [VERSION_OF]?: ActionVersion }, _: Args, ctx: RequestContext) => {
       const version = t[VERSION_OF];
       return version ? isReadOnly(ctx.services.actions, version, memoOf(ctx)) : false;

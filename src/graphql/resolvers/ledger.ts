@@ -473,6 +473,7 @@ export const ledgerResolvers = {
   },
   Transaction: {
     exceptions: (t: Transaction, _: Args, ctx: RequestContext) => t.exceptions.map((e) => redactException(ctx, e)),
+    properties: (t: Transaction) => t.properties ?? { overrideVelocityEnforcement: null },
     tranCode: (t: Transaction, _: Args, ctx: RequestContext) =>
       guard(ctx, 'SELECT', TC, ctx.ledger.getTranCode({ id: t.tranCodeId, version: t.tranCodeVersion })),
     journal: (t: Transaction, _: Args, ctx: RequestContext) =>

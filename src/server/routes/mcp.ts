@@ -13,6 +13,7 @@ export interface McpRouteOptions {
   logger?: Logger | undefined;
   log?: ((line: string) => void) | undefined;
   allowedOrigins?: readonly string[] | undefined;
+  graphqlTool?: boolean;
 }
 
 /**
@@ -32,6 +33,7 @@ export function createMcpHttp(runtime: Runtime, options: McpRouteOptions): McpHt
   return new McpHttp(runtime, {
     logError,
     ...(options.allowedOrigins ? { allowedOrigins: options.allowedOrigins } : {}),
+    graphqlTool: options.graphqlTool === true,
   });
 }
 

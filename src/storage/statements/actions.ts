@@ -424,9 +424,9 @@ export function queueStatements(db: Db) {
   return {
     insertQueued: db.prepare(
       `INSERT INTO executions (execution_id, action_id, action_name, action_version, kind, status, input, input_fingerprint,
-         output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, run_at, max_attempts, trigger_id, start_stack, trigger_depth)
+         output, error, principal, parent_id, root_id, depth, attempt, started, finished, logs, created, modified, run_at, max_attempts, trigger_id, start_stack, trigger_depth, transport)
        VALUES (@execution_id, @action_id, @action_name, @action_version, @kind, 'QUEUED', @input, @input_fingerprint,
-         NULL, NULL, @principal, NULL, @execution_id, 0, 0, NULL, NULL, NULL, @created, @created, @run_at, @max_attempts, @trigger_id, @start_stack, @trigger_depth)`,
+         NULL, NULL, @principal, NULL, @execution_id, 0, 0, NULL, NULL, NULL, @created, @created, @run_at, @max_attempts, @trigger_id, @start_stack, @trigger_depth, @transport)`,
     ),
     /**
      * The next due execution: QUEUED at its run_at, or a RUNNING model or agent run whose lease
