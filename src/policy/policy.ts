@@ -28,10 +28,19 @@ export interface Operation {
   document?: unknown;
 }
 
+/** An ALLOW that matched the action and resource, skipped because its assertions did not hold. */
+export interface Unmet {
+  /** 1-based, as refusals count policies. */
+  policy: number;
+  assertions: string[];
+  /** An assertion reads the call stack (context.tools, context.tool): the hint says how to get beneath it. */
+  readsStack: boolean;
+}
+
 export interface Decision {
   allowed: boolean;
   /** Refused for want of an ALLOW, though this one matched but for its assertions (named). */
-  unmet?: { policy: number; assertions: string[] };
+  unmet?: Unmet;
   /** A DENY matched: nothing, not even a tool's consent (see authorize), lets it through. */
   denied: boolean;
   reason: string;
@@ -83,22 +92,39 @@ export function decide(
   layer: AuthorityLayer,
   operation: Operation,
   claims: Record<string, unknown>,
-  /** The tools on the call stack above the operation, outermost first: `context.tools`. */
+  /**
+   * The tools on the call stack above the operation, outermost first: `context.tools`; the last of
+   * them, the tool whose own code performs the operation, is `context.tool` (null for a client's
+   * own request).
+   */
   tools: readonly string[] = [],
 ): Decision {
   let allowedBy: number | null = null;
   /** The first ALLOW that matched but whose assertions did not hold: named in the refusal. */
-  let unmet: { policy: number; assertions: string[] } | undefined;
+  let unmet: Unmet | undefined;
   let context: Record<string, unknown> | null = null;
   for (let i = 0; i < layer.policies.length; i++) {
     const policy = layer.policies[i]!;
     if (!policy.actions.includes(operation.action)) continue;
     if (!policy.resources.some((pattern) => resourceMatches(pattern, operation.resource))) continue;
     if (policy.assertions) {
-      context ??= { context: jsonToCel({ auth: { claims }, document: operation.document ?? null, tools }) };
+      context ??= {
+        context: jsonToCel({
+          auth: { claims },
+          document: operation.document ?? null,
+          tools,
+          tool: tools.length > 0 ? tools[tools.length - 1] : null,
+        }),
+      };
       // Fail closed: an assertion that cannot be evaluated skips an ALLOW but still applies a DENY.
       if (!assertionsHold(cel, policy.assertions, context, policy.effect === 'DENY')) {
-        if (policy.effect === 'ALLOW') unmet ??= { policy: i + 1, assertions: Object.keys(policy.assertions) };
+        if (policy.effect === 'ALLOW') {
+          unmet ??= {
+            policy: i + 1,
+            assertions: Object.keys(policy.assertions),
+            readsStack: Object.values(policy.assertions).some((e) => e.includes('context.tool')),
+          };
+        }
         continue;
       }
     }
@@ -137,7 +163,9 @@ function assertionsHold(
 /**
  * Every layer of the stack must allow the operation; the first that does not is named. A layer in
  * `consenting` has already said yes by what it declared (a tool calling a version it pins, see
- * call-rules.ts consentingLayers): only a DENY of its own refuses there.
+ * call-rules.ts consentingLayers) as long as its own policies say nothing about this operation: a
+ * DENY of its own, or an ALLOW whose assertions do not hold (a tool that calls payout only under
+ * 100), still refuses there.
  */
 export function authorize(
   cel: Cel,
@@ -149,23 +177,26 @@ export function authorize(
 ): void {
   for (const layer of stack) {
     const decision = decide(cel, layer, operation, claims, tools);
-    if (!decision.allowed && !(consenting?.has(layer) && !decision.denied)) {
-      throw new EngineError(
-        'ACCESS_DENIED',
-        `${operation.action} on ${operation.resource} refused by ${layer.name}: ${decision.reason}`,
-        {
-          hint: decision.unmet
-            ? `Policy ${decision.unmet.policy} of ${layer.name} allows ${operation.action} on ${operation.resource} only where its assertion ${decision.unmet.assertions.join(' and ')} holds, and here it does not (a policy can say "only beneath tool X": 'X' in context.tools).`
-            : `Every layer must allow it: the client and each tool on the call stack. Add a policy allowing ${operation.action} on ${operation.resource} to ${layer.name}.`,
-          details: {
-            action: operation.action,
-            resource: operation.resource,
-            layer: layer.name,
-            ...(decision.unmet ? { unmet: decision.unmet } : {}),
-          },
+    if (decision.allowed) continue;
+    if (consenting?.has(layer) && !decision.denied && !decision.unmet) continue;
+    // Which of its policies nearly allowed it is the client's own business to hear; a tool's
+    // policies are not for every caller to read (SELECT actions.Action), so a tool's refusal names none.
+    const unmet = layer.tool === undefined ? decision.unmet : undefined;
+    throw new EngineError(
+      'ACCESS_DENIED',
+      `${operation.action} on ${operation.resource} refused by ${layer.name}: ${decision.reason}`,
+      {
+        hint: unmet
+          ? `Policy ${unmet.policy} of ${layer.name} allows ${operation.action} on ${operation.resource} only where its assertion ${unmet.assertions.join(' and ')} holds, and here it does not${unmet.readsStack ? ': it asks for a tool on the call stack (context.tools), so run that tool rather than doing this directly' : ''}.`
+          : `Every layer must allow it: the client and each tool on the call stack. Add a policy allowing ${operation.action} on ${operation.resource} to ${layer.name}.`,
+        details: {
+          action: operation.action,
+          resource: operation.resource,
+          layer: layer.name,
+          ...(unmet ? { unmet: { policy: unmet.policy, assertions: unmet.assertions } } : {}),
         },
-      );
-    }
+      },
+    );
   }
 }
 

@@ -66,13 +66,13 @@ describe('examples/bank, deployed into a fresh database, walked through', () => 
     engine = await newEngine({ path: join(mkdtempSync(join(tmpdir(), 'tally-bank-')), 'bank.db') });
     const result = await deploy(readProject(BANK), engineTarget(engine));
     expect(result.plan.every((item) => item.change === 'create')).toBe(true);
-    // 7 accounts, 2 sets, the overdraft guard (a limit, a control, 2 attachments), 4 tran codes, 8 tools, a skill, a trigger, 2 clients.
-    expect(result.plan).toHaveLength(29);
+    // 7 accounts, 2 sets, the overdraft guard (a limit, a control, 2 attachments), 4 tran codes, 8 tools, a skill, a trigger, 3 clients.
+    expect(result.plan).toHaveLength(30);
     keys = result.keys;
   });
 
-  it('gave the two clients keys, once', () => {
-    expect(Object.keys(keys).sort()).toEqual(['auditor', 'operator']);
+  it('gave the three clients keys, once', () => {
+    expect(Object.keys(keys).sort()).toEqual(['auditor', 'operator', 'teller']);
     expect(engine.authenticate(keys.operator!)).toBe('operator');
   });
 
@@ -208,6 +208,40 @@ describe('examples/bank, deployed into a fresh database, walked through', () => 
     expect(invoke(engine, 'refund', 31, { transaction_id: tx(2) }).error.code).toBe('ALREADY_VOIDED');
   });
 
+  it('the teller desk moves money only through transfer: posting directly is refused, transfer (and its receipt hook) runs', () => {
+    const POST = 'mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }';
+    const params = { from: BOB, to: ALICE, amount: '2', fee: '0' };
+    // The attack: the teller's own postTransaction, skipping the tool (its fee, its refusal in words).
+    const direct = engine.graphql(
+      POST,
+      { i: { transactionId: tx(60), tranCode: 'TRANSFER', params } },
+      { principal: 'teller' },
+    );
+    expect(direct.errors?.[0]).toMatchObject({
+      message: 'INSERT on financial.Transaction refused by client teller: no policy allows it',
+      extensions: { code: 'ACCESS_DENIED', details: { unmet: { policy: 3, assertions: ['only_through_transfer'] } } },
+    });
+    expect(engine.graphql(`{ transaction(id: "${tx(60)}") { transactionId } }`).errors).toBeDefined();
+    // Nor through a tool that is not transfer, whatever it may do itself.
+    const refund = engine.graphql(
+      INVOKE,
+      { n: 'refund', e: tx(9061), i: { transaction_id: tx(2) } },
+      { principal: 'teller' },
+    );
+    expect(refund.errors?.[0]?.message).toBe(
+      'INSERT on actions.Execution refused by client teller: no policy allows it',
+    );
+    const through = invoke(
+      engine,
+      'transfer',
+      62,
+      { transaction_id: tx(62), from: BOB, to: ALICE, amount: '2' },
+      'teller',
+    );
+    expect(through).toMatchObject({ status: 'SUCCEEDED', output: { transaction_id: tx(62) } });
+    expect(through.output.receipt).toContain('2.00 USD sent');
+  });
+
   it('lock_account locks and opens a case; when open_case fails, the lock stays and the case is gone', () => {
     const locked = invoke(engine, 'lock_account', 40, { account_id: ALICE, reason: 'Card reported stolen' });
     expect(locked).toMatchObject({ status: 'SUCCEEDED', output: { locked: true, case_opened: true } });
@@ -228,35 +262,6 @@ describe('examples/bank, deployed into a fresh database, walked through', () => 
       status: 'LOCKED',
       metadata: { tier: 'standard' },
     });
-  });
-
-  it('the teller desk moves money only through transfer: posting directly is refused, transfer (and its receipt hook) runs', () => {
-    const POST = 'mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }';
-    const params = { from: BOB, to: ALICE, amount: '2', fee: '0' };
-    // The attack: the teller's own postTransaction, skipping the tool (its fee, its refusal in words).
-    const direct = engine.graphql(
-      POST,
-      { i: { transactionId: tx(60), tranCode: 'TRANSFER', params } },
-      { principal: 'teller' },
-    );
-    expect(direct.errors?.[0]).toMatchObject({
-      message: 'INSERT on financial.Transaction refused by client teller: no policy allows it',
-      extensions: { code: 'ACCESS_DENIED', details: { unmet: { policy: 3, assertions: ['only_through_transfer'] } } },
-    });
-    expect(engine.graphql(`{ transaction(id: "${tx(60)}") { transactionId } }`).errors).toBeDefined();
-    // Nor through a tool that is not transfer, whatever it may do itself.
-    expect(invoke(engine, 'refund', 61, { transaction_id: tx(2) }, 'teller').error.message).toBe(
-      'INSERT on actions.Execution refused by client teller: no policy allows it',
-    );
-    const through = invoke(
-      engine,
-      'transfer',
-      62,
-      { transaction_id: tx(62), from: BOB, to: ALICE, amount: '2' },
-      'teller',
-    );
-    expect(through).toMatchObject({ status: 'SUCCEEDED', output: { transaction_id: tx(62) } });
-    expect(through.output.receipt).toContain('2.00 USD sent');
   });
 
   it('the auditor reads everything and can invoke nothing', () => {

@@ -448,3 +448,75 @@ describe('a pinned reference is the calling tool’s consent to call it, and wid
     expect(accountExists(505)).toBe(false);
   });
 });
+
+describe('review of the consent and context.tools (conformance T68, issue 36 item 6)', () => {
+  const ACCOUNTS_ONLY = [
+    { effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.Account.*'] },
+  ];
+  const PASS_ON = (name: string) =>
+    `function run(e) { const r = tools.${name}(e.data, { check: false }); return { ok: r.ok, error: r.error && r.error.message, hint: r.error && r.error.hint }; }`;
+
+  it('a tool whose own ALLOW on calls has a condition keeps it, pinned or not: consent is only for tools silent on calls', () => {
+    tool(20, 'helper', writes('helped'));
+    tool(21, 'gated', PASS_ON('helper'), {
+      tools: [{ name: 'helper', version: 1 }],
+      policies: [
+        ...ACCOUNTS_ONLY,
+        {
+          effect: 'ALLOW',
+          actions: ['INSERT'],
+          resources: ['actions.Execution'],
+          assertions: { small_only_rule_17: 'context.document.input.n < 100' },
+        },
+      ],
+    });
+    expect(invoke(id(21), { n: 5, ids: { helped: id(601) } }).output).toMatchObject({ ok: true });
+    const big = invoke(id(21), { n: 5000, ids: { helped: id(602) } }).output;
+    expect(big).toMatchObject({
+      ok: false,
+      error: 'INSERT on actions.Execution refused by tool gated@1: no policy allows it',
+    });
+    expect(accountExists(602)).toBe(false);
+    // A tool's policies are not every caller's to read: its refusal names none of its assertions.
+    expect(big.hint).not.toContain('small_only_rule_17');
+  });
+
+  it('context.tool is the tool whose own code does the write: a tool beneath the door (unpinned, someone else’s to update) is not the door', () => {
+    tool(22, 'sub', writes('by_sub'));
+    tool(23, 'door', writes('by_door', 'tools.sub(event.data, { check: false });'), { tools: [{ name: 'sub' }] });
+    ok(engine, 'mutation($i: ClientInput!) { auth { createClient(input: $i) { apiKey } } }', {
+      i: {
+        principal: 'desk',
+        name: 'desk',
+        policies: [
+          { effect: 'ALLOW', actions: ['SELECT'], resources: ['*'] },
+          { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] },
+          {
+            effect: 'ALLOW',
+            actions: ['INSERT'],
+            resources: ['financial.Account'],
+            assertions: { only_door: "context.tool == 'door'" },
+          },
+        ],
+      },
+    });
+    const ran = engine.graphql(
+      INVOKE,
+      { id: id(23), v: 1, e: eid(), input: { ids: { by_door: id(603), by_sub: id(604) } } },
+      { principal: 'desk' },
+    );
+    expect((ran.data as any).actions.invokeAction.status).toBe('SUCCEEDED');
+    expect(accountExists(603)).toBe(true);
+    expect(accountExists(604)).toBe(false);
+    const direct = engine.graphql(
+      `mutation { createAccount(input: {accountId: "${id(605)}", code: "direct", name: "direct"}) { code } }`,
+      {},
+      { principal: 'desk' },
+    );
+    expect(direct.errors?.[0]).toMatchObject({
+      message: 'INSERT on financial.Account refused by client desk: no policy allows it',
+      extensions: { details: { unmet: { policy: 3, assertions: ['only_door'] } } },
+    });
+    expect(direct.errors?.[0]?.extensions?.hint).toContain('asks for a tool on the call stack');
+  });
+});
