@@ -637,6 +637,13 @@ export const LIMITS = {
       "`execution.backoff`): a retry that would wait past it, or past the run's deadline, is not made, and " +
       "the model gets the last failure. Each attempt also counts as one of the run's tool calls.",
   },
+  modelFallbacksMax: {
+    default: 4,
+    group: 'agents',
+    doc:
+      "Entries of a model or agent's `config.fallback`: the providers and models tried in turn when the " +
+      'one before answers MODEL_UNAVAILABLE.',
+  },
   agentRunMsMax: {
     default: 15 * 60_000,
     group: 'agents',
