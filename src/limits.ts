@@ -628,6 +628,22 @@ export const LIMITS = {
     group: 'agents',
     doc: "Tool calls in one agent run (an invented name counts): an agent's `maxToolCalls` may not be higher.",
   },
+  agentToolRetryWaitMsMax: {
+    default: 10_000,
+    group: 'agents',
+    unit: 'ms',
+    doc:
+      "Backoff one tool call of an agent run may wait in all between its attempts (the tool's " +
+      "`execution.backoff`): a retry that would wait past it, or past the run's deadline, is not made, and " +
+      "the model gets the last failure. Each attempt also counts as one of the run's tool calls.",
+  },
+  modelFallbacksMax: {
+    default: 4,
+    group: 'agents',
+    doc:
+      "Entries of a model or agent's `config.fallback`: the providers and models tried in turn when the " +
+      'one before answers MODEL_UNAVAILABLE.',
+  },
   agentRunMsMax: {
     default: 15 * 60_000,
     group: 'agents',

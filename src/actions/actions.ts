@@ -1,8 +1,7 @@
-import { alreadyExists, EngineError, quote } from '../errors.js';
+import { EngineError } from '../errors.js';
 import type { ActionVersionRow } from '../storage/statements/actions.js';
-import { aliasOwner } from './aliases.js';
 import { buildDocument } from './document.js';
-import { checkNotReserved, NAME_PATTERN, TAKEN_HINT } from './names.js';
+import { checkNewName } from './names.js';
 import {
   type ActionDeps,
   type ActionInput,
@@ -70,17 +69,7 @@ export function createAction(deps: ActionDeps, actionId: string, input: ActionIn
     });
   }
   const name = input.name;
-  if (typeof name !== 'string' || !NAME_PATTERN.test(name)) {
-    throw new EngineError('BAD_REQUEST', `action name ${quote(name)} is not a tool name`, {
-      hint: 'Use lower_snake_case: a letter, then letters, digits and _ (at most 64).',
-    });
-  }
-  checkNotReserved(name, 'action name');
-  if (deps.st.actionByName.get(name))
-    throw alreadyExists('an action named', name, 'Use updateAction to make its next version, or choose another name.');
-  const aliasOf = aliasOwner(deps, name);
-  if (aliasOf)
-    throw new EngineError('ALREADY_EXISTS', `${quote(name)} is an alias of ${aliasOf.name}`, { hint: TAKEN_HINT });
+  checkNewName(deps, name);
   const now = deps.clock.now().toISOString();
   const document = buildDocument(deps, { actionId, name, version: 1, created: now }, input, null);
   deps.st.insertAction.run({ action_id: actionId, name, latest_version: 1, created: now, modified: now });

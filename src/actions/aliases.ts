@@ -3,7 +3,8 @@ import { type ActionDeps, type ActionVersion, type ActionVersionDocument, versio
 
 /*
  * Aliases: which action answers to another name (findByAlias) and which owns it for life
- * (aliasOwner), from one index of every version's aliases kept in the versions cache.
+ * (aliasOwner), and which action holds a name in any case (nameHolder), from one index of every
+ * action's name and every version's aliases kept in the versions cache.
  */
 
 /** The key of the alias index in the versions RecordCache (no version key contains '#'). */
@@ -21,7 +22,7 @@ interface AliasEntry {
  * version is activated). Which version runs is the caller's to say, as by name.
  */
 export function findByAlias(deps: ActionDeps, name: string): ActionRow | undefined {
-  const entry = aliasIndex(deps).get(name);
+  const entry = aliasIndex(deps).aliases.get(name);
   return entry?.runnable ? entry.action : undefined;
 }
 
@@ -32,7 +33,27 @@ export function findByAlias(deps: ActionDeps, name: string): ActionRow | undefin
  * whichever of its aliases a caller uses.
  */
 export function aliasOwner(deps: ActionDeps, name: string): ActionRow | undefined {
-  return aliasIndex(deps).get(name)?.action;
+  return aliasIndex(deps).aliases.get(name)?.action;
+}
+
+/**
+ * The action that holds `name` in any case, as its name or as an alias of any of its versions, and
+ * how it spells it: names are compared folded (foldName), so `searchdocs` is held by the action
+ * named `searchDocs`.
+ */
+export function nameHolder(deps: ActionDeps, name: string): { action: ActionRow; spelled: string } | undefined {
+  return aliasIndex(deps).folded.get(foldName(name));
+}
+
+/** The form two tool names are compared in: names that differ only in case are the same name. */
+export function foldName(name: string): string {
+  return name.toLowerCase();
+}
+
+interface AliasIndex {
+  aliases: Map<string, AliasEntry>;
+  /** Every action name and alias, folded to lower case: the action holding it, and its spelling. */
+  folded: Map<string, { action: ActionRow; spelled: string }>;
 }
 
 /**
@@ -42,15 +63,20 @@ export function aliasOwner(deps: ActionDeps, name: string): ActionRow | undefine
  * transaction the TransactionManager runs (no cache is used there). An alias two actions have
  * (written before aliases were reserved for life) is the older action's.
  */
-function aliasIndex(deps: ActionDeps): Map<string, AliasEntry> {
-  return deps.versions.get(ALIAS_INDEX_KEY, () => buildAliasIndex(deps) as unknown as ActionVersion) as unknown as Map<
-    string,
-    AliasEntry
-  >;
+function aliasIndex(deps: ActionDeps): AliasIndex {
+  return deps.versions.get(
+    ALIAS_INDEX_KEY,
+    () => buildAliasIndex(deps) as unknown as ActionVersion,
+  ) as unknown as AliasIndex;
 }
 
-function buildAliasIndex(deps: ActionDeps): Map<string, AliasEntry> {
+function buildAliasIndex(deps: ActionDeps): AliasIndex {
   const index = new Map<string, AliasEntry>();
+  const folded = new Map<string, { action: ActionRow; spelled: string }>();
+  const hold = (name: string, action: ActionRow) => {
+    const key = foldName(name);
+    if (!folded.has(key)) folded.set(key, { action, spelled: name });
+  };
   let rowid = 0;
   const batch = 256;
   for (;;) {
@@ -58,15 +84,17 @@ function buildAliasIndex(deps: ActionDeps): Map<string, AliasEntry> {
     for (const row of rows) {
       rowid = row.rowid;
       const { rowid: _, ...action } = row;
+      hold(action.name, action);
       for (const stored of deps.st.versions.all(row.action_id)) {
         for (const alias of aliasesOf(deps, stored)) {
+          hold(alias, action);
           const entry = index.get(alias);
           if (!entry) index.set(alias, { action, runnable: stored.status === 'ACTIVE' });
           else if (entry.action.action_id === action.action_id && stored.status === 'ACTIVE') entry.runnable = true;
         }
       }
     }
-    if (rows.length < batch) return index;
+    if (rows.length < batch) return { aliases: index, folded };
   }
 }
 

@@ -1,7 +1,7 @@
 import { badInput, EngineError, limitExceeded, quote } from '../errors.js';
 import { CACHE_TTL_MS_MAX, TOOL_TITLE_MAX } from '../limits.js';
 import { parsePolicies } from '../policy/policy.js';
-import { checkAliases, checkNotReserved, NAME_PATTERN } from './names.js';
+import { checkAliases, checkNotReserved, checkToolName } from './names.js';
 import { checkHooks, checkOffered, checkReference } from './references.js';
 import { isReadOnly } from './tool-access.js';
 import {
@@ -153,11 +153,7 @@ export function buildDocument(
   const internal = toolIn?.internal == null ? (previous?.tool.internal ?? false) : toolIn.internal;
   if (typeof internal !== 'boolean') throw badInput('tool.internal must be true or false', internal);
   if (internal) tool.internal = true;
-  if (!NAME_PATTERN.test(tool.name)) {
-    throw new EngineError('BAD_REQUEST', `tool.name ${quote(tool.name)} is not a tool name`, {
-      hint: 'Use lower_snake_case: a letter, then letters, digits and _.',
-    });
-  }
+  checkToolName(tool.name, 'tool.name');
   checkNotReserved(base.name, 'action name');
   checkNotReserved(tool.name, 'tool.name');
   deps.schemas.compile(tool.inputSchema, 'tool.inputSchema');

@@ -217,7 +217,18 @@ export async function runAgent(
           },
         );
       }
-      const node = await toolCall(ctx, { runId, turnId, index, call, tools, scope, depth: depth });
+      const { node, attempts } = await toolCall(ctx, {
+        runId,
+        turnId,
+        index,
+        call,
+        tools,
+        scope,
+        depth,
+        callsLeft: config.maxToolCalls - toolCalls + 1,
+      });
+      // A retried call's further attempts were tool calls too.
+      toolCalls += attempts - 1;
       results.push({
         toolCallId: call.id,
         name: call.name,

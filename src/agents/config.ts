@@ -6,6 +6,8 @@ import type { ModelProviders } from '../models/providers.js';
 export interface ModelConfig {
   provider: string;
   model: string;
+  /** Tried in turn, after provider and model, when the one before answers MODEL_UNAVAILABLE (and only then). */
+  fallback: ModelChoice[];
   /** The system prompt. */
   instructions: string | null;
   /**
@@ -15,6 +17,12 @@ export interface ModelConfig {
   prompt: string | null;
   temperature: number | null;
   maxTokens: number;
+}
+
+/** A provider and one of its models. */
+export interface ModelChoice {
+  provider: string;
+  model: string;
 }
 
 /** `config` of an `agent` action: a loop of model turns and the tool calls they ask for. */
@@ -28,7 +36,7 @@ export interface AgentConfig extends ModelConfig {
 export const MODEL_DEFAULTS = { maxTokens: 1024 } as const;
 export const AGENT_DEFAULTS = { maxTurns: 8, maxToolCalls: 16, runTimeoutMs: 120_000 } as const;
 
-const MODEL_FIELDS = ['provider', 'model', 'instructions', 'prompt', 'temperature', 'maxTokens'];
+const MODEL_FIELDS = ['provider', 'model', 'fallback', 'instructions', 'prompt', 'temperature', 'maxTokens'];
 const AGENT_FIELDS = [...MODEL_FIELDS, 'maxTurns', 'maxToolCalls', 'runTimeoutMs'];
 
 /**
@@ -68,7 +76,18 @@ export function checkModelConfig(
   }
   const model = text(config.model, 'model', true)!;
   providers.checkModel(provider, model);
-  return modelConfig(kind, config, limits);
+  const checked = modelConfig(kind, config, limits);
+  for (const [i, choice] of checked.fallback.entries()) {
+    if (!providers.has(choice.provider)) {
+      throw new EngineError(
+        'BAD_REQUEST',
+        `config.fallback[${i}].provider ${quote(choice.provider)} is not a configured provider; configured: ${providers.names().join(', ')}`,
+        { hint: 'Name one of the providers in the server configuration.' },
+      );
+    }
+    providers.checkModel(choice.provider, choice.model);
+  }
+  return checked;
 }
 
 /**
@@ -89,6 +108,7 @@ export function modelConfig(
   const base: ModelConfig = {
     provider,
     model,
+    fallback: fallbackOf(config.fallback, { provider, model }, limits),
     instructions: text(config.instructions, 'instructions', false),
     prompt: text(config.prompt, 'prompt', false),
     temperature,
@@ -120,6 +140,46 @@ export function modelConfig(
       'agentRunMsMax',
     ),
   };
+}
+
+/**
+ * `config.fallback`: [{provider, model}, …], at most modelFallbacksMax, none the same as the
+ * provider and model before it in the chain. Whether each is configured is checked at creation
+ * (checkModelConfig), like provider and model.
+ */
+function fallbackOf(value: unknown, first: ModelChoice, limits: Readonly<Limits>): ModelChoice[] {
+  if (value === undefined || value === null) return [];
+  const hint = 'config.fallback is a list of {provider, model}, tried in turn when the one before is unavailable.';
+  if (!Array.isArray(value))
+    throw new EngineError('BAD_REQUEST', `config.fallback must be a list, got ${quote(value)}`, { hint });
+  if (value.length > limits.modelFallbacksMax)
+    throw limitExceeded(
+      'modelFallbacksMax',
+      limits.modelFallbacksMax,
+      value.length,
+      `config.fallback has ${value.length} entries; modelFallbacksMax is ${limits.modelFallbacksMax}`,
+      { hint: 'Keep the few providers worth trying.' },
+    );
+  const seen = [first];
+  return value.map((entry: unknown, i): ModelChoice => {
+    const at = `config.fallback[${i}]`;
+    if (entry === null || typeof entry !== 'object' || Array.isArray(entry))
+      throw new EngineError('BAD_REQUEST', `${at} must be {provider, model}, got ${quote(entry)}`, { hint });
+    const extra = Object.keys(entry).find((k) => k !== 'provider' && k !== 'model');
+    if (extra !== undefined)
+      throw new EngineError('BAD_REQUEST', `${at}.${extra} is not a field of a fallback`, { hint });
+    const { provider, model } = entry as Record<string, unknown>;
+    if (typeof provider !== 'string' || provider.trim() === '')
+      throw new EngineError('BAD_REQUEST', `${at}.provider must be a string, got ${quote(provider)}`, { hint });
+    if (typeof model !== 'string' || model.trim() === '')
+      throw new EngineError('BAD_REQUEST', `${at}.model must be a string, got ${quote(model)}`, { hint });
+    if (seen.some((c) => c.provider === provider && c.model === model))
+      throw new EngineError('BAD_REQUEST', `${at} (${provider}, ${model}) is already in the chain`, {
+        hint: 'List each provider and model once: a provider retries its own calls (its maxRetries).',
+      });
+    seen.push({ provider, model });
+    return { provider, model };
+  });
 }
 
 function text(value: unknown, field: string, required: boolean): string | null {

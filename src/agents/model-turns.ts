@@ -4,7 +4,7 @@ import type { ModelMessage, ModelResponse, ModelToolCall } from '../models/types
 import { type CallNode, type ModelCallRecord, persistTree } from '../execution/call-tree.js';
 import { checkRunnable } from '../execution/call-rules.js';
 import { toEngineError, validate } from '../execution/checks.js';
-import { type ModelConfig, modelConfig, renderPrompt } from './config.js';
+import { type ModelChoice, type ModelConfig, modelConfig, renderPrompt } from './config.js';
 import {
   type OfferedTool,
   RETRY_PAUSE_MS,
@@ -83,118 +83,139 @@ export async function modelTurn(
     rootId: ctx.executionId,
     depth,
   });
-  const startedMs = performance.now();
-  let response: ModelResponse;
-  try {
-    if (!svc.models)
-      throw new EngineError(
-        'MODEL_ERROR',
-        `${ctx.version.name} uses provider ${JSON.stringify(config.provider)}, and no model providers are configured here`,
-        { hint: 'Configure the providers block of the server configuration (the file TALLY_CONFIG names).' },
-      );
-    if (!svc.models.has(config.provider))
-      throw new EngineError(
-        'MODEL_ERROR',
-        `${ctx.version.name} uses provider ${JSON.stringify(config.provider)}, which is not configured here; configured: ${svc.models.names().join(', ')}`,
-        { hint: 'Configure it in the server configuration, or update the action.' },
-      );
-    const provider = svc.models.get(config.provider);
-    // The SDK's timeout ends at the response headers: a body that stalls is ended by this one,
-    // every try's timeout in a row, and never past the run's deadline.
-    const { timeoutMs, maxRetries } = provider.config;
-    const untilDeadline = ctx.deadline - Date.now();
-    const bound = Math.max(1, Math.min(untilDeadline, (timeoutMs + RETRY_PAUSE_MS) * (maxRetries + 1)));
-    const cut = new AbortController();
-    const timer = setTimeout(
-      () =>
-        cut.abort(
-          bound === untilDeadline
-            ? new EngineError(
-                'TIMEOUT',
-                `${ctx.version.name} reached its whole-run deadline while provider ${config.provider} (model ${config.model}) was answering`,
-                { details: { retry: false } },
-              )
-            : new EngineError(
-                'TIMEOUT',
-                `provider ${config.provider} (model ${config.model}) did not finish answering within ${bound} ms`,
-              ),
-        ),
-      bound,
-    );
+  // The provider and model, then each fallback while the one before is unavailable.
+  const chain: ModelChoice[] = [{ provider: config.provider, model: config.model }, ...config.fallback];
+  for (const [i, choice] of chain.entries()) {
+    const startedMs = performance.now();
+    let response: ModelResponse;
     try {
-      response = await provider.complete({
-        model: config.model,
-        instructions: request.instructions,
-        messages: request.messages,
-        tools: request.tools.map((t) => t.spec),
-        temperature: config.temperature,
-        maxTokens: config.maxTokens,
-        responseSchema: request.responseSchema,
-        signal: AbortSignal.any([ctx.signal, cut.signal]),
+      response = await ask(ctx, choice, request);
+    } catch (error) {
+      if (ctx.signal.aborted) throw error;
+      const failure = toEngineError(error);
+      svc.onModelCall({
+        provider: choice.provider,
+        model: choice.model,
+        outcome: failure.code,
+        inputTokens: null,
+        outputTokens: null,
+        latencyMs: performance.now() - startedMs,
       });
-    } finally {
-      clearTimeout(timer);
+      // Recorded under a fresh id: the turn is asked of the next in the chain, or again at the next attempt.
+      step(ctx, () => {
+        persistTree(svc.st, {
+          ...node,
+          executionId: svc.newId(),
+          status: 'FAILED',
+          error: failure.toData(),
+          finished: svc.clock.now().toISOString(),
+          model: {
+            provider: choice.provider,
+            model: choice.model,
+            inputTokens: null,
+            outputTokens: null,
+            latencyMs: Math.round(performance.now() - startedMs),
+            httpAttempts: (failure.details as { attempts?: number } | undefined)?.attempts ?? 1,
+            stopReason: null,
+          },
+        });
+      });
+      // Only an unavailable provider falls back: never one that answered, refused the request, or ran out of time.
+      if (failure.code === 'MODEL_UNAVAILABLE' && i + 1 < chain.length) {
+        checkDeadline(ctx, `model turn ${turn} on ${chain[i + 1]!.provider}`);
+        continue;
+      }
+      throw failure;
     }
-  } catch (error) {
-    if (ctx.signal.aborted) throw error;
-    const failure = toEngineError(error);
+    const call: ModelCallRecord = {
+      provider: choice.provider,
+      model: response.model || choice.model,
+      inputTokens: response.usage.inputTokens,
+      outputTokens: response.usage.outputTokens,
+      latencyMs: Math.round(response.latencyMs),
+      httpAttempts: response.httpAttempts,
+      stopReason: response.stopReason,
+    };
     svc.onModelCall({
-      provider: config.provider,
-      model: config.model,
-      outcome: failure.code,
-      inputTokens: null,
-      outputTokens: null,
-      latencyMs: performance.now() - startedMs,
+      provider: choice.provider,
+      model: choice.model,
+      outcome: 'ok',
+      inputTokens: call.inputTokens,
+      outputTokens: call.outputTokens,
+      latencyMs: response.latencyMs,
     });
-    // Recorded under a fresh id: the turn is asked again at the next attempt.
-    step(ctx, () => {
+    const answer = { text: response.text, toolCalls: response.toolCalls };
+    step(ctx, () =>
       persistTree(svc.st, {
         ...node,
-        executionId: svc.newId(),
-        status: 'FAILED',
-        error: failure.toData(),
+        status: 'SUCCEEDED',
+        output: answer,
         finished: svc.clock.now().toISOString(),
-        model: {
-          provider: config.provider,
-          model: config.model,
-          inputTokens: null,
-          outputTokens: null,
-          latencyMs: Math.round(performance.now() - startedMs),
-          httpAttempts: (failure.details as { attempts?: number } | undefined)?.attempts ?? 1,
-          stopReason: null,
-        },
-      });
-    });
-    throw failure;
+        model: call,
+      }),
+    );
+    return response;
   }
-  const call: ModelCallRecord = {
-    provider: config.provider,
-    model: response.model || config.model,
-    inputTokens: response.usage.inputTokens,
-    outputTokens: response.usage.outputTokens,
-    latencyMs: Math.round(response.latencyMs),
-    httpAttempts: response.httpAttempts,
-    stopReason: response.stopReason,
-  };
-  svc.onModelCall({
-    provider: config.provider,
-    model: config.model,
-    outcome: 'ok',
-    inputTokens: call.inputTokens,
-    outputTokens: call.outputTokens,
-    latencyMs: response.latencyMs,
-  });
-  const answer = { text: response.text, toolCalls: response.toolCalls };
-  step(ctx, () =>
-    persistTree(svc.st, {
-      ...node,
-      status: 'SUCCEEDED',
-      output: answer,
-      finished: svc.clock.now().toISOString(),
-      model: call,
-    }),
+  throw new Error('unreachable: the chain has at least one entry');
+}
+
+/** One model call to `choice`: its provider configured here, bounded by its tries and the run's deadline. */
+async function ask(
+  ctx: RunContext,
+  choice: ModelChoice,
+  request: Parameters<typeof modelTurn>[4],
+): Promise<ModelResponse> {
+  const { svc } = ctx;
+  const { config } = request;
+  if (!svc.models)
+    throw new EngineError(
+      'MODEL_ERROR',
+      `${ctx.version.name} uses provider ${JSON.stringify(choice.provider)}, and no model providers are configured here`,
+      { hint: 'Configure the providers block of the server configuration (the file TALLY_CONFIG names).' },
+    );
+  if (!svc.models.has(choice.provider))
+    throw new EngineError(
+      'MODEL_ERROR',
+      `${ctx.version.name} uses provider ${JSON.stringify(choice.provider)}, which is not configured here; configured: ${svc.models.names().join(', ')}`,
+      { hint: 'Configure it in the server configuration, or update the action.' },
+    );
+  const provider = svc.models.get(choice.provider);
+  // The SDK's timeout ends at the response headers: a body that stalls is ended by this one,
+  // every try's timeout in a row, and never past the run's deadline.
+  const { timeoutMs, maxRetries } = provider.config;
+  const untilDeadline = ctx.deadline - Date.now();
+  const bound = Math.max(1, Math.min(untilDeadline, (timeoutMs + RETRY_PAUSE_MS) * (maxRetries + 1)));
+  const cut = new AbortController();
+  const timer = setTimeout(
+    () =>
+      cut.abort(
+        bound === untilDeadline
+          ? new EngineError(
+              'TIMEOUT',
+              `${ctx.version.name} reached its whole-run deadline while provider ${choice.provider} (model ${choice.model}) was answering`,
+              { details: { retry: false } },
+            )
+          : new EngineError(
+              'TIMEOUT',
+              `provider ${choice.provider} (model ${choice.model}) did not finish answering within ${bound} ms`,
+            ),
+      ),
+    bound,
   );
-  return response;
+  try {
+    return await provider.complete({
+      model: choice.model,
+      instructions: request.instructions,
+      messages: request.messages,
+      tools: request.tools.map((t) => t.spec),
+      temperature: config.temperature,
+      maxTokens: config.maxTokens,
+      responseSchema: request.responseSchema,
+      signal: AbortSignal.any([ctx.signal, cut.signal]),
+    });
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 function answerOf(node: CallNode): ModelResponse {
@@ -256,10 +277,12 @@ export async function runModel(
 ): Promise<unknown> {
   const config = modelConfig('model', version.config, ctx.svc.limits);
   const schema = version.tool.outputSchema;
+  // Structured output only when every provider of the chain has it (a fallback gets the same request).
   const structured =
     schema !== null &&
-    ctx.svc.models?.has(config.provider) === true &&
-    ctx.svc.models.get(config.provider).config.structuredOutput;
+    [config, ...config.fallback].every(
+      (c) => ctx.svc.models?.has(c.provider) === true && ctx.svc.models.get(c.provider).config.structuredOutput,
+    );
   const instructions = joinInstructions(
     config.instructions,
     schema !== null && !structured ? schemaNote(version) : null,

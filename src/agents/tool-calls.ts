@@ -4,7 +4,6 @@ import { derivedId } from '../ids.js';
 import type { ModelToolCall } from '../models/types.js';
 import { type CallNode, persistTree, rowToNode } from '../execution/call-tree.js';
 import { authorityOf, checkMayCall, checkRunnable, outerWith } from '../execution/call-rules.js';
-import { beginCall } from '../execution/entry.js';
 import { fixedInput, toEngineError, validate } from '../execution/checks.js';
 import { jsonToCel } from '../cel/values.js';
 import { isRetryable } from '../execution/queue/attempt.js';
@@ -21,11 +20,14 @@ import {
   stepId,
 } from './run-context.js';
 import { NAMES_LISTED_MAX, NAME_SHOWN_MAX } from '../limits.js';
+import { answersToAlias } from '../actions/names.js';
+import { type Attempted, attemptTool, kindOf, recordedAttempts } from './tool-attempts.js';
 
 /*
- * A tool the model asked for: checked against the agent's references and every layer above,
- * approved by a person where the reference asks, run through the one call entry (beginCall) in a
- * transaction of its own, retried by its retry rule, and recorded in the run's tree.
+ * A tool the model asked for (by its name or one of its aliases): checked against the agent's
+ * references and every layer above, approved by a person where the reference asks, run through
+ * the one call entry (beginCall) in a transaction of its own, retried by its retry rule
+ * (tool-attempts.ts), and recorded in the run's tree.
  */
 
 interface ToolStep {
@@ -41,6 +43,26 @@ interface ToolStep {
     session: { id: string; input: unknown } | null;
   };
   depth: number;
+  /** Attempts the run's maxToolCalls still allows this call, this one included. */
+  callsLeft: number;
+}
+
+/**
+ * The tool the model asked for: the one offered under that name, or else the offered tool whose
+ * version answers to it as an alias (as a program's tools.x() finds one). Only offered tools: an
+ * alias of a tool the agent was not given is no tool.
+ */
+export function offeredTool(tools: readonly OfferedTool[], name: string): OfferedTool | undefined {
+  return (
+    tools.find((t) => t.reference.name === name) ??
+    tools.find((t) => t.version !== null && !t.skills && answersToAlias(t.version, name))
+  );
+}
+
+/** One tool call the model asked for: its last outcome, and the attempts it took (see callTool). */
+export async function toolCall(ctx: RunContext, s: ToolStep): Promise<Attempted> {
+  const ran = await callTool(ctx, s);
+  return 'attempts' in ran ? ran : { node: ran, attempts: 1 };
 }
 
 /**
@@ -49,12 +71,13 @@ interface ToolStep {
  * narrowed by every tool on the start stack, the agent, and the tool. Whatever fails is recorded
  * as a FAILED call under the turn, and its code, message and hint go back to the model.
  */
-export async function toolCall(ctx: RunContext, s: ToolStep): Promise<CallNode> {
+async function callTool(ctx: RunContext, s: ToolStep): Promise<CallNode | Attempted> {
   const { svc } = ctx;
   const callId = stepId(ctx, s.runId, 'call', s.turnId, s.index);
   const known = recorded(ctx, callId);
-  // A model or agent it called that was cut short is RUNNING: it resumes below, from its own steps.
-  if (known && known.status !== 'RUNNING') return known;
+  // A model or agent it called that was cut short is RUNNING: it resumes below, from its own steps;
+  // so does a tool with an attempt due.
+  if (known && known.status !== 'RUNNING') return { node: known, attempts: recordedAttempts(ctx, callId) };
   checkDeadline(ctx, `tool call ${s.call.name.slice(0, NAME_SHOWN_MAX)}`);
   const attach = { parentId: s.turnId, rootId: ctx.executionId, depth: s.depth };
   const failed = (error: EngineError, name: string, input: unknown, tool: OfferedTool | null): CallNode =>
@@ -77,7 +100,7 @@ export async function toolCall(ctx: RunContext, s: ToolStep): Promise<CallNode> 
       return node;
     });
 
-  const tool = s.tools.find((t) => t.reference.name === s.call.name);
+  const tool = offeredTool(s.tools, s.call.name);
   if (!tool) {
     const names = s.tools.map((t) => t.reference.name);
     const shown = `${names.slice(0, NAMES_LISTED_MAX).join(', ')}${names.length > NAMES_LISTED_MAX ? `, … (${names.length} in all)` : ''}`;
@@ -189,46 +212,7 @@ export async function toolCall(ctx: RunContext, s: ToolStep): Promise<CallNode> 
       return failed(error.cause, tool.reference.name, input, tool);
     }
   }
-  let fatal: EngineError | null = null;
-  try {
-    return step(ctx, () => {
-      const caller = svc.callerOf(ctx.principal);
-      if (!caller)
-        throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(ctx.principal)} no longer exists`);
-      const target = tool.native
-        ? ({ type: 'native', name: tool.native } as const)
-        : ({ type: 'version', version: tool.version! } as const);
-      const begun = beginCall(svc, {
-        caller,
-        target,
-        input,
-        executionId: callId,
-        inputFingerprint: null,
-        outer: ctx.outer,
-        authorize: true,
-        attach,
-        triggerDepth: ctx.triggerDepth,
-        deadlineCap: ctx.deadline,
-        executionInput: ctx.input,
-        model: { agent: `${ctx.version.name}@${ctx.version.version}` },
-      });
-      if (begun.fatal || begun.overran) {
-        fatal = toEngineError(begun.fatal ?? begun.overran);
-        throw fatal;
-      }
-      persistTree(svc.st, begun.node);
-      return begun.node;
-    });
-  } catch (error) {
-    if (error instanceof LeaseLost || error !== fatal || fatal === null) throw error;
-    // The call ran past its deadline (or hit a busy database) and rolled back whole: recorded as
-    // its failure, so the model hears of it and the run goes on.
-    const reason: EngineError = fatal;
-    if (reason.code === 'BUSY') throw reason;
-    return failed(reason, tool.reference.name, input, tool);
-  } finally {
-    ctx.wake();
-  }
+  return attemptTool(ctx, { callId, attach, tool, input, resumed: known, callsLeft: s.callsLeft });
 }
 
 /**
@@ -318,12 +302,6 @@ function awaitApproval(ctx: RunContext, callId: string, tool: OfferedTool, input
     });
   });
   throw new Parked(approvalId);
-}
-
-function kindOf(tool: OfferedTool | null): CallNode['kind'] {
-  if (tool?.native) return tool.native === 'graphql' ? 'GRAPHQL' : 'CEL';
-  const kind = tool?.version?.kind;
-  return kind === 'model' ? 'MODEL' : kind === 'agent' ? 'AGENT' : kind === 'graphql' ? 'GRAPHQL' : 'TOOL';
 }
 
 /** A model or agent call an agent could not start (refused, or its input invalid): recorded as its FAILED call. */

@@ -108,11 +108,12 @@ export function children(deps: ExecutionDeps, node: CallNode): CallNode[] {
 }
 
 /**
- * A top-level execution's attempts, as the queue recorded them; for one with no recorded attempt
- * (a call, or one run at once), the one it made, if it ran.
+ * An execution's attempts, as recorded: a started execution's, and an agent's tool call that was
+ * retried within its run; for one with no recorded attempt (a call, or one run at once), the one
+ * it made, if it ran.
  */
 export function invocations(deps: ExecutionDeps, node: CallNode): Invocation[] {
-  const rows = node.parentId === null ? deps.queue.invocations.all(node.executionId) : [];
+  const rows = deps.queue.invocations.all(node.executionId);
   if (rows.length > 0) {
     return rows.map((r) => ({
       attempt: r.attempt,

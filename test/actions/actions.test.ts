@@ -131,7 +131,7 @@ describe('action version fields: title, aliases, metadata, readOnly, retryIf, ca
   it('refuses each bad value with its code, naming the value', () => {
     const cases: Array<[Record<string, unknown>, Record<string, unknown>, string, string]> = [
       [{}, { title: 'x'.repeat(201) }, 'LIMIT_EXCEEDED', 'tool.title'],
-      [{}, { aliases: ['Bad-Name'] }, 'BAD_REQUEST', '"Bad-Name" is not a tool name'],
+      [{}, { aliases: ['Bad.Name'] }, 'BAD_REQUEST', '"Bad.Name" is not a tool name'],
       [{}, { aliases: ['graphql'] }, 'ALREADY_EXISTS', 'tool.aliases: "graphql" is a reserved tool name'],
       [{}, { aliases: ['cel'] }, 'ALREADY_EXISTS', 'tool.aliases: "cel" is a reserved tool name'],
       [{}, { aliases: ['load_skill'] }, 'ALREADY_EXISTS', 'tool.aliases: "load_skill" is a reserved tool name'],
