@@ -712,3 +712,44 @@ describe('skills', () => {
     expect(run.status).toBeDefined();
   });
 });
+
+describe('a session opened by an alias of the agent (hostile review of issue 36)', () => {
+  let f: Fixture;
+  beforeAll(async () => {
+    f = await fixture();
+    // payer answers to "cashbox" too; eve may open sessions with anything but payer.
+    ok(
+      f.engine,
+      'mutation($id: UUID!, $input: ActionInput!) { actions { updateAction(id: $id, input: $input) { version } } }',
+      {
+        id: sid(2),
+        input: { tool: { aliases: ['cashbox'] } },
+      },
+    );
+    ok(
+      f.engine,
+      `mutation($p: String!, $pol: [PolicyInput!]!) { auth { createClient(input: {principal: $p, name: $p, policies: $pol}) { apiKey } } }`,
+      {
+        p: 'eve',
+        pol: [
+          ...CLIENT_POLICIES,
+          {
+            effect: 'DENY',
+            actions: ['INSERT'],
+            resources: ['actions.Session'],
+            assertions: { not_payer: "context.document.agent == 'payer'" },
+          },
+        ],
+      },
+    );
+  });
+  afterAll(async () => close(f));
+
+  it('is guarded as the agent it names: a DENY on payer holds for cashbox', () => {
+    const byName = fails(f.engine, CREATE_SESSION, { s: sid(9001), a: 'payer', i: {} }, 'eve');
+    expect(byName.message).toBe('INSERT on actions.Session refused by client eve: policy 6 denies it');
+    const byAlias = fails(f.engine, CREATE_SESSION, { s: sid(9002), a: 'cashbox', i: {} }, 'eve');
+    expect(byAlias).toEqual(byName);
+    expect(fails(f.engine, SESSION, { s: sid(9002) }).code).toBe('NOT_FOUND');
+  });
+});

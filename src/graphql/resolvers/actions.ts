@@ -372,9 +372,12 @@ export const actionResolvers = {
       return executions.cancel(ctx.services, node, ctx.frame);
     },
     createSession: (_: unknown, { sessionId, agent, input }: Args, ctx: RequestContext) => {
-      guard(ctx, 'INSERT', AS, { sessionId, agent, input: input ?? {}, principal: ctx.principal });
+      // An alias is guarded as the agent it names, as guardExecution does: a policy on the name
+      // holds whatever name the caller used.
+      const named = actions.canonicalName(ctx.services.actions, agent);
+      guard(ctx, 'INSERT', AS, { sessionId, agent: named, input: input ?? {}, principal: ctx.principal });
       // Its turns start the agent: the caller must be allowed that too, as for startAction.
-      guard(ctx, 'INSERT', AE, { action: agent, version: null, input: input ?? {} });
+      guard(ctx, 'INSERT', AE, { action: named, version: null, input: input ?? {} });
       return sessions.createSession(ctx.services, ctx.caller, ctx.frame, { sessionId, agent, input });
     },
     sendMessage: (_: unknown, { sessionId, messageId, text }: Args, ctx: RequestContext) => {
