@@ -25,7 +25,12 @@ export class ReplaceableSandbox {
     limits: SandboxLimits,
     onError: (error: unknown) => void,
   ): Promise<ReplaceableSandbox> {
-    return new ReplaceableSandbox(new Sandbox(await loadQuickJS(wasmBytesMax), limits), wasmBytesMax, limits, onError);
+    return new ReplaceableSandbox(
+      new Sandbox(await loadQuickJS(wasmBytesMax, limits.memoryBytesMax), limits),
+      wasmBytesMax,
+      limits,
+      onError,
+    );
   }
 
   current(): Sandbox | null {
@@ -51,7 +56,7 @@ export class ReplaceableSandbox {
 
   private replace(): void {
     if (this.loading || this.disposed) return;
-    this.loading = loadQuickJS(this.wasmBytesMax)
+    this.loading = loadQuickJS(this.wasmBytesMax, this.limits.memoryBytesMax)
       .then((module) => {
         if (!this.disposed) this.sandbox = new Sandbox(module, this.limits);
       })
