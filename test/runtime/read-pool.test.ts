@@ -308,7 +308,7 @@ describe('the read pool', () => {
     // A query that reads more besides: its waits are its wait fields'.
     const both = `query($e: UUID!, $w: Int) { ${HEAVY_READ.slice(1, -1)} actions { execution(executionId: $e, waitMs: $w) { status } } }`;
     expect(await pool.executionWaits({ query: both, variables: { e: id(801), w: 10_000 } })).toEqual([
-      { executionId: id(801), waitMs: 10_000, principal: 'system' },
+      { executionId: id(801), waitMs: 10_000, principal: 'system', progressAfter: 0 },
     ]);
     // Run by the writer's worker, it is terminal: no wait.
     writer.createWorker().drain();

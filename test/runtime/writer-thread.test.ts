@@ -426,7 +426,7 @@ describe('WriterThread in-process', () => {
     // tells which executions it waits on (the server waits for them itself).
     expect((await thread.execute({ query: WAIT_D009 })).data).toEqual({ actions: { execution: { status: 'QUEUED' } } });
     expect(await thread.executionWaits({ query: WAIT_D009 })).toEqual([
-      { executionId: '00000000-0000-4000-8000-00000000d009', waitMs: 20000, principal: 'system' },
+      { executionId: '00000000-0000-4000-8000-00000000d009', waitMs: 20000, principal: 'system', progressAfter: 0 },
     ]);
     expect(await thread.executionWaits({ query: '{ journal { name } }' })).toEqual([]);
     const snapshot = await thread.snapshot();
@@ -525,7 +525,7 @@ describe('WriterThread in-process', () => {
     expect((await q1).errors).toBeUndefined();
     // Mallory may read the execution: the wait is hers to wait for.
     expect(await waits).toEqual([
-      { executionId: '00000000-0000-4000-8000-00000000d009', waitMs: 20000, principal: 'mallory' },
+      { executionId: '00000000-0000-4000-8000-00000000d009', waitMs: 20000, principal: 'mallory', progressAfter: 0 },
     ]);
     // A query whose caller went away before its turn is dropped: answered BUSY, never run.
     const blocker = queue.query(read, 'mallory');
