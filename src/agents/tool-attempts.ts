@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { EngineError, type ErrorCode, type ErrorData } from '../errors.js';
+import { EngineError, type ErrorData } from '../errors.js';
 import { type CallNode, persistTree, rowToNode } from '../execution/call-tree.js';
 import { beginCall } from '../execution/entry.js';
 import { succeeded, toEngineError } from '../execution/checks.js';
@@ -14,9 +14,6 @@ import { type OfferedTool, type RunContext, LeaseLost, baseNode, checkDeadline, 
  * per attempt (Execution.invocations), every attempt's calls beneath the row (a failed attempt's
  * marked undone, its writes rolled back). The model hears only the last attempt's outcome.
  */
-
-/** What the tool's own retry rule never overrides: the call was refused, not failed (no attempt can differ). */
-const REFUSALS: ReadonlySet<ErrorCode> = new Set(['ACCESS_DENIED', 'UNAUTHENTICATED', 'INPUT_INVALID', 'BAD_REQUEST']);
 
 export interface ToolAttempts {
   callId: string;
@@ -57,8 +54,6 @@ export async function attemptTool(ctx: RunContext, call: ToolAttempts): Promise<
       attempt < call.callsLeft &&
       waited + delay <= svc.limits.agentToolRetryWaitMsMax &&
       Date.now() + delay < ctx.deadline &&
-      !REFUSALS.has(error.code) &&
-      (error.details as { retry?: unknown } | null | undefined)?.retry !== false &&
       shouldRetry(svc, retryRule(version), error, attempt);
     const outcome = await once(ctx, call, attempt, exists, again);
     if (!outcome.again) return { node: outcome.node, attempts: attempt };

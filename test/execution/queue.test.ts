@@ -459,8 +459,18 @@ describe('execution.retryIf', () => {
         engine,
         `mutation { actions { startAction(name: "${name}", input: {executionId: "${id(e)}", input: {}}) { status } } }`,
       );
+    // No rule overrides a refusal or a tool's own {retry: false}: the same door an agent's tool call asks.
+    make(7204, 'says_no', 'function run(event) { fail("final", null, { retry: false }); }', 'true');
+    make(
+      7205,
+      'denied',
+      `function run(event) { graphql('mutation { createAccount(input: {accountId: "${id(7206)}", code: "x", name: "x"}) { code } }'); }`,
+      'true',
+    );
     start('flaky_bug', 7301);
     start('gives_up', 7302);
+    start('says_no', 7303);
+    start('denied', 7304);
     const worker = engine.createWorker();
     for (let i = 0; i < 6; i++) {
       worker.drain();
@@ -471,6 +481,8 @@ describe('execution.retryIf', () => {
         .execution;
     expect(state(7301)).toEqual({ status: 'FAILED', attempt: 3, error: { code: 'SCRIPT_ERROR' } });
     expect(state(7302)).toEqual({ status: 'FAILED', attempt: 1, error: { code: 'TOOL_FAILED' } });
+    expect(state(7303)).toEqual({ status: 'FAILED', attempt: 1, error: { code: 'TOOL_FAILED' } });
+    expect(state(7304)).toEqual({ status: 'FAILED', attempt: 1, error: { code: 'ACCESS_DENIED' } });
     // A rule that does not compile is refused when the version is made.
     const bad = fails(
       engine,

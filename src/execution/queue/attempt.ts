@@ -1,5 +1,5 @@
 import { DEFAULT_EXECUTION, getVersion } from '../../actions/actions.js';
-import { EngineError, ERROR_CODES, type ErrorData } from '../../errors.js';
+import { EngineError, ERROR_CODES, type ErrorCode, type ErrorData } from '../../errors.js';
 import type { QueueRow } from '../../storage/statements/actions.js';
 import { type CallNode, persistProgress, persistTree } from '../call-tree.js';
 import { succeeded as answered, toEngineError } from '../checks.js';
@@ -186,10 +186,15 @@ export function retryRule(version: { execution: unknown }): string | null {
   return (version.execution as { retryIf?: string | null }).retryIf ?? null;
 }
 
+/** What no retry rule overrides: the call was refused, not failed, so no attempt can differ. */
+const REFUSALS: ReadonlySet<ErrorCode> = new Set(['ACCESS_DENIED', 'UNAUTHENTICATED', 'INPUT_INVALID', 'BAD_REQUEST']);
+
 /**
- * Whether a failed attempt is tried again: the version's retryIf when it has one — CEL over
- * `error` {code, message, hint, attempt, retryable} that must give true — else isRetryable. A
- * retryIf that does not evaluate to a bool retries nothing (and says so in the log).
+ * Whether a failed attempt is tried again, for every kind of attempt (a started execution's, a
+ * tool call's within an agent run): never a refusal (denied, bad input) nor a failure the tool
+ * marked {retry: false}; otherwise the version's retryIf when it has one — CEL over `error`
+ * {code, message, hint, attempt, retryable} that must give true — else isRetryable. A retryIf that
+ * does not evaluate to a bool retries nothing (and says so in the log).
  */
 export function shouldRetry(
   svc: ExecutionServices,
@@ -197,6 +202,8 @@ export function shouldRetry(
   error: ErrorData,
   attempt: number,
 ): boolean {
+  if (REFUSALS.has(error.code)) return false;
+  if ((error.details as { retry?: unknown } | null | undefined)?.retry === false) return false;
   if (retryIf === null) return isRetryable(error);
   try {
     const verdict = svc.cel.evaluate(
