@@ -3,6 +3,7 @@ import { fixedInput } from './checks.js';
 import type { RunChild } from './programs.js';
 import type { HostBridge } from '../../sandbox/sandbox.js';
 import { NATIVE_TOOLS, type ToolReference } from '../actions/actions.js';
+import { answersToAlias } from '../actions/names.js';
 import { EngineError, type ErrorData, quote, limitExceeded } from '../errors.js';
 import { checkJsonDepth } from '../json.js';
 import { type CallFrame, type CallNode, outputText } from './call-tree.js';
@@ -260,8 +261,7 @@ export class CallBridge implements HostBridge {
       if ((NATIVE_TOOLS as readonly string[]).includes(reference.name)) continue;
       try {
         const target = this.resolveReference(reference);
-        if (target.type === 'version' && ((target.version.tool as { aliases?: string[] }).aliases ?? []).includes(name))
-          return reference;
+        if (target.type === 'version' && answersToAlias(target.version, name)) return reference;
       } catch {
         // A reference that cannot resolve answers to no alias.
       }
