@@ -63,8 +63,8 @@ const LONG_FILES: Record<string, { lines: number; why: string }> = {
     why: 'the one table of every limit (default, doc, group, bounds) and the fixed bounds: one table by design, mostly doc text',
   },
   'src/storage/migrations.ts': {
-    lines: 795,
-    why: 'eighteen migrations as the SQL text each version applied: frozen history, read top to bottom (numbered files per dialect come with the PostgreSQL adapter, issue 39)',
+    lines: 805,
+    why: 'twenty-one migrations as the SQL text each version applied: frozen history, read top to bottom (numbered files per dialect come with the PostgreSQL adapter, issue 39)',
   },
   'src/runtime/read-pool.ts': {
     lines: 675,

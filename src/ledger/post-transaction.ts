@@ -6,7 +6,7 @@ import type { LedgerDeps } from './deps.js';
 import { isPlainJson, jsonObjectText, type Transaction } from './records.js';
 import { expand, type PlannedEntry } from './tran-code-expansion.js';
 import { findTranCodeRow, type TranCodeCache } from './tran-codes.js';
-import { judgedText, toTransaction } from './transaction-records.js';
+import { judgedColumns, toTransaction } from './transaction-records.js';
 import { enforceVelocity, type VelocityProperties, type Writer } from './velocity-gate.js';
 import { reverseTransaction } from './void-transaction.js';
 import { announce, checkPostable, toWrite, type WriteGuard, writeTransaction } from './write-transaction.js';
@@ -108,7 +108,7 @@ export function postTransaction(
   guard?.(toWrite(expanded.entries, expanded.journalId));
 
   const now = deps.clock.now().toISOString();
-  const row: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count' | 'exceptions'> = {
+  const row: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count' | 'exceptions' | 'properties'> = {
     transaction_id: input.transactionId,
     tran_code_id: tranCodeRow.tran_code_id,
     tran_code_version: version,
@@ -136,8 +136,8 @@ export function postTransaction(
     deps.limits.postingCelCostMax,
     'postingCelCostMax',
   );
-  const judged = judgedText(velocity.exceptions, properties?.overrideVelocityEnforcement?.action);
-  if (judged !== null) deps.vel.setExceptions.run(judged, row.transaction_id);
+  const judged = judgedColumns(velocity.exceptions, properties?.overrideVelocityEnforcement?.action);
+  if (judged !== null) deps.vel.setJudged.run(...judged, row.transaction_id);
   // The gate's own void (VOID, properties.exception): the pair leaves every balance as it was, so it is not judged again.
   if (velocity.voidIt) reverseTransaction(deps, row.transaction_id, guard, null);
   const written =

@@ -1,5 +1,12 @@
 import type { EntryRow, TransactionRow } from '../storage/statements/ledger.js';
-import { type Direction, type Entry, type Layer, readJson, type Transaction } from './records.js';
+import {
+  type Direction,
+  type Entry,
+  type Layer,
+  readJson,
+  type Transaction,
+  type TransactionProperties,
+} from './records.js';
 
 /**
  * Transactions and entries as the API answers them, from their rows. Every module that reads
@@ -19,7 +26,8 @@ export function toTransaction(row: TransactionRow): Transaction {
     metadata: readJson(row.metadata),
     voidOf: row.void_of,
     voidedBy: row.voided_by,
-    ...judged(row.exceptions),
+    exceptions: row.exceptions == null ? [] : (JSON.parse(row.exceptions) as Transaction['exceptions']),
+    ...(row.properties == null ? {} : { properties: JSON.parse(row.properties) as TransactionProperties }),
     version: row.version,
     created: row.created,
     modified: row.modified,
@@ -27,22 +35,19 @@ export function toTransaction(row: TransactionRow): Transaction {
 }
 
 /**
- * The `exceptions` column: the velocity exceptions the write recorded (a JSON list), or, when it
- * was sent with an override, `{exceptions, properties}` (the column predates properties; a write
- * with neither leaves it null, so a plain posting writes nothing more).
+ * How a write was judged, as its row keeps it: the velocity exceptions it recorded (`exceptions`, a
+ * JSON list) and the override it was sent with (`properties`); null for none, so a plain posting
+ * writes nothing more. Null when there is nothing to record.
  */
-export function judgedText(exceptions: Transaction['exceptions'], override: string | null | undefined): string | null {
-  if (override)
-    return JSON.stringify({ exceptions, properties: { overrideVelocityEnforcement: { action: override } } });
-  return exceptions.length > 0 ? JSON.stringify(exceptions) : null;
-}
-
-function judged(text: string | null | undefined): Pick<Transaction, 'exceptions' | 'properties'> {
-  if (text === null || text === undefined) return { exceptions: [] };
-  const value = JSON.parse(text) as
-    | Transaction['exceptions']
-    | Required<Pick<Transaction, 'exceptions' | 'properties'>>;
-  return Array.isArray(value) ? { exceptions: value } : { exceptions: value.exceptions, properties: value.properties };
+export function judgedColumns(
+  exceptions: Transaction['exceptions'],
+  override: string | null | undefined,
+): [exceptions: string | null, properties: string | null] | null {
+  if (exceptions.length === 0 && !override) return null;
+  return [
+    exceptions.length > 0 ? JSON.stringify(exceptions) : null,
+    override ? JSON.stringify({ overrideVelocityEnforcement: { action: override } }) : null,
+  ];
 }
 
 export function toEntry(row: EntryRow): Entry {

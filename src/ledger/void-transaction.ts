@@ -4,7 +4,7 @@ import type { TransactionRow } from '../storage/statements/ledger.js';
 import type { LedgerDeps } from './deps.js';
 import type { Layer, Transaction } from './records.js';
 import type { PlannedEntry } from './tran-code-expansion.js';
-import { judgedText, toTransaction } from './transaction-records.js';
+import { judgedColumns, toTransaction } from './transaction-records.js';
 import { enforceVoid, uncountVoided, type VelocityProperties, type Writer } from './velocity-gate.js';
 import { announce, checkPostable, toWrite, type WriteGuard, writeTransaction } from './write-transaction.js';
 
@@ -89,7 +89,7 @@ export function reverseTransaction(
 
   const now = deps.clock.now();
   const { seq: _seq, first_entry_seq: _first, entry_count: _count, ...kept } = original;
-  const reversal: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count' | 'exceptions'> = {
+  const reversal: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count' | 'exceptions' | 'properties'> = {
     ...kept,
     // A fresh id: a derived one could be taken by a client first, making the void impossible.
     transaction_id: deps.newId(),
@@ -128,8 +128,8 @@ export function reverseTransaction(
     deps.limits.postingCelCostMax,
     'postingCelCostMax',
   );
-  const judged = verdict && judgedText(verdict.exceptions, gate?.properties?.overrideVelocityEnforcement?.action);
-  if (judged) deps.vel.setExceptions.run(judged, reversal.transaction_id);
+  const judged = verdict && judgedColumns(verdict.exceptions, gate?.properties?.overrideVelocityEnforcement?.action);
+  if (judged) deps.vel.setJudged.run(...judged, reversal.transaction_id);
   const reversed = toTransaction(judged ? deps.st.transactionById.get(reversal.transaction_id)! : written);
   announce(deps, reversed, tranCode?.code ?? '', () => null, planned);
   return reversed;

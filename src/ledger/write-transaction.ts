@@ -76,12 +76,18 @@ export function checkPostable(deps: LedgerDeps, accountIds: readonly string[]): 
  */
 export function writeTransaction(
   deps: LedgerDeps,
-  partial: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count' | 'exceptions'>,
+  partial: Omit<TransactionRow, 'seq' | 'first_entry_seq' | 'entry_count' | 'exceptions' | 'properties'>,
   entries: readonly PlannedEntry[],
 ): Posted {
   const last = deps.st.nextEntrySeqBlock ? entrySeqBlock(deps, entries.length) : lastEntrySeq(deps);
   const firstEntrySeq = last.seq + 1;
-  const row = { ...partial, first_entry_seq: firstEntrySeq, entry_count: entries.length, exceptions: null };
+  const row = {
+    ...partial,
+    first_entry_seq: firstEntrySeq,
+    entry_count: entries.length,
+    exceptions: null,
+    properties: null,
+  };
   const info = deps.st.insertTransaction.run(
     row.transaction_id,
     row.tran_code_id,

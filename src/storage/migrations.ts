@@ -791,4 +791,14 @@ export const MIGRATIONS: readonly Migration[] = [
     sql: MIGRATION_20,
     postgres: MIGRATION_20_POSTGRES,
   },
+  {
+    version: 21,
+    name: 'transaction properties',
+    sql: `
+      -- What a posting or a void was sent with that changed how it was judged (the reference
+      -- ledger's Transaction.properties: {overrideVelocityEnforcement: {action}}): JSON, null for none.
+      ALTER TABLE transactions ADD COLUMN properties TEXT;
+    `,
+    postgres: 'ALTER TABLE transactions ADD COLUMN IF NOT EXISTS properties TEXT;',
+  },
 ];

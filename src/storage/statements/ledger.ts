@@ -74,6 +74,8 @@ export interface TransactionRow {
   entry_count: number;
   /** JSON list of velocity exceptions recorded by the posting; null for none. */
   exceptions: string | null;
+  /** JSON of the TransactionProperties it was sent with; null for none. */
+  properties: string | null;
   version: number;
   created: string;
   modified: string;

@@ -126,7 +126,9 @@ export function velocityStatements(db: Db) {
          ${BALANCE_COLUMNS.map((c) => `${c} = dec_add(velocity_balances.${c}, excluded.${c})`).join(', ')},
          entry_id = excluded.entry_id, version = velocity_balances.version + 1, modified = excluded.modified`,
     ),
-    setExceptions: db.prepare<[string, string]>('UPDATE transactions SET exceptions = ? WHERE transaction_id = ?'),
+    setJudged: db.prepare<[string | null, string | null, string]>(
+      'UPDATE transactions SET exceptions = ?, properties = ? WHERE transaction_id = ?',
+    ),
   };
 }
 
