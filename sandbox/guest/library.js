@@ -18,11 +18,12 @@ const TIME_METHODS = 't.plus(d), t.minus(x), t.cmp(u), t.getFullYear()... (CEL: 
 // A CEL timestamp (RFC 3339 text, as cel("time.Now()") returns it) or duration ("90s", as CEL
 // writes one): JSON, String(x) and template literals give that text, so it goes into graphql()
 // variables and outputs exactly as cel() returns it; arithmetic and comparison are its methods.
-class Timestamp {
-  /** @param {symbol} mint @param {string} text */
-  constructor(mint, text) {
-    if (mint !== MINT) throw new TypeError('a timestamp is made by timestamp(text), time.Now() or t.plus(d)');
+class CelText {
+  /** @param {symbol} mint @param {string} text @param {string} kind @param {string} made */
+  constructor(mint, text, kind, made) {
+    if (mint !== MINT) throw new TypeError(`a ${kind} is made by ${made}`);
     this.text = text;
+    this.kind = kind;
     Object.freeze(this);
   }
   toString() {
@@ -33,35 +34,24 @@ class Timestamp {
   }
   /** @returns {never} */
   valueOf() {
-    throw implicit('timestamp', this.text, TIME_METHODS);
+    throw implicit(this.kind, this.text, TIME_METHODS);
   }
   /** @param {string} hint */
   [Symbol.toPrimitive](hint) {
     if (hint === 'string') return this.text;
-    throw implicit('timestamp', this.text, TIME_METHODS);
+    throw implicit(this.kind, this.text, TIME_METHODS);
   }
 }
-class Duration {
+class Timestamp extends CelText {
   /** @param {symbol} mint @param {string} text */
   constructor(mint, text) {
-    if (mint !== MINT) throw new TypeError('a duration is made by duration(text) or t.minus(u)');
-    this.text = text;
-    Object.freeze(this);
+    super(mint, text, 'timestamp', 'timestamp(text), time.Now() or t.plus(d)');
   }
-  toString() {
-    return this.text;
-  }
-  toJSON() {
-    return this.text;
-  }
-  /** @returns {never} */
-  valueOf() {
-    throw implicit('duration', this.text, TIME_METHODS);
-  }
-  /** @param {string} hint */
-  [Symbol.toPrimitive](hint) {
-    if (hint === 'string') return this.text;
-    throw implicit('duration', this.text, TIME_METHODS);
+}
+class Duration extends CelText {
+  /** @param {symbol} mint @param {string} text */
+  constructor(mint, text) {
+    super(mint, text, 'duration', 'duration(text) or t.minus(u)');
   }
 }
 /** @type {Record<string, { prototype: any }>} the types whose CEL members become methods */
