@@ -155,6 +155,16 @@ export const ERROR_CODES = {
     retryable: false,
     hint: 'The model provider refused the request or answered outside its wire format; check the provider configuration and the action config.',
   },
+  INTEGRATION_UNAVAILABLE: {
+    when: "an outside call (an http tool, an MCP server's tool) could not be sent or answered in time, or the service answered a status its tool retries (by default 408, 425, 429, 5xx); no free slot before the deadline",
+    retryable: true,
+    hint: 'The outside service was unreachable, overloaded or slow; the call is retried with backoff and the same idempotency key.',
+  },
+  INTEGRATION_ERROR: {
+    when: "an outside service answered a final failure (a status its tool neither accepts nor retries, an MCP tool error), an answer over the integration's responseBytesMax or not JSON, an MCP tool changed since import, or a call whose outcome is unknown and which may not be sent twice",
+    retryable: false,
+    hint: 'The outside service refused the call or answered what the tool cannot use; read the message, fix the input or the tool, and start it again.',
+  },
   INTERNAL: {
     when: 'a bug; the server log has it',
     retryable: true,

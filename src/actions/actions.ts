@@ -41,6 +41,9 @@ export {
   LOAD_SKILL_TOOL,
   NATIVE_TOOLS,
   RESERVED_TOOL_NAMES,
+  actionKindOfExecution,
+  executionKindOf,
+  runsAfterCommit,
   runsOutsideTransactions,
   versionKey,
 } from './types.js';

@@ -31,9 +31,9 @@ export function buildDocument(
   previous: ActionVersionDocument | null,
 ): ActionVersionDocument {
   const kind = (input.kind ?? previous?.kind ?? 'tool') as ActionKind;
-  if (kind !== 'tool' && kind !== 'graphql' && kind !== 'model' && kind !== 'agent') {
+  if (!(['tool', 'graphql', 'model', 'agent', 'http', 'mcp'] as const).includes(kind)) {
     throw new EngineError('BAD_REQUEST', `kind ${quote(kind)} is not supported`, {
-      hint: 'Use "tool" (a JavaScript program), "graphql" (the native GraphQL tool with narrower policies), "model" (one model call) or "agent" (a model that calls the tools it declares).',
+      hint: 'Use "tool" (a JavaScript program), "graphql" (the native GraphQL tool with narrower policies), "model" (one model call), "agent" (a model that calls the tools it declares), "http" (a request to an integration the operator configured) or "mcp" (a tool of an MCP server the operator configured, made by `tally mcp import`).',
     });
   }
   if (previous && kind !== previous.kind) {
@@ -49,7 +49,11 @@ export function buildDocument(
           ? 'Send config: {runtime: "javascript", src: "function run(event) { ... }"}.'
           : kind === 'graphql'
             ? 'Send config: {version: 1}.'
-            : 'Send config: {provider: "<a configured provider>", model: "<one of its models>", instructions: "…"}.',
+            : kind === 'http'
+              ? 'Send config: {integration: "<a configured integration>", method: "POST", path: "/payouts/{input.id}"}.'
+              : kind === 'mcp'
+                ? 'Import MCP tools with `tally mcp import <server>`.'
+                : 'Send config: {provider: "<a configured provider>", model: "<one of its models>", instructions: "…"}.',
     });
   }
   const fileName = `${base.name}@${base.version}`;
@@ -89,6 +93,8 @@ export function buildDocument(
     }
   } else if (kind === 'model' || kind === 'agent') {
     deps.checkModelConfig(kind, config);
+  } else if (kind === 'http' || kind === 'mcp') {
+    deps.checkOutsideConfig(kind, config);
   } else if (config.version !== 1) {
     throw new EngineError(
       'BAD_REQUEST',
@@ -182,6 +188,7 @@ export function buildDocument(
       : parsePolicies(deps.cel, input.policies, deps.limits.policiesMax);
   const execution = checkExecution(deps, input.execution, previous?.execution ?? DEFAULT_EXECUTION);
   if (kind === 'agent') checkOffered(deps, tools);
+  if (kind === 'http') checkFollowUps(config, tools);
   const skillsIn = input.skills === undefined || input.skills === null ? (previous?.skills ?? []) : input.skills;
   if (skillsIn.length > 0 && kind !== 'agent')
     throw new EngineError('BAD_REQUEST', `skills are for agents; this is a ${kind}`, {
@@ -344,4 +351,18 @@ function checkRetryIf(deps: ActionDeps, expression: string | null): string | nul
     });
   }
   return expression;
+}
+
+/** An http tool's follow-ups (config.followUps) are tools it declares: the one door for what it may start. */
+function checkFollowUps(config: Record<string, unknown>, tools: readonly { name: string }[]): void {
+  const then = (config.followUps ?? {}) as Record<string, { tool?: unknown } | null>;
+  for (const [which, followUp] of Object.entries(then)) {
+    if (!followUp) continue;
+    if (!tools.some((t) => t.name === followUp.tool))
+      throw new EngineError(
+        'BAD_REQUEST',
+        `config.followUps.${which}.tool ${quote(followUp.tool)} is not one of the tools this action declares`,
+        { hint: 'Add it to tools (with a version to pin it): a follow-up is a call of the tool, under its policies.' },
+      );
+  }
 }

@@ -14,11 +14,53 @@ import type { SchemaCache } from './schemas.js';
 
 export type { Policy, PolicyAction, PolicyEffect };
 
-export type ActionKind = 'tool' | 'graphql' | 'model' | 'agent';
+export type ActionKind = 'tool' | 'graphql' | 'model' | 'agent' | 'http' | 'mcp';
 
-/** Kinds that call a model over the network: they run only in the worker, never inside a transaction. */
+/**
+ * Kinds that call over the network (a model; an operator's integration; an operator's MCP server):
+ * they run only in the worker, never inside a transaction.
+ */
 export function runsOutsideTransactions(kind: ActionKind): boolean {
-  return kind === 'model' || kind === 'agent';
+  return kind === 'model' || kind === 'agent' || kind === 'http' || kind === 'mcp';
+}
+
+/**
+ * Kinds that reach outside Tally (DESIGN §11): a program that calls one starts it, to run after
+ * its transaction commits (an outbox), rather than being refused as for a model.
+ */
+export function runsAfterCommit(kind: ActionKind): boolean {
+  return kind === 'http' || kind === 'mcp';
+}
+
+/** The kind of execution a call of a version of `kind` is recorded as. */
+export function executionKindOf(kind: ActionKind): 'TOOL' | 'GRAPHQL' | 'MODEL' | 'AGENT' | 'HTTP' | 'MCP' {
+  switch (kind) {
+    case 'graphql':
+      return 'GRAPHQL';
+    case 'model':
+      return 'MODEL';
+    case 'agent':
+      return 'AGENT';
+    case 'http':
+      return 'HTTP';
+    case 'mcp':
+      return 'MCP';
+    default:
+      return 'TOOL';
+  }
+}
+
+/** The action kind of an execution kind (CEL and GRAPHQL calls, and tools, are all in-transaction). */
+export function actionKindOfExecution(kind: string): ActionKind {
+  return kind === 'AGENT'
+    ? 'agent'
+    : kind === 'MODEL'
+      ? 'model'
+      : kind === 'HTTP'
+        ? 'http'
+        : kind === 'MCP'
+          ? 'mcp'
+          : 'tool';
 }
 export type VersionStatus = 'ACTIVE' | 'LOCKED' | 'DRAFT';
 
@@ -167,6 +209,11 @@ export interface ActionDeps {
    * root hands in src/agents/config.ts's checkModelConfig: actions never import agents).
    */
   checkModelConfig(kind: 'model' | 'agent', config: Record<string, unknown>): void;
+  /**
+   * Throws unless an http or mcp config names an integration or MCP server this process has, and
+   * is well formed (the composition root hands in src/integrations' checks).
+   */
+  checkOutsideConfig(kind: 'http' | 'mcp', config: Record<string, unknown>): void;
   /** Throws NOT_FOUND unless the skill (and the pinned version) exists (src/skills). */
   checkSkill(ref: SkillReference, what: string): void;
   /** Compile-checks a program; returns a problem with line and column, or null. */

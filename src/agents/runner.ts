@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { DEFAULT_EXECUTION, getVersion } from '../actions/actions.js';
+import { DEFAULT_EXECUTION, getVersion, runsAfterCommit } from '../actions/actions.js';
 import { EngineError, type ErrorData } from '../errors.js';
 import type { QueueRow } from '../storage/statements/actions.js';
 import {
@@ -19,6 +19,8 @@ import type { OutsideRunsOptions, OutsideTransactionRuns, RunClaim } from '../ex
 import { type RunVersion, Cancelled, LeaseLost, Parked, type RunContext, leaseUntil, tryWrite } from './run-context.js';
 import { runAgent } from './agent-loop.js';
 import { runModel } from './model-turns.js';
+import { runOutside } from './outside-calls.js';
+import { startFollowUp } from '../execution/queue/follow-ups.js';
 
 export type AgentRunsOptions = OutsideRunsOptions;
 
@@ -152,7 +154,15 @@ export class AgentRuns implements OutsideTransactionRuns {
     } finally {
       lease.stop();
     }
-    this.finish(claim, { startedAt, startedMs, output, error, backoff, session: ctx?.session ?? null });
+    this.finish(claim, {
+      startedAt,
+      startedMs,
+      output,
+      error,
+      backoff,
+      session: ctx?.session ?? null,
+      version: ctx?.version ?? null,
+    });
   }
 
   /** The run's version and authority, read now: a deleted starter or a revoked policy fails it. */
@@ -168,10 +178,19 @@ export class AgentRuns implements OutsideTransactionRuns {
         });
       }
       const outer = outerOf(svc.actions, row.start_stack ? (JSON.parse(row.start_stack) as VersionRef[]) : []);
-      checkMayCall(authorityOf(svc.cel, caller, null, outer.layers), row.action_name, row.action_version, input);
+      checkMayCall(
+        authorityOf(svc.cel, caller, null, outer.layers),
+        row.action_name,
+        row.action_version,
+        input,
+        outer.consenting,
+      );
       const version = getVersion(svc.actions, { id: row.action_id!, version: row.action_version! });
       checkRunnable(version);
-      const config = modelConfig(version.kind as 'model' | 'agent', version.config, svc.limits) as AgentConfig;
+      // An http or mcp call has no model config: nothing of the run reads it for those kinds.
+      const config = runsAfterCommit(version.kind)
+        ? ({} as AgentConfig)
+        : (modelConfig(version.kind as 'model' | 'agent', version.config, svc.limits) as AgentConfig);
       let session: RunContext['session'] = null;
       if (row.session_id) {
         const found = svc.sessions.sessionById.get(row.session_id);
@@ -189,6 +208,11 @@ export class AgentRuns implements OutsideTransactionRuns {
         session = { id: found.session_id, input: JSON.parse(found.input) as unknown, history };
       }
       const runTimeoutMs = version.kind === 'agent' ? config.runTimeoutMs : svc.limits.agentRunMsMax;
+      // An outside call's attempt has its own deadline (execution.timeoutMs, else agentRunMsMax) from
+      // when it starts: a retry hours after the start is an attempt like the first.
+      const deadline = runsAfterCommit(version.kind)
+        ? Date.now() + (version.execution.timeoutMs ?? svc.limits.agentRunMsMax)
+        : Date.parse(row.created) + runTimeoutMs;
       return {
         value: {
           svc,
@@ -199,7 +223,7 @@ export class AgentRuns implements OutsideTransactionRuns {
           input,
           principal: caller.principal,
           outer: outerWith(outer, version),
-          deadline: Date.parse(row.created) + runTimeoutMs,
+          deadline,
           signal,
           triggerDepth: row.trigger_depth,
           wake: this.options.wake,
@@ -221,6 +245,7 @@ export class AgentRuns implements OutsideTransactionRuns {
       backoff,
       cancelled = false,
       session = null,
+      version = null,
     }: {
       startedAt: Date;
       startedMs: number;
@@ -229,6 +254,8 @@ export class AgentRuns implements OutsideTransactionRuns {
       backoff: typeof DEFAULT_EXECUTION.backoff;
       cancelled?: boolean;
       session?: RunContext['session'];
+      /** The version that ran (null when it could not be read): its follow-ups start with a final outcome. */
+      version?: RunContext['version'] | null;
     },
   ): void {
     const { svc } = this;
@@ -278,6 +305,17 @@ export class AgentRuns implements OutsideTransactionRuns {
         finished,
         logs: null,
       });
+      if (version && (status === 'SUCCEEDED' || status === 'FAILED'))
+        startFollowUp(svc, {
+          version,
+          executionId: row.execution_id,
+          principal: row.principal ?? 'system',
+          startStack: row.start_stack ? (JSON.parse(row.start_stack) as VersionRef[]) : [],
+          input: JSON.parse(row.input) as unknown,
+          output: succeeded ? (output ?? null) : null,
+          error,
+          triggerDepth: row.trigger_depth,
+        });
       if (session && succeeded) {
         // The turn's answer joins the session's history, which keeps its newest sessionHistoryMax messages.
         const text =
@@ -372,4 +410,8 @@ class LeaseKeeper {
 
 /** The run of a version of kind model or agent: the agent loop, or one model call. */
 const runVersion: RunVersion = (ctx, runId, version, input, depth) =>
-  version.kind === 'agent' ? runAgent(ctx, runId, version, input, depth) : runModel(ctx, runId, version, input, depth);
+  version.kind === 'agent'
+    ? runAgent(ctx, runId, version, input, depth)
+    : version.kind === 'http' || version.kind === 'mcp'
+      ? runOutside(ctx, runId, version, input)
+      : runModel(ctx, runId, version, input, depth);

@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import { executionKindOf } from '../actions/actions.js';
 import { EngineError, type ErrorData } from '../errors.js';
 import { type CallNode, persistTree, rowToNode } from '../execution/call-tree.js';
 import { beginCall } from '../execution/entry.js';
@@ -206,6 +207,5 @@ export function recordedAttempts(ctx: RunContext, callId: string): number {
 /** The kind of execution a call of `tool` is recorded as. */
 export function kindOf(tool: OfferedTool | null): CallNode['kind'] {
   if (tool?.native) return tool.native === 'graphql' ? 'GRAPHQL' : 'CEL';
-  const kind = tool?.version?.kind;
-  return kind === 'model' ? 'MODEL' : kind === 'agent' ? 'AGENT' : kind === 'graphql' ? 'GRAPHQL' : 'TOOL';
+  return executionKindOf(tool?.version?.kind ?? 'tool');
 }

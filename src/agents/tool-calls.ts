@@ -7,6 +7,7 @@ import { authorityOf, checkMayCall, checkRunnable, outerWith } from '../executio
 import { fixedInput, toEngineError, validate } from '../execution/checks.js';
 import { jsonToCel } from '../cel/values.js';
 import { isRetryable } from '../execution/queue/attempt.js';
+import { startFollowUp } from '../execution/queue/follow-ups.js';
 import {
   Cancelled,
   LeaseLost,
@@ -401,6 +402,17 @@ async function nestedRun(
       output: error ? null : JSON.stringify(output ?? null),
       error: error ? JSON.stringify(error) : null,
       finished,
+    });
+    // An outside call's follow-up (settle, or release) starts with its outcome, in this transaction.
+    startFollowUp(svc, {
+      version,
+      executionId: callId,
+      principal: ctx.principal,
+      startStack: ctx.outer.refs,
+      input,
+      output: error ? null : (output ?? null),
+      error,
+      triggerDepth: ctx.triggerDepth,
     });
     return rowToNode(svc.st.executionById.get(callId)!);
   });

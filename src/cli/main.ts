@@ -246,7 +246,7 @@ async function startWriter(
   logger: import('../log.js').Logger,
   durability: 'normal' | 'full',
   worker: { owner: string } | null,
-  config: { providers: unknown; limits: Record<string, number> },
+  config: ServerEngineConfig,
 ): Promise<import('../runtime/writer-thread.js').WriterThread | undefined> {
   const { WriterThread } = await import('../runtime/writer-thread.js');
   const logError = (error: unknown) =>
@@ -261,6 +261,8 @@ async function startWriter(
       durability,
       limits: config.limits,
       providers: config.providers,
+      integrations: config.integrations,
+      mcpServers: config.mcpServers,
       log:
         typeof level === 'string'
           ? { level: level as import('../log.js').LogLevel, pretty: process.stdout.isTTY === true }
@@ -500,11 +502,24 @@ async function mcpConfig(): Promise<{ graphqlTool: boolean }> {
   return readServerConfig().mcp;
 }
 
-/** The engine options of the server configuration TALLY_CONFIG names (providers, limits); none when unset. */
-async function serverConfig(): Promise<{ providers: unknown; limits: Record<string, number> }> {
+/** What of the server configuration an engine is made with. */
+interface ServerEngineConfig {
+  providers: unknown;
+  integrations: unknown;
+  mcpServers: unknown;
+  limits: Record<string, number>;
+}
+
+/** The engine options of the server configuration TALLY_CONFIG names (providers, integrations, limits); none when unset. */
+async function serverConfig(): Promise<ServerEngineConfig> {
   const { readServerConfig } = await import('../server/config.js');
   const config = readServerConfig();
-  return { providers: config.providers, limits: config.limits };
+  return {
+    providers: config.providers,
+    integrations: config.integrations,
+    mcpServers: config.mcpServers,
+    limits: config.limits,
+  };
 }
 
 main(process.argv.slice(2)).then(

@@ -16,6 +16,9 @@ import { Ledger } from '../ledger/ledger.js';
 import type { Limits } from '../limits.js';
 import type { Logger } from '../log.js';
 import type { ModelProviders } from '../models/providers.js';
+import { EngineError } from '../errors.js';
+import type { Integrations } from '../integrations/http.js';
+import type { McpTools } from '../integrations/types.js';
 import { checkSkillReference, type SkillDeps, skillServices } from '../skills/skills.js';
 import type { Storage } from '../storage/open.js';
 import { RecordCache } from '../storage/record-cache.js';
@@ -39,6 +42,8 @@ export interface DomainInputs {
   newId: () => string;
   sandbox: () => Sandbox;
   models: ModelProviders | null;
+  /** The operator's integrations and MCP servers (DESIGN §11). */
+  outside: { integrations: Integrations; mcp: McpTools | null };
   events: EngineEvents;
   logger: Logger;
   logError(error: unknown): void;
@@ -97,6 +102,14 @@ export function buildDomain(inputs: DomainInputs): Domain {
     clock,
     limits,
     checkModelConfig: (kind, config) => checkModelConfig(kind, config, inputs.models, limits),
+    checkOutsideConfig: (kind, config) => {
+      if (kind === 'http') inputs.outside.integrations.check(cel, config);
+      else if (inputs.outside.mcp) inputs.outside.mcp.check(config);
+      else
+        throw new EngineError('BAD_REQUEST', 'no MCP servers are configured', {
+          hint: 'The operator adds an `mcpServers` block to the server configuration (TALLY_CONFIG), then imports its tools with `tally mcp import <server>`.',
+        });
+    },
     checkSkill: (ref, what) => checkSkillReference(skillDeps, ref, what),
     checkProgram: (fileName, source) => inputs.sandbox().checkSyntax({ fileName, source }),
   };
@@ -148,6 +161,7 @@ export function buildDomain(inputs: DomainInputs): Domain {
     newId,
     runGraphql: inputs.runGraphql,
     models: inputs.models,
+    outside: inputs.outside,
     sessions: sessionStatements(db),
     deployments: deploymentStatements(db),
     results,

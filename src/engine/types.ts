@@ -41,6 +41,13 @@ export interface EngineOptions {
    */
   providers?: ProviderConfig[] | unknown;
   /**
+   * The HTTP integrations http tools may call (the server configuration's `integrations` block,
+   * checked with parseIntegrations). Left out: none, and http tools are refused.
+   */
+  integrations?: unknown;
+  /** The MCP servers whose tools may be imported and called (the `mcpServers` block). Left out: none. */
+  mcpServers?: unknown;
+  /**
    * Open `path` (an existing file a writer engine keeps in WAL mode) for reading only, as each
    * thread of the read pool does (src/runtime/read-pool.ts): nothing is migrated (a file of another
    * schema version is refused), no checkpointer runs, and every write (a mutation, ensureAdmin, a

@@ -17,12 +17,20 @@ import type { CallFrame, Caller } from './call-tree.js';
 export interface VersionRef {
   actionId: string;
   version: number;
+  /**
+   * This tool consented to the started execution's call by declaring it pinned (consentingLayers,
+   * recorded when a program's call of an outside tool was started, or a follow-up): its layer needs
+   * no call policy for that one call, as it would not in the request.
+   */
+  consents?: true;
 }
 
 /** What is above a call that has no calling frame: the tools that started it (or the agent calling it). */
 export interface Outer {
   layers: AuthorityLayer[];
   refs: VersionRef[];
+  /** The layers that consented to the started call itself (never to what it calls in turn). */
+  consenting?: ReadonlySet<AuthorityLayer>;
 }
 
 export const NO_OUTER: Outer = Object.freeze({ layers: [], refs: [] }) as unknown as Outer;
@@ -34,14 +42,18 @@ export function layerOf(version: ActionVersion): AuthorityLayer {
 
 /** The layers of a recorded start stack (the tools that started an execution), read now. */
 export function outerOf(actions: ActionDeps, refs: readonly VersionRef[]): Outer {
+  const layers = refs.map((ref) => layerOf(getVersion(actions, { id: ref.actionId, version: ref.version })));
+  const consenting = new Set(layers.filter((_, i) => refs[i]!.consents === true));
   return {
-    layers: refs.map((ref) => layerOf(getVersion(actions, { id: ref.actionId, version: ref.version }))),
-    refs: [...refs],
+    layers,
+    refs: refs.map(({ actionId, version }) => ({ actionId, version })),
+    ...(consenting.size > 0 ? { consenting } : {}),
   };
 }
 
 /** The same with one more tool on top (an agent, for its tool calls). */
 export function outerWith(outer: Outer, version: ActionVersion): Outer {
+  // Consent was to the started call: what it calls in turn is decided without it.
   return {
     layers: [...outer.layers, layerOf(version)],
     refs: [...outer.refs, { actionId: version.actionId, version: version.version }],

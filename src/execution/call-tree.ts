@@ -11,7 +11,7 @@ import {
   heldEntries,
 } from '../storage/statements/actions.js';
 
-export type ExecutionKind = 'TOOL' | 'GRAPHQL' | 'CEL' | 'MODEL' | 'AGENT';
+export type ExecutionKind = 'TOOL' | 'GRAPHQL' | 'CEL' | 'MODEL' | 'AGENT' | 'HTTP' | 'MCP';
 
 /** A MODEL execution's call, as the provider answered it. */
 export interface ModelCallRecord {

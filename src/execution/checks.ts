@@ -83,6 +83,14 @@ export function isStarted(row: ExecutionRow): boolean {
  */
 export function checkInvocable(version: ActionVersion): void {
   if (!runsOutsideTransactions(version.kind)) return;
+  if (version.kind === 'http' || version.kind === 'mcp')
+    throw new EngineError(
+      'BAD_REQUEST',
+      `${version.name} is ${version.kind === 'http' ? 'an http tool' : "an MCP server's tool"}: it calls a service outside Tally, which never happens inside a request's transaction, so it cannot be invoked`,
+      {
+        hint: 'Start it with startAction (the worker sends it after your request commits, with an idempotency key) and wait with actions.execution(id:, waitMs:); a program that declares it starts it with tools.<name>(input); an agent calls it like any tool.',
+      },
+    );
   throw new EngineError(
     'BAD_REQUEST',
     `${version.name} is ${version.kind === 'agent' ? 'an agent' : 'a model'}: it calls a model over the network, which never runs inside a request's transaction, so it cannot be invoked or called by a program`,

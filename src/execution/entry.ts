@@ -113,6 +113,7 @@ export function beginCall(svc: ExecutionServices, entry: CallEntry): BegunCall {
           targetName(target),
           target.type === 'version' ? target.version.version : null,
           entry.input,
+          outer.consenting,
         )
     : undefined;
   const depthBefore = svc.triggerDepth.current;

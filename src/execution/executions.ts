@@ -1,4 +1,4 @@
-import { runsOutsideTransactions } from '../actions/actions.js';
+import { actionKindOfExecution, runsOutsideTransactions } from '../actions/actions.js';
 import { EngineError } from '../errors.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import { type CallFrame, type CallNode, childrenOf, rowToNode } from './call-tree.js';
@@ -194,11 +194,7 @@ export function cancelRun(
   deps: Pick<ExecutionServices, 'sessions' | 'clock'>,
   row: { execution_id: string; status: string; kind: string; parent_id: string | null },
 ): boolean {
-  if (
-    row.parent_id !== null ||
-    !runsOutsideTransactions(row.kind === 'AGENT' ? 'agent' : row.kind === 'MODEL' ? 'model' : 'tool')
-  )
-    return false;
+  if (row.parent_id !== null || !runsOutsideTransactions(actionKindOfExecution(row.kind))) return false;
   const now = deps.clock.now().toISOString();
   if (row.status === 'RUNNING') {
     deps.sessions.requestCancel.run(now, row.execution_id);

@@ -1,5 +1,13 @@
 import { DryRunRollback } from './programs.js';
-import { type ActionVersion, getVersion, type ToolReference, versionKey } from '../actions/actions.js';
+import {
+  type ActionVersion,
+  executionKindOf,
+  getVersion,
+  runsAfterCommit,
+  type ToolReference,
+  versionKey,
+} from '../actions/actions.js';
+import { startAfterCommit } from './queue/start.js';
 import { EngineError, limitExceeded } from '../errors.js';
 import { type CallFrame, type CallNode, type ExecutionKind, rememberInputText, type RootState } from './call-tree.js';
 import {
@@ -101,7 +109,8 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
       // Whoever began the call and however its version was found (pinned, resolved at an agent's
       // first turn, approved hours ago): only a version ACTIVE as stored now runs.
       checkRunnable(getVersion(svc.actions, { id: target.version.actionId, version: target.version.version }));
-      checkInvocable(target.version);
+      // A program's call of an outside tool is started, to run after the request commits.
+      if (parent === null || !runsAfterCommit(target.version.kind)) checkInvocable(target.version);
     }
     let inputText = checkInputBytes(svc, node.actionName, call.input, call.inputText);
     rememberInputText(node, call.input, inputText, call.inputRest);
@@ -146,6 +155,8 @@ export function runCall(svc: ExecutionServices, call: Call): CallNode {
             rememberInputText(node, input, inputText);
           }
         }
+        if (target.type === 'version' && runsAfterCommit(target.version.kind))
+          return startAfterCommit(svc, frame, target.version, node.input, call.pinned === true);
         let result = execute(svc, target, frame, inputText, runCall);
         if (target.type === 'version') validate(svc, target.version, 'output', result);
         if (result instanceof DryRunRollback) throw result;
@@ -263,8 +274,7 @@ function runHook(
 
 function kindOf(target: CallTarget): ExecutionKind {
   if (target.type === 'native') return target.name === 'graphql' ? 'GRAPHQL' : 'CEL';
-  const kind = target.version.kind;
-  return kind === 'graphql' ? 'GRAPHQL' : kind === 'model' ? 'MODEL' : kind === 'agent' ? 'AGENT' : 'TOOL';
+  return executionKindOf(target.version.kind);
 }
 
 function checkBounds(svc: ExecutionServices, node: CallNode, parent: CallFrame | null, root: RootState): void {

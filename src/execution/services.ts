@@ -1,4 +1,6 @@
 import type { Sandbox } from '../../sandbox/sandbox.js';
+import type { Integrations } from '../integrations/http.js';
+import type { McpTools } from '../integrations/types.js';
 import type { ActionDeps } from '../actions/actions.js';
 import type { Cel } from '../cel/cel.js';
 import type { Clock } from '../clock.js';
@@ -79,6 +81,8 @@ export interface ExecutionServices {
   programKeys: WeakMap<object, string>;
   /** The operator's model providers (null: none configured; model and agent runs fail with MODEL_ERROR). */
   models: ModelProviders | null;
+  /** The operator's integrations (http tools; none configured: an empty set) and MCP servers (null: none). */
+  outside: { integrations: Integrations; mcp: McpTools | null };
   /** Outputs of read-only tools with execution.cacheTtlMs (see result-cache.ts). */
   results: ResultCache;
   /** Sessions, their messages, approvals, and the run states they park and wake. */

@@ -25,6 +25,8 @@ export interface WriterWorkerData {
   durability?: 'normal' | 'full';
   limits?: Partial<Limits>;
   providers?: unknown;
+  integrations?: unknown;
+  mcpServers?: unknown;
   log: { level: LogLevel; pretty: boolean } | null;
   /** Run the queue worker here, as `owner`; null under --no-worker. */
   worker: { owner: string } | null;
@@ -118,6 +120,8 @@ try {
     ...(data.durability ? { durability: data.durability } : {}),
     ...(data.limits ? { limits: data.limits } : {}),
     ...(data.providers === undefined ? {} : { providers: data.providers as EngineOptions['providers'] }),
+    ...(data.integrations === undefined ? {} : { integrations: data.integrations }),
+    ...(data.mcpServers === undefined ? {} : { mcpServers: data.mcpServers }),
     ...(logger ? { logger } : { logError: (error: unknown) => post({ type: 'log', message: describe(error) }) }),
   };
   engine = await createEngine(options);

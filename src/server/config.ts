@@ -3,12 +3,19 @@ import { EngineError, limitExceeded } from '../errors.js';
 import { DEFAULT_LIMITS, type Limits, resolveLimits, CONFIG_BYTES_MAX } from '../limits.js';
 import { parseProviders } from '../models/providers.js';
 import type { ProviderConfig } from '../models/types.js';
+import { parseIntegrations } from '../integrations/http.js';
+import type { IntegrationConfig } from '../integrations/types.js';
+import { parseMcpServers } from '../integrations/mcp-config.js';
 
 /** What the operator configures for a server or worker process, from the file TALLY_CONFIG names. */
 export interface ServerConfig {
   /** The file it was read from; null when TALLY_CONFIG is not set. */
   path: string | null;
   providers: ProviderConfig[];
+  /** The HTTP APIs http tools may call (DESIGN §11). */
+  integrations: IntegrationConfig[];
+  /** The MCP servers whose tools may be imported and called, as written (checked by the engine). */
+  mcpServers: unknown[];
   limits: Partial<Limits>;
   /** What MCP clients are offered besides the tools their policies let them call. */
   mcp: McpConfig;
@@ -19,7 +26,7 @@ export interface McpConfig {
   graphqlTool: boolean;
 }
 
-const FIELDS = ['providers', 'limits', 'mcp'];
+const FIELDS = ['providers', 'integrations', 'mcpServers', 'limits', 'mcp'];
 const MCP_FIELDS = ['graphqlTool'];
 
 /**
@@ -31,7 +38,8 @@ export function readServerConfig(
   path: string | undefined = process.env.TALLY_CONFIG,
   env: NodeJS.ProcessEnv = process.env,
 ): ServerConfig {
-  if (path === undefined || path === '') return { path: null, providers: [], limits: {}, mcp: { graphqlTool: false } };
+  if (path === undefined || path === '')
+    return { path: null, providers: [], integrations: [], mcpServers: [], limits: {}, mcp: { graphqlTool: false } };
   const where = `the configuration ${path}`;
   let text: string;
   try {
@@ -74,8 +82,12 @@ export function readServerConfig(
   }
   const mcp = readMcp(where, config.mcp);
   let providers: ProviderConfig[];
+  let integrations: IntegrationConfig[];
+  let mcpServers: unknown[];
   try {
     providers = parseProviders(config.providers ?? [], env);
+    integrations = parseIntegrations(config.integrations ?? []);
+    mcpServers = parseMcpServers(config.mcpServers ?? []);
   } catch (error) {
     if (error instanceof EngineError)
       throw new EngineError(error.code, `${where}: ${error.message}`, { hint: error.hint, details: error.details });
@@ -100,7 +112,7 @@ export function readServerConfig(
       ...(refused?.details === undefined ? {} : { details: refused.details }),
     });
   }
-  return { path, providers, limits: limits as Partial<Limits>, mcp };
+  return { path, providers, integrations, mcpServers, limits: limits as Partial<Limits>, mcp };
 }
 
 /** The `mcp` field: an object of known fields, each of its type. */

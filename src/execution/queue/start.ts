@@ -4,10 +4,12 @@ import {
   NATIVE_TOOLS,
   type ActionVersion,
   findAction,
+  executionKindOf,
 } from '../../actions/actions.js';
 import { EngineError, type ErrorData, quote } from '../../errors.js';
-import { checkNotModelWritten, checkRunnable } from '../call-rules.js';
-import { canonicalJson, fingerprint } from '../../ids.js';
+import { checkNotModelWritten, checkRunnable, consentingLayers, type VersionRef } from '../call-rules.js';
+import type { AuthorityLayer } from '../../policy/policy.js';
+import { canonicalJson, derivedId, fingerprint } from '../../ids.js';
 import type { QueueStatements } from '../../storage/statements/actions.js';
 import { type CallFrame, type CallNode, type Caller, rowToNode } from '../call-tree.js';
 import { checkInputBytes, checkNewInTree, executionIdConflict, isStarted, validate } from '../checks.js';
@@ -65,11 +67,7 @@ export function startAction(
     input,
     'A started execution is validated when it is started; fix the input and start it again.',
   );
-  // Started from inside a tool: that tool (and every one above it) keeps bounding the execution.
-  const stack: Array<{ actionId: string; version: number }> = [];
-  for (let f: CallFrame | null = frame; f; f = f.parent)
-    if (f.version) stack.unshift({ actionId: f.version.actionId, version: f.version.version });
-  if (frame) stack.unshift(...frame.root.outerRefs);
+  const stack = startStackOf(frame);
   // Started by a trigger-started attempt: its changes are as deep in the trigger chain as the starter's.
   enqueue(svc, {
     executionId: request.executionId,
@@ -85,6 +83,54 @@ export function startAction(
   });
   frame?.root.ids.add(request.executionId);
   return rowToNode(svc.st.executionById.get(request.executionId)!);
+}
+
+/**
+ * What bounds an execution started from inside a tool: that tool and every one above it, the tools
+ * that started its own execution first. `consenting`: the layers that consented to the started call
+ * by declaring it pinned (consentingLayers), recorded so that its attempt decides it the same way.
+ */
+export function startStackOf(frame: CallFrame | null, consenting?: ReadonlySet<AuthorityLayer>): VersionRef[] {
+  const stack: VersionRef[] = [];
+  for (let f: CallFrame | null = frame; f; f = f.parent)
+    if (f.version)
+      stack.unshift({
+        actionId: f.version.actionId,
+        version: f.version.version,
+        ...(f.layer && consenting?.has(f.layer) ? { consents: true as const } : {}),
+      });
+  if (frame) stack.unshift(...frame.root.outerRefs.map(({ actionId, version }) => ({ actionId, version })));
+  return stack;
+}
+
+/**
+ * A program's call of a tool that reaches outside (an http or mcp tool, runsAfterCommit): recorded
+ * now as a started execution in the request's transaction (an outbox), run by the worker only after
+ * that transaction commits, never for one that rolled back. Its id is derived from the call's, so
+ * the call's record names it. The call has been authorized as any call is; its attempt decides it
+ * again, with the same consent. Returns what the program's tools.x() gets: {executionId, status}.
+ */
+export function startAfterCommit(
+  svc: ExecutionServices,
+  frame: CallFrame,
+  version: ActionVersion,
+  input: unknown,
+  pinned: boolean,
+): { executionId: string; status: 'QUEUED' } {
+  const caller = frame.parent!;
+  const executionId = derivedId(svc.derivedIdKey, 'after-commit', frame.node.executionId);
+  enqueue(svc, {
+    executionId,
+    version,
+    input,
+    inputFingerprint: fingerprint(canonicalJson({ target: `${version.actionId}@${version.version}`, input })),
+    principal: frame.root.principal,
+    triggerId: null,
+    startStack: startStackOf(caller, consentingLayers(caller, pinned)),
+    triggerDepth: svc.triggerDepth.current,
+  });
+  frame.root.ids.add(executionId);
+  return { executionId, status: 'QUEUED' };
 }
 
 /** An agent that talks in sessions (a sessionSchema, or references reading session) runs only as a session's turn. */
@@ -141,7 +187,7 @@ export function enqueue(svc: ExecutionServices, item: Enqueue): void {
     action_id: item.version.actionId,
     action_name: item.version.name,
     action_version: item.version.version,
-    kind: item.version.kind === 'agent' ? 'AGENT' : item.version.kind === 'model' ? 'MODEL' : 'TOOL',
+    kind: executionKindOf(item.version.kind),
     input: JSON.stringify(item.input ?? null),
     input_fingerprint: item.inputFingerprint,
     principal: item.principal,

@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { TransactionManager } from '../../storage/transaction.js';
 import type { ExecutionServices } from '../services.js';
 import { EngineError } from '../../errors.js';
+import { actionKindOfExecution, runsOutsideTransactions } from '../../actions/actions.js';
 import { type AttemptOutcome, recordBrokenAttempt, runAttempt } from './attempt.js';
 import type { OutsideRunsFactory, OutsideTransactionRuns, RunClaim } from './outside-runs.js';
 
@@ -99,7 +100,7 @@ export class Worker {
         ) {
           const row = this.svc.queue.nextDue.get({ now, ...which });
           if (!row) break;
-          if (row.kind === 'MODEL' || row.kind === 'AGENT') {
+          if (runsOutsideTransactions(actionKindOfExecution(row.kind))) {
             // Left for a transaction of its own (see below) when attempts ran in this one.
             if (outcomes.length > 0) break;
             // Claimed here, run outside this transaction: its model calls take seconds.

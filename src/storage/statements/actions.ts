@@ -3,6 +3,9 @@ import type { Statement } from 'better-sqlite3';
 import { isPostgres } from '../backend.js';
 import type { Db } from '../database.js';
 
+/** The execution kinds the worker runs outside transactions (model, agent, http, mcp), as SQL: the queue's claim queries. */
+const OUTSIDE_KINDS_SQL = "('MODEL', 'AGENT', 'HTTP', 'MCP')";
+
 export interface ActionRow {
   action_id: string;
   name: string;
@@ -436,7 +439,7 @@ export function queueStatements(db: Db) {
      */
     nextDue: db.prepare<[{ now: string; runs: number; busy: string }], QueueRow>(
       `SELECT * FROM executions e WHERE status IN ('QUEUED', 'RUNNING', 'WAITING_APPROVAL') AND run_at <= @now
-         AND (kind NOT IN ('MODEL', 'AGENT') OR (@runs = 1 AND coalesce(principal, '') NOT IN (SELECT value FROM json_each(@busy))))
+         AND (kind NOT IN ${OUTSIDE_KINDS_SQL} OR (@runs = 1 AND coalesce(principal, '') NOT IN (SELECT value FROM json_each(@busy))))
          AND ${EARLIER_TURN_DONE}
        ORDER BY run_at, seq LIMIT 1${
          // PostgreSQL, many workers: each claims a due row no other worker holds, and skips those
@@ -447,7 +450,7 @@ export function queueStatements(db: Db) {
     /** When the next execution nextDue would take is due (the same conditions, without `now`). */
     nextRunAt: db.prepare<[{ runs: number; busy: string }], { run_at: string | null }>(
       `SELECT min(run_at) AS run_at FROM executions e WHERE status IN ('QUEUED', 'RUNNING', 'WAITING_APPROVAL')
-         AND (kind NOT IN ('MODEL', 'AGENT') OR (@runs = 1 AND coalesce(principal, '') NOT IN (SELECT value FROM json_each(@busy))))
+         AND (kind NOT IN ${OUTSIDE_KINDS_SQL} OR (@runs = 1 AND coalesce(principal, '') NOT IN (SELECT value FROM json_each(@busy))))
          AND ${EARLIER_TURN_DONE}`,
     ),
     /** Claim a model or agent run for one attempt: RUNNING, leased to `owner` until `until` (its run_at while it runs). */
@@ -463,6 +466,16 @@ export function queueStatements(db: Db) {
     releaseRun: db.prepare<[{ execution_id: string; owner: string; now: string }]>(
       `UPDATE executions SET status = 'QUEUED', attempt = attempt - 1, run_at = @now, lease_owner = NULL, lease_until = NULL, modified = @now
        WHERE execution_id = @execution_id AND status = 'RUNNING' AND lease_owner = @owner`,
+    ),
+    /** Count one more request an outside call is about to send; returns the count, this one included. */
+    recordSend: db.prepare<[{ execution_id: string; idempotency_key: string; now: string }], { sends: number }>(
+      `INSERT INTO outbound_sends (execution_id, idempotency_key, sends, last_sent) VALUES (@execution_id, @idempotency_key, 1, @now)
+       ON CONFLICT (execution_id) DO UPDATE SET sends = outbound_sends.sends + 1, last_sent = excluded.last_sent
+       RETURNING sends`,
+    ),
+    /** The requests an outside call sent, and its idempotency key (null: it sent none). */
+    sendsOf: db.prepare<[string], { sends: number; idempotency_key: string; last_sent: string }>(
+      'SELECT sends, idempotency_key, last_sent FROM outbound_sends WHERE execution_id = ?',
     ),
     /** A nested agent run's own row, when it ends (its steps are recorded under it). */
     finishNested: db.prepare<

@@ -1,0 +1,83 @@
+import type { ActionVersion } from '../../actions/actions.js';
+import { celToJson, jsonToCel } from '../../cel/values.js';
+import type { ErrorData } from '../../errors.js';
+import { canonicalJson, derivedId, fingerprint } from '../../ids.js';
+import { referencedVersion, type VersionRef } from '../call-rules.js';
+import { fixedInput, toEngineError, validate } from '../checks.js';
+import type { ExecutionServices } from '../services.js';
+import { enqueue } from './start.js';
+
+/*
+ * What an outside call starts when it ends (an http tool's config.followUps): on success `succeeded`, on
+ * a final failure `failed` — settle, or release the hold — so that the ledger and the world outside
+ * end consistent. It is started in the same transaction that records the call's outcome, with an id
+ * derived from the call, so there is one follow-up per outcome however often the worker died.
+ */
+
+export interface Ended {
+  version: ActionVersion;
+  executionId: string;
+  principal: string;
+  /** The start stack the call ran under (its consent flags as recorded). */
+  startStack: readonly VersionRef[];
+  input: unknown;
+  output: unknown;
+  error: ErrorData | null;
+  triggerDepth: number;
+}
+
+/** Start the follow-up `ended` asks for, if any; inside the caller's write transaction. Returns its id. */
+export function startFollowUp(svc: ExecutionServices, ended: Ended): string | null {
+  const { version } = ended;
+  if (version.kind !== 'http') return null;
+  const which = ended.error === null ? 'succeeded' : 'failed';
+  const then = (version.config.followUps as Record<string, { tool: string; input?: string } | null> | undefined)?.[
+    which
+  ];
+  if (!then) return null;
+  const executionId = derivedId(svc.derivedIdKey, 'followUps', ended.executionId, which);
+  if (svc.st.executionById.get(executionId)) return executionId;
+  const reference = version.tools.find((r) => r.name === then.tool)!;
+  const pinned = reference.version != null;
+  // The call's tool declared the follow-up: pinned, it consents to it, and so do the tools above
+  // it that consented to the call itself (a chain of pinned references); unpinned, none does.
+  const startStack: VersionRef[] = [
+    ...ended.startStack.map(({ actionId, version: v, consents }) => ({
+      actionId,
+      version: v,
+      ...(pinned && consents ? { consents } : {}),
+    })),
+    { actionId: version.actionId, version: version.version, ...(pinned ? { consents: true as const } : {}) },
+  ];
+  let target: ActionVersion | null = null;
+  let input: unknown = null;
+  let failed: ErrorData | undefined;
+  try {
+    target = referencedVersion(svc.actions, reference);
+    const outcome = {
+      input: ended.input,
+      output: ended.output,
+      error: ended.error,
+      execution: { executionId: ended.executionId },
+    };
+    input = celToJson(svc.cel.evaluate(then.input ?? 'input', jsonToCel(outcome) as Record<string, unknown>));
+    input = fixedInput(svc, reference, input, { event: outcome, toolInput: ended.input, executionInput: ended.input });
+    validate(svc, target, 'input', input);
+  } catch (error) {
+    // Recorded FAILED, where a person looking for the settlement finds why there is none.
+    failed = toEngineError(error).toData();
+    target ??= version;
+  }
+  enqueue(svc, {
+    executionId,
+    version: target,
+    input,
+    inputFingerprint: fingerprint(canonicalJson({ target: `${target.actionId}@${target.version}`, input })),
+    principal: ended.principal,
+    triggerId: null,
+    startStack,
+    triggerDepth: ended.triggerDepth,
+    ...(failed ? { failed } : {}),
+  });
+  return executionId;
+}

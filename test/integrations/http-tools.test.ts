@@ -1,0 +1,116 @@
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { Engine } from '../../src/engine.js';
+import { startPayoutProvider } from '../../examples/payout-provider/provider.mjs';
+import { id, ok } from '../helpers/engine.js';
+import { balanceOf } from '../helpers/ledger.js';
+import { CUSTOMER, payoutEngine } from '../helpers/payouts.js';
+
+// http tools against a real HTTP server on loopback (the stand-in payout provider), through the
+// worker: a payout a program asks for runs only after its request commits, once per idempotency
+// key, and its outcome settles or releases the hold.
+
+const TOKEN = 'sk_live_0123456789abcdefSECRET';
+process.env.TEST_PAYOUTS_TOKEN = TOKEN;
+
+type Provider = Awaited<ReturnType<typeof startPayoutProvider>>;
+let provider: Provider;
+
+beforeAll(async () => {
+  provider = await startPayoutProvider({ token: TOKEN });
+});
+afterAll(async () => {
+  await provider.close();
+});
+
+const INVOKE = `mutation($e: UUID!, $input: JSON) { actions { invokeAction(name: "send_payout", input: {executionId: $e, actionVersion: 1, input: $input}) {
+  status invocation { output error { code message } } } } }`;
+const EXECUTION = `query($id: UUID!) { actions { execution(executionId: $id) { status attempt output error { code message hint } kind } } }`;
+
+async function drain(engine: Engine): Promise<void> {
+  const worker = engine.createWorker();
+  for (let i = 0; i < 50; i++) {
+    await worker.drainAll();
+    const due = engine.db
+      .prepare("SELECT count(*) AS n FROM executions WHERE status IN ('QUEUED', 'RUNNING') AND parent_id IS NULL")
+      .get() as { n: number };
+    if (due.n === 0) return;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  throw new Error('the queue did not drain');
+}
+
+function requestsFor(payoutId: string) {
+  return provider.requests.filter(
+    (r) => r.path === '/v1/payouts' && (r.body as { payout_id?: string })?.payout_id === payoutId,
+  );
+}
+
+describe('an http tool a program calls runs after its request commits', () => {
+  let engine: Engine;
+  beforeEach(async () => {
+    engine = await payoutEngine(provider.url);
+  });
+  afterEach(() => engine.close());
+
+  it('a request that rolls back never sends the payout; one that commits sends it once and settles it', async () => {
+    const rolledBack = id(101);
+    const failed = ok(engine, INVOKE, { e: id(201), input: { payout_id: rolledBack, amount: '10', fail_after: true } });
+    expect(failed.actions.invokeAction.status).toBe('FAILED');
+    await drain(engine);
+    expect(requestsFor(rolledBack)).toHaveLength(0);
+
+    const payoutId = id(102);
+    const result = ok(engine, INVOKE, { e: id(202), input: { payout_id: payoutId, amount: '25.50' } });
+    expect(result.actions.invokeAction.status).toBe('SUCCEEDED');
+    const started = result.actions.invokeAction.invocation.output as { executionId: string; status: string };
+    expect(started.status).toBe('QUEUED');
+    // Committed, not yet sent: the worker sends it.
+    expect(requestsFor(payoutId)).toHaveLength(0);
+    expect(Number(balanceOf(engine, CUSTOMER).pending.normalBalance.units)).toBe(-25.5);
+    await drain(engine);
+    const sent = requestsFor(payoutId);
+    expect(sent).toHaveLength(1);
+    expect(sent[0]!.authorization).toBe(`Bearer ${TOKEN}`);
+    expect(sent[0]!.key).toMatch(/^[0-9a-f-]{36}$/);
+    const run = ok(engine, EXECUTION, { id: started.executionId }).actions.execution;
+    expect(run).toMatchObject({ status: 'SUCCEEDED', kind: 'HTTP', attempt: 1 });
+    expect(run.output.status).toBe(201);
+    // Settled: the hold voided, the money moved on the settled layer.
+    const balance = balanceOf(engine, CUSTOMER);
+    expect(Number(balance.pending.normalBalance.units)).toBe(0);
+    expect(Number(balance.settled.normalBalance.units)).toBe(974.5);
+    // The secret is in no record.
+    const everything = JSON.stringify(engine.db.prepare('SELECT * FROM executions').all());
+    expect(everything).not.toContain(TOKEN.slice(4, 20));
+  });
+
+  it('a provider answering 500 three times then 201 settles once, with one idempotency key', async () => {
+    provider.failNext(3, 500);
+    const payoutId = id(103);
+    const result = ok(engine, INVOKE, { e: id(203), input: { payout_id: payoutId, amount: '7' } });
+    const started = result.actions.invokeAction.invocation.output as { executionId: string };
+    await drain(engine);
+    const sent = requestsFor(payoutId);
+    expect(sent).toHaveLength(4);
+    expect(new Set(sent.map((r) => r.key)).size).toBe(1);
+    const run = ok(engine, EXECUTION, { id: started.executionId }).actions.execution;
+    expect(run).toMatchObject({ status: 'SUCCEEDED', attempt: 4 });
+    expect(Number(balanceOf(engine, CUSTOMER).settled.normalBalance.units)).toBe(993);
+    expect(Number(balanceOf(engine, CUSTOMER).pending.normalBalance.units)).toBe(0);
+  });
+
+  it('a final failure releases the hold and is not retried', async () => {
+    const payoutId = id(104);
+    const result = ok(engine, INVOKE, { e: id(204), input: { payout_id: payoutId, amount: '13.13' } });
+    const started = result.actions.invokeAction.invocation.output as { executionId: string };
+    await drain(engine);
+    expect(requestsFor(payoutId)).toHaveLength(1);
+    const run = ok(engine, EXECUTION, { id: started.executionId }).actions.execution;
+    expect(run.status).toBe('FAILED');
+    expect(run.error.code).toBe('INTEGRATION_ERROR');
+    expect(run.error.message).toContain('HTTP 422');
+    const balance = balanceOf(engine, CUSTOMER);
+    expect(Number(balance.pending.normalBalance.units)).toBe(0);
+    expect(Number(balance.settled.normalBalance.units)).toBe(1000);
+  });
+});
