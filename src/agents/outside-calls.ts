@@ -1,5 +1,6 @@
 import type { ActionVersion } from '../actions/actions.js';
 import { EngineError } from '../errors.js';
+import { authorityOf } from '../execution/call-rules.js';
 import { validate } from '../execution/checks.js';
 import { derivedId } from '../ids.js';
 import type { OutboundCall } from '../integrations/types.js';
@@ -34,6 +35,20 @@ export async function runOutside(
     principal: ctx.principal,
     signal: ctx.signal,
     deadline: ctx.deadline,
+    authorize: (document) =>
+      svc.transactions.run('read', () => {
+        const caller = svc.callerOf(ctx.principal);
+        if (!caller)
+          throw new EngineError('ACCESS_DENIED', `the starter ${JSON.stringify(ctx.principal)} no longer exists`, {
+            details: { retry: false },
+          });
+        authorityOf(svc.cel, caller, null, ctx.outer.layers).check({
+          action: 'INSERT',
+          resource: 'actions.Integration',
+          document,
+        });
+        return { value: undefined, commit: false };
+      }),
     sending: () =>
       step(
         ctx,

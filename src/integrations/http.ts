@@ -375,6 +375,7 @@ export class Integrations {
     if (request.body !== null) headers.set('content-type', 'application/json');
     headers.set('accept', 'application/json');
     const label = `integration ${config.name}: ${request.method} ${request.path}`;
+    call.authorize({ kind: 'http', name: config.name, method: request.method, path: request.path });
 
     const limiter = this.limiter(config.name);
     const release = await limiter.acquire(call.principal, call.signal, call.deadline);

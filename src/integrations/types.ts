@@ -63,6 +63,13 @@ export interface OutboundCall {
   /** Epoch ms past which the call may not run (the run's deadline). */
   deadline: number;
   /**
+   * Throws ACCESS_DENIED unless every layer of the call's authority (the client, the tools that
+   * started it, the tool itself) allows INSERT on actions.Integration with this document: the
+   * integration or server, and what is about to be sent ({kind, name, method, path} or {kind, name,
+   * tool}). Called once the request is built, before anything is sent.
+   */
+  authorize(document: Record<string, unknown>): void;
+  /**
    * Record that the request is about to be sent (in a short transaction of its own, checking the
    * run's lease); returns how many times it was recorded before for this execution (0: the first
    * time). A resumed call that finds a send before it cannot know whether that one arrived.

@@ -33,6 +33,13 @@ const RELEASE = `function run(event) {
 }`;
 
 const LEDGER_POLICY = [{ effect: 'ALLOW', actions: ['SELECT', 'INSERT', 'UPDATE'], resources: ['financial.*'] }];
+/** Sending to the payouts integration: every layer above an outside call must allow it, as any operation. */
+export const PAYOUTS_POLICY = {
+  effect: 'ALLOW',
+  actions: ['INSERT'],
+  resources: ['actions.Integration'],
+  assertions: { payouts: "context.document.name == 'payouts'" },
+};
 
 /** A fresh engine with the payout ledger, its integration pointing at `providerUrl`. */
 export async function payoutEngine(providerUrl: string, extra: Record<string, unknown> = {}): Promise<Engine> {
@@ -111,7 +118,7 @@ export async function payoutEngine(providerUrl: string, extra: Record<string, un
       { name: 'settle_payout', version: 1 },
       { name: 'release_payout', version: 1 },
     ],
-    policies: LEDGER_POLICY,
+    policies: [...LEDGER_POLICY, PAYOUTS_POLICY],
     execution: { maxAttempts: 5, backoff: { initialMs: 1, multiplier: 1, maxMs: 1 } },
   });
   create({
@@ -119,7 +126,7 @@ export async function payoutEngine(providerUrl: string, extra: Record<string, un
     config: { runtime: 'javascript', src: SEND_PAYOUT },
     tool: { description: 'Hold the money and ask the provider to pay it out, after this request commits.' },
     tools: [{ name: 'payout', version: 1 }],
-    policies: LEDGER_POLICY,
+    policies: [...LEDGER_POLICY, PAYOUTS_POLICY],
   });
   return engine;
 }
