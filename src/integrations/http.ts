@@ -613,6 +613,26 @@ export function checkHttpConfig(
     return expression;
   };
   for (const part of parts) if ('expression' in part) compile(part.expression, `config.path {${part.expression}}`);
+  // What the template fixes before its first {…} must be able to fall under one of the prefixes
+  // (the whole path, when it has none); the request is checked again, whole, before it is sent.
+  const first = parts.findIndex((p) => 'expression' in p);
+  const fixed = parts
+    .slice(0, first === -1 ? parts.length : first)
+    .map((p) => ('text' in p ? p.text : ''))
+    .join('');
+  const fits = target.paths.some((prefix) =>
+    prefix === '/'
+      ? true
+      : first === -1
+        ? fixed === prefix || fixed.startsWith(`${prefix}/`)
+        : fixed.startsWith(`${prefix}/`) || fixed === prefix || `${prefix}/`.startsWith(fixed),
+  );
+  if (!fits)
+    throw new EngineError(
+      'BAD_REQUEST',
+      `config.path ${quote(config.path)} is not under the paths integration ${target.name} allows (${target.paths.join(', ')})`,
+      { hint: 'Use a path under one of the prefixes the operator configured for the integration.' },
+    );
   const map = (value: unknown, what: string, headers = false): Record<string, string> => {
     if (value === undefined || value === null) return {};
     if (!isRecord(value)) throw fail(`${what} must map names to CEL expressions`);
