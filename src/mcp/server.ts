@@ -40,7 +40,7 @@ const WAIT = `query($id: UUID!, $waitMs: Int, $after: Int) { actions { execution
 const PROGRESS_PAGE = 100;
 const PROGRESS = `query($id: UUID!, $after: Int!) { actions { execution(executionId: $id) { progress(after: $after, first: ${PROGRESS_PAGE}) { seq text } } } }`;
 /** Kinds that run in the worker, outside transactions: tools/call starts them and waits. */
-const STARTED_KINDS = new Set(['model', 'agent']);
+const STARTED_KINDS = new Set(['model', 'agent', 'http', 'mcp']);
 const ACCOUNT = `query($code: String!) { account(code: $code) { accountId code name status normalBalanceType
   balances(first: 100) { nodes { journalId currency settled { normalBalance { units } } pending { normalBalance { units } } encumbrance { normalBalance { units } } available(layer: ENCUMBRANCE) { normalBalance { units } } } } } }`;
 

@@ -62,7 +62,12 @@ describe('an agent calls an http tool', () => {
                   },
                 ],
               }
-            : { text: request.messages.filter((m: any) => m.role === 'tool').map((m: any) => m.content).join('\n') },
+            : {
+                text: request.messages
+                  .filter((m: any) => m.role === 'tool')
+                  .map((m: any) => m.content)
+                  .join('\n'),
+              },
       ],
     });
     server = await startServer(KEY, {
@@ -93,7 +98,12 @@ describe('an agent calls an http tool', () => {
       input: {
         name: 'pay_vendor',
         kind: 'http',
-        config: { integration: 'payouts', method: 'POST', path: '/payouts', output: '{"id": body.id, "status": body.status}' },
+        config: {
+          integration: 'payouts',
+          method: 'POST',
+          path: '/payouts',
+          output: '{"id": body.id, "status": body.status}',
+        },
         tool: {
           description: 'Pay a vendor through the payout provider.',
           inputSchema: {
@@ -141,7 +151,10 @@ describe('an agent calls an http tool', () => {
     expect(parked.status).toBe('WAITING_APPROVAL');
     expect(provider.requests).toHaveLength(0);
     const { approvals } = (
-      await gql(`query { actions { approvals(first: 5, where: {status: PENDING}) { nodes { approvalId tool input } } } }`, {})
+      await gql(
+        `query { actions { approvals(first: 5, where: {status: PENDING}) { nodes { approvalId tool input } } } }`,
+        {},
+      )
     ).actions;
     expect(approvals.nodes).toHaveLength(1);
     // The person sees the input after the fixed inputs: USD, not the model's EUR.

@@ -19,7 +19,14 @@ interface Seen {
 }
 
 /** A server on loopback that records every request and answers by path. */
-async function recorder(answer: (req: IncomingMessage, body: string) => { status: number; headers?: Record<string, string>; body?: string; delayMs?: number }) {
+interface Answer {
+  status: number;
+  headers?: Record<string, string>;
+  body?: string;
+  delayMs?: number;
+}
+
+async function recorder(answer: (req: IncomingMessage, body: string) => Answer) {
   const seen: Seen[] = [];
   let inFlight = 0;
   const peaks = new Map<string, number>();
@@ -117,18 +124,22 @@ describe('a tool author cannot reach what the operator did not configure', () =>
 
   beforeAll(async () => {
     elsewhere = await recorder(() => ({ status: 200, body: '{"stolen": true}' }));
-    api = await recorder((req) =>
-      req.url!.startsWith('/v1/payouts/redirect')
-        ? { status: 302, headers: { location: `${elsewhere.url}/v1/payouts/x` } }
-        : req.url!.startsWith('/v1/payouts/echo')
-          ? {
-              status: req.url!.includes('fail') ? 400 : 201,
-              headers: { 'x-echo': req.headers.authorization ?? '' },
-              body: JSON.stringify({ youSent: req.headers.authorization, raw: (req.headers.authorization ?? '').split('').join(' ') }),
-            }
-          : req.url!.startsWith('/v1/payouts/huge')
-            ? { status: 200, body: JSON.stringify({ blob: 'x'.repeat(300_000) }) }
-            : { status: 201, body: '{"ok": true}' },
+    api = await recorder(
+      (req): Answer =>
+        req.url!.startsWith('/v1/payouts/redirect')
+          ? { status: 302, headers: { location: `${elsewhere.url}/v1/payouts/x` } }
+          : req.url!.startsWith('/v1/payouts/echo')
+            ? {
+                status: req.url!.includes('fail') ? 400 : 201,
+                headers: { 'x-echo': req.headers.authorization ?? '' },
+                body: JSON.stringify({
+                  youSent: req.headers.authorization,
+                  raw: (req.headers.authorization ?? '').split('').join(' '),
+                }),
+              }
+            : req.url!.startsWith('/v1/payouts/huge')
+              ? { status: 200, body: JSON.stringify({ blob: 'x'.repeat(300_000) }) }
+              : { status: 201, body: '{"ok": true}' },
     );
   });
   afterAll(async () => {
@@ -205,7 +216,8 @@ describe('a tool author cannot reach what the operator did not configure', () =>
     ];
     for (const value of hostile) {
       const run = await startAndRun(engine, 'by_id', { id: value });
-      if (run.status === 'FAILED') expect(run.error.code, value).toMatch(/INPUT_INVALID|INTEGRATION_ERROR|ACCESS_DENIED/);
+      if (run.status === 'FAILED')
+        expect(run.error.code, value).toMatch(/INPUT_INVALID|INTEGRATION_ERROR|ACCESS_DENIED/);
     }
     expect(elsewhere.seen).toHaveLength(0);
     for (const request of api.seen) {
