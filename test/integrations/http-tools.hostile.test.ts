@@ -137,9 +137,11 @@ describe('a tool author cannot reach what the operator did not configure', () =>
                   raw: (req.headers.authorization ?? '').split('').join(' '),
                 }),
               }
-            : req.url!.startsWith('/v1/payouts/huge')
-              ? { status: 200, body: JSON.stringify({ blob: 'x'.repeat(300_000) }) }
-              : { status: 201, body: '{"ok": true}' },
+            : req.url!.startsWith('/v1/payouts/slow')
+              ? { status: 201, body: '{}', delayMs: 1500 }
+              : req.url!.startsWith('/v1/payouts/huge')
+                ? { status: 200, body: JSON.stringify({ blob: 'x'.repeat(300_000) }) }
+                : { status: 201, body: '{"ok": true}' },
     );
   });
   afterAll(async () => {
@@ -293,6 +295,25 @@ describe('a tool author cannot reach what the operator did not configure', () =>
     expect(huge.status).toBe('FAILED');
     expect(huge.error.code).toBe('INTEGRATION_ERROR');
     expect(huge.error.message).toContain('responseBytesMax');
+    // timeoutMs: an answer that takes longer is a retryable failure, tried again with the same key.
+    engine.close();
+    engine = await newEngine({
+      integrations: [{ name: 'api', baseUrl: `${api.url}/v1`, methods: ['POST'], paths: ['/payouts'], timeoutMs: 200 }],
+    });
+    expect(
+      httpTool(
+        engine,
+        'slow',
+        { path: '/payouts/slow' },
+        { execution: { maxAttempts: 2, backoff: { initialMs: 1, multiplier: 1, maxMs: 1 } } },
+      ).errors,
+    ).toBeUndefined();
+    api.seen.length = 0;
+    const late = await startAndRun(engine, 'slow', {});
+    expect(late.status).toBe('FAILED');
+    expect(late.error.code).toBe('INTEGRATION_UNAVAILABLE');
+    expect(late.error.message).toContain('did not answer within 200 ms');
+    expect(api.seen).toHaveLength(2);
   });
 
   it('an http tool whose policies do not allow the integration sends nothing; neither does one under a client that may not', async () => {

@@ -24,7 +24,8 @@ afterAll(async () => {
 
 const INVOKE = `mutation($e: UUID!, $input: JSON) { actions { invokeAction(name: "send_payout", input: {executionId: $e, actionVersion: 1, input: $input}) {
   status invocation { output error { code message } } } } }`;
-const EXECUTION = `query($id: UUID!) { actions { execution(executionId: $id) { status attempt output error { code message hint } kind } } }`;
+const EXECUTION = `query($id: UUID!) { actions { execution(executionId: $id) { status attempt output error { code message hint } kind
+  outbound { idempotencyKey sends } } } }`;
 
 async function drain(engine: Engine): Promise<void> {
   const worker = engine.createWorker();
@@ -94,7 +95,11 @@ describe('an http tool a program calls runs after its request commits', () => {
     expect(sent).toHaveLength(4);
     expect(new Set(sent.map((r) => r.key)).size).toBe(1);
     const run = ok(engine, EXECUTION, { id: started.executionId }).actions.execution;
-    expect(run).toMatchObject({ status: 'SUCCEEDED', attempt: 4 });
+    expect(run).toMatchObject({
+      status: 'SUCCEEDED',
+      attempt: 4,
+      outbound: { sends: 4, idempotencyKey: sent[0]!.key },
+    });
     expect(Number(balanceOf(engine, CUSTOMER).settled.normalBalance.units)).toBe(993);
     expect(Number(balanceOf(engine, CUSTOMER).pending.normalBalance.units)).toBe(0);
   });
