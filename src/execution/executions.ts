@@ -207,3 +207,13 @@ export function cancelRun(
   }
   return false;
 }
+
+/** What an outside call (HTTP, MCP) sent: its idempotency key and its sends; null for another kind or none sent. */
+export function outbound(
+  svc: Pick<ExecutionServices, 'queue'>,
+  node: Pick<CallNode, 'kind' | 'executionId'>,
+): { idempotencyKey: string; sends: number; lastSent: string } | null {
+  if (node.kind !== 'HTTP' && node.kind !== 'MCP') return null;
+  const sent = svc.queue.sendsOf.get(node.executionId);
+  return sent ? { idempotencyKey: sent.idempotency_key, sends: sent.sends, lastSent: sent.last_sent } : null;
+}

@@ -513,10 +513,6 @@ export const actionResolvers = {
         .children(ctx.services, n)
         .filter((c) => ctx.authority.allows({ action: 'SELECT', resource: AE, document: c })),
     progress: (n: CallNode, { after, first }: Args, ctx: RequestContext) => progressOf(ctx, n, after, first),
-    outbound: (n: CallNode, _: Args, ctx: RequestContext) => {
-      if (n.kind !== 'HTTP' && n.kind !== 'MCP') return null;
-      const sent = ctx.services.queue.sendsOf.get(n.executionId);
-      return sent ? { idempotencyKey: sent.idempotency_key, sends: sent.sends, lastSent: sent.last_sent } : null;
-    },
+    outbound: (n: CallNode, _: Args, ctx: RequestContext) => executions.outbound(ctx.services, n),
   },
 };
