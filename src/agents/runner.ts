@@ -20,7 +20,7 @@ import { type RunVersion, Cancelled, LeaseLost, Parked, type RunContext, leaseUn
 import { runAgent } from './agent-loop.js';
 import { runModel } from './model-turns.js';
 import { runOutside } from './outside-calls.js';
-import { startFollowUp } from '../execution/queue/follow-ups.js';
+import { startFollowUp, startFollowUpOfCancelled } from '../execution/queue/follow-ups.js';
 
 export type AgentRunsOptions = OutsideRunsOptions;
 
@@ -305,7 +305,8 @@ export class AgentRuns implements OutsideTransactionRuns {
         finished,
         logs: null,
       });
-      if (version && (status === 'SUCCEEDED' || status === 'FAILED'))
+      if (cancelled) startFollowUpOfCancelled(svc, row.execution_id);
+      else if (version && (status === 'SUCCEEDED' || status === 'FAILED'))
         startFollowUp(svc, {
           version,
           executionId: row.execution_id,

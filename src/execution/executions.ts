@@ -1,4 +1,5 @@
 import { actionKindOfExecution, runsOutsideTransactions } from '../actions/actions.js';
+import { startFollowUpOfCancelled } from './queue/follow-ups.js';
 import { EngineError } from '../errors.js';
 import { type Connection, pageRequest, toConnection } from '../paging.js';
 import { type CallFrame, type CallNode, childrenOf, rowToNode } from './call-tree.js';
@@ -160,7 +161,7 @@ export function queueCounts(deps: ExecutionDeps): { queued: number; running: num
  * cancelRun says. Anything else is refused, and so is the execution whose attempt runs this very
  * call (`frame`). Returns the execution as it is now.
  */
-export function cancel(deps: ExecutionDeps, node: CallNode, frame: CallFrame | null): CallNode {
+export function cancel(deps: ExecutionServices, node: CallNode, frame: CallFrame | null): CallNode {
   const executionId = node.executionId;
   if (frame?.node.rootId === executionId) {
     // Its attempt is the one running this call: it is QUEUED until the attempt's outcome is written.
@@ -181,7 +182,11 @@ export function cancel(deps: ExecutionDeps, node: CallNode, frame: CallFrame | n
       },
     );
   }
-  if (row.status === 'QUEUED') deps.queue.cancel.run(deps.clock.now().toISOString(), executionId);
+  if (row.status === 'QUEUED') {
+    deps.queue.cancel.run(deps.clock.now().toISOString(), executionId);
+    // A payout cancelled before it was sent releases its hold (config.followUps.failed).
+    startFollowUpOfCancelled(deps, executionId);
+  }
   return get(deps, executionId);
 }
 

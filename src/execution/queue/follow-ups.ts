@@ -1,6 +1,6 @@
-import type { ActionVersion } from '../../actions/actions.js';
+import { type ActionVersion, getVersion } from '../../actions/actions.js';
 import { celToJson, jsonToCel } from '../../cel/values.js';
-import type { ErrorData } from '../../errors.js';
+import { EngineError, type ErrorData } from '../../errors.js';
 import { canonicalJson, derivedId, fingerprint } from '../../ids.js';
 import { referencedVersion, type VersionRef } from '../call-rules.js';
 import { fixedInput, toEngineError, validate } from '../checks.js';
@@ -80,4 +80,27 @@ export function startFollowUp(svc: ExecutionServices, ended: Ended): string | nu
     ...(failed ? { failed } : {}),
   });
   return executionId;
+}
+
+/**
+ * A cancelled outside call: when it never sent a request, its `failed` follow-up starts (the hold
+ * is released: nothing went out). When it sent one, whether the service acted on it is unknown, so
+ * nothing is started: the execution (CANCELLED, its sends counted) is for a person to settle.
+ */
+export function startFollowUpOfCancelled(svc: ExecutionServices, executionId: string): string | null {
+  const row = svc.queue.queuedById.get(executionId);
+  if (!row || row.kind !== 'HTTP' || row.action_id === null || row.action_version === null) return null;
+  if (svc.queue.sendsOf.get(executionId)) return null;
+  return startFollowUp(svc, {
+    version: getVersion(svc.actions, { id: row.action_id, version: row.action_version }),
+    executionId,
+    principal: row.principal ?? 'system',
+    startStack: row.start_stack ? (JSON.parse(row.start_stack) as VersionRef[]) : [],
+    input: JSON.parse(row.input) as unknown,
+    output: null,
+    error: new EngineError('TOOL_FAILED', `${row.action_name} was cancelled before it sent anything`, {
+      details: { cancelled: true, retry: false },
+    }).toData(),
+    triggerDepth: row.trigger_depth,
+  });
 }
