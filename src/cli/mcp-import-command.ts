@@ -1,8 +1,8 @@
-import { readFileSync } from 'node:fs';
 import { EngineError } from '../errors.js';
 import { type ExistingAction, importPlan, type McpImportItem, mcpActionName } from '../integrations/mcp-import.js';
 import { McpServers, parseMcpServers } from '../integrations/mcp-servers.js';
 import type { McpServerConfig } from '../integrations/types.js';
+import { readServerConfig } from '../server/config.js';
 import { onlyArg } from './args.js';
 import { call, openTarget, operationError } from './connect.js';
 import { EXIT, OperationError, UsageError } from './errors.js';
@@ -23,27 +23,16 @@ const UPDATE =
   'mutation($id: UUID!, $input: ActionInput!) { actions { updateAction(id: $id, input: $input) { version } } }';
 
 /**
- * The `mcpServers` block of the file TALLY_CONFIG names, read here until the server configuration
- * (src/server/config.ts) carries it: then this is `readServerConfig().mcpServers`.
+ * TALLY_CONFIG's `mcpServers`, parsed. src/server/config.ts keeps them as written (the engine
+ * parses them); should it come to parse them itself, this is `readServerConfig(...).mcpServers`.
  */
-export function readMcpServersConfig(
-  path: string | undefined = process.env.TALLY_CONFIG,
-  env: NodeJS.ProcessEnv = process.env,
-): McpServerConfig[] {
-  if (path === undefined || path === '') return [];
-  let value: unknown;
+export function readMcpServersConfig(env: Io['env']): McpServerConfig[] {
+  const config = readServerConfig(env.TALLY_CONFIG, env);
   try {
-    value = JSON.parse(readFileSync(path, 'utf8'));
-  } catch (error) {
-    throw new OperationError(`cannot read the configuration ${path}: ${(error as Error).message}`, 'BAD_REQUEST');
-  }
-  const block =
-    value !== null && typeof value === 'object' ? (value as { mcpServers?: unknown }).mcpServers : undefined;
-  try {
-    return parseMcpServers(block, env);
+    return parseMcpServers(config.mcpServers, env);
   } catch (error) {
     if (error instanceof EngineError)
-      throw new OperationError(`the configuration ${path}: ${error.message}`, error.code, error.hint);
+      throw new EngineError(error.code, `the configuration ${config.path}: ${error.message}`, { hint: error.hint });
     throw error;
   }
 }
@@ -53,7 +42,7 @@ export async function mcpImportCommand(
   args: string[],
   options: Options,
   io: Io,
-  readConfig: (env: Io['env']) => McpServerConfig[] = (env) => readMcpServersConfig(env.TALLY_CONFIG, env),
+  readConfig: (env: Io['env']) => McpServerConfig[] = readMcpServersConfig,
 ): Promise<number> {
   const server = onlyArg(args, 'MCP server');
   if (!server) throw new UsageError('say which MCP server to import from: tally mcp import <server>');

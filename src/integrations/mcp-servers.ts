@@ -26,7 +26,7 @@ import { canonicalJson, fingerprint } from '../ids.js';
 import { type Logger, silentLogger } from '../log.js';
 import { isRecord, redact } from '../models/http.js';
 import { Limiter } from './limiter.js';
-import type { McpServerConfig, OutboundCall, SecretHeader } from './types.js';
+import type { McpServerConfig, McpTools, OutboundCall, SecretHeader } from './types.js';
 
 // ---------------------------------------------------------------------------------------------
 // Bounds (each named, with its default and why; to move into src/limits.ts FIXED_LIMITS).
@@ -488,8 +488,8 @@ export class McpServers {
   }
 
   /**
-   * Call `toolName` of `server` for an outbound call: one slot of the server's Limiter for the
-   * call's principal; refused (INTEGRATION_ERROR, never sent) when the tool changed since import
+   * Call `toolName` of `server` for an outbound call: authorized as INSERT on actions.Integration
+   * of {kind: "mcp", name: server, tool}, then one slot of the server's Limiter for the call's principal; refused (INTEGRATION_ERROR, never sent) when the tool changed since import
    * or when an earlier send's outcome is unknown and the tool is neither read-only nor idempotent.
    * Returns the tool's structuredContent, else {content}.
    */
@@ -501,6 +501,8 @@ export class McpServers {
     expected: McpCallExpectation,
   ): Promise<unknown> {
     const entry = this.entry(server);
+    // An outside call is an operation of its caller's: refused before it takes a slot or a connection.
+    call.authorize({ kind: 'mcp', name: server, tool: toolName });
     const release = await entry.limiter.acquire(call.principal, call.signal, call.deadline);
     try {
       return await this.callHeld(entry, toolName, args, call, expected);
@@ -960,6 +962,26 @@ export function checkMcpConfig(servers: McpServers | null, config: Record<string
       hint: CONFIG_HINT,
     });
   }
+}
+
+/**
+ * The servers as a run uses them (McpTools): an mcp action's config checked at creation, and a call
+ * of the tool it imported, against the fingerprint and hints it pinned.
+ */
+export function mcpTools(servers: McpServers): McpTools {
+  return {
+    check: (config) => checkMcpConfig(servers, config),
+    call: (config, args, call) => {
+      checkMcpConfig(servers, config);
+      const annotations = isRecord(config.annotations) ? config.annotations : null;
+      return servers.call(config.server as string, config.tool as string, isRecord(args) ? args : {}, call, {
+        fingerprint: config.fingerprint as string,
+        readOnly: annotations?.readOnlyHint === true,
+        idempotent: annotations?.idempotentHint === true,
+      });
+    },
+    close: () => servers.close(),
+  };
 }
 
 // ---------------------------------------------------------------------------------------------

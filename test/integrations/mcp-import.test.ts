@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
@@ -212,10 +212,16 @@ describe('importPlan', () => {
 describe('tally mcp import', () => {
   let scratch: string;
   let db: string;
+  let configFile: string;
+  const configBefore = process.env.TALLY_CONFIG;
 
   beforeAll(async () => {
     scratch = mkdtempSync(join(tmpdir(), 'tally-mcp-import-'));
     db = join(scratch, 'tally.db');
+    configFile = join(scratch, 'tally.config.json');
+    writeFileSync(configFile, JSON.stringify({ mcpServers: [{ name: 'docs', url: web.url }] }));
+    // The --db target's engine reads the same file (databaseTarget: readServerConfig()).
+    process.env.TALLY_CONFIG = configFile;
     const engine = await createEngine({ path: db });
     engine.graphql(
       'mutation($src: String!) { actions { createAction(id: "00000000-0000-4000-8000-0000000000a1", input: {name: "taken_send_mail", kind: "tool", config: {runtime: "javascript", src: $src}}) { version } } }',
@@ -223,7 +229,11 @@ describe('tally mcp import', () => {
     );
     engine.close();
   });
-  afterAll(() => rmSync(scratch, { recursive: true, force: true }));
+  afterAll(() => {
+    if (configBefore === undefined) delete process.env.TALLY_CONFIG;
+    else process.env.TALLY_CONFIG = configBefore;
+    rmSync(scratch, { recursive: true, force: true });
+  });
 
   function io(): Io & { output(): string } {
     let out = '';
@@ -231,15 +241,13 @@ describe('tally mcp import', () => {
       out: (t) => void (out += t),
       err: () => undefined,
       tty: false,
-      env: {},
+      env: { TALLY_CONFIG: configFile },
       output: () => out,
     };
   }
-  const configs = () => parseMcpServers([{ name: 'docs', url: web.url }]);
-
   it('--dry-run reads the target and says what each tool would become, changing nothing', async () => {
     const run = io();
-    expect(await mcpImportCommand(['docs'], { db, 'dry-run': true }, run, configs)).toBe(0);
+    expect(await mcpImportCommand(['docs'], { db, 'dry-run': true }, run)).toBe(0);
     expect(run.output()).toBe(
       [
         'search: would be created, version 1 (tool search)',
@@ -251,7 +259,7 @@ describe('tally mcp import', () => {
   });
 
   it('refuses a name an action of another kind holds, naming it', async () => {
-    const error = await mcpImportCommand(['docs'], { db, 'dry-run': true, prefix: 'taken_' }, io(), configs).then(
+    const error = await mcpImportCommand(['docs'], { db, 'dry-run': true, prefix: 'taken_' }, io()).then(
       () => null,
       (e: unknown) => e as Error & { code: string },
     );
@@ -260,7 +268,7 @@ describe('tally mcp import', () => {
   });
 
   it('names the configured servers for a server it does not know', async () => {
-    const error = await mcpImportCommand(['crm'], { db }, io(), configs).then(
+    const error = await mcpImportCommand(['crm'], { db }, io()).then(
       () => null,
       (e: unknown) => e as Error & { code: string; hint: string },
     );
@@ -268,13 +276,14 @@ describe('tally mcp import', () => {
     expect(error?.hint).toBe('Configured MCP servers: "docs".');
   });
 
-  // Un-skip once createAction takes kind "mcp" (checkMcpConfig wired into the engine).
+  // Un-skip once the engine takes its mcpServers (createEngine's outside.mcp = mcpTools(McpServers.create(...)), and
+  // databaseTarget passes readServerConfig().mcpServers to createEngine): createAction then checks kind "mcp".
   it.skip('creates the actions, then finds them unchanged', async () => {
     const first = io();
-    expect(await mcpImportCommand(['docs'], { db }, first, configs)).toBe(0);
+    expect(await mcpImportCommand(['docs'], { db }, first)).toBe(0);
     expect(first.output()).toMatch(/^search: created, version 1 \(tool search\)$/m);
     const second = io();
-    expect(await mcpImportCommand(['docs'], { db }, second, configs)).toBe(0);
+    expect(await mcpImportCommand(['docs'], { db }, second)).toBe(0);
     expect(second.output()).toMatch(/^search: unchanged, version 1 \(tool search\)$/m);
   });
 });

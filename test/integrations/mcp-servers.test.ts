@@ -13,6 +13,7 @@ import {
   MCP_OUTPUT_BYTES_MAX,
   type McpCallExpectation,
   McpServers,
+  mcpTools,
   type McpToolInfo,
   mcpToolFingerprint,
   parseMcpServers,
@@ -30,15 +31,29 @@ const STDIO_FIXTURE = join(import.meta.dirname, 'fixtures', 'mcp-stdio-server.mj
 const SECRET = 'sk-live-7f3a9c2e1b5d4a8f6e0c';
 const CHILD_SECRET = 'child-secret-4b8e2d9f1a7c3e6b';
 
-/** An outbound call as a runner hands it: sending() counts in memory, starting from `sends`. */
-function outbound(principal = 'alice', sends = 0, deadlineMs = 15_000): OutboundCall & { sends(): number } {
+/**
+ * An outbound call as a runner hands it: sending() counts in memory, starting from `sends`;
+ * authorize() records what it was asked, and refuses when `deny` says so.
+ */
+function outbound(
+  principal = 'alice',
+  sends = 0,
+  deadlineMs = 15_000,
+  deny = false,
+): OutboundCall & { sends(): number; authorized: Array<Record<string, unknown>> } {
   let count = sends;
+  const authorized: Array<Record<string, unknown>> = [];
   return {
     executionId: randomUUID(),
     idempotencyKey: `idem-${randomUUID()}`,
     principal,
     signal: new AbortController().signal,
     deadline: Date.now() + deadlineMs,
+    authorized,
+    authorize(document) {
+      authorized.push(document);
+      if (deny) throw new EngineError('ACCESS_DENIED', 'INSERT on actions.Integration is not allowed');
+    },
     sending() {
       const before = count;
       count += 1;
@@ -431,6 +446,40 @@ describe('McpServers over Streamable HTTP', () => {
     expect(await servers.call('web', 'greet', { who: 'ada' }, outbound(), expectation(greet))).toEqual({
       content: [{ type: 'text', text: 'hello ada' }],
     });
+  });
+
+  it('a call is authorized first, as INSERT on actions.Integration of {kind, name, tool}: refused, nothing is sent', async () => {
+    const add = await listed('web', 'add');
+    const calls = web.calls.length;
+    const denied = outbound('alice', 0, 15_000, true);
+    const error = await refusal(servers.call('web', 'add', { a: 1, b: 2 }, denied, expectation(add)));
+    expect(error.code).toBe('ACCESS_DENIED');
+    expect(denied.authorized).toEqual([{ kind: 'mcp', name: 'web', tool: 'add' }]);
+    expect(denied.sends()).toBe(0);
+    expect(web.calls.length).toBe(calls);
+  });
+
+  it("mcpTools: what a run calls with an mcp action's config (its server, tool, fingerprint and hints)", async () => {
+    const add = await listed('web', 'add');
+    const tools = mcpTools(servers);
+    const config = { server: 'web', tool: 'add', fingerprint: mcpToolFingerprint(add), annotations: add.annotations };
+    expect(() => tools.check(config)).not.toThrow();
+    expect(() => tools.check({ ...config, server: 'crm' })).toThrow(
+      /config.server "crm" is not a configured MCP server/,
+    );
+    expect(await tools.call(config, { a: 20, b: 22 }, outbound())).toEqual({ sum: 42 });
+    // The hints come from the config: read-only, so a send of unknown outcome goes again.
+    expect(await tools.call(config, { a: 1, b: 2 }, outbound('alice', 1))).toEqual({ sum: 3 });
+    const charge = await listed('web', 'charge');
+    const chargeConfig = {
+      server: 'web',
+      tool: 'charge',
+      fingerprint: mcpToolFingerprint(charge),
+      annotations: charge.annotations,
+    };
+    expect((await refusal(tools.call(chargeConfig, { cents: 1 }, outbound('alice', 1)))).message).toMatch(
+      /is not sent again$/,
+    );
   });
 
   it('a tool error is INTEGRATION_ERROR with its text, cut to 300 characters, not retried', async () => {
