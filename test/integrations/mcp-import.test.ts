@@ -278,12 +278,20 @@ describe('tally mcp import', () => {
 
   // Un-skip once the engine takes its mcpServers (createEngine's outside.mcp = mcpTools(McpServers.create(...)), and
   // databaseTarget passes readServerConfig().mcpServers to createEngine): createAction then checks kind "mcp".
-  it.skip('creates the actions, then finds them unchanged', async () => {
+  it.skip('creates the actions, finds them unchanged, and makes a changed tool version 2', async () => {
     const first = io();
     expect(await mcpImportCommand(['docs'], { db }, first)).toBe(0);
     expect(first.output()).toMatch(/^search: created, version 1 \(tool search\)$/m);
     const second = io();
     expect(await mcpImportCommand(['docs'], { db }, second)).toBe(0);
     expect(second.output()).toMatch(/^search: unchanged, version 1 \(tool search\)$/m);
+    await web.setTool({ ...SEARCH, description: 'Searches the docs, newest first.' }, () => ({
+      structuredContent: { hits: [] },
+      content: [],
+    }));
+    const third = io();
+    expect(await mcpImportCommand(['docs'], { db }, third)).toBe(0);
+    expect(third.output()).toMatch(/^search: updated to version 2: the tool changed \(tool search\)$/m);
+    expect(third.output()).toMatch(/^send_mail: unchanged, version 1 \(tool send_mail\)$/m);
   });
 });
