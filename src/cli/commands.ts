@@ -7,6 +7,7 @@ export { requireDatabase } from './connect.js';
 export { deployCommand } from './deploy-command.js';
 export { executionCommand, executionsCommand, runCommand } from './execution-commands.js';
 export { gqlCommand } from './gql-command.js';
+export { mcpImportCommand } from './mcp-import-command.js';
 export {
   accountsCommand,
   balanceCommand,

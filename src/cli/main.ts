@@ -166,6 +166,9 @@ async function run(command: string, positionals: string[], options: Options): Pr
     case 'import':
       return await commands.importCommand(positionals, options, io);
     case 'mcp':
+      if (positionals[0] === 'import') return await commands.mcpImportCommand(positionals.slice(1), options, io);
+      if (options.prefix !== undefined || options['dry-run'] !== undefined)
+        throw new UsageError('--prefix and --dry-run are for tally mcp import');
       noArgs();
       await serveMcp(options);
       return EXIT.ok;

@@ -339,20 +339,26 @@ export const COMMANDS: Record<string, CommandSpec> = {
   },
   mcp: {
     name: 'mcp',
-    args: '(--db PATH --as PRINCIPAL | --server URL --key KEY)',
+    args: '(--db PATH --as PRINCIPAL | --server URL --key KEY) | import <SERVER> [--prefix P] [--dry-run]',
     summary:
       'Serve the tools a client may call to an MCP client (Claude Desktop, Claude Code, the MCP Inspector) over stdio.\n' +
       "In-process (--db, --as: that client's policies bound every call) or as a proxy to a running server (--server, --key:\n" +
-      'the server authorizes). stdout carries only protocol messages; logs go to stderr. `tally serve` also serves MCP at /mcp.',
+      'the server authorizes). stdout carries only protocol messages; logs go to stderr. `tally serve` also serves MCP at /mcp.\n' +
+      "`tally mcp import SERVER` makes each tool of an MCP server in TALLY_CONFIG's mcpServers an action of kind mcp (--db or\n" +
+      '--server, --key: the caller needs INSERT and UPDATE on actions.Action): created, updated to a new version when the tool\n' +
+      'changed on the server, or left unchanged.',
     options: {
       db: { type: 'string', value: 'PATH', help: 'open this database file in-process (default $TALLY_DB)' },
       as: { type: 'string', value: 'PRINCIPAL', help: 'the client whose policies bound every call (with --db)' },
       server: { type: 'string', value: 'URL', help: 'a running server (default $TALLY_SERVER)' },
       key: { type: 'string', value: 'KEY', help: 'the API key for --server (default $TALLY_API_KEY)' },
+      prefix: { type: 'string', value: 'P', help: 'import: written before every action name (e.g. crm_)' },
+      'dry-run': { type: 'boolean', help: 'import: say what would change, change nothing' },
     },
     examples: [
       'tally mcp --db ./data/tally.db --as operator',
       'TALLY_API_KEY=tly_… tally mcp --server http://127.0.0.1:4000',
+      'TALLY_CONFIG=tally.config.json tally mcp import crm --prefix crm_ --db ./data/tally.db --dry-run',
     ],
   },
   import: {
