@@ -21,7 +21,7 @@ import { orderedIds } from './ids.js';
 import { type Limits, resolveLimits } from './limits.js';
 import { type Logger, silentLogger } from './log.js';
 import { ModelProviders, parseProviders } from './models/providers.js';
-import { Integrations, parseIntegrations } from './integrations/http.js';
+import { openOutside } from './integrations/outside.js';
 import { openStorage } from './storage/open.js';
 import { listenForStarts } from './storage/listen.js';
 import { isPostgresUrl } from './storage/pg/connection.js';
@@ -55,10 +55,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const { db, transactions, epoch, path } = storage;
   const providerConfigs = options.providers === undefined ? [] : parseProviders(options.providers);
   const models = providerConfigs.length > 0 ? await ModelProviders.create(providerConfigs, limits) : null;
-  const outside = {
-    integrations: new Integrations(options.integrations === undefined ? [] : parseIntegrations(options.integrations)),
-    mcp: null,
-  };
+  const outside = openOutside(options, logger);
   const events = new EngineEvents(logError);
   let requests: Requests | undefined;
   let callers: Callers | undefined;
@@ -189,6 +186,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
         commit: true,
       })),
     close: () => {
+      void outside.mcp?.close();
       storage.close();
       sandboxes.dispose();
     },

@@ -22,7 +22,7 @@ const MAY_IMPORT: Record<string, readonly string[]> = {
   models: [],
   sandbox: [],
   // The world outside (DESIGN §11): the operator's integrations and MCP servers, and what one call is handed.
-  integrations: ['cel', 'models'],
+  integrations: ['cel', 'models', 'actions'],
   policy: ['cel'],
   ledger: ['cel', 'storage', 'policy'],
   actions: ['cel', 'storage', 'policy'],

@@ -113,6 +113,8 @@ export function toolAccess(
   callerPolicies: readonly Policy[] | null,
   memo?: ToolWritesMemo,
 ): ToolAccess & { hidden: boolean } {
+  const hinted = serverHints(version);
+  if (hinted) return { ...hinted, hidden: false };
   const writes = toolWrites(deps, version, memo);
   const callerWrites = callerPolicies === null ? null : policyWrites(callerPolicies);
   const usable = callerWrites === null ? writes : writes.filter((w) => overlaps(w, callerWrites));
@@ -130,7 +132,22 @@ export function toolAccess(
  * execution.cacheTtlMs requires.
  */
 export function isReadOnly(deps: ActionDeps, version: ActionVersion, memo?: ToolWritesMemo): boolean {
-  return toolWrites(deps, version, memo).length === 0;
+  return serverHints(version)?.readOnly ?? toolWrites(deps, version, memo).length === 0;
+}
+
+/**
+ * An imported MCP tool does nothing to Tally: what it does is its server's, as the server's own
+ * annotations say (recorded at import; MCP's defaults: not read-only, and then destructive unless
+ * it says otherwise). Null for every other kind.
+ */
+function serverHints(version: ActionVersion): ToolAccess | null {
+  if (version.kind !== 'mcp') return null;
+  const annotations = (version.config.annotations ?? null) as {
+    readOnlyHint?: unknown;
+    destructiveHint?: unknown;
+  } | null;
+  const readOnly = annotations?.readOnlyHint === true;
+  return { readOnly, destructive: !readOnly && annotations?.destructiveHint !== false };
 }
 
 function resolveReference(deps: ActionDeps, name: string, version: number | null): ActionVersion | null {

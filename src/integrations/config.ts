@@ -174,7 +174,6 @@ export function parseIntegrations(value: unknown): IntegrationConfig[] {
 export function isPlainPath(path: string): boolean {
   if (!path.startsWith('/')) return false;
   if (path === '/') return true;
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this refuses
   if (/[%?#\\\s\u0000-\u001f\u007f{}]/.test(path)) return false;
   const segments = path.replace(/\/$/, '').slice(1).split('/');
   return segments.every((s) => s !== '' && s !== '.' && s !== '..');

@@ -174,8 +174,19 @@ function versionInput(server: string, name: string, tool: McpToolInfo, fingerpri
       inputSchema: tool.inputSchema,
       outputSchema: tool.outputSchema,
     },
-    // An imported tool performs no Tally operation: its effect is the server's.
-    policies: [],
+    // An imported tool performs one operation: calling its server (INSERT on actions.Integration),
+    // which every layer above it must allow too. Nothing of the ledger.
+    policies: [serverPolicy(server)],
     execution: { maxAttempts: mayResend(tool.annotations) ? MCP_RETRY_ATTEMPTS : 1 },
+  };
+}
+
+/** The one policy of an imported tool: it may call its own server, and nothing else. */
+export function serverPolicy(server: string): NonNullable<ActionInput['policies']>[number] {
+  return {
+    effect: 'ALLOW',
+    actions: ['INSERT'],
+    resources: ['actions.Integration'],
+    assertions: { server: `context.document.kind == 'mcp' && context.document.name == '${server}'` },
   };
 }

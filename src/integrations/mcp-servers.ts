@@ -12,372 +12,57 @@
  */
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { DEFAULT_INHERITED_ENV_VARS, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
-import {
-  type CallToolResult,
-  ErrorCode,
-  McpError,
-  type Tool,
-  ToolListChangedNotificationSchema,
-} from '@modelcontextprotocol/sdk/types.js';
+import { type CallToolResult, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { EngineError, quote } from '../errors.js';
-import { canonicalJson, fingerprint } from '../ids.js';
 import { type Logger, silentLogger } from '../log.js';
 import { isRecord, redact } from '../models/http.js';
 import { Limiter } from './limiter.js';
-import type { McpServerConfig, McpTools, OutboundCall, SecretHeader } from './types.js';
+import {
+  bad,
+  IDEMPOTENCY_META_KEY,
+  MCP_ERROR_TEXT_MAX,
+  MCP_MESSAGE_BYTES_MAX,
+  MCP_OUTPUT_BYTES_MAX,
+  MCP_TOOL_PAGES_MAX,
+  MCP_TOOLS_MAX,
+  STDERR_TAIL_MAX,
+} from './mcp-config.js';
+import {
+  boundedFetch,
+  ConnectFailure,
+  type Connection,
+  cut,
+  describe,
+  errorText,
+  integrationError,
+  isTimeout,
+  isUnavailable,
+  LIST_TAG,
+  type Listed,
+  type McpCallExpectation,
+  type McpToolInfo,
+  mcpToolFingerprint,
+  redactStrings,
+  toolInfo,
+  unavailable,
+  within,
+} from './mcp-wire.js';
 
-// ---------------------------------------------------------------------------------------------
-// Bounds (each named, with its default and why; to move into src/limits.ts FIXED_LIMITS).
-
-export const MCP_SERVER_DEFAULTS = Object.freeze({ timeoutMs: 30_000, concurrency: 8 });
-/** The longest timeoutMs a server's config may set: 10 minutes, as a model provider's. */
-export const MCP_TIMEOUT_MS_MAX = 600_000;
-/** The most calls in flight to one server from one process a config may set. */
-export const MCP_CONCURRENCY_MAX = 256;
-/** An imported tool's output (structuredContent, or {content}) as JSON: what an execution records. */
-export const MCP_OUTPUT_BYTES_MAX = 1_048_576;
-/**
- * One answer read from a server (an HTTP response body, a stdio line): past it the read stops. Above
- * MCP_OUTPUT_BYTES_MAX because a tool's answer carries its output twice (structuredContent and its
- * text) and JSON-escaped; it bounds memory, the output bound gives the error.
- */
-export const MCP_MESSAGE_BYTES_MAX = 8 * 1_048_576;
-/** A tool's error text kept in an INTEGRATION_ERROR's message. */
-export const MCP_ERROR_TEXT_MAX = 300;
-/** Tools read from one server's tools/list (over all its pages): a list is kept in memory and imported whole. */
-export const MCP_TOOLS_MAX = 1000;
-/** Pages of tools/list read before giving up: a server that pages forever stops here. */
-export const MCP_TOOL_PAGES_MAX = 100;
-/** The child's stderr kept to explain why a stdio server stopped. */
-const STDERR_TAIL_MAX = 2000;
-
-/** The `_meta` key of tools/call that carries the call's idempotency key, so a server can dedupe. */
-export const IDEMPOTENCY_META_KEY = 'io.tally/idempotencyKey';
-
-// ---------------------------------------------------------------------------------------------
-// The configuration.
-
-const NAME = /^[a-z][a-z0-9]*(?:[_-][a-z0-9]+)*$/;
-const ENV_NAME = /^[A-Z_][A-Z0-9_]*$/;
-/** A variable name in the child's environment (any case: a server may read `npm_config_x`). */
-const CHILD_ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
-/** An HTTP header name (RFC 9110 token). */
-const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
-/** Headers the transport sets itself: a config that set them would break the protocol. */
-const TRANSPORT_HEADERS = new Set([
-  'accept',
-  'content-type',
-  'content-length',
-  'host',
-  'connection',
-  'transfer-encoding',
-  'mcp-session-id',
-  'mcp-protocol-version',
-  'last-event-id',
-]);
-const PREFIX_MAX = 64;
-const COMMON_FIELDS = ['name', 'timeoutMs', 'concurrency', 'perClientConcurrency'];
-const HTTP_FIELDS = new Set([...COMMON_FIELDS, 'url', 'headers']);
-const STDIO_FIELDS = new Set([...COMMON_FIELDS, 'command', 'args', 'cwd', 'env']);
-/** Field names that look like a literal credential: refused with a hint of their own. */
-const SECRET_FIELDS =
-  /^(api[-_]?key|key|token|access[-_]?token|secret|client[-_]?secret|auth(orization)?|bearer|password|passwd|credentials?)$/i;
-
-const HINT =
-  'Each MCP server is {name, url, headers?: {"Header": {"env": "VAR", "prefix"?: "Bearer "}}, timeoutMs?, concurrency?, perClientConcurrency?} ' +
-  'or {name, command, args?: [...], cwd?, env?: {"VAR_IN_CHILD": {"env": "VAR_HERE"}}, timeoutMs?, concurrency?, perClientConcurrency?}.';
-
-function bad(message: string, hint = HINT): EngineError {
-  return new EngineError('BAD_REQUEST', message, { hint });
-}
-
-function integerIn(path: string, value: unknown, min: number, max: number): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    throw bad(`${path} ${quote(value)} is not an integer from ${min} to ${max}`);
-  }
-  return value;
-}
-
-/** A value that may be a credential is named, never shown: only a short plain word is quoted. */
-function shown(value: unknown): string {
-  return typeof value === 'string' && value.length <= 64 && /^[A-Za-z0-9_]*$/.test(value) ? `${quote(value)} ` : '';
-}
-
-/**
- * `{env: "VAR", prefix?: "..."}` at `path`: where a credential comes from. A string there is a
- * literal credential and is refused without being echoed.
- */
-function secretRef(path: string, value: unknown, prefixAllowed: boolean, example: string): SecretHeader {
-  if (typeof value === 'string') {
-    throw bad(
-      `${path} is a literal value: credentials are never written in configuration`,
-      `Put the value in an environment variable of the server and name it: ${example}.`,
-    );
-  }
-  if (!isRecord(value)) throw bad(`${path} ${quote(value)} is not an object {"env": "VAR"}`, `Write ${example}.`);
-  const fields = prefixAllowed ? ['env', 'prefix'] : ['env'];
-  for (const field of Object.keys(value)) {
-    if (!fields.includes(field)) throw bad(`${path}.${field} is not a field (known: ${fields.join(', ')})`);
-  }
-  if (typeof value.env !== 'string' || !ENV_NAME.test(value.env)) {
-    throw bad(
-      `${path}.env ${shown(value.env)}is not an environment variable name (upper case letters, digits and _)`,
-      `It names the variable that holds the value, never the value itself: ${example}.`,
-    );
-  }
-  const prefix = value.prefix ?? '';
-  if (typeof prefix !== 'string' || prefix.length > PREFIX_MAX || /[\r\n\0]/.test(prefix)) {
-    throw bad(`${path}.prefix is not a short text on one line (at most ${PREFIX_MAX} characters)`, `Write ${example}.`);
-  }
-  return { env: value.env, prefix };
-}
-
-function parseUrl(at: string, value: unknown): string {
-  let url: URL | null = null;
-  if (typeof value === 'string') {
-    try {
-      url = new URL(value);
-    } catch {
-      url = null;
-    }
-  }
-  if (typeof value !== 'string' || url === null || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
-    throw bad(
-      `${at}.url ${quote(value)} is not an http(s) URL`,
-      'Give the server\'s MCP endpoint, e.g. "https://mcp.example.com/mcp".',
-    );
-  }
-  if (url.username !== '' || url.password !== '') {
-    throw bad(
-      `${at}.url has credentials in it: credentials are never written in configuration`,
-      'Remove the user:password part; send the credential in a header read from an environment variable: "headers": {"Authorization": {"env": "VAR", "prefix": "Bearer "}}.',
-    );
-  }
-  for (const key of url.searchParams.keys()) {
-    if (SECRET_FIELDS.test(key)) {
-      throw bad(
-        `${at}.url has a credential in its query (${quote(key)}): credentials are never written in configuration`,
-        'Send the credential in a header read from an environment variable: "headers": {"Authorization": {"env": "VAR", "prefix": "Bearer "}}.',
-      );
-    }
-  }
-  return url.toString();
-}
-
-function parseHeaders(at: string, value: unknown): Record<string, SecretHeader> {
-  if (value === undefined || value === null) return {};
-  if (!isRecord(value)) throw bad(`${at}.headers ${quote(value)} is not an object of header names`);
-  const headers: Record<string, SecretHeader> = {};
-  const seen = new Set<string>();
-  for (const [name, spec] of Object.entries(value)) {
-    const path = `${at}.headers.${name}`;
-    if (!HEADER_NAME.test(name)) throw bad(`${at}.headers: ${quote(name)} is not an HTTP header name`);
-    const folded = name.toLowerCase();
-    if (TRANSPORT_HEADERS.has(folded)) {
-      throw bad(
-        `${path}: the MCP transport sets ${name} itself`,
-        'Leave it out; configure only the headers the server needs (credentials).',
-      );
-    }
-    if (seen.has(folded)) throw bad(`${path}: the header is given twice (header names are case-insensitive)`);
-    seen.add(folded);
-    headers[name] = secretRef(path, spec, true, `"${name}": {"env": "MY_SERVER_TOKEN", "prefix": "Bearer "}`);
-  }
-  return headers;
-}
-
-function parseChildEnv(at: string, value: unknown): Record<string, SecretHeader> {
-  if (value === undefined || value === null) return {};
-  if (!isRecord(value)) throw bad(`${at}.env ${quote(value)} is not an object of variable names`);
-  const env: Record<string, SecretHeader> = {};
-  for (const [name, spec] of Object.entries(value)) {
-    if (!CHILD_ENV_NAME.test(name)) throw bad(`${at}.env: ${quote(name)} is not an environment variable name`);
-    env[name] = secretRef(
-      `${at}.env.${name}`,
-      spec,
-      false,
-      `"${name}": {"env": "${ENV_NAME.test(name) ? name : 'VAR_HERE'}"}`,
-    );
-  }
-  return env;
-}
-
-function parseStrings(path: string, value: unknown): string[] {
-  if (value === undefined || value === null) return [];
-  if (!Array.isArray(value)) throw bad(`${path} ${quote(value)} is not an array of strings`);
-  return value.map((item: unknown, i) => {
-    if (typeof item !== 'string' || item.includes('\0')) throw bad(`${path}[${i}] ${quote(item)} is not a string`);
-    return item;
-  });
-}
-
-/** Validate the `mcpServers` block; every problem is a BAD_REQUEST naming the field path. */
-export function parseMcpServers(value: unknown, env: NodeJS.ProcessEnv = process.env): McpServerConfig[] {
-  void env; // Variables are read when a connection opens; an unset one is not a configuration error.
-  if (value === undefined || value === null) return [];
-  if (!Array.isArray(value)) throw bad(`mcpServers ${quote(value)} is not an array`);
-  const seen = new Set<string>();
-  return value.map((entry: unknown, index): McpServerConfig => {
-    const at = `mcpServers[${index}]`;
-    if (!isRecord(entry)) throw bad(`${at} ${quote(entry)} is not an object`);
-    const hasUrl = entry.url !== undefined;
-    const hasCommand = entry.command !== undefined;
-    if (hasUrl === hasCommand) {
-      throw bad(
-        hasUrl
-          ? `${at} has both url and command: a server is reached over Streamable HTTP or run over stdio, not both`
-          : `${at} has neither url (Streamable HTTP) nor command (stdio)`,
-      );
-    }
-    const fields = hasUrl ? HTTP_FIELDS : STDIO_FIELDS;
-    for (const field of Object.keys(entry)) {
-      if (fields.has(field)) continue;
-      if (SECRET_FIELDS.test(field)) {
-        throw bad(
-          `${at}.${field} is not an MCP server field: credentials are never written in configuration`,
-          hasUrl
-            ? 'Put the credential in an environment variable of the server and send it in a header: "headers": {"Authorization": {"env": "MY_SERVER_TOKEN", "prefix": "Bearer "}}.'
-            : 'Put the credential in an environment variable of the server and pass it to the child: "env": {"API_TOKEN": {"env": "MY_SERVER_TOKEN"}}.',
-        );
-      }
-      throw bad(
-        `${at}.${field} is not a field of ${hasUrl ? 'a Streamable HTTP' : 'a stdio'} MCP server (known: ${[...fields].join(', ')})`,
-      );
-    }
-
-    const name = entry.name;
-    if (typeof name !== 'string' || !NAME.test(name) || name.length > 64) {
-      throw bad(
-        `${at}.name ${quote(name)} is not a server name (lower_snake or kebab case, e.g. "search" or "crm-tools")`,
-      );
-    }
-    if (seen.has(name))
-      throw bad(`${at}.name ${quote(name)} is already used by another MCP server`, 'Give each server its own name.');
-    seen.add(name);
-
-    const timeoutMs =
-      entry.timeoutMs === undefined
-        ? MCP_SERVER_DEFAULTS.timeoutMs
-        : integerIn(`${at}.timeoutMs`, entry.timeoutMs, 1, MCP_TIMEOUT_MS_MAX);
-    const concurrency =
-      entry.concurrency === undefined
-        ? MCP_SERVER_DEFAULTS.concurrency
-        : integerIn(`${at}.concurrency`, entry.concurrency, 1, MCP_CONCURRENCY_MAX);
-    const perClientConcurrency =
-      entry.perClientConcurrency === undefined
-        ? Math.max(1, Math.floor(concurrency / 2))
-        : integerIn(`${at}.perClientConcurrency`, entry.perClientConcurrency, 1, concurrency);
-    const common = { name, timeoutMs, concurrency, perClientConcurrency };
-
-    if (hasUrl)
-      return { ...common, transport: 'http', url: parseUrl(at, entry.url), headers: parseHeaders(at, entry.headers) };
-
-    const command = entry.command;
-    if (typeof command !== 'string' || command.trim() === '' || command.includes('\0')) {
-      throw bad(
-        `${at}.command ${quote(command)} is not a command`,
-        'Name the program to run, e.g. "node" or "/usr/local/bin/my-mcp-server", and its arguments in args.',
-      );
-    }
-    const cwd = entry.cwd ?? null;
-    if (cwd !== null && (typeof cwd !== 'string' || !cwd.startsWith('/') || cwd.includes('\0'))) {
-      throw bad(
-        `${at}.cwd ${quote(cwd)} is not an absolute path`,
-        'Give the folder the server runs in as an absolute path, or leave cwd out.',
-      );
-    }
-    return {
-      ...common,
-      transport: 'stdio',
-      command,
-      args: parseStrings(`${at}.args`, entry.args),
-      cwd: cwd as string | null,
-      env: parseChildEnv(at, entry.env),
-    };
-  });
-}
-
-// ---------------------------------------------------------------------------------------------
-// Tools and fingerprints.
-
-/** A tool as a server lists it, each field that may be absent as null. */
-export interface McpToolInfo {
-  name: string;
-  title: string | null;
-  description: string | null;
-  inputSchema: Record<string, unknown>;
-  outputSchema: Record<string, unknown> | null;
-  /** MCP's hints (readOnlyHint, idempotentHint, destructiveHint, openWorldHint, title): what the server says, unverified. */
-  annotations: Record<string, unknown> | null;
-}
-
-/** What the action that calls a tool was imported from: the call is refused when the server's tool differs. */
-export interface McpCallExpectation {
-  fingerprint: string;
-  /** The imported tool's readOnlyHint. */
-  readOnly: boolean;
-  /** The imported tool's idempotentHint. */
-  idempotent: boolean;
-}
-
-/**
- * What a tool's callers depend on, hashed: its name, schemas, annotations and description (what a
- * model reads to decide a call). A new fingerprint is a new tool: it is imported as a new version.
- */
-export function mcpToolFingerprint(tool: McpToolInfo): string {
-  return fingerprint(
-    canonicalJson({
-      name: tool.name,
-      inputSchema: tool.inputSchema,
-      outputSchema: tool.outputSchema,
-      annotations: tool.annotations,
-      description: tool.description,
-    }),
-  );
-}
-
-function toolInfo(tool: Tool): McpToolInfo {
-  const annotations = isRecord(tool.annotations) ? (tool.annotations as Record<string, unknown>) : null;
-  const title =
-    typeof tool.title === 'string' ? tool.title : typeof annotations?.title === 'string' ? annotations.title : null;
-  return {
-    name: tool.name,
-    title,
-    description: typeof tool.description === 'string' ? tool.description : null,
-    inputSchema: tool.inputSchema as Record<string, unknown>,
-    outputSchema: isRecord(tool.outputSchema) ? (tool.outputSchema as Record<string, unknown>) : null,
-    annotations,
-  };
-}
+export {
+  IDEMPOTENCY_META_KEY,
+  MCP_MESSAGE_BYTES_MAX,
+  MCP_OUTPUT_BYTES_MAX,
+  parseMcpServers,
+} from './mcp-config.js';
+export { type McpCallExpectation, type McpToolInfo, mcpToolFingerprint } from './mcp-wire.js';
+import type { McpServerConfig, OutboundCall, SecretHeader } from './types.js';
 
 // ---------------------------------------------------------------------------------------------
 // The servers.
 
-interface Listed {
-  info: McpToolInfo;
-  fingerprint: string;
-}
-
-/** One open connection to a server: its client, and its tool list while no list_changed came. */
-interface Connection {
-  client: Client;
-  /** The tool list, until the server says it changed (null: list again). */
-  tools: Map<string, Listed> | null;
-  listing: Promise<Map<string, Listed>> | null;
-  /** Bumped by every list_changed: a list read across one is not kept. */
-  generation: number;
-  /** The server sends list_changed (else the list is read again before every call). */
-  listChanged: boolean;
-  /** Set when an answer crossed MCP_MESSAGE_BYTES_MAX on a stdio connection (which then closes). */
-  overflow: EngineError | null;
-  closed: boolean;
-  /** The end of a stdio child's stderr (redacted when shown). */
-  stderr: string;
-}
-
-class ServerEntry {
+export class ServerEntry {
   readonly limiter: Limiter;
   connection: Connection | null = null;
   connecting: Promise<Connection> | null = null;
@@ -413,7 +98,6 @@ class ServerEntry {
 }
 
 const CLIENT_INFO = { name: 'tally', version: '0.1.0' };
-const LIST_TAG = 'tools/list';
 
 /** The configured MCP servers, by name: one lazily connected client each, reconnected after a failure. */
 export class McpServers {
@@ -904,238 +588,5 @@ export class McpServers {
       if (pending !== null) closing.push(pending.catch(() => undefined));
     }
     await Promise.all(closing);
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Checks of an action of kind "mcp".
-
-const MCP_CONFIG_FIELDS = ['server', 'tool', 'fingerprint', 'annotations'];
-const FINGERPRINT = /^[0-9a-f]{64}$/;
-const CONFIG_HINT =
-  "An mcp action's config is {server, tool, fingerprint, annotations?}, as `tally mcp import` writes it.";
-
-/** What createAction checks for an action of kind "mcp": its config's shape, and that its server is configured. */
-export function checkMcpConfig(servers: McpServers | null, config: Record<string, unknown>): void {
-  for (const field of Object.keys(config)) {
-    if (!MCP_CONFIG_FIELDS.includes(field)) {
-      throw new EngineError(
-        'BAD_REQUEST',
-        `config.${field} is not a field of an mcp action (known: ${MCP_CONFIG_FIELDS.join(', ')})`,
-        {
-          hint: CONFIG_HINT,
-        },
-      );
-    }
-  }
-  const server = config.server;
-  if (typeof server !== 'string' || server === '') {
-    throw new EngineError('BAD_REQUEST', `config.server ${quote(server)} is not an MCP server name`, {
-      hint: CONFIG_HINT,
-    });
-  }
-  const names = servers?.names() ?? [];
-  if (!names.includes(server)) {
-    throw new EngineError('BAD_REQUEST', `config.server ${quote(server)} is not a configured MCP server`, {
-      hint:
-        names.length === 0
-          ? 'No MCP servers are configured: add an mcpServers block to the server configuration (TALLY_CONFIG).'
-          : `Configured MCP servers: ${names.map((n) => quote(n)).join(', ')}.`,
-      details: { server, configured: names },
-    });
-  }
-  if (typeof config.tool !== 'string' || config.tool === '') {
-    throw new EngineError('BAD_REQUEST', `config.tool ${quote(config.tool)} is not a tool name`, { hint: CONFIG_HINT });
-  }
-  if (typeof config.fingerprint !== 'string' || !FINGERPRINT.test(config.fingerprint)) {
-    throw new EngineError(
-      'BAD_REQUEST',
-      `config.fingerprint ${quote(config.fingerprint)} is not a sha-256 in hex (64 characters)`,
-      {
-        hint: CONFIG_HINT,
-      },
-    );
-  }
-  const annotations = config.annotations ?? null;
-  if (annotations !== null && !isRecord(annotations)) {
-    throw new EngineError('BAD_REQUEST', `config.annotations ${quote(annotations)} is not an object`, {
-      hint: CONFIG_HINT,
-    });
-  }
-}
-
-/**
- * The servers as a run uses them (McpTools): an mcp action's config checked at creation, and a call
- * of the tool it imported, against the fingerprint and hints it pinned.
- */
-export function mcpTools(servers: McpServers): McpTools {
-  return {
-    check: (config) => checkMcpConfig(servers, config),
-    call: (config, args, call) => {
-      checkMcpConfig(servers, config);
-      const annotations = isRecord(config.annotations) ? config.annotations : null;
-      return servers.call(config.server as string, config.tool as string, isRecord(args) ? args : {}, call, {
-        fingerprint: config.fingerprint as string,
-        readOnly: annotations?.readOnlyHint === true,
-        idempotent: annotations?.idempotentHint === true,
-      });
-    },
-    close: () => servers.close(),
-  };
-}
-
-// ---------------------------------------------------------------------------------------------
-// Helpers.
-
-/** A connection that did not open: the SDK's error, and its message with the credentials taken out. */
-class ConnectFailure extends Error {
-  constructor(
-    readonly error: unknown,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
-function integrationError(message: string, options: { hint?: string; details?: Record<string, unknown> }): EngineError {
-  return new EngineError('INTEGRATION_ERROR', message, {
-    ...(options.hint === undefined ? {} : { hint: options.hint }),
-    details: { retry: false, ...options.details },
-  });
-}
-
-function unavailable(message: string, details: Record<string, unknown>): EngineError {
-  return new EngineError('INTEGRATION_UNAVAILABLE', message, { details: { ...details, retry: true } });
-}
-
-/** A retry may fix it: no connection, a timeout, the connection closed, the server busy or failing. */
-function isUnavailable(error: unknown): boolean {
-  if (error instanceof McpError) {
-    return (
-      error.code === ErrorCode.ConnectionClosed ||
-      error.code === ErrorCode.RequestTimeout ||
-      error.code === ErrorCode.InternalError
-    );
-  }
-  if (error instanceof StreamableHTTPError) {
-    const status = error.code ?? 0;
-    // 404: the server forgot the session (it restarted); the next call opens a new one.
-    return status === 404 || status === 408 || status === 425 || status === 429 || status >= 500;
-  }
-  // fetch failed, ECONNREFUSED, a child that could not start or stopped.
-  return true;
-}
-
-function isTimeout(error: unknown): boolean {
-  return error instanceof McpError && error.code === ErrorCode.RequestTimeout;
-}
-
-/** An error's message, with where a stdio child stopped (its stderr's end) when that explains it. */
-function describe(error: unknown, connection: Connection | null): string {
-  const message = error instanceof Error ? error.message : String(error);
-  const cause = error instanceof Error && error.cause instanceof Error ? ` (${error.cause.message})` : '';
-  const stderr = connection?.stderr.trim() ?? '';
-  return `${message}${cause}${stderr !== '' && isUnavailable(error) ? `; its stderr ends: ${stderr.slice(-200)}` : ''}`;
-}
-
-function cut(text: string, max: number): string {
-  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
-}
-
-/** A tool error's words: its text blocks, else its content as JSON. */
-function errorText(content: CallToolResult['content'] | undefined): string {
-  const blocks = content ?? [];
-  const texts = blocks.flatMap((block) => (block.type === 'text' ? [block.text] : []));
-  return texts.length > 0 ? texts.join('\n') : cut(JSON.stringify(blocks), 4 * MCP_ERROR_TEXT_MAX);
-}
-
-/** Every string of a JSON value (keys too) passed through `redact`. */
-function redactStrings(value: unknown, redactText: (text: string) => string): unknown {
-  if (typeof value === 'string') return redactText(value);
-  if (Array.isArray(value)) return value.map((item) => redactStrings(item, redactText));
-  if (isRecord(value)) {
-    return Object.fromEntries(
-      Object.entries(value).map(([key, item]) => [redactText(key), redactStrings(item, redactText)]),
-    );
-  }
-  return value;
-}
-
-/** The promise, or `error()` once the deadline passes, or the signal's reason once it aborts. */
-function within<T>(promise: Promise<T>, signal: AbortSignal, deadline: number, error: () => Error): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<T>((resolve, reject) => {
-    const waitMs = deadline - Date.now();
-    const timer = Number.isFinite(waitMs) ? setTimeout(() => finish(() => reject(error())), Math.max(0, waitMs)) : null;
-    timer?.unref();
-    const onAbort = () => finish(() => reject(signal.reason));
-    const finish = (settle: () => void) => {
-      if (timer !== null) clearTimeout(timer);
-      signal.removeEventListener('abort', onAbort);
-      settle();
-    };
-    signal.addEventListener('abort', onAbort, { once: true });
-    promise.then(
-      (value) => finish(() => resolve(value)),
-      (reason: unknown) => finish(() => reject(reason)),
-    );
-  });
-}
-
-/**
- * fetch that stops reading an answer past MCP_MESSAGE_BYTES_MAX: the body errors, and the request
- * it answers (a tools/call by the idempotency key in its `_meta`, or a tools/list) is stopped with
- * an INTEGRATION_ERROR naming the bound.
- */
-function boundedFetch(entry: ServerEntry): (url: string | URL, init?: RequestInit) => Promise<Response> {
-  const server = entry.config.name;
-  return async (url, init) => {
-    const tag = requestTag(init?.body);
-    const response = await fetch(url, init);
-    const source = response.body;
-    if (source === null || NULL_BODY_STATUSES.has(response.status)) return response;
-    const reader = source.getReader();
-    let seen = 0;
-    const body = new ReadableStream<Uint8Array>({
-      async pull(controller) {
-        const { done, value } = await reader.read();
-        if (done) return controller.close();
-        seen += value.byteLength;
-        if (seen > MCP_MESSAGE_BYTES_MAX) {
-          const error = integrationError(
-            `MCP server ${quote(server)} answered more than ${MCP_MESSAGE_BYTES_MAX} bytes`,
-            {
-              hint: 'Ask the tool for less (a narrower query, a page of results).',
-              details: { server, retry: false, limit: 'mcpMessageBytesMax', max: MCP_MESSAGE_BYTES_MAX, actual: seen },
-            },
-          );
-          controller.error(error);
-          await reader.cancel(error).catch(() => undefined);
-          if (tag !== null) for (const stop of entry.stops.get(tag) ?? []) stop(error);
-          return;
-        }
-        controller.enqueue(value);
-      },
-      cancel(reason) {
-        return reader.cancel(reason);
-      },
-    });
-    return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
-  };
-}
-
-/** Statuses whose Response may not carry a body (the Response constructor refuses one). */
-const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
-
-/** Which request a POST carries: a tools/call's idempotency key, "tools/list", or null. */
-function requestTag(body: unknown): string | null {
-  if (typeof body !== 'string') return null;
-  try {
-    const message = JSON.parse(body) as { method?: unknown; params?: { _meta?: Record<string, unknown> } };
-    if (message.method === LIST_TAG) return LIST_TAG;
-    const key = message.method === 'tools/call' ? message.params?._meta?.[IDEMPOTENCY_META_KEY] : undefined;
-    return typeof key === 'string' ? key : null;
-  } catch {
-    return null;
   }
 }

@@ -5,7 +5,7 @@ import { parseProviders } from '../models/providers.js';
 import type { ProviderConfig } from '../models/types.js';
 import { parseIntegrations } from '../integrations/http.js';
 import type { IntegrationConfig } from '../integrations/types.js';
-import { parseMcpServers } from '../integrations/mcp-config.js';
+import { parseMcpServers } from '../integrations/mcp-servers.js';
 
 /** What the operator configures for a server or worker process, from the file TALLY_CONFIG names. */
 export interface ServerConfig {
@@ -14,7 +14,7 @@ export interface ServerConfig {
   providers: ProviderConfig[];
   /** The HTTP APIs http tools may call (DESIGN §11). */
   integrations: IntegrationConfig[];
-  /** The MCP servers whose tools may be imported and called, as written (checked by the engine). */
+  /** The MCP servers whose tools may be imported and called, as written (checked here, parsed by the engine). */
   mcpServers: unknown[];
   limits: Partial<Limits>;
   /** What MCP clients are offered besides the tools their policies let them call. */
@@ -87,7 +87,9 @@ export function readServerConfig(
   try {
     providers = parseProviders(config.providers ?? [], env);
     integrations = parseIntegrations(config.integrations ?? []);
-    mcpServers = parseMcpServers(config.mcpServers ?? []);
+    // Checked now, so a bad block stops the server at start; handed on as written (the engine parses it).
+    parseMcpServers(config.mcpServers ?? [], env);
+    mcpServers = (config.mcpServers ?? []) as unknown[];
   } catch (error) {
     if (error instanceof EngineError)
       throw new EngineError(error.code, `${where}: ${error.message}`, { hint: error.hint, details: error.details });

@@ -12,6 +12,7 @@ import {
   importPlan,
   type McpImportItem,
   mcpActionName,
+  serverPolicy,
 } from '../../src/integrations/mcp-import.js';
 import {
   McpServers,
@@ -108,7 +109,7 @@ describe('importPlan', () => {
           inputSchema: SEARCH.inputSchema,
           outputSchema: SEARCH.outputSchema,
         },
-        policies: [],
+        policies: [serverPolicy('docs')],
         execution: { maxAttempts: 3 },
       },
     });
@@ -278,7 +279,7 @@ describe('tally mcp import', () => {
 
   // Un-skip once the engine takes its mcpServers (createEngine's outside.mcp = mcpTools(McpServers.create(...)), and
   // databaseTarget passes readServerConfig().mcpServers to createEngine): createAction then checks kind "mcp".
-  it.skip('creates the actions, finds them unchanged, and makes a changed tool version 2', async () => {
+  it('creates the actions, finds them unchanged, and makes a changed tool version 2', async () => {
     const first = io();
     expect(await mcpImportCommand(['docs'], { db }, first)).toBe(0);
     expect(first.output()).toMatch(/^search: created, version 1 \(tool search\)$/m);

@@ -6,14 +6,13 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { EngineError } from '../../src/errors.js';
 import type { Logger } from '../../src/log.js';
 import { importPlan } from '../../src/integrations/mcp-import.js';
+import { checkMcpConfig, mcpTools } from '../../src/integrations/mcp-tools.js';
 import {
-  checkMcpConfig,
   IDEMPOTENCY_META_KEY,
   MCP_MESSAGE_BYTES_MAX,
   MCP_OUTPUT_BYTES_MAX,
   type McpCallExpectation,
   McpServers,
-  mcpTools,
   type McpToolInfo,
   mcpToolFingerprint,
   parseMcpServers,

@@ -5,6 +5,7 @@ import { canonicalJson, derivedId, fingerprint } from '../../ids.js';
 import { referencedVersion, type VersionRef } from '../call-rules.js';
 import { fixedInput, toEngineError, validate } from '../checks.js';
 import type { ExecutionServices } from '../services.js';
+import { isRetryable } from './attempt.js';
 import { enqueue } from './start.js';
 
 /*
@@ -31,6 +32,17 @@ export function startFollowUp(svc: ExecutionServices, ended: Ended): string | nu
   const { version } = ended;
   if (version.kind !== 'http') return null;
   const which = ended.error === null ? 'succeeded' : 'failed';
+  // A failure another attempt could have mended (a timeout, a 5xx, a broken connection) after a
+  // request went out leaves the outcome unknown: the service may have acted. Nothing is started
+  // then (a release would undo a hold on money that may have left); the FAILED execution, with its
+  // sends counted, is for a person to settle.
+  if (ended.error !== null && isRetryable(ended.error) && svc.queue.sendsOf.get(ended.executionId)) {
+    svc.log.warn(
+      { event: 'followUp', executionId: ended.executionId, code: ended.error.code },
+      'an outside call failed after sending, its outcome unknown: no follow-up started',
+    );
+    return null;
+  }
   const then = (version.config.followUps as Record<string, { tool: string; input?: string } | null> | undefined)?.[
     which
   ];
@@ -89,7 +101,7 @@ export function startFollowUp(svc: ExecutionServices, ended: Ended): string | nu
  */
 export function startFollowUpOfCancelled(svc: ExecutionServices, executionId: string): string | null {
   const row = svc.queue.queuedById.get(executionId);
-  if (!row || row.kind !== 'HTTP' || row.action_id === null || row.action_version === null) return null;
+  if (row?.kind !== 'HTTP' || row.action_id === null || row.action_version === null) return null;
   if (svc.queue.sendsOf.get(executionId)) return null;
   return startFollowUp(svc, {
     version: getVersion(svc.actions, { id: row.action_id, version: row.action_version }),
