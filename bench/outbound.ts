@@ -99,6 +99,8 @@ async function tallyEngine(concurrency: number): Promise<Engine> {
       name: 'send_thing',
       kind: 'http',
       config: { integration: 'sink', method: 'POST', path: '/things' },
+      // Sending is an operation: the tool must be allowed it, as every layer above an outside call.
+      policies: [{ effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Integration'] }],
       tool: {
         description: 'Send a thing to the sink.',
         inputSchema: {
