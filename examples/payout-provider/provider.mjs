@@ -11,18 +11,54 @@
 //   GET  /v1/control/requests                  every request received (method, path, key, body)
 //
 // An amount of "13.13" is refused for good (422), to show a final failure.
+//
+// For crash tests (from JavaScript only): `holdNext(count)` makes the next `count` first answers
+// (a key not seen before, paid or refused) be stored and written whole, body included, without
+// ending the response: chunked, so the caller has every byte of the answer but waits for its end.
+// `nextHeld()` resolves once such an answer is written, with `end()` and `destroy()` to finish or
+// break the response and `closed`, which resolves when the connection is gone (the caller died).
+// An answer sent again for a key already seen is never held.
 import { createServer } from 'node:http';
 import { randomUUID } from 'node:crypto';
 
-/** Start the stand-in on 127.0.0.1; resolves to {url, requests, payouts, failNext(count, status), close()}. */
+/**
+ * Start the stand-in on 127.0.0.1; resolves to {url, requests, payouts, failNext(count, status),
+ * holdNext(count), nextHeld(), close()}.
+ */
 export async function startPayoutProvider({ port = 0, token = null, delayMs = 0 } = {}) {
   const requests = [];
   const payouts = new Map(); // payout id → payout
   const byKey = new Map(); // idempotency key → {status, body}
   const failures = [];
+  let holds = 0;
+  const held = []; // answers written and held open, not yet taken by nextHeld()
+  const heldWaiters = [];
   const send = (res, status, body) => {
     res.writeHead(status, { 'content-type': 'application/json' });
     res.end(JSON.stringify(body));
+  };
+  /** A first answer: stored for its key, then sent, or written whole and held open (holdNext). */
+  const answerFirst = (res, key, payoutId, answer) => {
+    byKey.set(key, answer);
+    if (holds === 0) return send(res, answer.status, answer.body);
+    holds--;
+    const closed = new Promise((resolve) => res.once('close', resolve));
+    // No content-length: chunked, so the answer is complete only when the last chunk is sent (end()).
+    res.writeHead(answer.status, { 'content-type': 'application/json' });
+    res.write(JSON.stringify(answer.body), () => {
+      const hold = {
+        key,
+        payoutId,
+        status: answer.status,
+        body: answer.body,
+        closed,
+        end: () => res.end(),
+        destroy: () => res.destroy(),
+      };
+      const waiter = heldWaiters.shift();
+      if (waiter) waiter(hold);
+      else held.push(hold);
+    });
   };
   const server = createServer(async (req, res) => {
     const chunks = [];
@@ -60,11 +96,11 @@ export async function startPayoutProvider({ port = 0, token = null, delayMs = 0 
         const status = failures.shift();
         return send(res, status, { error: `the provider is failing on purpose (${status})` });
       }
-      if (String(body?.amount) === '13.13') {
-        const answer = { status: 422, body: { error: 'amount refused by the card network' } };
-        byKey.set(key, answer);
-        return send(res, answer.status, answer.body);
-      }
+      if (String(body?.amount) === '13.13')
+        return answerFirst(res, key, body?.payout_id, {
+          status: 422,
+          body: { error: 'amount refused by the card network' },
+        });
       const payout = {
         id: `po_${randomUUID()}`,
         status: 'paid',
@@ -74,9 +110,7 @@ export async function startPayoutProvider({ port = 0, token = null, delayMs = 0 
         account: body?.account,
       };
       payouts.set(payout.id, payout);
-      const answer = { status: 201, body: payout };
-      byKey.set(key, answer);
-      return send(res, answer.status, answer.body);
+      return answerFirst(res, key, body?.payout_id, { status: 201, body: payout });
     }
     const match = /^\/v1\/payouts\/([^/]+)$/.exec(url.pathname);
     if (match && req.method === 'GET') {
@@ -93,6 +127,13 @@ export async function startPayoutProvider({ port = 0, token = null, delayMs = 0 
     payouts,
     failNext(count, status = 500) {
       for (let i = 0; i < count; i++) failures.push(status);
+    },
+    holdNext(count = 1) {
+      holds += count;
+    },
+    nextHeld: () => {
+      const ready = held.shift();
+      return ready ? Promise.resolve(ready) : new Promise((resolve) => heldWaiters.push(resolve));
     },
     close: () =>
       new Promise((resolve) => {

@@ -1,7 +1,7 @@
 // A payout ledger for the outside-call tests: a customer and a clearing account, TRANSFER, and the
 // tools of a payout through the stand-in provider (examples/payout-provider): send_payout holds the
 // money and calls the http tool payout, which settles (settle_payout) or releases (release_payout).
-import type { Engine } from '../../src/engine.js';
+import type { Engine, EngineOptions } from '../../src/engine.js';
 import { id, newEngine, ok } from './engine.js';
 import { createAccount, createTransferCode } from './ledger.js';
 
@@ -41,20 +41,31 @@ export const PAYOUTS_POLICY = {
   assertions: { payouts: "context.document.name == 'payouts'" },
 };
 
-/** A fresh engine with the payout ledger, its integration pointing at `providerUrl`. */
-export async function payoutEngine(providerUrl: string, extra: Record<string, unknown> = {}): Promise<Engine> {
+/** The `payouts` integration, pointing at `providerUrl`, as TALLY_CONFIG's `integrations` holds it. */
+export function payoutsIntegration(providerUrl: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    name: 'payouts',
+    baseUrl: `${providerUrl}/v1`,
+    methods: ['POST', 'GET'],
+    paths: ['/payouts'],
+    headers: { Authorization: { env: 'TEST_PAYOUTS_TOKEN', prefix: 'Bearer ' } },
+    timeoutMs: 5000,
+    ...extra,
+  };
+}
+
+/**
+ * A fresh engine with the payout ledger, its integration pointing at `providerUrl` (`options.path`:
+ * on a database file, for worker processes).
+ */
+export async function payoutEngine(
+  providerUrl: string,
+  extra: Record<string, unknown> = {},
+  options: Omit<EngineOptions, 'integrations'> = {},
+): Promise<Engine> {
   const engine = await newEngine({
-    integrations: [
-      {
-        name: 'payouts',
-        baseUrl: `${providerUrl}/v1`,
-        methods: ['POST', 'GET'],
-        paths: ['/payouts'],
-        headers: { Authorization: { env: 'TEST_PAYOUTS_TOKEN', prefix: 'Bearer ' } },
-        timeoutMs: 5000,
-        ...extra,
-      },
-    ],
+    ...options,
+    integrations: [payoutsIntegration(providerUrl, extra)],
   });
   createAccount(engine, 1);
   createAccount(engine, 2);
@@ -129,4 +140,22 @@ export async function payoutEngine(providerUrl: string, extra: Record<string, un
     policies: [...LEDGER_POLICY, PAYOUTS_POLICY],
   });
   return engine;
+}
+
+const SEND = `mutation($e: UUID!, $input: JSON) { actions { invokeAction(name: "send_payout", input: {executionId: $e, actionVersion: 1, input: $input}) {
+  status invocation { output } } } }`;
+
+/**
+ * Invoke send_payout as execution `executionId`: the hold is posted and the payout started in one
+ * request; returns the started http execution's id.
+ */
+export function sendPayout(
+  engine: Engine,
+  executionId: string,
+  input: { payout_id: string; amount: string; account?: string },
+): string {
+  const result = ok(engine, SEND, { e: executionId, input });
+  const invoked = result.actions.invokeAction as { status: string; invocation: { output: { executionId: string } } };
+  if (invoked.status !== 'SUCCEEDED') throw new Error(`send_payout ${executionId} ended ${invoked.status}`);
+  return invoked.invocation.output.executionId;
 }
