@@ -1,13 +1,20 @@
-// An agent calls an http tool as it calls any tool: through its reference (fixed inputs replace what
-// the model sent), with a person's approval first where the reference asks, the call recorded under
-// the model's turn, and the request sent once with the call's idempotency key. The model is the
-// scripted model server and the service the stand-in payout provider, both over real HTTP.
+// An agent calls an http tool, and a tool imported from another MCP server, as it calls any tool:
+// through its reference (fixed inputs replace what the model sent), with a person's approval first
+// where the reference asks, the call recorded under the model's turn, and the request sent once with
+// the call's idempotency key. The model is the scripted model server, the service the stand-in
+// payout provider, and the MCP server one the test starts with the SDK, all over real HTTP; the MCP
+// tools are imported with `tally mcp import` against the running server.
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startPayoutProvider } from '../../examples/payout-provider/provider.mjs';
 import { type ScriptedModel, startScriptedModel } from '../../examples/scripted-model/server.mjs';
+import { mcpImportCommand } from '../../src/cli/mcp-import-command.js';
 import type { Engine } from '../../src/engine.js';
 import { id } from '../helpers/engine.js';
 import { startServer } from '../helpers/server.js';
+import { startHttpMcpServer, type TestMcpServer } from './fixtures/mcp-http-server.js';
 
 const KEY = 'tly_agentoutside0123456789abcdef01234567';
 const MODEL_KEY = 'sk-agent-outside-0123456789';
@@ -22,6 +29,8 @@ describe('an agent calls an http tool', () => {
   let engine: Engine;
   let model: ScriptedModel;
   let provider: Awaited<ReturnType<typeof startPayoutProvider>>;
+  let crm: TestMcpServer;
+  let configFile: string;
 
   async function gql(query: string, variables: Record<string, unknown>) {
     const response = await fetch(server.url, {
@@ -53,24 +62,53 @@ describe('an agent calls an http tool', () => {
       apiKey: MODEL_KEY,
       rules: [
         (request: any) =>
-          request.turn === 1
+          request.turn === 1 && request.system === 'Look the customer up.'
             ? {
                 toolCalls: [
-                  {
-                    name: 'pay_vendor',
-                    arguments: { payout_id: 'vendor-7', amount: '40', currency: 'EUR', account: 'ACME' },
-                  },
+                  { name: 'crm_lookup_customer', arguments: { email: 'mallory@evil.example', region: 'us' } },
                 ],
               }
-            : {
-                text: request.messages
-                  .filter((m: any) => m.role === 'tool')
-                  .map((m: any) => m.content)
-                  .join('\n'),
-              },
+            : request.turn === 1
+              ? {
+                  toolCalls: [
+                    {
+                      name: 'pay_vendor',
+                      arguments: { payout_id: 'vendor-7', amount: '40', currency: 'EUR', account: 'ACME' },
+                    },
+                  ],
+                }
+              : {
+                  text: request.messages
+                    .filter((m: any) => m.role === 'tool')
+                    .map((m: any) => m.content)
+                    .join('\n'),
+                },
       ],
     });
+    crm = await startHttpMcpServer([
+      [
+        {
+          name: 'lookup_customer',
+          title: 'Look up a customer',
+          description: 'Find a customer by email in the CRM.',
+          inputSchema: {
+            type: 'object',
+            properties: { email: { type: 'string' }, region: { type: 'string' } },
+            required: ['email'],
+          },
+          annotations: { readOnlyHint: true },
+        },
+        (args) => ({
+          structuredContent: { customer: { email: args.email, region: args.region, tier: 'gold' } },
+          content: [{ type: 'text', text: JSON.stringify({ email: args.email }) }],
+        }),
+      ],
+    ]);
+    const mcpServers = [{ name: 'crm', url: crm.url }];
+    configFile = join(mkdtempSync(join(tmpdir(), 'tally-agent-outside-')), 'tally.config.json');
+    writeFileSync(configFile, JSON.stringify({ mcpServers }));
     server = await startServer(KEY, {
+      mcpServers,
       providers: [
         {
           name: 'local',
@@ -142,6 +180,7 @@ describe('an agent calls an http tool', () => {
     await server?.stop();
     await model?.close();
     await provider?.close();
+    await crm?.stop();
   });
 
   it('with the fixed input and a person’s approval, once, with the call’s idempotency key', async () => {
@@ -175,5 +214,64 @@ describe('an agent calls an http tool', () => {
     const sends = engine.db.prepare('SELECT * FROM outbound_sends WHERE execution_id = ?').get(call.executionId) as any;
     expect(sends.sends).toBe(1);
     expect(sends.idempotency_key).toBe(provider.requests[0]!.key);
+  });
+  it('an imported MCP tool, imported by `tally mcp import`, with fixed input and approval, its key in _meta', async () => {
+    let out = '';
+    const io = {
+      out: (t: string) => void (out += t),
+      err: () => undefined,
+      tty: false,
+      env: { TALLY_CONFIG: configFile },
+    };
+    const origin = server.url;
+    expect(await mcpImportCommand(['crm'], { server: origin, key: KEY, prefix: 'crm_' }, io)).toBe(0);
+    expect(out).toMatch(/^crm_lookup_customer: created, version 1 \(tool lookup_customer\)$/m);
+    await gql(CREATE, {
+      id: id(102),
+      input: {
+        name: 'support_bot',
+        kind: 'agent',
+        config: { provider: 'local', model: 'm', instructions: 'Look the customer up.' },
+        tool: { description: 'Answers support questions.' },
+        // The region is fixed, whatever the model sends; a person approves each lookup.
+        tools: [{ name: 'crm_lookup_customer', version: 1, input: { region: "'eu'" }, approval: { when: null } }],
+        policies: [
+          {
+            effect: 'ALLOW',
+            actions: ['INSERT'],
+            resources: ['actions.Integration'],
+            assertions: { crm: "context.document.name == 'crm'" },
+          },
+          { effect: 'ALLOW', actions: ['INSERT'], resources: ['actions.Execution'] },
+        ],
+      },
+    });
+    const e = id(901);
+    await gql(START, { n: 'support_bot', e, i: { question: 'who is mallory?' } });
+    const parked = await runUntil(e, (s) => s === 'WAITING_APPROVAL' || s === 'FAILED');
+    expect(parked.status).toBe('WAITING_APPROVAL');
+    expect(crm.calls).toHaveLength(0);
+    const { approvals } = (
+      await gql(
+        `query { actions { approvals(first: 5, where: {status: PENDING}) { nodes { approvalId tool input } } } }`,
+        {},
+      )
+    ).actions;
+    expect(approvals.nodes).toHaveLength(1);
+    expect(approvals.nodes[0]).toMatchObject({ tool: 'crm_lookup_customer', input: { region: 'eu' } });
+
+    await gql(`mutation($a: UUID!) { actions { approveCall(approvalId: $a) { status } } }`, {
+      a: approvals.nodes[0].approvalId,
+    });
+    const done = await runUntil(e, (s) => s === 'SUCCEEDED' || s === 'FAILED');
+    expect(done.status).toBe('SUCCEEDED');
+    expect(done.children[0].children[0].error).toBeNull();
+    expect(crm.calls).toHaveLength(1);
+    expect(crm.calls[0]!.args).toEqual({ email: 'mallory@evil.example', region: 'eu' });
+    const call = done.children[0].children[0];
+    expect(call).toMatchObject({ kind: 'MCP', actionName: 'crm_lookup_customer', status: 'SUCCEEDED' });
+    expect(call.output).toEqual({ customer: { email: 'mallory@evil.example', region: 'eu', tier: 'gold' } });
+    const sends = engine.db.prepare('SELECT * FROM outbound_sends WHERE execution_id = ?').get(call.executionId) as any;
+    expect(crm.calls[0]!.meta?.['io.tally/idempotencyKey']).toBe(sends.idempotency_key);
   });
 });
