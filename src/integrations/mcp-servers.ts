@@ -250,10 +250,10 @@ export class McpServers {
     deadline: number,
     what: string,
   ): Promise<void> {
-    let { tools, kept } = await this.tools(entry, connection, signal, deadline, !connection.listChanged);
-    if (tools.get(toolName)?.fingerprint !== expected.fingerprint && kept) {
-      ({ tools } = await this.tools(entry, connection, signal, deadline, true));
-    }
+    // Read again before every call, whether or not the server promises list_changed: a server that
+    // changes a tool without saying so must not have the changed tool called (one round trip more;
+    // calls at the same moment share one listing).
+    const { tools } = await this.tools(entry, connection, signal, deadline, true);
     const listed = tools.get(toolName);
     const details = { server: entry.config.name, tool: toolName, retry: false };
     if (listed === undefined) {
