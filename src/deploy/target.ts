@@ -93,7 +93,12 @@ export async function databaseTarget(path: string): Promise<Target & { engine: E
   const { createEngine } = await import('../engine.js');
   const { readServerConfig } = await import('../server/config.js');
   const config = readServerConfig();
-  const engine = await createEngine({ path, providers: config.providers, limits: config.limits });
+  const engine = await createEngine({
+    path,
+    providers: config.providers,
+    integrations: config.integrations,
+    limits: config.limits,
+  });
   const { Runtime } = await import('../runtime/runtime.js');
   // The engine's own authority, through the runtime every door takes (the write queue's group commit).
   const runtime = new Runtime(engine);
