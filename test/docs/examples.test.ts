@@ -385,9 +385,9 @@ describe('examples/bank pays out to outside accounts through the stand-in provid
       kind: 'HTTP',
       status: 'SUCCEEDED',
       attempt: 1,
-      output: { provider_id: expect.stringMatching(/^po_/), provider_status: 'paid' },
+      output: { status: 201, headers: {}, body: { id: expect.stringMatching(/^po_/), status: 'paid', amount: '120' } },
     });
-    const providerId = execution(runId).output.provider_id;
+    const providerId = execution(runId).output.body.id;
     expect(runsOf('settle_payout')).toEqual([
       {
         actionName: 'settle_payout',
