@@ -161,9 +161,9 @@ export const ERROR_CODES = {
     hint: 'The outside service was unreachable, overloaded or slow; the call is retried with backoff and the same idempotency key.',
   },
   INTEGRATION_ERROR: {
-    when: "an outside service answered a final failure (a status its tool neither accepts nor retries, an MCP tool error), an answer over the integration's responseBytesMax or not JSON, an MCP tool changed since import, or a call whose outcome is unknown and which may not be sent twice",
+    when: 'an outside service answered a final failure (a status its tool neither accepts nor retries, an MCP tool error), an answer over the integration\'s responseBytesMax, a successful answer its tool could not map to its output (details.outcome "succeeded"), an MCP tool changed since import, an integration not configured here, or a call whose outcome is unknown and which may not be sent twice',
     retryable: false,
-    hint: 'The outside service refused the call or answered what the tool cannot use; read the message, fix the input or the tool, and start it again.',
+    hint: 'The outside service refused the call or answered what the tool cannot use; read the message (details.outcome says when the service may have acted), fix the input or the tool, and start it again.',
   },
   INTERNAL: {
     when: 'a bug; the server log has it',

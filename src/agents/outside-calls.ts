@@ -79,7 +79,7 @@ export async function runOutside(
     const refused = error as EngineError;
     throw new EngineError(refused.code, refused.message, {
       hint: 'The service answered something the tool’s outputSchema does not allow: fix config.output or the schema.',
-      details: { ...(refused.details as object), retry: false },
+      details: { ...(refused.details as object), retry: false, outcome: 'succeeded' },
     });
   }
   return output;

@@ -3,7 +3,7 @@ import { isUuid } from '../ids.js';
 import { createdVersion, type DeployedState, mergeVersion } from './drift.js';
 import { recordOf, versionedItem } from './plan-common.js';
 import type { PlanItem } from './plan-item.js';
-import { ProjectError, type SkillFile, type ToolFile } from './project.js';
+import { isProgramless, ProjectError, type SkillFile, type ToolFile } from './project.js';
 import { current } from './reads.js';
 import type { Target } from './target.js';
 
@@ -17,9 +17,8 @@ const ACTION_FIELDS = `version config tool { name title description aliases meta
 
 function toolDesired(tool: ToolFile) {
   const m = tool.manifest;
-  const programless = m.kind === 'model' || m.kind === 'agent';
   return {
-    config: programless ? m.config : { runtime: 'javascript', src: tool.src },
+    config: isProgramless(m) ? m.config : { runtime: 'javascript', src: tool.src },
     tool: {
       name: tool.name,
       title: m.title ?? null,
@@ -178,7 +177,7 @@ export async function planTool(
       variableType: 'ActionInput!',
       variable: {
         name: tool.name,
-        kind: tool.manifest.kind === 'model' || tool.manifest.kind === 'agent' ? tool.manifest.kind : 'tool',
+        kind: isProgramless(tool.manifest) ? tool.manifest.kind : 'tool',
         ...desired,
       },
       record: recordOf('TOOL', tool.name, base, createdVersion(desired)),

@@ -10,7 +10,8 @@ import { isUuid } from '../ids.js';
  *   tran-codes/<CODE>.json     one tran code each: {tranCodeId, code, params, transaction, entries, ...}
  *   tools/<name>.js            a tool's program: function run(event) { ... }
  *   tools/<name>.json          beside it, the rest: {actionId, title, description, aliases, metadata,
- *                              internal, inputSchema, outputSchema, tools, policies, execution}
+ *                              internal, inputSchema, outputSchema, tools, policies, execution}; a model,
+ *                              an agent or an http tool is its manifest alone, with "kind" and "config"
  *   triggers/<name>.json       {triggerId, name, on, filter, action: {name, version?}, input}
  *   skills/<name>.md           guidance an agent declares: a front matter block (description, tools,
  *                              skillId), then the markdown body
@@ -173,6 +174,18 @@ function listJson(dir: string, folder: string): string[] {
     .map((f) => join(folder, f));
 }
 
+/** Kinds whose manifest is the whole tool (no program beside it): what they are called, and their config. */
+const PROGRAMLESS: Record<string, { what: string; config: string }> = {
+  model: { what: 'a model', config: '{provider, model, instructions, …}' },
+  agent: { what: 'an agent', config: '{provider, model, instructions, …}' },
+  http: { what: 'an http tool', config: '{integration, method, path, …}' },
+};
+
+/** Whether a manifest's kind has no program (a model, an agent, an http tool). */
+export function isProgramless(manifest: Record<string, unknown>): boolean {
+  return typeof manifest.kind === 'string' && Object.hasOwn(PROGRAMLESS, manifest.kind);
+}
+
 export function readProject(dir: string): Project {
   if (!existsSync(join(dir, 'tally.json'))) {
     throw new ProjectError(
@@ -190,22 +203,19 @@ export function readProject(dir: string): Project {
     if (!isDirectory(toolDir)) throw new ProjectError('must be a folder', 'tools');
     const files = readdirSync(toolDir);
     for (const file of files.filter((f) => f.endsWith('.json'))) {
-      // A manifest without its program would be skipped silently: say so instead. A model or an
-      // agent has no program: its manifest is the whole tool.
+      // A manifest without its program would be skipped silently: say so instead. A model, an
+      // agent or an http tool has no program: its manifest is the whole tool.
       const program = `${basename(file, '.json')}.js`;
       const manifest = readObject(dir, join('tools', file));
-      const programless = manifest.kind === 'model' || manifest.kind === 'agent';
-      if (programless) {
+      if (isProgramless(manifest)) {
+        const { what, config } = PROGRAMLESS[manifest.kind]!;
         if (files.includes(program))
           throw new ProjectError(
-            `is a ${manifest.kind}, which has no program: remove ${join('tools', program)} or the kind`,
+            `is ${what}, which has no program: remove ${join('tools', program)} or the kind`,
             join('tools', file),
           );
         if (!isObject(manifest.config))
-          throw new ProjectError(
-            `a ${manifest.kind} needs "config": {provider, model, instructions, …}`,
-            join('tools', file),
-          );
+          throw new ProjectError(`${what} needs "config": ${config}`, join('tools', file));
         tools.push({
           name: basename(file, '.json'),
           programPath: join('tools', file),

@@ -14,6 +14,8 @@ import { buildRequest, checkHttpConfig, evaluateText, type HttpToolConfig, input
 import { Limiter } from './limiter.js';
 import type { IntegrationConfig, OutboundCall } from './types.js';
 
+import { INTEGRATION_DEFAULTS, METHODS } from './config.js';
+
 export { parseIntegrations } from './config.js';
 
 /** The integrations this process may call, by name, with their slots. */
@@ -64,9 +66,15 @@ export class Integrations {
       .filter((v): v is string => typeof v === 'string' && v !== '');
   }
 
-  /** Throws unless `config` is an http tool config this process can run (createAction and updateAction). */
+  /**
+   * Throws unless `config` is an http tool config this process can run (createAction and updateAction).
+   * An engine with no integrations at all (a deploy straight into a database file, a process that
+   * only serves reads) cannot check the name, as with model providers: it checks everything else
+   * against an integration that allows every method and path, and a run fails INTEGRATION_ERROR
+   * until the process that runs it has the integration.
+   */
   check(cel: Cel, config: Record<string, unknown>): HttpToolConfig {
-    return checkHttpConfig(cel, config, (name) => this.get(name));
+    return checkHttpConfig(cel, config, (name) => (this.#configs.size === 0 ? unchecked(name) : this.get(name)));
   }
 
   /**
@@ -76,6 +84,11 @@ export class Integrations {
    */
   async send(cel: Cel, raw: Record<string, unknown>, input: unknown, call: OutboundCall): Promise<unknown> {
     const tool = this.check(cel, raw);
+    if (!this.#configs.has(tool.integration))
+      throw new EngineError('INTEGRATION_ERROR', `no integration named ${quote(tool.integration)} is configured here`, {
+        hint: 'The operator adds it to the `integrations` block of the server configuration (TALLY_CONFIG) and restarts the server.',
+        details: { integration: tool.integration, configured: this.names(), retry: false },
+      });
     const config = this.get(tool.integration);
     const secrets = this.secrets(config);
     const scrub = (text: string): string => secrets.reduce((t, s) => redact(t, s), text);
@@ -168,7 +181,7 @@ export class Integrations {
       const verdict = cel.evaluate(expression, answerScope);
       if (typeof verdict !== 'boolean')
         throw new EngineError('INTEGRATION_ERROR', `${what} ${quote(expression)} gave ${quote(verdict)}, not a bool`, {
-          details: { retry: false },
+          details: { retry: false, outcome: 'unknown', status },
         });
       return verdict;
     };
@@ -194,7 +207,19 @@ export class Integrations {
       );
     }
     if (tool.output === null) return answer;
-    return celToJson(cel.evaluate(tool.output, answerScope));
+    try {
+      return celToJson(cel.evaluate(tool.output, answerScope));
+    } catch (error) {
+      // The service did what was asked: this failure must not be taken for its refusal.
+      throw new EngineError(
+        'INTEGRATION_ERROR',
+        `${label} succeeded (HTTP ${status}), but config.output could not map its answer: ${(error as Error).message}`,
+        {
+          hint: 'The call was done and is not sent again: fix config.output, and settle this one by hand.',
+          details: { integration: config.name, status, retry: false, outcome: 'succeeded' },
+        },
+      );
+    }
   }
 }
 
@@ -224,7 +249,8 @@ async function readBounded(response: Response, max: number, label: string, signa
         `${label}: the answer is larger than the integration's responseBytesMax (${max} bytes)`,
         {
           hint: 'Ask the service for less, or ask the operator to raise responseBytesMax.',
-          details: { limit: 'responseBytesMax', max, retry: false },
+          // The service answered, and what it said was not read: whether it acted is unknown.
+          details: { limit: 'responseBytesMax', max, retry: false, outcome: 'unknown' },
         },
       );
     }
@@ -236,4 +262,21 @@ async function readBounded(response: Response, max: number, label: string, signa
 function cut(text: string, max = 300): string {
   const flat = text.replace(/\s+/g, ' ').trim();
   return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
+}
+
+/** What an http tool's config is checked against when no integration is configured at all. */
+function unchecked(name: string): IntegrationConfig {
+  return {
+    name,
+    baseUrl: 'http://unchecked.invalid',
+    methods: [...METHODS],
+    paths: ['/'],
+    headers: {},
+    idempotencyHeader: INTEGRATION_DEFAULTS.idempotencyHeader,
+    timeoutMs: INTEGRATION_DEFAULTS.timeoutMs,
+    requestBytesMax: INTEGRATION_DEFAULTS.requestBytesMax,
+    responseBytesMax: INTEGRATION_DEFAULTS.responseBytesMax,
+    concurrency: INTEGRATION_DEFAULTS.concurrency,
+    perClientConcurrency: INTEGRATION_DEFAULTS.concurrency,
+  };
 }

@@ -81,9 +81,9 @@ describe(`tally deploy of a project ${COPIES} times the bank's size, over HTTP, 
     const result = await deploy(readProject(project), target);
     expect(result.applied).toBe(true);
     expect(target.mutations()).toBe(1);
-    // The bank: 7 accounts and 2 account sets (accounts lists both), 4 tran codes, 7 program tools
-    // and 1 agent; each copy adds the accounts, sets, tran codes and program tools again.
-    expect(await sizes()).toEqual({ accounts: 9 * COPIES, tranCodes: 4 * COPIES, tools: 7 * COPIES + 1 });
+    // The bank: 8 accounts and 2 account sets (accounts lists both), 6 tran codes, 10 program tools,
+    // 1 agent and 1 http tool; each copy adds the accounts, sets, tran codes and program tools again.
+    expect(await sizes()).toEqual({ accounts: 10 * COPIES, tranCodes: 6 * COPIES, tools: 10 * COPIES + 2 });
     // The copies run: a tool of the last copy posts with that copy's tran code.
     const last = COPIES - 1;
     const deposit = await gql(

@@ -12,7 +12,8 @@ import {
 import Database from 'better-sqlite3';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type PayoutProvider, startPayoutProvider } from '../../examples/payout-provider/provider.mjs';
 import { deploy, DeployError, formatPlan } from '../../src/deploy/deploy.js';
 import { readProject } from '../../src/deploy/project.js';
 import { serverTarget, type Target } from '../../src/deploy/target.js';
@@ -66,8 +67,8 @@ describe('examples/bank, deployed into a fresh database, walked through', () => 
     engine = await newEngine({ path: join(mkdtempSync(join(tmpdir(), 'tally-bank-')), 'bank.db') });
     const result = await deploy(readProject(BANK), engineTarget(engine));
     expect(result.plan.every((item) => item.change === 'create')).toBe(true);
-    // 7 accounts, 2 sets, the overdraft guard (a limit, a control, 2 attachments), 4 tran codes, 8 tools, a skill, a trigger, 3 clients.
-    expect(result.plan).toHaveLength(30);
+    // 8 accounts, 2 sets, the overdraft guard (a limit, a control, 2 attachments), 6 tran codes, 12 tools, a skill, a trigger, 3 clients.
+    expect(result.plan).toHaveLength(37);
     keys = result.keys;
   });
 
@@ -285,6 +286,272 @@ describe('examples/bank, deployed into a fresh database, walked through', () => 
     expect(drawn).toContain(`input      {"account_id":"${ALICE}","reason":"Card reported stolen"}`);
     expect(drawn).toContain('output     {"locked":true,"case_opened":true}');
     expect(drawn).toMatch(/\nattempts {3}1\n {2}#1 SUCCEEDED \S+Z \d+ ms\n/);
+  });
+});
+
+describe('examples/bank pays out to outside accounts through the stand-in provider (a real HTTP server)', () => {
+  const TOKEN = 'stand-in-payouts-token-for-examples';
+  const PAYOUTS_CLEARING = 'b0000000-0000-4000-8000-000000000005';
+  const IBAN = 'GB33BUKB20201555555555';
+  let provider: PayoutProvider;
+  let engine: Engine;
+
+  beforeAll(async () => {
+    process.env.EXAMPLES_PAYOUTS_TOKEN = TOKEN;
+    provider = await startPayoutProvider({ token: TOKEN });
+    // examples/bank/tally.config.json's integration, pointed at this provider and this test's variable.
+    const [integration] = JSON.parse(readFileSync(join(BANK, 'tally.config.json'), 'utf8')).integrations;
+    engine = await newEngine({
+      path: join(mkdtempSync(join(tmpdir(), 'tally-bank-payouts-')), 'bank.db'),
+      integrations: [
+        {
+          ...integration,
+          baseUrl: `${provider.url}/v1`,
+          headers: { Authorization: { env: 'EXAMPLES_PAYOUTS_TOKEN', prefix: 'Bearer ' } },
+        },
+      ],
+    });
+    await deploy(readProject(BANK), engineTarget(engine));
+    post(engine, 300, 'DEPOSIT', { account: BOB, amount: '500' });
+  });
+  afterAll(async () => {
+    engine?.close();
+    await provider?.close();
+  });
+
+  /** Run the worker until nothing is due or running: payouts, their retries (backoff from 250 ms) and follow-ups. */
+  async function drain(): Promise<void> {
+    const worker = engine.createWorker();
+    for (let i = 0; i < 400; i++) {
+      await worker.drainAll();
+      const left = engine.db
+        .prepare("SELECT count(*) AS n FROM executions WHERE status IN ('QUEUED', 'RUNNING') AND parent_id IS NULL")
+        .get() as { n: number };
+      if (left.n === 0) return;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    throw new Error('the queue did not drain');
+  }
+
+  const requestsFor = (payoutId: string) =>
+    provider.requests.filter((r) => (r.body as { payout_id?: string } | null)?.payout_id === payoutId);
+  const payOut = (n: number, amount: string, principal = 'operator') =>
+    invoke(engine, 'payout_out', n, { payout_id: tx(n), account: BOB, amount, destination: IBAN }, principal);
+  const execution = (executionId: string) =>
+    ok(
+      engine,
+      'query($id: UUID!) { actions { execution(executionId: $id) { kind status attempt output error { code message } } } }',
+      { id: executionId },
+    ).actions.execution;
+  const runsOf = (name: string) =>
+    ok(
+      engine,
+      '{ actions { executions(first: 100) { nodes { actionName status input output error { code message } } } } }',
+    ).actions.executions.nodes.filter((n: any) => n.actionName === name);
+  const correlated = (payoutId: string) =>
+    ok(
+      engine,
+      'query($c: String!) { transactions(first: 10, where: {correlationId: $c}) { nodes { transactionId tranCode { code } voidOf } } }',
+      { c: payoutId },
+    ).transactions.nodes.map(
+      (t: any) => `${t.tranCode.code}${t.voidOf ? ` void of ${t.voidOf}` : ''} ${t.transactionId}`,
+    );
+
+  it('payout_out holds the money and starts payout; only after the commit the worker sends it, once, and settle_payout settles it', async () => {
+    const started = payOut(310, '120');
+    expect(started).toMatchObject({
+      status: 'SUCCEEDED',
+      output: { payout_id: tx(310), status: 'QUEUED', execution_id: expect.stringMatching(/^[0-9a-f-]{36}$/) },
+    });
+    const runId = started.output.execution_id;
+    // Committed and held; nothing sent yet.
+    expect(requestsFor(tx(310))).toHaveLength(0);
+    expect(available(engine, BOB)).toEqual({
+      settled: { normalBalance: { units: '500' } },
+      available: { normalBalance: { units: '380' } },
+    });
+    await drain();
+    const sent = requestsFor(tx(310));
+    expect(sent).toHaveLength(1);
+    expect(sent[0]).toMatchObject({
+      method: 'POST',
+      path: '/v1/payouts',
+      key: expect.stringMatching(/^[0-9a-f-]{36}$/),
+      authorization: `Bearer ${TOKEN}`,
+      body: { payout_id: tx(310), account: IBAN, amount: '120', currency: 'USD' },
+    });
+    expect(sent[0]!.key).not.toBe(runId);
+    expect(execution(runId)).toMatchObject({
+      kind: 'HTTP',
+      status: 'SUCCEEDED',
+      attempt: 1,
+      output: { status: 201, headers: {}, body: { id: expect.stringMatching(/^po_/), status: 'paid', amount: '120' } },
+    });
+    const providerId = execution(runId).output.body.id;
+    expect(runsOf('settle_payout')).toEqual([
+      {
+        actionName: 'settle_payout',
+        status: 'SUCCEEDED',
+        input: { payout_id: tx(310), account: BOB, amount: '120', settle_id: runId, provider_id: providerId },
+        output: { payout_id: tx(310), settled: runId, provider_id: providerId },
+        error: null,
+      },
+    ]);
+    expect(available(engine, BOB)).toEqual({
+      settled: { normalBalance: { units: '380' } },
+      available: { normalBalance: { units: '380' } },
+    });
+    expect(available(engine, PAYOUTS_CLEARING).settled.normalBalance.units).toBe('120');
+    expect(correlated(tx(310))).toEqual([
+      `PAYOUT_HOLD ${tx(310)}`,
+      expect.stringMatching(new RegExp(`^PAYOUT_HOLD void of ${tx(310)} `)),
+      `PAYOUT ${runId}`,
+    ]);
+    // The token is the server's: in no record.
+    expect(JSON.stringify(engine.db.prepare('SELECT * FROM executions').all())).not.toContain(TOKEN);
+  });
+
+  it('a request that rolls back holds nothing and sends nothing', async () => {
+    const rolledBack = engine.graphql(
+      `mutation { actions { invokeAction(name: "payout_out", input: {executionId: "${tx(9320)}", actionVersion: 1,
+        input: {payout_id: "${tx(320)}", account: "${BOB}", amount: "10", destination: "${IBAN}"}}) { status } }
+        postTransaction(input: {transactionId: "${tx(321)}", tranCode: "NO_SUCH_CODE", params: {}}) { transactionId } }`,
+      {},
+      { principal: 'operator' },
+    );
+    expect(rolledBack.errors?.[0]?.extensions?.code).toBe('NOT_FOUND');
+    await drain();
+    expect(requestsFor(tx(320))).toHaveLength(0);
+    expect(correlated(tx(320))).toEqual([]);
+    expect(available(engine, BOB).available.normalBalance.units).toBe('380');
+  });
+
+  it('the provider failing three times (HTTP 500): retried with one key, paid once, settled once', async () => {
+    provider.failNext(3, 500);
+    const runId = payOut(330, '50').output.execution_id;
+    await drain();
+    const sent = requestsFor(tx(330));
+    expect(sent).toHaveLength(4);
+    expect(new Set(sent.map((r) => r.key)).size).toBe(1);
+    expect(execution(runId)).toMatchObject({ status: 'SUCCEEDED', attempt: 4 });
+    expect(runsOf('settle_payout').filter((r: any) => r.input.payout_id === tx(330))).toHaveLength(1);
+    expect(available(engine, BOB)).toEqual({
+      settled: { normalBalance: { units: '330' } },
+      available: { normalBalance: { units: '330' } },
+    });
+  });
+
+  it('13.13, refused for good (HTTP 422): not retried, FAILED, and release_payout voids the hold', async () => {
+    const runId = payOut(340, '13.13').output.execution_id;
+    await drain();
+    expect(requestsFor(tx(340))).toHaveLength(1);
+    expect(execution(runId)).toMatchObject({
+      status: 'FAILED',
+      attempt: 1,
+      error: {
+        code: 'INTEGRATION_ERROR',
+        message:
+          'integration payouts: POST /v1/payouts answered HTTP 422: {"error":"amount refused by the card network"}',
+      },
+    });
+    expect(runsOf('release_payout')).toEqual([
+      expect.objectContaining({
+        status: 'SUCCEEDED',
+        input: { payout_id: tx(340), why: expect.stringContaining('HTTP 422') },
+      }),
+    ]);
+    expect(correlated(tx(340))).toEqual([
+      `PAYOUT_HOLD ${tx(340)}`,
+      expect.stringMatching(new RegExp(`^PAYOUT_HOLD void of ${tx(340)} `)),
+    ]);
+    expect(Number(available(engine, BOB).available.normalBalance.units)).toBe(330);
+  });
+
+  it('a payout_id is paid once: payout_out again with it is refused; more than the wallet holds is refused; neither holds nor sends', async () => {
+    const again = invoke(engine, 'payout_out', 350, {
+      payout_id: tx(310),
+      account: BOB,
+      amount: '120',
+      destination: IBAN,
+    });
+    expect(again).toMatchObject({
+      status: 'FAILED',
+      error: { code: 'TOOL_FAILED', message: `payout ${tx(310)} was already asked for` },
+    });
+    const tooMuch = payOut(351, '330.01');
+    expect(tooMuch).toMatchObject({
+      status: 'FAILED',
+      error: { code: 'TOOL_FAILED', message: 'insufficient funds: 330.01 cannot be held' },
+    });
+    await drain();
+    expect(requestsFor(tx(310))).toHaveLength(1);
+    expect(requestsFor(tx(351))).toHaveLength(0);
+    expect(correlated(tx(351))).toEqual([]);
+    expect(payOut(352, '330').status).toBe('SUCCEEDED');
+    await drain();
+    expect(Number(available(engine, BOB).available.normalBalance.units)).toBe(0);
+  });
+
+  it('authority: the teller cannot pay out, the operator cannot start payout itself, and each tool may write only the payout’s postings', async () => {
+    post(engine, 360, 'DEPOSIT', { account: BOB, amount: '100' });
+    const teller = engine.graphql(
+      INVOKE,
+      { n: 'payout_out', e: tx(9361), i: { payout_id: tx(361), account: BOB, amount: '1', destination: IBAN } },
+      { principal: 'teller' },
+    );
+    expect(teller.errors?.[0]).toMatchObject({
+      message: 'INSERT on actions.Execution refused by client teller: no policy allows it',
+      extensions: { code: 'ACCESS_DENIED' },
+    });
+    // Started directly, payout would pay with no hold: the operator's DENY allows it only beneath payout_out.
+    const direct = engine.graphql(
+      `mutation($i: JSON) { actions { startAction(name: "payout", input: {executionId: "${tx(9362)}", input: $i}) { status } } }`,
+      { i: { payout_id: tx(362), wallet: BOB, amount: '1', currency: 'USD', destination: IBAN } },
+      { principal: 'operator' },
+    );
+    expect(direct.errors?.[0]).toMatchObject({
+      message: 'INSERT on actions.Execution refused by client operator: policy 3 denies it',
+      extensions: { code: 'ACCESS_DENIED' },
+    });
+    await drain();
+    expect(requestsFor(tx(362))).toHaveLength(0);
+    // The follow-ups void a payout's hold and nothing else: not a deposit, even for the operator.
+    for (const [n, name, input] of [
+      [363, 'release_payout', { payout_id: tx(360), why: 'test' }],
+      [364, 'settle_payout', { payout_id: tx(360), account: BOB, amount: '1', settle_id: tx(364), provider_id: 'x' }],
+    ] as const) {
+      const refused = invoke(engine, name, n, input);
+      expect(refused.status, name).toBe('FAILED');
+      expect(refused.error.code, name).toBe('ACCESS_DENIED');
+    }
+    expect(ok(engine, `{ transaction(id: "${tx(360)}") { voidedBy } }`).transaction.voidedBy).toBeNull();
+    // A version of payout_out whose program posts a TRANSFER: its policies refuse it.
+    const { version } = ok(
+      engine,
+      'mutation($src: String!) { actions { updateAction(id: "b0000000-0000-4000-8000-0000000000a9", input: {config: {runtime: "javascript", src: $src}}) { version } } }',
+      {
+        src: `function run(event) { graphql('mutation($i: TransactionInput!) { postTransaction(input: $i) { transactionId } }', { i: { transactionId: '${tx(365)}', tranCode: 'TRANSFER', params: { from: '${BOB}', to: '${ALICE}', amount: '1' } } }); return {}; }`,
+      },
+    ).actions.updateAction;
+    const wider = ok(
+      engine,
+      `mutation($i: JSON) { actions { invokeAction(name: "payout_out", input: {executionId: "${tx(9365)}", actionVersion: ${version}, input: $i}) { status error { code message } } } }`,
+      { i: { payout_id: tx(365), account: BOB, amount: '1', destination: IBAN } },
+      'operator',
+    ).actions.invokeAction;
+    expect(wider).toMatchObject({ status: 'FAILED', error: { code: 'ACCESS_DENIED' } });
+    expect(wider.error.message).toContain('payout_out');
+  });
+
+  it('a wallet locked between the hold and the answer: the provider paid, settle_payout fails ACCOUNT_LOCKED and is recorded FAILED', async () => {
+    const runId = payOut(370, '10').output.execution_id;
+    ok(engine, `mutation { updateAccount(id: "${BOB}", input: {status: LOCKED}) { status } }`);
+    await drain();
+    expect(execution(runId).status).toBe('SUCCEEDED');
+    expect(runsOf('settle_payout').filter((r: any) => r.input.payout_id === tx(370))).toEqual([
+      expect.objectContaining({ status: 'FAILED', error: expect.objectContaining({ code: 'ACCOUNT_LOCKED' }) }),
+    ]);
+    expect(correlated(tx(370))).toEqual([`PAYOUT_HOLD ${tx(370)}`]);
   });
 });
 

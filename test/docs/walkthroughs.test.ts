@@ -1,5 +1,6 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { cpSync, mkdtempSync, readdirSync, readFileSync, symlinkSync } from 'node:fs';
+import { cpSync, mkdtempSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -8,8 +9,10 @@ import { afterAll, describe, expect, it } from 'vitest';
 /**
  * The README's walkthrough and examples/bank/README.md, run as a reader runs them: every command of
  * their ```sh blocks, as written and in order, with bash, from a fresh copy of the repository (no
- * data/), against the `npm start` the walkthrough itself says to run. The only change is the port:
- * the servers get a free one (PORT=0) and ":4000" in the commands becomes it.
+ * data/), against the `npm start` the walkthrough itself says to run. The only change is the ports:
+ * the servers get a free one (PORT=0) and ":4000" in the commands becomes it; the bank's stand-in
+ * payout provider gets a free one too, and ":4100" and "--port 4100" in the commands, and the
+ * copy's examples/bank/tally.config.json, name it.
  *
  * A block that runs `npm start` is the server's terminal; the other blocks of a walkthrough are the
  * reader's second terminal, one bash session. Comment lines directly under a command (no blank line
@@ -60,14 +63,30 @@ function readWalkthrough(markdown: string, from?: string): Walkthrough {
 }
 
 /** A fresh clone, as far as the walkthroughs can tell: the repository's files, no data/ folder. */
-function freshCopy(): string {
+function freshCopy(providerPort: string): string {
   const dir = mkdtempSync(join(tmpdir(), 'tally-walkthroughs-'));
   for (const name of readdirSync(ROOT)) {
     if (['.git', 'data', 'scratch', '.prof', 'examples'].includes(name)) continue;
     symlinkSync(join(ROOT, name), join(dir, name));
   }
   cpSync(join(ROOT, 'examples'), join(dir, 'examples'), { recursive: true });
+  const config = join(dir, 'examples', 'bank', 'tally.config.json');
+  const text = readFileSync(config, 'utf8');
+  expect(text, 'the bank names the payout provider at 127.0.0.1:4100').toContain('127.0.0.1:4100/');
+  writeFileSync(config, text.replaceAll('127.0.0.1:4100/', `127.0.0.1:${providerPort}/`));
   return dir;
+}
+
+/** A port nothing listens on now (the stand-in payout provider's, in place of 4100). */
+function freePort(): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(String(port)));
+    });
+  });
 }
 
 const READER_ENV = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? tmpdir() };
@@ -106,10 +125,17 @@ async function stop(child: ChildProcess): Promise<void> {
   await exited;
 }
 
-function normalise(text: string, port: string): string {
+/** The ports of one walkthrough: its server's (":4000" as written) and the payout provider's (":4100"). */
+interface Ports {
+  server: string;
+  provider: string;
+}
+
+function normalise(text: string, ports: Ports): string {
   return (
     text
-      .replaceAll(`:${port}/`, ':4000/')
+      .replaceAll(`:${ports.server}/`, ':4000/')
+      .replaceAll(`:${ports.provider}/`, ':4100/')
       .replace(/\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z/g, '<time>')
       .replace(/\d{4}-\d{2}-\d{2}/g, '<date>')
       .replace(/\btly_[A-Za-z0-9_-]+/g, 'tly_…')
@@ -127,13 +153,16 @@ function normalise(text: string, port: string): string {
 async function runCommands(
   dir: string,
   commands: Command[],
-  port: string,
+  ports: Ports,
 ): Promise<Array<{ output: string; status: number }>> {
   const script = ['exec 2>&1', 'set -o pipefail'];
   commands.forEach((command, i) => {
     script.push(
       `printf '\\n@@@ %d\\n' ${i}`,
-      command.line.replaceAll(':4000', `:${port}`),
+      command.line.replace(
+        /(:|--port )(4000|4100)\b/g,
+        (_, before, port) => `${before}${port === '4000' ? ports.server : ports.provider}`,
+      ),
       `printf '\\n@@@ status %d\\n' $?`,
     );
   });
@@ -154,18 +183,18 @@ async function runCommands(
 }
 
 /** Each command exits 0 and prints what the markdown shows under it. */
-function checkOutputs(commands: Command[], results: Array<{ output: string; status: number }>, port: string): void {
+function checkOutputs(commands: Command[], results: Array<{ output: string; status: number }>, ports: Ports): void {
   commands.forEach((command, i) => {
     const { output, status } = results[i]!;
     const what = `command ${i + 1}: ${command.line}\nprinted:\n${output}`;
     expect(status, what).toBe(0);
-    const lines = normalise(output, port).split('\n');
+    const lines = normalise(output, ports).split('\n');
     if (command.expected.length === 0) {
       if (output.trimStart().startsWith('{"')) expect(JSON.parse(output).errors, what).toBeUndefined();
       return;
     }
     let at = 0;
-    for (const expected of command.expected.map((line) => normalise(line, port))) {
+    for (const expected of command.expected.map((line) => normalise(line, ports))) {
       if (expected === '…') continue;
       const found = lines.indexOf(expected, at);
       expect(found, `${what}\nshould print, in this order, the line:\n${expected}`).toBeGreaterThanOrEqual(0);
@@ -193,10 +222,13 @@ describe('the walkthroughs run as written, on a fresh copy, in order', () => {
   });
 
   it("the README's walkthrough, then the bank's, answer what they show", async () => {
-    const dir = freshCopy();
+    const provider = await freePort();
+    const dir = freshCopy(provider);
     // Both servers start at once (each walkthrough has its own database); the commands run in order.
     const [readmePort, bankPort] = await Promise.all([startServer(dir, readme.server), startServer(dir, bank.server)]);
-    checkOutputs(readme.commands, await runCommands(dir, readme.commands, readmePort), readmePort);
-    checkOutputs(bank.commands, await runCommands(dir, bank.commands, bankPort), bankPort);
+    const readmePorts = { server: readmePort, provider };
+    const bankPorts = { server: bankPort, provider };
+    checkOutputs(readme.commands, await runCommands(dir, readme.commands, readmePorts), readmePorts);
+    checkOutputs(bank.commands, await runCommands(dir, bank.commands, bankPorts), bankPorts);
   }, 120_000);
 });

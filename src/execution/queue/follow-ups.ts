@@ -33,10 +33,18 @@ export function startFollowUp(svc: ExecutionServices, ended: Ended): string | nu
   if (version.kind !== 'http') return null;
   const which = ended.error === null ? 'succeeded' : 'failed';
   // A failure another attempt could have mended (a timeout, a 5xx, a broken connection) after a
-  // request went out leaves the outcome unknown: the service may have acted. Nothing is started
-  // then (a release would undo a hold on money that may have left); the FAILED execution, with its
-  // sends counted, is for a person to settle.
-  if (ended.error !== null && isRetryable(ended.error) && svc.queue.sendsOf.get(ended.executionId)) {
+  // request went out leaves the outcome unknown: the service may have acted. So does an answer that
+  // was not read (too large), and one that said yes but could not be used (config.output, the
+  // output schema): details.outcome says which. Nothing is started then (a release would undo a
+  // hold on money that may have left); the FAILED execution, with its sends counted, is for a
+  // person to settle.
+  const outcome = (ended.error?.details as { outcome?: unknown } | null | undefined)?.outcome;
+  if (
+    ended.error !== null &&
+    ((isRetryable(ended.error) && svc.queue.sendsOf.get(ended.executionId)) ||
+      outcome === 'unknown' ||
+      outcome === 'succeeded')
+  ) {
     svc.log.warn(
       { event: 'followUp', executionId: ended.executionId, code: ended.error.code },
       'an outside call failed after sending, its outcome unknown: no follow-up started',
