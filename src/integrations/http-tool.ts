@@ -132,7 +132,7 @@ export function buildRequest(
   tool: HttpToolConfig,
   scope: Record<string, unknown>,
   input: unknown,
-): { url: string; path: string; method: string; body: string | null } {
+): { url: string; path: string; sent: string; method: string; body: string | null } {
   let path = '';
   for (const part of parsePathTemplate(tool.path)) {
     if ('text' in part) {
@@ -177,7 +177,15 @@ export function buildRequest(
       `the request body is ${Buffer.byteLength(body)} bytes; integration ${config.name} takes at most ${config.requestBytesMax} (requestBytesMax)`,
       { hint: 'Send less, or ask the operator to raise requestBytesMax.', details: { limit: 'requestBytesMax' } },
     );
-  return { url: url.toString(), path: `${url.pathname}${url.search}`, method: tool.method, body };
+  // `path`: below the integration's baseUrl, as the tool's template and the policies name it;
+  // `sent`: the path as sent, for messages.
+  return {
+    url: url.toString(),
+    path: `${path}${url.search}`,
+    sent: `${url.pathname}${url.search}`,
+    method: tool.method,
+    body,
+  };
 }
 
 /** Check an http tool's config: fields, the integration, method, path template and every CEL expression. */

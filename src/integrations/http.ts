@@ -119,7 +119,7 @@ export class Integrations {
     headers.set(config.idempotencyHeader, call.idempotencyKey);
     if (request.body !== null) headers.set('content-type', 'application/json');
     headers.set('accept', 'application/json');
-    const label = `integration ${config.name}: ${request.method} ${request.path}`;
+    const label = `integration ${config.name}: ${request.method} ${request.sent}`;
     call.authorize({ kind: 'http', name: config.name, method: request.method, path: request.path });
 
     const limiter = this.limiter(config.name);
