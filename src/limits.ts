@@ -890,6 +890,12 @@ export const FIXED_LIMITS = {
     where: 'src/ledger/records.ts',
     why: 'Nesting past which isPlainJson gives up: the caller then takes the general path (the JSON text parsed back).',
   },
+  ANSWER_DEPTH_MAX: {
+    value: 64,
+    where: 'src/integrations/http.ts',
+    why:
+      "How deep an outside service's JSON answer may nest: an http tool's answer is read with CEL, which walks it; deeper is refused (INTEGRATION_ERROR, outcome unknown) rather than overflowing the stack.",
+  },
   MESSAGE_ID_MAX: {
     value: 128,
     unit: 'characters',
@@ -988,6 +994,7 @@ export const TOOL_ALIASES_MAX: number = FIXED_LIMITS.TOOL_ALIASES_MAX.value;
 export const CACHE_TTL_MS_MAX: number = FIXED_LIMITS.CACHE_TTL_MS_MAX.value;
 export const TEMPLATE_TEXT_MAX: number = FIXED_LIMITS.TEMPLATE_TEXT_MAX.value;
 export const PLAIN_JSON_DEPTH_MAX: number = FIXED_LIMITS.PLAIN_JSON_DEPTH_MAX.value;
+export const ANSWER_DEPTH_MAX: number = FIXED_LIMITS.ANSWER_DEPTH_MAX.value;
 export const MESSAGE_ID_MAX: number = FIXED_LIMITS.MESSAGE_ID_MAX.value;
 export const MAX_TOKENS_MAX: number = FIXED_LIMITS.MAX_TOKENS_MAX.value;
 export const TEXT_BYTES_MAX: number = FIXED_LIMITS.TEXT_BYTES_MAX.value;

@@ -8,6 +8,7 @@ import {
   type ActionDeps,
   type ActionInput,
   type ActionKind,
+  runsAfterCommit,
   type ActionVersionDocument,
   BACKOFF_MS_MAX,
   DEFAULT_EXECUTION,
@@ -159,6 +160,8 @@ export function buildDocument(
   const internal = toolIn?.internal == null ? (previous?.tool.internal ?? false) : toolIn.internal;
   if (typeof internal !== 'boolean') throw badInput('tool.internal must be true or false', internal);
   if (internal) tool.internal = true;
+  // An mcp action's fingerprint is its tool definition's, as imported (checked now it is built).
+  if (kind === 'mcp') deps.checkOutsideConfig(kind, config, tool);
   checkToolName(tool.name, 'tool.name');
   checkNotReserved(base.name, 'action name');
   checkNotReserved(tool.name, 'tool.name');
@@ -186,7 +189,7 @@ export function buildDocument(
     input.policies === undefined || input.policies === null
       ? (previous?.policies ?? [])
       : parsePolicies(deps.cel, input.policies, deps.limits.policiesMax);
-  const execution = checkExecution(deps, input.execution, previous?.execution ?? DEFAULT_EXECUTION);
+  const execution = checkExecution(deps, input.execution, previous?.execution ?? DEFAULT_EXECUTION, kind);
   if (kind === 'agent') checkOffered(deps, tools);
   if (kind === 'http') checkFollowUps(config, tools);
   const skillsIn = input.skills === undefined || input.skills === null ? (previous?.skills ?? []) : input.skills;
@@ -267,6 +270,7 @@ function checkExecution(
   deps: ActionDeps,
   input: ActionInput['execution'],
   previous: ExecutionSettings,
+  kind: ActionKind,
 ): ExecutionSettings {
   const limits = deps.limits;
   if (!input) return previous;
@@ -327,7 +331,11 @@ function checkExecution(
         ? previous.timeoutMs
         : input.timeoutMs === null
           ? null
-          : positiveInt(input.timeoutMs, 0, 'timeoutMs', limits.toolTimeoutMsMax, 'toolTimeoutMsMax', true),
+          : // A tool's attempt holds the write lock; an outside call's waits on the network, outside
+            // any transaction, bounded as an agent run is.
+            runsAfterCommit(kind)
+            ? positiveInt(input.timeoutMs, 0, 'timeoutMs', limits.agentRunMsMax, 'agentRunMsMax', true)
+            : positiveInt(input.timeoutMs, 0, 'timeoutMs', limits.toolTimeoutMsMax, 'toolTimeoutMsMax', true),
     retryIf: input.retryIf === undefined ? (previous.retryIf ?? null) : checkRetryIf(deps, input.retryIf),
     cacheTtlMs:
       input.cacheTtlMs === undefined

@@ -213,7 +213,11 @@ export interface ActionDeps {
    * Throws unless an http or mcp config names an integration or MCP server this process has, and
    * is well formed (the composition root hands in src/integrations' checks).
    */
-  checkOutsideConfig(kind: 'http' | 'mcp', config: Record<string, unknown>): void;
+  checkOutsideConfig(
+    kind: 'http' | 'mcp',
+    config: Record<string, unknown>,
+    tool?: Pick<ToolDefinition, 'description' | 'inputSchema' | 'outputSchema'>,
+  ): void;
   /** Throws NOT_FOUND unless the skill (and the pinned version) exists (src/skills). */
   checkSkill(ref: SkillReference, what: string): void;
   /** Compile-checks a program; returns a problem with line and column, or null. */

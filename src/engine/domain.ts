@@ -102,9 +102,9 @@ export function buildDomain(inputs: DomainInputs): Domain {
     clock,
     limits,
     checkModelConfig: (kind, config) => checkModelConfig(kind, config, inputs.models, limits),
-    checkOutsideConfig: (kind, config) => {
+    checkOutsideConfig: (kind, config, tool) => {
       if (kind === 'http') inputs.outside.integrations.check(cel, config);
-      else if (inputs.outside.mcp) inputs.outside.mcp.check(config);
+      else if (inputs.outside.mcp) inputs.outside.mcp.check(config, tool);
       else
         throw new EngineError('BAD_REQUEST', 'no MCP servers are configured', {
           hint: 'The operator adds an `mcpServers` block to the server configuration (TALLY_CONFIG), then imports its tools with `tally mcp import <server>`.',

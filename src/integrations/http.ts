@@ -9,6 +9,7 @@
 import type { Cel } from '../cel/cel.js';
 import { celToJson, jsonToCel } from '../cel/values.js';
 import { EngineError, quote } from '../errors.js';
+import { ANSWER_DEPTH_MAX } from '../limits.js';
 import { redact } from '../models/http.js';
 import { buildRequest, checkHttpConfig, evaluateText, type HttpToolConfig, inputError } from './http-tool.js';
 import { Limiter } from './limiter.js';
@@ -97,25 +98,38 @@ export class Integrations {
       execution: { executionId: call.executionId, idempotencyKey: call.idempotencyKey },
     }) as Record<string, unknown>;
     const request = buildRequest(cel, config, tool, scope, input);
+    // Everything is built and checked before anything is sent: a request that cannot be made is
+    // refused, never half sent.
     const headers = new Headers();
+    let headerBytes = 0;
     for (const [name, expression] of Object.entries(tool.headers)) {
       const value = evaluateText(cel, expression, scope, `config.headers.${name}`);
-      if (/[\r\n]/.test(value)) throw inputError(`config.headers.${name} gave a value with a line break`);
+      if (!HEADER_VALUE.test(value))
+        throw inputError(
+          `config.headers.${name} gave a value that cannot be a header (a line break, a control character, or a character outside Latin-1)`,
+        );
       headers.set(name, value);
+      headerBytes += name.length + value.length;
     }
     for (const [name, secret] of Object.entries(config.headers)) {
       const value = this.env[secret.env];
-      if (value === undefined || value === '')
-        throw new EngineError(
-          'INTEGRATION_ERROR',
-          `integration ${config.name}: the environment variable ${secret.env} (header ${name}) is not set`,
-          {
-            hint: `Set ${secret.env} in the server's environment and restart it.`,
-            details: { integration: config.name, retry: false },
-          },
-        );
+      const failed = (why: string) =>
+        new EngineError('INTEGRATION_ERROR', `integration ${config.name}: the environment variable ${secret.env} (header ${name}) ${why}`, {
+          hint: `Set ${secret.env} in the server's environment to the credential, on one line, and restart it.`,
+          details: { integration: config.name, retry: false },
+        });
+      if (value === undefined || value === '') throw failed('is not set');
+      // Never echoed: the value is the secret.
+      if (!HEADER_VALUE.test(`${secret.prefix}${value}`)) throw failed('holds a value that cannot be a header value');
       headers.set(name, `${secret.prefix}${value}`);
     }
+    const requestBytes = request.url.length + headerBytes + (request.body === null ? 0 : Buffer.byteLength(request.body));
+    if (requestBytes > config.requestBytesMax)
+      throw new EngineError(
+        'INPUT_INVALID',
+        `the request (URL, headers and body) is ${requestBytes} bytes; integration ${config.name} takes at most ${config.requestBytesMax} (requestBytesMax)`,
+        { hint: 'Send less, or ask the operator to raise requestBytesMax.', details: { limit: 'requestBytesMax' } },
+      );
     headers.set(config.idempotencyHeader, call.idempotencyKey);
     if (request.body !== null) headers.set('content-type', 'application/json');
     headers.set('accept', 'application/json');
@@ -162,6 +176,34 @@ export class Integrations {
     } finally {
       release();
     }
+    try {
+      return this.judge(cel, tool, config, { status, headers: answerHeaders, text }, input, label, scrub);
+    } catch (error) {
+      // The service answered. Whatever went wrong past here, only an answer judged a refusal
+      // (details.outcome "refused") says the service did not act; a failure a retry may mend (a
+      // status config.retry accepts) stays retryable; anything else leaves what the service did
+      // unknown, and starts no failed follow-up.
+      const failure = error instanceof EngineError ? error : new EngineError('INTERNAL', (error as Error).message);
+      const details = (failure.details ?? {}) as Record<string, unknown>;
+      if (details.outcome !== undefined || failure.code === 'INTEGRATION_UNAVAILABLE') throw failure;
+      throw new EngineError('INTEGRATION_ERROR', `${label} answered HTTP ${status}, which could not be judged: ${failure.message}`, {
+        hint: 'The service may have acted: this call is not sent again, and no failed follow-up starts. Fix the tool’s config, and settle this one by hand.',
+        details: { integration: config.name, status, retry: false, outcome: 'unknown', code: failure.code },
+      });
+    }
+  }
+
+  /** What an answer means: the output, or the refusal (outcome "refused"), or a retryable failure. */
+  private judge(
+    cel: Cel,
+    tool: HttpToolConfig,
+    config: IntegrationConfig,
+    answered: { status: number; headers: Headers; text: string },
+    input: unknown,
+    label: string,
+    scrub: (text: string) => string,
+  ): unknown {
+    const { status, headers: answerHeaders, text } = answered;
     let body: unknown = text;
     if (text !== '') {
       try {
@@ -170,6 +212,10 @@ export class Integrations {
         body = text;
       }
     } else body = null;
+    if (!withinDepth(body, ANSWER_DEPTH_MAX))
+      throw new EngineError('INTEGRATION_ERROR', `${label} answered JSON nested deeper than ${ANSWER_DEPTH_MAX} levels`, {
+        details: { integration: config.name, status, retry: false, outcome: 'unknown' },
+      });
     const kept: Record<string, string> = {};
     for (const name of tool.responseHeaders) {
       const value = answerHeaders.get(name);
@@ -192,8 +238,8 @@ export class Integrations {
           'INTEGRATION_ERROR',
           `${label} answered a redirect (HTTP ${status}${answerHeaders.get('location') ? ` to ${cut(scrub(answerHeaders.get('location')!), 120)}` : ''}): redirects are never followed`,
           {
-            hint: 'Point the tool at the final path under the integration, or ask the operator to change its baseUrl.',
-            details: { integration: config.name, status, retry: false },
+            hint: 'Point the tool at the final path under the integration, or ask the operator to change its baseUrl. The service may have acted (a 303 after a POST often means it did): no failed follow-up starts.',
+            details: { integration: config.name, status, retry: false, outcome: 'unknown' },
           },
         );
       const retry = judge(tool.retry, 'config.retry');
@@ -202,7 +248,7 @@ export class Integrations {
         `${label} answered HTTP ${status}${snippet ? `: ${snippet}` : ''}`,
         {
           ...(retry ? {} : { hint: 'The service refused the call; it is not retried. Read its answer.' }),
-          details: { integration: config.name, status, ...(retry ? {} : { retry: false }) },
+          details: { integration: config.name, status, ...(retry ? {} : { retry: false, outcome: 'refused' }) },
         },
       );
     }
@@ -279,4 +325,19 @@ function unchecked(name: string): IntegrationConfig {
     concurrency: INTEGRATION_DEFAULTS.concurrency,
     perClientConcurrency: INTEGRATION_DEFAULTS.concurrency,
   };
+}
+
+/** What a header value may hold: visible Latin-1, spaces and tabs (no line break, no control character). */
+const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+
+/** Whether a parsed JSON value nests at most `max` levels (walked without recursion: the depth is the answer's). */
+function withinDepth(value: unknown, max: number): boolean {
+  const stack: Array<[unknown, number]> = [[value, 0]];
+  while (stack.length > 0) {
+    const [node, depth] = stack.pop()!;
+    if (node === null || typeof node !== 'object') continue;
+    if (depth >= max) return false;
+    for (const child of Array.isArray(node) ? node : Object.values(node)) stack.push([child, depth + 1]);
+  }
+  return true;
 }

@@ -210,10 +210,15 @@ export class McpServers {
     let connection: Connection | null = null;
     try {
       connection = await this.connection(entry, signal, call.deadline);
-      await this.checkUnchanged(entry, connection, toolName, expected, signal, call.deadline, what);
+      const listed = await this.checkUnchanged(entry, connection, toolName, expected, signal, call.deadline, what);
 
+      // Whether it may be sent again is the server's word, as it lists the tool now (its fingerprint
+      // is the imported one, so these are the annotations imported): never the action's config,
+      // which whoever made the action wrote.
+      const hints = listed.info.annotations;
+      const mayResend = hints?.readOnlyHint === true || hints?.idempotentHint === true;
       const before = call.sending();
-      if (before > 0 && !expected.readOnly && !expected.idempotent) {
+      if (before > 0 && !mayResend) {
         throw integrationError(
           `the outcome of an earlier send is unknown (the worker stopped after sending it); ${what} is not marked idempotent or read-only, so it is not sent again`,
           {
@@ -249,7 +254,7 @@ export class McpServers {
     signal: AbortSignal,
     deadline: number,
     what: string,
-  ): Promise<void> {
+  ): Promise<Listed> {
     // Read again before every call, whether or not the server promises list_changed: a server that
     // changes a tool without saying so must not have the changed tool called (one round trip more;
     // calls at the same moment share one listing).
@@ -271,6 +276,7 @@ export class McpServers {
         },
       );
     }
+    return listed;
   }
 
   /** What a tool answered, as an execution's output: bounded, and without the server's credentials. */

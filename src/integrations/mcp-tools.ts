@@ -5,6 +5,7 @@
 import { EngineError, quote } from '../errors.js';
 import { isRecord } from '../models/http.js';
 import type { McpServers } from './mcp-servers.js';
+import { mcpToolFingerprint } from './mcp-wire.js';
 import type { McpTools } from './types.js';
 // ---------------------------------------------------------------------------------------------
 // Checks of an action of kind "mcp".
@@ -15,7 +16,11 @@ const CONFIG_HINT =
   "An mcp action's config is {server, tool, fingerprint, annotations?}, as `tally mcp import` writes it.";
 
 /** What createAction checks for an action of kind "mcp": its config's shape, and that its server is configured. */
-export function checkMcpConfig(servers: McpServers | null, config: Record<string, unknown>): void {
+export function checkMcpConfig(
+  servers: McpServers | null,
+  config: Record<string, unknown>,
+  tool?: { description: string; inputSchema: Record<string, unknown>; outputSchema: Record<string, unknown> | null },
+): void {
   for (const field of Object.keys(config)) {
     if (!MCP_CONFIG_FIELDS.includes(field)) {
       throw new EngineError(
@@ -61,6 +66,27 @@ export function checkMcpConfig(servers: McpServers | null, config: Record<string
       hint: CONFIG_HINT,
     });
   }
+  if (tool) {
+    // The fingerprint is the server's tool as imported: the version's schemas, description and
+    // annotations must be what it was taken from, or the hints a caller reads (readOnlyHint) and
+    // the schema a model is shown would be whoever made the action's, not the server's. The
+    // description may be the import's own words for a tool the server did not describe.
+    const as = (description: string | null) =>
+      mcpToolFingerprint({
+        name: config.tool as string,
+        title: null,
+        description,
+        inputSchema: tool.inputSchema,
+        outputSchema: tool.outputSchema,
+        annotations: annotations as Record<string, unknown> | null,
+      });
+    if (config.fingerprint !== as(tool.description) && config.fingerprint !== as(null))
+      throw new EngineError(
+        'BAD_REQUEST',
+        `config.fingerprint does not match this version's tool (its schemas, description and config.annotations): an mcp action is what \`tally mcp import\` took from the server`,
+        { hint: 'Import the tool again with tally mcp import, rather than writing or changing an mcp action by hand.' },
+      );
+  }
 }
 
 /**
@@ -69,7 +95,7 @@ export function checkMcpConfig(servers: McpServers | null, config: Record<string
  */
 export function mcpTools(servers: McpServers): McpTools {
   return {
-    check: (config) => checkMcpConfig(servers, config),
+    check: (config, tool) => checkMcpConfig(servers, config, tool),
     call: (config, args, call) => {
       checkMcpConfig(servers, config);
       const annotations = isRecord(config.annotations) ? config.annotations : null;

@@ -48,7 +48,8 @@ export function mcpToolFingerprint(tool: McpToolInfo): string {
       inputSchema: tool.inputSchema,
       outputSchema: tool.outputSchema,
       annotations: tool.annotations,
-      description: tool.description,
+      // No description and an empty one are the same (the import words one of its own for either).
+      description: tool.description !== null && tool.description.trim() !== '' ? tool.description : null,
     }),
   );
 }

@@ -79,8 +79,14 @@ export interface OutboundCall {
 
 /** What a run needs of the operator's MCP servers (src/integrations/mcp-servers.ts McpServers). */
 export interface McpTools {
-  /** Throws unless an mcp tool's config names a configured server and is well formed. */
-  check(config: Record<string, unknown>): void;
+  /**
+   * Throws unless an mcp tool's config names a configured server and is well formed, and (given the
+   * version's tool definition) its fingerprint is that definition's.
+   */
+  check(
+    config: Record<string, unknown>,
+    tool?: { description: string; inputSchema: Record<string, unknown>; outputSchema: Record<string, unknown> | null },
+  ): void;
   /** Call the imported tool `config` names with `args`; its output, or INTEGRATION_UNAVAILABLE / INTEGRATION_ERROR. */
   call(config: Record<string, unknown>, args: unknown, call: OutboundCall): Promise<unknown>;
   close(): Promise<void>;

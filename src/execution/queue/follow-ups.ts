@@ -1,11 +1,10 @@
 import { type ActionVersion, getVersion } from '../../actions/actions.js';
 import { celToJson, jsonToCel } from '../../cel/values.js';
-import { EngineError, type ErrorData } from '../../errors.js';
+import { EngineError, type ErrorData, limitExceeded } from '../../errors.js';
 import { canonicalJson, derivedId, fingerprint } from '../../ids.js';
 import { referencedVersion, type VersionRef } from '../call-rules.js';
 import { fixedInput, toEngineError, validate } from '../checks.js';
 import type { ExecutionServices } from '../services.js';
-import { isRetryable } from './attempt.js';
 import { enqueue } from './start.js';
 
 /*
@@ -32,19 +31,15 @@ export function startFollowUp(svc: ExecutionServices, ended: Ended): string | nu
   const { version } = ended;
   if (version.kind !== 'http') return null;
   const which = ended.error === null ? 'succeeded' : 'failed';
-  // A failure another attempt could have mended (a timeout, a 5xx, a broken connection) after a
-  // request went out leaves the outcome unknown: the service may have acted. So does an answer that
-  // was not read (too large), and one that said yes but could not be used (config.output, the
-  // output schema): details.outcome says which. Nothing is started then (a release would undo a
-  // hold on money that may have left); the FAILED execution, with its sends counted, is for a
-  // person to settle.
+  // After a request went out, a failure leaves what the service did unknown unless its answer was
+  // judged a refusal: attempts spent on timeouts, 5xx or broken connections, an answer not read
+  // (too large, too deep) or one that said yes but could not be used (config.output, the output
+  // schema). Nothing is started then (a release would undo a hold on money that may have left);
+  // the FAILED execution, with its sends counted, is for a person to settle.
+  // `failed` starts only when the service is known not to have acted: nothing was sent, or what it
+  // answered was judged a refusal (details.outcome "refused").
   const outcome = (ended.error?.details as { outcome?: unknown } | null | undefined)?.outcome;
-  if (
-    ended.error !== null &&
-    ((isRetryable(ended.error) && svc.queue.sendsOf.get(ended.executionId)) ||
-      outcome === 'unknown' ||
-      outcome === 'succeeded')
-  ) {
+  if (ended.error !== null && outcome !== 'refused' && svc.queue.sendsOf.get(ended.executionId)) {
     svc.log.warn(
       { event: 'followUp', executionId: ended.executionId, code: ended.error.code },
       'an outside call failed after sending, its outcome unknown: no follow-up started',
@@ -72,8 +67,19 @@ export function startFollowUp(svc: ExecutionServices, ended: Ended): string | nu
   let target: ActionVersion | null = null;
   let input: unknown = null;
   let failed: ErrorData | undefined;
+  // A follow-up is one link further down a chain, as a trigger's start is: a tool whose follow-up
+  // calls out again (itself, say) stops at triggerDepthMax instead of sending forever.
+  const depth = ended.triggerDepth + 1;
   try {
     target = referencedVersion(svc.actions, reference);
+    if (depth > svc.limits.triggerDepthMax)
+      throw limitExceeded(
+        'triggerDepthMax',
+        svc.limits.triggerDepthMax,
+        depth,
+        `the ${which} follow-up of ${version.name} would be link ${depth} of a chain of follow-ups and triggers; triggerDepthMax is ${svc.limits.triggerDepthMax}`,
+        { hint: 'A follow-up that calls out again starts another; break the loop in the tools.' },
+      );
     const outcome = {
       input: ended.input,
       output: ended.output,
@@ -96,7 +102,7 @@ export function startFollowUp(svc: ExecutionServices, ended: Ended): string | nu
     principal: ended.principal,
     triggerId: null,
     startStack,
-    triggerDepth: ended.triggerDepth,
+    triggerDepth: depth,
     ...(failed ? { failed } : {}),
   });
   return executionId;
