@@ -175,8 +175,11 @@ export function isPlainPath(path: string): boolean {
   if (!path.startsWith('/')) return false;
   if (path === '/') return true;
   if (/[%?#\\\s\u0000-\u001f\u007f{}]/.test(path)) return false;
+  // `;` starts path parameters, which some servers strip before routing ("/a/..;/b" is "/b" to
+  // Tomcat, Jetty and Spring): refused, as is a segment that begins with "..".
+  if (path.includes(';')) return false;
   const segments = path.replace(/\/$/, '').slice(1).split('/');
-  return segments.every((s) => s !== '' && s !== '.' && s !== '..');
+  return segments.every((s) => s !== '' && s !== '.' && !s.startsWith('..'));
 }
 
 /** One part of a path template: literal text, or a CEL expression whose value fills one segment (or part of one). */

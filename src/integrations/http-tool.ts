@@ -29,6 +29,12 @@ const RESERVED_HEADERS = new Set([
   'authorization',
   'cookie',
 ]);
+/**
+ * Headers that ask a server or a proxy in front of it to route the request elsewhere than its method
+ * and path say (a method override, an original or rewritten URL, forwarding): a tool may set none,
+ * or the operator's methods and paths, and the policy document of the call, would not be what runs.
+ */
+const ROUTING_HEADERS = /^(x-http-method(-override)?|x-method-override|x-original-|x-rewrite-|x-forwarded-|forwarded$|via$|x-real-ip$|x-host$|x-proxy-)/i;
 
 type PathPart = { text: string } | { expression: string };
 
@@ -257,11 +263,12 @@ export function checkHttpConfig(
         const lower = name.toLowerCase();
         if (
           RESERVED_HEADERS.has(lower) ||
+          ROUTING_HEADERS.test(lower) ||
           lower === target.idempotencyHeader.toLowerCase() ||
           Object.keys(target.headers).some((h) => h.toLowerCase() === lower)
         )
           throw new EngineError('BAD_REQUEST', `${what}.${name}: a tool may not set the ${name} header`, {
-            hint: 'Credentials, the idempotency key and the transport headers are the integration’s, set by the operator.',
+            hint: 'Credentials, the idempotency key, the transport headers and headers that reroute a request (method overrides, original URLs, forwarding) are the integration’s, set by the operator.',
           });
       }
       out[name] = compile(expression, `${what}.${name}`);

@@ -407,17 +407,15 @@ export class McpServers {
     };
     client.onerror = (error: Error) => {
       if (config.transport === 'stdio' && /ReadBuffer exceeded maximum size/.test(error.message)) {
-        connection.overflow ??= integrationError(
-          `MCP server ${quote(config.name)} wrote a message over ${MCP_MESSAGE_BYTES_MAX} bytes; the connection was closed`,
+        // A stdio connection cannot say which call's answer it was: every call pending on it fails
+        // as one a retry may mend (its outcome unknown), never as a final answer of its own. A
+        // call that may not be sent twice then ends when it finds its earlier send.
+        connection.overflow ??= unavailable(
+          `MCP server ${quote(config.name)} wrote a message over ${MCP_MESSAGE_BYTES_MAX} bytes (one call's answer, which one is unknown); the connection was closed`,
           {
-            hint: 'Ask the tool for less; the server is started again for the next call.',
-            details: {
-              server: config.name,
-              retry: false,
-              limit: 'mcpMessageBytesMax',
-              max: MCP_MESSAGE_BYTES_MAX,
-              actual: null,
-            },
+            server: config.name,
+            limit: 'mcpMessageBytesMax',
+            max: MCP_MESSAGE_BYTES_MAX,
           },
         );
       }
@@ -451,6 +449,16 @@ export class McpServers {
       );
     }
     entry.secrets.add(value);
+    // A header value with a line break or a control character would be refused by fetch with the
+    // value in its message: refused here, without it.
+    if (what.startsWith('header') && !/^[\t\x20-\x7e\x80-\xff]*$/.test(`${ref.prefix}${value}`))
+      throw integrationError(
+        `MCP server ${quote(entry.config.name)}: the environment variable ${ref.env} (${what}) holds a value that cannot be a header value`,
+        {
+          hint: `Set ${ref.env} to the credential on one line, and restart the server.`,
+          details: { server: entry.config.name, variable: ref.env, retry: false },
+        },
+      );
     return `${ref.prefix}${value}`;
   }
 

@@ -28,7 +28,7 @@ export interface McpServerOptions {
   graphqlTool?: boolean;
 }
 
-const TOOL_FIELDS = 'name version title description inputSchema outputSchema access { readOnly destructive }';
+const TOOL_FIELDS = 'name version kind title description inputSchema outputSchema access { readOnly destructive }';
 const TOOLS_PAGE = `query($first: Int!, $after: String) { actions { tools(first: $first, after: $after) { nodes { ${TOOL_FIELDS} } pageInfo { hasNextPage endCursor } } } }`;
 const NATIVE_TOOLS = '{ actions { nativeTools { name access { readOnly destructive } } } }';
 const TOOL_BY_NAME = `query($name: String!) { actions { tool(name: $name) { version kind } } }`;
@@ -52,6 +52,7 @@ const ACCOUNT = `query($code: String!) { account(code: $code) { accountId code n
 interface ToolNode {
   name: string;
   version: number;
+  kind?: string;
   title: string;
   description: string;
   inputSchema: Record<string, unknown>;
@@ -203,14 +204,20 @@ function offersNative(options: McpServerOptions, name: string): boolean {
   return name === 'cel' || (name === 'graphql' && options.graphqlTool === true);
 }
 
-/** Derived from the policies, never typed by hand; idempotent because every call carries an execution id. */
-function annotations(access: ToolNode['access'], title?: string): NonNullable<Tool['annotations']> {
+/**
+ * Derived from the policies, never typed by hand. A tool of Tally's is idempotent because every call
+ * carries an execution id (the same `_meta.executionId` answers the same). One that reaches outside
+ * (http, mcp) is open-world, and idempotent only when it is read-only: a tools/call without the same
+ * execution id is a new call with a new idempotency key, which the service acts on again.
+ */
+function annotations(access: ToolNode['access'], title?: string, kind?: string): NonNullable<Tool['annotations']> {
+  const outside = kind === 'http' || kind === 'mcp';
   return {
     ...(title === undefined ? {} : { title }),
     readOnlyHint: access.readOnly,
     destructiveHint: access.destructive,
-    idempotentHint: true,
-    openWorldHint: false,
+    idempotentHint: outside ? access.readOnly : true,
+    openWorldHint: outside,
   };
 }
 
@@ -221,7 +228,7 @@ function toMcpTool(node: ToolNode): Tool {
     title: node.title,
     description: node.description,
     inputSchema: { ...node.inputSchema, type: 'object' },
-    annotations: annotations(node.access, node.title),
+    annotations: annotations(node.access, node.title, node.kind),
   };
   // MCP's structuredContent is an object: only an object output schema is advertised.
   if (node.outputSchema && node.outputSchema.type === 'object')

@@ -703,13 +703,13 @@ describe("an attacker's MCP server", () => {
     expect(await servers.call('web', 'add', { a: 2, b: 2 }, outbound(), expectation(add))).toEqual({ sum: 4 });
   });
 
-  it(`a stdio line over ${MCP_MESSAGE_BYTES_MAX} bytes closes the connection with INTEGRATION_ERROR`, async () => {
+  it(`a stdio line over ${MCP_MESSAGE_BYTES_MAX} bytes closes the connection; the calls on it fail retryable (whose answer it was is unknown)`, async () => {
     const huge = await listed('local', 'huge');
     const error = await refusal(
       servers.call('local', 'huge', { bytes: MCP_MESSAGE_BYTES_MAX + 1_048_576 }, outbound(), expectation(huge)),
     );
-    expect(error.code).toBe('INTEGRATION_ERROR');
-    expect(error.message).toMatch(/wrote a message over 8388608 bytes; the connection was closed/);
+    expect(error.code).toBe('INTEGRATION_UNAVAILABLE');
+    expect(error.message).toMatch(/wrote a message over 8388608 bytes \(one call's answer, which one is unknown\); the connection was closed/);
     const keys = await listed('local', 'env_keys');
     expect(await servers.call('local', 'env_keys', {}, outbound(), expectation(keys))).toEqual({
       keys: ['CHILD_TOKEN', 'PATH'],
