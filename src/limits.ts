@@ -893,8 +893,7 @@ export const FIXED_LIMITS = {
   ANSWER_DEPTH_MAX: {
     value: 64,
     where: 'src/integrations/http.ts',
-    why:
-      "How deep an outside service's JSON answer may nest: an http tool's answer is read with CEL, which walks it; deeper is refused (INTEGRATION_ERROR, outcome unknown) rather than overflowing the stack.",
+    why: "How deep an outside service's JSON answer may nest: an http tool's answer is read with CEL, which walks it; deeper is refused (INTEGRATION_ERROR, outcome unknown) rather than overflowing the stack.",
   },
   MESSAGE_ID_MAX: {
     value: 128,

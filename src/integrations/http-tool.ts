@@ -34,7 +34,8 @@ const RESERVED_HEADERS = new Set([
  * and path say (a method override, an original or rewritten URL, forwarding): a tool may set none,
  * or the operator's methods and paths, and the policy document of the call, would not be what runs.
  */
-const ROUTING_HEADERS = /^(x-http-method(-override)?|x-method-override|x-original-|x-rewrite-|x-forwarded-|forwarded$|via$|x-real-ip$|x-host$|x-proxy-)/i;
+const ROUTING_HEADERS =
+  /^(x-http-method(-override)?|x-method-override|x-original-|x-rewrite-|x-forwarded-|forwarded$|via$|x-real-ip$|x-host$|x-proxy-)/i;
 
 type PathPart = { text: string } | { expression: string };
 

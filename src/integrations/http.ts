@@ -114,16 +114,21 @@ export class Integrations {
     for (const [name, secret] of Object.entries(config.headers)) {
       const value = this.env[secret.env];
       const failed = (why: string) =>
-        new EngineError('INTEGRATION_ERROR', `integration ${config.name}: the environment variable ${secret.env} (header ${name}) ${why}`, {
-          hint: `Set ${secret.env} in the server's environment to the credential, on one line, and restart it.`,
-          details: { integration: config.name, retry: false },
-        });
+        new EngineError(
+          'INTEGRATION_ERROR',
+          `integration ${config.name}: the environment variable ${secret.env} (header ${name}) ${why}`,
+          {
+            hint: `Set ${secret.env} in the server's environment to the credential, on one line, and restart it.`,
+            details: { integration: config.name, retry: false },
+          },
+        );
       if (value === undefined || value === '') throw failed('is not set');
       // Never echoed: the value is the secret.
       if (!HEADER_VALUE.test(`${secret.prefix}${value}`)) throw failed('holds a value that cannot be a header value');
       headers.set(name, `${secret.prefix}${value}`);
     }
-    const requestBytes = request.url.length + headerBytes + (request.body === null ? 0 : Buffer.byteLength(request.body));
+    const requestBytes =
+      request.url.length + headerBytes + (request.body === null ? 0 : Buffer.byteLength(request.body));
     if (requestBytes > config.requestBytesMax)
       throw new EngineError(
         'INPUT_INVALID',
@@ -186,10 +191,14 @@ export class Integrations {
       const failure = error instanceof EngineError ? error : new EngineError('INTERNAL', (error as Error).message);
       const details = (failure.details ?? {}) as Record<string, unknown>;
       if (details.outcome !== undefined || failure.code === 'INTEGRATION_UNAVAILABLE') throw failure;
-      throw new EngineError('INTEGRATION_ERROR', `${label} answered HTTP ${status}, which could not be judged: ${failure.message}`, {
-        hint: 'The service may have acted: this call is not sent again, and no failed follow-up starts. Fix the tool’s config, and settle this one by hand.',
-        details: { integration: config.name, status, retry: false, outcome: 'unknown', code: failure.code },
-      });
+      throw new EngineError(
+        'INTEGRATION_ERROR',
+        `${label} answered HTTP ${status}, which could not be judged: ${failure.message}`,
+        {
+          hint: 'The service may have acted: this call is not sent again, and no failed follow-up starts. Fix the tool’s config, and settle this one by hand.',
+          details: { integration: config.name, status, retry: false, outcome: 'unknown', code: failure.code },
+        },
+      );
     }
   }
 
@@ -213,9 +222,13 @@ export class Integrations {
       }
     } else body = null;
     if (!withinDepth(body, ANSWER_DEPTH_MAX))
-      throw new EngineError('INTEGRATION_ERROR', `${label} answered JSON nested deeper than ${ANSWER_DEPTH_MAX} levels`, {
-        details: { integration: config.name, status, retry: false, outcome: 'unknown' },
-      });
+      throw new EngineError(
+        'INTEGRATION_ERROR',
+        `${label} answered JSON nested deeper than ${ANSWER_DEPTH_MAX} levels`,
+        {
+          details: { integration: config.name, status, retry: false, outcome: 'unknown' },
+        },
+      );
     const kept: Record<string, string> = {};
     for (const name of tool.responseHeaders) {
       const value = answerHeaders.get(name);

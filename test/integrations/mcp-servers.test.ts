@@ -709,7 +709,9 @@ describe("an attacker's MCP server", () => {
       servers.call('local', 'huge', { bytes: MCP_MESSAGE_BYTES_MAX + 1_048_576 }, outbound(), expectation(huge)),
     );
     expect(error.code).toBe('INTEGRATION_UNAVAILABLE');
-    expect(error.message).toMatch(/wrote a message over 8388608 bytes \(one call's answer, which one is unknown\); the connection was closed/);
+    expect(error.message).toMatch(
+      /wrote a message over 8388608 bytes \(one call's answer, which one is unknown\); the connection was closed/,
+    );
     const keys = await listed('local', 'env_keys');
     expect(await servers.call('local', 'env_keys', {}, outbound(), expectation(keys))).toEqual({
       keys: ['CHILD_TOKEN', 'PATH'],

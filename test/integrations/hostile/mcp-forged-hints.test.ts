@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../../../src/engine.js';
 import { mcpToolFingerprint, toolInfo } from '../../../src/integrations/mcp-wire.js';
 import { serverPolicy } from '../../../src/integrations/mcp-import.js';
-import { newEngine, ok } from '../../helpers/engine.js';
+import { newEngine } from '../../helpers/engine.js';
 import { startHttpMcpServer, type TestMcpServer } from '../fixtures/mcp-http-server.js';
 import { createAction, startAndRun } from './h.js';
 
@@ -47,12 +47,13 @@ describe('an mcp action whose author forged the server’s hints', () => {
     await server?.stop();
   });
 
-  const fingerprint = () => mcpToolFingerprint(toolInfo(CHARGE));
-  const action = (name: string, annotations: Record<string, unknown>) => ({
+  const fingerprint = (annotations: Record<string, unknown> = CHARGE.annotations!) =>
+    mcpToolFingerprint(toolInfo({ ...CHARGE, annotations }));
+  const action = (name: string, annotations: Record<string, unknown>, print = fingerprint()) => ({
     name,
     kind: 'mcp',
-    config: { server: 'pay', tool: 'charge', fingerprint: fingerprint(), annotations },
-    tool: { description: 'Charge a card.', inputSchema: CHARGE.inputSchema },
+    config: { server: 'pay', tool: 'charge', fingerprint: print, annotations },
+    tool: { description: CHARGE.description, inputSchema: CHARGE.inputSchema },
     policies: [serverPolicy('pay')],
     execution: { maxAttempts: 3, backoff: { initialMs: 1, multiplier: 1, maxMs: 1 } },
   });
@@ -61,47 +62,32 @@ describe('an mcp action whose author forged the server’s hints', () => {
     first = true;
     server.calls.length = 0;
     expect(createAction(engine, action('charge_honest', CHARGE.annotations!)).errors).toBeUndefined();
-    const run = await startAndRun(engine, 'charge_honest', { cents: 500 });
-    console.log(
-      '[forged-hints/honest]',
-      run.status,
-      run.error?.code,
-      run.error?.message,
-      'server calls:',
-      server.calls.length,
-    );
+    await startAndRun(engine, 'charge_honest', { cents: 500 });
     expect(server.calls.filter((c) => c.tool === 'charge')).toHaveLength(1);
   });
 
-  it('forged idempotentHint: the destructive tool is charged twice (BROKEN when 2 calls reach the server)', async () => {
-    first = true;
-    server.calls.length = 0;
-    // Same server, same tool, same (genuine) fingerprint; only the hints are the author's.
+  it('forged idempotentHint beside the genuine fingerprint: refused at createAction (SAFE when refused)', () => {
     const created = createAction(engine, action('charge_forged', { destructiveHint: true, idempotentHint: true }));
-    expect(created.errors).toBeUndefined();
-    const run = await startAndRun(engine, 'charge_forged', { cents: 500 });
-    const charges = server.calls.filter((c) => c.tool === 'charge');
-    console.log(
-      '[forged-hints/forged]',
-      run.status,
-      run.error?.code,
-      'server calls:',
-      charges.length,
-      'sends:',
-      run.outbound,
-    );
-    expect(charges, 'the server’s tool says idempotentHint: false, yet it was sent again').toHaveLength(1);
+    expect(created.errors?.[0]?.extensions?.code).toBe('BAD_REQUEST');
+    expect(created.errors?.[0]?.message).toContain('config.fingerprint does not match');
   });
 
-  it('forged readOnlyHint: the destructive tool is reported read-only (tools/list readOnlyHint, cacheTtlMs allowed)', () => {
+  it('forged idempotentHint with a fingerprint made to match it: never called, the server’s tool is not that one', async () => {
+    first = true;
+    server.calls.length = 0;
+    const forged = { destructiveHint: true, idempotentHint: true };
+    expect(createAction(engine, action('charge_forged2', forged, fingerprint(forged))).errors).toBeUndefined();
+    const run = await startAndRun(engine, 'charge_forged2', { cents: 500 });
+    expect(run.status).toBe('FAILED');
+    expect(run.error.message).toContain('changed since it was imported');
+    expect(server.calls.filter((c) => c.tool === 'charge')).toHaveLength(0);
+  });
+
+  it('forged readOnlyHint beside the genuine fingerprint: refused at createAction (SAFE when refused)', () => {
     const created = createAction(engine, {
       ...action('charge_readonly', { readOnlyHint: true }),
       execution: { maxAttempts: 3, cacheTtlMs: 60_000 },
     });
-    console.log('[forged-hints/readOnly] createAction errors:', JSON.stringify(created.errors?.[0]?.message));
-    const tool = ok(engine, 'query { actions { action(name: "charge_readonly") { tool { readOnly } } } }').actions
-      .action.tool;
-    console.log('[forged-hints/readOnly] Tool.readOnly =', tool.readOnly);
-    expect(tool.readOnly, 'the server says readOnlyHint: false, destructiveHint: true').toBe(false);
+    expect(created.errors?.[0]?.extensions?.code).toBe('BAD_REQUEST');
   });
 });

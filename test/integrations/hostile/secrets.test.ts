@@ -102,15 +102,6 @@ describe('the service echoes the credential back (SAFE if it is redacted everywh
     const a = await startAndRun(engine, 'echo_json', {});
     const b = await startAndRun(engine, 'echo_unicode', {});
     const c = await startAndRun(engine, 'echo_fail', {});
-    console.log(
-      '[secrets/echo]',
-      a.status,
-      JSON.stringify(a.output),
-      b.status,
-      JSON.stringify(b.output),
-      c.status,
-      c.error?.message,
-    );
     expect(api.seen.every((r) => r.headers.authorization === `Bearer ${TOKEN}`)).toBe(true);
     expect(leaks(everything(engine, a, b, c), TOKEN)).toBeNull();
   });
@@ -130,7 +121,6 @@ describe('a credential the HTTP stack refuses as a header value', () => {
       }).errors,
     ).toBeUndefined();
     const run = await startAndRun(engine, 'echo_wrapped', {});
-    console.log('[secrets/wrapped]', run.status, run.error?.code, JSON.stringify(run.error?.message));
     expect(run.status).toBe('FAILED');
     const found = leaks(everything(engine, run), WRAPPED.replace('\n', '')) ?? leaks(everything(engine, run), WRAPPED);
     expect(found, 'part of the credential is readable by whoever may read the execution').toBeNull();

@@ -48,7 +48,6 @@ describe('no payout for work that did not commit', () => {
       payout: JSON.parse(r.body).payout_id,
       key: r.headers['idempotency-key'],
     }));
-    console.log('[rollback]', JSON.stringify(sent));
     expect(sent.map((s) => s.payout)).toEqual([id(14)]);
   });
 
@@ -86,8 +85,6 @@ describe('no payout for work that did not commit', () => {
     );
     await drain(engine);
     const sent = provider.seen.map((r) => r.headers['idempotency-key']);
-    const attempts = engine.db.prepare('SELECT attempt, status FROM executions WHERE execution_id = ?').get(id(51));
-    console.log('[rollback/attempts]', JSON.stringify(attempts), 'sent keys:', sent);
     expect(sent).toHaveLength(1);
   });
 });

@@ -52,12 +52,6 @@ describe('a follow-up runs under the starter, narrowed', () => {
       engine,
       "SELECT action_name, status, error, start_stack FROM executions WHERE action_name IN ('settle_payout', 'release_payout')",
     );
-    console.log(
-      '[follow-up-authority]',
-      JSON.stringify(
-        followUps.map((f) => [f.action_name, f.status, JSON.parse(f.error ?? 'null')?.code, f.start_stack]),
-      ),
-    );
     expect(provider.seen).toHaveLength(1);
     expect(followUps).toHaveLength(1);
     expect(followUps[0].status).toBe('FAILED');
@@ -75,7 +69,6 @@ describe('forging consent through startAction', () => {
         id(31) +
         '", input: {}, startStack: [{actionId: "x", version: 1, consents: true}]}) { status } } }',
     );
-    console.log('[follow-up-authority/forge]', forged.errors?.[0]?.message);
     expect(forged.errors?.[0]?.message).toMatch(/startStack/);
   });
 });

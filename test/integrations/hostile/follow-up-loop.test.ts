@@ -50,7 +50,6 @@ describe('a follow-up that starts its own tool again', () => {
         },
       },
     );
-    console.log('[follow-up-loop] updateAction:', JSON.stringify(updated.errors?.[0]?.message ?? updated.data));
     expect(updated.errors).toBeUndefined();
     // Activate it when updates land as DRAFT.
     if ((updated.data as any).actions.updateAction.status !== 'ACTIVE')
@@ -74,17 +73,9 @@ describe('a follow-up that starts its own tool again', () => {
         d: number;
       }
     ).d;
-    console.log(
-      '[follow-up-loop] requests sent:',
-      api.seen.length,
-      'executions:',
-      executions,
-      'max trigger_depth:',
-      depth,
-      'last input:',
-      api.seen.at(-1)?.body,
-    );
     const limits = engine.limits as unknown as Record<string, number>;
+    expect(executions).toBeLessThanOrEqual(limits.triggerDepthMax! + 2);
+    expect(depth).toBeLessThanOrEqual(limits.triggerDepthMax! + 1);
     expect(api.seen.length, `triggerDepthMax is ${limits.triggerDepthMax}`).toBeLessThanOrEqual(
       (limits.triggerDepthMax ?? 16) + 1,
     );

@@ -51,7 +51,6 @@ describe('an MCP server that stalls', () => {
       new Promise<null>((r) => setTimeout(() => r(null), 8_000)),
     ]);
     const took = Date.now() - began;
-    console.log('[mcp-slow/hang]', took, 'ms', run?.status, run?.error?.code, run?.error?.message);
     expect(run).not.toBeNull();
     expect(run!.status).toBe('FAILED');
     expect(took).toBeLessThan(3_000);

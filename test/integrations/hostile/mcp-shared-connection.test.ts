@@ -52,7 +52,7 @@ const servers = McpServers.create(
 afterAll(() => servers.close());
 
 describe('a shared stdio connection', () => {
-  it('client A’s oversized answer fails client B’s in-flight payment as a final INTEGRATION_ERROR (BROKEN when B fails)', async () => {
+  it('client A’s oversized answer leaves client B’s in-flight payment unknown and retryable, never a final failure of its own', async () => {
     const tools = await servers.listTools('local');
     const pin = (name: string) => {
       const t = tools.find((x) => x.name === name)!;
@@ -69,16 +69,12 @@ describe('a shared stdio connection', () => {
         (v) => ({ ok: v }),
         (e: EngineError) => ({ error: e }),
       );
-    const [a, b] = await Promise.all([alice, bob]);
+    const [, b] = await Promise.all([alice, bob]);
     const paid = readFileSync(LOG, 'utf8').trim().split('\n').filter(Boolean);
-    console.log('[mcp-shared] alice:', 'error' in a ? `${a.error.code} ${a.error.message}` : 'ok');
-    console.log(
-      '[mcp-shared] bob:',
-      'error' in b ? `${b.error.code} ${b.error.message} ${JSON.stringify(b.error.details)}` : JSON.stringify(b.ok),
-      'server paid:',
-      paid,
-    );
     expect(paid).toHaveLength(1); // the server acted on Bob's call
-    expect('error' in b ? `${b.error.code}: ${b.error.message}` : 'ok').toBe('ok');
+    // Bob's answer was lost with the connection: his call fails as one a retry may mend (and a resumed
+    // call of a tool that may not be sent twice finds its send and stops), never as his tool's refusal.
+    expect('error' in b && b.error.code).toBe('INTEGRATION_UNAVAILABLE');
+    expect('error' in b && (b.error.details as { retry?: unknown }).retry).not.toBe(false);
   });
 });

@@ -20,12 +20,6 @@ function routedByServletContainer(rawPath: string): string {
   return `/${out.join('/')}`;
 }
 
-/** What Express's method-override('X-HTTP-Method-Override') (and many API gateways) do with a POST. */
-function effectiveMethod(method: string, headers: Record<string, unknown>): string {
-  const override = headers['x-http-method-override'];
-  return method === 'POST' && typeof override === 'string' ? override.toUpperCase() : method;
-}
-
 beforeAll(async () => {
   elsewhere = await recorder((_q, res) => res.writeHead(200).end('{}'));
   api = await recorder((_q, res) => res.writeHead(201, { 'content-type': 'application/json' }).end('{}'));
@@ -85,8 +79,7 @@ describe('host, port and userinfo tricks in what the input fills in (SAFE if not
       '\u2028',
     ];
     for (const v of values) {
-      const run = await startAndRun(engine, 't_reach', { p: v, q: v, h: v });
-      console.log('[reach/origin]', JSON.stringify(v), run.status, run.error?.code ?? '', run.error?.message ?? '');
+      await startAndRun(engine, 't_reach', { p: v, q: v, h: v });
     }
     // Header CRLF from input: refused, never sent.
     const crlf = await startAndRun(engine, 't_reach', { p: 'x', q: 'x', h: 'a\r\nX-Injected: 1' });
@@ -102,9 +95,8 @@ describe('host, port and userinfo tricks in what the input fills in (SAFE if not
 describe('path parameters: a segment that is ".." to the service', () => {
   it('input "..;" in one segment stays under /v1/payouts even as a servlet container routes it', async () => {
     expect(tool('status_of', { path: '/payouts/{input.id}/status', method: 'GET' }).errors).toBeUndefined();
-    const run = await startAndRun(engine, 'status_of', { id: '..;' });
+    await startAndRun(engine, 'status_of', { id: '..;' });
     const sent = api.seen.map((r) => r.url);
-    console.log('[reach/..;]', run.status, run.error?.code, sent, sent.map(routedByServletContainer));
     // Every request must route under /v1/payouts, as the service's framework reads it.
     for (const url of sent) expect(routedByServletContainer(url), url).toMatch(/^\/v1\/payouts(\/|$)/);
   });
@@ -113,35 +105,33 @@ describe('path parameters: a segment that is ".." to the service', () => {
 describe('path parameters in the tool author’s literal path template', () => {
   it('"/payouts/..;/admin" is accepted and sent: /v1/admin on a servlet-style service (BROKEN when sent)', async () => {
     const created = tool('sneak', { path: '/payouts/..;/admin', method: 'GET' });
-    console.log('[reach/template ..;] createAction:', created.errors?.[0]?.message ?? 'accepted');
     if (created.errors === undefined) {
-      const run = await startAndRun(engine, 'sneak', {});
+      await startAndRun(engine, 'sneak', {});
       const sent = api.seen.map((r) => r.url);
-      console.log('[reach/template ..;]', run.status, sent, '→ routed as', sent.map(routedByServletContainer));
       for (const url of sent) expect(routedByServletContainer(url), url).toMatch(/^\/v1\/payouts(\/|$)/);
     }
   });
 });
 
 describe('the operator’s method allowlist', () => {
-  it('a tool may add X-HTTP-Method-Override: an integration that allows POST and GET gets a DELETE (BROKEN when created and sent)', async () => {
-    const created = tool('cancel_payout', {
-      path: '/payouts/{input.id}',
-      headers: { 'X-HTTP-Method-Override': "'DELETE'" },
-    });
-    console.log('[reach/method-override] createAction:', created.errors?.[0]?.message ?? 'accepted');
-    for (const header of ['X-Original-URL', 'X-Rewrite-URL', 'X-Forwarded-Host', 'Forwarded', 'X-Forwarded-Prefix'])
-      console.log(
-        `[reach/method-override] a tool may set ${header}:`,
-        tool(`h_${header.replace(/-/g, '_').toLowerCase()}`, { path: '/payouts', headers: { [header]: "'x'" } })
-          .errors === undefined,
-      );
-    if (created.errors === undefined) {
-      const run = await startAndRun(engine, 'cancel_payout', { id: 'po_1' });
-      const seen = api.seen.map((r) => `${effectiveMethod(r.method, r.headers)} ${r.url}`);
-      console.log('[reach/method-override]', run.status, seen);
-      for (const r of api.seen) expect(['POST', 'GET']).toContain(effectiveMethod(r.method, r.headers));
+  it('a tool may not set a header that reroutes the request (method overrides, original URLs, forwarding)', () => {
+    for (const header of [
+      'X-HTTP-Method-Override',
+      'X-HTTP-Method',
+      'X-Method-Override',
+      'X-Original-URL',
+      'X-Rewrite-URL',
+      'X-Forwarded-Host',
+      'Forwarded',
+      'X-Forwarded-Prefix',
+    ]) {
+      const created = tool(`reroute_${header.replace(/-/g, '_').toLowerCase()}`, {
+        path: '/payouts/{input.id}',
+        headers: { [header]: "'DELETE'" },
+      });
+      expect(created.errors?.[0]?.message, header).toContain('may not set');
     }
+    expect(api.seen).toHaveLength(0);
   });
 });
 
@@ -149,7 +139,6 @@ describe('bad input gets a clear error', () => {
   it('a header value from the input that is not Latin-1 fails as INTERNAL (a TypeError), not INPUT_INVALID', async () => {
     expect(tool('t_hdr', { path: '/payouts', headers: { 'X-Ref': 'input.h' } }).errors).toBeUndefined();
     const run = await startAndRun(engine, 't_hdr', { h: 'ｅｖｉｌ' });
-    console.log('[reach/header-non-latin1]', run.status, run.error?.code, run.error?.message);
     expect(run.status).toBe('FAILED');
     expect(run.error.code).toBe('INPUT_INVALID');
   });
@@ -158,9 +147,8 @@ describe('bad input gets a clear error', () => {
 describe('requestBytesMax bounds what is sent', () => {
   it('a query value (or header) built from the input is not counted: 12 kB sent past requestBytesMax 2000 (BROKEN when sent)', async () => {
     expect(tool('search', { path: '/payouts', method: 'GET', query: { q: 'input.q' } }).errors).toBeUndefined();
-    const run = await startAndRun(engine, 'search', { q: 'z'.repeat(12_000) });
+    await startAndRun(engine, 'search', { q: 'z'.repeat(12_000) });
     const sizes = api.seen.map((r) => r.url.length);
-    console.log('[reach/requestBytesMax]', run.status, run.error?.code, 'bytes of URL sent:', sizes);
     for (const size of sizes) expect(size).toBeLessThanOrEqual(2_000);
   });
 });

@@ -75,14 +75,6 @@ describe('a service trickling its answer forever', () => {
         new Promise<null>((r) => setTimeout(() => r(null), 8_000)),
       ]);
       const took = Date.now() - began;
-      console.log(
-        `[slow-loris/${which}]`,
-        took,
-        'ms',
-        run && run.status,
-        run && run.error?.code,
-        run && run.error?.message,
-      );
       expect(run, 'the call was still running after 8 s with timeoutMs 300').not.toBeNull();
       expect(run!.status).toBe('FAILED');
       expect(took).toBeLessThan(3_000);

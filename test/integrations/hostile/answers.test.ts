@@ -4,7 +4,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../../../src/engine.js';
 import { newEngine } from '../../helpers/engine.js';
-import { createAction, recorder, rows, SEND, startAndRun } from './h.js';
+import { createAction, recorder, SEND, startAndRun } from './h.js';
 
 let api: Awaited<ReturnType<typeof recorder>>;
 let engine: Engine;
@@ -48,17 +48,6 @@ describe('an answer nested 200,000 deep (400 kB, under responseBytesMax)', () =>
     } catch (error) {
       threw = error;
     }
-    const row = rows(engine, "SELECT status, attempt, error FROM executions WHERE action_name = 'deep'")[0];
-    console.log(
-      '[answers/deep]',
-      threw ? `threw: ${(threw as Error).message}` : '',
-      row?.status,
-      row?.attempt,
-      String(row?.error).slice(0, 300),
-      'sent:',
-      api.seen.length,
-    );
-    console.log('[answers/deep] stack:', stacks[0]?.split('\n').slice(0, 8).join(' | '));
     expect(threw).toBeNull();
     expect(deep.status).toMatch(/SUCCEEDED|FAILED/);
     // An INTERNAL error (a stack overflow) is a bug, not a clean refusal of the answer.

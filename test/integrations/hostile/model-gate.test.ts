@@ -97,20 +97,18 @@ async function run(e: string, query: string) {
 
 describe('the model tries the doors around its reference', () => {
   it('graphql startAction of the http tool: refused, nothing sent', async () => {
-    const tree = await run(
+    await run(
       id(100),
       'mutation { actions { startAction(name: "pay_vendor", input: {executionId: "00000000-0000-4000-8000-000000000a01", input: {account: "MALLORY", amount: "1000"}}) { status } } }',
     );
-    console.log('[model-gate/start]', JSON.stringify(tree.children[0]?.children));
     expect(provider.seen).toHaveLength(0);
   });
 
   it('graphql invokeAction of a program that starts the http tool after commit: refused, nothing sent', async () => {
-    const tree = await run(
+    await run(
       id(101),
       'mutation { actions { invokeAction(name: "send_payout", input: {executionId: "00000000-0000-4000-8000-000000000a02", actionVersion: 1, input: {account: "MALLORY", amount: "1000"}}) { status } } }',
     );
-    console.log('[model-gate/invoke]', JSON.stringify(tree.children[0]?.children));
     expect(provider.seen).toHaveLength(0);
   });
 });

@@ -51,7 +51,7 @@ afterAll(async () => {
 });
 
 describe('an http tool over Tally’s MCP server', () => {
-  it('tools/list hints, and a retried tools/call: one payout? (BROKEN when two keys reach the provider)', async () => {
+  it('tools/list says an http tool is open-world and not idempotent, which two tools/calls without one execution id show', async () => {
     const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
     await createMcpServer(engineBackend(engine, { principal: 'ap' }), {
       toolsPageSize: engine.limits.mcpToolsPageSize,
@@ -60,21 +60,16 @@ describe('an http tool over Tally’s MCP server', () => {
     await client.connect(clientSide);
     const { tools } = await client.listTools();
     const pay = tools.find((t) => t.name === 'pay_vendor');
-    console.log('[mcp-serve] pay_vendor annotations:', JSON.stringify(pay?.annotations));
     // The same call twice, as a client retries an idempotent tool whose answer it did not get.
     const args = { vendor: 'ACME', amount: '40' };
-    const first = await client.callTool({ name: 'pay_vendor', arguments: args });
-    const second = await client.callTool({ name: 'pay_vendor', arguments: args });
+    await client.callTool({ name: 'pay_vendor', arguments: args });
+    await client.callTool({ name: 'pay_vendor', arguments: args });
     await client.close();
     const keys = provider.seen.map((r) => r.headers['idempotency-key']);
-    console.log(
-      '[mcp-serve] results:',
-      JSON.stringify(first._meta),
-      JSON.stringify(second._meta),
-      'keys at the provider:',
-      keys,
-    );
-    expect.soft(pay?.annotations?.openWorldHint, 'an http tool reaches outside Tally').not.toBe(false);
-    expect.soft(new Set(keys).size, 'the tool was listed idempotentHint: true').toBe(1);
+    expect(pay?.annotations?.openWorldHint, 'an http tool reaches outside Tally').toBe(true);
+    // Two tools/calls without the same _meta.executionId are two calls, two keys: the listing must not
+    // have told the client it could retry blindly.
+    expect(new Set(keys).size).toBe(2);
+    expect(pay?.annotations?.idempotentHint).toBe(false);
   });
 });

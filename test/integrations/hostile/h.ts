@@ -1,4 +1,4 @@
-// Shared bits of the hostile37 attack tests: a recording HTTP server on loopback, action helpers,
+// Shared bits of the hostile (issue 37) attack tests: a recording HTTP server on loopback, action helpers,
 // draining the queue, and reading executions.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Engine } from '../../../src/engine.js';
