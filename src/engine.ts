@@ -55,7 +55,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
   const { db, transactions, epoch, path } = storage;
   const providerConfigs = options.providers === undefined ? [] : parseProviders(options.providers);
   const models = providerConfigs.length > 0 ? await ModelProviders.create(providerConfigs, limits) : null;
-  const outside = openOutside(options, logger);
+  const outside = await openOutside(options, logger);
   const events = new EngineEvents(logError);
   let requests: Requests | undefined;
   let callers: Callers | undefined;

@@ -17,14 +17,13 @@ import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import { type CallToolResult, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { EngineError, quote } from '../errors.js';
 import { type Logger, silentLogger } from '../log.js';
-import { isRecord, redact } from '../models/http.js';
+import { redact } from '../models/http.js';
 import { Limiter } from './limiter.js';
 import {
   bad,
   IDEMPOTENCY_META_KEY,
   MCP_ERROR_TEXT_MAX,
   MCP_MESSAGE_BYTES_MAX,
-  MCP_OUTPUT_BYTES_MAX,
   MCP_TOOL_PAGES_MAX,
   MCP_TOOLS_MAX,
   STDERR_TAIL_MAX,
@@ -35,7 +34,6 @@ import {
   type Connection,
   cut,
   describe,
-  errorText,
   integrationError,
   isTimeout,
   isUnavailable,
@@ -44,8 +42,8 @@ import {
   type McpCallExpectation,
   type McpToolInfo,
   mcpToolFingerprint,
-  redactStrings,
   toolInfo,
+  toolOutput,
   unavailable,
   within,
 } from './mcp-wire.js';
@@ -236,7 +234,7 @@ export class McpServers {
         undefined,
         { signal, timeout: timeoutMs },
       )) as CallToolResult;
-      return this.output(entry, result, toolName, what);
+      return toolOutput(entry, result, toolName, what);
     } catch (error) {
       if (overflow.signal.aborted && overflow.signal.reason instanceof EngineError) throw overflow.signal.reason;
       throw this.failure(entry, connection, error, what, call.signal, toolName);
@@ -277,35 +275,6 @@ export class McpServers {
       );
     }
     return listed;
-  }
-
-  /** What a tool answered, as an execution's output: bounded, and without the server's credentials. */
-  private output(entry: ServerEntry, result: CallToolResult, toolName: string, what: string): unknown {
-    const server = entry.config.name;
-    if (result.isError === true) {
-      const text = entry.redact(errorText(result.content));
-      throw integrationError(`${what} failed: ${cut(text, MCP_ERROR_TEXT_MAX)}`, {
-        hint: 'The tool refused the call: read its message, fix the input, and start it again.',
-        details: { server, tool: toolName, retry: false },
-      });
-    }
-    const output = isRecord(result.structuredContent) ? result.structuredContent : { content: result.content ?? [] };
-    const json = JSON.stringify(output);
-    const bytes = Buffer.byteLength(json);
-    if (bytes > MCP_OUTPUT_BYTES_MAX) {
-      throw integrationError(`${what} answered ${bytes} bytes of output; at most ${MCP_OUTPUT_BYTES_MAX} are kept`, {
-        hint: 'Ask the tool for less (a narrower query, a page of results).',
-        details: {
-          server,
-          tool: toolName,
-          retry: false,
-          limit: 'mcpOutputBytesMax',
-          max: MCP_OUTPUT_BYTES_MAX,
-          actual: bytes,
-        },
-      });
-    }
-    return entry.redact(json) === json ? output : redactStrings(output, (text) => entry.redact(text));
   }
 
   /** The open connection, opening one (once, for every caller waiting) when there is none. */

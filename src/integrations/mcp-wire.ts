@@ -9,7 +9,7 @@ import { type CallToolResult, ErrorCode, McpError, type Tool } from '@modelconte
 import { EngineError, quote } from '../errors.js';
 import { canonicalJson, fingerprint } from '../ids.js';
 import { isRecord } from '../models/http.js';
-import { IDEMPOTENCY_META_KEY, MCP_ERROR_TEXT_MAX, MCP_MESSAGE_BYTES_MAX } from './mcp-config.js';
+import { IDEMPOTENCY_META_KEY, MCP_ERROR_TEXT_MAX, MCP_MESSAGE_BYTES_MAX, MCP_OUTPUT_BYTES_MAX } from './mcp-config.js';
 import type { ServerEntry } from './mcp-servers.js';
 
 /** The tag of a tools/list request (a bounded fetch stops the request an answer belongs to by it). */
@@ -247,4 +247,33 @@ export function requestTag(body: unknown): string | null {
   } catch {
     return null;
   }
+}
+
+/** What a tool answered, as an execution's output: bounded, and without the server's credentials. */
+export function toolOutput(entry: ServerEntry, result: CallToolResult, toolName: string, what: string): unknown {
+  const server = entry.config.name;
+  if (result.isError === true) {
+    const text = entry.redact(errorText(result.content));
+    throw integrationError(`${what} failed: ${cut(text, MCP_ERROR_TEXT_MAX)}`, {
+      hint: 'The tool refused the call: read its message, fix the input, and start it again.',
+      details: { server, tool: toolName, retry: false },
+    });
+  }
+  const output = isRecord(result.structuredContent) ? result.structuredContent : { content: result.content ?? [] };
+  const json = JSON.stringify(output);
+  const bytes = Buffer.byteLength(json);
+  if (bytes > MCP_OUTPUT_BYTES_MAX) {
+    throw integrationError(`${what} answered ${bytes} bytes of output; at most ${MCP_OUTPUT_BYTES_MAX} are kept`, {
+      hint: 'Ask the tool for less (a narrower query, a page of results).',
+      details: {
+        server,
+        tool: toolName,
+        retry: false,
+        limit: 'mcpOutputBytesMax',
+        max: MCP_OUTPUT_BYTES_MAX,
+        actual: bytes,
+      },
+    });
+  }
+  return entry.redact(json) === json ? output : redactStrings(output, (text) => entry.redact(text));
 }

@@ -5,7 +5,7 @@ import { parseProviders } from '../models/providers.js';
 import type { ProviderConfig } from '../models/types.js';
 import { parseIntegrations } from '../integrations/http.js';
 import type { IntegrationConfig } from '../integrations/types.js';
-import { parseMcpServers } from '../integrations/mcp-servers.js';
+import { parseMcpServers } from '../integrations/mcp-config.js';
 
 /** What the operator configures for a server or worker process, from the file TALLY_CONFIG names. */
 export interface ServerConfig {

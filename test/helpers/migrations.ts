@@ -1,11 +1,12 @@
 // SQL that takes today's schema back to an older version, for the tests that upgrade an older database.
 
 /**
- * SQL that takes a database of today's schema back to schema version 17: no transaction properties
- * column (migration 21; migrations 19 and 20 only add what they lack), an account's entries through
+ * SQL that takes a database of today's schema back to schema version 17: no outbound_sends (migration
+ * 22), no transaction properties column (migration 21; migrations 19 and 20 only add what they lack), an account's entries through
  * entries_by_account, no chains of accounts (the caller sets user_version).
  */
 export const UNDO_MIGRATION_18 = `
+  DROP TABLE IF EXISTS outbound_sends;
   ALTER TABLE transactions DROP COLUMN properties;
   CREATE INDEX entries_by_account ON entries (account_id, seq);
   DELETE FROM entry_marks WHERE account_id IN (SELECT account_id FROM accounts WHERE is_account_set = 0);

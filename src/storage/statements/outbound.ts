@@ -8,7 +8,7 @@ const OUTBOUND_SENDS = `
   -- Each outside call (an http tool, an MCP server's tool) counts here the requests it sent, before
   -- it sends each one: a call resumed after its worker died finds the send before it, whose outcome
   -- nobody recorded. The idempotency key is derived from the execution; it is kept to be shown.
-  CREATE TABLE outbound_sends (
+  CREATE TABLE IF NOT EXISTS outbound_sends (
     execution_id    TEXT PRIMARY KEY,
     idempotency_key TEXT NOT NULL,
     sends           INTEGER NOT NULL,
@@ -79,5 +79,5 @@ export const OUTSIDE_CALLS_MIGRATION_SQL = `
 export const OUTSIDE_CALLS_MIGRATION_POSTGRES = `
   ALTER TABLE executions DROP CONSTRAINT IF EXISTS executions_kind_check;
   ALTER TABLE executions ADD CONSTRAINT executions_kind_check CHECK (kind IN ('TOOL','GRAPHQL','CEL','MODEL','AGENT','HTTP','MCP'));
-  ${OUTBOUND_SENDS.replace('CREATE TABLE', 'CREATE TABLE IF NOT EXISTS')}
+  ${OUTBOUND_SENDS}
 `;
