@@ -3,17 +3,17 @@
  * and MCP and adds outbound_sends, the count of requests each outside call sent (its statements are
  * the queue's, in statements/actions.ts).
  */
-/** The table migration 22 adds, in either dialect (the same words in both). */
-const OUTBOUND_SENDS = `
+/** The table migration 22 adds, in a dialect's words (its integer type, and SQLite's WITHOUT ROWID). */
+const outboundSends = (integer: 'INTEGER' | 'BIGINT', rowid: ' WITHOUT ROWID' | '') => `
   -- Each outside call (an http tool, an MCP server's tool) counts here the requests it sent, before
   -- it sends each one: a call resumed after its worker died finds the send before it, whose outcome
   -- nobody recorded. The idempotency key is derived from the execution; it is kept to be shown.
   CREATE TABLE IF NOT EXISTS outbound_sends (
     execution_id    TEXT PRIMARY KEY,
     idempotency_key TEXT NOT NULL,
-    sends           INTEGER NOT NULL,
+    sends           ${integer} NOT NULL,
     last_sent       TEXT NOT NULL
-  );
+  )${rowid};
 `;
 
 /**
@@ -73,11 +73,11 @@ export const OUTSIDE_CALLS_MIGRATION_SQL = `
   CREATE INDEX executions_active_by_status ON executions (status, seq) WHERE parent_id IS NULL AND status IN ('QUEUED', 'RUNNING');
   CREATE INDEX executions_due ON executions (run_at) WHERE status IN ('QUEUED', 'RUNNING', 'WAITING_APPROVAL');
   CREATE INDEX executions_by_session ON executions (session_id, seq) WHERE session_id IS NOT NULL;
-  ${OUTBOUND_SENDS}
+  ${outboundSends('INTEGER', ' WITHOUT ROWID')}
 `;
 
 export const OUTSIDE_CALLS_MIGRATION_POSTGRES = `
   ALTER TABLE executions DROP CONSTRAINT IF EXISTS executions_kind_check;
   ALTER TABLE executions ADD CONSTRAINT executions_kind_check CHECK (kind IN ('TOOL','GRAPHQL','CEL','MODEL','AGENT','HTTP','MCP'));
-  ${OUTBOUND_SENDS}
+  ${outboundSends('BIGINT', '')}
 `;
