@@ -166,6 +166,7 @@ export async function createEngine(options: EngineOptions = {}): Promise<Engine>
     onStarted: (listener) => events.on('started', listener),
     onAttempt: (listener) => events.on('attempt', listener),
     onModelCall: (listener) => events.on('modelCall', listener),
+    onOutboundCall: (listener) => events.on('outboundCall', listener),
     onActionsChanged: (listener) => events.on('actionsChanged', listener),
     readiness: () => ({
       database: readiness(),

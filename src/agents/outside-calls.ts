@@ -61,16 +61,30 @@ export async function runOutside(
       ),
   };
   let output: unknown;
-  if (version.kind === 'http') {
-    output = await svc.outside.integrations.send(svc.cel, version.config, input, call);
-  } else {
-    if (!svc.outside.mcp)
-      throw new EngineError('INTEGRATION_ERROR', `${version.name} calls an MCP server, and none is configured here`, {
-        hint: 'The operator adds an `mcpServers` block to the server configuration (TALLY_CONFIG) and restarts it.',
-        details: { retry: false },
-      });
-    output = await svc.outside.mcp.call(version.config, input, call);
+  const began = performance.now();
+  const sample = (outcome: string) =>
+    svc.onOutboundCall({
+      kind: version.kind === 'http' ? 'http' : 'mcp',
+      name: String(version.kind === 'http' ? version.config.integration : version.config.server),
+      outcome,
+      latencyMs: performance.now() - began,
+    });
+  try {
+    if (version.kind === 'http') {
+      output = await svc.outside.integrations.send(svc.cel, version.config, input, call);
+    } else {
+      if (!svc.outside.mcp)
+        throw new EngineError('INTEGRATION_ERROR', `${version.name} calls an MCP server, and none is configured here`, {
+          hint: 'The operator adds an `mcpServers` block to the server configuration (TALLY_CONFIG) and restarts it.',
+          details: { retry: false },
+        });
+      output = await svc.outside.mcp.call(version.config, input, call);
+    }
+  } catch (error) {
+    sample(error instanceof EngineError ? error.code : 'INTERNAL');
+    throw error;
   }
+  sample('ok');
   try {
     validate(svc, version, 'output', output);
   } catch (error) {

@@ -166,6 +166,7 @@ export function buildDomain(inputs: DomainInputs): Domain {
     deployments: deploymentStatements(db),
     results,
     onModelCall: (call) => events.emit('modelCall', call),
+    onOutboundCall: (call) => events.emit('outboundCall', call),
   };
   ledgerDeps.onChange = (change) => dispatchChange(services, change);
   const clients: ClientDeps = {

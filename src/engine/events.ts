@@ -1,5 +1,5 @@
 import type { AttemptOutcome } from '../execution/queue/attempt.js';
-import type { ModelCallSample } from '../execution/services.js';
+import type { ModelCallSample, OutboundCallSample } from '../execution/services.js';
 
 /** What an engine tells the process it runs in (see Engine.onStarted and the rest). */
 export interface EngineEventMap {
@@ -11,6 +11,8 @@ export interface EngineEventMap {
   attempt: [outcome: AttemptOutcome];
   /** A model or agent run of this engine's workers made a model call. */
   modelCall: [call: ModelCallSample];
+  /** A run of this engine's workers made an outside call (http, mcp). */
+  outboundCall: [call: OutboundCallSample];
   /** A group commit (or its failure) ran this many requests. */
   batch: [size: number];
   /** A transaction that recorded progress messages (status(text)) committed: waits on these executions look again. */
@@ -28,6 +30,7 @@ export class EngineEvents {
     actionsChanged: [],
     attempt: [],
     modelCall: [],
+    outboundCall: [],
     batch: [],
     progress: [],
   };

@@ -7,7 +7,7 @@ import type { FormattedResult, GraphqlRequest } from '../graphql/executor.js';
 import type { Ledger } from '../ledger/ledger.js';
 import type { AttemptOutcome } from '../execution/queue/attempt.js';
 import type { Worker, WorkerOptions } from '../execution/queue/worker.js';
-import type { ModelCallSample } from '../execution/services.js';
+import type { ModelCallSample, OutboundCallSample } from '../execution/services.js';
 import type { ProviderConfig } from '../models/types.js';
 
 /*
@@ -199,6 +199,8 @@ export interface Engine {
   onAttempt(listener: (outcome: AttemptOutcome) => void): void;
   /** Called after every model call a model or agent run of this engine's workers made. */
   onModelCall(listener: (call: ModelCallSample) => void): void;
+  /** After every outside call (http, mcp) a run of this engine's workers made. */
+  onOutboundCall(listener: (call: OutboundCallSample) => void): void;
   /**
    * What /readyz checks: null when the database takes a write now (without waiting: the caller
    * waits between tries, so a busy database never blocks the process) and the sandbox is loaded;

@@ -26,6 +26,16 @@ export interface NestedGraphqlResult {
 }
 
 /** One model call, as /metrics counts it: `outcome` is 'ok' or the error code. */
+/** One outside call's request, as /metrics counts it: what it reached, how it ended, how long it took. */
+export interface OutboundCallSample {
+  kind: 'http' | 'mcp';
+  /** The integration or MCP server. */
+  name: string;
+  /** "ok", or the error code it ended with (INTEGRATION_UNAVAILABLE, INTEGRATION_ERROR, …). */
+  outcome: string;
+  latencyMs: number;
+}
+
 export interface ModelCallSample {
   provider: string;
   model: string;
@@ -91,6 +101,8 @@ export interface ExecutionServices {
   deployments: DeploymentStatements;
   /** Called after every model call a run of this process made (the server's metrics count them). */
   onModelCall(call: ModelCallSample): void;
+  /** Called after every outside call (http, mcp) a run of this process made (the server's metrics count them). */
+  onOutboundCall(call: OutboundCallSample): void;
   /** Run a GraphQL operation inside the current transaction, as a call of `frame`. */
   runGraphql(
     request: { query: string; variables: Record<string, unknown> | null; operationName: string | null },

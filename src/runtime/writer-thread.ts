@@ -3,7 +3,7 @@ import { Worker } from 'node:worker_threads';
 import type { BatchRequest, Engine, RequestOptions } from '../engine.js';
 import { EngineError } from '../errors.js';
 import type { AttemptOutcome } from '../execution/queue/attempt.js';
-import type { ModelCallSample } from '../execution/services.js';
+import type { ModelCallSample, OutboundCallSample } from '../execution/services.js';
 import type { ExecutionWait } from '../graphql/context.js';
 import { errorAnswer, type FormattedResult, type GraphqlRequest } from '../graphql/executor.js';
 import { resolveLimits } from '../limits.js';
@@ -39,6 +39,7 @@ export interface Executor {
   onBatch(listener: (size: number) => void): void;
   onAttempt(listener: (outcome: AttemptOutcome) => void): void;
   onModelCall(listener: (call: ModelCallSample) => void): void;
+  onOutboundCall(listener: (call: OutboundCallSample) => void): void;
   onActionsChanged(listener: () => void): void;
   /** Caches, sandbox and queue worker of the engine that runs requests (for /metrics and /readyz). */
   snapshot(): WriterSnapshot | Promise<WriterSnapshot>;
@@ -53,6 +54,7 @@ export function engineExecutor(engine: Engine, worker?: { readonly isRunning: bo
     onBatch: (listener) => engine.onBatch(listener),
     onAttempt: (listener) => engine.onAttempt(listener),
     onModelCall: (listener) => engine.onModelCall(listener),
+    onOutboundCall: (listener) => engine.onOutboundCall(listener),
     onActionsChanged: (listener) => engine.onActionsChanged(listener),
     snapshot: () => ({ stats: engine.stats(), ...engine.readiness(), workerRunning: worker ? worker.isRunning : null }),
   };
@@ -68,6 +70,7 @@ export class ExecutorSwitch implements Executor {
   private readonly batch: Array<(size: number) => void> = [];
   private readonly attempt: Array<(outcome: AttemptOutcome) => void> = [];
   private readonly modelCall: Array<(call: ModelCallSample) => void> = [];
+  private readonly outboundCall: Array<(call: OutboundCallSample) => void> = [];
   private readonly actionsChanged: Array<() => void> = [];
 
   constructor(initial: Executor) {
@@ -89,6 +92,7 @@ export class ExecutorSwitch implements Executor {
     executor.onBatch((size) => this.batch.forEach((l) => l(size)));
     executor.onAttempt((outcome) => this.attempt.forEach((l) => l(outcome)));
     executor.onModelCall((call) => this.modelCall.forEach((l) => l(call)));
+    executor.onOutboundCall((call) => this.outboundCall.forEach((l) => l(call)));
     executor.onActionsChanged(() => this.actionsChanged.forEach((l) => l()));
   }
 
@@ -120,6 +124,10 @@ export class ExecutorSwitch implements Executor {
     this.modelCall.push(listener);
   }
 
+  onOutboundCall(listener: (call: OutboundCallSample) => void): void {
+    this.outboundCall.push(listener);
+  }
+
   onActionsChanged(listener: () => void): void {
     this.actionsChanged.push(listener);
   }
@@ -146,6 +154,7 @@ export class WriterThread implements Executor {
     batch: [] as Array<(size: number) => void>,
     attempt: [] as Array<(outcome: AttemptOutcome) => void>,
     modelCall: [] as Array<(call: ModelCallSample) => void>,
+    outboundCall: [] as Array<(call: OutboundCallSample) => void>,
     actionsChanged: [] as Array<() => void>,
   };
   private failure: string | null = null;
@@ -262,6 +271,10 @@ export class WriterThread implements Executor {
     this.listeners.modelCall.push(listener);
   }
 
+  onOutboundCall(listener: (call: OutboundCallSample) => void): void {
+    this.listeners.outboundCall.push(listener);
+  }
+
   onActionsChanged(listener: () => void): void {
     this.listeners.actionsChanged.push(listener);
   }
@@ -332,6 +345,9 @@ export class WriterThread implements Executor {
           break;
         case 'modelCall':
           for (const listener of this.listeners.modelCall) listener(event.call);
+          break;
+        case 'outboundCall':
+          for (const listener of this.listeners.outboundCall) listener(event.call);
           break;
         case 'actionsChanged':
           for (const listener of this.listeners.actionsChanged) listener();

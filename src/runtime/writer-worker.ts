@@ -6,7 +6,7 @@ import type { Worker } from '../execution/queue/worker.js';
 import type { ExecutionWait } from '../graphql/context.js';
 import type { FormattedResult, GraphqlRequest } from '../graphql/executor.js';
 import type { Limits } from '../limits.js';
-import type { ModelCallSample } from '../execution/services.js';
+import type { ModelCallSample, OutboundCallSample } from '../execution/services.js';
 import { createLogger, type LogLevel } from '../log.js';
 
 /**
@@ -46,6 +46,7 @@ export type WriterEvent =
   | { type: 'batch'; size: number }
   | { type: 'attempt'; outcome: AttemptOutcome }
   | { type: 'modelCall'; call: ModelCallSample }
+  | { type: 'outboundCall'; call: OutboundCallSample }
   | { type: 'actionsChanged' };
 
 /** Server → thread. */
@@ -128,6 +129,7 @@ try {
   engine.onBatch((size) => report({ type: 'batch', size }));
   engine.onAttempt((outcome) => report({ type: 'attempt', outcome }));
   engine.onModelCall((call) => report({ type: 'modelCall', call }));
+  engine.onOutboundCall((call) => report({ type: 'outboundCall', call }));
   engine.onActionsChanged(() => report({ type: 'actionsChanged' }));
   if (data.worker) {
     const queueWorker = engine.createWorker({ owner: data.worker.owner });

@@ -54,6 +54,8 @@ export class ServerMetrics {
   private readonly modelTokens: Counter<'provider' | 'model' | 'direction'>;
   private readonly modelSeconds: Histogram<'provider' | 'model'>;
   private readonly models: BoundedLabels;
+  private readonly outboundCalls: Counter<'kind' | 'name' | 'outcome'>;
+  private readonly outboundSeconds: Histogram<'kind' | 'name'>;
 
   /** `executor`: where requests run (the engine, or the writer thread): its events and caches. Queue figures are read from the database by `engine`. */
   constructor(
@@ -119,6 +121,26 @@ export class ServerMetrics {
       this.modelSeconds.observe(labels, call.latencyMs / 1000);
       if (call.inputTokens !== null) this.modelTokens.inc({ ...labels, direction: 'input' }, call.inputTokens);
       if (call.outputTokens !== null) this.modelTokens.inc({ ...labels, direction: 'output' }, call.outputTokens);
+    });
+
+    // Integration and MCP server names come from the operator's configuration; bounded all the same.
+    this.outboundCalls = new Counter({
+      name: 'tally_outbound_calls_total',
+      help: 'Outside calls (http tools, MCP servers\' tools) made by runs of this process, by kind, integration or server, and outcome ("ok" or the error code).',
+      labelNames: ['kind', 'name', 'outcome'],
+      registers,
+    });
+    this.outboundSeconds = new Histogram({
+      name: 'tally_outbound_call_duration_seconds',
+      help: 'Wall time of one outside call (waiting for a slot, the request and reading the answer), by kind and integration or server.',
+      labelNames: ['kind', 'name'],
+      buckets: MODEL_BUCKETS_S,
+      registers,
+    });
+    executor.onOutboundCall((call) => {
+      const labels = { kind: call.kind, name: this.models.label(call.name) };
+      this.outboundCalls.inc({ ...labels, outcome: call.outcome });
+      this.outboundSeconds.observe(labels, call.latencyMs / 1000);
     });
 
     // Group commit: requests per COMMIT is the ratio of the two counters.

@@ -1,5 +1,6 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine.js';
+import { ServerMetrics } from '../../src/server/metrics.js';
 import { startPayoutProvider } from '../../examples/payout-provider/provider.mjs';
 import { id, newEngine, ok } from '../helpers/engine.js';
 import { balanceOf } from '../helpers/ledger.js';
@@ -85,7 +86,8 @@ describe('an http tool a program calls runs after its request commits', () => {
     expect(everything).not.toContain(TOKEN.slice(4, 20));
   });
 
-  it('a provider answering 500 three times then 201 settles once, with one idempotency key', async () => {
+  it('a provider answering 500 three times then 201 settles once, with one idempotency key; /metrics counts each call', async () => {
+    const metrics = new ServerMetrics(engine);
     provider.failNext(3, 500);
     const payoutId = id(103);
     const result = ok(engine, INVOKE, { e: id(203), input: { payout_id: payoutId, amount: '7' } });
@@ -101,6 +103,12 @@ describe('an http tool a program calls runs after its request commits', () => {
       outbound: { sends: 4, idempotencyKey: sent[0]!.key },
     });
     expect(Number(balanceOf(engine, CUSTOMER).settled.normalBalance.units)).toBe(993);
+    const text = await metrics.registry.metrics();
+    expect(text).toContain(
+      'tally_outbound_calls_total{kind="http",name="payouts",outcome="INTEGRATION_UNAVAILABLE"} 3',
+    );
+    expect(text).toContain('tally_outbound_calls_total{kind="http",name="payouts",outcome="ok"} 1');
+    expect(text).toMatch(/tally_outbound_call_duration_seconds_count\{kind="http",name="payouts"\} 4/);
     expect(Number(balanceOf(engine, CUSTOMER).pending.normalBalance.units)).toBe(0);
   });
 
