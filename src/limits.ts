@@ -890,6 +890,12 @@ export const FIXED_LIMITS = {
     where: 'src/ledger/records.ts',
     why: 'Nesting past which isPlainJson gives up: the caller then takes the general path (the JSON text parsed back).',
   },
+  OUTSIDE_STOP_GRACE_MS: {
+    value: 10_000,
+    unit: 'ms',
+    where: 'src/agents/runner.ts',
+    why: "How long a stopping worker lets an outside call in flight (an http or MCP tool's request) finish and record its outcome before it aborts it: the integration's default timeoutMs. Aborted, the request's fate is unknown.",
+  },
   ANSWER_DEPTH_MAX: {
     value: 64,
     where: 'src/integrations/http.ts',
@@ -994,6 +1000,7 @@ export const CACHE_TTL_MS_MAX: number = FIXED_LIMITS.CACHE_TTL_MS_MAX.value;
 export const TEMPLATE_TEXT_MAX: number = FIXED_LIMITS.TEMPLATE_TEXT_MAX.value;
 export const PLAIN_JSON_DEPTH_MAX: number = FIXED_LIMITS.PLAIN_JSON_DEPTH_MAX.value;
 export const ANSWER_DEPTH_MAX: number = FIXED_LIMITS.ANSWER_DEPTH_MAX.value;
+export const OUTSIDE_STOP_GRACE_MS: number = FIXED_LIMITS.OUTSIDE_STOP_GRACE_MS.value;
 export const MESSAGE_ID_MAX: number = FIXED_LIMITS.MESSAGE_ID_MAX.value;
 export const MAX_TOKENS_MAX: number = FIXED_LIMITS.MAX_TOKENS_MAX.value;
 export const TEXT_BYTES_MAX: number = FIXED_LIMITS.TEXT_BYTES_MAX.value;

@@ -62,7 +62,7 @@ const MAY_IMPORT: Record<string, readonly string[]> = {
 const FILE_LINES_MAX = 600;
 const LONG_FILES: Record<string, { lines: number; why: string }> = {
   'src/limits.ts': {
-    lines: 1268,
+    lines: 1275,
     why: 'the one table of every limit (default, doc, group, bounds) and the fixed bounds: one table by design, mostly doc text',
   },
   'src/storage/migrations.ts': {

@@ -14,6 +14,7 @@ import { toEngineError } from '../execution/checks.js';
 import { isRetryable, retryRule, shouldRetry } from '../execution/queue/attempt.js';
 import { backoffDelayMs } from '../execution/queue/backoff.js';
 import type { ExecutionServices } from '../execution/services.js';
+import { OUTSIDE_STOP_GRACE_MS } from '../limits.js';
 import { type AgentConfig, modelConfig } from './config.js';
 import type { OutsideRunsOptions, OutsideTransactionRuns, RunClaim } from '../execution/queue/outside-runs.js';
 import { type RunVersion, Cancelled, LeaseLost, Parked, type RunContext, leaseUntil, tryWrite } from './run-context.js';
@@ -34,7 +35,10 @@ export type AgentRunsOptions = OutsideRunsOptions;
  * worker that lost its run writes nothing more.
  */
 export class AgentRuns implements OutsideTransactionRuns {
-  private readonly inflight = new Map<string, { done: Promise<void>; abort: AbortController; principal: string }>();
+  private readonly inflight = new Map<
+    string,
+    { done: Promise<void>; abort: AbortController; principal: string; outside: boolean }
+  >();
   private stopping = false;
 
   constructor(
@@ -84,7 +88,12 @@ export class AgentRuns implements OutsideTransactionRuns {
       this.inflight.delete(claim.row.execution_id);
       this.options.wake();
     });
-    this.inflight.set(claim.row.execution_id, { done, abort, principal: claim.row.principal ?? '' });
+    this.inflight.set(claim.row.execution_id, {
+      done,
+      abort,
+      principal: claim.row.principal ?? '',
+      outside: claim.row.kind === 'HTTP' || claim.row.kind === 'MCP',
+    });
   }
 
   /** Resolves when any run in flight ends. */
@@ -98,11 +107,26 @@ export class AgentRuns implements OutsideTransactionRuns {
     while (this.inflight.size > 0) await Promise.allSettled([...this.inflight.values()].map((r) => r.done));
   }
 
-  /** Stop every run at its next step and give it back to the queue (due at once, the attempt not counted). */
+  /**
+   * Stop every run at its next step and give it back to the queue (due at once, the attempt not
+   * counted); an outside call in flight first gets OUTSIDE_STOP_GRACE_MS to finish.
+   */
   async stop(): Promise<void> {
     this.stopping = true;
-    for (const run of this.inflight.values()) run.abort.abort(new Error('the worker is stopping'));
-    await this.settled();
+    const stopping = new Error('the worker is stopping');
+    const grace: NodeJS.Timeout[] = [];
+    for (const run of this.inflight.values()) {
+      // An outside call in flight is let finish (up to OUTSIDE_STOP_GRACE_MS) and its outcome
+      // recorded: aborted, its request's fate would be unknown, and a tool that may not be sent
+      // twice could then never end but FAILED. A model call or agent step stops at once.
+      if (run.outside) grace.push(setTimeout(() => run.abort.abort(stopping), OUTSIDE_STOP_GRACE_MS));
+      else run.abort.abort(stopping);
+    }
+    try {
+      await this.settled();
+    } finally {
+      for (const timer of grace) clearTimeout(timer);
+    }
   }
 
   private async run(claim: RunClaim, signal: AbortSignal): Promise<void> {

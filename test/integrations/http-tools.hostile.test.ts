@@ -444,3 +444,30 @@ describe('the operator’s integrations block', () => {
     }
   });
 });
+
+describe('a worker stopping while an outside call is in flight', () => {
+  it('lets the call finish and records its outcome, rather than leave its fate unknown', async () => {
+    const slow = await recorder(() => ({ status: 201, body: '{"paid": true}', delayMs: 800 }));
+    const engine = await newEngine({
+      integrations: [{ name: 'api', baseUrl: `${slow.url}/v1`, methods: ['POST'], paths: ['/payouts'] }],
+    });
+    try {
+      expect(httpTool(engine, 'slow_pay', { path: '/payouts' }).errors).toBeUndefined();
+      const e = id(7900);
+      ok(engine, START, { n: 'slow_pay', e, i: {} });
+      const worker = engine.createWorker();
+      worker.start();
+      for (let i = 0; i < 200 && slow.seen.length === 0; i++) await new Promise((r) => setTimeout(r, 10));
+      expect(slow.seen).toHaveLength(1);
+      // SIGTERM's path: the worker stops with the request on the wire.
+      await worker.stop();
+      const run = ok(engine, EXECUTION, { id: e }).actions.execution;
+      expect(run.status).toBe('SUCCEEDED');
+      expect(run.output.body).toEqual({ paid: true });
+      expect(slow.seen).toHaveLength(1);
+    } finally {
+      engine.close();
+      await slow.close();
+    }
+  });
+});
