@@ -4,11 +4,19 @@
  * timeouts, size bounds and concurrency. Every problem is a BAD_REQUEST naming the field path.
  */
 import { EngineError, quote } from '../errors.js';
+import { isRecord } from '../models/http.js';
+
+export { isRecord };
 import type { IntegrationConfig, SecretHeader } from './types.js';
 
-const NAME = /^[a-z][a-z0-9]*(?:[_-][a-z0-9]+)*$/;
-const ENV_NAME = /^[A-Z_][A-Z0-9_]*$/;
+/** The name of an integration or MCP server: lower_snake or kebab case. */
+export const NAME = /^[a-z][a-z0-9]*(?:[_-][a-z0-9]+)*$/;
+/** An environment variable of the server that holds a credential. */
+export const ENV_NAME = /^[A-Z_][A-Z0-9_]*$/;
+/** An HTTP header name (RFC 9110 token). */
 export const HEADER_NAME = /^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/;
+/** What a header value may hold: visible Latin-1, spaces and tabs (no line break, no control character). */
+export const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
 export const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 const FIELDS = new Set([
   'name',
@@ -44,10 +52,6 @@ const HINT =
 
 function bad(message: string, hint = HINT): EngineError {
   return new EngineError('BAD_REQUEST', message, { hint });
-}
-
-export function isRecord(value: unknown): value is Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
 }
 
 function integerIn(path: string, value: unknown, [min, max]: readonly [number, number]): number {

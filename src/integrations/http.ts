@@ -15,7 +15,7 @@ import { buildRequest, checkHttpConfig, evaluateText, type HttpToolConfig, input
 import { Limiter } from './limiter.js';
 import type { IntegrationConfig, OutboundCall } from './types.js';
 
-import { INTEGRATION_DEFAULTS, METHODS } from './config.js';
+import { HEADER_VALUE, INTEGRATION_DEFAULTS, METHODS } from './config.js';
 
 export { parseIntegrations } from './config.js';
 
@@ -23,6 +23,8 @@ export { parseIntegrations } from './config.js';
 export class Integrations {
   readonly #configs = new Map<string, IntegrationConfig>();
   readonly #limiters = new Map<string, Limiter>();
+  /** Version configs already checked (keys are the immutable config objects of cached versions). */
+  readonly #checked = new WeakMap<object, HttpToolConfig>();
 
   constructor(
     configs: IntegrationConfig[],
@@ -84,7 +86,9 @@ export class Integrations {
    * output schema); throws INTEGRATION_UNAVAILABLE (retry) or INTEGRATION_ERROR (final).
    */
   async send(cel: Cel, raw: Record<string, unknown>, input: unknown, call: OutboundCall): Promise<unknown> {
-    const tool = this.check(cel, raw);
+    // A version's config is an immutable object: checked once, not at every send.
+    let tool = this.#checked.get(raw);
+    if (tool === undefined) this.#checked.set(raw, (tool = this.check(cel, raw)));
     if (!this.#configs.has(tool.integration))
       throw new EngineError('INTEGRATION_ERROR', `no integration named ${quote(tool.integration)} is configured here`, {
         hint: 'The operator adds it to the `integrations` block of the server configuration (TALLY_CONFIG) and restarts the server.',
@@ -339,9 +343,6 @@ function unchecked(name: string): IntegrationConfig {
     perClientConcurrency: INTEGRATION_DEFAULTS.concurrency,
   };
 }
-
-/** What a header value may hold: visible Latin-1, spaces and tabs (no line break, no control character). */
-const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
 
 /** Whether a parsed JSON value nests at most `max` levels (walked without recursion: the depth is the answer's). */
 function withinDepth(value: unknown, max: number): boolean {

@@ -6,6 +6,7 @@
  */
 import { EngineError, quote } from '../errors.js';
 import { isRecord } from '../models/http.js';
+import { ENV_NAME, HEADER_NAME, NAME } from './config.js';
 import type { McpServerConfig, SecretHeader } from './types.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -39,12 +40,8 @@ export const IDEMPOTENCY_META_KEY = 'io.tally/idempotencyKey';
 // ---------------------------------------------------------------------------------------------
 // The configuration.
 
-export const NAME = /^[a-z][a-z0-9]*(?:[_-][a-z0-9]+)*$/;
-export const ENV_NAME = /^[A-Z_][A-Z0-9_]*$/;
 /** A variable name in the child's environment (any case: a server may read `npm_config_x`). */
 export const CHILD_ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
-/** An HTTP header name (RFC 9110 token). */
-export const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 /** Headers the transport sets itself: a config that set them would break the protocol. */
 export const TRANSPORT_HEADERS = new Set([
   'accept',

@@ -18,6 +18,7 @@ import { type CallToolResult, ToolListChangedNotificationSchema } from '@modelco
 import { EngineError, quote } from '../errors.js';
 import { type Logger, silentLogger } from '../log.js';
 import { redact } from '../models/http.js';
+import { HEADER_VALUE } from './config.js';
 import { Limiter } from './limiter.js';
 import {
   bad,
@@ -420,7 +421,7 @@ export class McpServers {
     entry.secrets.add(value);
     // A header value with a line break or a control character would be refused by fetch with the
     // value in its message: refused here, without it.
-    if (what.startsWith('header') && !/^[\t\x20-\x7e\x80-\xff]*$/.test(`${ref.prefix}${value}`))
+    if (what.startsWith('header') && !HEADER_VALUE.test(`${ref.prefix}${value}`))
       throw integrationError(
         `MCP server ${quote(entry.config.name)}: the environment variable ${ref.env} (${what}) holds a value that cannot be a header value`,
         {
